@@ -1,0 +1,319 @@
+"""Typed engine events: the one schema shared by the dashboard, the recorder and the logs.
+
+Every event is a frozen dataclass with a ``type`` tag. ``to_dict`` gives the JSON object written to
+traces, ``event_from_dict`` reads it back (and is how the dashboard replays a trace), and
+``validate_event_dict`` checks a parsed object against the schema derived from these classes, so the
+schema can never drift from the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+SCHEMA_VERSION = 1
+
+
+def _now() -> float:
+    return time.time()
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of all events; ``ts`` is wall-clock seconds (time.time) when the engine emitted it."""
+
+    type: ClassVar[str] = "event"
+    ts: float = field(default_factory=_now, kw_only=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        for f in dataclasses.fields(self):
+            out[f.name] = _jsonable(getattr(self, f.name))
+        return out
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: _jsonable(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    return v
+
+
+@dataclass(frozen=True)
+class TraceHeader(Event):
+    """First line of every trace file."""
+
+    type: ClassVar[str] = "header"
+    schema_version: int = SCHEMA_VERSION
+    graphtop_version: str = "0.1.0"
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineStarted(Event):
+    """Emitted once the model is loaded and the engine knows what it will run with."""
+
+    type: ClassVar[str] = "engine_started"
+    model: str = ""
+    architecture: str = ""
+    device: str = ""
+    device_name: str = ""
+    dtype: str = ""
+    attention_backend: str = ""
+    attention_backend_note: str = ""
+    decode_graph_backend: str = ""
+    prefill_graph_backend: str = ""
+    emulated: bool = False
+    graph_config: dict = field(default_factory=dict)
+    locked_keys: tuple[str, ...] = ()
+    demo: bool = False
+
+
+@dataclass(frozen=True)
+class CaptureStarted(Event):
+    type: ClassVar[str] = "capture_started"
+    phase: str = ""  # decode | prefill
+    buckets: tuple[int, ...] = ()
+    backend: str = ""
+    reason: str = "initial"  # initial | recapture
+
+
+@dataclass(frozen=True)
+class CaptureProgress(Event):
+    """One bucket captured (or failed to); memory is the device-memory delta of that capture."""
+
+    type: ClassVar[str] = "capture_progress"
+    phase: str = ""
+    bucket: int = 0
+    index: int = 0  # 1-based
+    total: int = 0
+    seconds: float = 0.0
+    memory_bytes: int = 0
+    ok: bool = True
+    failure_reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CaptureFinished(Event):
+    type: ClassVar[str] = "capture_finished"
+    phase: str = ""
+    captured: tuple[int, ...] = ()
+    failed: tuple[int, ...] = ()
+    seconds: float = 0.0
+    memory_bytes: int = 0
+    ok: bool = True
+    failure_reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class MemoryLedger(Event):
+    """Where device (or host, on CPU) memory went, in bytes."""
+
+    type: ClassVar[str] = "memory_ledger"
+    device: str = ""
+    total: int = 0
+    weights: int = 0
+    kv_pool: int = 0
+    decode_graphs: int = 0
+    prefill_graphs: int = 0
+    activation_reserve: int = 0
+    free: int = 0
+
+
+@dataclass(frozen=True)
+class KVPoolState(Event):
+    type: ClassVar[str] = "kv_pool"
+    capacity_tokens: int = 0
+    used_tokens: int = 0
+    page_size: int = 1
+    running: int = 0
+    queued: int = 0
+    max_running: int = 0
+
+
+@dataclass(frozen=True)
+class StepEvent(Event):
+    """One forward step: which bucket it hit, how much padding it wasted, why it fell back."""
+
+    type: ClassVar[str] = "step"
+    step: int = 0
+    phase: str = ""  # decode | prefill | mixed
+    batch_size: int = 0
+    num_tokens: int = 0
+    bucket: Optional[int] = None
+    padded: int = 0
+    padding_waste: float = 0.0
+    path: str = "eager"  # graph | eager
+    fallback_reason: Optional[str] = None
+    host_ms: float = 0.0
+    replay_ms: Optional[float] = None
+    segment_ms: Optional[float] = None
+    break_ms: Optional[float] = None
+    emulated: bool = False
+
+
+@dataclass(frozen=True)
+class RequestQueued(Event):
+    type: ClassVar[str] = "request_queued"
+    request_id: str = ""
+    prompt_tokens: int = 0
+    max_new_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class RequestFirstToken(Event):
+    type: ClassVar[str] = "request_first_token"
+    request_id: str = ""
+    ttft_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RequestFinished(Event):
+    type: ClassVar[str] = "request_finished"
+    request_id: str = ""
+    output_tokens: int = 0
+    finish_reason: str = ""
+    latency_ms: float = 0.0
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RecaptureRequested(Event):
+    type: ClassVar[str] = "recapture_requested"
+    decode_bs: Optional[tuple[int, ...]] = None
+    prefill_num_tokens: Optional[tuple[int, ...]] = None
+
+
+@dataclass(frozen=True)
+class RecaptureFinished(Event):
+    type: ClassVar[str] = "recapture_finished"
+    ok: bool = True
+    decode_bs: tuple[int, ...] = ()
+    prefill_num_tokens: tuple[int, ...] = ()
+    seconds: float = 0.0
+    memory_freed_bytes: int = 0
+    memory_bytes: int = 0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ConfigDowngrade(Event):
+    """An unlocked graph-config key was changed automatically; ``reason`` says why."""
+
+    type: ClassVar[str] = "config_downgrade"
+    key: str = ""
+    old: Any = None
+    new: Any = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ErrorEvent(Event):
+    type: ClassVar[str] = "error"
+    message: str = ""
+    where: str = ""
+    fatal: bool = False
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        TraceHeader,
+        EngineStarted,
+        CaptureStarted,
+        CaptureProgress,
+        CaptureFinished,
+        MemoryLedger,
+        KVPoolState,
+        StepEvent,
+        RequestQueued,
+        RequestFirstToken,
+        RequestFinished,
+        RecaptureRequested,
+        RecaptureFinished,
+        ConfigDowngrade,
+        ErrorEvent,
+    )
+}
+
+
+class SchemaError(ValueError):
+    """A trace line does not match the event schema."""
+
+
+_JSON_TYPES: dict[Any, tuple[type, ...]] = {
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+    bool: (bool,),
+    dict: (dict,),
+}
+
+
+def _check_value(name: str, annotation: Any, value: Any) -> None:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is Any:
+        return
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return
+        inner = [a for a in args if a is not type(None)]
+        _check_value(name, inner[0], value)
+        return
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise SchemaError(f"field {name!r} should be a list, got {type(value).__name__}")
+        for item in value:
+            _check_value(name, args[0], item)
+        return
+    if origin is dict:
+        annotation = dict
+    allowed = _JSON_TYPES.get(annotation)
+    if allowed is None:
+        return
+    if annotation is not bool and isinstance(value, bool):
+        raise SchemaError(f"field {name!r} should be {annotation.__name__}, got bool")
+    if not isinstance(value, allowed):
+        raise SchemaError(f"field {name!r} should be {annotation.__name__}, got {type(value).__name__}")
+
+
+def validate_event_dict(obj: Any) -> type[Event]:
+    """Raise SchemaError unless ``obj`` is a valid event object; return its event class."""
+    if not isinstance(obj, dict):
+        raise SchemaError("event is not a JSON object")
+    tag = obj.get("type")
+    cls = EVENT_TYPES.get(tag)  # type: ignore[arg-type]
+    if cls is None:
+        raise SchemaError(f"unknown event type {tag!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in obj:
+        if key != "type" and key not in names:
+            raise SchemaError(f"{tag}: unexpected field {key!r}")
+    for f in dataclasses.fields(cls):
+        if f.name not in obj:
+            raise SchemaError(f"{tag}: missing field {f.name!r}")
+        _check_value(f"{tag}.{f.name}", hints[f.name], obj[f.name])
+    return cls
+
+
+def event_from_dict(obj: dict[str, Any]) -> Event:
+    """Rebuild an event from its JSON object (validated first)."""
+    cls = validate_event_dict(obj)
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        v = obj[f.name]
+        if typing.get_origin(hints[f.name]) is tuple or (
+            typing.get_origin(hints[f.name]) is typing.Union and isinstance(v, list)
+        ):
+            v = tuple(v)
+        kwargs[f.name] = v
+    return cls(**kwargs)
