@@ -9,6 +9,7 @@ schema can never drift from the code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import typing
 from dataclasses import dataclass, field
@@ -284,6 +285,12 @@ def _check_value(name: str, annotation: Any, value: Any) -> None:
         raise SchemaError(f"field {name!r} should be {annotation.__name__}, got {type(value).__name__}")
 
 
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict[str, Any]:
+    """Resolved annotations of an event class, cached: resolving them costs ~100 µs per call."""
+    return typing.get_type_hints(cls)
+
+
 def validate_event_dict(obj: Any) -> type[Event]:
     """Raise SchemaError unless ``obj`` is a valid event object; return its event class."""
     if not isinstance(obj, dict):
@@ -292,7 +299,7 @@ def validate_event_dict(obj: Any) -> type[Event]:
     cls = EVENT_TYPES.get(tag)  # type: ignore[arg-type]
     if cls is None:
         raise SchemaError(f"unknown event type {tag!r}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in obj:
         if key != "type" and key not in names:
@@ -307,7 +314,7 @@ def validate_event_dict(obj: Any) -> type[Event]:
 def event_from_dict(obj: dict[str, Any]) -> Event:
     """Rebuild an event from its JSON object (validated first)."""
     cls = validate_event_dict(obj)
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         v = obj[f.name]

@@ -1,0 +1,25 @@
+"""graphtop.models: HF-format checkpoints -> one compact, CUDA-graph-friendly decoder.
+
+Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
+The engine calls `model(input_ids, positions, attn)` on a flat ragged batch and
+`model.compute_logits(hidden)`; attention (and the KV cache) is the engine's `attn`.
+"""
+
+from .decoder import AttentionFn, DecoderForCausalLM
+from .demo import DEMO_NOTE, ensure_demo_model
+from .errors import CheckpointError
+from .loader import LoadedCheckpoint, load_checkpoint
+from .registry import SUPPORTED_ARCHITECTURES
+from .spec import ModelSpec
+
+__all__ = [
+    "AttentionFn",
+    "CheckpointError",
+    "DEMO_NOTE",
+    "DecoderForCausalLM",
+    "LoadedCheckpoint",
+    "ModelSpec",
+    "SUPPORTED_ARCHITECTURES",
+    "ensure_demo_model",
+    "load_checkpoint",
+]

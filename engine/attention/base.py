@@ -1,0 +1,94 @@
+"""The attention-backend contract and its registry (mini-sglang style: ABC + name → class).
+
+The split that makes graphs possible (the seed's ``init_forward_metadata_out_graph`` / ``in_graph``):
+- ``prepare`` / ``prepare_replay`` run on the host, outside any graph: they may sync, allocate and
+  call host-side planners (FlashInfer ``plan``);
+- ``prepare_in_graph`` holds only device ops over fixed-address buffers, so a graph may capture it;
+- ``forward`` writes the step's K/V into the pool and computes attention from ``self.meta``, which
+  during a graph points at static buffers and at replay holds the live batch's contents.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+import torch
+
+from ..batch import ForwardBatch
+from ..kv_pool import KVPool
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    scale: float
+
+
+class AttentionBackend(ABC):
+    name: ClassVar[str] = "abstract"
+    #: backends whose decode kernels can live inside a CUDA graph
+    supports_decode_graph: ClassVar[bool] = True
+
+    def __init__(self, pool: KVPool, shape: AttentionShape, device: torch.device):
+        self.pool = pool
+        self.shape = shape
+        self.device = device
+        self.meta: Any = None
+
+    def seq_len_fill_value(self) -> int:
+        """Sequence length written for padded graph rows: 1, reading only the dummy page's slot."""
+        return 1
+
+    # --- eager path ----------------------------------------------------------------------------
+    @abstractmethod
+    def prepare(self, batch: ForwardBatch) -> None:
+        """Host side: build ``self.meta`` for an eager forward of exactly this batch."""
+
+    def prepare_in_graph(self) -> None:
+        """Device-only derivations from ``self.meta`` (capturable). Called once per forward."""
+
+    @abstractmethod
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
+        """Store k/v at ``meta.out_cache_loc`` and return attention output shaped like q."""
+
+    # --- decode graphs -------------------------------------------------------------------------
+    def init_graph_state(self, max_bs: int, max_pages_per_req: int) -> None:
+        """Allocate the fixed-address metadata buffers every decode graph will read."""
+        raise NotImplementedError(f"{self.name} does not support decode graphs")
+
+    def graph_buffer_slots(self) -> list[Any]:
+        """Static-buffer slots (engine.graphs.buffers.BufferSlot) this backend needs filled per step."""
+        return []
+
+    def bind_graph_meta(self, registry: Any, bucket: int, live_pages: Optional[int] = None) -> None:
+        """Point ``self.meta`` at the static buffers' views for a graph of ``bucket`` rows."""
+        raise NotImplementedError
+
+    def prepare_replay(self, batch: ForwardBatch, bucket: int) -> None:
+        """Host side, before a decode replay (after static buffers are filled): e.g. FlashInfer plan."""
+
+    def prepare_capture(self, bucket: int) -> None:
+        """Host side, before capturing a decode graph of ``bucket`` rows (dummy metadata)."""
+
+    def describe(self) -> str:
+        return self.name
+
+
+_REGISTRY: dict[str, type[AttentionBackend]] = {}
+
+
+def register_backend(cls: type[AttentionBackend]) -> type[AttentionBackend]:
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def backend_class(name: str) -> Optional[type[AttentionBackend]]:
+    return _REGISTRY.get(name)
+
+
+def registered_backends() -> list[str]:
+    return sorted(_REGISTRY)

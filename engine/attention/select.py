@@ -1,0 +1,46 @@
+"""Pick the attention backend: FlashInfer on CUDA when importable, torch-native otherwise.
+
+The choice and the reason for any fallback are returned as a note that goes into the
+engine-started event and the dashboard's status line, so it is never silent.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kv_pool import KVPool
+from .base import AttentionBackend, AttentionShape
+from .torch_native import TorchNativeBackend
+
+
+class AttentionBackendError(RuntimeError):
+    pass
+
+
+def flashinfer_problem(device: torch.device) -> str | None:
+    """Why FlashInfer cannot run here, or None when it can."""
+    if device.type != "cuda":
+        return "flashinfer needs a CUDA device"
+    try:
+        import flashinfer  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install raising something else
+        return f"flashinfer is not importable ({type(e).__name__}: {e})".splitlines()[0]
+    return None
+
+
+def select_attention_backend(
+    choice: str, pool: KVPool, shape: AttentionShape, device: torch.device
+) -> tuple[AttentionBackend, str]:
+    if choice in ("auto", "flashinfer"):
+        problem = flashinfer_problem(device)
+        if problem is None:
+            from .flashinfer_backend import FlashInferBackend
+
+            return FlashInferBackend(pool, shape, device), "flashinfer selected"
+        if choice == "flashinfer":
+            raise AttentionBackendError(f"--attention-backend flashinfer: {problem}")
+        note = "torch-native" if device.type == "cpu" else f"torch-native ({problem})"
+        return TorchNativeBackend(pool, shape, device), note
+    if choice == "torch":
+        return TorchNativeBackend(pool, shape, device), "torch-native (asked for)"
+    raise AttentionBackendError(f"unknown attention backend {choice!r}; choose auto, flashinfer or torch")

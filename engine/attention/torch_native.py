@@ -1,0 +1,172 @@
+"""Attention in plain torch: runs on CPU and CUDA, and is the reference every other backend matches.
+
+Decode reads K/V through a page table expanded to slots on the device (``prepare_in_graph``), so the
+whole decode step, attention included, is capturable with fixed shapes. Prefill (extend) loops over
+requests with a causal mask offset by each request's cached prefix; it always runs eagerly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..batch import ForwardBatch, ForwardMode
+from ..graphs.buffers import BufferSlot, PaddingPolicy
+from ..kv_pool import DUMMY_PAGE
+from .base import AttentionBackend, register_backend
+
+
+GRAPH_MAX_CONTEXT = 4096
+
+
+@dataclass
+class DecodeMeta:
+    out_cache_loc: torch.Tensor  # [bs] int64
+    page_table: torch.Tensor  # [bs, P] int64
+    seq_lens: torch.Tensor  # [bs] int64
+    slot_table: Optional[torch.Tensor] = None  # [bs, P * page_size], derived in prepare_in_graph
+    valid: Optional[torch.Tensor] = None  # [bs, P * page_size] bool
+
+
+@dataclass
+class ExtendMeta:
+    out_cache_loc: torch.Tensor  # [T] int64 (real tokens only)
+    num_tokens: int
+    # per request: (first row, new tokens, prefix length, context slots tensor)
+    segments: list[tuple[int, int, int, torch.Tensor]] = field(default_factory=list)
+    masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+
+
+def _causal_mask(extend: int, prefix: int, device: torch.device) -> torch.Tensor:
+    rows = torch.arange(extend, device=device)[:, None] + prefix
+    cols = torch.arange(prefix + extend, device=device)[None, :]
+    return cols <= rows
+
+
+@register_backend
+class TorchNativeBackend(AttentionBackend):
+    name = "torch"
+
+    # --- eager --------------------------------------------------------------------------------
+    def prepare(self, batch: ForwardBatch) -> None:
+        dev = self.device
+        loc = torch.tensor(batch.out_cache_loc, dtype=torch.int64).to(dev, non_blocking=True)
+        if batch.mode is ForwardMode.DECODE:
+            width = batch.max_pages
+            table = torch.full((batch.batch_size, width), DUMMY_PAGE, dtype=torch.int64)
+            for i, pages in enumerate(batch.req_pages):
+                table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
+            seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
+            self.meta = DecodeMeta(loc, table.to(dev, non_blocking=True), seq.to(dev, non_blocking=True))
+            self.prepare_in_graph()
+        else:
+            self.meta = self._extend_meta(batch, loc)
+
+    def _extend_meta(self, batch: ForwardBatch, loc: torch.Tensor) -> ExtendMeta:
+        meta = ExtendMeta(out_cache_loc=loc, num_tokens=batch.num_tokens)
+        row = 0
+        ps = self.pool.page_size
+        for pages, ext, prefix in zip(batch.req_pages, batch.extend_lens, batch.prefix_lens):
+            total = prefix + ext
+            page_ids = torch.tensor(pages, dtype=torch.int64)
+            pos = torch.arange(total)
+            slots = (page_ids[pos // ps] * ps + pos % ps).to(self.device, non_blocking=True)
+            meta.segments.append((row, ext, prefix, slots))
+            if (ext, prefix) not in meta.masks and ext > 1:
+                meta.masks[(ext, prefix)] = _causal_mask(ext, prefix, self.device)
+            row += ext
+        return meta
+
+    def prepare_in_graph(self) -> None:
+        meta = self.meta
+        if not isinstance(meta, DecodeMeta):
+            return
+        ps = self.pool.page_size
+        width = meta.page_table.shape[1] * ps
+        j = torch.arange(width, device=meta.page_table.device)
+        meta.slot_table = meta.page_table[:, j // ps] * ps + (j % ps)
+        meta.valid = j[None, :] < meta.seq_lens[:, None]
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
+        kc = self.pool.k_cache[layer_id].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
+        vc = self.pool.v_cache[layer_id].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
+        if isinstance(self.meta, DecodeMeta):
+            return self._decode(q, k, v, kc, vc)
+        return self._extend(q, k, v, kc, vc)
+
+    def _decode(self, q, k, v, kc, vc) -> torch.Tensor:
+        m: DecodeMeta = self.meta
+        kc.index_copy_(0, m.out_cache_loc, k.to(kc.dtype))
+        vc.index_copy_(0, m.out_cache_loc, v.to(vc.dtype))
+        bs, hq, d = q.shape
+        hkv = self.shape.num_kv_heads
+        keys = kc[m.slot_table].float()  # [bs, W, hkv, d]
+        vals = vc[m.slot_table].float()
+        qg = q.float().view(bs, hkv, hq // hkv, d)
+        scores = torch.einsum("bhgd,bwhd->bhgw", qg, keys) * self.shape.scale
+        scores = scores.masked_fill(~m.valid[:, None, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out = torch.einsum("bhgw,bwhd->bhgd", probs, vals)
+        return out.reshape(bs, hq, d).to(q.dtype)
+
+    def _extend(self, q, k, v, kc, vc) -> torch.Tensor:
+        m: ExtendMeta = self.meta
+        n = m.num_tokens
+        kc.index_copy_(0, m.out_cache_loc, k[:n].to(kc.dtype))
+        vc.index_copy_(0, m.out_cache_loc, v[:n].to(vc.dtype))
+        out = torch.zeros_like(q)
+        for row, ext, prefix, slots in m.segments:
+            qi = q[row : row + ext].transpose(0, 1)  # [hq, ext, d]
+            ki = kc[slots].transpose(0, 1).to(q.dtype)  # [hkv, total, d]
+            vi = vc[slots].transpose(0, 1).to(q.dtype)
+            mask = m.masks.get((ext, prefix))
+            o = F.scaled_dot_product_attention(
+                qi, ki, vi, attn_mask=mask, scale=self.shape.scale, enable_gqa=True
+            )
+            out[row : row + ext] = o.transpose(0, 1)
+        return out
+
+    # --- decode graphs ------------------------------------------------------------------------
+    def init_graph_state(self, max_bs: int, max_pages_per_req: int) -> None:
+        # Gathering every slot of a fixed-width page table is O(bs × width) per layer, so the
+        # torch-native graph covers contexts up to GRAPH_MAX_CONTEXT; longer ones run eagerly
+        # (FallbackReason.CONTEXT_EXCEEDS_GRAPH).
+        limit = -(-GRAPH_MAX_CONTEXT // self.pool.page_size)
+        self.graph_max_pages = min(max_pages_per_req, limit)
+
+    def graph_buffer_slots(self) -> list[BufferSlot]:
+        pages = self.graph_max_pages
+        fill = self.seq_len_fill_value()
+        return [
+            BufferSlot(
+                "out_cache_loc", lambda n: (n,), torch.int64, PaddingPolicy.FILL_SENTINEL,
+                pad_value=DUMMY_PAGE * self.pool.page_size, source=lambda b, p: b.out_cache_loc,
+            ),
+            BufferSlot(
+                "seq_lens", lambda n: (n,), torch.int64, PaddingPolicy.FILL_SENTINEL,
+                pad_value=fill, source=lambda b, p: b.seq_lens,
+            ),
+            BufferSlot(
+                "page_table", lambda n: (n, pages), torch.int64, PaddingPolicy.FILL_SENTINEL,
+                pad_value=DUMMY_PAGE, source=_page_table_source,
+            ),
+        ]
+
+    def bind_graph_meta(self, registry, bucket: int, live_pages: Optional[int] = None) -> None:
+        """``live_pages`` (emulated graphs only) trims the page table to the columns in use: the
+        masked tail is pure waste on a CPU, and emulation has no fixed kernel shapes to keep."""
+        table = registry.view("page_table", bucket)
+        if live_pages is not None:
+            table = table[:, : max(1, live_pages)]
+        self.meta = DecodeMeta(registry.view("out_cache_loc", bucket), table, registry.view("seq_lens", bucket))
+
+
+def _page_table_source(batch: ForwardBatch, padded: int) -> torch.Tensor:
+    """Real rows only; columns past a request's pages keep stale ids, masked out by seq_lens."""
+    table = torch.full((batch.batch_size, batch.max_pages), DUMMY_PAGE, dtype=torch.int64)
+    for i, pages in enumerate(batch.req_pages):
+        table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
+    return table

@@ -1,0 +1,45 @@
+"""The host-side description of one forward step, produced by the scheduler.
+
+Plain Python lists: the runner decides how they reach the device (exact-size tensors for eager,
+copies into fixed-address static buffers for a graph).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .request import Request
+
+
+class ForwardMode(str, enum.Enum):
+    DECODE = "decode"
+    PREFILL = "prefill"
+
+
+@dataclass
+class ForwardBatch:
+    mode: ForwardMode
+    requests: list[Request]
+    input_ids: list[int]
+    positions: list[int]
+    out_cache_loc: list[int]  # KV slot of every new token
+    seq_lens: list[int]  # per request: context length after this step
+    extend_lens: list[int]  # per request: new tokens this step (1 in decode)
+    prefix_lens: list[int]  # per request: tokens already in the KV pool
+    req_pages: list[list[int]]  # per request: pages covering its context after this step
+    page_size: int
+    sample_rows: list[int] = field(default_factory=list)  # token rows whose logits are sampled
+    sample_requests: list[Request] = field(default_factory=list)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.requests)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def max_pages(self) -> int:
+        return max((len(p) for p in self.req_pages), default=0)

@@ -1,0 +1,42 @@
+"""Engine settings. Graph settings live in ``graphs.config`` (they have lock/downgrade semantics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .graphs.config import GraphConfig
+
+
+@dataclass
+class EngineConfig:
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: Optional[str] = None  # float32 | bfloat16 | float16; None: bf16 on CUDA, fp32 on CPU
+    attention_backend: str = "auto"  # auto | torch | flashinfer
+    page_size: int = 1
+    chunked_prefill_size: int = 2048
+    max_running_requests: Optional[int] = None
+    max_context_len: Optional[int] = None
+    mem_fraction_static: float = 0.85
+    cpu_kv_budget_mb: int = 512
+    activation_reserve_mb: int = 2048
+    max_total_tokens: Optional[int] = None
+    graphs: GraphConfig = field(default_factory=GraphConfig)
+
+    def validate(self) -> None:
+        if self.page_size < 1:
+            raise ValueError(f"page size must be >= 1, got {self.page_size}")
+        if self.chunked_prefill_size < 1:
+            raise ValueError(f"chunked prefill size must be >= 1, got {self.chunked_prefill_size}")
+        if self.max_running_requests is not None and self.max_running_requests < 1:
+            raise ValueError(f"max running requests must be >= 1, got {self.max_running_requests}")
+        if not 0.0 < self.mem_fraction_static < 1.0:
+            raise ValueError(f"mem fraction static must be in (0, 1), got {self.mem_fraction_static}")
+        if self.attention_backend not in ("auto", "torch", "flashinfer"):
+            raise ValueError(
+                f"unknown attention backend {self.attention_backend!r}; choose auto, torch or flashinfer"
+            )
+        if self.dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose float32, bfloat16 or float16")
+        if self.max_total_tokens is not None and self.max_total_tokens < 1:
+            raise ValueError(f"max total tokens must be >= 1, got {self.max_total_tokens}")

@@ -1,0 +1,255 @@
+"""Which shapes get graphs, which backends capture them, and what was changed automatically.
+
+Precedence: ``--cuda-graph-config`` JSON beats the convenience flags, which beat defaults. Every key
+the user set is *locked*: auto-downgrade (e.g. capping decode max_bs at max_running_requests, or
+disabling decode graphs for an attention backend that cannot be captured) only touches unlocked keys,
+and each downgrade is reported with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+DECODE_BACKENDS = ("full", "disabled")
+PREFILL_BACKENDS = ("breakable", "disabled")
+DEFAULT_DECODE_MAX_BS = 256
+DEFAULT_PREFILL_PADDING_CAP = 0.25  # refuse a prefill graph when padding exceeds 25 % of real tokens
+
+KEYS = (
+    "decode.backend",
+    "decode.bs",
+    "decode.max_bs",
+    "prefill.backend",
+    "prefill.num_tokens",
+    "prefill.max_num_tokens",
+    "prefill.max_padding_waste",
+)
+
+
+class GraphConfigError(ValueError):
+    """A graph config the user gave cannot be used; the message is one line."""
+
+
+def default_decode_buckets(max_bs: int) -> list[int]:
+    """SGLang's decode list: fine steps where batches are common, coarser above."""
+    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 497, 16))
+    sizes += list(range(512, max(max_bs, 512) + 1, 32))
+    return sorted({s for s in sizes if s <= max_bs})
+
+
+def default_prefill_buckets(max_tokens: int) -> list[int]:
+    sizes = list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+    sizes += list(range(576, 1025, 64)) + list(range(1280, 4097, 256))
+    sizes += list(range(4608, max(max_tokens, 4608) + 1, 512))
+    return sorted({s for s in sizes if s <= max_tokens})
+
+
+def clamp_buckets(sizes: list[int], limit: int) -> list[int]:
+    """Drop sizes above ``limit``; append ``limit`` itself when the list reached past it."""
+    kept = sorted({s for s in sizes if s <= limit})
+    if sizes and max(sizes) > limit and limit not in kept and limit > 0:
+        kept.append(limit)
+    return kept
+
+
+@dataclass
+class GraphConfig:
+    decode_backend: str = "full"
+    decode_bs: Optional[list[int]] = None
+    decode_max_bs: Optional[int] = None
+    prefill_backend: str = "breakable"
+    prefill_num_tokens: Optional[list[int]] = None
+    prefill_max_num_tokens: Optional[int] = None
+    prefill_max_padding_waste: float = DEFAULT_PREFILL_PADDING_CAP
+    locked: set[str] = field(default_factory=set)
+
+    def set(self, key: str, value: Any, lock: bool = True) -> None:
+        attr = key.replace(".", "_")
+        setattr(self, attr, value)
+        if lock:
+            self.locked.add(key)
+
+    def get(self, key: str) -> Any:
+        return getattr(self, key.replace(".", "_"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decode": {"backend": self.decode_backend, "bs": self.decode_bs, "max_bs": self.decode_max_bs},
+            "prefill": {
+                "backend": self.prefill_backend,
+                "num_tokens": self.prefill_num_tokens,
+                "max_num_tokens": self.prefill_max_num_tokens,
+                "max_padding_waste": self.prefill_max_padding_waste,
+            },
+        }
+
+
+def _positive_int(key: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise GraphConfigError(f"cuda graph config: {key} must be an integer, got {v!r}")
+    if v <= 0:
+        raise GraphConfigError(f"cuda graph config: {key} must be positive, got {v}")
+    return v
+
+
+def _size_list(key: str, v: Any) -> list[int]:
+    if isinstance(v, str):
+        v = [p for p in v.replace(" ", "").split(",") if p]
+        try:
+            v = [int(p) for p in v]
+        except ValueError:
+            raise GraphConfigError(f"cuda graph config: {key} must be a list of integers") from None
+    if not isinstance(v, list) or not v:
+        raise GraphConfigError(f"cuda graph config: {key} must be a non-empty list of integers")
+    return sorted({_positive_int(key, x) for x in v})
+
+
+def _backend(key: str, v: Any, allowed: tuple[str, ...]) -> str:
+    if v not in allowed:
+        raise GraphConfigError(f"cuda graph config: unknown {key} {v!r}; choose {' or '.join(allowed)}")
+    return v
+
+
+def _apply(cfg: GraphConfig, key: str, value: Any) -> None:
+    if key == "decode.backend":
+        value = _backend(key, value, DECODE_BACKENDS)
+    elif key == "prefill.backend":
+        value = _backend(key, value, PREFILL_BACKENDS)
+    elif key in ("decode.bs", "prefill.num_tokens"):
+        value = _size_list(key, value)
+    elif key in ("decode.max_bs", "prefill.max_num_tokens"):
+        value = _positive_int(key, value)
+    elif key == "prefill.max_padding_waste":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise GraphConfigError(f"cuda graph config: {key} must be a number >= 0, got {value!r}")
+        value = float(value)
+    cfg.set(key, value)
+
+
+def build_graph_config(json_text: Optional[str], flags: dict[str, Any]) -> GraphConfig:
+    """Merge convenience flags (``{"decode.bs": [...], ...}``, None = unset) and the JSON config."""
+    cfg = GraphConfig()
+    for key, value in flags.items():
+        if value is not None:
+            _apply(cfg, key, value)
+    if json_text:
+        try:
+            data = json.loads(json_text)
+        except json.JSONDecodeError as e:
+            raise GraphConfigError(f"cuda graph config is not valid JSON: {e.msg} at column {e.colno}") from None
+        if not isinstance(data, dict):
+            raise GraphConfigError("cuda graph config must be a JSON object with 'decode' and/or 'prefill'")
+        for phase, body in data.items():
+            if phase not in ("decode", "prefill"):
+                raise GraphConfigError(f"cuda graph config: unknown phase {phase!r}; use 'decode' or 'prefill'")
+            if not isinstance(body, dict):
+                raise GraphConfigError(f"cuda graph config: {phase} must be a JSON object")
+            for name, value in body.items():
+                key = f"{phase}.{name}"
+                if key not in KEYS:
+                    raise GraphConfigError(f"cuda graph config: unknown key {key!r}")
+                _apply(cfg, key, value)
+    return cfg
+
+
+@dataclass(frozen=True)
+class Downgrade:
+    key: str
+    old: Any
+    new: Any
+    reason: str
+
+
+@dataclass
+class ResolvedGraphConfig:
+    """What the engine will actually capture, after limits and downgrades."""
+
+    decode_backend: str
+    decode_bs: list[int]
+    prefill_backend: str
+    prefill_num_tokens: list[int]
+    prefill_max_padding_waste: float
+    emulated: bool
+    locked: frozenset[str]
+    downgrades: list[Downgrade]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decode": {"backend": self.decode_backend, "bs": self.decode_bs},
+            "prefill": {
+                "backend": self.prefill_backend,
+                "num_tokens": self.prefill_num_tokens,
+                "max_padding_waste": self.prefill_max_padding_waste,
+            },
+            "emulated": self.emulated,
+        }
+
+
+def resolve_graph_config(
+    cfg: GraphConfig,
+    *,
+    max_running: int,
+    pool_tokens: int,
+    chunked_prefill_size: int,
+    cuda_graphs_available: bool,
+    attention_supports_decode_graph: bool,
+) -> ResolvedGraphConfig:
+    downgrades: list[Downgrade] = []
+
+    def downgrade(key: str, new: Any, reason: str) -> Any:
+        old = cfg.get(key)
+        if key in cfg.locked:
+            return old
+        if old != new:
+            downgrades.append(Downgrade(key, old, new, reason))
+        return new
+
+    decode_backend = cfg.decode_backend
+    if decode_backend == "full" and not attention_supports_decode_graph:
+        if "decode.backend" in cfg.locked:
+            raise GraphConfigError(
+                "decode graphs were asked for, but the attention backend cannot be captured in a graph"
+            )
+        decode_backend = downgrade("decode.backend", "disabled", "attention backend is not capturable")
+
+    bs_limit = min(max_running, pool_tokens)
+    max_bs = cfg.decode_max_bs
+    if max_bs is None:
+        max_bs = min(DEFAULT_DECODE_MAX_BS, bs_limit)
+    elif max_bs > bs_limit:
+        max_bs = downgrade("decode.max_bs", bs_limit, f"max running requests is {bs_limit}")
+    decode_bs = cfg.decode_bs if cfg.decode_bs is not None else default_decode_buckets(max_bs)
+    if cfg.decode_bs is not None and "decode.bs" not in cfg.locked:
+        decode_bs = [b for b in decode_bs if b <= max_bs]
+    if "decode.bs" not in cfg.locked:
+        clamped = clamp_buckets(decode_bs, min(max_bs, bs_limit))
+        if clamped != decode_bs and cfg.decode_bs is not None:
+            downgrades.append(Downgrade("decode.bs", decode_bs, clamped, f"limited to {bs_limit} requests"))
+        decode_bs = clamped
+
+    max_tokens = cfg.prefill_max_num_tokens
+    token_limit = min(chunked_prefill_size, pool_tokens)
+    if max_tokens is None:
+        max_tokens = token_limit
+    elif max_tokens > token_limit:
+        max_tokens = downgrade(
+            "prefill.max_num_tokens", token_limit, f"a prefill step never exceeds {token_limit} tokens"
+        )
+    prefill_tokens = (
+        cfg.prefill_num_tokens if cfg.prefill_num_tokens is not None else default_prefill_buckets(max_tokens)
+    )
+    if "prefill.num_tokens" not in cfg.locked:
+        prefill_tokens = clamp_buckets(prefill_tokens, max_tokens)
+
+    return ResolvedGraphConfig(
+        decode_backend=decode_backend,
+        decode_bs=decode_bs if decode_backend != "disabled" else [],
+        prefill_backend=cfg.prefill_backend,
+        prefill_num_tokens=prefill_tokens if cfg.prefill_backend != "disabled" else [],
+        prefill_max_padding_waste=cfg.prefill_max_padding_waste,
+        emulated=not cuda_graphs_available,
+        locked=frozenset(cfg.locked),
+        downgrades=downgrades,
+    )

@@ -1,0 +1,212 @@
+"""Writes the event stream to a JSON-lines trace file from a background thread.
+
+Crash safety: every write hands the OS only whole lines (a batch of complete ``...\\n`` lines in one
+``write`` on an unbuffered file), so a SIGKILL can at worst leave a partially written *last* line,
+never a damaged line in the middle; ``graphtop.engine.trace.read_trace`` tolerates exactly that.
+
+Failure isolation: the recorder must never take the engine down. The trace path is checked when the
+recorder is constructed (so the CLI can exit 2 before loading a model); after that, a failing write
+(ENOSPC, EIO, ...) stops recording, is remembered in ``write_error`` and reported by ``close()``,
+while the engine keeps running.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Optional, Union
+
+from .event_bus import EventBus, Subscription
+from .events import Event, TraceHeader
+
+__all__ = ["RecorderError", "RecorderResult", "TraceRecorder", "encode_event"]
+
+# Events per write() call at most. Small on purpose: encoding holds the GIL (~10 µs per event) and the
+# write syscall releases it, so 64 events bound how long the engine thread can wait for the GIL to
+# well under a millisecond, while still amortizing syscalls.
+_BATCH = 64
+
+
+class RecorderError(Exception):
+    """The trace file cannot be opened or its header written; the message is one line."""
+
+
+def encode_event(event: Event) -> bytes:
+    """One trace line: compact JSON of ``event.to_dict()`` plus a newline.
+
+    ``default=str`` keeps a stray non-JSON value (only possible in ``Any``/``dict`` fields) from
+    killing the recorder; such a value is written as its string form.
+    """
+    text = json.dumps(event.to_dict(), separators=(",", ":"), default=str)
+    return text.encode("utf-8") + b"\n"
+
+
+@dataclass(frozen=True)
+class RecorderResult:
+    """What a recording produced; returned by ``TraceRecorder.close``."""
+
+    path: str
+    lines_written: int
+    bytes_written: int
+    dropped: int  # events the bus discarded because the recorder's queue was full
+    lost_after_error: int  # events received after a write error and therefore not written
+    write_error: Optional[str]
+    counts: dict[str, int] = field(default_factory=dict)  # written lines per event type
+
+    @property
+    def ok(self) -> bool:
+        return self.write_error is None and self.dropped == 0
+
+    def describe(self) -> str:
+        """One line for the CLI."""
+        line = f"trace {self.path}: {self.lines_written} lines, {self.bytes_written} bytes"
+        if self.dropped:
+            line += f", {self.dropped} events dropped (queue full)"
+        if self.write_error:
+            line += f"; WRITE FAILED: {self.write_error} ({self.lost_after_error} events not written)"
+        return line
+
+
+def _describe_oserror(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno, "") if exc.errno is not None else ""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{name}: {reason}" if name else reason
+
+
+def _open_trace(path: Path) -> BinaryIO:
+    # Unbuffered: each write() is one syscall carrying only whole lines.
+    return open(path, "wb", buffering=0)
+
+
+class TraceRecorder:
+    """Subscribes to ``bus`` and writes every event to ``path`` as one JSON line.
+
+    The header line (``TraceHeader`` with ``header_meta``) is written synchronously by the
+    constructor, so a path problem surfaces as ``RecorderError`` before the run starts. ``opener``
+    exists for tests (e.g. a file object that fails with ENOSPC).
+    """
+
+    def __init__(
+        self,
+        path: Union[str, os.PathLike[str]],
+        bus: EventBus,
+        header_meta: Optional[dict[str, Any]] = None,
+        *,
+        maxsize: int = 100_000,
+        name: str = "recorder",
+        opener: Optional[Callable[[Path], BinaryIO]] = None,
+    ) -> None:
+        self.path = Path(path)
+        self.bus = bus
+        self.lines_written = 0
+        self.bytes_written = 0
+        self.lost_after_error = 0
+        self.write_error: Optional[str] = None
+        self.counts: Counter[str] = Counter()
+        self._closed = False
+        self._result: Optional[RecorderResult] = None
+
+        try:
+            self._file = (opener or _open_trace)(self.path)
+        except OSError as exc:
+            raise RecorderError(f"cannot write trace {self.path}: {_describe_oserror(exc)}") from None
+        header = TraceHeader(meta=dict(header_meta or {}))
+        try:
+            self._write(encode_event(header), 1)
+        except OSError as exc:
+            self._file.close()
+            raise RecorderError(f"cannot write trace {self.path}: {_describe_oserror(exc)}") from None
+        self.counts[header.type] += 1
+
+        # Subscribe only after the header is safely on disk: nothing is queued for a dead file.
+        self.subscription: Subscription = bus.subscribe(name, maxsize)
+        self._thread = threading.Thread(target=self._run, name=f"graphtop-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def dropped(self) -> int:
+        return self.subscription.dropped
+
+    # -- background thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        sub = self.subscription
+        while True:
+            first = sub.get(timeout=0.25)
+            if first is None:
+                if sub.closed and sub.pending == 0:
+                    return
+                continue
+            batch = [first]
+            batch.extend(sub.drain(_BATCH - 1))
+            self._write_events(batch)
+
+    def _write_events(self, events: list[Event]) -> None:
+        if self.write_error is not None:
+            self.lost_after_error += len(events)
+            return
+        data = b"".join(encode_event(e) for e in events)
+        try:
+            self._write(data, len(events))
+        except OSError as exc:
+            self.write_error = _describe_oserror(exc)
+            self.lost_after_error += len(events)
+            # Stop costing the engine anything: no more queueing for a recorder that cannot write.
+            self.bus.unsubscribe(self.subscription)
+            return
+        except Exception as exc:  # never let the thread die silently with the engine still running
+            self.write_error = f"{type(exc).__name__}: {exc}"
+            self.lost_after_error += len(events)
+            self.bus.unsubscribe(self.subscription)
+            return
+        for e in events:
+            self.counts[e.type] += 1
+
+    def _write(self, data: bytes, lines: int) -> None:
+        """Write ``data`` completely (looping over short writes) and flush."""
+        view = memoryview(data)
+        while view:
+            n = self._file.write(view)
+            if n is None:  # non-blocking raw file with nothing written; treat as an I/O error
+                raise OSError(errno.EAGAIN, "write would block")
+            self.bytes_written += n
+            view = view[n:]
+        self._file.flush()
+        self.lines_written += lines
+
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 30.0) -> RecorderResult:
+        """Stop recording: write everything still queued, flush, close the file. Idempotent."""
+        if self._result is not None:
+            return self._result
+        self.bus.unsubscribe(self.subscription)  # no new events; queued ones are still drained
+        self._thread.join(timeout)
+        if self._thread.is_alive() and self.write_error is None:
+            self.write_error = f"recorder thread did not finish within {timeout:g}s"
+        try:
+            self._file.close()
+        except OSError as exc:
+            if self.write_error is None:
+                self.write_error = _describe_oserror(exc)
+        self._result = RecorderResult(
+            path=str(self.path),
+            lines_written=self.lines_written,
+            bytes_written=self.bytes_written,
+            dropped=self.subscription.dropped,
+            lost_after_error=self.lost_after_error,
+            write_error=self.write_error,
+            counts=dict(self.counts),
+        )
+        return self._result
+
+    def __enter__(self) -> "TraceRecorder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,166 @@
+"""A request's life inside the engine, and the thread-safe handle its submitter holds."""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+from .sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Engine
+
+
+class FinishReason(str, enum.Enum):
+    """Why a request stopped; the value is what traces and output files say."""
+
+    EOS = "eos"
+    LENGTH = "length"  # max_new_tokens reached, or the context limit
+    STOP = "stop"  # a stop string matched
+    REJECTED = "rejected"  # never scheduled: see RequestHandle.error
+    CANCELLED = "cancelled"
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    """Engine-side state. ``num_computed`` counts tokens of ``fill_ids`` whose KV is in the pool."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    handle: "RequestHandle"
+    output_ids: list[int] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    arrival: float = field(default_factory=time.perf_counter)
+    first_token_time: Optional[float] = None
+    preemptions: int = 0
+    generator: Optional[object] = None  # torch.Generator, created lazily for seeded sampling
+    detok: Optional[object] = None  # IncrementalDetokenizer
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens whose KV must exist before the next decode step.
+
+        A fresh request needs its prompt; a preempted one recomputes prompt + outputs except the
+        last output token, which the next decode step feeds in as usual.
+        """
+        if self.output_ids:
+            return len(self.prompt_ids) + len(self.output_ids) - 1
+        return len(self.prompt_ids)
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.num_computed < self.prefill_target
+
+
+class RequestHandle:
+    """What ``Engine.submit`` returns. Safe to read from any thread while the engine streams into it."""
+
+    def __init__(self, request_id: str, engine: "Engine", prompt: str, prompt_ids: list[int]):
+        self.request_id = request_id
+        self.prompt = prompt
+        self.prompt_ids = prompt_ids
+        self._engine = engine
+        self._cond = threading.Condition()
+        self._token_ids: list[int] = []
+        self._text = ""
+        self._read_pos = 0
+        self._finished = False
+        self.finish_reason: Optional[FinishReason] = None
+        self.error: Optional[str] = None
+        self.on_update: Optional[Callable[["RequestHandle"], None]] = None
+
+    # --- engine side -------------------------------------------------------------------------
+    def _push(self, token_id: int, text: str) -> None:
+        with self._cond:
+            self._token_ids.append(token_id)
+            self._text = text
+            self._cond.notify_all()
+        if self.on_update is not None:
+            self.on_update(self)
+
+    def _set_text(self, text: str) -> None:
+        with self._cond:
+            self._text = text
+
+    def _finish(self, reason: FinishReason, error: Optional[str] = None) -> None:
+        with self._cond:
+            self._finished = True
+            self.finish_reason = reason
+            self.error = error
+            self._cond.notify_all()
+        if self.on_update is not None:
+            self.on_update(self)
+
+    # --- caller side -------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def token_ids(self) -> list[int]:
+        with self._cond:
+            return list(self._token_ids)
+
+    @property
+    def text(self) -> str:
+        with self._cond:
+            return self._text
+
+    def new_text(self) -> str:
+        """Text produced since the previous call (thread-safe; for streaming UIs)."""
+        with self._cond:
+            delta = self._text[self._read_pos :]
+            self._read_pos = len(self._text)
+            return delta
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until finished. Only useful when the engine runs in its background thread."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._finished, timeout)
+
+    def stream(self) -> Iterator[str]:
+        """Yield text deltas until the request finishes, driving the engine if nobody else does."""
+        while True:
+            if not self._engine.background_running:
+                if not self._finished:
+                    self._engine.step()
+            else:
+                with self._cond:
+                    self._cond.wait(timeout=0.05)
+            delta = self.new_text()
+            if delta:
+                yield delta
+            if self._finished:
+                rest = self.new_text()
+                if rest:
+                    yield rest
+                return
+
+    def cancel(self) -> None:
+        self._engine.cancel(self.request_id)
+
+    def result(self) -> dict:
+        return {
+            "id": self.request_id,
+            "prompt": self.prompt,
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "finish_reason": self.finish_reason.value if self.finish_reason else None,
+            **({"error": self.error} if self.error else {}),
+        }

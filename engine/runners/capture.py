@@ -1,0 +1,126 @@
+"""Capturing a bucket list: largest first, per-bucket time and memory, failures dropped and reported.
+
+A ``CaptureJob`` can run to completion (initial capture) or a slice at a time between engine steps
+(live recapture), so requests in flight keep streaming while new graphs are built.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .. import events as ev
+
+
+@dataclass
+class BucketCapture:
+    phase: str
+    bucket: int
+    seconds: float
+    memory_bytes: int
+    ok: bool
+    failure_reason: Optional[str] = None
+
+
+PublishFn = Callable[[ev.Event], None]
+
+
+def device_free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.mem_get_info(device)[0])
+    return 0
+
+
+class CaptureJob:
+    def __init__(
+        self,
+        phase: str,
+        buckets: list[int],
+        backend_name: str,
+        device: torch.device,
+        capture: Callable[[int], None],
+        publish: PublishFn,
+        reason: str = "initial",
+    ):
+        self.phase = phase
+        self.order = sorted(set(buckets), reverse=True)
+        self.device = device
+        self.capture = capture
+        self.publish = publish
+        self.ledger: list[BucketCapture] = []
+        self._next = 0
+        self._t0 = time.perf_counter()
+        self._free0 = device_free_bytes(device)
+        publish(ev.CaptureStarted(phase=phase, buckets=tuple(self.order), backend=backend_name, reason=reason))
+        if not self.order:
+            self._finish()
+
+    @property
+    def done(self) -> bool:
+        return self._next >= len(self.order)
+
+    def run(self, budget_s: Optional[float] = None) -> bool:
+        """Capture buckets until done or ``budget_s`` has passed (at least one). Returns done."""
+        start = time.perf_counter()
+        while not self.done:
+            self._capture_one(self.order[self._next])
+            self._next += 1
+            if self.done:
+                self._finish()
+                break
+            if budget_s is not None and time.perf_counter() - start >= budget_s:
+                break
+        return self.done
+
+    def _capture_one(self, bucket: int) -> None:
+        free0 = device_free_bytes(self.device)
+        t0 = time.perf_counter()
+        failure = None
+        try:
+            self.capture(bucket)
+        except torch.OutOfMemoryError:
+            failure = "out of memory"
+        except Exception as e:  # a shape that cannot be captured must not take the engine down
+            failure = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        if failure and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+        seconds = time.perf_counter() - t0
+        mem = max(0, free0 - device_free_bytes(self.device)) if failure is None else 0
+        self.ledger.append(BucketCapture(self.phase, bucket, seconds, mem, failure is None, failure))
+        self.publish(
+            ev.CaptureProgress(
+                phase=self.phase, bucket=bucket, index=self._next + 1, total=len(self.order),
+                seconds=round(seconds, 6), memory_bytes=mem, ok=failure is None, failure_reason=failure,
+            )
+        )
+
+    @property
+    def captured(self) -> list[int]:
+        return sorted(c.bucket for c in self.ledger if c.ok)
+
+    @property
+    def failed(self) -> list[BucketCapture]:
+        return [c for c in self.ledger if not c.ok]
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(c.memory_bytes for c in self.ledger)
+
+    def _finish(self) -> None:
+        failed = self.failed
+        reason = None
+        if failed:
+            reason = f"{len(failed)} bucket(s) failed; largest {failed[0].bucket}: {failed[0].failure_reason}"
+        self.publish(
+            ev.CaptureFinished(
+                phase=self.phase, captured=tuple(self.captured), failed=tuple(sorted(c.bucket for c in failed)),
+                seconds=round(time.perf_counter() - self._t0, 6),
+                memory_bytes=max(0, self._free0 - device_free_bytes(self.device)),
+                ok=not failed, failure_reason=reason,
+            )
+        )

@@ -1,0 +1,105 @@
+"""Decode through full graphs, bucketed by request count.
+
+Per step: pick the smallest captured bucket ≥ batch size, copy the live batch into the static
+buffers (padded rows point at the dummy KV slot), let the attention backend plan on the host, replay,
+and slice logits to the real rows.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..attention.base import AttentionBackend
+from ..batch import ForwardBatch
+from ..graphs.backend import ShapeKey
+from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
+from ..graphs.emulated import EmulatedGraphBackend
+from ..graphs.fallback import FallbackReason
+from .base import StepOutput
+from .bucketed import BucketedGraphRunner, PublishFn
+
+
+class DecodeGraphRunner(BucketedGraphRunner):
+    phase = "decode"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        attention: AttentionBackend,
+        device: torch.device,
+        max_bs: int,
+        max_pages: int,
+        emulated: bool,
+        publish: PublishFn,
+    ):
+        self.model = model
+        self.attention = attention
+        registry = BufferRegistry(device, max_bs)
+        registry.declare(BufferSlot("input_ids", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
+                                    source=lambda b, p: b.input_ids))
+        registry.declare(BufferSlot("positions", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
+                                    source=lambda b, p: b.positions))
+        attention.init_graph_state(max_bs, max_pages)
+        for slot in attention.graph_buffer_slots():
+            registry.declare(slot)
+        self.registry = registry
+        self.max_pages = getattr(attention, "graph_max_pages", max_pages)
+        vocab = model.spec.vocab_size
+        self.logits_out = torch.zeros(max_bs, vocab, dtype=torch.float32, device=device)
+        if emulated:
+            backend = EmulatedGraphBackend(registry, None, "full")
+        else:
+            from ..graphs.full import FullCudaGraphBackend
+
+            backend = FullCudaGraphBackend(device)
+        super().__init__(backend, device, publish, max_bs)
+
+    @torch.inference_mode()
+    def _forward(self, bs: int) -> torch.Tensor:
+        ids = self.registry.view("input_ids", bs)
+        pos = self.registry.view("positions", bs)
+        self.attention.prepare_in_graph()
+        hidden = self.model(ids, pos, self.attention.forward)
+        out = self.logits_out[:bs]
+        out.copy_(self.model.compute_logits(hidden))
+        return out
+
+    @torch.inference_mode()
+    def warmup(self, size: int) -> None:
+        if size <= 0:
+            return
+        self.registry.reset()
+        self.attention.bind_graph_meta(self.registry, size, 1 if self.backend.emulated else None)
+        self.attention.prepare_capture(size)
+        self._forward(size)
+
+    @torch.inference_mode()
+    def _capture_bucket(self, bs: int) -> None:
+        self.registry.reset()
+        self.attention.bind_graph_meta(self.registry, bs, 1 if self.backend.emulated else None)
+        self.attention.prepare_capture(bs)
+        if self.device.type == "cuda":
+            self._forward(bs)  # per-shape warmup outside capture
+        self.backend.capture_one(ShapeKey("decode", bs), lambda: self._forward(bs))
+
+    def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
+        reason = self.common_guard(batch.batch_size, FallbackReason.EXCEEDS_MAX_BUCKET)
+        if reason is not None:
+            return reason
+        if batch.max_pages > self.max_pages:
+            return FallbackReason.CONTEXT_EXCEEDS_GRAPH
+        return None
+
+    @torch.inference_mode()
+    def run(self, batch: ForwardBatch) -> StepOutput:
+        bs = batch.batch_size
+        bucket = self.pick_bucket(bs)
+        assert bucket is not None
+        self.registry.fill(batch, bucket)
+        live = batch.max_pages if self.backend.emulated else None
+        self.attention.bind_graph_meta(self.registry, bucket, live)
+        self.attention.prepare_replay(batch, bucket)
+        logits, timing = self.backend.replay(ShapeKey("decode", bucket))
+        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing)

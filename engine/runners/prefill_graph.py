@@ -1,0 +1,124 @@
+"""Prefill through breakable graphs, bucketed by token count.
+
+Everything but attention is replayed from segments; attention runs eagerly between them on the live
+batch's metadata (``eager_on_graph``). The lm_head runs eagerly on the sampled rows only (most
+prefill rows are never sampled). A bucket whose padding would waste more than the cap is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..attention.base import AttentionBackend
+from ..batch import ForwardBatch, ForwardMode
+from ..graphs.backend import ShapeKey
+from ..graphs.breakable import BridgeBuffers, eager_on_graph
+from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
+from ..graphs.emulated import EmulatedGraphBackend
+from ..graphs.fallback import FallbackReason
+from ..kv_pool import DUMMY_PAGE
+from .base import StepOutput
+from .bucketed import BucketedGraphRunner, PublishFn
+
+
+class PrefillGraphRunner(BucketedGraphRunner):
+    phase = "prefill"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        attention: AttentionBackend,
+        device: torch.device,
+        max_tokens: int,
+        max_padding_waste: float,
+        emulated: bool,
+        publish: PublishFn,
+    ):
+        self.model = model
+        self.attention = attention
+        self.max_padding_waste = max_padding_waste
+        spec = model.spec
+        dtype = next(model.parameters()).dtype
+        registry = BufferRegistry(device, max_tokens)
+        registry.declare(BufferSlot("input_ids", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
+                                    source=lambda b, p: b.input_ids))
+        registry.declare(BufferSlot("positions", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
+                                    source=lambda b, p: b.positions))
+        self.registry = registry
+
+        def zeros(*shape: int) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=dtype, device=device)
+
+        hq, hkv, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        self.bridges = BridgeBuffers(
+            inputs=[zeros(max_tokens, hq, d), zeros(max_tokens, hkv, d), zeros(max_tokens, hkv, d)],
+            output=zeros(max_tokens, hq, d),
+        )
+        self.hidden_out = zeros(max_tokens, spec.hidden_size)
+        self.attn_call = eager_on_graph(attention.forward)
+        if emulated:
+            backend = EmulatedGraphBackend(registry, self.bridges, "breakable")
+        else:
+            from ..graphs.breakable import BreakableCudaGraphBackend
+
+            backend = BreakableCudaGraphBackend(device, self.bridges)
+        super().__init__(backend, device, publish, max_tokens)
+
+    @torch.inference_mode()
+    def _forward(self, n: int) -> torch.Tensor:
+        ids = self.registry.view("input_ids", n)
+        pos = self.registry.view("positions", n)
+        hidden = self.model(ids, pos, self.attn_call)
+        out = self.hidden_out[:n]
+        out.copy_(hidden)
+        return out
+
+    def _dummy_batch(self, n: int) -> ForwardBatch:
+        """One request of ``n`` tokens living entirely in the dummy page: capture touches no real KV."""
+        pages = [DUMMY_PAGE] * (-(-n // self.attention.pool.page_size))
+        return ForwardBatch(
+            mode=ForwardMode.PREFILL, requests=[], input_ids=[0] * n, positions=list(range(n)),
+            out_cache_loc=[DUMMY_PAGE * self.attention.pool.page_size] * n, seq_lens=[n], extend_lens=[n],
+            prefix_lens=[0], req_pages=[pages], page_size=self.attention.pool.page_size,
+        )
+
+    @torch.inference_mode()
+    def warmup(self, size: int) -> None:
+        if size <= 0:
+            return
+        self.registry.reset()
+        self.attention.prepare(self._dummy_batch(size))
+        self._forward(size)
+
+    @torch.inference_mode()
+    def _capture_bucket(self, n: int) -> None:
+        self.registry.reset()
+        self.attention.prepare(self._dummy_batch(n))
+        if self.device.type == "cuda":
+            self._forward(n)
+        self.backend.capture_one(ShapeKey("prefill", n), lambda: self._forward(n))
+
+    def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
+        n = batch.num_tokens
+        reason = self.common_guard(n, FallbackReason.PREFILL_TOKENS_OVER_MAX_BUCKET)
+        if reason is not None:
+            return reason
+        bucket = self.pick_bucket(n)
+        assert bucket is not None
+        if (bucket - n) / bucket > self.max_padding_waste:
+            return FallbackReason.PREFILL_PADDING_OVER_CAP
+        return None
+
+    @torch.inference_mode()
+    def run(self, batch: ForwardBatch) -> StepOutput:
+        n = batch.num_tokens
+        bucket = self.pick_bucket(n)
+        assert bucket is not None
+        self.registry.fill(batch, bucket)
+        self.attention.prepare(batch)  # live metadata, read by the eager breaks at replay
+        hidden, timing = self.backend.replay(ShapeKey("prefill", bucket))
+        rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        logits = self.model.compute_logits(hidden.index_select(0, rows))
+        return StepOutput(logits=logits, path="graph", bucket=bucket, padded=bucket - n, timing=timing)

@@ -1,0 +1,155 @@
+"""Continuous batching with chunked prefill, admission by KV budget, and preempt-and-recompute.
+
+Policy, in order, every step:
+1. Prefill first (SGLang's default): continue chunked prefills, then admit waiting requests while
+   the token budget (``chunked_prefill_size``), ``max_running`` and free pages allow. Admission keeps
+   one page of headroom per decoding request so a fresh admission cannot starve the next decode.
+2. Otherwise decode every running request that has finished its prefill.
+3. When the pool runs dry mid-decode, preempt the most recently admitted request: its pages are
+   freed and it re-queues at the front; later its prompt and outputs are recomputed by prefill
+   (greedy output is unchanged). The engine never crashes for lack of KV.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional
+
+from .batch import ForwardBatch, ForwardMode
+from .kv_pool import KVPool, OutOfPages
+from .request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    chunked_prefill_size: int
+    max_running: int
+
+
+class Scheduler:
+    def __init__(self, pool: KVPool, config: SchedulerConfig):
+        self.pool = pool
+        self.config = config
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # admitted: own pages; in prefill or decoding
+        self.num_preemptions = 0
+
+    # --- queue management --------------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, req: Request) -> None:
+        """Release a request's pages (finished, cancelled or failed)."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        if req.pages:
+            self.pool.free(req.pages)
+            req.pages = []
+        req.status = RequestStatus.FINISHED
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.pool.free(req.pages)
+        req.pages = []
+        req.num_computed = 0
+        req.status = RequestStatus.WAITING
+        req.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    @property
+    def used_tokens(self) -> int:
+        return self.pool.used_pages * self.pool.page_size
+
+    # --- scheduling ---------------------------------------------------------------------------
+    def schedule(self) -> Optional[ForwardBatch]:
+        while True:
+            batch = self._schedule_prefill() or self._schedule_decode()
+            if batch is not None or not self.running:
+                return batch
+            # Running requests exist but none can advance (partial prefills holding the pool).
+            self._preempt(self.running[-1])
+
+    def _schedule_prefill(self) -> Optional[ForwardBatch]:
+        budget = self.config.chunked_prefill_size
+        chosen: list[tuple[Request, int]] = []
+        decoding = sum(1 for r in self.running if not r.in_prefill)
+        for req in [r for r in self.running if r.in_prefill]:
+            if budget == 0:
+                break
+            chunk = min(req.prefill_target - req.num_computed, budget)
+            try:
+                self.pool.grow(req.pages, req.num_computed + chunk)
+            except OutOfPages:
+                break
+            chosen.append((req, chunk))
+            budget -= chunk
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
+            req = self.waiting[0]
+            chunk = min(req.prefill_target - req.num_computed, budget)
+            need = self.pool.pages_for(req.num_computed + chunk) - len(req.pages)
+            if need > self.pool.free_pages - decoding:
+                break
+            self.pool.grow(req.pages, req.num_computed + chunk)
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            chosen.append((req, chunk))
+            budget -= chunk
+        if not chosen:
+            return None
+        return self._build(ForwardMode.PREFILL, chosen)
+
+    def _schedule_decode(self) -> Optional[ForwardBatch]:
+        ready = [r for r in self.running if not r.in_prefill]
+        chosen: list[tuple[Request, int]] = []
+        i = 0
+        while i < len(ready):
+            req = ready[i]
+            try:
+                self.pool.grow(req.pages, req.num_computed + 1)
+            except OutOfPages:
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim in ready:
+                    idx = ready.index(victim)
+                    ready.pop(idx)
+                    if idx < i:
+                        chosen = [(r, n) for r, n in chosen if r is not victim]
+                        i -= 1
+                continue
+            chosen.append((req, 1))
+            i += 1
+        if not chosen:
+            return None
+        return self._build(ForwardMode.DECODE, chosen)
+
+    def _build(self, mode: ForwardMode, chosen: list[tuple[Request, int]]) -> ForwardBatch:
+        batch = ForwardBatch(
+            mode=mode, requests=[], input_ids=[], positions=[], out_cache_loc=[], seq_lens=[],
+            extend_lens=[], prefix_lens=[], req_pages=[], page_size=self.pool.page_size,
+        )
+        for req, n in chosen:
+            start = req.num_computed
+            fill = req.fill_ids
+            batch.requests.append(req)
+            batch.input_ids.extend(fill[start : start + n])
+            batch.positions.extend(range(start, start + n))
+            batch.out_cache_loc.extend(self.pool.slots(req.pages, start, start + n))
+            batch.seq_lens.append(start + n)
+            batch.extend_lens.append(n)
+            batch.prefix_lens.append(start)
+            batch.req_pages.append(req.pages)
+            req.num_computed = start + n
+            # Sample when this step produces the request's next token: every decode step, and the
+            # last prefill chunk of a request that has no output yet.
+            if mode is ForwardMode.DECODE or (not req.output_ids and not req.in_prefill):
+                batch.sample_rows.append(len(batch.input_ids) - 1)
+                batch.sample_requests.append(req)
+        return batch

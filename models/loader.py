@@ -1,0 +1,181 @@
+"""load_checkpoint: a HF-format safetensors folder -> ready DecoderForCausalLM + tokenizer.
+
+Cheap checks run first (folder, config, architecture, weight files, tokenizer) so a bad
+path fails in milliseconds with one clear line. The module is then built on the meta
+device (no host allocation, no random init), materialised on the target device, and
+each tensor is read memory-mapped straight onto that device and copied into place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint_files import (
+    SafetensorsReader,
+    check_folder,
+    has_tokenizer_files,
+    read_config_json,
+    read_json,
+    tensor_locations,
+)
+from .decoder import DecoderForCausalLM
+from .errors import CheckpointError
+from .registry import architecture_name, model_class, resolve, spec_from_hf_config
+from .spec import ModelSpec, as_int_tuple
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+_SERVABLE = (torch.float32, torch.bfloat16, torch.float16)
+# Tensors some exporters leave in checkpoints that carry nothing we need.
+_HARMLESS_SUFFIXES = ("rotary_emb.inv_freq", "lm_head.weight")
+
+
+@dataclass
+class LoadedCheckpoint:
+    model: DecoderForCausalLM
+    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    spec: ModelSpec
+    path: Path
+    hf_config: Any  # transformers PretrainedConfig
+    weights_bytes: int
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.model.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.model.embed_tokens.weight.device
+
+
+def resolve_dtype(dtype: torch.dtype | str | None, hf_config: Any) -> torch.dtype:
+    """Explicit dtype wins; None/"auto" takes the config's dtype if servable, else float32."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _SERVABLE:
+            raise ValueError(f"unsupported dtype {dtype}; use float32, bfloat16 or float16")
+        return dtype
+    if dtype is not None and dtype != "auto":
+        if str(dtype).lower() not in _DTYPES:
+            raise ValueError(f"unsupported dtype '{dtype}'; use float32, bfloat16 or float16")
+        return _DTYPES[str(dtype).lower()]
+    declared = getattr(hf_config, "dtype", None)
+    if declared is None and "torch_dtype" in getattr(hf_config, "__dict__", {}):
+        declared = hf_config.__dict__["torch_dtype"]  # transformers 4 spelling
+    if isinstance(declared, str):
+        declared = _DTYPES.get(declared.lower())
+    return declared if declared in _SERVABLE else torch.float32
+
+
+def _device_str(device: torch.device | str) -> str:
+    """safetensors wants an explicit index for CUDA."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
+
+
+def _load_hf_config(path: Path) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    except Exception as err:
+        raise CheckpointError(f"config.json rejected by transformers ({type(err).__name__}: {err}) in {path}") from None
+
+
+def _load_tokenizer(path: Path) -> Any:
+    if not has_tokenizer_files(path):
+        raise CheckpointError(f"no tokenizer files (tokenizer.json / tokenizer_config.json / tokenizer.model) in {path}")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    except Exception as err:
+        raise CheckpointError(f"tokenizer failed to load ({type(err).__name__}: {err}) in {path}") from None
+
+
+def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]:
+    """Union of config, generation_config.json and tokenizer EOS ids, config order first.
+
+    Instruct checkpoints often list their turn-end token only in generation_config.json.
+    """
+    ids = list(spec.eos_token_ids)
+    gen = path / "generation_config.json"
+    if gen.is_file():
+        try:
+            ids += as_int_tuple(read_json(gen, "generation_config.json").get("eos_token_id"))
+        except (CheckpointError, TypeError, ValueError):
+            log.warning("ignoring unreadable generation_config.json in %s", path)
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    return tuple(dict.fromkeys(ids))
+
+
+def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> DecoderForCausalLM:
+    """Build without allocating or initialising, then get uninitialised storage on `device`."""
+    with torch.device("meta"):
+        model = model_class(spec)(spec)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    model.tie_weights()  # to_empty re-creates parameters, which unties them
+    model.model.rotary_emb.reset_cache(device)  # non-persistent, float32
+    return model
+
+
+@torch.no_grad()
+def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path) -> None:
+    params = dict(model.named_parameters())  # deduplicated: a tied lm_head is not listed
+    missing = [name for name in params if name not in locations]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise CheckpointError(f"missing tensor '{missing[0]}'{more} in {path}")
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for name in params:
+        by_file[locations[name]].append(name)
+    for file, names in by_file.items():
+        reader = SafetensorsReader(file, device)
+        for name in names:
+            if name not in reader.names:
+                raise CheckpointError(f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
+            got, want = reader.shape(name), tuple(params[name].shape)
+            if got != want:
+                raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
+            params[name].copy_(reader.tensor(name))
+    unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
+    if unused:
+        log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
+
+
+def load_checkpoint(
+    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None
+) -> LoadedCheckpoint:
+    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
+
+    Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
+    problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
+    """
+    path = Path(path).expanduser()
+    check_folder(path)
+    resolve(architecture_name(read_config_json(path)), str(path))  # before AutoConfig: clearer error
+    hf_config = _load_hf_config(path)
+    spec = spec_from_hf_config(hf_config, str(path))
+    locations = tensor_locations(path)
+    tokenizer = _load_tokenizer(path)
+    spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer))
+    target_dtype = resolve_dtype(dtype, hf_config)
+    device_str = _device_str(device)
+    model = _materialise(spec, device_str, target_dtype)
+    _copy_weights(model, locations, device_str, path)
+    model.eval().requires_grad_(False)
+    weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return LoadedCheckpoint(model, tokenizer, spec, path, hf_config, weights_bytes)

@@ -1,0 +1,67 @@
+"""Rope tables vs transformers' rotary embeddings, for every supported rope type (exact)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from graphtop.models import CheckpointError, ModelSpec
+from graphtop.models.rope import RotaryEmbedding
+from tiny_models import tiny_config
+
+ROPES = {
+    "default": None,
+    "linear": {"rope_type": "linear", "factor": 2.5},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn-legacy-type-key": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn-attention-factor": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 0.8, "beta_slow": 2.0},
+    "yarn-mscale-untruncated": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": False},
+}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("name", ROPES)
+def test_cos_sin_equal_transformers(family, name):
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    overrides = {"rope_theta": 500000.0}
+    if ROPES[name] is not None:
+        overrides["rope_scaling"] = ROPES[name]
+    config = tiny_config(family, **overrides)
+    spec = ModelSpec.from_hf_config(config)
+    hf = (LlamaRotaryEmbedding if family == "llama" else Qwen3RotaryEmbedding)(config)
+    positions = torch.tensor([0, 1, 5, 63, 64, 65, 200, 255])
+    cos, sin = hf(torch.zeros(1, dtype=torch.float32), positions[None])
+    ours = RotaryEmbedding(spec).cos_sin_cache[positions]
+    half = spec.head_dim // 2
+    assert torch.equal(ours[:, :half], cos[0, :, :half]) and torch.equal(cos[0, :, :half], cos[0, :, half:])
+    assert torch.equal(ours[:, half:], sin[0, :, :half])
+
+
+def test_unsupported_rope_type_is_refused():
+    config = tiny_config("llama", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(CheckpointError, match="unsupported rope_type 'dynamic'"):
+        ModelSpec.from_hf_config(config)
+
+
+def test_transformers4_config_layout():
+    """v4 configs carry `rope_theta` and `rope_scaling` (legacy `type` key) as attributes."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(
+        architectures=["Qwen2ForCausalLM"], vocab_size=100, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+        rope_theta=1e6, rope_scaling={"type": "yarn", "factor": 4.0}, max_position_embeddings=1024,
+        tie_word_embeddings=True, eos_token_id=[1, 2], bos_token_id=None, hidden_act="silu",
+        sliding_window=None,
+    )
+    spec = ModelSpec.from_hf_config(config)
+    assert spec.rope_theta == 1e6 and spec.head_dim == 16 and spec.eos_token_ids == (1, 2)
+    assert spec.rope_scaling == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+    assert spec.qkv_bias and not spec.o_bias and spec.max_context_len == 4096

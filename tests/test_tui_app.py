@@ -1,0 +1,462 @@
+"""Pilot tests of the dashboard fed by a scripted FakeSession (no GPU, no model, no clock)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from textual.widgets import Button, DataTable, Input
+
+from graphtop.engine.events import (
+    CaptureProgress, CaptureStarted, ConfigDowngrade, EngineStarted, ErrorEvent, StepEvent,
+)
+from graphtop.tui.app import GraphtopApp
+from graphtop.tui.bucket_editor import BucketEditorScreen
+from graphtop.tui.capture_table import CaptureTableScreen
+from graphtop.tui.commands import GraphtopCommands
+from graphtop.tui.device_probe import DeviceSample
+from graphtop.tui.fake_session import FakeSession, boot_events, step_events
+from graphtop.tui.help_screen import HelpScreen
+from graphtop.tui.request_view import RequestView
+from graphtop.tui.testing import FIXED_DEVICE, fixed_app, screen_text, settle, wait_until
+
+SIZE = (160, 48)
+
+
+def make_app(session: FakeSession | None = None, **kw) -> GraphtopApp:
+    kw.setdefault("poll_device", False)
+    kw.setdefault("device_sample", FIXED_DEVICE)
+    kw.setdefault("animate", False)
+    kw.setdefault("tick_hz", None)  # the test pumps: every frame is deterministic
+    return GraphtopApp(session or FakeSession(), **kw)
+
+
+async def pump(pilot, times: int = 1) -> None:
+    for _ in range(times):
+        pilot.app.pump()
+        await pilot.pause()
+
+
+class SlowStartSession(FakeSession):
+    """start() blocks until the test releases it, like a model that is still loading."""
+
+    def __init__(self) -> None:
+        super().__init__(script=[])
+        self.release = threading.Event()
+
+    def start(self) -> None:
+        self.release.wait(10)
+        super().start()
+
+
+async def test_opens_at_once_and_shows_capture_progress_live() -> None:
+    session = SlowStartSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await pump(pilot)
+        assert "loading demo model (fake)" in screen_text(app)
+        assert not app.engine_ready
+        session.publish(EngineStarted(model="tiny", dtype="float16", attention_backend="sdpa",
+                                      decode_graph_backend="full", prefill_graph_backend="breakable"))
+        session.publish(CaptureStarted(phase="decode", buckets=(1, 2, 4, 8), backend="full"))
+        session.publish(CaptureProgress(phase="decode", bucket=1, index=1, total=4, seconds=0.25,
+                                        memory_bytes=3 * 1024**2))
+        session.publish(CaptureProgress(phase="decode", bucket=2, index=2, total=4, seconds=0.5,
+                                        memory_bytes=5 * 1024**2))
+        await pump(pilot)
+        text = screen_text(app)
+        assert "2/4" in text and "0.75s" in text and "8.0 MiB" in text  # phase line: done/total, time, memory
+        assert "bucket      2  0.50s 5.0 MiB" in text  # the bucket just captured
+        assert "tiny" in text and "attn sdpa" in text
+        session.publish(CaptureProgress(phase="decode", bucket=4, index=3, total=4, ok=False,
+                                        failure_reason="OOM"))
+        await pump(pilot)
+        assert "failed: 4 (OOM)" in screen_text(app)
+        session.release.set()
+        await wait_until(pilot, lambda: app.engine_ready)
+
+
+async def test_ui_timer_drains_events_and_streams_without_help() -> None:
+    session = FakeSession(reply="x y")
+    app = make_app(session, tick_hz=20)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.total_steps == 40)
+        session.publish(*step_events(3, start_step=500))
+        await wait_until(pilot, lambda: app.query_one("#steps-table", DataTable).get_row_at(0)[0] == 502)
+        await pilot.press("slash", *"p", "enter")
+        await wait_until(pilot, lambda: app.query_one(RequestView).done)
+        assert app.query_one(RequestView).text == "x y"
+
+
+async def test_panels_show_scripted_data() -> None:
+    app = fixed_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        # status line
+        for part in ("demo-tiny-llama", "cuda:0 NVIDIA H200", "bfloat16", "attn flashinfer",
+                     "graphs decode full · prefill breakable"):
+            assert part in text
+        assert "EMULATED" not in text
+        # capture + ledger
+        assert "decode  full      ██████████ 6/6" in text
+        assert "KV pool        ████████░░░░  96.0 GiB  68.1%" in text
+        assert "decode graphs" in text and "189 MiB" in text
+        # KV pool
+        assert "running 4/64 · queued 2" in text
+        # steps: table newest first, histogram, fallbacks ranked
+        table = app.query_one("#steps-table", DataTable)
+        assert table.row_count == 40
+        assert table.get_row_at(0)[0] == 60
+        assert "bucket hits · padding" in text and "dec    16" in text
+        lines = [ln for ln in text.splitlines() if "over largest bucket" in ln]
+        assert "batch over largest bucket" in lines[0] and "tokens over largest bucket" in lines[1]
+        assert "replay ms" in text and "p50" in text
+        # device
+        assert "util 87% · power 612 W / 700 W · 61°C" in text
+
+
+async def test_emulated_is_always_marked() -> None:
+    app = fixed_app(emulated=True)
+    async with app.run_test(size=(100, 40)) as pilot:  # even on a narrow terminal
+        await settle(pilot)
+        assert app.query_one("#badge-emulated").display
+        assert "EMULATED" in screen_text(app)
+
+
+async def test_device_panel_without_nvml_is_calm() -> None:
+    class NoGpuProbe:
+        def sample(self) -> DeviceSample:
+            return DeviceSample((), "no NVIDIA GPU", 5.0, 2, 1024**3, 4 * 1024**3, 1024**2)
+
+        def close(self) -> None:
+            pass
+
+    app = make_app(poll_device=True, device_sample=None, probe_factory=NoGpuProbe, device_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.query_one("#device").sample is not None)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "no NVIDIA GPU — host only" in text and "host cpu 5% of 2" in text
+
+
+def test_device_probe_without_nvml(monkeypatch) -> None:
+    import pynvml
+
+    from graphtop.tui.device_probe import DeviceProbe
+
+    def boom() -> None:
+        raise pynvml.NVMLError_LibraryNotFound()
+
+    monkeypatch.setattr(pynvml, "nvmlInit", boom)
+    sample = DeviceProbe().sample()
+    assert sample.gpus == () and sample.gpu_note == "no NVIDIA GPU" and sample.ram_total > 0
+
+
+async def test_engine_failure_keeps_the_dashboard_open() -> None:
+    app = make_app(FakeSession(start_error="no such model: /nope"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine_error is not None)
+        await pump(pilot)
+        assert "engine failed: RuntimeError: no such model: /nope" in screen_text(app)
+
+
+async def test_prompt_streams_and_several_run_at_once() -> None:
+    session = FakeSession(reply="one two three")
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash")
+        assert app.focused is app.query_one("#prompt")
+        await pilot.press(*"hi", "enter")
+        await pilot.press(*"yo", "enter")
+        assert [s[0] for s in session.submitted] == ["hi", "yo"]
+        assert session.submitted[0][2] is True  # chat template applied when available
+        views = list(app.query(RequestView))
+        assert len(views) == 2
+        await pump(pilot)
+        assert [v.text for v in views] == ["one ", "one "]  # both stream on the same tick
+        assert not views[0].done
+        await pump(pilot, 3)
+        assert [v.text for v in views] == ["one two three"] * 2 and all(v.done for v in views)
+        assert "done" in screen_text(app) and "#req-2" in screen_text(app)
+
+
+async def test_sampling_settings_are_sent_and_validated() -> None:
+    session = FakeSession(chat=False)
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.query_one("#temperature", Input).value = "0.7"
+        app.query_one("#seed", Input).value = "42"
+        app.query_one("#top-k", Input).value = "20"
+        app.query_one("#prompt", Input).focus()
+        await pilot.press(*"go", "enter")
+        prompt, settings, chat = session.submitted[-1]
+        assert (settings.temperature, settings.seed, settings.top_k, settings.max_new_tokens) == (0.7, 42, 20, 128)
+        assert chat is False  # no chat template: plain prompt
+        app.query_one("#top-p", Input).value = "2"
+        await pilot.press(*"bad", "enter")
+        await pilot.pause()
+        assert len(session.submitted) == 1
+        assert any("top-p" in n.message for n in app._notifications)
+
+
+async def test_prompt_history_up_down() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *"first", "enter", *"second", "enter", *"dra")
+        prompt = app.query_one("#prompt", Input)
+        await pilot.press("up")
+        assert prompt.value == "second"
+        await pilot.press("up", "up")
+        assert prompt.value == "first"
+        await pilot.press("down")
+        assert prompt.value == "second"
+        await pilot.press("down")
+        assert prompt.value == "dra"  # the draft comes back
+
+
+async def test_single_keys_do_not_fire_while_typing() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", "q", "b", "space", "question_mark")
+        assert app.query_one("#prompt", Input).value == "qb ?"
+        assert app.is_running and not isinstance(app.screen, (HelpScreen, BucketEditorScreen))
+        await pilot.press("escape")
+        assert app.focused is None
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_space_pauses_the_live_view() -> None:
+    session = FakeSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.query_one("#steps-table", DataTable)
+        await pilot.press("space")
+        assert app.paused and "PAUSED" in screen_text(app)
+        session.publish(*step_events(5, start_step=1000))
+        await pump(pilot)
+        assert table.get_row_at(0)[0] == 40  # frozen
+        assert app.state.total_steps == 45  # but nothing was lost
+        await pilot.press("space")
+        await pump(pilot)
+        assert table.get_row_at(0)[0] == 1004
+
+
+async def test_help_screen() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        assert "Buckets" in text and "EMULATED" in text and "ctrl+p" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+
+
+def test_every_binding_has_id_and_tooltip() -> None:
+    from graphtop.tui.capture_table import CaptureTableScreen
+    from graphtop.tui.history_input import HistoryInput
+    from graphtop.tui.path_prompt import PathPromptScreen
+
+    for owner in (GraphtopApp, BucketEditorScreen, CaptureTableScreen, HelpScreen, HistoryInput, PathPromptScreen):
+        for b in owner.BINDINGS:
+            assert b.id and b.tooltip, (owner.__name__, b.key)
+
+
+async def _open_editor(pilot) -> BucketEditorScreen:
+    await pilot.press("b")
+    await pilot.pause()
+    assert isinstance(pilot.app.screen, BucketEditorScreen)
+    return pilot.app.screen
+
+
+async def _type(pilot, screen: BucketEditorScreen, field: str, text: str) -> str:
+    screen.query_one(f"#{field}-input", Input).value = text
+    await pilot.pause()
+    return str(screen.query_one(f"#{field}-msg").render())
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("1,2,x", "✗ 'x' is not an integer"),
+        ("0,1", "✗ '0': buckets must be ≥ 1"),
+        ("1,128", "✗ 128 is over max running (64)"),
+        ("", "✗ empty"),
+        ("8-4", "✗ '8-4': bad range, 4 is below 8"),
+        ("8-64:0", "the step must be ≥ 1"),
+    ],
+)
+async def test_bucket_editor_validation_messages(text: str, message: str) -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        editor = await _open_editor(pilot)
+        msg = await _type(pilot, editor, "decode", text)
+        assert message in msg
+        assert editor.query_one("#confirm", Button).disabled
+        assert "fix the bucket lists" in str(editor.query_one("#whatif").render())
+        await pilot.press("ctrl+s")  # refusing to confirm an invalid list
+        assert isinstance(app.screen, BucketEditorScreen)
+
+
+async def test_bucket_editor_prefill_over_pool() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        editor = await _open_editor(pilot)
+        msg = await _type(pilot, editor, "prefill", "64,100000")
+        assert "100000 is over the KV pool size (65536)" in msg
+
+
+async def test_bucket_editor_confirm_recaptures_with_parsed_lists() -> None:
+    session = FakeSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        editor = await _open_editor(pilot)
+        assert editor.query_one("#decode-input", Input).value == "1,2,4,8,16,32"
+        msg = await _type(pilot, editor, "decode", "1-4,8-64:8")
+        assert "✓ 12 buckets: 1-4,8-64:8" in msg
+        await _type(pilot, editor, "prefill", "64, 128-512:128")
+        preview = str(editor.query_one("#whatif").render())
+        assert "graph hit rate" in preview and "est. graph memory" in preview and "graphs" in preview
+        assert not editor.query_one("#confirm", Button).disabled
+        await pilot.click("#confirm")
+        await pilot.pause()
+        assert session.recaptures == [([1, 2, 3, 4, 8, 16, 24, 32, 40, 48, 56, 64], [64, 128, 256, 384, 512])]
+        assert not isinstance(app.screen, BucketEditorScreen)
+        await pump(pilot)
+        text = screen_text(app)
+        assert "last recapture ok" in text
+        assert "decode  full" not in text and "12/12" in text  # the recaptured decode phase
+
+
+async def test_bucket_editor_unchanged_phase_is_left_alone_and_prompts_keep_streaming() -> None:
+    session = FakeSession(reply="a b c d e f")
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *"stream", "enter", "escape")
+        await pump(pilot)
+        editor = await _open_editor(pilot)
+        await _type(pilot, editor, "decode", "1,2,4,8,16,32,48")
+        await pilot.press("enter")  # enter in a field confirms too
+        assert session.recaptures == [([1, 2, 4, 8, 16, 32, 48], None)]
+        await pump(pilot, 6)
+        view = app.query_one(RequestView)
+        assert view.text == "a b c d e f" and view.done
+
+
+async def test_bucket_editor_what_if_numbers() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        editor = await _open_editor(pilot)
+        await _type(pilot, editor, "decode", "1,2,4,8,16,32,48")  # now covers the bs-48 fallbacks
+        preview = str(editor.query_one("#whatif").render())
+        line = next(ln for ln in preview.splitlines() if ln.strip().startswith("decode"))
+        now, cand = line.split()[1:]
+        assert float(cand.rstrip("%")) > float(now.rstrip("%"))
+        graphs = next(ln for ln in preview.splitlines() if ln.startswith("graphs"))
+        assert graphs.split()[1:] == ["10", "11"]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, BucketEditorScreen)
+
+
+async def test_capture_table_modal() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("c")
+        assert isinstance(app.screen, CaptureTableScreen)
+        table = app.screen.query_one(DataTable)
+        assert table.row_count == 10
+        assert table.get_row_at(0)[:2] == ["decode", 1]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, CaptureTableScreen)
+
+
+async def test_palette_provider_commands() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        provider = GraphtopCommands(app.screen)
+        titles = [hit.text async for hit in provider.discover()]
+        for expected in ("Recapture graphs (edit buckets)", "Export trace", "Open trace",
+                         "Toggle panel: device", "Per-bucket capture costs"):
+            assert expected in titles
+        hits = [hit async for hit in provider.search("toggle device")]
+        assert hits and hits[0].text == "Toggle panel: device"
+        hits[0].command()
+        assert not app.query_one("#device").display
+
+
+async def test_palette_runs_a_graphtop_command() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"panel: ledger")
+        await wait_until(pilot, lambda: "Toggle panel: memory ledger" in screen_text(app))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.query_one("#ledger").display)
+
+
+async def test_themes_registered_and_switchable() -> None:
+    app = make_app(theme_name="graphtop-light")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.theme == "graphtop-light"
+        assert {"graphtop-dark", "graphtop-light"} <= set(app.available_themes)
+        app.theme = "graphtop-dark"
+        await pilot.pause()
+        app.theme = "nord"  # any textual theme works: the stylesheets use theme variables only
+        await pilot.pause()
+    with pytest.raises(ValueError, match="unknown theme"):
+        make_app(theme_name="nope")
+
+
+async def test_engine_alerts_notify() -> None:
+    session = FakeSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        session.publish(ErrorEvent(message="graph replay failed", where="decode"),
+                        ConfigDowngrade(key="prefill_graphs", old="breakable", new="eager", reason="no flashinfer"))
+        await pump(pilot)
+        messages = [n.message for n in app._notifications]
+        assert "graph replay failed" in messages
+        assert any("prefill_graphs: breakable → eager" in m for m in messages)
+
+
+async def test_export_then_open_trace_and_back_to_live(tmp_path) -> None:
+    session = FakeSession()
+    app = make_app(session)
+    path = tmp_path / "out.jsonl"
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app._export_to(str(path))
+        await wait_until(pilot, lambda: path.exists())
+        app.open_trace(str(path))
+        assert app.session.kind == "replay"
+        assert not app.query_one("#console").display and app.query_one("#replay-bar").display
+        app.session.seek(1000)
+        await pump(pilot)
+        assert app.state.total_steps == 40
+        assert "REPLAY" in screen_text(app)
+        app.action_back_to_live()
+        assert app.session is session and app.state.total_steps == 40
+        app.open_trace(str(tmp_path / "missing.jsonl"))
+        await pilot.pause()
+        assert app.session is session
+        assert any("cannot read trace" in n.message for n in app._notifications)

@@ -1,0 +1,187 @@
+"""Bucket editor (``b``): edit decode/prefill buckets, see the what-if, confirm to recapture.
+
+Validation is inline and per field, the preview is recomputed on every keystroke from the steps
+seen so far, and the Recapture button stays disabled until both lists parse: a recapture costs
+seconds of GPU time, so nothing half-typed should be able to trigger one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from .bucket_parse import BucketSpecError, format_buckets, parse_buckets
+from .fmt import human_bytes, pct, secs
+from .whatif import BucketCost, WhatIf, what_if
+
+if TYPE_CHECKING:
+    from graphtop.engine.events import StepEvent
+
+
+@dataclass(frozen=True)
+class BucketChoice:
+    """The editor's result: None for a phase means "leave it as it is"."""
+
+    decode_bs: Optional[list[int]]
+    prefill_num_tokens: Optional[list[int]]
+
+
+def _mem(value: Optional[float]) -> str:
+    return "unknown" if value is None else human_bytes(value)
+
+
+def _secs(value: Optional[float]) -> str:
+    return "unknown" if value is None else secs(value)
+
+
+def preview_text(now: WhatIf, cand: WhatIf) -> Content:
+    """Side-by-side now vs candidate; the numbers the confirm decision rests on."""
+    rows = [
+        ("graph hit rate", pct(now.hit_rate), pct(cand.hit_rate)),
+        ("  decode", pct(now.decode.hit_rate), pct(cand.decode.hit_rate)),
+        ("  prefill", pct(now.prefill.hit_rate), pct(cand.prefill.hit_rate)),
+        ("padding waste", pct(now.padding_waste), pct(cand.padding_waste)),
+        ("graphs", str(now.graph_count), str(cand.graph_count)),
+        ("est. graph memory", _mem(now.est_memory_bytes), _mem(cand.est_memory_bytes)),
+        ("est. capture time", _secs(now.est_capture_seconds), _secs(cand.est_capture_seconds)),
+    ]
+    lines = [Content.from_markup("[b]$a[/b]$b[b]$c[/b]", a=f"{'what-if':<20}", b=f"{'now':>12}", c=f"{'candidate':>12}")]
+    for name, a, b in rows:
+        style = "$accent" if a != b else "$text-muted"
+        lines.append(Content.from_markup(f"$n$a[{style}]$b[/]", n=f"{name:<20}", a=f"{a:>12}", b=f"{b:>12}"))
+    lines.append(
+        Content.from_markup(
+            "[$text-muted]from $n steps seen (decode $d · prefill $p); memory interpolated from captured buckets[/]",
+            n=f"{now.steps:,}", d=f"{now.decode.steps:,}", p=f"{now.prefill.steps:,}",
+        )
+    )
+    return Content("\n").join(lines)
+
+
+class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
+    """Two bucket fields with inline errors, a what-if preview, Recapture / Cancel."""
+
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="buckets.cancel", tooltip="Close without recapturing"),
+        Binding("ctrl+s", "confirm", "Recapture", id="buckets.confirm",
+                tooltip="Recapture graphs with these buckets (in-flight requests keep streaming)"),
+    ]
+
+    def __init__(
+        self,
+        decode: Sequence[int],
+        prefill: Sequence[int],
+        *,
+        steps: Sequence[StepEvent] = (),
+        costs: Sequence[BucketCost] = (),
+        max_running: Optional[int] = None,
+        kv_capacity: Optional[int] = None,
+        blink: bool = True,
+    ) -> None:
+        super().__init__()
+        self.current_decode = sorted(decode)
+        self.current_prefill = sorted(prefill)
+        self.steps = list(steps)
+        self.costs = list(costs)
+        self.max_running = max_running
+        self.kv_capacity = kv_capacity
+        self._blink = blink
+        self.parsed: dict[str, Optional[list[int]]] = {"decode": self.current_decode, "prefill": self.current_prefill}
+        self._now = what_if(self.steps, self.current_decode, self.current_prefill, self.costs,
+                            current_decode=self.current_decode, current_prefill=self.current_prefill)
+
+    def compose(self) -> ComposeResult:
+        dec_max = f" (≤ max running {self.max_running})" if self.max_running else ""
+        pre_max = f" (≤ KV pool {self.kv_capacity:,} tokens)" if self.kv_capacity else ""
+        with Vertical(id="bucket-editor", classes="modal-box"):
+            yield Label("graph buckets", classes="modal-title")
+            yield Label(f"decode batch sizes{dec_max}", classes="field-label")
+            yield Input(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8")
+            yield Label("", id="decode-msg", classes="field-msg")
+            yield Label(f"prefill token counts{pre_max}", classes="field-label")
+            yield Input(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128")
+            yield Label("", id="prefill-msg", classes="field-msg")
+            yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
+            yield Static(id="whatif")
+            with Horizontal(classes="modal-buttons"):
+                yield Button("Recapture", variant="primary", id="confirm", tooltip="ctrl+s")
+                yield Button("Cancel", id="cancel", tooltip="escape")
+
+    def on_mount(self) -> None:
+        for field in self.query(Input):
+            field.cursor_blink = self._blink
+        self._validate("decode")
+        self._validate("prefill")
+        self.query_one("#decode-input", Input).focus()
+
+    def _validate(self, phase: str) -> None:
+        text = self.query_one(f"#{phase}-input", Input).value
+        msg = self.query_one(f"#{phase}-msg", Label)
+        if phase == "decode":
+            maximum, label = self.max_running, "max running"
+        else:
+            maximum, label = self.kv_capacity, "the KV pool size"
+        try:
+            buckets = parse_buckets(text, maximum=maximum, maximum_label=label)
+        except BucketSpecError as exc:
+            self.parsed[phase] = None
+            msg.update(Content.from_markup("[$error]✗ $e[/]", e=str(exc)))
+            msg.set_class(True, "-error")
+        else:
+            self.parsed[phase] = buckets
+            msg.update(Content.from_markup("[$success]✓[/] $n buckets: $b", n=str(len(buckets)),
+                                           b=format_buckets(buckets)))
+            msg.set_class(False, "-error")
+        self._refresh_preview()
+
+    def _refresh_preview(self) -> None:
+        dec, pre = self.parsed["decode"], self.parsed["prefill"]
+        ok = dec is not None and pre is not None
+        self.query_one("#confirm", Button).disabled = not ok
+        box = self.query_one("#whatif", Static)
+        if not ok:
+            box.update(Content.from_markup("[$text-muted]fix the bucket lists to see the what-if[/]"))
+            return
+        cand = what_if(self.steps, dec, pre, self.costs,  # type: ignore[arg-type]
+                       current_decode=self.current_decode, current_prefill=self.current_prefill)
+        box.update(preview_text(self._now, cand))
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        phase = "decode" if event.input.id == "decode-input" else "prefill"
+        self._validate(phase)
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_confirm()
+
+    @on(Button.Pressed, "#confirm")
+    def _confirm_pressed(self) -> None:
+        self.action_confirm()
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel()
+
+    def action_confirm(self) -> None:
+        dec, pre = self.parsed["decode"], self.parsed["prefill"]
+        if dec is None or pre is None:
+            self.app.bell()
+            return
+        choice = BucketChoice(
+            decode_bs=None if dec == self.current_decode else dec,
+            prefill_num_tokens=None if pre == self.current_prefill else pre,
+        )
+        self.dismiss(choice)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

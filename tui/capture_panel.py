@@ -1,0 +1,86 @@
+"""Model load and graph capture, live: per phase, per bucket, with time and memory.
+
+Capture is where a graph engine spends its startup and its memory; watching it bucket by bucket
+tells you at once which bucket is slow or expensive, and which one failed and why.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.content import Content
+from textual.widgets import Static
+
+from .fmt import bar, human_bytes, secs
+from .panel import Panel
+from .state import CapturePhase, DashboardState
+
+RECENT = 4
+"""Buckets listed under a phase while it captures (the modal table has all of them)."""
+
+
+def phase_line(cap: CapturePhase) -> Content:
+    """``decode full ████░░ 4/6 0.31s 48.0 MiB`` with a ✓/✗/… status mark."""
+    done = len(cap.done)
+    total = cap.total or done
+    frac = done / total if total else 0.0
+    if cap.finished is not None:
+        mark = "[$success]✓[/]" if cap.finished.ok and not cap.failures else "[$error]✗[/]"
+    else:
+        mark = "[$warning]…[/]"
+    return Content.from_markup(
+        f"[b]$phase[/b] [$text-muted]$backend[/] [$primary]$bar[/] $done/$total $secs $mem {mark}",
+        phase=f"{cap.phase:<7}", backend=f"{(cap.backend or '')[:9]:<9}", bar=bar(frac, 10),
+        done=str(done), total=str(total), secs=secs(cap.seconds), mem=human_bytes(cap.memory_bytes),
+    )
+
+
+class CapturePanel(Panel):
+    """Loading state, then one progress line per phase and the buckets captured most recently."""
+
+    AREAS = ("info", "capture")
+    TITLE = "graph capture"
+
+    def __init__(self, label: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.session_label = label
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="capture-body")
+
+    def render_state(self, state: DashboardState) -> None:
+        lines: list[Content] = []
+        if state.failed:
+            lines.append(Content.from_markup("[$error]engine failed:[/] $e", e=state.failed))
+        elif state.info is None:
+            lines.append(Content.from_markup("[$warning]●[/] loading $m…", m=self.session_label))
+            lines.append(Content.from_markup("[$text-muted]graphs are captured once the model is in memory[/]"))
+        for phase in ("decode", "prefill"):
+            cap = state.capture.get(phase)
+            if cap is None:
+                continue
+            lines.append(phase_line(cap))
+            if cap.finished is None:
+                for c in cap.done[-RECENT:]:
+                    lines.append(
+                        Content.from_markup(
+                            "  [$text-muted]bucket[/] $b $s $m", b=f"{c.bucket:>6}", s=f"{secs(c.seconds):>6}",
+                            m=human_bytes(c.memory_bytes),
+                        )
+                    )
+            if cap.failures:
+                failed = ", ".join(f"{b} ({r})" for b, r in sorted(cap.failures.items()))
+                lines.append(Content.from_markup("  [$error]failed:[/] $f", f=failed))
+        if state.recapture_pending is not None:
+            lines.append(Content.from_markup("[$warning]● recapture requested — runs at the next step boundary[/]"))
+        elif state.last_recapture is not None:
+            r = state.last_recapture
+            style = "$success" if r.ok else "$error"
+            lines.append(
+                Content.from_markup(
+                    f"[{style}]last recapture $ok[/] $s $m", ok="ok" if r.ok else "failed", s=secs(r.seconds),
+                    m=r.message,
+                )
+            )
+        if state.info is not None and not state.capture:
+            lines.append(Content.from_markup("[$text-muted]no graphs captured (eager only)[/]"))
+        self.query_one("#capture-body", Static).update(Content("\n").join(lines))

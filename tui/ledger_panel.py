@@ -1,0 +1,58 @@
+"""Where device memory went: weights, KV pool, decode graphs, prefill graphs, reserve, free.
+
+Graph memory is the cost side of every bucket you add; seeing it next to the KV pool it competes
+with is the point of this panel. ``c`` opens the per-bucket table.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.content import Content
+from textual.widgets import Static
+
+from .fmt import bar, human_bytes
+from .panel import Panel
+from .state import DashboardState
+
+ROWS = (
+    ("weights", "weights", "$secondary"),
+    ("KV pool", "kv_pool", "$primary"),
+    ("decode graphs", "decode_graphs", "$accent"),
+    ("prefill graphs", "prefill_graphs", "$accent"),
+    ("reserve", "activation_reserve", "$text-muted"),
+    ("free", "free", "$success"),
+)
+
+
+class LedgerPanel(Panel):
+    """The MemoryLedger as bars against the device total."""
+
+    AREAS = ("ledger",)
+    TITLE = "memory ledger"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="ledger-body")
+
+    def render_state(self, state: DashboardState) -> None:
+        led = state.ledger
+        body = self.query_one("#ledger-body", Static)
+        if led is None:
+            body.update(Content.from_markup("[$text-muted]waiting for the memory plan…[/]"))
+            return
+        total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
+        lines = []
+        for name, attr, style in ROWS:
+            value = getattr(led, attr)
+            lines.append(
+                Content.from_markup(
+                    f"$name [{style}]$bar[/] $value $pct",
+                    name=f"{name:<14}", bar=bar(value / total, 12), value=f"{human_bytes(value):>9}",
+                    pct=f"{100 * value / total:5.1f}%",
+                )
+            )
+        lines.append(
+            Content.from_markup(
+                "[$text-muted]$dev total $t · [b]c[/b] per-bucket costs[/]", dev=led.device, t=human_bytes(led.total)
+            )
+        )
+        body.update(Content("\n").join(lines))

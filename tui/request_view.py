@@ -1,0 +1,61 @@
+"""One prompt and its streamed completion, updated in place as tokens arrive."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widgets import Static
+
+from .fmt import short
+from .session import StreamHandle
+
+MAX_CHARS = 20_000
+"""Keep only the tail of very long completions: the console is for watching, not archiving."""
+
+
+class RequestView(Static):
+    """Header (id, prompt, status) and the completion text so far."""
+
+    def __init__(self, handle: StreamHandle, prompt: str, settings_text: str) -> None:
+        super().__init__(classes="request")
+        self.handle = handle
+        self.prompt = prompt
+        self.settings_text = settings_text
+        self.text = ""
+        self.done = False
+
+    def on_mount(self) -> None:
+        self._redraw()
+
+    def poll(self) -> bool:
+        """Pull new text from the handle; True if anything changed."""
+        if self.done:
+            return False
+        try:
+            delta = self.handle.new_text()
+        except Exception as exc:  # a broken handle must not take the UI down
+            delta, self.done = "", True
+            self.text += f"\n[error: {exc}]"
+        changed = bool(delta)
+        if delta:
+            self.text = (self.text + delta)[-MAX_CHARS:]
+        if self.handle.finished and not self.done:
+            self.done = True
+            changed = True
+        if changed:
+            self._redraw()
+        return changed
+
+    def _redraw(self) -> None:
+        h = self.handle
+        if not self.done:
+            status = Content.from_markup("[$warning]streaming…[/]")
+        elif h.error:
+            status = Content.from_markup("[$error]error: $e[/]", e=str(h.error))
+        else:
+            status = Content.from_markup("[$success]done[/] [$text-muted]($r)[/]", r=str(h.finish_reason or "?"))
+        header = Content.from_markup(
+            "[b $primary]#$id[/] $p [$text-muted]· $s ·[/] ", id=str(h.request_id), p=short(self.prompt, 60),
+            s=self.settings_text,
+        )
+        self.set_class(self.done, "-done")
+        self.update(Content.assemble(header, status, "\n", self.text or "…"))

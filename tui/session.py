@@ -1,0 +1,184 @@
+"""The one seam between the dashboard and the engine.
+
+The app talks only to a :class:`Session`; :class:`EngineSession` wraps the real engine, tests use
+``FakeSession`` (scripted events) and ``graphtop replay`` uses ``ReplaySession``. Keeping the
+engine behind this adapter is what lets the whole dashboard be tested without a GPU or a model.
+
+Threading contract: ``start`` is blocking and runs in a textual thread worker; ``drain``,
+``submit``, ``recapture`` are called from the UI thread and never block (the engine's own calls
+are thread-safe and return at once).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Protocol
+
+if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
+    from graphtop.engine.events import Event
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """What the console's settings row edits; mirrors the engine's SamplingParams."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: Optional[int] = None
+
+    def describe(self) -> str:
+        seed = "—" if self.seed is None else str(self.seed)
+        return (
+            f"max {self.max_new_tokens} · T {self.temperature:g} · top-p {self.top_p:g} · "
+            f"top-k {self.top_k} · seed {seed}"
+        )
+
+
+class StreamHandle(Protocol):
+    """The slice of the engine's RequestHandle the console needs."""
+
+    request_id: Any
+    finished: bool
+    finish_reason: Optional[str]
+    error: Optional[str]
+
+    def new_text(self) -> str:
+        """Text generated since the last call (thread-safe on the engine side)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds the bucket editor validates against; None when the engine did not say."""
+
+    max_running: Optional[int] = None
+    kv_capacity_tokens: Optional[int] = None
+
+
+class Session(Protocol):
+    """Where the dashboard's events and requests come from."""
+
+    kind: str  # "live" | "replay"
+    label: str
+
+    def start(self) -> None: ...
+    def drain(self, max_items: Optional[int] = None) -> list[Event]: ...
+    @property
+    def dropped(self) -> int: ...
+    @property
+    def can_submit(self) -> bool: ...
+    @property
+    def chat_available(self) -> bool: ...
+    def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle: ...
+    def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
+    def buckets(self) -> tuple[Optional[list[int]], Optional[list[int]]]: ...
+    def limits(self) -> Limits: ...
+    def shutdown(self) -> None: ...
+
+
+class EngineSession:
+    """A live :class:`graphtop.engine.Engine`, loaded in a worker thread.
+
+    The bus and subscription are created inside ``start`` (in the worker) because importing the
+    engine pulls in torch, which would otherwise delay the first frame by seconds. Until then
+    ``drain`` simply returns nothing.
+    """
+
+    kind = "live"
+
+    def __init__(
+        self,
+        model_path: Optional[str],
+        engine_config: Any = None,
+        *,
+        queue_size: int = 50_000,
+        engine_factory: Any = None,
+    ) -> None:
+        self.model_path = model_path
+        self.engine_config = engine_config
+        self.queue_size = queue_size
+        self.label = model_path or "demo model"
+        self._engine_factory = engine_factory
+        self._sub: Any = None
+        self._bus: Any = None
+        self.engine: Any = None
+        self._closed = threading.Event()
+
+    def start(self) -> None:
+        """Load the model and capture graphs (blocking), then start the serve loop."""
+        from graphtop.engine.event_bus import EventBus
+
+        self._bus = EventBus()
+        self._sub = self._bus.subscribe("tui", maxsize=self.queue_size)
+        factory = self._engine_factory
+        if factory is None:
+            from graphtop.engine import Engine, EngineConfig
+
+            config = self.engine_config if self.engine_config is not None else EngineConfig()
+            engine = Engine.from_pretrained(self.model_path, config=config, bus=self._bus)
+        else:
+            engine = factory(self.model_path, self.engine_config, self._bus)
+        if self._closed.is_set():  # the app quit while we were loading
+            engine.shutdown()
+            return
+        self.engine = engine
+        engine.start_background()
+
+    def drain(self, max_items: Optional[int] = None) -> list[Event]:
+        sub = self._sub
+        return sub.drain(max_items) if sub is not None else []
+
+    @property
+    def dropped(self) -> int:
+        sub = self._sub
+        return sub.dropped if sub is not None else 0
+
+    @property
+    def can_submit(self) -> bool:
+        return self.engine is not None
+
+    @property
+    def chat_available(self) -> bool:
+        tok = getattr(self.engine, "tokenizer", None)
+        return bool(getattr(tok, "chat_template", None))
+
+    def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle:
+        from graphtop.engine import SamplingParams
+
+        if self.engine is None:
+            raise RuntimeError("the engine is still loading")
+        params = SamplingParams(
+            max_new_tokens=settings.max_new_tokens,
+            temperature=settings.temperature,
+            top_k=settings.top_k,
+            top_p=settings.top_p,
+            seed=settings.seed,
+        )
+        return self.engine.submit(prompt, params, chat=chat)
+
+    def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None:
+        if self.engine is None:
+            raise RuntimeError("the engine is still loading")
+        self.engine.recapture(decode_bs=decode_bs, prefill_num_tokens=prefill_num_tokens)
+
+    def buckets(self) -> tuple[Optional[list[int]], Optional[list[int]]]:
+        if self.engine is None:
+            return None, None
+        return list(self.engine.decode_buckets), list(self.engine.prefill_buckets)
+
+    def limits(self) -> Limits:
+        info = getattr(self.engine, "info", None)
+        if info is None:
+            return Limits()
+        return Limits(info.max_running, info.kv_capacity_tokens)
+
+    def shutdown(self) -> None:
+        self._closed.set()
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
+        if self._bus is not None and self._sub is not None:
+            self._bus.unsubscribe(self._sub)

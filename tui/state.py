@@ -1,0 +1,262 @@
+"""The dashboard's model: folds engine events into bounded, render-ready state.
+
+No textual import: widgets are thin views over this, so what the dashboard *knows* can be tested
+without a terminal, and the replay session can rebuild it from scratch when seeking backwards.
+Every history is a ``deque(maxlen=…)`` so a dashboard left open for a week stays flat in memory.
+``revs`` counts changes per area; a widget re-renders only when its area's revision moved.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Optional
+
+from .whatif import BucketCost, step_key, step_phase
+
+if TYPE_CHECKING:  # the engine package imports torch (~2 s); the dashboard must open at once
+    from graphtop.engine.events import (
+        CaptureFinished,
+        CaptureProgress,
+        CaptureStarted,
+        ConfigDowngrade,
+        EngineStarted,
+        ErrorEvent,
+        Event,
+        KVPoolState,
+        MemoryLedger,
+        RecaptureFinished,
+        RecaptureRequested,
+        RequestFinished,
+        RequestFirstToken,
+        RequestQueued,
+        StepEvent,
+    )
+
+
+@dataclass
+class CapturePhase:
+    """Progress of one phase's capture (initial or recapture)."""
+
+    phase: str
+    buckets: tuple[int, ...] = ()
+    backend: str = ""
+    reason: str = "initial"
+    done: list[BucketCost] = field(default_factory=list)
+    failures: dict[int, str] = field(default_factory=dict)
+    finished: Optional[CaptureFinished] = None
+
+    @property
+    def total(self) -> int:
+        return len(self.buckets)
+
+    @property
+    def seconds(self) -> float:
+        return self.finished.seconds if self.finished else sum(c.seconds for c in self.done)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.finished.memory_bytes if self.finished else sum(c.memory_bytes for c in self.done)
+
+    @property
+    def captured(self) -> tuple[int, ...]:
+        if self.finished:
+            return tuple(self.finished.captured)
+        return tuple(c.bucket for c in self.done if c.ok)
+
+
+@dataclass
+class BucketStat:
+    """Hits on one bucket since the last capture of its phase, with the padding they carried."""
+
+    hits: int = 0
+    padded: int = 0
+    slots: int = 0
+
+    @property
+    def waste(self) -> float:
+        return self.padded / self.slots if self.slots else 0.0
+
+
+class DashboardState:
+    """Everything the panels show, built only from events (live, fake or replayed alike)."""
+
+    def __init__(
+        self,
+        *,
+        step_history: int = 16384,
+        spark_history: int = 240,
+        event_history: int = 200_000,
+        alert_history: int = 50,
+    ) -> None:
+        self.revs: Counter[str] = Counter()
+        self.info: Optional[EngineStarted] = None
+        self.capture: dict[str, CapturePhase] = {}
+        self.costs: dict[tuple[str, int], BucketCost] = {}
+        self.ledger: Optional[MemoryLedger] = None
+        self.kv: Optional[KVPoolState] = None
+        self.kv_used: deque[float] = deque(maxlen=spark_history)
+        self.steps: deque[StepEvent] = deque(maxlen=step_history)
+        self.replay_ms: deque[float] = deque(maxlen=spark_history)
+        self.bucket_stats: dict[tuple[str, int], BucketStat] = {}
+        self.eager_sizes: Counter[str] = Counter()
+        self.fallbacks: Counter[str] = Counter()
+        self.total_steps = 0
+        self.graph_steps = 0
+        self.emulated_steps = 0
+        self.recapture_pending: Optional[RecaptureRequested] = None
+        self.last_recapture: Optional[RecaptureFinished] = None
+        self.downgrades: deque[ConfigDowngrade] = deque(maxlen=alert_history)
+        self.errors: deque[ErrorEvent] = deque(maxlen=alert_history)
+        self.requests_queued = 0
+        self.requests_finished = 0
+        self.ttft_ms: deque[float] = deque(maxlen=spark_history)
+        self.recorded: deque[Event] = deque(maxlen=event_history)
+        self.events_seen = 0
+        self.last_ts: Optional[float] = None
+        self.failed: Optional[str] = None
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def loading(self) -> bool:
+        """True until the engine said what it runs (the model is still loading)."""
+        return self.info is None and self.failed is None
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.info and self.info.emulated) or self.emulated_steps > 0
+
+    def current_buckets(self, phase: str) -> list[int]:
+        """Buckets of the last capture of ``phase`` (captured ones once it finished)."""
+        cap = self.capture.get(phase)
+        if cap is None:
+            return []
+        return sorted(cap.captured if cap.finished else cap.buckets)
+
+    def bucket_costs(self) -> list[BucketCost]:
+        return sorted(self.costs.values(), key=lambda c: (c.phase, c.bucket))
+
+    def hit_rate(self) -> Optional[float]:
+        return self.graph_steps / self.total_steps if self.total_steps else None
+
+    # ------------------------------------------------------------------ folding
+    def apply_all(self, events: Iterable[Event]) -> int:
+        n = 0
+        for ev in events:
+            self.apply(ev)
+            n += 1
+        return n
+
+    def apply(self, ev: Event) -> None:
+        """Fold one event in; unknown event types are recorded and otherwise ignored."""
+        self.recorded.append(ev)
+        self.events_seen += 1
+        self.last_ts = ev.ts
+        handler = _HANDLERS.get(ev.type)
+        if handler is not None:
+            handler(self, ev)
+
+    def _on_started(self, ev: EngineStarted) -> None:
+        self.info = ev
+        self.revs["info"] += 1
+
+    def _on_capture_started(self, ev: CaptureStarted) -> None:
+        self.capture[ev.phase] = CapturePhase(ev.phase, tuple(ev.buckets), ev.backend, ev.reason)
+        self.revs["capture"] += 1
+
+    def _on_capture_progress(self, ev: CaptureProgress) -> None:
+        cap = self.capture.setdefault(ev.phase, CapturePhase(ev.phase))
+        cost = BucketCost(ev.phase, ev.bucket, ev.seconds, ev.memory_bytes, ev.ok)
+        cap.done.append(cost)
+        if not ev.ok:
+            cap.failures[ev.bucket] = ev.failure_reason or "failed"
+        else:
+            self.costs[(ev.phase, ev.bucket)] = cost
+        if ev.total and not cap.buckets:
+            cap.buckets = tuple(c.bucket for c in cap.done)
+        self.revs["capture"] += 1
+
+    def _on_capture_finished(self, ev: CaptureFinished) -> None:
+        cap = self.capture.setdefault(ev.phase, CapturePhase(ev.phase))
+        cap.finished = ev
+        # hits on buckets of a previous capture no longer describe the graphs in use
+        self.bucket_stats = {k: v for k, v in self.bucket_stats.items() if k[0] != ev.phase}
+        self.revs["capture"] += 1
+        self.revs["hist"] += 1
+
+    def _on_ledger(self, ev: MemoryLedger) -> None:
+        self.ledger = ev
+        self.revs["ledger"] += 1
+
+    def _on_kv(self, ev: KVPoolState) -> None:
+        self.kv = ev
+        self.kv_used.append(ev.used_tokens / ev.capacity_tokens if ev.capacity_tokens else 0.0)
+        self.revs["kv"] += 1
+
+    def _on_step(self, ev: StepEvent) -> None:
+        self.steps.append(ev)
+        self.total_steps += 1
+        if ev.emulated:
+            self.emulated_steps += 1
+        if ev.path == "graph":
+            self.graph_steps += 1
+            if ev.replay_ms is not None:
+                self.replay_ms.append(ev.replay_ms)
+            if ev.bucket is not None:
+                st = self.bucket_stats.setdefault((step_phase(ev), ev.bucket), BucketStat())
+                st.hits += 1
+                st.padded += max(ev.bucket - step_key(ev), 0)
+                st.slots += ev.bucket
+        else:
+            self.fallbacks[ev.fallback_reason or "unspecified"] += 1
+        self.revs["steps"] += 1
+        self.revs["hist"] += 1
+
+    def _on_request_queued(self, ev: RequestQueued) -> None:
+        self.requests_queued += 1
+        self.revs["requests"] += 1
+
+    def _on_first_token(self, ev: RequestFirstToken) -> None:
+        self.ttft_ms.append(ev.ttft_ms)
+        self.revs["requests"] += 1
+
+    def _on_request_finished(self, ev: RequestFinished) -> None:
+        self.requests_finished += 1
+        self.revs["requests"] += 1
+
+    def _on_recapture_requested(self, ev: RecaptureRequested) -> None:
+        self.recapture_pending = ev
+        self.revs["capture"] += 1
+
+    def _on_recapture_finished(self, ev: RecaptureFinished) -> None:
+        self.recapture_pending = None
+        self.last_recapture = ev
+        self.revs["capture"] += 1
+
+    def _on_downgrade(self, ev: ConfigDowngrade) -> None:
+        self.downgrades.append(ev)
+        self.revs["alerts"] += 1
+
+    def _on_error(self, ev: ErrorEvent) -> None:
+        self.errors.append(ev)
+        if ev.fatal:
+            self.failed = ev.message
+        self.revs["alerts"] += 1
+
+
+_HANDLERS = {  # keyed by the events' ``type`` tags (see graphtop.engine.events)
+    "engine_started": DashboardState._on_started,
+    "capture_started": DashboardState._on_capture_started,
+    "capture_progress": DashboardState._on_capture_progress,
+    "capture_finished": DashboardState._on_capture_finished,
+    "memory_ledger": DashboardState._on_ledger,
+    "kv_pool": DashboardState._on_kv,
+    "step": DashboardState._on_step,
+    "request_queued": DashboardState._on_request_queued,
+    "request_first_token": DashboardState._on_first_token,
+    "request_finished": DashboardState._on_request_finished,
+    "recapture_requested": DashboardState._on_recapture_requested,
+    "recapture_finished": DashboardState._on_recapture_finished,
+    "config_downgrade": DashboardState._on_downgrade,
+    "error": DashboardState._on_error,
+}

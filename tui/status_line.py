@@ -1,0 +1,68 @@
+"""One line that says what is running: model, device, dtype, attention and graph backends.
+
+The EMULATED badge is its own widget with an $error background, not just a word in the line:
+numbers from an emulated graph backend say nothing about real CUDA graphs, and nobody should be
+able to miss that.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.content import Content
+from textual.widgets import Label, Static
+
+from .fmt import pct
+from .state import DashboardState
+
+
+class StatusLine(Horizontal):
+    """Model · device · dtype · attention · graph backends, plus EMULATED / mode badges."""
+
+    def __init__(self, label: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.session_label = label
+        self._seen: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Label("graphtop", id="brand")
+        yield Static(id="status-text")
+        yield Label("EMULATED", id="badge-emulated", classes="badge")
+        yield Label("", id="badge-mode", classes="badge")
+
+    def on_mount(self) -> None:
+        self.query_one("#badge-emulated").display = False
+        self.query_one("#badge-mode").display = False
+
+    def update_view(self, state: DashboardState, *, mode: str, dropped: int, force: bool = False) -> None:
+        """``mode`` is '' (live), 'PAUSED', 'REPLAY', 'REPLAY · PAUSED' or 'LOADING'."""
+        key = (id(state), state.revs["info"], state.revs["steps"] // 16, state.emulated, mode, dropped,
+               state.failed)
+        if key == self._seen and not force:
+            return
+        self._seen = key
+        info = state.info
+        if info is None:
+            what = "engine failed" if state.failed else f"loading {self.session_label}…"
+            text = Content.from_markup("[$text-muted]$what[/]", what=what)
+        else:
+            device = " ".join(p for p in (info.device, info.device_name) if p)
+            parts = [
+                Content.from_markup("[b]$m[/b]", m=info.model or self.session_label),
+                *(Content(p) for p in (device, info.dtype) if p),
+                Content.from_markup("attn [b]$a[/b]", a=info.attention_backend or "?"),
+                Content.from_markup(
+                    "graphs decode [b]$d[/b] · prefill [b]$p[/b]",
+                    d=info.decode_graph_backend or "eager", p=info.prefill_graph_backend or "eager",
+                ),
+                Content.from_markup("hit [$success]$h[/]", h=pct(state.hit_rate())),
+            ]
+            if dropped:
+                parts.append(Content.from_markup("[$warning]dropped $n[/]", n=str(dropped)))
+            text = Content(" │ ").join(parts)
+        self.query_one("#status-text", Static).update(text)
+        self.query_one("#badge-emulated").display = state.emulated
+        badge = self.query_one("#badge-mode", Label)
+        badge.display = bool(mode)
+        badge.update(mode)
+        badge.set_class("paused" in mode.lower(), "-paused")

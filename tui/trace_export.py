@@ -1,0 +1,33 @@
+"""Write the events the dashboard has seen as a trace that ``graphtop replay`` can open.
+
+Uses the recorder's own line encoder so exported traces and recorded traces are the same format.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Iterable, Optional
+
+if TYPE_CHECKING:
+    from graphtop.engine.events import Event
+
+
+def export_trace(path: str, events: Iterable[Event], meta: Optional[dict] = None) -> int:
+    """Header line + one line per event; returns the number of events written.
+
+    Written to ``path.tmp`` and renamed, so a failed export never leaves a half trace behind.
+    """
+    from graphtop.engine.events import TraceHeader
+    from graphtop.engine.recorder import encode_event
+
+    tmp = f"{path}.tmp"
+    n = 0
+    with open(tmp, "wb") as f:
+        f.write(encode_event(TraceHeader(meta=dict(meta or {}))))
+        for ev in events:
+            if ev.type == TraceHeader.type:
+                continue
+            f.write(encode_event(ev))
+            n += 1
+    os.replace(tmp, path)
+    return n
