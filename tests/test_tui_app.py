@@ -65,7 +65,7 @@ async def test_opens_at_once_and_shows_capture_progress_live() -> None:
                                         memory_bytes=5 * 1024**2))
         await pump(pilot)
         text = screen_text(app)
-        assert "2/4" in text and "0.75s" in text and "8.0 MiB" in text  # phase line: done/total, time, memory
+        assert "decode  ████████░░░░░░░░ 2/4 0.75s 8.0 MiB …" in text  # done/total, time, memory
         assert "bucket      2  0.50s 5.0 MiB" in text  # the bucket just captured
         assert "tiny" in text and "attn sdpa" in text
         session.publish(CaptureProgress(phase="decode", bucket=4, index=3, total=4, ok=False,
@@ -99,7 +99,7 @@ async def test_panels_show_scripted_data() -> None:
             assert part in text
         assert "EMULATED" not in text
         # capture + ledger
-        assert "decode  full      ██████████ 6/6" in text
+        assert "decode  ████████████████ 6/6 0.50s 189 MiB ✓" in text
         assert "KV pool        ████████░░░░  96.0 GiB  68.1%" in text
         assert "decode graphs" in text and "189 MiB" in text
         # KV pool
@@ -338,7 +338,7 @@ async def test_bucket_editor_confirm_recaptures_with_parsed_lists() -> None:
         await pump(pilot)
         text = screen_text(app)
         assert "last recapture ok" in text
-        assert "decode  full" not in text and "12/12" in text  # the recaptured decode phase
+        assert "decode  ████████████████ 12/12" in text  # the recaptured decode phase
 
 
 async def test_bucket_editor_unchanged_phase_is_left_alone_and_prompts_keep_streaming() -> None:

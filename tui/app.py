@@ -14,6 +14,7 @@ Data flow, deliberately one-way and pull-based (like memray's live view):
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import traceback
@@ -245,6 +246,12 @@ class GraphtopApp(App[int]):
             self.live_state.apply_all(self.live_session.drain(self.max_events_per_tick))
         if session.kind == "live" and self.notify_events:
             self._notify_events(events)
+        drain_logs = getattr(self.live_session, "drain_logs", None)
+        if drain_logs is not None:
+            for level, message in drain_logs():
+                if level >= logging.WARNING:
+                    self.notify(message, title="engine", severity="error" if level >= logging.ERROR else "warning",
+                                timeout=12)
         with self.batch_update():
             if not self.paused or session.kind == "replay":
                 self.render_all()

@@ -19,7 +19,7 @@ RECENT = 4
 
 
 def phase_line(cap: CapturePhase) -> Content:
-    """``decode full ████░░ 4/6 0.31s 48.0 MiB`` with a ✓/✗/… status mark."""
+    """``decode  ████░░ 4/6 0.31s 48.0 MiB`` with a ✓/✗/… mark (backends are in the status line)."""
     done = len(cap.done)
     total = cap.total or done
     frac = done / total if total else 0.0
@@ -28,8 +28,8 @@ def phase_line(cap: CapturePhase) -> Content:
     else:
         mark = "[$warning]…[/]"
     return Content.from_markup(
-        f"[b]$phase[/b] [$text-muted]$backend[/] [$primary]$bar[/] $done/$total $secs $mem {mark}",
-        phase=f"{cap.phase:<7}", backend=f"{(cap.backend or '')[:9]:<9}", bar=bar(frac, 10),
+        f"[b]$phase[/b] [$primary]$bar[/] $done/$total $secs $mem {mark}",
+        phase=f"{cap.phase:<7}", bar=bar(frac, 16),
         done=str(done), total=str(total), secs=secs(cap.seconds), mem=human_bytes(cap.memory_bytes),
     )
 

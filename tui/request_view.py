@@ -52,7 +52,7 @@ class RequestView(Static):
         elif h.error:
             status = Content.from_markup("[$error]error: $e[/]", e=str(h.error))
         else:
-            status = Content.from_markup("[$success]done[/] [$text-muted]($r)[/]", r=str(h.finish_reason or "?"))
+            status = Content.from_markup("[$success]done[/] [$text-muted]($r)[/]", r=str(getattr(h.finish_reason, "value", h.finish_reason) or "?"))
         header = Content.from_markup(
             "[b $primary]#$id[/] $p [$text-muted]· $s ·[/] ", id=str(h.request_id), p=short(self.prompt, 60),
             s=self.settings_text,

@@ -11,7 +11,9 @@ are thread-safe and return at once).
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
@@ -79,6 +81,30 @@ class Session(Protocol):
     def shutdown(self) -> None: ...
 
 
+class LogCapture(logging.Handler):
+    """Keeps the engine's log records for the dashboard instead of letting them hit the terminal.
+
+    While the TUI owns the screen, a log line written to stderr would tear the display; the app
+    drains these on its timer and shows warnings as notifications.
+    """
+
+    def __init__(self, maxlen: int = 200) -> None:
+        super().__init__(logging.INFO)
+        self.records: deque[tuple[int, str]] = deque(maxlen=maxlen)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.records.append((record.levelno, record.getMessage()))
+        except Exception:  # pragma: no cover - never let logging break the engine
+            pass
+
+    def drain(self) -> list[tuple[int, str]]:
+        out = []
+        while self.records:
+            out.append(self.records.popleft())
+        return out
+
+
 class EngineSession:
     """A live :class:`graphtop.engine.Engine`, loaded in a worker thread.
 
@@ -106,9 +132,14 @@ class EngineSession:
         self._bus: Any = None
         self.engine: Any = None
         self._closed = threading.Event()
+        self.logs = LogCapture()
+        self._logger = logging.getLogger("graphtop")
+        self._propagate = self._logger.propagate
 
     def start(self) -> None:
         """Load the model and capture graphs (blocking), then start the serve loop."""
+        self._logger.addHandler(self.logs)
+        self._logger.propagate = False  # keep engine logs off the terminal the TUI is drawing on
         from graphtop.engine.event_bus import EventBus
 
         self._bus = EventBus()
@@ -175,8 +206,15 @@ class EngineSession:
             return Limits()
         return Limits(info.max_running, info.kv_capacity_tokens)
 
+    def drain_logs(self) -> list[tuple[int, str]]:
+        """Engine log records (level, message) since the last call."""
+        return self.logs.drain()
+
     def shutdown(self) -> None:
         self._closed.set()
+        if self.logs in self._logger.handlers:
+            self._logger.removeHandler(self.logs)
+            self._logger.propagate = self._propagate
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None

@@ -47,8 +47,10 @@ class StatusLine(Horizontal):
             text = Content.from_markup("[$text-muted]$what[/]", what=what)
         else:
             device = " ".join(p for p in (info.device, info.device_name) if p)
+            model = info.model.rstrip("/").rsplit("/", 1)[-1] if info.model else self.session_label
+            demo = " [$text-muted](demo, random weights)[/]" if info.demo else ""
             parts = [
-                Content.from_markup("[b]$m[/b]", m=info.model or self.session_label),
+                Content.from_markup(f"[b]$m[/b]{demo}", m=model),
                 *(Content(p) for p in (device, info.dtype) if p),
                 Content.from_markup("attn [b]$a[/b]", a=info.attention_backend or "?"),
                 Content.from_markup(
