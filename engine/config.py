@@ -21,6 +21,7 @@ class EngineConfig:
     cpu_kv_budget_mb: int = 512
     activation_reserve_mb: int = 2048
     max_total_tokens: Optional[int] = None
+    fused_kernels: bool = True  # Triton RMSNorm/RoPE/SiLU and fused qkv/gate_up GEMMs (CUDA, bf16/fp16)
     graphs: GraphConfig = field(default_factory=GraphConfig)
 
     def validate(self) -> None:

@@ -122,6 +122,8 @@ class Engine:
         self.attention, attention_note = select_attention_backend(
             config.attention_backend, self.pool, shape, self.device
         )
+        if config.fused_kernels and self.model.enable_fused_kernels():
+            attention_note += " · model kernels: triton-fused"
         self.scheduler = Scheduler(self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running))
         self.model_runner = ModelRunner(self, config.graphs)
         self.info = EngineInfo(
@@ -357,13 +359,17 @@ class Engine:
             if req.first_token_time is None:
                 req.first_token_time = now
                 self._publish(ev.RequestFirstToken(request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3))
-            text = req.handle._text
+            text = ""
             if req.detok is not None:
-                delta = req.detok.push(tok)
-                text = text + delta if delta else text
+                req.detok.push(tok)
+                text = req.detok.text
             reason = self._finish_reason(req, tok, eos, text)
             if reason is FinishReason.STOP:
                 text = _cut_at_stop(text, req.params.stop)
+            elif req.params.stop:
+                # Hold back a tail that may be the start of a stop string: streamed text must stay a
+                # prefix of the final text, which the stop string (once complete) cuts off.
+                text = text[: len(text) - _stop_prefix_len(text, req.params.stop)]
             req.handle._push(tok, text)
             if reason is not None:
                 self._finish(req, reason)
@@ -377,6 +383,9 @@ class Engine:
         if len(req.output_ids) >= p.max_new_tokens:
             return FinishReason.LENGTH
         if len(req.prompt_ids) + len(req.output_ids) >= self.max_context_len:
+            return FinishReason.LENGTH
+        if len(req.prompt_ids) + len(req.output_ids) >= self.pool.capacity_tokens:
+            # The request alone would outgrow the whole KV pool: preempting it cannot help.
             return FinishReason.LENGTH
         return None
 
@@ -461,6 +470,19 @@ class Engine:
             self._thread.join(timeout)
             self._thread = None
 
+    def close(self) -> None:
+        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
+        self.shutdown()
+        self._fail_running("engine closed")
+        for runner in (self.model_runner.decode, self.model_runner.prefill):
+            if runner is not None:
+                runner.release()
+        self.model_runner.decode = self.model_runner.prefill = None
+        self.pool.release()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
     # --- events --------------------------------------------------------------------------------
     def _publish(self, event: ev.Event) -> None:
         self.bus.publish(event)
@@ -509,6 +531,17 @@ def _round(v: Optional[float]) -> Optional[float]:
 def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
     cut = min((text.find(s) for s in stops if s in text), default=-1)
     return text[:cut] if cut >= 0 else text
+
+
+def _stop_prefix_len(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``stops``."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
 
 
 def _graph_reserve_estimate(device: torch.device) -> int:

@@ -70,6 +70,13 @@ class KVPool:
     def nbytes(self) -> int:
         return self._storage.numel() * self._storage.element_size()
 
+    def release(self) -> None:
+        """Drop the storage (engine shutdown); the pool is unusable afterwards."""
+        self._storage = torch.empty(0, dtype=self.layout.dtype, device=self.device)
+        self.k_cache = []
+        self.v_cache = []
+        self._free = []
+
     def pages_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.page_size)
 

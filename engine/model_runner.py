@@ -173,7 +173,13 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> StepOutput:
         self.advance_recapture()
         runner = self.decode if batch.mode is ForwardMode.DECODE else self.prefill
-        reason = FallbackReason.PHASE_DISABLED if runner is None else runner.can_run(batch)
+        if runner is None:
+            r = self.resolved
+            backend = r.decode_backend if batch.mode is ForwardMode.DECODE else r.prefill_backend
+            # enabled, but no bucket survived the limits: say so rather than "disabled"
+            reason = FallbackReason.PHASE_DISABLED if backend == "disabled" else FallbackReason.NO_GRAPHS_CAPTURED
+        else:
+            reason = runner.can_run(batch)
         if reason is None:
             assert runner is not None
             return runner.run(batch)

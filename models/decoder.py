@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from . import triton_kernels as tk
 from .layers import RMSNorm, SwiGLUMLP
 from .rope import RotaryEmbedding
 from .spec import ModelSpec
@@ -41,6 +42,34 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
             self.k_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
         self.qk_norm = spec.qk_norm
+        self.fused = False
+        self.q_size, self.kv_size = q_size, kv_size
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        """One GEMM for q, k and v (the fused-kernel path); the separate projections are dropped."""
+        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        self.qkv_proj = nn.Linear(w.shape[1], w.shape[0], bias=self.q_proj.bias is not None,
+                                  device=w.device, dtype=w.dtype)
+        self.qkv_proj.weight.copy_(w)
+        if self.q_proj.bias is not None:
+            self.qkv_proj.bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
+        del self.q_proj, self.k_proj, self.v_proj
+        self.qkv_proj.requires_grad_(False)
+        self.fused = True
+
+    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+                      attn: AttentionFn) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q = tk.rms_norm(q, self.q_norm.weight, self.q_norm.eps)
+            k = tk.rms_norm(k, self.k_norm.weight, self.k_norm.eps)
+        tk.rope_inplace(positions, q, k, rope.cos_sin_cache)
+        o = attn(q, k, v, self.layer_id)
+        return self.o_proj(o.reshape(-1, self.num_heads * self.head_dim))
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
@@ -69,6 +98,21 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), positions, rope, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
+                      rope: RotaryEmbedding, attn: AttentionFn) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual stream kept separately so each add fuses into the next RMSNorm (same rounding)."""
+        ln = self.input_layernorm
+        if residual is None:
+            residual = x
+            h = tk.rms_norm(x, ln.weight, ln.eps)
+        else:
+            h = tk.add_rms_norm(x, residual, ln.weight, ln.eps)
+        a = self.self_attn.forward_fused(h, positions, rope, attn)
+        pln = self.post_attention_layernorm
+        h = tk.add_rms_norm(a, residual, pln.weight, pln.eps)
+        mlp = self.mlp
+        return mlp.down_proj(tk.silu_and_mul(mlp.gate_up_proj(h))), residual
+
 
 class DecoderModel(nn.Module):
     """The `model.` prefix of HF checkpoints: embeddings, layers, final norm, shared rope."""
@@ -79,9 +123,15 @@ class DecoderModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(spec)
+        self.fused = False
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
+        if self.fused:
+            residual = None
+            for layer in self.layers:
+                x, residual = layer.forward_fused(x, residual, positions, self.rotary_emb, attn)
+            return tk.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
         for layer in self.layers:
             x = layer(x, positions, self.rotary_emb, attn)
         return self.norm(x)
@@ -104,6 +154,24 @@ class DecoderForCausalLM(nn.Module):
         """
         if self.spec.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def fused_kernels(self) -> bool:
+        return self.model.fused
+
+    def enable_fused_kernels(self) -> bool:
+        """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
+
+        Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on.
+        """
+        p = self.model.embed_tokens.weight
+        if self.model.fused or not tk.available(p.device, p.dtype):
+            return self.model.fused
+        for layer in self.model.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
+        self.model.fused = True
+        return True
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         return self.model(input_ids, positions, attn)

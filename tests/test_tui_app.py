@@ -8,7 +8,7 @@ import pytest
 from textual.widgets import Button, DataTable, Input
 
 from graphtop.engine.events import (
-    CaptureProgress, CaptureStarted, ConfigDowngrade, EngineStarted, ErrorEvent, StepEvent,
+    CaptureProgress, CaptureStarted, ConfigDowngrade, EngineStarted, ErrorEvent,
 )
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.bucket_editor import BucketEditorScreen
@@ -460,3 +460,58 @@ async def test_export_then_open_trace_and_back_to_live(tmp_path) -> None:
         await pilot.pause()
         assert app.session is session
         assert any("cannot read trace" in n.message for n in app._notifications)
+
+
+async def test_replay_keys_seek_pause_and_speed() -> None:
+    from graphtop.tui.replay_session import ReplaySession
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+    replay = ReplaySession(boot_events() + step_events(40), clock=clock, paused=True, label="t.jsonl")
+    app = make_app(replay)  # type: ignore[arg-type]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.state.info is not None and app.state.total_steps == 0  # paused at the start
+        assert "REPLAY · PAUSED" in screen_text(app) and not app.prompt_console.display
+        await pilot.press("right", "right")  # +10 s: all of boot, not yet the steps at +10.0…
+        assert app.state.total_steps == 1
+        await pilot.press("right")
+        assert app.state.total_steps == 40
+        assert "event 62/62" in screen_text(app)
+        await pilot.press("left", "left")  # back: the state is rebuilt from the start
+        assert app.state.total_steps == 0 and app.state.capture
+        await pilot.press("shift+right")
+        assert replay.cursor == 19 and replay.paused  # one step (+ the KV event of the same instant)
+        await pilot.press("plus", "plus")
+        assert replay.speed == 4.0
+        await pilot.press("space")
+        assert not replay.paused
+        clock.t += 10
+        await pump(pilot)
+        assert app.state.total_steps == 40
+        await pilot.press("b")  # no bucket editor in a replay
+        assert not isinstance(app.screen, BucketEditorScreen)
+
+
+def test_launch_reports_bad_trace(tmp_path, capsys) -> None:
+    from graphtop.tui.launch import run_replay
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert run_replay(str(bad)) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err
+
+
+def test_importing_the_tui_package_and_launch_is_free_of_textual() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, graphtop.tui, graphtop.tui.launch, graphtop.themes;"
+            "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -24,7 +24,18 @@ def _app(session: EngineSession) -> GraphtopApp:
     return GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=20)
 
 
-async def test_real_engine_capture_prompt_and_recapture() -> None:
+async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
+    import threading
+
+    # Hold the load until the UI has been seen: the dashboard must be up before the model.
+    gate = threading.Event()
+    real_load = engine_mod.Engine.from_pretrained.__func__
+
+    def gated_load(cls, *args, **kwargs):
+        gate.wait(60)
+        return real_load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(engine_mod.Engine, "from_pretrained", classmethod(gated_load))
     config = engine_mod.EngineConfig(device="cpu")
     session = EngineSession(None, config)
     app = _app(session)
@@ -32,6 +43,7 @@ async def test_real_engine_capture_prompt_and_recapture() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
             assert "loading demo model" in screen_text(app)  # the UI is up before the model
+            gate.set()
             await wait_until(pilot, lambda: app.engine_ready or app.engine_error is not None, timeout=120)
             assert app.engine_error is None
             await wait_until(pilot, lambda: app.state.ledger is not None, timeout=10)

@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-fraction-static", type=float, default=0.85,
                    help="CUDA: fraction of device memory for weights + KV pool")
     p.add_argument("--kv-budget-mb", type=_positive_int, default=512, help="CPU: KV pool budget in MiB")
+    p.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
+                   help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
     g = p.add_argument_group("CUDA graphs")
     g.add_argument("--cuda-graph-config", metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
@@ -160,6 +162,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         mem_fraction_static=args.mem_fraction_static,
         cpu_kv_budget_mb=args.kv_budget_mb,
         max_total_tokens=args.max_total_tokens,
+        fused_kernels=args.fused_kernels,
         graphs=graphs,
     )
     try:
@@ -229,4 +232,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m graphtop.tui.cli`: run the imported module's main, so the UsageError that
+    # headless.py raises (graphtop.tui.cli.UsageError) is the class main() catches.
+    from graphtop.tui.cli import main as _main_of_package
+
+    sys.exit(_main_of_package())

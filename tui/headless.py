@@ -26,6 +26,8 @@ def check_writable(path: str, flag: str) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise UsageError(f"{flag} {path}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is not a folder")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"{flag} {path} is not writable")
 

@@ -220,13 +220,17 @@ def resolve_graph_config(
         max_bs = min(DEFAULT_DECODE_MAX_BS, bs_limit)
     elif max_bs > bs_limit:
         max_bs = downgrade("decode.max_bs", bs_limit, f"max running requests is {bs_limit}")
-    decode_bs = cfg.decode_bs if cfg.decode_bs is not None else default_decode_buckets(max_bs)
-    if cfg.decode_bs is not None and "decode.bs" not in cfg.locked:
-        decode_bs = [b for b in decode_bs if b <= max_bs]
+    # Defaults span the unclamped maximum, so clamping appends the limit (max running requests) when
+    # it cuts the list; an unlocked explicit list is clamped the same way, and that is reported.
+    if cfg.decode_bs is not None:
+        decode_bs = list(cfg.decode_bs)
+    else:
+        decode_bs = default_decode_buckets(cfg.decode_max_bs or DEFAULT_DECODE_MAX_BS)
     if "decode.bs" not in cfg.locked:
-        clamped = clamp_buckets(decode_bs, min(max_bs, bs_limit))
-        if clamped != decode_bs and cfg.decode_bs is not None:
-            downgrades.append(Downgrade("decode.bs", decode_bs, clamped, f"limited to {bs_limit} requests"))
+        limit = min(max_bs, bs_limit)
+        clamped = clamp_buckets(decode_bs, limit)
+        if clamped != sorted(set(decode_bs)) and cfg.decode_bs is not None:
+            downgrades.append(Downgrade("decode.bs", decode_bs, clamped, f"limited to {limit} requests"))
         decode_bs = clamped
 
     max_tokens = cfg.prefill_max_num_tokens
@@ -237,11 +241,16 @@ def resolve_graph_config(
         max_tokens = downgrade(
             "prefill.max_num_tokens", token_limit, f"a prefill step never exceeds {token_limit} tokens"
         )
-    prefill_tokens = (
-        cfg.prefill_num_tokens if cfg.prefill_num_tokens is not None else default_prefill_buckets(max_tokens)
-    )
+    if cfg.prefill_num_tokens is not None:
+        prefill_tokens = list(cfg.prefill_num_tokens)
+    else:  # up to the step maximum; clamping then appends the pool size when the pool is smaller
+        prefill_tokens = default_prefill_buckets(cfg.prefill_max_num_tokens or chunked_prefill_size)
     if "prefill.num_tokens" not in cfg.locked:
-        prefill_tokens = clamp_buckets(prefill_tokens, max_tokens)
+        clamped = clamp_buckets(prefill_tokens, max_tokens)
+        if clamped != sorted(set(prefill_tokens)) and cfg.prefill_num_tokens is not None:
+            downgrades.append(Downgrade("prefill.num_tokens", prefill_tokens, clamped,
+                                        f"a prefill step never exceeds {max_tokens} tokens"))
+        prefill_tokens = clamped
 
     return ResolvedGraphConfig(
         decode_backend=decode_backend,

@@ -1,0 +1,328 @@
+"""Attention through FlashInfer's paged kernels (``flashinfer-python`` 0.7.x), same contract as torch-native.
+
+The pool's per-layer ``[num_pages, page_size, num_kv_heads, head_dim]`` tensors are FlashInfer's NHD
+layout as they are, so the kernels read the pool directly through CSR page metadata: ``indptr``
+(cumulative page counts), ``indices`` (the pages, concatenated) and ``last_page_len``.
+
+- K/V write: ``index_copy_`` of the step's K/V into the flat slot view at ``meta.out_cache_loc``
+  (capturable; padded graph rows carry the dummy slot 0, so they only ever write the dummy page).
+- Eager decode: one ``BatchDecodeWithPagedKVCacheWrapper`` planned in ``prepare`` per step.
+- Graph decode: one ``use_cuda_graph=True`` decode wrapper per bucket, created in ``prepare_capture``
+  over fixed device buffers (per-bucket views of buffers shared by every bucket: a replay always
+  follows its own ``plan``, and replays never overlap). ``plan`` runs on the host outside the graph
+  (dummy metadata at capture, the live batch at each replay); the graph holds only ``run``.
+- Prefill / extend (eager, and inside breakable-prefill breaks): one
+  ``BatchPrefillWithPagedKVCacheWrapper`` (causal, bottom-right aligned, so cached prefixes work).
+
+Planning facts of the 0.7.2 source this relies on: ``plan`` copies ``indptr`` / ``last_page_len``
+to the host (``.to("cpu")``) for its scheduler, so they are passed as CPU int32 tensors (a device
+tensor there would be a device→host sync). The page-id list may be either; the graph path passes it
+already on the device, because a graph-mode ``plan`` copies a *host* ``indices`` with
+``non_blocking=False`` (a stream sync per step). Every wrapper shares one float workspace.
+
+``flashinfer`` is imported lazily (in the constructor): importing this module never needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+import torch
+
+from ..batch import ForwardBatch, ForwardMode
+from ..graphs.buffers import BufferSlot, PaddingPolicy
+from ..kv_pool import DUMMY_PAGE, KVPool
+from .base import AttentionBackend, AttentionShape, register_backend
+from .select import AttentionBackendError
+
+WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shared by every wrapper
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+SUPPORTED_HEAD_DIMS = (64, 128, 256)
+#: GQA group sizes the CUDA-core decode kernel is instantiated for (DISPATCH_GQA_GROUP_SIZE, minus 16,
+#: where tensor cores win); other groups decode on tensor cores (the prefill fa2 module).
+CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
+PREFILL_BACKEND_ENV = "GRAPHTOP_FLASHINFER_PREFILL_BACKEND"  # "fa2" (default, prebuilt) | "fa3" | "auto"
+
+
+class FlashInferUnsupported(AttentionBackendError):
+    """FlashInfer cannot serve this model/pool (dtype, head_dim, page size or device)."""
+
+
+@dataclass
+class FlashInferMeta:
+    out_cache_loc: torch.Tensor  # int64 flat slot per row: [rows] (decode, graph: the static view)
+    wrapper: Any  # the planned FlashInfer wrapper whose run() this forward calls
+    decode: bool
+    num_tokens: int = 0  # extend: real rows (q may carry padded rows past them)
+
+
+def _host(values: Any, typecode: str, dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor from a list / array of ints; long lists go through ``array`` (much cheaper)."""
+    if isinstance(values, array):
+        return torch.frombuffer(values, dtype=dtype) if len(values) else torch.empty(0, dtype=dtype)
+    if len(values) > 32:
+        return torch.frombuffer(array(typecode, values), dtype=dtype)
+    return torch.tensor(values, dtype=dtype)
+
+
+@register_backend
+class FlashInferBackend(AttentionBackend):
+    name = "flashinfer"
+    supports_decode_graph: ClassVar[bool] = True
+
+    # --- support check (no flashinfer needed) -----------------------------------------------------
+    @classmethod
+    def problem(cls, dtype: torch.dtype, head_dim: int, page_size: int) -> Optional[str]:
+        """Why FlashInfer cannot serve a KV cache of this dtype / head_dim / page size; None if it can."""
+        if dtype not in SUPPORTED_DTYPES:
+            name = str(dtype).replace("torch.", "")
+            return f"flashinfer kernels need float16 or bfloat16, not {name}"
+        if head_dim not in SUPPORTED_HEAD_DIMS:
+            dims = ", ".join(str(d) for d in SUPPORTED_HEAD_DIMS)
+            return f"flashinfer kernels are built for head_dim {dims}, not {head_dim}"
+        if page_size < 1:
+            return f"page size must be >= 1, got {page_size}"
+        return None
+
+    @staticmethod
+    def _device_problem(device: torch.device) -> Optional[str]:
+        return None if device.type == "cuda" else f"flashinfer needs a CUDA device, got {device}"
+
+    def __init__(
+        self,
+        pool: KVPool,
+        shape: AttentionShape,
+        device: torch.device,
+        *,
+        prefill_backend: Optional[str] = None,
+        decode_tensor_cores: Optional[bool] = None,
+        workspace_bytes: int = WORKSPACE_BYTES,
+    ):
+        super().__init__(pool, shape, device)
+        device = torch.device(device)
+        problem = self._device_problem(device)
+        if problem is not None:
+            raise FlashInferUnsupported(problem)
+        dtype = pool.layout.dtype
+        problem = self.problem(dtype, shape.head_dim, pool.page_size)
+        if problem is not None:
+            raise FlashInferUnsupported(problem)
+        if shape.num_heads % shape.num_kv_heads:
+            raise FlashInferUnsupported(
+                f"num_heads {shape.num_heads} is not a multiple of num_kv_heads {shape.num_kv_heads}"
+            )
+        import flashinfer  # lazy: select.py imports this module only when flashinfer imports
+
+        self._fi = flashinfer
+        self.version = str(getattr(flashinfer, "__version__", "?"))
+        self.device = device
+        self.dtype = dtype
+        self.prefill_backend = prefill_backend or os.environ.get(PREFILL_BACKEND_ENV, "fa2")
+        group = shape.num_heads // shape.num_kv_heads
+        self.decode_tensor_cores = (
+            group not in CUDA_CORE_DECODE_GROUPS if decode_tensor_cores is None else bool(decode_tensor_cores)
+        )
+        hkv, d = shape.num_kv_heads, shape.head_dim
+        self._views_of: Optional[list] = None  # the pool.k_cache list the cached views were made from
+        self._refresh_views()
+        # Positional arguments after the page metadata, shared by every plan() call.
+        self._dims = (shape.num_heads, hkv, d, pool.page_size)
+        self._decode_kw = dict(
+            pos_encoding_mode="NONE", q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale
+        )
+        self._prefill_kw = dict(causal=True, sm_scale=shape.scale, q_data_type=dtype, kv_data_type=dtype)
+
+        # FlashInfer wants the float workspace zeroed before first use.
+        self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
+        self._decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self._workspace, "NHD", use_tensor_cores=self.decode_tensor_cores, backend="fa2"
+        )
+        self._prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            self._workspace, "NHD", backend=self.prefill_backend
+        )
+        self._graph_wrappers: dict[int, Any] = {}
+        self._graph_bufs: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+
+    def _refresh_views(self) -> None:
+        """Per-layer views, cached (views cost ~1 µs each, per layer, per step); rebuilt whenever the
+        pool's per-layer lists are replaced (e.g. ``KVPool.release``)."""
+        pool, hkv, d = self.pool, self.shape.num_kv_heads, self.shape.head_dim
+        self._kv = list(zip(pool.k_cache, pool.v_cache))  # NHD 4-D per layer, what run() reads
+        self._k_flat = [t.view(-1, hkv, d) for t in pool.k_cache]  # [slots, hkv, d], what we write
+        self._v_flat = [t.view(-1, hkv, d) for t in pool.v_cache]
+        self._views_of = pool.k_cache
+
+    def release(self) -> None:
+        """Drop every device buffer this backend holds (cached pool views, wrappers, workspace), so a
+        released pool's memory can really go back; the backend is unusable afterwards."""
+        self._kv, self._k_flat, self._v_flat, self._views_of = [], [], [], None
+        self._graph_wrappers = {}
+        self._graph_bufs = None
+        self._decode_wrapper = self._prefill_wrapper = None
+        self._workspace = None
+        self.meta = None
+
+    def describe(self) -> str:
+        extra = ", tensor-core decode" if self.decode_tensor_cores else ""
+        return f"flashinfer {self.version} ({self.prefill_backend}{extra})"
+
+    # --- page metadata ---------------------------------------------------------------------------
+    def _page_lists(self, req_pages: list[list[int]], seq_lens: list[int]) -> tuple[list[int], array, list[int]]:
+        """indptr (cumulative page counts), indices (pages, concatenated), last_page_len, on the host."""
+        ps = self.pool.page_size
+        indptr = [0]
+        last: list[int] = []
+        indices = array("i")
+        total = 0
+        for pages, s in zip(req_pages, seq_lens):
+            n = (s + ps - 1) // ps
+            indices.extend(pages if len(pages) == n else pages[:n])
+            total += n
+            indptr.append(total)
+            last.append(s - (n - 1) * ps)
+        return indptr, indices, last
+
+    def _loc(self, out_cache_loc: list[int]) -> torch.Tensor:
+        return _host(out_cache_loc, "q", torch.int64).to(self.device, non_blocking=True)
+
+    # --- eager path ------------------------------------------------------------------------------
+    def prepare(self, batch: ForwardBatch) -> None:
+        i32 = torch.int32
+        indptr, indices, last = self._page_lists(batch.req_pages, batch.seq_lens)
+        loc = self._loc(batch.out_cache_loc)
+        if batch.mode is ForwardMode.DECODE:
+            w = self._decode_wrapper
+            w.plan(
+                _host(indptr, "i", i32), _host(indices, "i", i32), _host(last, "i", i32),
+                *self._dims, **self._decode_kw,
+            )
+            self.meta = FlashInferMeta(loc, w, decode=True)
+            return
+        qo = [0]
+        acc = 0
+        for e in batch.extend_lens:
+            acc += e
+            qo.append(acc)
+        w = self._prefill_wrapper
+        w.plan(
+            _host(qo, "i", i32), _host(indptr, "i", i32), _host(indices, "i", i32), _host(last, "i", i32),
+            *self._dims, **self._prefill_kw,
+        )
+        self.meta = FlashInferMeta(loc, w, decode=False, num_tokens=batch.num_tokens)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
+        m: FlashInferMeta = self.meta
+        if self.pool.k_cache is not self._views_of:
+            self._refresh_views()
+        kf, vf = self._k_flat[layer_id], self._v_flat[layer_id]
+        if m.decode:
+            kf.index_copy_(0, m.out_cache_loc, k.to(kf.dtype))
+            vf.index_copy_(0, m.out_cache_loc, v.to(vf.dtype))
+            return m.wrapper.run(q.contiguous(), self._kv[layer_id])
+        n = m.num_tokens
+        if k.shape[0] != n:
+            k, v = k[:n], v[:n]
+        kf.index_copy_(0, m.out_cache_loc, k.to(kf.dtype))
+        vf.index_copy_(0, m.out_cache_loc, v.to(vf.dtype))
+        q = q.contiguous()
+        if q.shape[0] == n:
+            return m.wrapper.run(q, self._kv[layer_id])
+        out = torch.zeros_like(q)  # padded rows (breakable-prefill buckets) stay zero
+        m.wrapper.run(q[:n], self._kv[layer_id], out=out[:n])
+        return out
+
+    # --- decode graphs ---------------------------------------------------------------------------
+    def init_graph_state(self, max_bs: int, max_pages_per_req: int) -> None:
+        # FlashInfer walks only each row's own pages, so graphs cover the whole context.
+        self.graph_max_pages = max_pages_per_req
+        # Real rows own distinct pages (at most the pool's), padded rows one dummy page each.
+        fill_pages = self.pool.pages_for(self.seq_len_fill_value())
+        cap = min(max_bs * max(max_pages_per_req, fill_pages), self.pool.num_pages - 1 + max_bs * fill_pages)
+        dev, i32 = self.device, torch.int32
+        self._graph_bufs = (
+            torch.zeros(max_bs + 1, dtype=i32, device=dev),  # indptr
+            torch.full((max(cap, max_bs),), DUMMY_PAGE, dtype=i32, device=dev),  # indices
+            torch.ones(max_bs, dtype=i32, device=dev),  # last_page_len
+        )
+        self._graph_max_bs = max_bs
+        self._graph_wrappers = {}
+
+    def graph_buffer_slots(self) -> list[BufferSlot]:
+        return [
+            BufferSlot(
+                "out_cache_loc", lambda n: (n,), torch.int64, PaddingPolicy.FILL_SENTINEL,
+                pad_value=DUMMY_PAGE * self.pool.page_size, source=lambda b, p: b.out_cache_loc,
+            ),
+        ]
+
+    def bind_graph_meta(self, registry: Any, bucket: int, live_pages: Optional[int] = None) -> None:
+        # live_pages trims emulated (CPU) graphs only; FlashInfer never runs there.
+        self.meta = FlashInferMeta(
+            registry.view("out_cache_loc", bucket), self._graph_wrappers.get(bucket), decode=True
+        )
+
+    def _graph_wrapper(self, bucket: int) -> Any:
+        w = self._graph_wrappers.get(bucket)
+        if w is None:
+            if self._graph_bufs is None:
+                raise RuntimeError("init_graph_state must run before decode graphs are captured")
+            if bucket > self._graph_max_bs:
+                raise ValueError(f"decode bucket {bucket} is over the graph buffers' maximum {self._graph_max_bs}")
+            indptr, indices, last = self._graph_bufs
+            w = self._fi.BatchDecodeWithPagedKVCacheWrapper(
+                self._workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.decode_tensor_cores,
+                paged_kv_indptr_buffer=indptr[: bucket + 1], paged_kv_indices_buffer=indices,
+                paged_kv_last_page_len_buffer=last[:bucket], backend="fa2",
+            )
+            self._graph_wrappers[bucket] = w
+        return w
+
+    def _pad_rows(self) -> tuple[int, int]:
+        """(pages, last_page_len) of one padded row: ``seq_len_fill_value`` tokens in the dummy page."""
+        fill = self.seq_len_fill_value()
+        pages = self.pool.pages_for(fill)
+        return pages, fill - (pages - 1) * self.pool.page_size
+
+    def prepare_capture(self, bucket: int) -> None:
+        """Plan the bucket's graph wrapper for dummy rows (each: the dummy page, fill-value tokens)."""
+        w = self._graph_wrapper(bucket)
+        pages, last = self._pad_rows()
+        i32 = torch.int32
+        w.plan(
+            torch.arange(0, bucket * pages + 1, pages, dtype=i32),
+            torch.full((bucket * pages,), DUMMY_PAGE, dtype=i32, device=self.device),
+            torch.full((bucket,), last, dtype=i32),
+            *self._dims, **self._decode_kw,
+        )
+        if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
+            self.meta.wrapper = w
+
+    def prepare_replay(self, batch: ForwardBatch, bucket: int) -> None:
+        """Re-plan the bucket's wrapper for the live batch; rows past ``batch_size`` are dummy rows."""
+        w = self._graph_wrappers.get(bucket)
+        if w is None:
+            raise RuntimeError(f"no FlashInfer decode wrapper for bucket {bucket}: it was never captured")
+        indptr, indices, last = self._page_lists(batch.req_pages, batch.seq_lens)
+        pad = bucket - batch.batch_size
+        if pad > 0:
+            pages, pad_last = self._pad_rows()
+            total = indptr[-1]
+            indptr.extend(range(total + pages, total + pages * pad + 1, pages))
+            indices.extend([DUMMY_PAGE] * (pages * pad))
+            last.extend([pad_last] * pad)
+        if len(indices) > self._graph_bufs[1].numel():
+            raise ValueError(
+                f"decode batch needs {len(indices)} page ids; the graph page buffer holds {self._graph_bufs[1].numel()}"
+            )
+        i32 = torch.int32
+        w.plan(
+            _host(indptr, "i", i32),
+            _host(indices, "i", i32).to(self.device, non_blocking=True),  # device: a non-blocking copy in plan
+            _host(last, "i", i32),
+            *self._dims, **self._decode_kw,
+        )
+        if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
+            self.meta.wrapper = w

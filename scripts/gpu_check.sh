@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One-go GPU run (the H200 through the device tool): set up FlashInfer from the carried bundle, make
+# graphtop importable without network, run the `cuda` tests, then the benchmark. Logs and figures go to
+# the folder given as $1 (default: $OUT, else ./gpu-out).
+#   device run:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
+# Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmark, BENCH_ARGS adds benchmark flags,
+#      PYTEST_ARGS adds pytest flags.
+set -uo pipefail
+out="${1:-${OUT:-gpu-out}}"
+mkdir -p "$out"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 PYTHONUNBUFFERED=1
+
+# graphtop.* maps onto the top-level folders; a symlink shim does that without pip or network.
+shim=/tmp/graphtop-shim
+rm -rf "$shim" && mkdir -p "$shim/graphtop"
+for pkg in engine models tui themes; do ln -s "$here/$pkg" "$shim/graphtop/$pkg"; done
+export PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}"
+# Pure-python packages the device image may lack travel as wheels in .whl (see README).
+if [ -d "$here/.whl" ] && ls "$here"/.whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/whl-site \
+    "$here"/.whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/whl-site"
+fi
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
+  python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+} | tee "$out/env.txt"
+
+rc=0
+if [ "${GPU_TESTS:-1}" = 1 ]; then
+  files=$(cd "$here" && ls tests/test_cuda_*.py tests/test_flashinfer_cuda.py 2>/dev/null)
+  (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 ${PYTEST_ARGS:-} $files 2>&1) \
+    | tee "$out/cuda-tests.log"
+  rc=${PIPESTATUS[0]}
+fi
+if [ "${GPU_BENCH:-1}" = 1 ]; then
+  (cd "$here" && python3 bench/graph_bench.py --out "$out" ${BENCH_ARGS:-} 2>&1) | tee "$out/bench.log"
+  brc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] && rc=$brc
+fi
+exit "$rc"

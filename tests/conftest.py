@@ -1,0 +1,66 @@
+"""Shared fixtures: tiny HF checkpoints built once per session, and a CPU engine factory."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``tiny_ckpt(family, seed=0, **overrides)`` -> a tiny random checkpoint folder, built once per
+    session per argument set (tests/tiny_models.py). Treat it as read-only: copy it to damage it."""
+    from tiny_models import build_tiny_checkpoint
+
+    cache: dict[str, Path] = {}
+
+    def get(family: str, seed: int = 0, **overrides: Any) -> Path:
+        key = repr((family, seed, sorted(overrides.items())))
+        if key not in cache:
+            root = tmp_path_factory.mktemp(f"ckpt-{family}")
+            cache[key] = build_tiny_checkpoint(root, family, seed=seed, **overrides)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def make_engine() -> Callable[..., Any]:
+    """``make_engine(path, bus=None, graphs=None, **engine_config)`` -> a small CPU fp32 Engine.
+
+    Defaults keep construction cheap: a 4096-token pool and at most 8 running requests (so the
+    default decode list is [1, 2, 4, 8]). ``graphs`` is a GraphConfig, or False for eager only.
+    """
+    from graphtop.engine.config import EngineConfig
+    from graphtop.engine.engine import Engine
+    from graphtop.engine.graphs.config import GraphConfig
+
+    def make(path: Path, bus: Any = None, graphs: Any = None, **overrides: Any) -> Engine:
+        if graphs is False:
+            graphs = GraphConfig(decode_backend="disabled", prefill_backend="disabled")
+        kwargs: dict[str, Any] = dict(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8)
+        kwargs.update(overrides)
+        config = EngineConfig(graphs=graphs if graphs is not None else GraphConfig(), **kwargs)
+        return Engine.from_pretrained(path, config=config, bus=bus)
+
+    return make
+
+
+@pytest.fixture
+def torch_one_thread():
+    """Run a test with one intra-op torch thread (restored afterwards): tiny models gain nothing
+    from more, and on a shared 2-core machine OpenMP spinning makes them 5-10x slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,188 @@
+"""GPU tests (``-m cuda``): real CUDA graphs, on the H200 through scripts/gpu_check.sh.
+
+Skipped without CUDA. They use the torch-native attention backend unless a test says otherwise, so
+they check the graph machinery itself; tests/test_flashinfer_cuda.py covers FlashInfer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+from graphtop.engine.config import EngineConfig  # noqa: E402
+from graphtop.engine.engine import Engine  # noqa: E402
+from graphtop.engine.event_bus import EventBus  # noqa: E402
+from graphtop.engine.graphs.config import GraphConfig, default_decode_buckets  # noqa: E402
+from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog while",
+    "Once",
+    "In a hole in the ground there lived a hobbit. Not a nasty, dirty, wet hole, filled with the ends",
+    "Graphs are a fast path, never the only path:",
+]
+
+
+def _graphs(enabled: bool) -> GraphConfig:
+    g = GraphConfig()
+    if not enabled:
+        g.set("decode.backend", "disabled")
+        g.set("prefill.backend", "disabled")
+    return g
+
+
+@pytest.fixture(scope="module")
+def qwen3_shape():
+    from graphtop.models.random_model import hf_config_for, random_checkpoint
+
+    return random_checkpoint(hf_config_for("qwen3-0.6b"), device="cuda", dtype=torch.bfloat16)
+
+
+_open: list[Engine] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_engines():
+    yield
+    while _open:
+        _open.pop().close()
+
+
+def _engine(ckpt, graphs: bool, attention: str = "torch", **kw) -> Engine:
+    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, max_context_len=1024,
+                       max_total_tokens=64 * 1024, chunked_prefill_size=512, graphs=_graphs(graphs), **kw)
+    eng = Engine(ckpt, cfg, EventBus())
+    _open.append(eng)
+    return eng
+
+
+def _ids(n: int, seed: int, vocab: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(10, vocab - 10, (n,), generator=g).tolist()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_fp32_parity_with_transformers_on_cuda(tmp_path, family):
+    """Greedy tokens equal transformers' generate in fp32, eager and with real CUDA graphs."""
+    from transformers import AutoModelForCausalLM
+
+    from tiny_models import build_tiny_checkpoint
+
+    path = build_tiny_checkpoint(tmp_path, family, num_kv_heads=1 if family == "llama" else 2)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
+    for graphs in (False, True):
+        eng = Engine.from_pretrained(path, config=EngineConfig(device="cuda", dtype="float32",
+                                                               attention_backend="torch", max_total_tokens=4096,
+                                                               chunked_prefill_size=16, graphs=_graphs(graphs)))
+        params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+        handles = eng.generate(PROMPTS, params)
+        for prompt, h in zip(PROMPTS, handles):
+            ids = torch.tensor([eng.tokenizer.encode(prompt)], device="cuda")
+            ref = hf.generate(ids, max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                              attention_mask=torch.ones_like(ids))
+            assert h.token_ids == ref[0, ids.shape[1]:].tolist(), (graphs, prompt)
+        assert eng.pool.used_pages == 0
+        eng.close()
+
+
+def test_default_decode_list_captures_and_graph_matches_eager(qwen3_shape):
+    """The whole default decode list captures; graph and eager agree on logits and greedy tokens."""
+    eng = _engine(qwen3_shape, graphs=True)
+    assert eng.decode_buckets == default_decode_buckets(256)
+    assert not eng.model_runner.emulated
+    vocab = eng.spec.vocab_size
+    params = SamplingParams(max_new_tokens=32, ignore_eos=True, detokenize=False)
+    prompts = [_ids(n, i, vocab) for i, n in enumerate([5, 17, 64, 130, 3, 250, 33])]
+    graph_tokens = [h.token_ids for h in eng.generate(prompts, params)]
+    eager = _engine(qwen3_shape, graphs=False)
+    eager_tokens = [h.token_ids for h in eager.generate(prompts, params)]
+    same = sum(a == b for ga, ea in zip(graph_tokens, eager_tokens) for a, b in zip(ga, ea))
+    total = sum(len(t) for t in eager_tokens)
+    assert same / total >= 0.99, f"graph vs eager token agreement {same}/{total}"
+
+    # Logits of one padded decode batch through both runners (same KV, same batch).
+    handles = [eng.submit(p, SamplingParams(max_new_tokens=100, ignore_eos=True, detokenize=False))
+               for p in prompts[:5]]
+    while any(not h.token_ids for h in handles):
+        eng.step()
+    batch = eng.scheduler.schedule()
+    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 5
+    g = eng.model_runner.decode.run(batch)
+    assert g.bucket == 8 and g.padded == 3
+    g_logits = g.logits.clone()
+    e_logits = eng.model_runner.eager.run(batch).logits
+    rel = (g_logits - e_logits).norm() / e_logits.norm()
+    assert rel.item() <= 1e-2
+
+
+def test_breakable_prefill_equals_eager_prefill(qwen3_shape):
+    eng = _engine(qwen3_shape, graphs=True)
+    assert eng.prefill_buckets, "prefill graphs were captured"
+    vocab = eng.spec.vocab_size
+    for n in (60, 250):
+        for p in ([_ids(n, 1, vocab)], [_ids(n // 2, 2, vocab), _ids(n - n // 2, 3, vocab)]):
+            for x in p:
+                eng.submit(x, SamplingParams(max_new_tokens=1, detokenize=False))
+            eng._drain_commands()
+            batch = eng.scheduler.schedule()
+            assert batch.mode.value == "prefill"
+            assert eng.model_runner.prefill.can_run(batch) is None
+            out = eng.model_runner.prefill.run(batch)
+            assert out.padded == out.bucket - batch.num_tokens
+            seg_total, seg_ms, brk_ms = out.read_timing()
+            assert seg_ms is not None and brk_ms is not None and seg_ms > 0 and brk_ms > 0
+            graph_logits = out.logits.clone()
+            eager_logits = eng.model_runner.eager.run(batch).logits
+            rel = (graph_logits - eager_logits).norm() / eager_logits.norm()
+            assert rel.item() <= 1e-2
+            assert graph_logits.argmax(-1).tolist() == eager_logits.argmax(-1).tolist()
+            for r in list(batch.requests):
+                eng.scheduler.finish(r)
+
+
+def test_memory_returns_after_recapture(qwen3_shape):
+    eng = _engine(qwen3_shape, graphs=True)
+    full = list(eng.decode_buckets)
+
+    def settle() -> int:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return torch.cuda.mem_get_info()[0]
+
+    def recapture(bs):
+        eng.recapture(decode_bs=bs)
+        while eng.step():
+            pass
+        assert eng.decode_buckets == bs
+
+    free_full = settle()
+    recapture([1, 2, 4])
+    free_small = settle()
+    assert free_small > free_full, "releasing 36 decode graphs returns memory"
+    recapture(full)
+    assert abs(settle() - free_full) < 256 * 2**20
+    recapture([1, 2, 4])
+    assert abs(settle() - free_small) < 256 * 2**20, "memory comes back each time"
+
+
+def test_recapture_keeps_requests_streaming(qwen3_shape):
+    eng = _engine(qwen3_shape, graphs=True)
+    vocab = eng.spec.vocab_size
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True, detokenize=False)
+    prompts = [_ids(20 + 7 * i, 10 + i, vocab) for i in range(6)]
+    ref = [h.token_ids for h in _engine(qwen3_shape, graphs=True).generate(prompts, params)]
+    handles = [eng.submit(p, params) for p in prompts]
+    for _ in range(10):
+        eng.step()
+    eng.recapture(decode_bs=[1, 2, 3, 8], prefill_num_tokens=[16, 64, 256])
+    eng.run_until_idle()
+    got = [h.token_ids for h in handles]
+    assert [len(t) for t in got] == [40] * 6
+    same = sum(a == b for g, r in zip(got, ref) for a, b in zip(g, r))
+    assert same / sum(len(r) for r in ref) >= 0.99
+    assert eng.decode_buckets == [1, 2, 3, 8]
