@@ -478,6 +478,9 @@ class Engine:
             if runner is not None:
                 runner.release()
         self.model_runner.decode = self.model_runner.prefill = None
+        release = getattr(self.attention, "release", None)
+        if release is not None:
+            release()
         self.pool.release()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
-import torch
 
 from .batch import ForwardBatch, ForwardMode
 from .graphs.config import GraphConfig, GraphConfigError, ResolvedGraphConfig, resolve_graph_config

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Union
 
 from .events import SCHEMA_VERSION, Event, SchemaError, TraceHeader, event_from_dict, validate_event_dict

@@ -34,8 +34,9 @@ def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 def make_engine() -> Callable[..., Any]:
     """``make_engine(path, bus=None, graphs=None, **engine_config)`` -> a small CPU fp32 Engine.
 
-    Defaults keep construction cheap: a 4096-token pool and at most 8 running requests (so the
-    default decode list is [1, 2, 4, 8]). ``graphs`` is a GraphConfig, or False for eager only.
+    Defaults keep construction cheap: a 4096-token pool, at most 8 running requests and 64-token
+    prefill chunks (so the default lists are decode [1, 2, 4, 8] and prefill 4..32 step 4, 48, 64).
+    ``graphs`` is a GraphConfig, or False for eager only.
     """
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
@@ -44,7 +45,8 @@ def make_engine() -> Callable[..., Any]:
     def make(path: Path, bus: Any = None, graphs: Any = None, **overrides: Any) -> Engine:
         if graphs is False:
             graphs = GraphConfig(decode_backend="disabled", prefill_backend="disabled")
-        kwargs: dict[str, Any] = dict(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8)
+        kwargs: dict[str, Any] = dict(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
+                                     chunked_prefill_size=64)
         kwargs.update(overrides)
         config = EngineConfig(graphs=graphs if graphs is not None else GraphConfig(), **kwargs)
         return Engine.from_pretrained(path, config=config, bus=bus)

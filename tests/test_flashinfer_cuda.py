@@ -14,10 +14,9 @@ miss (reported separately, and bounded by the strict floor); the logits themselv
 from __future__ import annotations
 
 import gc
-import math
 import os
 import random
-from typing import Any, Optional
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -43,7 +42,7 @@ CTX = [1, 2, 15, 16, 17, 100, 129, 1000, 2049, 4096]  # decode context lengths (
 EXTEND = [(0, 1), (0, 13), (0, 16), (0, 17), (31, 1), (15, 40), (1000, 100), (0, 300), (2048, 33), (3900, 196)]
 # (q heads, kv heads): GQA 2 and 8 decode on CUDA cores, 5 on tensor cores (the fa2 prefill module)
 HEADS = [(16, 8), (32, 4), (20, 4)]
-TIE_ULPS = 3
+from token_agreement import Recorder, _assert_agree, serve  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -270,72 +269,6 @@ def test_describe(fi):
 
 
 # --- engine-level: teacher-forced greedy comparisons ---------------------------------------------------
-def _bf16_ulp(x: float) -> float:
-    return 2.0 ** (math.floor(math.log2(abs(x))) - 7) if x else 2.0**-133
-
-
-class Recorder:
-    """Stands in for ``graphtop.engine.engine.sample``: records each greedy prediction, its top-8 and the
-    logits row; returns the prediction (reference run) or the reference's token (teacher forcing)."""
-
-    def __init__(self, reference: Optional["Recorder"] = None):
-        self.reference = reference
-        self.preds: dict[str, list[int]] = {}
-        self.top: dict[str, list[tuple[list[float], list[int]]]] = {}
-        self.rows: dict[str, list[torch.Tensor]] = {}
-        self.rel_errs: list[float] = []
-
-    def __call__(self, logits: torch.Tensor, requests: list[Any]) -> list[int]:
-        logits = logits.float()
-        vals, idx = torch.topk(logits, 8, dim=-1)
-        vals_l, idx_l = vals.tolist(), idx.tolist()
-        out = []
-        for i, req in enumerate(requests):
-            rid, j = req.request_id, len(req.output_ids)
-            pred = idx_l[i][0]
-            self.preds.setdefault(rid, []).append(pred)
-            self.top.setdefault(rid, []).append((vals_l[i], idx_l[i]))
-            if self.reference is None:
-                self.rows.setdefault(rid, []).append(logits[i].clone())
-                out.append(pred)
-            else:
-                self.rel_errs.append(_rel(logits[i], self.reference.rows[rid][j]))
-                out.append(self.reference.preds[rid][j])
-        return out
-
-
-def agreement(ref: Recorder, got: Recorder) -> tuple[float, float, list[tuple]]:
-    """(strict, tie-aware) fraction of positions whose greedy token equals the reference's, and misses."""
-    strict = ties = total = 0
-    misses = []
-    for rid, want in ref.preds.items():
-        have = got.preds[rid]
-        assert len(have) == len(want), (rid, len(have), len(want))
-        for j, (a, b) in enumerate(zip(want, have)):
-            total += 1
-            if a == b:
-                strict += 1
-                continue
-            vals, idx = ref.top[rid][j]
-            gap = vals[0] - vals[idx.index(b)] if b in idx else math.inf
-            if gap <= TIE_ULPS * _bf16_ulp(vals[0]):
-                ties += 1
-            else:
-                misses.append((rid, j, a, b, gap))
-    return strict / total, (strict + ties) / total, misses
-
-
-def serve(engine: Any, prompts: list[list[int]], max_new: list[int], recorder: Recorder, monkeypatch) -> None:
-    import graphtop.engine.engine as engine_mod
-    from graphtop.engine.sampling_params import SamplingParams
-
-    monkeypatch.setattr(engine_mod, "sample", recorder)
-    for i, (p, m) in enumerate(zip(prompts, max_new)):
-        engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False), request_id=f"r{i}")
-    engine.run_until_idle()
-    assert engine.pool.used_pages == 0
-
-
 def _ids(n: int, seed: int, lo: int = 10, hi: int = 500) -> list[int]:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(lo, hi, (n,), generator=gen).tolist()
@@ -360,17 +293,6 @@ def _count_calls(obj: Any, name: str, counter: list[int]) -> None:
         return orig(*a, **kw)
 
     setattr(obj, name, wrapped)
-
-
-def _assert_agree(ref: Recorder, got: Recorder, what: str, logits_tol: float) -> None:
-    strict, tie_aware, misses = agreement(ref, got)
-    mean_rel = sum(got.rel_errs) / len(got.rel_errs)
-    detail = (f"{what}: strict {strict:.4f}, tie-aware {tie_aware:.4f}, logits rel err mean {mean_rel:.3g} "
-              f"max {max(got.rel_errs):.3g}, misses (rid, pos, want, got, ref margin) {misses[:8]}")
-    print(detail)
-    assert tie_aware >= 0.99, detail
-    assert strict >= 0.85, detail
-    assert mean_rel <= logits_tol, detail
 
 
 def _free(*engines: Any) -> None:

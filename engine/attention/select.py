@@ -22,7 +22,7 @@ def flashinfer_problem(device: torch.device) -> str | None:
     if device.type != "cuda":
         return "flashinfer needs a CUDA device"
     try:
-        import flashinfer  # noqa: F401
+        import flashinfer  # noqa: F401  (import check only)
     except Exception as e:  # ImportError, or a broken install raising something else
         return f"flashinfer is not importable ({type(e).__name__}: {e})".splitlines()[0]
     return None
@@ -36,7 +36,9 @@ def select_attention_backend(
         if problem is None:
             from .flashinfer_backend import FlashInferBackend
 
-            return FlashInferBackend(pool, shape, device), "flashinfer selected"
+            problem = FlashInferBackend.problem(pool.layout.dtype, shape.head_dim, pool.page_size)
+            if problem is None:
+                return FlashInferBackend(pool, shape, device), "flashinfer selected"
         if choice == "flashinfer":
             raise AttentionBackendError(f"--attention-backend flashinfer: {problem}")
         note = "torch-native" if device.type == "cpu" else f"torch-native ({problem})"
