@@ -106,6 +106,14 @@ def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int) -> dict[str, f
     if mr.decode is not None and mr.decode.pick_bucket(bs) is not None:
         time_steps(eng, 5)
         out["graph"] = time_steps(eng, steps)
+        # where a graph step's time goes: GPU replay (CUDA events) vs the rest (host)
+        sub = eng.bus.subscribe("split", types={"step"})
+        time_steps(eng, steps)
+        evs = [e for e in sub.drain() if e.path == "graph"]
+        eng.bus.unsubscribe(sub)
+        if evs:
+            out["replay_gpu_ms"] = statistics.mean(e.replay_ms for e in evs)
+            out["host_ms"] = statistics.mean(e.host_ms for e in evs)
     saved, mr.decode = mr.decode, None
     try:
         time_steps(eng, 2)

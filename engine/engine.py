@@ -162,9 +162,11 @@ class Engine:
         )
         for d in self.model_runner.resolved.downgrades:
             self._publish(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason))
+        self._kv_key: tuple[int, int] = (-1, -1)
+        self._kv_time = 0.0
         self.model_runner.capture_initial()
         self.publish_memory_ledger()
-        self._publish_kv()
+        self._publish_kv(force=True)
 
         self._commands: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
         self._ids = itertools.count()
@@ -490,10 +492,18 @@ class Engine:
     def _publish(self, event: ev.Event) -> None:
         self.bus.publish(event)
 
-    def _publish_kv(self) -> None:
+    KV_EVENT_INTERVAL_S = 0.05
+
+    def _publish_kv(self, force: bool = False) -> None:
+        """KV state at most every 50 ms, or at once when the running/queued counts change."""
         if not self.bus.has_subscribers:
             return
         s = self.scheduler
+        now = time.perf_counter()
+        key = (len(s.running), len(s.waiting))
+        if not force and key == self._kv_key and now - self._kv_time < self.KV_EVENT_INTERVAL_S:
+            return
+        self._kv_key, self._kv_time = key, now
         self._publish(
             ev.KVPoolState(
                 capacity_tokens=self.pool.capacity_tokens,

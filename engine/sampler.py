@@ -29,7 +29,9 @@ def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
     """``logits`` is [len(requests), vocab] float32; returns one token id per request."""
     if not requests:
         return []
-    greedy = torch.argmax(logits, dim=-1)
+    # .cpu() before .tolist(): the device wait happens inside a torch op, which releases the GIL, so
+    # subscriber threads (recorder, dashboard) do their work while the GPU runs instead of after it.
+    greedy = torch.argmax(logits, dim=-1).cpu()
     if all(r.params.greedy for r in requests):
         return greedy.tolist()
     out = greedy.tolist()

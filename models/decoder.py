@@ -65,9 +65,10 @@ class Attention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
-            q = tk.rms_norm(q, self.q_norm.weight, self.q_norm.eps)
-            k = tk.rms_norm(k, self.k_norm.weight, self.k_norm.eps)
-        tk.rope_inplace(positions, q, k, rope.cos_sin_cache)
+            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache, self.q_norm.weight, self.k_norm.weight,
+                                self.q_norm.eps)
+        else:
+            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache)
         o = attn(q, k, v, self.layer_id)
         return self.o_proj(o.reshape(-1, self.num_heads * self.head_dim))
 

@@ -88,6 +88,65 @@ if HAVE_TRITON:
         tl.store(kp + HALF, (k2f * c + k1f * s).to(k1.dtype), mask=km)
 
     @triton.jit
+    def _qk_norm_rope_kernel(q_ptr, k_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, cache_ptr,
+                             q_stride_t, q_stride_h, k_stride_t, k_stride_h, n_qh, n_kh, eps,
+                             HALF: tl.constexpr, BLOCK_H: tl.constexpr, HAS_NORM: tl.constexpr):
+        """Per token: (optional) per-head RMSNorm of q and k, then NeoX RoPE. q goes to a contiguous
+        output (attention kernels want it so), k is rewritten in place (it only goes to the cache)."""
+        t = tl.program_id(0)
+        pos = tl.load(pos_ptr + t)
+        d = tl.arange(0, HALF)
+        c = tl.load(cache_ptr + pos * (2 * HALF) + d)
+        s = tl.load(cache_ptr + pos * (2 * HALF) + HALF + d)
+        h = tl.arange(0, BLOCK_H)
+        # queries
+        qm = h[:, None] < n_qh
+        qp = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + d[None, :]
+        x1 = tl.load(qp, mask=qm, other=0.0)
+        x2 = tl.load(qp + HALF, mask=qm, other=0.0)
+        dt = x1.dtype
+        cf = c.to(dt).to(tl.float32)[None, :]
+        sf = s.to(dt).to(tl.float32)[None, :]
+        a = x1.to(tl.float32)
+        b = x2.to(tl.float32)
+        if HAS_NORM:
+            rstd = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / (2 * HALF) + eps)[:, None]
+            w1 = tl.load(qw_ptr + d).to(tl.float32)[None, :]
+            w2 = tl.load(qw_ptr + HALF + d).to(tl.float32)[None, :]
+            a = (w1 * (a * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+            b = (w2 * (b * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+        qo = qo_ptr + t * (n_qh * 2 * HALF) + h[:, None] * (2 * HALF) + d[None, :]
+        tl.store(qo, (a * cf - b * sf).to(dt), mask=qm)
+        tl.store(qo + HALF, (b * cf + a * sf).to(dt), mask=qm)
+        # keys
+        km = h[:, None] < n_kh
+        kp = k_ptr + t * k_stride_t + h[:, None] * k_stride_h + d[None, :]
+        a = tl.load(kp, mask=km, other=0.0).to(tl.float32)
+        b = tl.load(kp + HALF, mask=km, other=0.0).to(tl.float32)
+        if HAS_NORM:
+            rstd = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / (2 * HALF) + eps)[:, None]
+            w1 = tl.load(kw_ptr + d).to(tl.float32)[None, :]
+            w2 = tl.load(kw_ptr + HALF + d).to(tl.float32)[None, :]
+            a = (w1 * (a * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+            b = (w2 * (b * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+        tl.store(kp, (a * cf - b * sf).to(dt), mask=km)
+        tl.store(kp + HALF, (b * cf + a * sf).to(dt), mask=km)
+
+    @triton.jit
+    def _store_kv_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, k_stride_t, k_stride_h, v_stride_t, v_stride_h,
+                         n_kh, D: tl.constexpr, BLOCK_H: tl.constexpr):
+        t = tl.program_id(0)
+        slot = tl.load(loc_ptr + t).to(tl.int64)
+        h = tl.arange(0, BLOCK_H)
+        d = tl.arange(0, D)
+        m = h[:, None] < n_kh
+        dst = slot * (n_kh * D) + h[:, None] * D + d[None, :]
+        k = tl.load(k_ptr + t * k_stride_t + h[:, None] * k_stride_h + d[None, :], mask=m)
+        v = tl.load(v_ptr + t * v_stride_t + h[:, None] * v_stride_h + d[None, :], mask=m)
+        tl.store(kc_ptr + dst, k, mask=m)
+        tl.store(vc_ptr + dst, v, mask=m)
+
+    @triton.jit
     def _silu_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, N_COLS, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         blk = tl.program_id(1)
@@ -136,3 +195,29 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     block = 1024
     _silu_mul_kernel[(n, triton.cdiv(cols, block))](x, out, x.stride(0), out.stride(0), cols, BLOCK=block)
     return out
+
+
+def qk_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
+                 q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None,
+                 eps: float = 1e-6) -> torch.Tensor:
+    """One launch for Qwen3's q/k norm (when weights are given) and RoPE. Returns a contiguous q;
+    k (a strided view is fine) is updated in place."""
+    T, n_qh, D = q.shape
+    n_kh = k.shape[1]
+    q_out = torch.empty((T, n_qh, D), dtype=q.dtype, device=q.device)
+    has_norm = q_weight is not None
+    _qk_norm_rope_kernel[(T,)](q, k, q_out, q_weight if has_norm else q, k_weight if has_norm else k, positions,
+                               cos_sin_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), n_qh, n_kh, eps,
+                               HALF=D // 2, BLOCK_H=triton.next_power_of_2(max(n_qh, n_kh)), HAS_NORM=has_norm,
+                               num_warps=4)
+    return q_out
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             loc: torch.Tensor) -> None:
+    """k/v [T, Hkv, D] (strided rows allowed) -> the flat caches [slots, Hkv, D] at ``loc`` (one launch)."""
+    T, n_kh, D = k.shape
+    if T == 0:
+        return
+    _store_kv_kernel[(T,)](k, v, k_cache, v_cache, loc, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                           n_kh, D=D, BLOCK_H=triton.next_power_of_2(n_kh), num_warps=4)

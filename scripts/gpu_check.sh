@@ -3,8 +3,8 @@
 # graphtop importable without network, run the `cuda` tests, then the benchmark. Logs and figures go to
 # the folder given as $1 (default: $OUT, else ./gpu-out).
 #   device run:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
-# Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmark, BENCH_ARGS adds benchmark flags,
-#      PYTEST_ARGS adds pytest flags.
+# Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, BENCH_ARGS / DASH_ARGS add flags to
+#      bench/graph_bench.py / bench/dashboard_bench.py, PYTEST_ARGS adds pytest flags.
 set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
 mkdir -p "$out"
@@ -38,5 +38,8 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   (cd "$here" && python3 bench/graph_bench.py --out "$out" ${BENCH_ARGS:-} 2>&1) | tee "$out/bench.log"
   brc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] && rc=$brc
+  (cd "$here" && python3 bench/dashboard_bench.py --out "$out" ${DASH_ARGS:-} 2>&1) | tee "$out/dashboard.log"
+  drc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] && rc=$drc
 fi
 exit "$rc"

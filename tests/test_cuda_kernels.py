@@ -59,6 +59,42 @@ def test_norms_rope_silu_match_torch(dtype):
     _close(tk.silu_and_mul(gu), torch.nn.functional.silu(g) * u)
 
 
+@pytest.mark.parametrize("norm", [True, False])
+def test_qk_norm_rope_and_store_kv_match_torch(norm):
+    from graphtop.models import triton_kernels as tk
+    from graphtop.models.layers import RMSNorm
+    from graphtop.models.rope import apply_rope
+
+    torch.manual_seed(1)
+    dev, dtype, T, H, Hk, D = "cuda", torch.bfloat16, 29, 16, 8, 128
+    qkv = torch.randn(T, (H + 2 * Hk) * D, device=dev, dtype=dtype)
+    q = qkv[:, : H * D].view(T, H, D)
+    k = qkv[:, H * D : (H + Hk) * D].view(T, Hk, D)
+    v = qkv[:, (H + Hk) * D :].view(T, Hk, D)
+    qn, kn = RMSNorm(D, 1e-6).to(dev, dtype), RMSNorm(D, 1e-6).to(dev, dtype)
+    qn.weight.data.normal_(1.0, 0.1)
+    kn.weight.data.normal_(1.0, 0.1)
+    pos = torch.randint(0, 4000, (T,), device=dev)
+    inv = 1.0 / (1e6 ** (torch.arange(0, D, 2, device=dev).float() / D))
+    f = torch.arange(4096, device=dev).float()[:, None] * inv[None]
+    cache = torch.cat([f.cos(), f.sin()], -1)
+    cos, sin = cache[pos].to(dtype).unsqueeze(1).chunk(2, -1)
+    rq = apply_rope(qn(q) if norm else q, cos, sin)
+    rk = apply_rope(kn(k) if norm else k, cos, sin)
+    got_q = tk.qk_norm_rope(pos, q, k, cache, qn.weight if norm else None, kn.weight if norm else None, 1e-6)
+    assert got_q.is_contiguous()
+    _close(got_q, rq)
+    _close(k, rk)
+    kc = torch.zeros(100, Hk, D, device=dev, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    loc = torch.randperm(100, device=dev)[:T]
+    tk.store_kv(k, v, kc, vc, loc)
+    ek, ev = torch.zeros_like(kc), torch.zeros_like(vc)
+    ek.index_copy_(0, loc, k)
+    ev.index_copy_(0, loc, v)
+    assert torch.equal(kc, ek) and torch.equal(vc, ev)
+
+
 def test_fused_model_matches_unfused():
     from graphtop.models.reference_attention import ContiguousAttention
     from graphtop.models.random_model import hf_config_for, random_checkpoint

@@ -82,8 +82,9 @@ def test_pool_usage_returns_to_zero(llama, make_engine):
     assert peak >= prompt_tokens  # everything was in the pool at once
     assert engine.pool.used_pages == 0 and engine.pool.free_pages == engine.pool.capacity_pages
     assert not engine.scheduler.running and not engine.scheduler.waiting
-    states = kv.drain()
-    assert max(s.used_tokens for s in states) == peak
+    states = kv.drain()  # rate-limited, but published whenever running/queued change
+    assert all(0 <= s.used_tokens <= peak and s.capacity_tokens == engine.kv_capacity_tokens for s in states)
+    assert any(s.used_tokens > 0 and s.running == len(PROMPTS) for s in states)
     assert states[-1].used_tokens == 0 and states[-1].running == 0 and states[-1].queued == 0
 
 
@@ -307,6 +308,8 @@ def test_background_thread_serves_other_threads_and_shutdown_joins(llama, make_e
     assert not errors and [results[i] for i in range(4)] == want
     again = engine.generate(PROMPTS[:2], params)  # generate() waits on the handles in this mode
     assert [h.token_ids for h in again] == want[:2]
+    streamed = engine.submit(PROMPTS[2], params)
+    assert "".join(streamed.stream()) == streamed.text and streamed.token_ids == want[2]
     engine.shutdown()
     assert not engine.background_running and not thread.is_alive() and engine._thread is None
     assert engine.last_error is None and engine.pool.used_pages == 0
@@ -348,7 +351,9 @@ def test_event_stream_of_a_run_is_complete_and_valid(llama, make_engine):
     assert {s.phase for s in steps} == {"prefill", "decode"}
     first_step = kinds.index(ev.StepEvent)
     assert ev.MemoryLedger in kinds[:first_step] and ev.CaptureFinished in kinds[:first_step]
-    assert sum(k is ev.KVPoolState for k in kinds) >= len(steps)
+    kv = [e for e in events if isinstance(e, ev.KVPoolState)]
+    assert kv and kv[0].used_tokens == 0 and kv[-1].used_tokens == 0 and kv[-1].running == 0
+    assert any(k.running == 3 and k.used_tokens > 0 for k in kv)
 
     for h in handles:
         mine = [e for e in events if getattr(e, "request_id", None) == h.request_id]
@@ -358,3 +363,65 @@ def test_event_stream_of_a_run_is_complete_and_valid(llama, make_engine):
         assert done.output_tokens == 10 and done.finish_reason == "length" and done.latency_ms > 0
     ts = [e.ts for e in events]
     assert ts == sorted(ts)
+
+
+def test_background_step_failure_fails_running_requests_and_keeps_serving(llama, make_engine):
+    bus = EventBus()
+    errors = bus.subscribe("errors", types=["error"])
+    engine = make_engine(llama, bus=bus)
+    real_forward = engine.model_runner.forward
+    calls = {"n": 0}
+
+    def forward_failing_once(batch):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated kernel failure")
+        return real_forward(batch)
+
+    engine.model_runner.forward = forward_failing_once
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    engine.start_background()
+    try:
+        victim = engine.submit(PROMPTS[0], params)
+        assert victim.wait(30)
+        later = engine.submit(PROMPTS[1], params)
+        assert later.wait(30)
+    finally:
+        engine.shutdown()
+    assert victim.finish_reason is FinishReason.CANCELLED
+    assert victim.error == "RuntimeError: simulated kernel failure" == engine.last_error
+    (error,) = errors.drain()
+    assert error.message == victim.error and error.where == "step" and not error.fatal
+    assert later.finish_reason is FinishReason.LENGTH and len(later.token_ids) == 8
+    assert engine.pool.used_pages == 0
+
+
+def test_chat_prompts_use_the_chat_template(llama, make_engine):
+    engine = make_engine(llama)
+    tok = shared_tokenizer()
+    handle = engine.submit("hi there", SamplingParams(max_new_tokens=3, ignore_eos=True), chat=True,
+                           request_id="chat-1")
+    want = tok.apply_chat_template([{"role": "user", "content": "hi there"}], add_generation_prompt=True,
+                                   tokenize=False)
+    assert handle.request_id == "chat-1" and handle.prompt_ids == tok.encode(want)
+    engine.run_until_idle()
+    assert len(handle.token_ids) == 3
+    ids = engine.submit(tok.encode("hi there"), SamplingParams(max_new_tokens=3, ignore_eos=True))
+    assert ids.prompt == "hi there"  # token-id prompts are decoded for display
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(temperature=-0.5), "temperature"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(seed="7"), "seed"),
+        (dict(stop=("",)), "stop"),
+    ],
+)
+def test_invalid_sampling_params_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)

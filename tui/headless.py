@@ -64,6 +64,10 @@ def run_headless(args: Any, config: Any) -> int:
         raise UsageError("choose one workload: --prompts FILE or --synthetic N")
     if args.output and not (args.prompts or args.synthetic):
         raise UsageError("--output needs a workload: --prompts FILE or --synthetic N")
+    try:  # the command-line sampling options themselves (--top-k -1, --top-p 0, ...)
+        _sampling(args, None)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"bad sampling option: {e}") from None
     lines: list[PromptLine] = []
     if args.prompts:
         try:

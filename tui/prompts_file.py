@@ -33,7 +33,7 @@ def read_prompts(path: str) -> list[PromptLine]:
     if p.is_dir():
         raise PromptsFileError(f"prompts file {path} is a directory")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) must not hide line 1's JSON
     except (OSError, UnicodeDecodeError) as e:
         raise PromptsFileError(f"cannot read prompts file {path}: {e}") from None
     out: list[PromptLine] = []
