@@ -15,6 +15,7 @@ Data flow, deliberately one-way and pull-based (like memray's live view):
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import traceback
@@ -148,7 +149,16 @@ class GraphtopApp(App[int]):
         yield PromptConsole(blink=self.animate, id="console")
         yield Footer()
 
+    # The engine's thread needs the GIL for ~0.3 ms per step; with CPython's default 5 ms switch
+    # interval it waits behind every repaint (a GIL convoy) and decode slows several-fold. A short
+    # interval while a live engine runs here lets it in within a fraction of a millisecond.
+    ENGINE_SWITCH_INTERVAL_S = 0.0002
+    _switch_interval: Optional[float] = None
+
     def on_mount(self) -> None:
+        if self.session.kind == "live" and self._switch_interval is None:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(self.ENGINE_SWITCH_INTERVAL_S)
         # widget references cached once: while a modal is open, queries would search the modal
         self.status_line = self.query_one(StatusLine)
         self.replay_bar = self.query_one(ReplayBar)
@@ -168,6 +178,9 @@ class GraphtopApp(App[int]):
 
     def on_unmount(self) -> None:
         self._stop.set()
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
 
     def _apply_mode(self) -> None:
         replay = self.session.kind == "replay"
