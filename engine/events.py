@@ -30,10 +30,20 @@ class Event:
     ts: float = field(default_factory=_now, kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
+        # Hot in the recorder thread (it holds the GIL the engine wants): field names are cached per
+        # class and only container values take the slow conversion path.
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))
         out: dict[str, Any] = {"type": self.type}
-        for f in dataclasses.fields(self):
-            out[f.name] = _jsonable(getattr(self, f.name))
+        d = self.__dict__
+        for name in names:
+            v = d[name]
+            out[name] = _jsonable(v) if isinstance(v, (tuple, dict)) or dataclasses.is_dataclass(v) else v
         return out
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def _jsonable(v: Any) -> Any:

@@ -44,8 +44,10 @@ def encode_event(event: Event) -> bytes:
     ``default=str`` keeps a stray non-JSON value (only possible in ``Any``/``dict`` fields) from
     killing the recorder; such a value is written as its string form.
     """
-    text = json.dumps(event.to_dict(), separators=(",", ":"), default=str)
-    return text.encode("utf-8") + b"\n"
+    return (_ENCODER.encode(event.to_dict()) + "\n").encode("utf-8")
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,216 @@
+"""The dashboard in a real terminal: the installed ``graphtop`` script under tmux.
+
+Pilot tests (test_tui_app.py) drive the app in-process; this one goes through everything they
+skip: the console script, the demo model build + load + capture on CPU, a real pty with real key
+escape sequences, and the process exit status after ``q``. It polls ``tmux capture-pane -p`` for
+what the dashboard draws, with a bound on every wait, and always kills its private tmux server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+WIDTH, HEIGHT = 200, 50
+STARTUP_TIMEOUT = 240.0  # demo model build + load + capture: ~30 s on a 2-core CPU box
+STREAM_TIMEOUT = 120.0  # 128 greedy tokens of the demo model on CPU
+RECAPTURE_TIMEOUT = 120.0
+EXIT_TIMEOUT = 60.0
+PROMPT = "hello-graphtop"  # no q/b/c/space: were "/" lost, the keys must not quit, open or pause
+
+# a finished phase in the capture panel: "decode  ████████████████ 36/36 3.86s 0 B ✓"
+DONE_RE = r"{phase}\s+[█░]+ (\d+)/\1 .*✓"
+
+
+def graphtop_command() -> str:
+    """The console script of the Python running the tests (not whatever is first on PATH)."""
+    script = Path(sys.executable).parent / "graphtop"
+    if script.exists():
+        return shlex.quote(str(script))
+    found = shutil.which("graphtop")
+    if found:
+        return shlex.quote(found)
+    return f"{shlex.quote(sys.executable)} -m graphtop.tui.cli"
+
+
+class Tmux:
+    """A private tmux server (``-L``) with one detached session running a command."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.socket = f"graphtop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.env = env
+        self.last = ""
+
+    def tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], env=self.env,
+                              capture_output=True, text=True, timeout=30, check=check)
+
+    def start(self, command: str, width: int, height: int) -> None:
+        self.tmux("new-session", "-d", "-s", "gt", "-x", str(width), "-y", str(height), command)
+        # no lag after Escape (tmux would otherwise hold it 500 ms waiting for a sequence)
+        self.tmux("set-option", "-s", "escape-time", "10", check=False)
+
+    def screen(self) -> str:
+        proc = self.tmux("capture-pane", "-p", "-t", "gt", check=False)
+        if proc.returncode == 0:
+            self.last = proc.stdout
+        return self.last
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        self.tmux("send-keys", "-t", "gt", *(("-l",) if literal else ()), *keys)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
+
+
+def wait_for(
+    term: Tmux,
+    what: str,
+    predicate: Callable[[str], bool],
+    timeout: float,
+    *,
+    fail: Optional[Callable[[str], Optional[str]]] = None,
+    interval: float = 0.25,
+) -> str:
+    """Poll the pane until ``predicate(screen)``; fail early when ``fail(screen)`` says why."""
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = term.screen()
+        if predicate(screen):
+            return screen
+        if fail is not None:
+            why = fail(screen)
+            if why:
+                pytest.fail(f"{why} (while waiting for {what})\n--- screen ---\n{screen}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n--- screen ---\n{screen}")
+        time.sleep(interval)
+
+
+def engine_failed(screen: str) -> Optional[str]:
+    if "engine failed" in screen:
+        return "the engine failed to start"
+    if "Traceback (most recent call last)" in screen:
+        return "a traceback is on screen"
+    return None
+
+
+def recapture_failed(screen: str) -> Optional[str]:
+    if "recapture failed" in screen or "recapture refused" in screen or "last recapture failed" in screen:
+        return "the recapture failed"
+    return engine_failed(screen)
+
+
+def footer(screen: str) -> str:
+    lines = [line for line in screen.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def request_output(screen: str, prompt: str) -> Optional[tuple[str, str]]:
+    """(header line, first line of the completion) of the request view for ``prompt``."""
+    lines = screen.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(rf"#\S+ {re.escape(prompt)} ", line) and i + 1 < len(lines):
+            return line, lines[i + 1].strip().strip("│").strip()
+    return None
+
+
+def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
+    exit_file = tmp_path / "exit-status"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
+    env.update(
+        GRAPHTOP_CACHE_DIR=str(tmp_path / "cache"),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        TERM="xterm-256color",
+    )
+    inner = f"{graphtop_command()}; echo EXIT=$? > {shlex.quote(str(exit_file))}"
+    term = Tmux(env)
+    t0 = time.monotonic()
+    try:
+        term.start(f"sh -c {shlex.quote(inner)}", WIDTH, HEIGHT)
+
+        # 1. model built and loaded, both phases captured (a ✓ on each phase line)
+        screen = wait_for(
+            term, "graph capture to finish",
+            lambda s: bool(re.search(DONE_RE.format(phase="decode"), s))
+            and bool(re.search(DONE_RE.format(phase="prefill"), s)) and "loading" not in s,
+            STARTUP_TIMEOUT, fail=engine_failed,
+        )
+        assert "graphtop" in screen.splitlines()[0]  # the status line
+        startup = time.monotonic() - t0
+
+        # 2. help opens on "?" and closes on escape
+        term.keys("?")
+        wait_for(term, "the help screen", lambda s: "graphtop help" in s, 15)
+        term.keys("Escape")
+        wait_for(term, "the help screen to close", lambda s: "graphtop help" not in s, 15)
+
+        # 3. space pauses the live view, space again resumes it
+        term.keys("Space")
+        wait_for(term, "the PAUSED badge", lambda s: "PAUSED" in s.splitlines()[0], 15)
+        term.keys("Space")
+        wait_for(term, "the PAUSED badge to go", lambda s: "PAUSED" not in s.splitlines()[0], 15)
+
+        # 4. a prompt: "/" focuses the input, type, enter; the completion streams until done
+        term.keys("/")
+        time.sleep(0.3)
+        term.keys(PROMPT, literal=True)
+        wait_for(term, "the typed prompt in the input", lambda s: PROMPT in s, 15)
+        term.keys("Enter")
+        screen = wait_for(
+            term, "the request to finish streaming",
+            lambda s: (r := request_output(s, PROMPT)) is not None and "done (" in r[0],
+            STREAM_TIMEOUT, fail=engine_failed,
+        )
+        header, first_line = request_output(screen, PROMPT)  # type: ignore[misc]
+        assert first_line and first_line != "…", f"no streamed text under {header!r}\n{screen}"
+        assert "error" not in header, header
+
+        # 5. escape leaves the input: single-key shortcuts are back in the footer
+        term.keys("Escape")
+        wait_for(term, "the input to lose focus", lambda s: "b Buckets" in footer(s), 15)
+
+        # 6. bucket editor: new decode list, confirm with ctrl+s, recapture finishes
+        term.keys("b")
+        wait_for(term, "the bucket editor", lambda s: "graph buckets" in s and "decode batch sizes" in s, 15)
+        term.keys("End", "C-u")  # clear the decode field (focused on open)
+        term.keys("1,2,4", literal=True)
+        wait_for(term, "the decode list to validate", lambda s: "✓ 3 buckets: 1,2,4" in s, 15)
+        term.keys("C-s")
+        wait_for(
+            term, "the recapture to finish",
+            lambda s: bool(re.search(r"decode\s+[█░]+ 3/3 .*✓", s)) and "last recapture ok" in s,
+            RECAPTURE_TIMEOUT, fail=recapture_failed,
+        )
+        screen = term.screen()
+        if "graph buckets" in screen:  # confirm dismisses the editor; close it if it did not
+            term.keys("Escape")
+            wait_for(term, "the bucket editor to close", lambda s: "graph buckets" not in s, 15)
+
+        # 7. q quits, exit status 0
+        term.keys("q")
+        deadline = time.monotonic() + EXIT_TIMEOUT
+        while not exit_file.exists() or not exit_file.read_text().strip():
+            if time.monotonic() > deadline:
+                pytest.fail(f"graphtop did not exit within {EXIT_TIMEOUT:.0f}s of q\n--- screen ---\n{term.screen()}")
+            time.sleep(0.2)
+        assert exit_file.read_text().strip() == "EXIT=0", f"{exit_file.read_text()!r}\n--- last screen ---\n{term.last}"
+        print(f"startup {startup:.1f}s, total {time.monotonic() - t0:.1f}s")
+    finally:
+        term.kill()
