@@ -18,6 +18,7 @@ from graphtop.tui.device_probe import DeviceSample
 from graphtop.tui.fake_session import FakeSession, boot_events, step_events
 from graphtop.tui.help_screen import HelpScreen
 from graphtop.tui.request_view import RequestView
+from graphtop.tui.steps_table import StepsTable
 from graphtop.tui.testing import FIXED_DEVICE, fixed_app, screen_text, settle, wait_until
 
 SIZE = (160, 48)
@@ -82,7 +83,7 @@ async def test_ui_timer_drains_events_and_streams_without_help() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.total_steps == 40)
         session.publish(*step_events(3, start_step=500))
-        await wait_until(pilot, lambda: app.query_one("#steps-table", DataTable).get_row_at(0)[0] == 502)
+        await wait_until(pilot, lambda: app.query_one("#steps-table", StepsTable).get_row_at(0)[0] == 502)
         await pilot.press("slash", *"p", "enter")
         await wait_until(pilot, lambda: app.query_one(RequestView).done)
         assert app.query_one(RequestView).text == "x y"
@@ -105,7 +106,7 @@ async def test_panels_show_scripted_data() -> None:
         # KV pool
         assert "running 4/64 · queued 2" in text
         # steps: table newest first, histogram, fallbacks ranked
-        table = app.query_one("#steps-table", DataTable)
+        table = app.query_one("#steps-table", StepsTable)
         assert table.row_count == 40
         assert table.get_row_at(0)[0] == 60
         assert "bucket hits · padding" in text and "dec    16" in text
@@ -236,7 +237,7 @@ async def test_space_pauses_the_live_view() -> None:
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        table = app.query_one("#steps-table", DataTable)
+        table = app.query_one("#steps-table", StepsTable)
         await pilot.press("space")
         assert app.paused and "PAUSED" in screen_text(app)
         session.publish(*step_events(5, start_step=1000))

@@ -7,11 +7,12 @@ emits them, streamed text from real RequestHandles, and a recapture at a step bo
 from __future__ import annotations
 
 import pytest
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.bucket_editor import BucketEditorScreen
 from graphtop.tui.request_view import RequestView
+from graphtop.tui.steps_table import StepsTable
 from graphtop.tui.session import EngineSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
 
@@ -63,7 +64,7 @@ async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
             assert view.text and view.handle.finish_reason is not None
             await wait_until(pilot, lambda: state.total_steps > 0 and state.kv is not None)
             await pilot.pause(0.2)
-            table = app.query_one("#steps-table", DataTable)
+            table = app.query_one("#steps-table", StepsTable)
             assert table.row_count > 0
 
             # bucket editor → recapture → RecaptureFinished arrives and the panel says so

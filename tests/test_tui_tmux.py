@@ -55,6 +55,7 @@ class Tmux:
         self.socket = f"graphtop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.env = env
         self.last = ""
+        self.socket_path: Optional[Path] = None
 
     def tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], env=self.env,
@@ -62,6 +63,8 @@ class Tmux:
 
     def start(self, command: str, width: int, height: int) -> None:
         self.tmux("new-session", "-d", "-s", "gt", "-x", str(width), "-y", str(height), command)
+        path = self.tmux("display-message", "-p", "#{socket_path}", check=False).stdout.strip()
+        self.socket_path = Path(path) if path else None
         # no lag after Escape (tmux would otherwise hold it 500 ms waiting for a sequence)
         self.tmux("set-option", "-s", "escape-time", "10", check=False)
 
@@ -76,6 +79,8 @@ class Tmux:
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
+        if self.socket_path is not None and self.socket.rsplit("-", 1)[-1] in self.socket_path.name:
+            self.socket_path.unlink(missing_ok=True)  # kill-server leaves the socket file behind
 
 
 def wait_for(
@@ -121,13 +126,36 @@ def footer(screen: str) -> str:
     return lines[-1] if lines else ""
 
 
-def request_output(screen: str, prompt: str) -> Optional[tuple[str, str]]:
-    """(header line, first line of the completion) of the request view for ``prompt``."""
-    lines = screen.splitlines()
-    for i, line in enumerate(lines):
-        if re.search(rf"#\S+ {re.escape(prompt)} ", line) and i + 1 < len(lines):
-            return line, lines[i + 1].strip().strip("│").strip()
-    return None
+def console_lines(screen: str) -> list[str]:
+    """The prompt console's rows between its top border and the prompt input, borders stripped."""
+    rows: list[str] = []
+    inside = False
+    for line in screen.splitlines():
+        if "─ prompt console ─" in line:
+            inside = True
+        elif inside:
+            if "▊▔" in line:
+                break
+            rows.append(line.strip().strip("│").rstrip())
+    return rows
+
+
+def request_state(screen: str, prompt: str) -> tuple[bool, bool, Optional[str]]:
+    """(finished, streamed text on screen, header line) for the request of ``prompt``.
+
+    The completion may start with newlines (the demo model's output is random) and push the
+    request's header out of the console's small scroll view; then "finished" comes from the
+    engine panels instead: steps were run and nothing is running any more.
+    """
+    rows = console_lines(screen)
+    header = next((r for r in rows if re.search(rf"#\S+ {re.escape(prompt)} ", r)), None)
+    body = [r for r in rows if r is not header and r.strip() and "top-p" not in r]
+    if header is not None:
+        finished = "done (" in header or "error:" in header
+    else:
+        stepped = re.search(r"\d+\s+(decode|prefill)\s+\d+\s+\d+", screen) is not None
+        finished = stepped and "running 0/" in screen and "streaming…" not in screen
+    return finished, bool(body), header
 
 
 def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
@@ -168,19 +196,22 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
         wait_for(term, "the PAUSED badge to go", lambda s: "PAUSED" not in s.splitlines()[0], 15)
 
         # 4. a prompt: "/" focuses the input, type, enter; the completion streams until done
+        # A key bound on the app or on a focused widget runs once its event has bubbled back up
+        # to the app, so keys sent in one burst can overtake it: wait for each key's visible
+        # effect before sending keys that depend on it. Focus in an input hides the single-key
+        # shortcuts from the footer.
         term.keys("/")
-        time.sleep(0.3)
+        wait_for(term, "the prompt input to take focus", lambda s: "b Buckets" not in footer(s), 15)
         term.keys(PROMPT, literal=True)
         wait_for(term, "the typed prompt in the input", lambda s: PROMPT in s, 15)
         term.keys("Enter")
-        screen = wait_for(
-            term, "the request to finish streaming",
-            lambda s: (r := request_output(s, PROMPT)) is not None and "done (" in r[0],
-            STREAM_TIMEOUT, fail=engine_failed,
-        )
-        header, first_line = request_output(screen, PROMPT)  # type: ignore[misc]
-        assert first_line and first_line != "…", f"no streamed text under {header!r}\n{screen}"
-        assert "error" not in header, header
+        wait_for(term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30,
+                 fail=engine_failed)
+        screen = wait_for(term, "the request to finish streaming", lambda s: request_state(s, PROMPT)[0],
+                          STREAM_TIMEOUT, fail=engine_failed)
+        _, streamed, header = request_state(screen, PROMPT)
+        assert streamed, f"no streamed text in the prompt console\n{screen}"
+        assert header is None or "error:" not in header, header
 
         # 5. escape leaves the input: single-key shortcuts are back in the footer
         term.keys("Escape")
@@ -190,6 +221,7 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
         term.keys("b")
         wait_for(term, "the bucket editor", lambda s: "graph buckets" in s and "decode batch sizes" in s, 15)
         term.keys("End", "C-u")  # clear the decode field (focused on open)
+        wait_for(term, "the decode field to be cleared", lambda s: "✗ empty" in s, 15)
         term.keys("1,2,4", literal=True)
         wait_for(term, "the decode list to validate", lambda s: "✓ 3 buckets: 1,2,4" in s, 15)
         term.keys("C-s")

@@ -4,10 +4,11 @@ Data flow, deliberately one-way and pull-based (like memray's live view):
 
 * the session starts in a thread worker (model load + graph capture can take a minute; the UI is
   up and showing capture progress the whole time);
-* a UI timer (15 Hz) drains the session's bounded subscription — never blocking, never
-  ``call_from_thread`` from the engine's hot loop — folds the events into a
+* a UI timer (15 Hz; 4 Hz while the engine is busy) drains the session's bounded subscription —
+  never blocking, never ``call_from_thread`` from the engine's hot loop — folds the events into a
   :class:`~graphtop.tui.state.DashboardState`, and re-renders changed panels inside one
-  ``batch_update`` so a burst of events costs one repaint;
+  ``batch_update`` so a burst of events costs one repaint — each panel at most at its own rate
+  (the steps and KV panels 4 Hz), because the UI shares the GIL with the engine;
 * the same timer polls in-flight prompt handles for streamed text;
 * the device poller is a second thread worker posting one typed message per second.
 """
@@ -26,6 +27,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
@@ -170,7 +172,7 @@ class GraphtopApp(App[int]):
         self._apply_mode()
         self.device_panel.show(self.device_sample)
         if self.tick_hz:  # None: the caller pumps (deterministic tests)
-            self.set_interval(1 / self.tick_hz, self.pump, name="graphtop-pump")
+            self._set_tick_rate(self.tick_hz)
         self._start_session()
         if self.poll_device:
             self._poll_device()
@@ -246,8 +248,44 @@ class GraphtopApp(App[int]):
         self.device_panel.show(message.sample)
 
     # ------------------------------------------------------------------ the pump
-    def pump(self) -> int:
-        """Drain → fold → render. The UI timer's body; public so tests can step it exactly."""
+    BUSY_EVENTS_PER_S = 200.0
+    """Above this event rate the engine is serving hard and the tick drops to ``busy_hz``."""
+    busy_hz: float = 4.0
+    _tick_timer: Optional[Timer] = None
+    _tick_rate: Optional[float] = None
+
+    def _set_tick_rate(self, hz: float) -> None:
+        """(Re)start the UI timer at ``hz``; a no-op when it already runs at that rate."""
+        if hz == self._tick_rate:
+            return
+        if self._tick_timer is not None:
+            self._tick_timer.stop()
+        self._tick_rate = hz
+        self._tick_timer = self.set_interval(1 / hz, self._tick, name="graphtop-pump")
+
+    def _tick(self) -> None:
+        """The UI timer's body: a throttled pump and an adaptive tick rate.
+
+        Every tick of the UI thread is GIL time the engine thread waits for. While the engine is
+        busy (events pour in) the panels are throttled to a few Hz anyway, so the timer drops to
+        ``busy_hz``; when it calms down it returns to ``tick_hz`` for snappy streaming and capture
+        progress. Keys and typing are handled by Textual's message loop, not this timer, so they
+        stay immediate either way.
+        """
+        n = self.pump(now=time.monotonic())
+        if self.tick_hz and self._tick_rate:
+            rate = n * self._tick_rate
+            if rate > self.BUSY_EVENTS_PER_S and self.busy_hz < self.tick_hz:
+                self._set_tick_rate(self.busy_hz)
+            elif rate < self.BUSY_EVENTS_PER_S / 4:  # hysteresis: do not flap around the threshold
+                self._set_tick_rate(self.tick_hz)
+
+    def pump(self, *, now: Optional[float] = None) -> int:
+        """Drain → fold → render. Public so tests can step it exactly.
+
+        ``now`` (the timer passes ``time.monotonic()``) lets each panel skip a render that is not
+        due yet (``Panel.MIN_INTERVAL``); without it every changed panel renders at once.
+        """
         if self._stop.is_set():  # shutting down: widgets may already be gone
             return 0
         session = self.session
@@ -267,7 +305,7 @@ class GraphtopApp(App[int]):
                                 timeout=12)
         with self.batch_update():
             if not self.paused or session.kind == "replay":
-                self.render_all()
+                self.render_all(now=now)
             else:
                 self._render_status()
             self.prompt_console.poll()
@@ -275,11 +313,12 @@ class GraphtopApp(App[int]):
                 self.replay_bar.update_view(session)
         return len(events)
 
-    def render_all(self, *, force: bool = False) -> None:
-        """Re-render every panel whose state areas changed (all of them when ``force``)."""
+    def render_all(self, *, force: bool = False, now: Optional[float] = None) -> None:
+        """Re-render every panel whose state areas changed (all of them when ``force``); with
+        ``now``, only those due by their ``MIN_INTERVAL``."""
         state = self.state
         for panel in self.panels:
-            panel.update_view(state, force=force)
+            panel.update_view(state, force=force, now=now)
         self._render_status(force=force)
         if isinstance(self.session, ReplaySession):
             self.replay_bar.update_view(self.session)

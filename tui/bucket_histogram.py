@@ -10,6 +10,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from .fmt import bar
+from .panel import set_content
 from .state import DashboardState
 
 MAX_ROWS = 10
@@ -22,7 +23,7 @@ class BucketHistogram(Static):
     def update_view(self, state: DashboardState) -> None:
         stats = state.bucket_stats
         if not stats:
-            self.update(Content.from_markup("[$text-muted]no graph hits yet[/]"))
+            set_content(self, Content.from_markup("[$text-muted]no graph hits yet[/]"))
             return
         top = max(s.hits for s in stats.values()) or 1
         rows = sorted(stats.items(), key=lambda kv: (kv[0][0], -kv[1].hits, kv[0][1]))[:MAX_ROWS]
@@ -39,4 +40,4 @@ class BucketHistogram(Static):
         hidden = len(stats) - len(rows)
         if hidden > 0:
             lines.append(Content.from_markup("[$text-muted]… $n more buckets[/]", n=str(hidden)))
-        self.update(Content("\n").join(lines))
+        set_content(self, Content("\n").join(lines))

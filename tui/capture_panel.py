@@ -11,7 +11,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from .fmt import bar, human_bytes, secs
-from .panel import Panel
+from .panel import Panel, set_content
 from .state import CapturePhase, DashboardState
 
 RECENT = 4
@@ -39,6 +39,7 @@ class CapturePanel(Panel):
 
     AREAS = ("info", "capture")
     TITLE = "graph capture"
+    MIN_INTERVAL = 0.1  # capture progress can arrive in bursts; 10 Hz is smooth enough
 
     def __init__(self, label: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -83,4 +84,4 @@ class CapturePanel(Panel):
             )
         if state.info is not None and not state.capture:
             lines.append(Content.from_markup("[$text-muted]no graphs captured (eager only)[/]"))
-        self.query_one("#capture-body", Static).update(Content("\n").join(lines))
+        set_content(self.query_one("#capture-body", Static), Content("\n").join(lines))

@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from .device_probe import DeviceSample
 from .fmt import bar, human_bytes
+from .panel import set_content
 
 
 def _opt(value: Optional[float], fmt: str) -> str:
@@ -36,11 +37,15 @@ class DevicePanel(Vertical):
         self.show(self.sample)
 
     def show(self, sample: Optional[DeviceSample]) -> None:
+        """Render ``sample``; an identical text (same numbers as last second) costs no repaint."""
         self.sample = sample
-        body = self.query_one("#device-body", Static)
+        bodies = self.query("#device-body")
+        if not bodies:  # a sample can arrive before compose: on_mount shows the latest one
+            return
+        body = bodies.first(Static)
         if sample is None:
             text = "sampling…" if self.polling else "device polling off"
-            body.update(Content.from_markup("[$text-muted]$t[/]", t=text))
+            set_content(body, Content.from_markup("[$text-muted]$t[/]", t=text))
             return
         lines: list[Content] = []
         for g in sample.gpus:
@@ -70,4 +75,4 @@ class DevicePanel(Vertical):
             )
         )
         lines.append(Content.from_markup("[$text-muted]graphtop rss $r[/]", r=human_bytes(sample.process_rss)))
-        body.update(Content("\n").join(lines))
+        set_content(body, Content("\n").join(lines))

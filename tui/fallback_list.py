@@ -6,6 +6,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from .fmt import short
+from .panel import set_content
 from .state import DashboardState
 
 MAX_ROWS = 8
@@ -17,7 +18,7 @@ class FallbackList(Static):
     def update_view(self, state: DashboardState) -> None:
         total = sum(state.fallbacks.values())
         if not total:
-            self.update(Content.from_markup("[$text-muted]eager fallbacks[/]\n[$success]none — every step hit a graph[/]"))
+            set_content(self, Content.from_markup("[$text-muted]eager fallbacks[/]\n[$success]none — every step hit a graph[/]"))
             return
         lines = [Content.from_markup("[$text-muted]eager fallbacks ($n)[/]", n=f"{total:,}")]
         for reason, count in state.fallbacks.most_common(MAX_ROWS):
@@ -26,4 +27,4 @@ class FallbackList(Static):
                     "[$warning]$c[/] $pc $r", c=f"{count:>6}", pc=f"{100 * count / total:3.0f}%", r=short(reason, 34)
                 )
             )
-        self.update(Content("\n").join(lines))
+        set_content(self, Content("\n").join(lines))

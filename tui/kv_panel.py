@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import ProgressBar, Sparkline, Static
 
-from .panel import Panel
+from .panel import Panel, set_content
 from .state import DashboardState
 
 
@@ -19,6 +19,9 @@ class KVPanel(Panel):
 
     AREAS = ("kv",)
     TITLE = "KV pool"
+    MIN_INTERVAL = 0.5  # KVPoolState arrives at up to 20 Hz; pool usage moves slowly, 2 Hz reads live
+
+    _widgets: tuple[Static, ProgressBar, Sparkline] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="kv-body")
@@ -27,20 +30,23 @@ class KVPanel(Panel):
 
     def render_state(self, state: DashboardState) -> None:
         kv = state.kv
-        body = self.query_one("#kv-body", Static)
-        gauge = self.query_one("#kv-gauge", ProgressBar)
+        if self._widgets is None:  # looked up once: a query per render is a DOM walk
+            self._widgets = (self.query_one("#kv-body", Static), self.query_one("#kv-gauge", ProgressBar),
+                             self.query_one("#kv-spark", Sparkline))
+        body, gauge, spark = self._widgets
         if kv is None:
-            body.update(Content.from_markup("[$text-muted]waiting for the KV pool…[/]"))
+            set_content(body, Content.from_markup("[$text-muted]waiting for the KV pool…[/]"))
             gauge.update(total=1, progress=0)
             return
         max_running = f"/{kv.max_running}" if kv.max_running else ""
         queued_style = "$warning" if kv.queued else "$text-muted"
-        body.update(
+        set_content(
+            body,
             Content.from_markup(
                 f"[b]$used[/b] / $cap tokens · page $page\nrunning [b]$run[/b]$maxr · [{queued_style}]queued $q[/]",
                 used=f"{kv.used_tokens:,}", cap=f"{kv.capacity_tokens:,}", page=str(kv.page_size),
                 run=str(kv.running), maxr=max_running, q=str(kv.queued),
-            )
+            ),
         )
         gauge.update(total=max(kv.capacity_tokens, 1), progress=kv.used_tokens)
-        self.query_one("#kv-spark", Sparkline).data = list(state.kv_used)
+        spark.data = list(state.kv_used)  # a reactive: an equal list does not repaint

@@ -3,7 +3,9 @@ so ``graphtop.tui.cli`` can import this module for free in headless runs."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from typing import Any, Optional
 
 
@@ -41,7 +43,20 @@ def run_interactive(
     if app.engine_error:
         print(f"graphtop: engine failed to start: {app.engine_error}", file=sys.stderr)
         return 1
-    return app.return_code or 0
+    code = app.return_code or 0
+    if _loader_running():
+        # Quit while the model was still loading or capturing: the loader is a daemon thread
+        # inside torch, and interpreter shutdown ends such a thread mid-C++ (std::terminate,
+        # "Aborted", exit 134). The app has restored the terminal; nothing else needs tearing down.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _loader_running() -> bool:
+    """Whether the app's model-load thread (``graphtop-engine-load``) is still at work."""
+    return any(t.name == "graphtop-engine-load" and t.is_alive() for t in threading.enumerate())
 
 
 def run_replay(trace_path: str, theme: Optional[str] = None) -> int:

@@ -11,7 +11,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from .fmt import bar, human_bytes
-from .panel import Panel
+from .panel import Panel, set_content
 from .state import DashboardState
 
 ROWS = (
@@ -37,7 +37,7 @@ class LedgerPanel(Panel):
         led = state.ledger
         body = self.query_one("#ledger-body", Static)
         if led is None:
-            body.update(Content.from_markup("[$text-muted]waiting for the memory plan…[/]"))
+            set_content(body, Content.from_markup("[$text-muted]waiting for the memory plan…[/]"))
             return
         total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
         lines = []
@@ -55,4 +55,4 @@ class LedgerPanel(Panel):
                 "[$text-muted]$dev total $t · [b]c[/b] per-bucket costs[/]", dev=led.device, t=human_bytes(led.total)
             )
         )
-        body.update(Content("\n").join(lines))
+        set_content(body, Content("\n").join(lines))

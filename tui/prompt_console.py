@@ -38,6 +38,8 @@ class PromptConsole(Vertical):
         super().__init__(id=id, classes="panel")
         self.border_title = "prompt console"
         self._blink = blink
+        self._in_flight: list[RequestView] = []
+        """Views still streaming; polled every tick without walking the DOM (``query``)."""
 
     def compose(self) -> ComposeResult:
         yield SamplingRow(blink=self._blink, id="sampling")
@@ -72,6 +74,7 @@ class PromptConsole(Vertical):
         outputs = self.query_one("#outputs", VerticalScroll)
         view = RequestView(handle, prompt, settings.describe())
         outputs.mount(view)
+        self._in_flight.append(view)
         done = [v for v in self.views if v.done]
         for old in done[: max(len(self.views) - KEEP, 0)]:
             old.remove()
@@ -79,11 +82,17 @@ class PromptConsole(Vertical):
         return view
 
     def poll(self) -> int:
-        """Pull streamed text into every in-flight view; returns how many changed."""
+        """Pull streamed text into every in-flight view; returns how many changed.
+
+        Called on every UI tick: with nothing in flight it is one truth test.
+        """
+        if not self._in_flight:
+            return 0
         changed = 0
-        for view in self.query(RequestView):
+        for view in self._in_flight:
             if not view.done and view.poll():
                 changed += 1
+        self._in_flight = [v for v in self._in_flight if not v.done]
         if changed:
             self.query_one("#outputs", VerticalScroll).scroll_end(animate=False)
         return changed
@@ -92,4 +101,4 @@ class PromptConsole(Vertical):
         self.query_one(SamplingRow).set_chat_available(available)
 
     def in_flight(self) -> Optional[int]:
-        return sum(1 for v in self.query(RequestView) if not v.done)
+        return sum(1 for v in self._in_flight if not v.done)

@@ -13,6 +13,7 @@ from textual.content import Content
 from textual.widgets import Label, Static
 
 from .fmt import pct
+from .panel import set_content
 from .state import DashboardState
 
 
@@ -35,8 +36,12 @@ class StatusLine(Horizontal):
         self.query_one("#badge-mode").display = False
 
     def update_view(self, state: DashboardState, *, mode: str, dropped: int, force: bool = False) -> None:
-        """``mode`` is '' (live), 'PAUSED', 'REPLAY', 'REPLAY · PAUSED' or 'LOADING'."""
-        key = (id(state), state.revs["info"], state.revs["steps"] // 16, state.emulated, mode, dropped,
+        """``mode`` is '' (live), 'PAUSED', 'REPLAY', 'REPLAY · PAUSED' or 'LOADING'.
+
+        Keyed on what the line shows (the hit rate as displayed, not the step count), so a busy
+        engine whose hit rate holds steady costs no repaint at all.
+        """
+        key = (id(state), state.revs["info"], pct(state.hit_rate()), state.emulated, mode, dropped,
                state.failed)
         if key == self._seen and not force:
             return
@@ -62,9 +67,9 @@ class StatusLine(Horizontal):
             if dropped:
                 parts.append(Content.from_markup("[$warning]dropped $n[/]", n=str(dropped)))
             text = Content(" │ ").join(parts)
-        self.query_one("#status-text", Static).update(text)
+        set_content(self.query_one("#status-text", Static), text)
         self.query_one("#badge-emulated").display = state.emulated
         badge = self.query_one("#badge-mode", Label)
         badge.display = bool(mode)
-        badge.update(mode)
+        set_content(badge, Content(mode))
         badge.set_class("paused" in mode.lower(), "-paused")
