@@ -59,19 +59,28 @@ def main() -> int:
     engine = build(args.device, args.shape)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     vocab = engine.spec.vocab_size
-    params = SamplingParams(max_new_tokens=args.steps * (2 * args.rounds + 2) + 10, ignore_eos=True,
-                            detokenize=False)
     g = torch.Generator().manual_seed(0)
-    for _ in range(args.bs):
-        engine.submit(torch.randint(10, vocab - 10, (32,), generator=g).tolist(), params)
-    while engine.scheduler.waiting or any(r.in_prefill for r in engine.scheduler.running):
-        engine.step()
-    timed(engine, args.steps // 4, sync)
+
+    def fresh_batch() -> None:
+        """bs new requests, prefilled (untimed), each with room for exactly the timed decode steps."""
+        params = SamplingParams(max_new_tokens=args.steps + 2, ignore_eos=True, detokenize=False)
+        for _ in range(args.bs):
+            engine.submit(torch.randint(10, vocab - 10, (32,), generator=g).tolist(), params)
+        while engine.scheduler.waiting or any(r.in_prefill for r in engine.scheduler.running):
+            engine.step()
+
+    def measure() -> float:
+        fresh_batch()
+        ms = timed(engine, args.steps, sync)
+        engine.run_until_idle()
+        return ms
+
+    measure()  # warm-up
     off, on = [], []
     for _ in range(args.rounds):
-        off.append(timed(engine, args.steps, sync))
+        off.append(measure())
         rec = TraceRecorder(str(Path(tempfile.mkdtemp()) / "t.jsonl"), engine.bus, header_meta={})
-        on.append(timed(engine, args.steps, sync))
+        on.append(measure())
         rec.close()
     ratio = statistics.median(on) / statistics.median(off)
     print(f"events on/off, {args.device}, bs {args.bs}, decode graph path "

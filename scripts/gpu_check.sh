@@ -3,8 +3,9 @@
 # graphtop importable without network, run the `cuda` tests, then the benchmark. Logs and figures go to
 # the folder given as $1 (default: $OUT, else ./gpu-out).
 #   device run:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
-# Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, BENCH_ARGS / DASH_ARGS add flags to
-#      bench/graph_bench.py / bench/dashboard_bench.py, PYTEST_ARGS adds pytest flags.
+# Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
+#      graph,events,dashboard; BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
+#      bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS adds pytest flags.
 set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
 mkdir -p "$out"
@@ -34,12 +35,16 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
     | tee "$out/cuda-tests.log"
   rc=${PIPESTATUS[0]}
 fi
-if [ "${GPU_BENCH:-1}" = 1 ]; then
-  (cd "$here" && python3 bench/graph_bench.py --out "$out" ${BENCH_ARGS:-} 2>&1) | tee "$out/bench.log"
-  brc=${PIPESTATUS[0]}
+benches=",${GPU_BENCHES:-graph,events,dashboard},"
+run_bench() {  # log file name, then the command
+  local log=$1; shift
+  (cd "$here" && "$@" 2>&1) | tee "$out/$log"
+  local brc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] && rc=$brc
-  (cd "$here" && python3 bench/dashboard_bench.py --out "$out" ${DASH_ARGS:-} 2>&1) | tee "$out/dashboard.log"
-  drc=${PIPESTATUS[0]}
-  [ "$rc" = 0 ] && rc=$drc
+}
+if [ "${GPU_BENCH:-1}" = 1 ]; then
+  [[ $benches == *,graph,* ]] && run_bench bench.log python3 bench/graph_bench.py --out "$out" ${BENCH_ARGS:-}
+  [[ $benches == *,events,* ]] && run_bench events.log python3 bench/events_bench.py --device cuda ${EVENTS_ARGS:-}
+  [[ $benches == *,dashboard,* ]] && run_bench dashboard.log python3 bench/dashboard_bench.py --out "$out" ${DASH_ARGS:-}
 fi
 exit "$rc"
