@@ -333,7 +333,7 @@ class Engine:
         real = batch.batch_size if batch.mode is ForwardMode.DECODE else batch.num_tokens
         replay_ms, segment_ms, break_ms = out.read_timing()
         self._publish(
-            ev.StepEvent(
+            ev.StepEvent.fast(
                 step=self._step_no,
                 phase=batch.mode.value,
                 batch_size=batch.batch_size,
@@ -505,7 +505,7 @@ class Engine:
             return
         self._kv_key, self._kv_time = key, now
         self._publish(
-            ev.KVPoolState(
+            ev.KVPoolState.fast(
                 capacity_tokens=self.pool.capacity_tokens,
                 used_tokens=s.used_tokens,
                 page_size=self.pool.page_size,

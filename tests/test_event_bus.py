@@ -167,3 +167,18 @@ def test_logging_subscriber_skips_steps_when_debug_disabled() -> None:
     bus.publish(step(1))
     assert log.subscription.accepted == 0
     log.stop()
+
+
+def test_fast_constructor_builds_the_same_event():
+    """The engine's hot-path constructor must give exactly what the dataclass would."""
+    from graphtop.engine.events import KVPoolState, StepEvent, validate_event_dict
+
+    kw = dict(step=3, phase="decode", batch_size=5, num_tokens=5, bucket=8, padded=3, padding_waste=0.375,
+              path="graph", fallback_reason=None, host_ms=1.5, replay_ms=1.2, segment_ms=None, break_ms=None,
+              emulated=True)
+    a, b = StepEvent(ts=7.0, **kw), StepEvent.fast(ts=7.0, **kw)
+    assert a == b and hash(a) == hash(b) and type(b) is StepEvent
+    assert b.to_dict() == a.to_dict()
+    validate_event_dict(b.to_dict())
+    k = KVPoolState.fast(capacity_tokens=10, used_tokens=4, page_size=1, running=1, queued=0, max_running=8)
+    assert k.ts > 0 and validate_event_dict(k.to_dict()) is KVPoolState
