@@ -1,4 +1,4 @@
-"""Fused CUDA kernels (Triton) for the decoder's small ops: RMSNorm, add+RMSNorm, RoPE, SiLU·mul.
+"""Fused CUDA kernels (Triton) for the decoder's small ops: RMSNorm, add+RMSNorm, q/k-norm+RoPE, KV store, SiLU·mul.
 
 Why: a decode step of a small model is dominated by kernel count, not bytes. The plain-torch ops
 spend ~7 kernels per RMSNorm and ~12 per RoPE; inside a CUDA graph each kernel still costs a few
@@ -56,36 +56,6 @@ if HAVE_TRITON:
         y = (sf * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(out_ptr + row * out_stride + cols, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
-
-    @triton.jit
-    def _rope_kernel(q_ptr, k_ptr, pos_ptr, cache_ptr, q_stride_t, q_stride_h, k_stride_t, k_stride_h,
-                     n_qh, n_kh, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
-        t = tl.program_id(0)
-        pos = tl.load(pos_ptr + t)
-        d = tl.arange(0, HALF)
-        cos = tl.load(cache_ptr + pos * (2 * HALF) + d)
-        sin = tl.load(cache_ptr + pos * (2 * HALF) + HALF + d)
-        h = tl.arange(0, BLOCK_H)
-        # queries
-        qm = h[:, None] < n_qh
-        qp = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + d[None, :]
-        q1 = tl.load(qp, mask=qm, other=0.0)
-        q2 = tl.load(qp + HALF, mask=qm, other=0.0)
-        c = cos.to(q1.dtype).to(tl.float32)[None, :]
-        s = sin.to(q1.dtype).to(tl.float32)[None, :]
-        q1f = q1.to(tl.float32)
-        q2f = q2.to(tl.float32)
-        tl.store(qp, (q1f * c - q2f * s).to(q1.dtype), mask=qm)
-        tl.store(qp + HALF, (q2f * c + q1f * s).to(q1.dtype), mask=qm)
-        # keys
-        km = h[:, None] < n_kh
-        kp = k_ptr + t * k_stride_t + h[:, None] * k_stride_h + d[None, :]
-        k1 = tl.load(kp, mask=km, other=0.0)
-        k2 = tl.load(kp + HALF, mask=km, other=0.0)
-        k1f = k1.to(tl.float32)
-        k2f = k2.to(tl.float32)
-        tl.store(kp, (k1f * c - k2f * s).to(k1.dtype), mask=km)
-        tl.store(kp + HALF, (k2f * c + k1f * s).to(k1.dtype), mask=km)
 
     @triton.jit
     def _qk_norm_rope_kernel(q_ptr, k_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, cache_ptr,
@@ -177,14 +147,6 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
                                               out.stride(0), D, eps, BLOCK=triton.next_power_of_2(D),
                                               num_warps=4 if D <= 2048 else 8)
     return out
-
-
-def rope_inplace(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
-    """NeoX RoPE on q [T, Hq, D] and k [T, Hk, D] (strided views allowed), in place."""
-    T, n_qh, D = q.shape
-    n_kh = k.shape[1]
-    _rope_kernel[(T,)](q, k, positions, cos_sin_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-                       n_qh, n_kh, HALF=D // 2, BLOCK_H=triton.next_power_of_2(max(n_qh, n_kh)), num_warps=4)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .backend import GraphBackend, ReplayTiming, ShapeKey
+from .backend import ReplayTiming, ShapeKey
+from .cuda_pool import CudaGraphPoolBackend
 
 _capture: contextvars.ContextVar[Optional["_BreakSite"]] = contextvars.ContextVar("graphtop_break", default=None)
 
@@ -146,15 +147,12 @@ class BreakableGraph:
         return seg_ms + brk_ms, seg_ms, brk_ms
 
 
-class BreakableCudaGraphBackend(GraphBackend):
+class BreakableCudaGraphBackend(CudaGraphPoolBackend):
     name = "breakable"
 
     def __init__(self, device: torch.device, bridges: BridgeBuffers):
-        self.device = device
+        super().__init__(device)
         self.bridges = bridges
-        self.pool = torch.cuda.graph_pool_handle()
-        self.stream = torch.cuda.Stream(device)
-        self.graphs: dict[ShapeKey, BreakableGraph] = {}
 
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any:
         site = _CudaBreakSite(self.bridges, self.pool, self.stream)
@@ -173,24 +171,10 @@ class BreakableCudaGraphBackend(GraphBackend):
         self.graphs[key] = BreakableGraph(site.segments, site.breaks, out, events)
         return out
 
-    def can_run(self, key: ShapeKey) -> bool:
-        return key in self.graphs
-
     def replay(self, key: ShapeKey) -> tuple[Any, ReplayTiming]:
         g = self.graphs[key]
         g.replay()
         return g.output, ReplayTiming(g.timings)
-
-    def release(self, key: ShapeKey) -> None:
-        self.graphs.pop(key, None)
-
-    def cleanup(self) -> None:
-        super().cleanup()
-        self.pool = torch.cuda.graph_pool_handle()
-        torch.cuda.empty_cache()
-
-    def keys(self) -> list[ShapeKey]:
-        return list(self.graphs)
 
     def num_segments(self, key: ShapeKey) -> int:
         return len(self.graphs[key].segments)

@@ -6,47 +6,28 @@ from typing import Any, Callable
 
 import torch
 
-from .backend import GraphBackend, ReplayTiming, ShapeKey
+from .backend import ReplayTiming, ShapeKey
+from .cuda_pool import CudaGraphPoolBackend
 
 
-class FullCudaGraphBackend(GraphBackend):
+class FullCudaGraphBackend(CudaGraphPoolBackend):
     name = "full"
 
     def __init__(self, device: torch.device):
-        self.device = device
-        self.pool = torch.cuda.graph_pool_handle()
-        self.stream = torch.cuda.Stream(device)
-        self.graphs: dict[ShapeKey, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[ShapeKey, Any] = {}
+        super().__init__(device)
         self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
 
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             out = fn()
-        self.graphs[key] = graph
-        self.outputs[key] = out
+        self.graphs[key] = (graph, out)
         return out
 
-    def can_run(self, key: ShapeKey) -> bool:
-        return key in self.graphs
-
     def replay(self, key: ShapeKey) -> tuple[Any, ReplayTiming]:
+        graph, out = self.graphs[key]
         start, end = self._events
         start.record()
-        self.graphs[key].replay()
+        graph.replay()
         end.record()
-        return self.outputs[key], ReplayTiming(lambda: (start.elapsed_time(end), None, None))
-
-    def release(self, key: ShapeKey) -> None:
-        self.graphs.pop(key, None)
-        self.outputs.pop(key, None)
-
-    def cleanup(self) -> None:
-        super().cleanup()
-        # A fresh pool: the old one's blocks go back to the allocator once no graph holds them.
-        self.pool = torch.cuda.graph_pool_handle()
-        torch.cuda.empty_cache()
-
-    def keys(self) -> list[ShapeKey]:
-        return list(self.graphs)
+        return out, ReplayTiming(lambda: (start.elapsed_time(end), None, None))
