@@ -43,12 +43,12 @@ class ModelRunner:
         self.decode: Optional[DecodeGraphRunner] = None
         self.prefill: Optional[PrefillGraphRunner] = None
         r = self.resolved
-        if r.decode_backend != "disabled" and r.decode_bs:
+        if r.available and r.decode_backend != "disabled" and r.decode_bs:
             max_pages = engine.pool.pages_for(engine.max_context_len)
             self.decode = DecodeGraphRunner(
                 engine.model, engine.attention, device, max(r.decode_bs), max_pages, self.emulated, engine._publish
             )
-        if r.prefill_backend != "disabled" and r.prefill_num_tokens:
+        if r.available and r.prefill_backend != "disabled" and r.prefill_num_tokens:
             self.prefill = PrefillGraphRunner(
                 engine.model, engine.attention, device, max(r.prefill_num_tokens),
                 r.prefill_max_padding_waste, self.emulated, engine._publish,
@@ -56,7 +56,7 @@ class ModelRunner:
 
     def _label(self, runner: Optional[BucketedGraphRunner], kind: str) -> str:
         if runner is None:
-            return "disabled"
+            return "disabled" if self.resolved.available else "off (no CUDA graphs)"
         return f"emulated-{kind}" if self.emulated else kind
 
     @property
@@ -176,7 +176,12 @@ class ModelRunner:
             r = self.resolved
             backend = r.decode_backend if batch.mode is ForwardMode.DECODE else r.prefill_backend
             # enabled, but no bucket survived the limits: say so rather than "disabled"
-            reason = FallbackReason.PHASE_DISABLED if backend == "disabled" else FallbackReason.NO_GRAPHS_CAPTURED
+            if backend == "disabled":
+                reason = FallbackReason.PHASE_DISABLED
+            elif not r.available:
+                reason = FallbackReason.NO_CUDA_GRAPHS
+            else:
+                reason = FallbackReason.NO_GRAPHS_CAPTURED
         else:
             reason = runner.can_run(batch)
         if reason is None:

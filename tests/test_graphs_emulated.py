@@ -323,10 +323,23 @@ def test_no_graphs_captured(llama, make_engine):
     assert reasons(events, "decode") == {"no_graphs_captured"} and reasons(events, "prefill") == {None}
 
 
-def test_every_produced_reason_is_a_fallback_reason_value():
+def test_no_cuda_graphs_without_emulation(llama, make_engine, eager_reference):
+    """On a CPU with emulation off, both phases serve eagerly and say why; tokens are unchanged."""
+    cfg = GraphConfig()
+    cfg.emulate = False
+    engine, tokens, events = serve(make_engine, llama, PROMPTS[:3], 6, graphs=cfg)
+    assert reasons(events) == {"no_cuda_graphs"}
+    assert all(s.path == "eager" and not s.emulated for s in steps_of(events))
+    assert engine.info.decode_graph_backend == "off (no CUDA graphs)" and engine.decode_buckets == []
+    assert tokens == eager_reference(PROMPTS[:3], 6)
+
+
+def test_every_reason_has_a_guard():
+    """Each FallbackReason is produced by some test above: no reason is dead."""
     produced = {"phase_disabled", "exceeds_max_bucket", "prefill_tokens_over_max_bucket", "prefill_padding_over_cap",
-                "context_exceeds_graph", "capture_failed", "recapture_in_progress", "no_graphs_captured"}
-    assert produced <= {r.value for r in FallbackReason}
+                "context_exceeds_graph", "capture_failed", "recapture_in_progress", "no_graphs_captured",
+                "no_cuda_graphs"}
+    assert produced == {r.value for r in FallbackReason}
 
 
 # --- graph == eager -----------------------------------------------------------------------------

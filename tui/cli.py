@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cuda-graph-max-padding-waste", type=_nonneg_float,
                    help="refuse a prefill graph when padding exceeds this fraction of the bucket")
     g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
+    g.add_argument("--no-graph-emulation", dest="graph_emulation", action="store_false",
+                   help="without CUDA, serve eagerly (reason no_cuda_graphs) instead of emulating graphs")
     h = p.add_argument_group("headless")
     h.add_argument("--prompts", metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", metavar="OUT.jsonl", help="one result line per request")
@@ -151,6 +153,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         graphs = build_graph_config(args.cuda_graph_config, graph_flags(args))
     except GraphConfigError as e:
         raise UsageError(str(e)) from None
+    graphs.emulate = args.graph_emulation
     cfg = EngineConfig(
         device=args.device,
         dtype=args.dtype,

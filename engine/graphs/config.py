@@ -63,6 +63,9 @@ class GraphConfig:
     prefill_num_tokens: Optional[list[int]] = None
     prefill_max_num_tokens: Optional[int] = None
     prefill_max_padding_waste: float = DEFAULT_PREFILL_PADDING_CAP
+    # Without CUDA, run the graph logic through the emulated backend (True) or serve eagerly with
+    # FallbackReason.NO_CUDA_GRAPHS (False: no per-step emulation cost on a CPU).
+    emulate: bool = True
     locked: set[str] = field(default_factory=set)
 
     def set(self, key: str, value: Any, lock: bool = True) -> None:
@@ -172,6 +175,7 @@ class ResolvedGraphConfig:
     prefill_num_tokens: list[int]
     prefill_max_padding_waste: float
     emulated: bool
+    available: bool  # CUDA graphs, or emulation asked for; False: every step is eager (no_cuda_graphs)
     locked: frozenset[str]
     downgrades: list[Downgrade]
 
@@ -184,6 +188,7 @@ class ResolvedGraphConfig:
                 "max_padding_waste": self.prefill_max_padding_waste,
             },
             "emulated": self.emulated,
+            "available": self.available,
         }
 
 
@@ -259,6 +264,7 @@ def resolve_graph_config(
         prefill_num_tokens=prefill_tokens if cfg.prefill_backend != "disabled" else [],
         prefill_max_padding_waste=cfg.prefill_max_padding_waste,
         emulated=not cuda_graphs_available,
+        available=cuda_graphs_available or cfg.emulate,
         locked=frozenset(cfg.locked),
         downgrades=downgrades,
     )
