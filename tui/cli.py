@@ -217,6 +217,18 @@ def _main(argv: Sequence[str]) -> int:
     if args.model is not None and not os.path.isdir(args.model):
         raise UsageError(f"model folder {args.model} does not exist" if not os.path.exists(args.model)
                          else f"model path {args.model} is not a folder")
+    if args.device != "auto" or args.attention_backend == "flashinfer":
+        # An explicit device or backend that cannot work fails here, not inside the dashboard.
+        from graphtop.engine.attention.select import flashinfer_problem
+        from graphtop.engine.engine import EngineError, resolve_device
+
+        try:
+            device = resolve_device(args.device)
+        except EngineError as e:
+            raise UsageError(str(e)) from None
+        problem = flashinfer_problem(device) if args.attention_backend == "flashinfer" else None
+        if problem:
+            raise UsageError(f"--attention-backend flashinfer: {problem}")
     from graphtop.tui.launch import run_interactive
 
     return run_interactive(args.model, config, args.theme)

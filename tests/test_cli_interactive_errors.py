@@ -1,0 +1,26 @@
+"""The dashboard mode refuses an impossible device or backend before any UI opens (one line, exit 2)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphtop.tui.cli import main
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "cuda"], "torch sees no CUDA device"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--device", "cpu", "--attention-backend", "flashinfer"], "flashinfer needs a CUDA device"),
+    ],
+)
+def test_interactive_mode_rejects_impossible_device_or_backend(argv, message, capsys, monkeypatch):
+    import graphtop.tui.launch as launch
+
+    monkeypatch.setattr(launch, "run_interactive", lambda *a, **k: pytest.fail("the dashboard must not open"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("graphtop: error:") and message in err
