@@ -55,10 +55,7 @@ class TorchNativeBackend(AttentionBackend):
         dev = self.device
         loc = torch.tensor(batch.out_cache_loc, dtype=torch.int64).to(dev, non_blocking=True)
         if batch.mode is ForwardMode.DECODE:
-            width = batch.max_pages
-            table = torch.full((batch.batch_size, width), DUMMY_PAGE, dtype=torch.int64)
-            for i, pages in enumerate(batch.req_pages):
-                table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
+            table = _page_table_source(batch, batch.batch_size)
             seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
             self.meta = DecodeMeta(loc, table.to(dev, non_blocking=True), seq.to(dev, non_blocking=True))
             self.prepare_in_graph()

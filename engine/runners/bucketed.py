@@ -70,11 +70,28 @@ class BucketedGraphRunner(GraphRunner):
         self.buckets = []
 
     @abstractmethod
-    def warmup(self, size: int) -> None:
-        """Run the forward once eagerly outside capture (JIT, autotune, workspaces)."""
+    def _prepare_capture(self, size: int) -> None:
+        """Static buffers back to their pad values and capture-time attention metadata for ``size``,
+        so a warmup or capture run can only touch the dummy KV page."""
 
     @abstractmethod
-    def _capture_bucket(self, size: int) -> None: ...
+    def _forward(self, size: int) -> torch.Tensor:
+        """The function a graph of ``size`` captures: static inputs in, the static output back."""
+
+    @torch.inference_mode()
+    def warmup(self, size: int) -> None:
+        """Run the forward once eagerly outside capture (JIT, autotune, workspaces)."""
+        if size <= 0:
+            return
+        self._prepare_capture(size)
+        self._forward(size)
+
+    @torch.inference_mode()
+    def _capture_bucket(self, size: int) -> None:
+        self._prepare_capture(size)
+        if self.device.type == "cuda":
+            self._forward(size)  # per-shape warmup outside capture
+        self.backend.capture_one(ShapeKey(self.phase, size), lambda: self._forward(size))
 
     # --- bucket choice -------------------------------------------------------------------------
     def pick_bucket(self, size: int) -> Optional[int]:

@@ -66,23 +66,10 @@ class DecodeGraphRunner(BucketedGraphRunner):
         out.copy_(self.model.compute_logits(hidden))
         return out
 
-    @torch.inference_mode()
-    def warmup(self, size: int) -> None:
-        if size <= 0:
-            return
-        self.registry.reset()
-        self.attention.bind_graph_meta(self.registry, size, 1 if self.backend.emulated else None)
-        self.attention.prepare_capture(size)
-        self._forward(size)
-
-    @torch.inference_mode()
-    def _capture_bucket(self, bs: int) -> None:
+    def _prepare_capture(self, bs: int) -> None:
         self.registry.reset()
         self.attention.bind_graph_meta(self.registry, bs, 1 if self.backend.emulated else None)
         self.attention.prepare_capture(bs)
-        if self.device.type == "cuda":
-            self._forward(bs)  # per-shape warmup outside capture
-        self.backend.capture_one(ShapeKey("decode", bs), lambda: self._forward(bs))
 
     def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
         reason = self.common_guard(batch.batch_size, FallbackReason.EXCEEDS_MAX_BUCKET)

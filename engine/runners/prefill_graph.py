@@ -84,21 +84,9 @@ class PrefillGraphRunner(BucketedGraphRunner):
             prefix_lens=[0], req_pages=[pages], page_size=self.attention.pool.page_size,
         )
 
-    @torch.inference_mode()
-    def warmup(self, size: int) -> None:
-        if size <= 0:
-            return
-        self.registry.reset()
-        self.attention.prepare(self._dummy_batch(size))
-        self._forward(size)
-
-    @torch.inference_mode()
-    def _capture_bucket(self, n: int) -> None:
+    def _prepare_capture(self, n: int) -> None:
         self.registry.reset()
         self.attention.prepare(self._dummy_batch(n))
-        if self.device.type == "cuda":
-            self._forward(n)
-        self.backend.capture_one(ShapeKey("prefill", n), lambda: self._forward(n))
 
     def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
         n = batch.num_tokens
