@@ -103,6 +103,7 @@ class Engine:
         self.demo = demo
         spec = self.spec
 
+        self._eos_ids = frozenset(spec.eos_token_ids)
         self.max_context_len = min(config.max_context_len or spec.max_position_embeddings, spec.max_position_embeddings)
         layout = KVLayout(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype)
         self.memory_plan = plan_kv_pool(
@@ -353,7 +354,7 @@ class Engine:
 
     def _process_tokens(self, batch: ForwardBatch, tokens: list[int]) -> None:
         now = time.perf_counter()
-        eos = set(self.spec.eos_token_ids)
+        eos = self._eos_ids
         for req, tok in zip(batch.sample_requests, tokens):
             if req.status is RequestStatus.FINISHED:
                 continue
@@ -376,7 +377,7 @@ class Engine:
             if reason is not None:
                 self._finish(req, reason)
 
-    def _finish_reason(self, req: Request, tok: int, eos: set[int], text: str) -> Optional[FinishReason]:
+    def _finish_reason(self, req: Request, tok: int, eos: frozenset[int], text: str) -> Optional[FinishReason]:
         p = req.params
         if not p.ignore_eos and tok in eos:
             return FinishReason.EOS
