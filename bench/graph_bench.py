@@ -61,14 +61,15 @@ def copy_bandwidth(device: torch.device) -> float:
 
 
 def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus] = None,
-                max_running: int = 256) -> Engine:
+                max_running: int = 256, gemv_rows: int = 4, **overrides: Any) -> Engine:
     gcfg = GraphConfig()
     if not graphs:
         gcfg.set("decode.backend", "disabled")
         gcfg.set("prefill.backend", "disabled")
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, page_size=1,
                        chunked_prefill_size=1024, max_running_requests=max_running,
-                       max_context_len=MAX_CONTEXT, max_total_tokens=max_running * 400 + 4096, graphs=gcfg)
+                       max_context_len=MAX_CONTEXT, max_total_tokens=max_running * 400 + 4096, graphs=gcfg,
+                       fused_gemv_max_rows=gemv_rows, **overrides)
     return Engine(ckpt, cfg, bus)
 
 

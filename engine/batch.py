@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from .request import Request
 
@@ -31,6 +32,9 @@ class ForwardBatch:
     page_size: int
     sample_rows: list[int] = field(default_factory=list)  # token rows whose logits are sampled
     sample_requests: list[Request] = field(default_factory=list)
+    # Overlap schedule: this decode step's input ids are still on the device (the previous step's
+    # sampled tokens, one per row); ``input_ids`` then holds placeholders. A torch.Tensor or None.
+    input_ids_device: Optional[Any] = None
 
     @property
     def batch_size(self) -> int:

@@ -22,11 +22,15 @@ class EngineConfig:
     activation_reserve_mb: int = 2048
     max_total_tokens: Optional[int] = None
     fused_kernels: bool = True  # Triton RMSNorm/RoPE/SiLU and fused qkv/gate_up GEMMs (CUDA, bf16/fp16)
+    overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/overlap.py)
+    fused_gemv_max_rows: int = 4  # fused path: batches of <= this many tokens use norm/residual-fused GEMVs
     graphs: GraphConfig = field(default_factory=GraphConfig)
 
     def validate(self) -> None:
         if self.page_size < 1:
             raise ValueError(f"page size must be >= 1, got {self.page_size}")
+        if self.fused_gemv_max_rows < 0:
+            raise ValueError(f"fused GEMV max rows must be >= 0, got {self.fused_gemv_max_rows}")
         if self.chunked_prefill_size < 1:
             raise ValueError(f"chunked prefill size must be >= 1, got {self.chunked_prefill_size}")
         if self.max_running_requests is not None and self.max_running_requests < 1:

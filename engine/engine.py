@@ -29,6 +29,7 @@ from .event_bus import EventBus
 from .kv_pool import KVLayout, KVPool
 from .memory_plan import MiB, plan_kv_pool
 from .model_runner import ModelRunner
+from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
 from .request import FinishReason, Request, RequestHandle, RequestStatus
 from .sampler import sample
 from .sampling_params import SamplingParams
@@ -123,7 +124,7 @@ class Engine:
         self.attention, attention_note = select_attention_backend(
             config.attention_backend, self.pool, shape, self.device
         )
-        if config.fused_kernels and self.model.enable_fused_kernels():
+        if config.fused_kernels and self.model.enable_fused_kernels(config.fused_gemv_max_rows):
             attention_note += " · model kernels: triton-fused"
         self.scheduler = Scheduler(self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running))
         self.model_runner = ModelRunner(self, config.graphs)
@@ -173,6 +174,10 @@ class Engine:
         self._ids = itertools.count()
         self._by_id: dict[str, Request] = {}
         self._step_no = 0
+        self.overlap_schedule = config.overlap_schedule  # may be switched between steps
+        self._pending: Optional[InFlightStep] = None  # overlap schedule: a decode step not read back yet
+        self.overlapped_steps = 0  # steps launched before the previous step was read back
+        self._readback = TokenReadback(self.device, self.max_running)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -310,16 +315,37 @@ class Engine:
             pass
 
     def step(self) -> bool:
-        """Run one scheduled forward. Returns False when there was nothing to do."""
+        """Run one scheduled forward. Returns False when there was nothing to do.
+
+        With the overlap schedule (engine/overlap.py) a greedy decode step is launched here and
+        read back in the next call, after that call has launched its own step.
+        """
         self._drain_commands()
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            if can_chain(self, pending):
+                for req in pending.batch.requests:  # the token in flight counts for the next step
+                    req.output_ids.append(PLACEHOLDER_TOKEN)
+                batch = self.scheduler.schedule()
+                assert batch is not None and batch.requests == pending.batch.requests
+                batch.input_ids_device = pending.tokens_device
+                self.overlapped_steps += 1
+                t0 = time.perf_counter()
+                self._pending = self._readback.launch(batch, self.model_runner.forward(batch), t0)
+                self._complete(pending, placeholders=True)
+                return True
+            self._complete(pending, placeholders=False)
         batch = self.scheduler.schedule()
         if batch is None:
             if self.model_runner.recapture_pending:  # idle: finish the recapture between polls
                 self.model_runner.advance_recapture()
                 return True
-            return False
+            return pending is not None
         t0 = time.perf_counter()
         out = self.model_runner.forward(batch)
+        if self.overlap_schedule and launchable(batch):
+            self._pending = self._readback.launch(batch, out, t0)
+            return True
         tokens = sample(out.logits, batch.sample_requests)  # .tolist(): the step's one sync
         host_ms = (time.perf_counter() - t0) * 1e3
         self._step_no += 1
@@ -327,6 +353,14 @@ class Engine:
         self._process_tokens(batch, tokens)
         self._publish_kv()
         return True
+
+    def _complete(self, step: InFlightStep, placeholders: bool) -> None:
+        """Read a launched step's tokens back and deliver them."""
+        tokens = step.tokens()
+        self._step_no += 1
+        self._publish_step(step.batch, step.out, step.host_ms)
+        self._process_tokens(step.batch, tokens, placeholders)
+        self._publish_kv()
 
     def _publish_step(self, batch: ForwardBatch, out: Any, host_ms: float) -> None:
         if not self.bus.has_subscribers:
@@ -352,13 +386,17 @@ class Engine:
             )
         )
 
-    def _process_tokens(self, batch: ForwardBatch, tokens: list[int]) -> None:
+    def _process_tokens(self, batch: ForwardBatch, tokens: list[int], placeholders: bool = False) -> None:
+        """``placeholders``: each request's output_ids already ends with a stand-in for its token."""
         now = time.perf_counter()
         eos = self._eos_ids
         for req, tok in zip(batch.sample_requests, tokens):
             if req.status is RequestStatus.FINISHED:
                 continue
-            req.output_ids.append(tok)
+            if placeholders:
+                req.output_ids[-1] = tok
+            else:
+                req.output_ids.append(tok)
             if req.first_token_time is None:
                 req.first_token_time = now
                 self._publish(ev.RequestFirstToken(request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3))
@@ -463,6 +501,7 @@ class Engine:
                 self._wake.clear()
 
     def _fail_running(self, message: str) -> None:
+        self._pending = None  # a launched step's tokens are not delivered to failed requests
         for req in list(self.scheduler.running) + list(self.scheduler.waiting):
             self._finish(req, FinishReason.CANCELLED, error=message)
 

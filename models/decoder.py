@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from . import triton_gemv as tg
 from . import triton_kernels as tk
 from .layers import RMSNorm, SwiGLUMLP
 from .rope import RotaryEmbedding
@@ -115,6 +116,27 @@ class DecoderLayer(nn.Module):
         return mlp.down_proj(tk.silu_and_mul(mlp.gate_up_proj(h))), residual
 
 
+    def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+                      attn: AttentionFn) -> None:
+        """Decode at <= ``tg.MAX_M`` rows: 7 launches instead of 10. ``h`` is the residual stream,
+        updated in place: RMSNorms ride in the GEMV prologues, residual adds in the epilogues."""
+        ln, sa, pln, mlp = self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
+        qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps)
+        q, k, v = qkv.split([sa.q_size, sa.kv_size, sa.kv_size], dim=-1)
+        q = q.view(-1, sa.num_heads, sa.head_dim)
+        k = k.view(-1, sa.num_kv_heads, sa.head_dim)
+        v = v.view(-1, sa.num_kv_heads, sa.head_dim)
+        if sa.qk_norm:
+            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache, sa.q_norm.weight, sa.k_norm.weight,
+                                sa.q_norm.eps)
+        else:
+            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache)
+        o = attn(q, k, v, sa.layer_id).reshape(h.shape[0], sa.num_heads * sa.head_dim)
+        tg.gemv(o, sa.o_proj.weight, sa.o_proj.bias, residual=h, out=h)
+        gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps)
+        tg.gemv(gu, mlp.down_proj.weight, mlp.down_proj.bias, silu_mul=True, residual=h, out=h)
+
+
 class DecoderModel(nn.Module):
     """The `model.` prefix of HF checkpoints: embeddings, layers, final norm, shared rope."""
 
@@ -125,9 +147,14 @@ class DecoderModel(nn.Module):
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(spec)
         self.fused = False
+        self.gemv_max_rows = 0  # fused path: batches up to this many tokens take the Triton GEMV layers
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
+        if self.fused and x.shape[0] <= self.gemv_max_rows:
+            for layer in self.layers:
+                layer.forward_small(x, positions, self.rotary_emb, attn)
+            return tk.rms_norm(x, self.norm.weight, self.norm.eps)
         if self.fused:
             residual = None
             for layer in self.layers:
@@ -160,14 +187,19 @@ class DecoderForCausalLM(nn.Module):
     def fused_kernels(self) -> bool:
         return self.model.fused
 
-    def enable_fused_kernels(self) -> bool:
+    def enable_fused_kernels(self, gemv_max_rows: int = tg.MAX_M) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
-        Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on.
+        Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on. Batches of at
+        most ``gemv_max_rows`` tokens (0 = never) use the fused-GEMV layers where they win
+        (``triton_gemv.wins_for``). Calling it again only updates that limit.
         """
         p = self.model.embed_tokens.weight
-        if self.model.fused or not tk.available(p.device, p.dtype):
+        if not tk.available(p.device, p.dtype):
             return self.model.fused
+        self.model.gemv_max_rows = min(gemv_max_rows, tg.MAX_M) if tg.wins_for(self.spec) else 0
+        if self.model.fused:
+            return True
         for layer in self.model.layers:
             layer.self_attn.fuse()
             layer.mlp.fuse()

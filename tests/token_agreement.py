@@ -81,6 +81,7 @@ def serve(engine: Any, prompts: list[list[int]], max_new: list[int], recorder: R
     from graphtop.engine.sampling_params import SamplingParams
 
     monkeypatch.setattr(engine_mod, "sample", recorder)
+    engine.overlap_schedule = False  # teacher forcing feeds tokens through sample(): the host path
     for i, (p, m) in enumerate(zip(prompts, max_new)):
         engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False), request_id=f"r{i}")
     engine.run_until_idle()

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-budget-mb", type=_positive_int, default=512, help="CPU: KV pool budget in MiB")
     p.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                    help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
+    p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
+                   help="read each decode step's tokens back before launching the next one")
     g = p.add_argument_group("CUDA graphs")
     g.add_argument("--cuda-graph-config", metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
@@ -166,6 +168,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         cpu_kv_budget_mb=args.kv_budget_mb,
         max_total_tokens=args.max_total_tokens,
         fused_kernels=args.fused_kernels,
+        overlap_schedule=args.overlap_schedule,
         graphs=graphs,
     )
     try:

@@ -47,6 +47,9 @@ SUPPORTED_HEAD_DIMS = (64, 128, 256)
 #: where tensor cores win); other groups decode on tensor cores (the prefill fa2 module).
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 PREFILL_BACKEND_ENV = "GRAPHTOP_FLASHINFER_PREFILL_BACKEND"  # "fa2" (default, prebuilt) | "fa3" | "auto"
+#: Decode kernel choice: "auto" (by GQA group, above) | "cuda-core" | "tensor-core" | "tensor-core-nosplit"
+#: (tensor cores with split-KV off: one kernel per layer, no merge pass; for short contexts).
+DECODE_KERNEL_ENV = "GRAPHTOP_FLASHINFER_DECODE"
 
 
 class FlashInferUnsupported(AttentionBackendError):
@@ -133,9 +136,17 @@ class FlashInferBackend(AttentionBackend):
         self.dtype = dtype
         self.prefill_backend = prefill_backend or os.environ.get(PREFILL_BACKEND_ENV, "fa2")
         group = shape.num_heads // shape.num_kv_heads
+        self._plan_copied: Optional[torch.cuda.Event] = None
+        kernel = os.environ.get(DECODE_KERNEL_ENV, "auto")
+        if kernel not in ("auto", "cuda-core", "tensor-core", "tensor-core-nosplit"):
+            raise AttentionBackendError(f"{DECODE_KERNEL_ENV}={kernel!r}: use auto, cuda-core, tensor-core or "
+                                        "tensor-core-nosplit")
+        if decode_tensor_cores is None and kernel != "auto":
+            decode_tensor_cores = kernel != "cuda-core"
         self.decode_tensor_cores = (
             group not in CUDA_CORE_DECODE_GROUPS if decode_tensor_cores is None else bool(decode_tensor_cores)
         )
+        self.decode_split_kv = not (self.decode_tensor_cores and kernel == "tensor-core-nosplit")
         hkv, d = shape.num_kv_heads, shape.head_dim
         self._views_of: Optional[list] = None  # the pool.k_cache list the cached views were made from
         self._refresh_views()
@@ -144,6 +155,8 @@ class FlashInferBackend(AttentionBackend):
         self._decode_kw = dict(
             pos_encoding_mode="NONE", q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale
         )
+        if not self.decode_split_kv:
+            self._decode_kw["disable_split_kv"] = True
         self._prefill_kw = dict(causal=True, sm_scale=shape.scale, q_data_type=dtype, kv_data_type=dtype)
 
         # FlashInfer wants the float workspace zeroed before first use.
@@ -178,6 +191,7 @@ class FlashInferBackend(AttentionBackend):
 
     def describe(self) -> str:
         extra = ", tensor-core decode" if self.decode_tensor_cores else ""
+        extra += "" if self.decode_split_kv else " without split-KV"
         return f"flashinfer {self.version} ({self.prefill_backend}{extra})"
 
     # --- page metadata ---------------------------------------------------------------------------
@@ -199,6 +213,19 @@ class FlashInferBackend(AttentionBackend):
     def _loc(self, out_cache_loc: list[int]) -> torch.Tensor:
         return _host(out_cache_loc, "q", torch.int64).to(self.device, non_blocking=True)
 
+    def _plan(self, wrapper: Any, *args: Any, **kw: Any) -> None:
+        """``wrapper.plan`` made safe for the overlap schedule.
+
+        plan() stages its metadata in a pinned host buffer and copies it to the device
+        asynchronously. When the host plans step N+1 while step N is in flight, N's copy may still
+        be queued, so wait for it first (it is the first thing N does on the GPU: ~no wait).
+        """
+        if self._plan_copied is not None:
+            self._plan_copied.synchronize()
+        wrapper.plan(*args, **kw)
+        self._plan_copied = torch.cuda.Event()
+        self._plan_copied.record()
+
     # --- eager path ------------------------------------------------------------------------------
     def prepare(self, batch: ForwardBatch) -> None:
         i32 = torch.int32
@@ -206,8 +233,8 @@ class FlashInferBackend(AttentionBackend):
         loc = self._loc(batch.out_cache_loc)
         if batch.mode is ForwardMode.DECODE:
             w = self._decode_wrapper
-            w.plan(
-                _host(indptr, "i", i32), _host(indices, "i", i32), _host(last, "i", i32),
+            self._plan(
+                w, _host(indptr, "i", i32), _host(indices, "i", i32), _host(last, "i", i32),
                 *self._dims, **self._decode_kw,
             )
             self.meta = FlashInferMeta(loc, w, decode=True)
@@ -327,7 +354,8 @@ class FlashInferBackend(AttentionBackend):
                 f"decode batch needs {len(indices)} page ids; the graph page buffer holds {self._graph_bufs[1].numel()}"
             )
         i32 = torch.int32
-        w.plan(
+        self._plan(
+            w,
             _host(indptr, "i", i32),
             _host(indices, "i", i32).to(self.device, non_blocking=True),  # device: a non-blocking copy in plan
             _host(last, "i", i32),

@@ -15,7 +15,11 @@ class FullCudaGraphBackend(CudaGraphPoolBackend):
 
     def __init__(self, device: torch.device):
         super().__init__(device)
-        self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        # A ring of event pairs: with the overlap schedule step N is read back after step N+1 was
+        # launched, so N+1 must not re-record the events N's timing still reads.
+        self._events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        for _ in range(3)]
+        self._next_events = 0
 
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any:
         graph = torch.cuda.CUDAGraph()
@@ -26,7 +30,8 @@ class FullCudaGraphBackend(CudaGraphPoolBackend):
 
     def replay(self, key: ShapeKey) -> tuple[Any, ReplayTiming]:
         graph, out = self.graphs[key]
-        start, end = self._events
+        start, end = self._events[self._next_events]
+        self._next_events = (self._next_events + 1) % len(self._events)
         start.record()
         graph.replay()
         end.record()

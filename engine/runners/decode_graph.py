@@ -85,6 +85,8 @@ class DecodeGraphRunner(BucketedGraphRunner):
         bucket = self.pick_bucket(bs)
         assert bucket is not None
         self.registry.fill(batch, bucket)
+        if batch.input_ids_device is not None:  # overlap schedule: ids from the previous step, on device
+            self.registry.view("input_ids", bs).copy_(batch.input_ids_device)
         live = batch.max_pages if self.backend.emulated else None
         self.attention.bind_graph_meta(self.registry, bucket, live)
         self.attention.prepare_replay(batch, bucket)

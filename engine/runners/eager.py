@@ -18,7 +18,10 @@ class EagerRunner(Runner):
     @torch.inference_mode()
     def run(self, batch: ForwardBatch) -> StepOutput:
         dev = self.device
-        ids = torch.tensor(batch.input_ids, dtype=torch.int64).to(dev, non_blocking=True)
+        if batch.input_ids_device is not None:
+            ids = batch.input_ids_device
+        else:
+            ids = torch.tensor(batch.input_ids, dtype=torch.int64).to(dev, non_blocking=True)
         pos = torch.tensor(batch.positions, dtype=torch.int64).to(dev, non_blocking=True)
         rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(dev, non_blocking=True)
         self.attention.prepare(batch)

@@ -1,0 +1,95 @@
+"""Where a graph decode step's time goes, and what each speed-up buys: step time for a ladder of
+variants (fused-GEMV layers, overlap schedule, FlashInfer decode kernel), the GPU kernels of a few
+steps (torch.profiler) and the host functions (cProfile), for one batch size.
+
+    python bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1] [--out DIR]
+
+Writes ``profile_<shape>_bs<bs>.json`` (Chrome trace of the last variant; open in Perfetto) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
+
+from graphtop.engine.attention.flashinfer_backend import DECODE_KERNEL_ENV  # noqa: E402
+from graphtop.models import triton_gemv as tg  # noqa: E402
+from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+
+# name, fused-GEMV rows, overlap schedule, FlashInfer decode kernel, fused-GEMV policy
+VARIANTS = [
+    ("cublas layers, no overlap", 0, False, "auto", "off"),
+    ("+ overlap schedule", 0, True, "auto", "off"),
+    ("+ fused GEMV layers", 4, True, "auto", "auto"),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="qwen3-0.6b")
+    ap.add_argument("--bs", type=int, default=1)
+    ap.add_argument("--attention", default="flashinfer")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--variants", default="", help="comma list of variant indices (default: all)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    for shape in args.shapes.split(","):
+        profile_shape(shape, args)
+    return 0
+
+
+def kernel_table(eng, rows: int):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        time_steps(eng, 10)
+    return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60), p
+
+
+def profile_shape(shape: str, args: argparse.Namespace) -> None:
+    ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
+    tag = f"{shape} bs {args.bs} {args.attention}"
+    picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
+    for n, (name, rows, overlap, kernel, gemv) in enumerate(picked):
+        os.environ[DECODE_KERNEL_ENV] = kernel
+        os.environ[tg.POLICY_ENV] = gemv
+        eng = make_engine(ckpt, args.attention, graphs=True, max_running=64, gemv_rows=rows,
+                          overlap_schedule=overlap)
+        handles = fill_decode(eng, args.bs)
+        time_steps(eng, 10)
+        ms = sorted(time_steps(eng, args.steps) for _ in range(3))[1]
+        print(f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
+              f"{eng.model.model.gemv_max_rows}, overlapped {eng.overlapped_steps})", flush=True)
+        table, prof = kernel_table(eng, 14)
+        print(table, flush=True)
+        if n == len(picked) - 1:
+            prof.export_chrome_trace(str(Path(args.out) / f"profile_{shape}_bs{args.bs}.json"))
+            cp = cProfile.Profile()
+            cp.enable()
+            time_steps(eng, args.steps)
+            cp.disable()
+            s = io.StringIO()
+            pstats.Stats(cp, stream=s).sort_stats("tottime").print_stats(22)
+            print(f"[{tag}] host profile over {args.steps} steps (tottime)\n{s.getvalue()}", flush=True)
+        drain(eng, handles)
+        del eng
+        torch.cuda.empty_cache()
+    os.environ.pop(DECODE_KERNEL_ENV, None)
+    os.environ.pop(tg.POLICY_ENV, None)
+    del ckpt
+    torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Overlap schedule on CPU (emulated graphs and eager): decode step N+1 is launched before N's tokens
+are read back, and every output is token-for-token the plain loop's."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from graphtop.engine.request import FinishReason
+from graphtop.engine.sampling_params import SamplingParams
+from test_engine_core import PROMPTS, with_extra_eos
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_ckpt):
+    return tiny_ckpt("llama")
+
+
+def _run(engine, prompts, max_new):
+    handles = [engine.submit(p, SamplingParams(max_new_tokens=m)) for p, m in zip(prompts, max_new)]
+    engine.run_until_idle()
+    assert engine.pool.used_pages == 0
+    return [(h.token_ids, h.finish_reason) for h in handles]
+
+
+@pytest.mark.parametrize("graphs", [None, False], ids=["emulated-graphs", "eager"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_overlap_matches_the_plain_loop_with_eos_and_length_finishes(llama, make_engine, tmp_path, graphs,
+                                                                     page_size):
+    max_new = [5, 17, 9, 30, 3, 12, 21, 8]
+    free = make_engine(llama, graphs=graphs, overlap_schedule=False).generate(
+        [PROMPTS[1]], SamplingParams(max_new_tokens=30, ignore_eos=True))[0].token_ids
+    eos_ckpt = with_extra_eos(llama, tmp_path / "eos", free[7])  # some requests now end by EOS mid-flight
+    plain = make_engine(eos_ckpt, graphs=graphs, overlap_schedule=False, page_size=page_size)
+    overlap = make_engine(eos_ckpt, graphs=graphs, page_size=page_size)
+    want = _run(plain, PROMPTS, max_new)
+    got = _run(overlap, PROMPTS, max_new)
+    assert got == want
+    assert plain.overlapped_steps == 0 and overlap.overlapped_steps > 10
+    reasons = {r for _, r in want}
+    assert FinishReason.EOS in reasons and FinishReason.LENGTH in reasons
+    # the step stream counts the same forwards either way (extra EOS rows are not extra steps)
+    assert overlap._step_no <= plain._step_no + 1
+
+
+def test_cancel_while_a_step_is_in_flight_keeps_outputs_consistent(llama, make_engine):
+    plain = make_engine(llama, overlap_schedule=False)
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    want = [h.token_ids for h in plain.generate(PROMPTS[:3], params)]
+    engine = make_engine(llama)
+    handles = [engine.submit(p, params) for p in PROMPTS[:3]]
+    while engine.overlapped_steps < 3:
+        assert engine.step()
+    assert engine._pending is not None  # a decode step is on the "device", not read back
+    engine.cancel(handles[1].request_id)
+    engine.run_until_idle()
+    assert handles[1].finish_reason is FinishReason.CANCELLED
+    got = handles[1].token_ids
+    assert 0 < len(got) < 20 and got == want[1][: len(got)]  # a prefix: nothing lost, nothing invented
+    assert [handles[0].token_ids, handles[2].token_ids] == [want[0], want[2]]
+    assert engine.pool.used_pages == 0
+
+
+def test_sampled_requests_and_a_queue_disable_overlap(llama, make_engine):
+    engine = make_engine(llama)
+    engine.generate(PROMPTS[:2], SamplingParams(max_new_tokens=8, temperature=0.8, seed=1))
+    assert engine.overlapped_steps == 0  # tokens drawn on the host path: nothing to chain
+    # more requests than may run at once: whenever one finishes, the queue admits a prefill
+    engine = make_engine(llama, max_running_requests=2)
+    out = engine.generate(PROMPTS[:4], SamplingParams(max_new_tokens=6, ignore_eos=True))
+    assert [len(h.token_ids) for h in out] == [6] * 4
+    assert engine.pool.used_pages == 0
