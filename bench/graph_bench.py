@@ -61,7 +61,7 @@ def copy_bandwidth(device: torch.device) -> float:
 
 
 def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus] = None,
-                max_running: int = 256, gemv_rows: int = 4, **overrides: Any) -> Engine:
+                max_running: int = 256, gemv_rows: int = 1, **overrides: Any) -> Engine:
     gcfg = GraphConfig()
     if not graphs:
         gcfg.set("decode.backend", "disabled")
@@ -238,6 +238,7 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
         if attn == attentions[0] and args.events:
             res["events"] = events_overhead(eng, rounds=5, steps=args.steps)
             log(f"[{shape}/{attn}] events overhead {res['events']}")
+        eng.close()  # graphs and pool released now, before the next engine captures
         del eng
         torch.cuda.synchronize()
         torch.cuda.empty_cache()

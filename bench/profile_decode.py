@@ -24,6 +24,7 @@ import torch  # noqa: E402
 from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.attention.flashinfer_backend import DECODE_KERNEL_ENV  # noqa: E402
+from graphtop.engine.event_bus import EventBus  # noqa: E402
 from graphtop.models import triton_gemv as tg  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
@@ -31,7 +32,8 @@ from graphtop.models.random_model import hf_config_for, random_checkpoint  # noq
 VARIANTS = [
     ("cublas layers, no overlap", 0, False, "auto", "off"),
     ("+ overlap schedule", 0, True, "auto", "off"),
-    ("+ fused GEMV layers", 4, True, "auto", "auto"),
+    ("+ fused GEMV layers", 1, True, "auto", "auto"),
+    ("+ triton split-KV decode", 1, True, "triton", "auto"),
 ]
 
 
@@ -64,8 +66,18 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
     for n, (name, rows, overlap, kernel, gemv) in enumerate(picked):
         os.environ[DECODE_KERNEL_ENV] = kernel
         os.environ[tg.POLICY_ENV] = gemv
-        eng = make_engine(ckpt, args.attention, graphs=True, max_running=64, gemv_rows=rows,
-                          overlap_schedule=overlap)
+        bus = EventBus()
+        caps = bus.subscribe("captures", types={"capture_progress"})
+        try:
+            eng = make_engine(ckpt, args.attention, graphs=True, bus=bus, max_running=64, gemv_rows=rows,
+                              overlap_schedule=overlap)
+        except Exception as exc:  # report and go on with the next variant
+            print(f"[{tag}] {name}: engine failed: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        failed = [(e.phase, e.bucket, e.failure_reason) for e in caps.drain() if not e.ok]
+        bus.unsubscribe(caps)
+        if failed:
+            print(f"[{tag}] {name}: {len(failed)} captures failed, first: {failed[0]}", flush=True)
         handles = fill_decode(eng, args.bs)
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, args.steps) for _ in range(3))[1]
@@ -83,7 +95,8 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
             pstats.Stats(cp, stream=s).sort_stats("tottime").print_stats(22)
             print(f"[{tag}] host profile over {args.steps} steps (tottime)\n{s.getvalue()}", flush=True)
         drain(eng, handles)
-        del eng
+        eng.close()  # graphs released here, not by a GC pass during the next variant's capture
+        del eng, handles
         torch.cuda.empty_cache()
     os.environ.pop(DECODE_KERNEL_ENV, None)
     os.environ.pop(tg.POLICY_ENV, None)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from .argmax import argmax_rows
 from .batch import ForwardBatch, ForwardMode
 from .request import RequestStatus
 from .runners.base import StepOutput
@@ -63,7 +64,7 @@ class TokenReadback:
 
     def launch(self, batch: ForwardBatch, out: StepOutput, t0: float) -> InFlightStep:
         """Greedy-sample ``out`` on the device and start copying the tokens to the host."""
-        tokens = torch.argmax(out.logits, dim=-1)
+        tokens = argmax_rows(out.logits)
         if self.device.type != "cuda":
             return InFlightStep(batch, out, tokens, tokens, None, (time.perf_counter() - t0) * 1e3)
         n = tokens.shape[0]

@@ -187,7 +187,7 @@ class DecoderForCausalLM(nn.Module):
     def fused_kernels(self) -> bool:
         return self.model.fused
 
-    def enable_fused_kernels(self, gemv_max_rows: int = tg.MAX_M) -> bool:
+    def enable_fused_kernels(self, gemv_max_rows: int = 1) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
         Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on. Batches of at

@@ -23,8 +23,8 @@ import torch
 from .triton_kernels import HAVE_TRITON
 
 MAX_M = 4
-"""Rows up to which the fused GEMV replaces cuBLAS (beyond it the weight tile is re-used enough for a
-GEMM to win, and the [M, N, K] broadcast would spill registers)."""
+"""Rows the kernel handles. The engine uses it for 1 row by default (EngineConfig.fused_gemv_max_rows):
+measured on an H200 at 4 rows it lost to cuBLAS + separate kernels on 5 of 8 projections."""
 
 if HAVE_TRITON:
     import triton
@@ -51,7 +51,10 @@ if HAVE_TRITON:
         dt = w_ptr.dtype.element_ty
         x_rows = x_ptr + rm[:, None] * x_stride
         w_rows = w_ptr + rn[:, None].to(tl.int64) * K
-        acc3 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+        if BLOCK_M == 1:
+            acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        else:
+            acc3 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
         ss = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
@@ -79,8 +82,14 @@ if HAVE_TRITON:
                     else:
                         nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
                     xf = xf * nw[None, :]
-            acc3 += xf[:, None, :] * wv.to(tl.float32)[None, :, :]
-        acc = tl.sum(acc3, axis=2)
+            if BLOCK_M == 1:
+                acc2 += wv.to(tl.float32) * xf
+            else:
+                acc3 += xf[:, None, :] * wv.to(tl.float32)[None, :, :]
+        if BLOCK_M == 1:
+            acc = tl.sum(acc2, axis=1)[None, :]
+        else:
+            acc = tl.sum(acc3, axis=2)
         if PROLOGUE == 1:
             acc = acc * tl.rsqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
         if HAS_BIAS:

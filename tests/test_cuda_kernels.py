@@ -146,7 +146,7 @@ def test_fused_gemv_layers_match_cublas_layers():
     cfg = hf_config_for("qwen3-0.6b", num_hidden_layers=4)
     a = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=5).model
     b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=5).model
-    assert a.enable_fused_kernels(gemv_max_rows=0) and b.enable_fused_kernels(gemv_max_rows=4)
+    assert a.enable_fused_kernels(gemv_max_rows=0) and b.enable_fused_kernels(gemv_max_rows=4)  # 4: opt-in
     assert b.model.gemv_max_rows == 4 and a.model.gemv_max_rows == 0
     for t in (1, 3, 4):
         ids = torch.randint(10, 1000, (t,), device="cuda")
@@ -160,3 +160,55 @@ def test_fused_gemv_layers_match_cublas_layers():
         ulp = torch.exp2(torch.floor(torch.log2(top2[:, 0].abs())) - 7)
         decided = (top2[:, 0] - top2[:, 1]) > 3 * ulp
         assert (la.argmax(-1) == lb.argmax(-1))[decided].all()
+
+
+def test_argmax_rows_matches_torch_with_ties():
+    from graphtop.engine.argmax import argmax_rows
+
+    torch.manual_seed(2)
+    for vocab in (1000, 4096, 128256, 151936):
+        x = torch.randn(5, vocab, device="cuda")
+        x[1, 7] = x[1, vocab - 1] = 50.0  # tie across chunks: the lowest index wins, as in torch
+        if vocab > 4096:
+            x[2, 4095] = x[2, 4096] = 60.0  # a tie across the first chunk boundary
+        assert argmax_rows(x).tolist() == torch.argmax(x, dim=-1).tolist()
+        assert argmax_rows(x[:1]).tolist() == torch.argmax(x[:1], dim=-1).tolist()
+
+
+@pytest.mark.parametrize("heads", [(16, 8), (32, 8), (20, 4)], ids=lambda h: f"h{h[0]}kv{h[1]}")
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("splits", [None, 1, 16])
+def test_triton_paged_decode_matches_reference(heads, page_size, splits):
+    """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
+    (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches)."""
+    from graphtop.engine.attention.triton_decode import PagedDecode
+
+    torch.manual_seed(page_size)
+    hq, hkv = heads
+    D, dt, dev = 128, torch.bfloat16, "cuda"
+    lens = [1, 2, 15, 16, 17, 100, 300, 1000, 2049, 4096]
+    npages = sum(-(-n // page_size) for n in lens) + 1
+    kc = torch.randn(npages, page_size, hkv, D, dtype=dt, device=dev)
+    vc = torch.randn(npages, page_size, hkv, D, dtype=dt, device=dev)
+    perm = (torch.randperm(npages - 1) + 1).tolist()
+    indptr, idx, last = [0], [], []
+    for n in lens:
+        p = -(-n // page_size)
+        idx += perm[len(idx) : len(idx) + p]
+        indptr.append(len(idx))
+        last.append(n - (p - 1) * page_size)
+    q = torch.randn(len(lens), hq, D, dtype=dt, device=dev)
+    kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev))
+    i32 = dict(dtype=torch.int32, device=dev)
+    args = (torch.tensor(indptr, **i32), torch.tensor(idx, **i32), torch.tensor(last, **i32))
+    outs = [kern.run(q, kc, vc, *args, splits=splits) for _ in range(2)]
+    assert torch.equal(outs[0], outs[1])
+    assert int(kern._tickets.abs().sum()) == 0
+    flat_k, flat_v = kc.view(-1, hkv, D).float(), vc.view(-1, hkv, D).float()
+    for b, n in enumerate(lens):
+        pages = idx[indptr[b] : indptr[b + 1]]
+        slots = torch.tensor([pages[t // page_size] * page_size + t % page_size for t in range(n)], device=dev)
+        k = flat_k[slots].repeat_interleave(hq // hkv, 1)
+        v = flat_v[slots].repeat_interleave(hq // hkv, 1)
+        att = (torch.einsum("hd,thd->ht", q[b].float(), k) * D**-0.5).softmax(-1)
+        _close(outs[0][b], torch.einsum("ht,thd->hd", att, v), tol=1e-2)

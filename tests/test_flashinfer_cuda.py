@@ -42,6 +42,8 @@ CTX = [1, 2, 15, 16, 17, 100, 129, 1000, 2049, 4096]  # decode context lengths (
 EXTEND = [(0, 1), (0, 13), (0, 16), (0, 17), (31, 1), (15, 40), (1000, 100), (0, 300), (2048, 33), (3900, 196)]
 # (q heads, kv heads): GQA 2 and 8 decode on CUDA cores, 5 on tensor cores (the fa2 prefill module)
 HEADS = [(16, 8), (32, 4), (20, 4)]
+# FlashInfer's own decode kernels ("auto") and the Triton split-KV kernel that can stand in for them
+DECODE_KERNELS = ["auto", "triton"]
 from token_agreement import Recorder, _assert_agree, serve  # noqa: E402
 
 
@@ -243,9 +245,11 @@ def test_unsupported_configs_are_refused_with_a_reason(fi):
         cls(pool, AttentionShape(4, 2, D, D**-0.5), torch.device("cuda"))
 
 
+@pytest.mark.parametrize("kernel", DECODE_KERNELS)
 @pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_decode_matches_torch_native(fi, page_size, heads):
+def test_decode_matches_torch_native(fi, page_size, heads, kernel, monkeypatch):
+    monkeypatch.setenv("GRAPHTOP_FLASHINFER_DECODE", kernel)
     check_decode(torch.device("cuda"), page_size, heads)
 
 
@@ -256,9 +260,11 @@ def test_prefill_with_prefix_hits_matches_torch_native(fi, page_size, heads, pad
     check_extend(torch.device("cuda"), page_size, heads, pad_rows)
 
 
+@pytest.mark.parametrize("kernel", DECODE_KERNELS)
 @pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_decode_graph_replay_matches_eager_and_torch(fi, page_size, heads):
+def test_decode_graph_replay_matches_eager_and_torch(fi, page_size, heads, kernel, monkeypatch):
+    monkeypatch.setenv("GRAPHTOP_FLASHINFER_DECODE", kernel)
     check_decode_graph(torch.device("cuda"), page_size, heads)
 
 
@@ -387,7 +393,8 @@ def qwen3_06b(tmp_path_factory):
     return random_checkpoint(hf_config_for("qwen3-0.6b"), device="cuda", dtype=torch.bfloat16)
 
 
-def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypatch):
+@pytest.mark.parametrize("kernel", DECODE_KERNELS)
+def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypatch, kernel):
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
     from graphtop.engine.event_bus import EventBus
@@ -414,8 +421,10 @@ def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypat
     _free(torch_eng)
     del torch_eng
 
+    monkeypatch.setenv("GRAPHTOP_FLASHINFER_DECODE", kernel)
     fi_eng = engine("flashinfer")
     assert fi_eng.info.attention_backend.startswith("flashinfer")
+    assert ("triton" in fi_eng.info.attention_backend) == (kernel == "triton")
     got = Recorder(ref)
     serve(fi_eng, prompts, max_new, got, monkeypatch)
     _assert_agree(ref, got, "flashinfer vs torch-native, Qwen3-0.6B shape", logits_tol=5e-2)

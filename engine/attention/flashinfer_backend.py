@@ -39,6 +39,7 @@ from ..graphs.buffers import BufferSlot, PaddingPolicy
 from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionShape, register_backend
 from .select import AttentionBackendError
+from .triton_decode import HAVE_TRITON, PagedDecode, num_splits
 
 WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shared by every wrapper
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -47,9 +48,10 @@ SUPPORTED_HEAD_DIMS = (64, 128, 256)
 #: where tensor cores win); other groups decode on tensor cores (the prefill fa2 module).
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 PREFILL_BACKEND_ENV = "GRAPHTOP_FLASHINFER_PREFILL_BACKEND"  # "fa2" (default, prebuilt) | "fa3" | "auto"
-#: Decode kernel choice: "auto" (by GQA group, above) | "cuda-core" | "tensor-core" | "tensor-core-nosplit"
-#: (tensor cores with split-KV off: one kernel per layer, no merge pass; for short contexts).
+#: Decode kernel choice: "auto" | "cuda-core" | "tensor-core" | "tensor-core-nosplit" (FlashInfer's, the
+#: last with split-KV off) | "triton" (engine/attention/triton_decode.py: split-KV and merge in one launch).
 DECODE_KERNEL_ENV = "GRAPHTOP_FLASHINFER_DECODE"
+DECODE_KERNELS = ("auto", "cuda-core", "tensor-core", "tensor-core-nosplit", "triton")
 
 
 class FlashInferUnsupported(AttentionBackendError):
@@ -71,6 +73,31 @@ class FlashInferMeta:
     wrapper: Any  # the planned FlashInfer wrapper whose run() this forward calls
     decode: bool
     num_tokens: int = 0  # extend: real rows (q may carry padded rows past them)
+
+
+class TritonDecodeWrapper:
+    """FlashInfer-wrapper-shaped front of the Triton decode kernel: ``load`` replaces ``plan`` (it only
+    copies the page lists into the device buffers: nothing to plan on the host), ``run`` attends."""
+
+    def __init__(self, kernel: PagedDecode, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
+                 splits: Optional[int] = None) -> None:
+        self.kernel, self.indptr, self.indices, self.last, self.splits = kernel, indptr, indices, last, splits
+
+    def load(self, indptr: Any, indices: Any, last: Any, stage: torch.Tensor) -> None:
+        """Copy the page lists in through ``stage``, a pinned buffer the caller keeps (and guards:
+        the previous load's copies must have run before it is overwritten). A persistent buffer, not
+        a fresh pinned tensor per call: the caching host allocator queries CUDA events when it
+        recycles blocks, which a graph capture elsewhere in the process would not tolerate."""
+        n = len(indices)
+        a, b = len(indptr), len(indptr) + len(last)
+        view = stage[: b + n]
+        view.numpy()[:] = array("i", list(indptr) + list(last)) + array("i", indices)
+        self.indptr[:a].copy_(view[:a], non_blocking=True)
+        self.last[: b - a].copy_(view[a:b], non_blocking=True)
+        self.indices[:n].copy_(view[b:], non_blocking=True)
+
+    def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return self.kernel.run(q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits)
 
 
 def _host(values: Any, typecode: str, dtype: torch.dtype) -> torch.Tensor:
@@ -138,10 +165,16 @@ class FlashInferBackend(AttentionBackend):
         group = shape.num_heads // shape.num_kv_heads
         self._plan_copied: Optional[torch.cuda.Event] = None
         kernel = os.environ.get(DECODE_KERNEL_ENV, "auto")
-        if kernel not in ("auto", "cuda-core", "tensor-core", "tensor-core-nosplit"):
-            raise AttentionBackendError(f"{DECODE_KERNEL_ENV}={kernel!r}: use auto, cuda-core, tensor-core or "
-                                        "tensor-core-nosplit")
-        if decode_tensor_cores is None and kernel != "auto":
+        if kernel not in DECODE_KERNELS:
+            raise AttentionBackendError(f"{DECODE_KERNEL_ENV}={kernel!r}: use one of {', '.join(DECODE_KERNELS)}")
+        self._triton: Optional[PagedDecode] = None
+        self._stage: Optional[torch.Tensor] = None  # pinned staging for the Triton decode's page lists
+        if kernel == "triton":
+            if not HAVE_TRITON:
+                raise AttentionBackendError(f"{DECODE_KERNEL_ENV}=triton: triton is not installed")
+            self._triton = PagedDecode(shape.num_heads, shape.num_kv_heads, shape.head_dim, pool.page_size,
+                                       shape.scale, 256, device)
+        if decode_tensor_cores is None and kernel not in ("auto", "triton"):
             decode_tensor_cores = kernel != "cuda-core"
         self.decode_tensor_cores = (
             group not in CUDA_CORE_DECODE_GROUPS if decode_tensor_cores is None else bool(decode_tensor_cores)
@@ -190,6 +223,8 @@ class FlashInferBackend(AttentionBackend):
         self.meta = None
 
     def describe(self) -> str:
+        if self._triton is not None:
+            return f"flashinfer {self.version} ({self.prefill_backend}) + triton split-KV decode"
         extra = ", tensor-core decode" if self.decode_tensor_cores else ""
         extra += "" if self.decode_split_kv else " without split-KV"
         return f"flashinfer {self.version} ({self.prefill_backend}{extra})"
@@ -213,6 +248,17 @@ class FlashInferBackend(AttentionBackend):
     def _loc(self, out_cache_loc: list[int]) -> torch.Tensor:
         return _host(out_cache_loc, "q", torch.int64).to(self.device, non_blocking=True)
 
+    def _load_triton(self, wrapper: TritonDecodeWrapper, indptr: Any, indices: Any, last: Any) -> None:
+        """``wrapper.load`` through the backend's one pinned staging buffer, guarded like ``_plan``."""
+        if self._plan_copied is not None:
+            self._plan_copied.synchronize()
+        need = len(indptr) + len(last) + len(indices)
+        if self._stage is None or self._stage.numel() < need:
+            self._stage = torch.empty(max(need, 4096), dtype=torch.int32, pin_memory=True)
+        wrapper.load(indptr, indices, last, self._stage)
+        self._plan_copied = torch.cuda.Event()
+        self._plan_copied.record()
+
     def _plan(self, wrapper: Any, *args: Any, **kw: Any) -> None:
         """``wrapper.plan`` made safe for the overlap schedule.
 
@@ -231,6 +277,13 @@ class FlashInferBackend(AttentionBackend):
         i32 = torch.int32
         indptr, indices, last = self._page_lists(batch.req_pages, batch.seq_lens)
         loc = self._loc(batch.out_cache_loc)
+        if batch.mode is ForwardMode.DECODE and self._triton is not None:
+            dev = self.device
+            w = TritonDecodeWrapper(self._triton, _host(indptr, "i", i32).to(dev, non_blocking=True),
+                                    _host(indices, "i", i32).to(dev, non_blocking=True),
+                                    _host(last, "i", i32).to(dev, non_blocking=True))
+            self.meta = FlashInferMeta(loc, w, decode=True)
+            return
         if batch.mode is ForwardMode.DECODE:
             w = self._decode_wrapper
             self._plan(
@@ -308,6 +361,11 @@ class FlashInferBackend(AttentionBackend):
             if bucket > self._graph_max_bs:
                 raise ValueError(f"decode bucket {bucket} is over the graph buffers' maximum {self._graph_max_bs}")
             indptr, indices, last = self._graph_bufs
+            if self._triton is not None:
+                w = TritonDecodeWrapper(self._triton, indptr[: bucket + 1], indices, last[:bucket],
+                                        splits=num_splits(bucket, self.shape.num_kv_heads, self._triton.sms))
+                self._graph_wrappers[bucket] = w
+                return w
             w = self._fi.BatchDecodeWithPagedKVCacheWrapper(
                 self._workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.decode_tensor_cores,
                 paged_kv_indptr_buffer=indptr[: bucket + 1], paged_kv_indices_buffer=indices,
@@ -327,6 +385,12 @@ class FlashInferBackend(AttentionBackend):
         w = self._graph_wrapper(bucket)
         pages, last = self._pad_rows()
         i32 = torch.int32
+        if isinstance(w, TritonDecodeWrapper):
+            self._load_triton(w, list(range(0, bucket * pages + 1, pages)), [DUMMY_PAGE] * (bucket * pages),
+                              [last] * bucket)
+            if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
+                self.meta.wrapper = w
+            return
         w.plan(
             torch.arange(0, bucket * pages + 1, pages, dtype=i32),
             torch.full((bucket * pages,), DUMMY_PAGE, dtype=i32, device=self.device),
@@ -354,12 +418,15 @@ class FlashInferBackend(AttentionBackend):
                 f"decode batch needs {len(indices)} page ids; the graph page buffer holds {self._graph_bufs[1].numel()}"
             )
         i32 = torch.int32
-        self._plan(
-            w,
-            _host(indptr, "i", i32),
-            _host(indices, "i", i32).to(self.device, non_blocking=True),  # device: a non-blocking copy in plan
-            _host(last, "i", i32),
-            *self._dims, **self._decode_kw,
-        )
+        if isinstance(w, TritonDecodeWrapper):
+            self._load_triton(w, indptr, indices, last)
+        else:
+            self._plan(
+                w,
+                _host(indptr, "i", i32),
+                _host(indices, "i", i32).to(self.device, non_blocking=True),  # device: non-blocking copy in plan
+                _host(last, "i", i32),
+                *self._dims, **self._decode_kw,
+            )
         if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
             self.meta.wrapper = w
