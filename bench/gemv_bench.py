@@ -28,6 +28,8 @@ from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models.random_model import SHAPES  # noqa: E402
 
 GRID = [c for c in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
+# --wide: more, longer K tiles and fewer rows a program (more programs in flight for small N)
+WIDE_GRID = [c for c in itertools.product((4, 8, 16), (1024, 2048), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
 
 
 def copy_bandwidth() -> float:
@@ -85,6 +87,10 @@ def main() -> int:
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--m", default="1", help="comma list of row counts; --sweep tunes at the first")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--wide", action="store_true", help="sweep WIDE_GRID instead of GRID")
+    ap.add_argument("--ops", default="qkv,o,gate_up,down")
+    ap.add_argument("--decode", action="store_true",
+                    help="after the sweep: decode step at bs 1 with the shipped configs vs the swept ones")
     args = ap.parse_args()
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
@@ -94,6 +100,8 @@ def main() -> int:
     for shape, m in itertools.product(args.shapes.split(","), ms):
         layers = SHAPES[shape]["num_hidden_layers"]
         for name, n, k, kind in ops_for(shape):
+            if name not in args.ops.split(","):
+                continue
             ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(layers)]
             kin = 2 * k if kind == "silu_res" else k
             x = torch.randn(m, kin, dtype=dt, device=dev)
@@ -124,7 +132,8 @@ def main() -> int:
 
             byts = n * k * 2
             t_cub, t_plain = graph_us(cublas, layers), graph_us(plain, layers)
-            configs = GRID if args.sweep and m == ms[0] else [tuned.get((n, k)) or tg.pick_config(n, k)]
+            grid = WIDE_GRID if args.wide else GRID
+            configs = grid if args.sweep and m == ms[0] else [tuned.get((n, k)) or tg.pick_config(n, k)]
             best = None
             for cfg in configs:
                 try:
@@ -156,7 +165,41 @@ def main() -> int:
             torch.cuda.empty_cache()
     if args.sweep:
         print("TUNED = {" + ", ".join(f"({n}, {k}): {c}" for (n, k), c in tuned.items()) + "}")
+    if args.decode:
+        for shape in args.shapes.split(","):
+            decode_with(shape, tuned, bw)
     return 0
+
+
+def decode_with(shape: str, tuned: dict, bw: float) -> None:
+    """Graph decode step at bs 1 (FlashInfer, overlap on) with the shipped TUNED vs shipped + swept."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps
+
+    from graphtop.models.random_model import hf_config_for, random_checkpoint
+
+    ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
+    spec = ckpt.spec
+    shipped = dict(tg.TUNED)
+    for label, table in (("shipped configs", shipped), ("swept configs", {**shipped, **tuned}),
+                         ("shipped configs again", shipped)):
+        tg.TUNED.clear()
+        tg.TUNED.update(table)
+        eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=16)
+        handles = fill_decode(eng, 1)
+        time_steps(eng, 10)
+        ms = sorted(time_steps(eng, 100) for _ in range(5))[2]
+        ctx = PROMPT_LEN + len(handles[0].token_ids)
+        kv = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2 * ctx
+        floor = (ckpt.weights_bytes + kv) / bw * 1e3
+        print(f"{shape} bs 1 graph decode, {label}: {ms:.3f} ms, floor {floor:.3f} ms, {ms / floor:.3f}x floor",
+              flush=True)
+        drain(eng, handles)
+        eng.close()
+        del eng, handles
+        torch.cuda.empty_cache()
+    tg.TUNED.clear()
+    tg.TUNED.update(shipped)
 
 
 if __name__ == "__main__":
