@@ -126,6 +126,10 @@ class Engine:
         )
         if config.fused_kernels and self.model.enable_fused_kernels(config.fused_gemv_max_rows):
             attention_note += " · model kernels: triton-fused"
+            if self.model.model.gemv_max_rows:
+                attention_note += f" (fused-GEMV layers at <= {self.model.model.gemv_max_rows} rows)"
+        if config.overlap_schedule:
+            attention_note += " · overlap schedule"
         self.scheduler = Scheduler(self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running))
         self.model_runner = ModelRunner(self, config.graphs)
         self.info = EngineInfo(
