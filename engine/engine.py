@@ -127,7 +127,7 @@ class Engine:
         if config.fused_kernels and self.model.enable_fused_kernels(config.fused_gemv_max_rows):
             attention_note += " · model kernels: triton-fused"
             if self.model.model.gemv_max_rows:
-                attention_note += f" (fused-GEMV layers at <= {self.model.model.gemv_max_rows} rows)"
+                attention_note += f" (fused-GEMV layers for steps of <= {self.model.model.gemv_max_rows} tokens)"
         if config.overlap_schedule:
             attention_note += " · overlap schedule"
         self.scheduler = Scheduler(self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running))
@@ -324,8 +324,13 @@ class Engine:
         With the overlap schedule (engine/overlap.py) a greedy decode step is launched here and
         read back in the next call, after that call has launched its own step.
         """
-        self._drain_commands()
         pending, self._pending = self._pending, None
+        worked = pending is not None
+        if pending is not None and not self._commands.empty():
+            # Commands (submit, cancel, recapture) act on an engine with nothing in flight.
+            self._complete(pending, placeholders=False)
+            pending = None
+        self._drain_commands()
         if pending is not None:
             if can_chain(self, pending):
                 for req in pending.batch.requests:  # the token in flight counts for the next step
@@ -344,7 +349,7 @@ class Engine:
             if self.model_runner.recapture_pending:  # idle: finish the recapture between polls
                 self.model_runner.advance_recapture()
                 return True
-            return pending is not None
+            return worked
         t0 = time.perf_counter()
         out = self.model_runner.forward(batch)
         if self.overlap_schedule and launchable(batch):
@@ -520,6 +525,8 @@ class Engine:
         """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
         self.shutdown()
         self._fail_running("engine closed")
+        if self.device.type == "cuda":  # a launched step may still be using graphs and pool
+            torch.cuda.synchronize(self.device)
         for runner in (self.model_runner.decode, self.model_runner.prefill):
             if runner is not None:
                 runner.release()

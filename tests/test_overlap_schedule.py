@@ -75,3 +75,21 @@ def test_sampled_requests_and_a_queue_disable_overlap(llama, make_engine):
     out = engine.generate(PROMPTS[:4], SamplingParams(max_new_tokens=6, ignore_eos=True))
     assert [len(h.token_ids) for h in out] == [6] * 4
     assert engine.pool.used_pages == 0
+
+
+def test_submit_while_a_step_is_in_flight_reads_it_back_first(llama, make_engine):
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    plain = make_engine(llama, overlap_schedule=False)
+    want = [plain.generate([p], params)[0].token_ids for p in PROMPTS[:3]]  # one at a time
+    engine = make_engine(llama)
+    handles = [engine.submit(p, params) for p in PROMPTS[:2]]
+    while engine.overlapped_steps < 2:
+        assert engine.step()
+    assert engine._pending is not None
+    done_before = [len(h.token_ids) for h in handles]
+    handles.append(engine.submit(PROMPTS[2], params))
+    engine.step()  # the queued submit makes this step read the launched one back before admitting
+    assert [len(h.token_ids) for h in handles[:2]] == [n + 1 for n in done_before]
+    engine.run_until_idle()
+    assert [h.token_ids for h in handles] == want
+    assert engine.pool.used_pages == 0
