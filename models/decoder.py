@@ -192,12 +192,12 @@ class DecoderForCausalLM(nn.Module):
 
         Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on. Batches of at
         most ``gemv_max_rows`` tokens (0 = never) use the fused-GEMV layers where they win
-        (``triton_gemv.wins_for``). Calling it again only updates that limit.
+        (``triton_gemv.enabled_for``). Calling it again only updates that limit.
         """
         p = self.model.embed_tokens.weight
         if not tk.available(p.device, p.dtype):
             return self.model.fused
-        self.model.gemv_max_rows = min(gemv_max_rows, tg.MAX_M) if tg.wins_for(self.spec) else 0
+        self.model.gemv_max_rows = min(gemv_max_rows, tg.MAX_M) if tg.enabled_for(self.spec) else 0
         if self.model.fused:
             return True
         for layer in self.model.layers:

@@ -24,7 +24,7 @@ from .triton_kernels import HAVE_TRITON
 
 MAX_M = 4
 """Rows the kernel handles. The engine uses it for 1 row by default (EngineConfig.fused_gemv_max_rows):
-measured on an H200 at 4 rows it lost to cuBLAS + separate kernels on 5 of 8 projections."""
+measured on an H200 at 4 rows it lost to cuBLAS + separate kernels on 7 of 8 projections."""
 
 if HAVE_TRITON:
     import triton
@@ -105,7 +105,7 @@ if HAVE_TRITON:
 POLICY_ENV = "GRAPHTOP_FUSED_GEMV"  # auto | on | off
 
 
-def wins_for(spec: Any) -> bool:
+def enabled_for(spec: Any) -> bool:
     """Whether the fused-GEMV layers are used for this model (``GRAPHTOP_FUSED_GEMV`` overrides).
 
     Measured on an H200 (bench/gemv_bench.py, M = 1, weights streamed from HBM): against cuBLAS plus

@@ -12,6 +12,11 @@ kernel reads the same indptr / indices / last_page_len page lists FlashInfer use
 Grid is (rows, KV heads, splits), fixed per graph bucket; splits with no tokens exit at once, so a
 short context costs one split's work. The query heads of one KV head (the GQA group) are padded to
 16 rows so both products run on tensor cores.
+
+Status: correct (tests/test_cuda_kernels.py, tests/test_flashinfer_cuda.py) but not yet faster: on an
+H200 at bs 1, context ~220, it took 12.5 µs per layer against FlashInfer's 8.2 + 2.4 µs, so it is
+opt-in (``GRAPHTOP_FLASHINFER_DECODE=triton``). Likely costs: 64-token chunks leave most splits idle
+at short contexts, and the last-split merge adds a dependent atomic + reload chain.
 """
 
 from __future__ import annotations
