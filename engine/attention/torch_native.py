@@ -7,6 +7,8 @@ requests with a causal mask offset by each request's cached prefix; it always ru
 
 from __future__ import annotations
 
+from array import array
+
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -162,8 +164,20 @@ class TorchNativeBackend(AttentionBackend):
 
 
 def _page_table_source(batch: ForwardBatch, padded: int) -> torch.Tensor:
-    """Real rows only; columns past a request's pages keep stale ids, masked out by seq_lens."""
-    table = torch.full((batch.batch_size, batch.max_pages), DUMMY_PAGE, dtype=torch.int64)
-    for i, pages in enumerate(batch.req_pages):
-        table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
-    return table
+    """Real rows only, each padded with the dummy page to the widest row (masked out by seq_lens).
+
+    Built as one flat ``array`` and viewed as a tensor: a tensor per request cost ~12 µs each, i.e.
+    ~3 ms a step at batch 256 on the CPU machine."""
+    width = batch.max_pages
+    flat = array("q")
+    for pages in batch.req_pages:
+        flat.extend(pages)
+        if len(pages) < width:
+            flat.extend(_DUMMY_ROW[: width - len(pages)] if width <= len(_DUMMY_ROW) else
+                        [DUMMY_PAGE] * (width - len(pages)))
+    if not flat:
+        return torch.empty((batch.batch_size, width), dtype=torch.int64)
+    return torch.frombuffer(flat, dtype=torch.int64).view(batch.batch_size, width)
+
+
+_DUMMY_ROW = array("q", [DUMMY_PAGE] * 4096)
