@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .request import Request
 
@@ -28,7 +28,7 @@ class ForwardBatch:
     seq_lens: list[int]  # per request: context length after this step
     extend_lens: list[int]  # per request: new tokens this step (1 in decode)
     prefix_lens: list[int]  # per request: tokens already in the KV pool
-    req_pages: list[list[int]]  # per request: pages covering its context after this step
+    req_pages: list[Sequence[int]]  # per request: pages covering its context (the request's int32 array)
     page_size: int
     sample_rows: list[int] = field(default_factory=list)  # token rows whose logits are sampled
     sample_requests: list[Request] = field(default_factory=list)

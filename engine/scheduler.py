@@ -12,6 +12,7 @@ Policy, in order, every step:
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import Optional
@@ -50,13 +51,13 @@ class Scheduler:
             self.waiting.remove(req)
         if req.pages:
             self.pool.free(req.pages)
-            req.pages = []
+            req.pages = array("i")
         req.status = RequestStatus.FINISHED
 
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
         self.pool.free(req.pages)
-        req.pages = []
+        req.pages = array("i")
         req.num_computed = 0
         req.status = RequestStatus.WAITING
         req.preemptions += 1

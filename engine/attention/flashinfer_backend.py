@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from array import array
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 
@@ -230,7 +230,7 @@ class FlashInferBackend(AttentionBackend):
         return f"flashinfer {self.version} ({self.prefill_backend}{extra})"
 
     # --- page metadata ---------------------------------------------------------------------------
-    def _page_lists(self, req_pages: list[list[int]], seq_lens: list[int]) -> tuple[list[int], array, list[int]]:
+    def _page_lists(self, req_pages: Sequence[Sequence[int]], seq_lens: list[int]) -> tuple[list[int], array, list[int]]:
         """indptr (cumulative page counts), indices (pages, concatenated), last_page_len, on the host."""
         ps = self.pool.page_size
         indptr = [0]
