@@ -50,3 +50,25 @@ def test_fill_slice_equals_slicing_prompt_plus_output():
     for start in range(len(full)):
         for n in range(0, len(full) - start + 1):
             assert _fill_slice(r, start, n) == full[start : start + n]
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_flashinfer_page_lists_take_int32_arrays_and_lists_alike(page_size):
+    """The FlashInfer backend's host-side page lists (pure Python, so checked here without a GPU):
+    request page arrays (what the scheduler hands over) give exactly what plain lists give."""
+    from array import array
+
+    from graphtop.engine.attention.flashinfer_backend import FlashInferBackend
+
+    backend = FlashInferBackend.__new__(FlashInferBackend)  # only the pool's page size is needed
+    backend.pool = KVPool(KVLayout(1, 1, 8, torch.float32), 8, page_size, torch.device("cpu"))
+    rng = random.Random(page_size)
+    lens = [1, page_size, page_size + 1, 37, 300]
+    lists = [[rng.randrange(1, 10_000) for _ in range(-(-n // page_size) + 2)] for n in lens]  # + spare pages
+    got = backend._page_lists([array("i", p) for p in lists], lens)
+    want = backend._page_lists(lists, lens)
+    assert got[0] == want[0] and list(got[1]) == list(want[1]) and got[2] == want[2]
+    n_pages = [-(-n // page_size) for n in lens]
+    assert got[0] == [sum(n_pages[:i]) for i in range(len(lens) + 1)]
+    assert list(got[1]) == [pg for p, n in zip(lists, n_pages) for pg in p[:n]]
+    assert got[2] == [n - (k - 1) * page_size for n, k in zip(lens, n_pages)]
