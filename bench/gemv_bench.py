@@ -23,6 +23,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from graph_bench import copy_bandwidth  # noqa: E402
+
 from graphtop.models import triton_gemv as tg  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models.random_model import SHAPES  # noqa: E402
@@ -30,21 +33,6 @@ from graphtop.models.random_model import SHAPES  # noqa: E402
 GRID = [c for c in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
 # --wide: more, longer K tiles and fewer rows a program (more programs in flight for small N)
 WIDE_GRID = [c for c in itertools.product((4, 8, 16), (1024, 2048), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
-
-
-def copy_bandwidth() -> float:
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    best = float("inf")
-    for _ in range(8):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        dst.copy_(src)
-        e.record()
-        e.synchronize()
-        best = min(best, s.elapsed_time(e) / 1e3)
-    return 2 * n / best
 
 
 def graph_us(fn: Callable[[int], None], layers: int, reps: int = 7) -> float:
@@ -92,7 +80,7 @@ def main() -> int:
     ap.add_argument("--decode", action="store_true",
                     help="after the sweep: decode step at bs 1 with the shipped configs vs the swept ones")
     args = ap.parse_args()
-    bw = copy_bandwidth()
+    bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     ms = [int(v) for v in args.m.split(",")]
     dt, dev = torch.bfloat16, "cuda"
@@ -173,7 +161,6 @@ def main() -> int:
 
 def decode_with(shape: str, tuned: dict, bw: float) -> None:
     """Graph decode step at bs 1 (FlashInfer, overlap on) with the shipped TUNED vs shipped + swept."""
-    sys.path.insert(0, os.path.dirname(__file__))
     from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps
 
     from graphtop.models.random_model import hf_config_for, random_checkpoint

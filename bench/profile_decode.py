@@ -82,7 +82,7 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, args.steps) for _ in range(3))[1]
         print(f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
-              f"{eng.model.model.gemv_max_rows}, overlapped {eng.overlapped_steps})", flush=True)
+              f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})", flush=True)
         table, prof = kernel_table(eng, 14)
         print(table, flush=True)
         if n == len(picked) - 1:

@@ -126,8 +126,8 @@ class Engine:
         )
         if config.fused_kernels and self.model.enable_fused_kernels(config.fused_gemv_max_rows):
             attention_note += " · model kernels: triton-fused"
-            if self.model.model.gemv_max_rows:
-                attention_note += f" (fused-GEMV layers for steps of <= {self.model.model.gemv_max_rows} tokens)"
+            if self.model.fused_gemv_rows:
+                attention_note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
         if config.overlap_schedule:
             attention_note += " · overlap schedule"
         self.scheduler = Scheduler(self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from array import array
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 

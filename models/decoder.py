@@ -59,9 +59,11 @@ class Attention(nn.Module):
         self.qkv_proj.requires_grad_(False)
         self.fused = True
 
-    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
-                      attn: AttentionFn) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+    def attend_fused(self, qkv: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+                     attn: AttentionFn) -> torch.Tensor:
+        """Fused-path attention from the fused q|k|v projection: q/k-norm + RoPE in one launch, then
+        ``attn``; returns o as [T, heads * head_dim], ready for o_proj."""
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
@@ -70,8 +72,11 @@ class Attention(nn.Module):
                                 self.q_norm.eps)
         else:
             q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache)
-        o = attn(q, k, v, self.layer_id)
-        return self.o_proj(o.reshape(-1, self.num_heads * self.head_dim))
+        return attn(q, k, v, self.layer_id).reshape(-1, self.num_heads * self.head_dim)
+
+    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+                      attn: AttentionFn) -> torch.Tensor:
+        return self.o_proj(self.attend_fused(self.qkv_proj(x), positions, rope, attn))
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
@@ -115,23 +120,13 @@ class DecoderLayer(nn.Module):
         mlp = self.mlp
         return mlp.down_proj(tk.silu_and_mul(mlp.gate_up_proj(h))), residual
 
-
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
                       attn: AttentionFn) -> None:
         """Decode at <= ``tg.MAX_M`` rows: 7 launches instead of 10. ``h`` is the residual stream,
         updated in place: RMSNorms ride in the GEMV prologues, residual adds in the epilogues."""
         ln, sa, pln, mlp = self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
         qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps)
-        q, k, v = qkv.split([sa.q_size, sa.kv_size, sa.kv_size], dim=-1)
-        q = q.view(-1, sa.num_heads, sa.head_dim)
-        k = k.view(-1, sa.num_kv_heads, sa.head_dim)
-        v = v.view(-1, sa.num_kv_heads, sa.head_dim)
-        if sa.qk_norm:
-            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache, sa.q_norm.weight, sa.k_norm.weight,
-                                sa.q_norm.eps)
-        else:
-            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache)
-        o = attn(q, k, v, sa.layer_id).reshape(h.shape[0], sa.num_heads * sa.head_dim)
+        o = sa.attend_fused(qkv, positions, rope, attn)
         tg.gemv(o, sa.o_proj.weight, sa.o_proj.bias, residual=h, out=h)
         gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps)
         tg.gemv(gu, mlp.down_proj.weight, mlp.down_proj.bias, silu_mul=True, residual=h, out=h)
@@ -186,6 +181,11 @@ class DecoderForCausalLM(nn.Module):
     @property
     def fused_kernels(self) -> bool:
         return self.model.fused
+
+    @property
+    def fused_gemv_rows(self) -> int:
+        """Steps of at most this many tokens run the fused-GEMV layers (0: never)."""
+        return self.model.gemv_max_rows if self.model.fused else 0
 
     def enable_fused_kernels(self, gemv_max_rows: int = 1) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import os
 from array import array
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Iterator, Optional, Sequence
 
 import torch
 
@@ -163,7 +164,7 @@ class FlashInferBackend(AttentionBackend):
         self.dtype = dtype
         self.prefill_backend = prefill_backend or os.environ.get(PREFILL_BACKEND_ENV, "fa2")
         group = shape.num_heads // shape.num_kv_heads
-        self._plan_copied: Optional[torch.cuda.Event] = None
+        self._staged: Optional[torch.cuda.Event] = None  # see _staging
         kernel = os.environ.get(DECODE_KERNEL_ENV, "auto")
         if kernel not in DECODE_KERNELS:
             raise AttentionBackendError(f"{DECODE_KERNEL_ENV}={kernel!r}: use one of {', '.join(DECODE_KERNELS)}")
@@ -248,29 +249,33 @@ class FlashInferBackend(AttentionBackend):
     def _loc(self, out_cache_loc: list[int]) -> torch.Tensor:
         return _host(out_cache_loc, "q", torch.int64).to(self.device, non_blocking=True)
 
+    @contextmanager
+    def _staging(self) -> Iterator[None]:
+        """Around every write of metadata through a reused pinned host buffer (``plan()``'s own, or
+        the Triton decode's ``_stage``), made safe for the overlap schedule.
+
+        Those buffers are copied to the device asynchronously. When the host prepares step N+1 while
+        step N is in flight, N's copy may still be queued, so wait for it first (it is the first
+        thing N does on the GPU: ~no wait), then mark when this copy has run.
+        """
+        if self._staged is not None:
+            self._staged.synchronize()
+        yield
+        self._staged = torch.cuda.Event()
+        self._staged.record()
+
     def _load_triton(self, wrapper: TritonDecodeWrapper, indptr: Any, indices: Any, last: Any) -> None:
-        """``wrapper.load`` through the backend's one pinned staging buffer, guarded like ``_plan``."""
-        if self._plan_copied is not None:
-            self._plan_copied.synchronize()
-        need = len(indptr) + len(last) + len(indices)
-        if self._stage is None or self._stage.numel() < need:
-            self._stage = torch.empty(max(need, 4096), dtype=torch.int32, pin_memory=True)
-        wrapper.load(indptr, indices, last, self._stage)
-        self._plan_copied = torch.cuda.Event()
-        self._plan_copied.record()
+        """``wrapper.load`` through the backend's one pinned staging buffer."""
+        with self._staging():
+            need = len(indptr) + len(last) + len(indices)
+            if self._stage is None or self._stage.numel() < need:
+                self._stage = torch.empty(max(need, 4096), dtype=torch.int32, pin_memory=True)
+            wrapper.load(indptr, indices, last, self._stage)
 
     def _plan(self, wrapper: Any, *args: Any, **kw: Any) -> None:
-        """``wrapper.plan`` made safe for the overlap schedule.
-
-        plan() stages its metadata in a pinned host buffer and copies it to the device
-        asynchronously. When the host plans step N+1 while step N is in flight, N's copy may still
-        be queued, so wait for it first (it is the first thing N does on the GPU: ~no wait).
-        """
-        if self._plan_copied is not None:
-            self._plan_copied.synchronize()
-        wrapper.plan(*args, **kw)
-        self._plan_copied = torch.cuda.Event()
-        self._plan_copied.record()
+        """``wrapper.plan`` made safe for the overlap schedule (see ``_staging``)."""
+        with self._staging():
+            wrapper.plan(*args, **kw)
 
     # --- eager path ------------------------------------------------------------------------------
     def prepare(self, batch: ForwardBatch) -> None:
@@ -388,15 +393,13 @@ class FlashInferBackend(AttentionBackend):
         if isinstance(w, TritonDecodeWrapper):
             self._load_triton(w, list(range(0, bucket * pages + 1, pages)), [DUMMY_PAGE] * (bucket * pages),
                               [last] * bucket)
-            if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
-                self.meta.wrapper = w
-            return
-        w.plan(
-            torch.arange(0, bucket * pages + 1, pages, dtype=i32),
-            torch.full((bucket * pages,), DUMMY_PAGE, dtype=i32, device=self.device),
-            torch.full((bucket,), last, dtype=i32),
-            *self._dims, **self._decode_kw,
-        )
+        else:
+            w.plan(
+                torch.arange(0, bucket * pages + 1, pages, dtype=i32),
+                torch.full((bucket * pages,), DUMMY_PAGE, dtype=i32, device=self.device),
+                torch.full((bucket,), last, dtype=i32),
+                *self._dims, **self._decode_kw,
+            )
         if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
             self.meta.wrapper = w
 

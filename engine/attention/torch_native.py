@@ -8,7 +8,6 @@ requests with a causal mask offset by each request's cached prefix; it always ru
 from __future__ import annotations
 
 from array import array
-
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -172,13 +171,11 @@ def _page_table_source(batch: ForwardBatch, padded: int) -> torch.Tensor:
     flat = array("i")
     for pages in batch.req_pages:
         flat.extend(pages)
-        if len(pages) < width:
-            flat.extend(_DUMMY_ROW[: width - len(pages)] if width <= len(_DUMMY_ROW) else
-                        [DUMMY_PAGE] * (width - len(pages)))
+        flat.extend(_DUMMY * (width - len(pages)))
     return _long(flat).view(batch.batch_size, width)
 
 
-_DUMMY_ROW = array("i", [DUMMY_PAGE] * 4096)
+_DUMMY = array("i", [DUMMY_PAGE])
 
 
 def _long(ids: "array | list[int]") -> torch.Tensor:
