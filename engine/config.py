@@ -45,3 +45,22 @@ class EngineConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose float32, bfloat16 or float16")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise ValueError(f"max total tokens must be >= 1, got {self.max_total_tokens}")
+        _check_env_knobs()
+
+
+def _check_env_knobs() -> None:
+    """The kernel-tuning environment variables (README: tuning knobs): a typo is a usage error here,
+    before any model loads, instead of a silent default or a traceback deep in engine start-up."""
+    import os
+
+    from graphtop.models.triton_gemv import POLICIES, POLICY_ENV
+
+    from .attention.flashinfer_backend import (
+        DECODE_KERNEL_ENV, DECODE_KERNELS, PREFILL_BACKEND_ENV, PREFILL_BACKENDS,
+    )
+
+    for name, allowed in ((POLICY_ENV, POLICIES), (DECODE_KERNEL_ENV, DECODE_KERNELS),
+                          (PREFILL_BACKEND_ENV, PREFILL_BACKENDS)):
+        value = os.environ.get(name)
+        if value is not None and value not in allowed:
+            raise ValueError(f"{name}={value!r}: use one of {', '.join(allowed)}")

@@ -102,7 +102,8 @@ if HAVE_TRITON:
         tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], y, mask=om)
 
 
-POLICY_ENV = "GRAPHTOP_FUSED_GEMV"  # auto | on | off
+POLICY_ENV = "GRAPHTOP_FUSED_GEMV"
+POLICIES = ("auto", "on", "off")
 
 
 def enabled_for(spec: Any) -> bool:
@@ -114,6 +115,8 @@ def enabled_for(spec: Any) -> bool:
     56.2 vs 58.3, 29.5 vs 34.9 on Llama-3.1-8B (the last two at 97-101 % of copy bandwidth).
     """
     policy = os.environ.get(POLICY_ENV, "auto")
+    if policy not in POLICIES:  # EngineConfig.validate reports this first, as a usage error
+        raise ValueError(f"{POLICY_ENV}={policy!r}: use one of {', '.join(POLICIES)}")
     return policy != "off"
 
 

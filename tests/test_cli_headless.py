@@ -184,6 +184,16 @@ def test_bad_options_are_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, a
     assert_usage_error(rc, out, err, needle)
 
 
+@pytest.mark.parametrize("name,value", [("GRAPHTOP_FUSED_GEMV", "of"), ("GRAPHTOP_FLASHINFER_DECODE", "tritn"),
+                                        ("GRAPHTOP_FLASHINFER_PREFILL_BACKEND", "fa4")])
+def test_bad_tuning_env_knob_is_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl",
+                       *ENGINE_ARGS)
+    assert_usage_error(rc, out, err, f"{name}={value!r}: use one of")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_dashboard_mode_checks_the_model_folder_before_starting(tmp_path, capsys, monkeypatch):
     import graphtop.tui.launch as launch
 

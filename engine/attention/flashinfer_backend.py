@@ -49,6 +49,7 @@ SUPPORTED_HEAD_DIMS = (64, 128, 256)
 #: where tensor cores win); other groups decode on tensor cores (the prefill fa2 module).
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 PREFILL_BACKEND_ENV = "GRAPHTOP_FLASHINFER_PREFILL_BACKEND"  # "fa2" (default, prebuilt) | "fa3" | "auto"
+PREFILL_BACKENDS = ("fa2", "fa3", "auto")
 #: Decode kernel choice: "auto" | "cuda-core" | "tensor-core" | "tensor-core-nosplit" (FlashInfer's, the
 #: last with split-KV off) | "triton" (engine/attention/triton_decode.py: split-KV and merge in one launch).
 DECODE_KERNEL_ENV = "GRAPHTOP_FLASHINFER_DECODE"
