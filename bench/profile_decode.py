@@ -1,5 +1,5 @@
 """Where a graph decode step's time goes, and what each speed-up buys: step time for a ladder of
-variants (fused-GEMV layers, overlap schedule, FlashInfer decode kernel), the GPU kernels of a few
+variants (overlap schedule, fused-GEMV layers, one-launch decode attention, PDL), the GPU kernels of a few
 steps (torch.profiler) and the host functions (cProfile), for one batch size.
 
     python bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1] [--out DIR]
@@ -26,14 +26,16 @@ from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E40
 from graphtop.engine.attention.flashinfer_backend import DECODE_KERNEL_ENV  # noqa: E402
 from graphtop.engine.event_bus import EventBus  # noqa: E402
 from graphtop.models import triton_gemv as tg  # noqa: E402
+from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
-# name, fused-GEMV rows, overlap schedule, FlashInfer decode kernel, fused-GEMV policy
+# name, fused-GEMV rows, overlap schedule, FlashInfer decode kernel, fused-GEMV policy, PDL policy
 VARIANTS = [
-    ("cublas layers, no overlap", 0, False, "auto", "off"),
-    ("+ overlap schedule", 0, True, "auto", "off"),
-    ("+ fused GEMV layers", 1, True, "auto", "auto"),
-    ("+ triton split-KV decode", 1, True, "triton", "auto"),
+    ("cublas layers, no overlap", 0, False, "flashinfer", "off", "off"),
+    ("+ overlap schedule", 0, True, "flashinfer", "off", "off"),
+    ("+ fused GEMV layers", 1, True, "flashinfer", "auto", "off"),
+    ("+ one-launch triton decode", 1, True, "auto", "auto", "off"),
+    ("+ programmatic dependent launch", 1, True, "auto", "auto", "auto"),
 ]
 
 
@@ -63,9 +65,10 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
     ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
     tag = f"{shape} bs {args.bs} {args.attention}"
     picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
-    for n, (name, rows, overlap, kernel, gemv) in enumerate(picked):
+    for n, (name, rows, overlap, kernel, gemv, pdl) in enumerate(picked):
         os.environ[DECODE_KERNEL_ENV] = kernel
         os.environ[tg.POLICY_ENV] = gemv
+        os.environ[tk.PDL_ENV] = pdl
         bus = EventBus()
         caps = bus.subscribe("captures", types={"capture_progress"})
         try:
@@ -100,6 +103,7 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
         torch.cuda.empty_cache()
     os.environ.pop(DECODE_KERNEL_ENV, None)
     os.environ.pop(tg.POLICY_ENV, None)
+    os.environ.pop(tk.PDL_ENV, None)
     del ckpt
     torch.cuda.empty_cache()
 

@@ -54,13 +54,14 @@ def _check_env_knobs() -> None:
     import os
 
     from graphtop.models.triton_gemv import POLICIES, POLICY_ENV
+    from graphtop.models.triton_kernels import PDL_ENV, PDL_POLICIES
 
     from .attention.flashinfer_backend import (
         DECODE_KERNEL_ENV, DECODE_KERNELS, PREFILL_BACKEND_ENV, PREFILL_BACKENDS,
     )
 
     for name, allowed in ((POLICY_ENV, POLICIES), (DECODE_KERNEL_ENV, DECODE_KERNELS),
-                          (PREFILL_BACKEND_ENV, PREFILL_BACKENDS)):
+                          (PREFILL_BACKEND_ENV, PREFILL_BACKENDS), (PDL_ENV, PDL_POLICIES)):
         value = os.environ.get(name)
         if value is not None and value not in allowed:
             raise ValueError(f"{name}={value!r}: use one of {', '.join(allowed)}")

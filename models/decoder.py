@@ -26,7 +26,10 @@ AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Te
 """attn(q [T, H, D], k [T, KVH, D], v [T, KVH, D], layer_id) -> o [T, H, D].
 
 Causal across each request of the ragged batch, softmax scale `spec.softmax_scale`; the
-implementation stores k/v in its cache before attending."""
+implementation stores k/v in its cache before attending. It may also have a method
+``forward_qkv(qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, layer_id)`` that
+does the q/k norm, RoPE, store and attention from the fused projection in one go, or returns None
+(engine/attention/base.py); the fused path tries it first."""
 
 
 class Attention(nn.Module):
@@ -63,6 +66,13 @@ class Attention(nn.Module):
                      attn: AttentionFn) -> torch.Tensor:
         """Fused-path attention from the fused q|k|v projection: q/k-norm + RoPE in one launch, then
         ``attn``; returns o as [T, heads * head_dim], ready for o_proj."""
+        fused = getattr(attn, "forward_qkv", None)
+        if fused is not None:
+            qw, kw = (self.q_norm.weight, self.k_norm.weight) if self.qk_norm else (None, None)
+            o = fused(qkv, positions, rope.cos_sin_cache, qw, kw, self.q_norm.eps if self.qk_norm else 0.0,
+                      self.layer_id)
+            if o is not None:
+                return o.reshape(-1, self.num_heads * self.head_dim)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)

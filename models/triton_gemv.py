@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from .triton_kernels import HAVE_TRITON
+from .triton_kernels import HAVE_TRITON, use_pdl
 
 MAX_M = 4
 """Rows the kernel handles. The engine uses it for 1 row by default (EngineConfig.fused_gemv_max_rows):
@@ -31,10 +31,46 @@ if HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
+    def _gemv_weights(w_rows, rk, K, n_mask, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+        if EVEN_K:
+            if EVEN_N:
+                return tl.load(w_rows + rk[None, :])
+            return tl.load(w_rows + rk[None, :], mask=n_mask[:, None], other=0.0)
+        return tl.load(w_rows + rk[None, :], mask=n_mask[:, None] & (rk < K)[None, :], other=0.0)
+
+    @triton.jit
+    def _gemv_step(acc, ss, wv, x_rows, nw_ptr, rk, K, m_mask, dt, PROLOGUE: tl.constexpr,
+                   BLOCK_M: tl.constexpr, EVEN_K: tl.constexpr):
+        """One K tile: the activations (with their prologue) times the tile's weights ``wv``."""
+        if EVEN_K:
+            xm = m_mask[:, None]
+        else:
+            xm = m_mask[:, None] & (rk < K)[None, :]
+        if PROLOGUE == 2:
+            g = tl.load(x_rows + rk[None, :], mask=xm, other=0.0).to(tl.float32)
+            u = tl.load(x_rows + K + rk[None, :], mask=xm, other=0.0).to(tl.float32)
+            act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+            xf = (act * u).to(dt).to(tl.float32)
+        else:
+            xf = tl.load(x_rows + rk[None, :], mask=xm, other=0.0).to(tl.float32)
+            if PROLOGUE == 1:
+                ss += xf * xf
+                if EVEN_K:
+                    nw = tl.load(nw_ptr + rk).to(tl.float32)
+                else:
+                    nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                xf = xf * nw[None, :]
+        if BLOCK_M == 1:
+            acc += wv.to(tl.float32) * xf
+        else:
+            acc += xf[:, None, :] * wv.to(tl.float32)[None, :, :]
+        return acc, ss
+
+    @triton.jit
     def _gemv_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, b_ptr, M, N, K, x_stride, out_stride, res_stride,
                      eps, PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+                     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, USE_PDL: tl.constexpr):
         """out[m, n] = sum_k pro(x)[m, k] * w[n, k] (+ bias[n]) (+ res[m, n]).
 
         PROLOGUE 0: x as is; 1: RMSNorm(x) with weight nw (K columns); 2: silu(x[:, :K]) * x[:, K:2K].
@@ -42,6 +78,9 @@ if HAVE_TRITON:
         gathered alongside the dot products and applied at the end. Products are summed elementwise into
         a [BLOCK_M, BLOCK_N, BLOCK_K] accumulator and reduced across K once, after the loop (a reduction
         per iteration costs shuffles and serialises the loads).
+
+        USE_PDL (launched with programmatic dependent launch): the first weight tile is requested
+        before waiting for the previous kernel, whose output (x, res) is only read after the wait.
         """
         pid = tl.program_id(0)
         rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -52,44 +91,24 @@ if HAVE_TRITON:
         x_rows = x_ptr + rm[:, None] * x_stride
         w_rows = w_ptr + rn[:, None].to(tl.int64) * K
         if BLOCK_M == 1:
-            acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+            acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
         else:
-            acc3 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+            acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
         ss = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        rk = tl.arange(0, BLOCK_K)
+        wv = _gemv_weights(w_rows, rk, K, n_mask, EVEN_K, EVEN_N)
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        acc, ss = _gemv_step(acc, ss, wv, x_rows, nw_ptr, rk, K, m_mask, dt, PROLOGUE, BLOCK_M, EVEN_K)
+        for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
-            if EVEN_K:
-                xm = m_mask[:, None]
-                if EVEN_N:
-                    wv = tl.load(w_rows + rk[None, :])
-                else:
-                    wv = tl.load(w_rows + rk[None, :], mask=n_mask[:, None], other=0.0)
-            else:
-                k_mask = rk < K
-                xm = m_mask[:, None] & k_mask[None, :]
-                wv = tl.load(w_rows + rk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            if PROLOGUE == 2:
-                g = tl.load(x_rows + rk[None, :], mask=xm, other=0.0).to(tl.float32)
-                u = tl.load(x_rows + K + rk[None, :], mask=xm, other=0.0).to(tl.float32)
-                act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
-                xf = (act * u).to(dt).to(tl.float32)
-            else:
-                xf = tl.load(x_rows + rk[None, :], mask=xm, other=0.0).to(tl.float32)
-                if PROLOGUE == 1:
-                    ss += xf * xf
-                    if EVEN_K:
-                        nw = tl.load(nw_ptr + rk).to(tl.float32)
-                    else:
-                        nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                    xf = xf * nw[None, :]
-            if BLOCK_M == 1:
-                acc2 += wv.to(tl.float32) * xf
-            else:
-                acc3 += xf[:, None, :] * wv.to(tl.float32)[None, :, :]
+            wv = _gemv_weights(w_rows, rk, K, n_mask, EVEN_K, EVEN_N)
+            acc, ss = _gemv_step(acc, ss, wv, x_rows, nw_ptr, rk, K, m_mask, dt, PROLOGUE, BLOCK_M, EVEN_K)
         if BLOCK_M == 1:
-            acc = tl.sum(acc2, axis=1)[None, :]
+            acc = tl.sum(acc, axis=1)[None, :]
         else:
-            acc = tl.sum(acc3, axis=2)
+            acc = tl.sum(acc, axis=2)
         if PROLOGUE == 1:
             acc = acc * tl.rsqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
         if HAS_BIAS:
@@ -140,11 +159,12 @@ def pick_config(n: int, k: int) -> tuple[int, int, int, int]:
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
          norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, silu_mul: bool = False,
          residual: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
-         config: Optional[tuple[int, int, int, int]] = None) -> torch.Tensor:
+         config: Optional[tuple[int, int, int, int]] = None, pdl: Optional[bool] = None) -> torch.Tensor:
     """``[residual +] linear(pro(x), weight, bias)`` for x [M <= MAX_M, K'] (rows may be strided).
 
     ``norm_weight``: pro = RMSNorm; ``silu_mul``: x is [gate | up] (2K columns) and pro = silu(gate) * up.
     ``out`` may be ``residual`` itself (each program reads and writes only its own rows).
+    ``pdl``: launch with programmatic dependent launch (default: ``triton_kernels.use_pdl``).
     """
     m = x.shape[0]
     n, k = weight.shape
@@ -154,6 +174,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
     if out is None:
         out = torch.empty((m, n), dtype=weight.dtype, device=weight.device)
     prologue = 2 if silu_mul else (1 if norm_weight is not None else 0)
+    if pdl is None:
+        pdl = use_pdl(weight.device)
     block_n, block_k, warps, stages = config or pick_config(n, k)
     block_m = triton.next_power_of_2(m)
     if block_m > 1:  # the [M, N, K] accumulator must stay in registers
@@ -164,5 +186,5 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
         m, n, k, x.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0, eps,
         PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-        EVEN_N=n % block_n == 0, num_warps=warps, num_stages=stages)
+        EVEN_N=n % block_n == 0, USE_PDL=pdl, num_warps=warps, num_stages=stages, launch_pdl=pdl)
     return out

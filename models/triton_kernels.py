@@ -26,6 +26,30 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
     return HAVE_TRITON and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
 
 
+PDL_ENV = "GRAPHTOP_PDL"
+PDL_POLICIES = ("auto", "on", "off")
+_pdl: dict[int, bool] = {}
+
+
+def use_pdl(device: torch.device) -> bool:
+    """Whether the decode-path kernels (fused GEMV, Triton decode attention) launch with programmatic
+    dependent launch: each may start while its predecessor drains, stream its weights (which no kernel
+    writes) and only then wait for the predecessor's output (``griddepcontrol.wait``). That hides the
+    launch gap and the memory-pipeline ramp of every small kernel. Needs Hopper or newer; "auto" takes
+    it there, ``GRAPHTOP_PDL=off`` never."""
+    import os
+
+    policy = os.environ.get(PDL_ENV, "auto")
+    if policy not in PDL_POLICIES:  # EngineConfig.validate reports this first, as a usage error
+        raise ValueError(f"{PDL_ENV}={policy!r}: use one of {', '.join(PDL_POLICIES)}")
+    if policy == "off" or not HAVE_TRITON or device.type != "cuda":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _pdl:
+        _pdl[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return _pdl[index]
+
+
 if HAVE_TRITON:
 
     @triton.jit

@@ -177,11 +177,14 @@ def test_argmax_rows_matches_torch_with_ties():
 
 @pytest.mark.parametrize("heads", [(16, 8), (32, 8), (20, 4)], ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-@pytest.mark.parametrize("splits", [None, 1, 16])
-def test_triton_paged_decode_matches_reference(heads, page_size, splits):
+@pytest.mark.parametrize("splits,min_chunk", [(None, 256), (1, 256), (16, 16)])
+def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
-    (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches)."""
-    from graphtop.engine.attention.triton_decode import PagedDecode
+    (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches);
+    both entries: q over stored K/V, and straight from q|k|v (norm, RoPE and the K/V store inside)."""
+    from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode
+    from graphtop.models.layers import RMSNorm
+    from graphtop.models.rope import apply_rope
 
     torch.manual_seed(page_size)
     hq, hkv = heads
@@ -197,18 +200,49 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits):
         idx += perm[len(idx) : len(idx) + p]
         indptr.append(len(idx))
         last.append(n - (p - 1) * page_size)
-    q = torch.randn(len(lens), hq, D, dtype=dt, device=dev)
-    kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev))
+    kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), DecodeTuning(min_chunk=min_chunk))
     i32 = dict(dtype=torch.int32, device=dev)
     args = (torch.tensor(indptr, **i32), torch.tensor(idx, **i32), torch.tensor(last, **i32))
-    outs = [kern.run(q, kc, vc, *args, splits=splits) for _ in range(2)]
+
+    # the q|k|v entry; the reference does norm + RoPE with the model's torch ops and stores K/V itself
+    R = len(lens)
+    qkv = torch.randn(R, (hq + 2 * hkv) * D, dtype=dt, device=dev)
+    pos = torch.tensor([n + 5 for n in lens], device=dev)
+    inv_freq = 1e6 ** (-torch.arange(0, D, 2, device=dev).float() / D)
+    freqs = torch.arange(8192, device=dev).float()[:, None] * inv_freq[None, :]
+    cos_sin = torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # RotaryEmbedding's cache layout
+    cos, sin = cos_sin[pos].to(dt).unsqueeze(1).chunk(2, dim=-1)
+    qn, kn = RMSNorm(D, 1e-6).to(dev, dt), RMSNorm(D, 1e-6).to(dev, dt)
+    with torch.no_grad():
+        qn.weight.uniform_(0.5, 1.5)
+        kn.weight.uniform_(0.5, 1.5)
+        q = qkv[:, : hq * D].view(R, hq, D)
+        k = qkv[:, hq * D : (hq + hkv) * D].view(R, hkv, D)
+        v = qkv[:, (hq + hkv) * D :].view(R, hkv, D)
+        q_ref, k_ref = apply_rope(qn(q), cos, sin), apply_rope(kn(k), cos, sin)
+    kc_f, vc_f = kc.clone(), vc.clone()
+    outs_qkv = [kern.run_qkv(qkv, pos, cos_sin, qn.weight, kn.weight, 1e-6, kc_f, vc_f, *args, splits=splits)
+                for _ in range(2)]
+    assert torch.equal(outs_qkv[0], outs_qkv[1])
+    flat_k, flat_v = kc.view(-1, hkv, D).clone(), vc.view(-1, hkv, D).clone()
+    for b, n in enumerate(lens):  # the new token's slot: the last of the row's page list
+        pages = idx[indptr[b] : indptr[b + 1]]
+        s = pages[(n - 1) // page_size] * page_size + (n - 1) % page_size
+        flat_k[s], flat_v[s] = k_ref[b], v[b]
+    _close(kc_f.view(-1, hkv, D), flat_k, tol=1e-2)  # RoPE rounding may differ by an ulp
+    assert torch.equal(vc_f.view(-1, hkv, D), flat_v)
+
+    # the q entry, over the caches the q|k|v entry wrote: the same attention
+    outs = [kern.run(q_ref.contiguous(), kc_f, vc_f, *args, splits=splits) for _ in range(2)]
     assert torch.equal(outs[0], outs[1])
     assert int(kern._tickets.abs().sum()) == 0
-    flat_k, flat_v = kc.view(-1, hkv, D).float(), vc.view(-1, hkv, D).float()
+    flat_k, flat_v = kc_f.view(-1, hkv, D).float(), vc_f.view(-1, hkv, D).float()
     for b, n in enumerate(lens):
         pages = idx[indptr[b] : indptr[b + 1]]
         slots = torch.tensor([pages[t // page_size] * page_size + t % page_size for t in range(n)], device=dev)
-        k = flat_k[slots].repeat_interleave(hq // hkv, 1)
-        v = flat_v[slots].repeat_interleave(hq // hkv, 1)
-        att = (torch.einsum("hd,thd->ht", q[b].float(), k) * D**-0.5).softmax(-1)
-        _close(outs[0][b], torch.einsum("ht,thd->hd", att, v), tol=1e-2)
+        kk = flat_k[slots].repeat_interleave(hq // hkv, 1)
+        vv = flat_v[slots].repeat_interleave(hq // hkv, 1)
+        att = (torch.einsum("hd,thd->ht", q_ref[b].float(), kk) * D**-0.5).softmax(-1)
+        want = torch.einsum("ht,thd->hd", att, vv)
+        _close(outs[0][b], want, tol=1e-2)
+        _close(outs_qkv[0][b], want, tol=1e-2)

@@ -42,8 +42,8 @@ CTX = [1, 2, 15, 16, 17, 100, 129, 1000, 2049, 4096]  # decode context lengths (
 EXTEND = [(0, 1), (0, 13), (0, 16), (0, 17), (31, 1), (15, 40), (1000, 100), (0, 300), (2048, 33), (3900, 196)]
 # (q heads, kv heads): GQA 2 and 8 decode on CUDA cores, 5 on tensor cores (the fa2 prefill module)
 HEADS = [(16, 8), (32, 4), (20, 4)]
-# FlashInfer's own decode kernels ("auto") and the Triton split-KV kernel that can stand in for them
-DECODE_KERNELS = ["auto", "triton"]
+# FlashInfer's own decode kernels and the one-launch Triton kernel ("auto" takes it at small batches)
+DECODE_KERNELS = ["flashinfer", "triton"]
 from token_agreement import Recorder, _assert_agree, serve  # noqa: E402
 
 

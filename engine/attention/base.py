@@ -55,6 +55,20 @@ class AttentionBackend(ABC):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
         """Store k/v at ``meta.out_cache_loc`` and return attention output shaped like q."""
 
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
+        """The backend is the model's ``attn``: calling it is ``forward``; ``forward_qkv`` is its
+        optional fused entry (models/decoder.py ``AttentionFn``)."""
+        return self.forward(q, k, v, layer_id)
+
+    def forward_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+                    q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
+                    layer_id: int) -> Optional[torch.Tensor]:
+        """Attention straight from the fused q|k|v projection [T, (H + 2 Hkv) * D] — q/k RMSNorm when
+        weights are given, NeoX RoPE from ``cos_sin_cache``, the K/V store — returning o [T, H, D];
+        or None, and the model does those steps itself and calls ``forward``. Backends with a kernel
+        that fuses them override this (one launch per layer instead of several)."""
+        return None
+
     # --- decode graphs -------------------------------------------------------------------------
     def init_graph_state(self, max_bs: int, max_pages_per_req: int) -> None:
         """Allocate the fixed-address metadata buffers every decode graph will read."""

@@ -50,10 +50,15 @@ SUPPORTED_HEAD_DIMS = (64, 128, 256)
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 PREFILL_BACKEND_ENV = "GRAPHTOP_FLASHINFER_PREFILL_BACKEND"  # "fa2" (default, prebuilt) | "fa3" | "auto"
 PREFILL_BACKENDS = ("fa2", "fa3", "auto")
-#: Decode kernel choice: "auto" | "cuda-core" | "tensor-core" | "tensor-core-nosplit" (FlashInfer's, the
-#: last with split-KV off) | "triton" (engine/attention/triton_decode.py: split-KV and merge in one launch).
+#: Decode kernel choice: "auto" (the Triton kernel up to TRITON_AUTO_MAX_ROWS rows, FlashInfer's above) |
+#: "flashinfer" (FlashInfer's, CUDA or tensor cores by GQA group) | "cuda-core" | "tensor-core" |
+#: "tensor-core-nosplit" (FlashInfer's, the last with split-KV off) | "triton" (engine/attention/
+#: triton_decode.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one launch, every size).
 DECODE_KERNEL_ENV = "GRAPHTOP_FLASHINFER_DECODE"
-DECODE_KERNELS = ("auto", "cuda-core", "tensor-core", "tensor-core-nosplit", "triton")
+DECODE_KERNELS = ("auto", "flashinfer", "cuda-core", "tensor-core", "tensor-core-nosplit", "triton")
+#: "auto" decodes batches of at most this many rows with the Triton kernel. Measured on an H200
+#: (bench/decode_attn_bench.py): see TRITON_AUTO_MAX_ROWS's note in README.md.
+TRITON_AUTO_MAX_ROWS = 64
 
 
 class FlashInferUnsupported(AttentionBackendError):
@@ -100,6 +105,12 @@ class TritonDecodeWrapper:
 
     def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return self.kernel.run(q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits)
+
+    def run_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+                q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
+                kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return self.kernel.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, kv[0], kv[1],
+                                   self.indptr, self.indices, self.last, splits=self.splits)
 
 
 def _host(values: Any, typecode: str, dtype: torch.dtype) -> torch.Tensor:
@@ -171,12 +182,14 @@ class FlashInferBackend(AttentionBackend):
             raise AttentionBackendError(f"{DECODE_KERNEL_ENV}={kernel!r}: use one of {', '.join(DECODE_KERNELS)}")
         self._triton: Optional[PagedDecode] = None
         self._stage: Optional[torch.Tensor] = None  # pinned staging for the Triton decode's page lists
-        if kernel == "triton":
-            if not HAVE_TRITON:
-                raise AttentionBackendError(f"{DECODE_KERNEL_ENV}=triton: triton is not installed")
+        if kernel == "triton" and not HAVE_TRITON:
+            raise AttentionBackendError(f"{DECODE_KERNEL_ENV}=triton: triton is not installed")
+        #: decode batches of at most this many rows take the Triton kernel
+        self.triton_max_rows = {"triton": 1 << 30, "auto": TRITON_AUTO_MAX_ROWS}.get(kernel, 0) if HAVE_TRITON else 0
+        if self.triton_max_rows:
             self._triton = PagedDecode(shape.num_heads, shape.num_kv_heads, shape.head_dim, pool.page_size,
                                        shape.scale, 256, device)
-        if decode_tensor_cores is None and kernel not in ("auto", "triton"):
+        if decode_tensor_cores is None and kernel not in ("auto", "flashinfer", "triton"):
             decode_tensor_cores = kernel != "cuda-core"
         self.decode_tensor_cores = (
             group not in CUDA_CORE_DECODE_GROUPS if decode_tensor_cores is None else bool(decode_tensor_cores)
@@ -225,11 +238,16 @@ class FlashInferBackend(AttentionBackend):
         self.meta = None
 
     def describe(self) -> str:
-        if self._triton is not None:
-            return f"flashinfer {self.version} ({self.prefill_backend}) + triton split-KV decode"
         extra = ", tensor-core decode" if self.decode_tensor_cores else ""
         extra += "" if self.decode_split_kv else " without split-KV"
+        if self.triton_max_rows >= 1 << 30:
+            extra += "; triton decode"
+        elif self.triton_max_rows:
+            extra += f"; triton decode up to {self.triton_max_rows} rows"
         return f"flashinfer {self.version} ({self.prefill_backend}{extra})"
+
+    def _use_triton(self, rows: int) -> bool:
+        return rows <= self.triton_max_rows
 
     # --- page metadata ---------------------------------------------------------------------------
     def _page_lists(self, req_pages: Sequence[Sequence[int]], seq_lens: list[int]) -> tuple[list[int], array, list[int]]:
@@ -283,7 +301,7 @@ class FlashInferBackend(AttentionBackend):
         i32 = torch.int32
         indptr, indices, last = self._page_lists(batch.req_pages, batch.seq_lens)
         loc = self._loc(batch.out_cache_loc)
-        if batch.mode is ForwardMode.DECODE and self._triton is not None:
+        if batch.mode is ForwardMode.DECODE and self._use_triton(batch.batch_size):
             dev = self.device
             w = TritonDecodeWrapper(self._triton, _host(indptr, "i", i32).to(dev, non_blocking=True),
                                     _host(indices, "i", i32).to(dev, non_blocking=True),
@@ -329,6 +347,18 @@ class FlashInferBackend(AttentionBackend):
         m.wrapper.run(q[:n], self._kv[layer_id], out=out[:n])
         return out
 
+    def forward_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+                    q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
+                    layer_id: int) -> Optional[torch.Tensor]:
+        """Decode on the Triton kernel straight from the fused projection (norm, RoPE, K/V store and
+        attention in one launch); None where this step does not decode on it."""
+        m: FlashInferMeta = self.meta
+        if not (m.decode and isinstance(m.wrapper, TritonDecodeWrapper)):
+            return None
+        if self.pool.k_cache is not self._views_of:
+            self._refresh_views()
+        return m.wrapper.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, self._kv[layer_id])
+
     # --- decode graphs ---------------------------------------------------------------------------
     def init_graph_state(self, max_bs: int, max_pages_per_req: int) -> None:
         # FlashInfer walks only each row's own pages, so graphs cover the whole context.
@@ -367,7 +397,7 @@ class FlashInferBackend(AttentionBackend):
             if bucket > self._graph_max_bs:
                 raise ValueError(f"decode bucket {bucket} is over the graph buffers' maximum {self._graph_max_bs}")
             indptr, indices, last = self._graph_bufs
-            if self._triton is not None:
+            if self._use_triton(bucket):
                 w = TritonDecodeWrapper(self._triton, indptr[: bucket + 1], indices, last[:bucket],
                                         splits=num_splits(bucket, self.shape.num_kv_heads, self._triton.sms))
                 self._graph_wrappers[bucket] = w

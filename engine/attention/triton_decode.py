@@ -21,9 +21,12 @@ at short contexts, and the last-split merge adds a dependent atomic + reload cha
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
+
+from graphtop.models.triton_kernels import use_pdl
 
 try:
     import triton
@@ -48,66 +51,130 @@ if HAVE_TRITON:
     def _decode_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, last_ptr, o_ptr,
                        po_ptr, pml_ptr, ticket_ptr, scale,
                        q_stride_b, q_stride_h, o_stride_b, o_stride_h, n_kv_heads,
+                       kn_ptr, vn_ptr, new_stride_b, pos_ptr, cs_ptr, qw_ptr, kw_ptr, eps,
                        PAGE: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                       BLOCK_T: tl.constexpr, SPLITS: tl.constexpr):
+                       BLOCK_T: tl.constexpr, MIN_CHUNK: tl.constexpr, SPLITS: tl.constexpr,
+                       NEW_KV: tl.constexpr, HAS_NORM: tl.constexpr, USE_PDL: tl.constexpr):
         b = tl.program_id(0)
         hk = tl.program_id(1)
         s = tl.program_id(2)
         p0 = tl.load(indptr_ptr + b)
         p1 = tl.load(indptr_ptr + b + 1)
-        seq = (p1 - p0 - 1) * PAGE + tl.load(last_ptr + b)
-        chunk = tl.cdiv(tl.cdiv(seq, SPLITS), BLOCK_T) * BLOCK_T
-        t_lo = s * chunk
-        t_hi = tl.minimum(seq, t_lo + chunk)
-
-        g = tl.arange(0, GP)
-        d = tl.arange(0, D)
-        gm = g < G
-        heads = hk * G + g
-        q = tl.load(q_ptr + b * q_stride_b + heads[:, None] * q_stride_h + d[None, :], mask=gm[:, None], other=0.0)
-        slot_stride = n_kv_heads * D
-        m_i = tl.full([GP], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([GP], dtype=tl.float32)
-        acc = tl.zeros([GP, D], dtype=tl.float32)
-        for t0 in range(t_lo, t_hi, BLOCK_T):
-            t = t0 + tl.arange(0, BLOCK_T)
-            tm = t < t_hi
-            page = tl.load(indices_ptr + p0 + t // PAGE, mask=tm, other=0).to(tl.int64)
-            off = (page * PAGE + t % PAGE) * slot_stride + hk * D
-            k = tl.load(k_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
-            v = tl.load(v_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
-            sc = tl.dot(q, tl.trans(k)) * scale
-            sc = tl.where(tm[None, :], sc, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(sc - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
-
-        o_rows = o_ptr + b * o_stride_b + heads[:, None] * o_stride_h + d[None, :]
-        if SPLITS == 1:
-            tl.store(o_rows, (acc / l_i[:, None]).to(o_ptr.dtype.element_ty), mask=gm[:, None])
+        last = tl.load(last_ptr + b)
+        seq = (p1 - p0 - 1) * PAGE + last
+        if USE_PDL:  # the page lists came from the host before the graph; q, k, v from the last kernel
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        if NEW_KV:
+            n_ctx = seq - 1  # the step's own token comes from registers, not the cache
         else:
-            bh = b * n_kv_heads + hk
-            part = (bh * SPLITS + s) * GP
-            tl.store(po_ptr + (part + g)[:, None] * D + d[None, :], acc)
-            tl.store(pml_ptr + (part + g) * 2, m_i)
-            tl.store(pml_ptr + (part + g) * 2 + 1, l_i)
-            # acq_rel: our partials are visible to whoever draws the last ticket, and theirs to us.
-            ticket = tl.atomic_add(ticket_ptr + bh, 1)
-            if ticket == SPLITS - 1:
-                sp = tl.arange(0, SPLITS)
-                rows = (bh * SPLITS + sp)[:, None] * GP + g[None, :]  # [SPLITS, GP]
-                ms = tl.load(pml_ptr + rows * 2, cache_modifier=".cg")
-                ls = tl.load(pml_ptr + rows * 2 + 1, cache_modifier=".cg")
-                mx = tl.max(ms, axis=0)
-                w = tl.exp(ms - mx[None, :])  # empty splits: exp(-inf) = 0
-                den = tl.sum(w * ls, axis=0)
-                po = tl.load(po_ptr + rows[:, :, None] * D + d[None, None, :], cache_modifier=".cg")
-                out = tl.sum(w[:, :, None] * po, axis=0) / den[:, None]
-                tl.store(o_rows, out.to(o_ptr.dtype.element_ty), mask=gm[:, None])
-                tl.store(ticket_ptr + bh, 0)  # ready for the next layer / replay
+            n_ctx = seq
+        chunk = tl.maximum(MIN_CHUNK, tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_T) * BLOCK_T)
+        n_act = tl.maximum(1, tl.cdiv(n_ctx, chunk))
+        if s < n_act:
+            g = tl.arange(0, GP)
+            d = tl.arange(0, D)
+            gm = g < G
+            heads = hk * G + g
+            q_rows = q_ptr + b * q_stride_b + heads[:, None] * q_stride_h
+            q = tl.load(q_rows + d[None, :], mask=gm[:, None], other=0.0)
+            slot_stride = n_kv_heads * D
+            if NEW_KV:
+                # q/k RMSNorm (Qwen3) and NeoX RoPE with the rounding points of _qk_norm_rope_kernel.
+                # Rotation as x * cos + swap(x) * (-sin | +sin): swap exchanges the two halves.
+                dsw = (d + D // 2) % D
+                dt = q.dtype
+                pos = tl.load(pos_ptr + b)
+                cf = tl.load(cs_ptr + pos * D + d % (D // 2)).to(dt).to(tl.float32)
+                sf = tl.load(cs_ptr + pos * D + D // 2 + d % (D // 2)).to(dt).to(tl.float32)
+                sf = tl.where(d < D // 2, -sf, sf)
+                a = q.to(tl.float32)
+                asw = tl.load(q_rows + dsw[None, :], mask=gm[:, None], other=0.0).to(tl.float32)
+                k_row = kn_ptr + b * new_stride_b + hk * D
+                ka = tl.load(k_row + d).to(tl.float32)
+                kasw = tl.load(k_row + dsw).to(tl.float32)
+                if HAS_NORM:
+                    rq = tl.rsqrt(tl.sum(a * a, axis=1) / D + eps)[:, None]
+                    w = tl.load(qw_ptr + d).to(tl.float32)[None, :]
+                    wsw = tl.load(qw_ptr + dsw).to(tl.float32)[None, :]
+                    a = (w * (a * rq).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+                    asw = (wsw * (asw * rq).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+                    rk = tl.rsqrt(tl.sum(ka * ka, axis=0) / D + eps)
+                    kw = tl.load(kw_ptr + d).to(tl.float32)
+                    kwsw = tl.load(kw_ptr + dsw).to(tl.float32)
+                    ka = (kw * (ka * rk).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+                    kasw = (kwsw * (kasw * rk).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+                q = (a * cf[None, :] + asw * sf[None, :]).to(dt)
+                k_new = (ka * cf + kasw * sf).to(dt)
+                v_new = tl.load(vn_ptr + b * new_stride_b + hk * D + d)
+                first = s == 0
+                if first:  # the step's K/V go to the cache once, by the split that also attends to them
+                    slot = tl.load(indices_ptr + p1 - 1).to(tl.int64) * PAGE + last - 1
+                    tl.store(k_ptr + slot * slot_stride + hk * D + d, k_new)
+                    tl.store(v_ptr + slot * slot_stride + hk * D + d, v_new)
+                s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1) * scale
+                m_i = tl.where(first, s_new, float("-inf"))
+                l_i = tl.where(first, 1.0, 0.0) + tl.zeros([GP], dtype=tl.float32)
+                acc = tl.where(first, 1.0, 0.0) * v_new.to(tl.float32)[None, :] + tl.zeros([GP, D], dtype=tl.float32)
+            else:
+                m_i = tl.full([GP], float("-inf"), dtype=tl.float32)
+                l_i = tl.zeros([GP], dtype=tl.float32)
+                acc = tl.zeros([GP, D], dtype=tl.float32)
+            t_lo = s * chunk
+            t_hi = tl.minimum(n_ctx, t_lo + chunk)
+            for t0 in range(t_lo, t_hi, BLOCK_T):
+                t = t0 + tl.arange(0, BLOCK_T)
+                tm = t < t_hi
+                page = tl.load(indices_ptr + p0 + t // PAGE, mask=tm, other=0).to(tl.int64)
+                off = (page * PAGE + t % PAGE) * slot_stride + hk * D
+                k = tl.load(k_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
+                v = tl.load(v_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
+                sc = tl.dot(q, tl.trans(k)) * scale
+                sc = tl.where(tm[None, :], sc, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+                alpha = tl.exp(m_i - m_new)
+                p = tl.exp(sc - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, axis=1)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                m_i = m_new
+
+            o_rows = o_ptr + b * o_stride_b + heads[:, None] * o_stride_h + d[None, :]
+            if n_act == 1:
+                tl.store(o_rows, (acc / l_i[:, None]).to(o_ptr.dtype.element_ty), mask=gm[:, None])
+            else:
+                bh = b * n_kv_heads + hk
+                part = (bh * SPLITS + s) * G
+                tl.store(po_ptr + (part + g)[:, None] * D + d[None, :], acc, mask=gm[:, None])
+                tl.store(pml_ptr + (part + g) * 2, m_i, mask=gm)
+                tl.store(pml_ptr + (part + g) * 2 + 1, l_i, mask=gm)
+                # every thread's partials written before one thread's acq_rel ticket publishes them
+                tl.debug_barrier()
+                ticket = tl.atomic_add(ticket_ptr + bh, 1)
+                if ticket == n_act - 1:
+                    sp = tl.arange(0, SPLITS)
+                    spm = sp < n_act
+                    for gi in tl.static_range(G):  # one query head at a time: [SPLITS, D] in registers
+                        prow = (bh * SPLITS + sp) * G + gi
+                        ms = tl.load(pml_ptr + prow * 2, mask=spm, other=float("-inf"), cache_modifier=".cg")
+                        ls = tl.load(pml_ptr + prow * 2 + 1, mask=spm, other=0.0, cache_modifier=".cg")
+                        wt = tl.exp(ms - tl.max(ms, axis=0))  # inactive splits: exp(-inf) = 0
+                        po = tl.load(po_ptr + prow[:, None] * D + d[None, :], mask=spm[:, None], other=0.0,
+                                     cache_modifier=".cg")
+                        out = tl.sum(wt[:, None] * po, axis=0) / tl.sum(wt * ls, axis=0)
+                        tl.store(o_ptr + b * o_stride_b + (hk * G + gi) * o_stride_h + d,
+                                 out.to(o_ptr.dtype.element_ty))
+                    tl.store(ticket_ptr + bh, 0)  # ready for the next layer / replay
+
+
+@dataclass(frozen=True)
+class DecodeTuning:
+    """Launch shape: tokens per loop step, the smallest share of context worth a split of its own
+    (shorter contexts stay in one program: no partials, no merge), warps, pipeline stages."""
+
+    block_t: int = 128
+    min_chunk: int = 256
+    num_warps: int = 4
+    num_stages: int = 2
 
 
 class PagedDecode:
@@ -118,40 +185,73 @@ class PagedDecode:
     """
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
-                 max_rows: int, device: torch.device) -> None:
+                 max_rows: int, device: torch.device, tuning: Optional[DecodeTuning] = None,
+                 pdl: Optional[bool] = None) -> None:
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.group = num_heads // num_kv_heads
         self.group_pad = max(16, triton.next_power_of_2(self.group))
         self.page_size, self.scale, self.device = page_size, scale, device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-        self._alloc(max_rows)
+        self.tuning = tuning or DecodeTuning(block_t=128 if head_dim <= 128 else 64)
+        self.pdl = use_pdl(torch.device(device)) if pdl is None else pdl
+        self._retired: list[tuple[torch.Tensor, ...]] = []
+        self._parts = self._rows = -1
+        # partials only exist where a launch splits: batches big enough for one split fill the GPU alone
+        worst = max((r * num_splits(r, num_kv_heads, self.sms) for r in range(1, max_rows + 1)
+                     if num_splits(r, num_kv_heads, self.sms) > 1), default=0)
+        self._ensure(max_rows, worst * num_kv_heads * self.group)
 
-    def _alloc(self, rows: int) -> None:
-        # Captured graphs keep pointing at the buffers they were captured with: keep those alive.
-        if hasattr(self, "_po"):
+    def _ensure(self, rows: int, parts: int) -> None:
+        """Workspace for ``rows`` rows and ``parts`` partial rows; grown outside graphs only (buckets
+        never exceed what ``__init__`` sized), and captured graphs keep the buffers they were given."""
+        if rows <= self._rows and parts <= self._parts:
+            return
+        if self._rows >= 0:
             self._retired.append((self._po, self._pml, self._tickets))
-        else:
-            self._retired: list[tuple[torch.Tensor, ...]] = []
-        self.max_rows = rows
-        parts = rows * self.num_kv_heads * MAX_SPLITS * self.group_pad
-        self._po = torch.empty(parts * self.head_dim, dtype=torch.float32, device=self.device)
-        self._pml = torch.empty(parts * 2, dtype=torch.float32, device=self.device)
-        self._tickets = torch.zeros(rows * self.num_kv_heads, dtype=torch.int32, device=self.device)
+        self._rows, self._parts = max(rows, self._rows), max(parts, self._parts)
+        self._po = torch.empty(max(1, self._parts) * self.head_dim, dtype=torch.float32, device=self.device)
+        self._pml = torch.empty(max(1, self._parts) * 2, dtype=torch.float32, device=self.device)
+        self._tickets = torch.zeros(self._rows * self.num_kv_heads, dtype=torch.int32, device=self.device)
+
+    def _launch(self, q: torch.Tensor, q_stride_b: int, q_stride_h: int, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, pages: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                out: Optional[torch.Tensor], splits: Optional[int], new: tuple) -> torch.Tensor:
+        rows = q.shape[0]
+        splits = splits or num_splits(rows, self.num_kv_heads, self.sms)
+        self._ensure(rows, rows * self.num_kv_heads * splits * self.group if splits > 1 else 0)
+        if out is None:
+            out = torch.empty((rows, self.num_heads, self.head_dim), dtype=q.dtype, device=q.device)
+        kn, vn, new_stride, pos, cs, qw, kw, eps, new_kv, has_norm = new
+        tu = self.tuning
+        _decode_kernel[(rows, self.num_kv_heads, splits)](
+            q, k_cache, v_cache, *pages, out, self._po, self._pml, self._tickets,
+            self.scale, q_stride_b, q_stride_h, out.stride(0), out.stride(1), self.num_kv_heads,
+            kn, vn, new_stride, pos, cs, qw, kw, eps,
+            PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
+            BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
+            USE_PDL=self.pdl, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+        )
+        return out
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, indptr: torch.Tensor,
             indices: torch.Tensor, last_page_len: torch.Tensor, out: Optional[torch.Tensor] = None,
             splits: Optional[int] = None) -> torch.Tensor:
-        """q [rows, H, D]; caches with contiguous slots (any [pages, page, Hkv, D] / [slots, Hkv, D] view)."""
-        rows = q.shape[0]
-        if rows > self.max_rows:
-            self._alloc(rows)  # outside graphs only: buckets never exceed the size given at init
-        if out is None:
-            out = torch.empty_like(q)
-        splits = splits or num_splits(rows, self.num_kv_heads, self.sms)
-        _decode_kernel[(rows, self.num_kv_heads, splits)](
-            q, k_cache, v_cache, indptr, indices, last_page_len, out, self._po, self._pml, self._tickets,
-            self.scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1), self.num_kv_heads,
-            PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
-            BLOCK_T=64 if self.head_dim <= 128 else 32, SPLITS=splits, num_warps=4, num_stages=2,
-        )
-        return out
+        """q [rows, H, D] over K/V already in the caches (any [pages, page, Hkv, D] / [slots, Hkv, D]
+        view with contiguous slots)."""
+        new = (q, q, 0, q, q, q, q, 0.0, False, False)
+        return self._launch(q, q.stride(0), q.stride(1), k_cache, v_cache, (indptr, indices, last_page_len),
+                            out, splits, new)
+
+    def run_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+                q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
+                k_cache: torch.Tensor, v_cache: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
+                last_page_len: torch.Tensor, splits: Optional[int] = None) -> torch.Tensor:
+        """Decode straight from the fused projection ``qkv`` [rows, (H + 2 Hkv) * D]: q/k-norm, RoPE,
+        the K/V store (into the slot after each row's context: the page lists include the new token)
+        and attention in one launch, instead of four (norm+rope, store, FlashInfer decode, merge)."""
+        H, HK, D = self.num_heads, self.num_kv_heads, self.head_dim
+        has_norm = q_norm is not None
+        new = (qkv[:, H * D :], qkv[:, (H + HK) * D :], qkv.stride(0), positions, cos_sin_cache,
+               q_norm if has_norm else qkv, k_norm if has_norm else qkv, eps, True, has_norm)
+        return self._launch(qkv, qkv.stride(0), D, k_cache, v_cache, (indptr, indices, last_page_len),
+                            None, splits, new)

@@ -61,7 +61,7 @@ class DecodeGraphRunner(BucketedGraphRunner):
         ids = self.registry.view("input_ids", bs)
         pos = self.registry.view("positions", bs)
         self.attention.prepare_in_graph()
-        hidden = self.model(ids, pos, self.attention.forward)
+        hidden = self.model(ids, pos, self.attention)
         out = self.logits_out[:bs]
         out.copy_(self.model.compute_logits(hidden))
         return out

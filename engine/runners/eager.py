@@ -25,6 +25,6 @@ class EagerRunner(Runner):
         pos = torch.tensor(batch.positions, dtype=torch.int64).to(dev, non_blocking=True)
         rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(dev, non_blocking=True)
         self.attention.prepare(batch)
-        hidden = self.model(ids, pos, self.attention.forward)
+        hidden = self.model(ids, pos, self.attention)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
         return StepOutput(logits=logits, path="eager")

@@ -1,0 +1,179 @@
+"""Decode attention per layer, as a decode graph runs it: FlashInfer's pipeline (q/k-norm+RoPE, K/V
+store, FlashInfer decode, its merge: four launches) against the one-launch Triton kernel
+(engine/attention/triton_decode.py), each captured as L layers in one CUDA graph and timed by replay,
+so launch gaps count. Every layer has its own KV cache, so the caches are not all sitting in L2.
+
+    python bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
+        [--ctx 220,1000,4000] [--sweep] [--out DIR]
+
+--sweep also tries a grid of launch shapes (DecodeTuning) at bs 1 and 8 and prints the best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS  # noqa: E402
+from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode  # noqa: E402
+from graphtop.models import triton_kernels as tk  # noqa: E402
+
+# (q heads, kv heads, qk-norm) of the benchmark shapes; head_dim 128
+SHAPES = {"qwen3-0.6b": (16, 8, True), "llama-3.1-8b": (32, 8, False)}
+D = 128
+DT = torch.bfloat16
+KV_BUDGET = 6 << 30  # bytes of KV cache across the graph's layers
+
+
+def log(*a: Any) -> None:
+    print(*a, flush=True)
+
+
+class Case:
+    """One batch: per-layer caches, the page lists (page size 1, shuffled), q|k|v rows, positions."""
+
+    def __init__(self, heads: tuple[int, int, bool], bs: int, ctx: int, seed: int = 0) -> None:
+        hq, hkv, norm = heads
+        self.hq, self.hkv, self.bs, self.ctx = hq, hkv, bs, ctx
+        slots = bs * ctx + 1
+        per_layer = 2 * slots * hkv * D * 2
+        self.layers = max(2, min(16, KV_BUDGET // per_layer))
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.kc = [torch.randn(slots, 1, hkv, D, device="cuda", dtype=DT, generator=g) for _ in range(self.layers)]
+        self.vc = [torch.randn(slots, 1, hkv, D, device="cuda", dtype=DT, generator=g) for _ in range(self.layers)]
+        perm = (torch.randperm(slots - 1, generator=torch.Generator().manual_seed(seed)) + 1).to(torch.int32)
+        self.indices = perm[: bs * ctx].cuda()
+        self.indptr_h = torch.arange(0, bs * ctx + 1, ctx, dtype=torch.int32)
+        self.indptr = self.indptr_h.cuda()
+        self.last_h = torch.ones(bs, dtype=torch.int32)
+        self.last = self.last_h.cuda()
+        self.loc = self.indices.view(bs, ctx)[:, -1].to(torch.int64)
+        self.qkv = torch.randn(bs, (hq + 2 * hkv) * D, device="cuda", dtype=DT, generator=g)
+        self.pos = torch.full((bs,), ctx - 1, dtype=torch.int64, device="cuda")
+        self.cs = torch.randn(8192, D, device="cuda")
+        self.qw = torch.rand(D, device="cuda", dtype=DT, generator=g) + 0.5 if norm else None
+        self.kw = torch.rand(D, device="cuda", dtype=DT, generator=g) + 0.5 if norm else None
+
+
+def graph_us(case: Case, layer_fn: Callable[[int], Any], reps: int = 20) -> float:
+    """Per-layer µs of a graph that runs ``layer_fn`` for every layer of the case."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for layer in range(case.layers):  # warm up: JIT, autotune, workspaces
+            layer_fn(layer)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for layer in range(case.layers):
+            layer_fn(layer)
+    for _ in range(3):
+        graph.replay()
+    best = float("inf")
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b) * 1e3 / reps / case.layers)
+    del graph
+    return best
+
+
+def flashinfer_layer(case: Case) -> Callable[[int], Any]:
+    import flashinfer
+
+    hq, hkv = case.hq, case.hkv
+    ws = torch.zeros(256 << 20, dtype=torch.uint8, device="cuda")
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        ws, "NHD", use_cuda_graph=True, use_tensor_cores=(hq // hkv) not in CUDA_CORE_DECODE_GROUPS,
+        paged_kv_indptr_buffer=case.indptr.clone(), paged_kv_indices_buffer=case.indices.clone(),
+        paged_kv_last_page_len_buffer=case.last.clone(), backend="fa2",
+    )
+    w.plan(case.indptr_h, case.indices, case.last_h, hq, hkv, D, 1, pos_encoding_mode="NONE",
+           q_data_type=DT, kv_data_type=DT, sm_scale=D**-0.5)
+    q_size, kv_size = hq * D, hkv * D
+
+    def layer(i: int) -> Any:
+        q, k, v = case.qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q, k, v = q.view(-1, hq, D), k.view(-1, hkv, D), v.view(-1, hkv, D)
+        q = tk.qk_norm_rope(case.pos, q, k, case.cs, case.qw, case.kw, 1e-6)
+        kf, vf = case.kc[i].view(-1, hkv, D), case.vc[i].view(-1, hkv, D)
+        tk.store_kv(k, v, kf, vf, case.loc)
+        return w.run(q, (case.kc[i], case.vc[i]))
+
+    layer.keep = (ws, w)  # type: ignore[attr-defined]
+    return layer
+
+
+def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | None = None) -> Callable[[int], Any]:
+    kern = PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, case.bs, torch.device("cuda"), tuning, pdl)
+
+    def layer(i: int) -> Any:
+        return kern.run_qkv(case.qkv, case.pos, case.cs, case.qw, case.kw, 1e-6, case.kc[i], case.vc[i],
+                            case.indptr, case.indices, case.last)
+
+    return layer
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
+    ap.add_argument("--bs", default="1,8,64,256")
+    ap.add_argument("--ctx", default="220,1000,4000")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    rows = []
+    log("| shape | bs | context | FlashInfer pipeline µs/layer | Triton one-launch µs/layer | FlashInfer ÷ Triton "
+        "| Triton without PDL |")
+    log("|---|---|---|---|---|---|---|")
+    for shape in args.shapes.split(","):
+        for bs, ctx in itertools.product(map(int, args.bs.split(",")), map(int, args.ctx.split(","))):
+            if bs * ctx > 256 * 1000:
+                continue
+            case = Case(SHAPES[shape], bs, ctx)
+            fi = graph_us(case, flashinfer_layer(case))
+            tr = graph_us(case, triton_layer(case))
+            tr0 = graph_us(case, triton_layer(case, pdl=False))
+            rows.append(dict(shape=shape, bs=bs, ctx=ctx, flashinfer_us=fi, triton_us=tr, triton_no_pdl_us=tr0))
+            log(f"| {shape} | {bs} | {ctx} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} |")
+            del case
+            torch.cuda.empty_cache()
+    if args.sweep:
+        grid = [(bt, mc, nw, 2) for bt in (16, 32, 64, 128, 256) for mc in (16, 32, 64, 128, 256, 512)
+                for nw in (4, 8) if mc >= bt]
+        for shape in args.shapes.split(","):
+            for bs, ctx in itertools.product((1, 8), (220, 1000)):
+                case = Case(SHAPES[shape], bs, ctx)
+                res = []
+                for bt, mc, nw, ns in grid:
+                    t = DecodeTuning(bt, mc, nw, ns)
+                    try:
+                        res.append((graph_us(case, triton_layer(case, t), reps=10), t))
+                    except Exception as exc:  # a shape the compiler refuses: report, go on
+                        log(f"  {t}: {type(exc).__name__}: {str(exc)[:100]}")
+                res.sort(key=lambda r: r[0])
+                log(f"[sweep {shape} bs {bs} ctx {ctx}] best: " + "; ".join(f"{us:.2f} µs {t}" for us, t in res[:4]))
+                rows.append(dict(shape=shape, bs=bs, ctx=ctx, sweep=[(us, t.__dict__) for us, t in res]))
+                del case
+                torch.cuda.empty_cache()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "decode_attn.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
