@@ -175,7 +175,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
         out = torch.empty((m, n), dtype=weight.dtype, device=weight.device)
     prologue = 2 if silu_mul else (1 if norm_weight is not None else 0)
     if pdl is None:
-        pdl = use_pdl(weight.device)
+        pdl = use_pdl(weight.device, weight.numel() * weight.element_size())
     block_n, block_k, warps, stages = config or pick_config(n, k)
     block_m = triton.next_power_of_2(m)
     if block_m > 1:  # the [M, N, K] accumulator must stay in registers

@@ -21,7 +21,7 @@ at short contexts, and the last-split merge adds a dependent atomic + reload cha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Optional
 
 import torch
@@ -177,6 +177,10 @@ class DecodeTuning:
     num_stages: int = 2
 
 
+#: what a PagedDecode built without ``tuning`` uses (head_dim <= 128; wider heads halve block_t)
+DEFAULT_TUNING = DecodeTuning()
+
+
 class PagedDecode:
     """Workspace and launch for ``_decode_kernel``; one per backend, shared by every layer and bucket.
 
@@ -192,7 +196,8 @@ class PagedDecode:
         self.group_pad = max(16, triton.next_power_of_2(self.group))
         self.page_size, self.scale, self.device = page_size, scale, device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-        self.tuning = tuning or DecodeTuning(block_t=128 if head_dim <= 128 else 64)
+        self.tuning = tuning or (DEFAULT_TUNING if head_dim <= 128 else
+                                 DecodeTuning(max(16, DEFAULT_TUNING.block_t // 2), *astuple(DEFAULT_TUNING)[1:]))
         self.pdl = use_pdl(torch.device(device)) if pdl is None else pdl
         self._retired: list[tuple[torch.Tensor, ...]] = []
         self._parts = self._rows = -1

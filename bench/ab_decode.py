@@ -1,0 +1,88 @@
+"""Interleaved A/B of decode-path variants on one checkpoint: every variant is its own engine (its
+graphs captured under its settings), all serving one request side by side; timing rounds alternate
+between them, so clock drift and context growth hit every variant alike. Prints each variant's median
+bs-1 graph step and its ratio to the HBM floor (weights + KV bytes ÷ copy bandwidth).
+
+    python bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--rounds 8] [--steps 20]
+        [--variants "pdl=off;pdl=on;pdl=off,tuning=64/64/4/2"]
+
+A variant sets GRAPHTOP_PDL (pdl=auto|on|off) and/or the Triton decode launch shape
+(tuning=block_t/min_chunk/warps/stages) for the engines built under it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from graph_bench import PROMPT_LEN, copy_bandwidth, drain, fill_decode, make_engine, time_steps  # noqa: E402
+
+from graphtop.engine.attention import triton_decode as td  # noqa: E402
+from graphtop.models import triton_kernels as tk  # noqa: E402
+from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+
+
+def apply(variant: str) -> None:
+    os.environ.pop(tk.PDL_ENV, None)
+    td.DEFAULT_TUNING = td.DecodeTuning()
+    for item in filter(None, variant.split(",")):
+        key, value = item.split("=")
+        if key == "pdl":
+            os.environ[tk.PDL_ENV] = value
+        elif key == "tuning":
+            td.DEFAULT_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+        else:
+            raise SystemExit(f"unknown variant key {key!r}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
+    ap.add_argument("--variants", default="pdl=off;pdl=on")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    bw = copy_bandwidth(torch.device("cuda"))
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    variants = args.variants.split(";")
+    for shape in args.shapes.split(","):
+        ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
+        spec = ckpt.spec
+        kv_per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
+        engines, handles = [], []
+        for v in variants:
+            apply(v)
+            eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=8)
+            engines.append(eng)
+            handles.append(fill_decode(eng, 1))
+            time_steps(eng, 5)
+        apply("")
+        times: list[list[float]] = [[] for _ in variants]
+        for _ in range(args.rounds):
+            for i, eng in enumerate(engines):
+                times[i].append(time_steps(eng, args.steps))
+        ctx = PROMPT_LEN + 5 + args.rounds * args.steps // 2  # the middle of the timed steps
+        floor = (ckpt.weights_bytes + ctx * kv_per_token) / bw * 1e3
+        base = statistics.median(times[0])
+        for v, t in zip(variants, times):
+            med = statistics.median(t)
+            print(f"[{shape} bs 1, context ~{ctx}] {v or 'defaults':32s} graph step {med:.3f} ms "
+                  f"(min {min(t):.3f})  ÷ floor {floor:.3f} = {med / floor:.3f}×  ÷ first {med / base:.3f}",
+                  flush=True)
+        for eng, h in zip(engines, handles):
+            drain(eng, h)
+            eng.close()
+        del engines, handles, ckpt
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
