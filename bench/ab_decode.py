@@ -4,7 +4,7 @@ between them, so clock drift and context growth hit every variant alike. Prints 
 bs-1 graph step and its ratio to the HBM floor (weights + KV bytes ÷ copy bandwidth).
 
     python bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--rounds 8] [--steps 20]
-        [--variants "pdl=off;pdl=on;pdl=off,tuning=64/64/4/2"]
+        [--variants "pdl=auto;pdl=off;pdl=on;pdl=auto"]  (the default; also e.g. "pdl=off,tuning=64/64/4/2")
 
 A variant sets GRAPHTOP_PDL (pdl=auto|on|off) and/or the Triton decode launch shape
 (tuning=block_t/min_chunk/warps/stages) for the engines built under it.
@@ -45,7 +45,7 @@ def apply(variant: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
-    ap.add_argument("--variants", default="pdl=off;pdl=on")
+    ap.add_argument("--variants", default="pdl=auto;pdl=off;pdl=on;pdl=auto")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()

@@ -185,7 +185,7 @@ def test_bad_options_are_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, a
 
 
 @pytest.mark.parametrize("name,value", [("GRAPHTOP_FUSED_GEMV", "of"), ("GRAPHTOP_FLASHINFER_DECODE", "tritn"),
-                                        ("GRAPHTOP_FLASHINFER_PREFILL_BACKEND", "fa4")])
+                                        ("GRAPHTOP_FLASHINFER_PREFILL_BACKEND", "fa4"), ("GRAPHTOP_PDL", "yes")])
 def test_bad_tuning_env_knob_is_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl",

@@ -1,22 +1,25 @@
-"""Paged decode attention in one Triton kernel: split-KV with the merge done by the last split.
+"""Paged decode attention in one Triton launch per layer: q/k-norm, RoPE, the K/V store, split-KV
+attention and the merge of the splits.
 
-Why: at decode batch 1-8 with short contexts the attention of a layer reads well under a megabyte,
-so its cost is launch latency and dependent loads, not bytes. FlashInfer's graph-mode decode spends
-two launches per layer on it (the split-KV kernel, then a merge kernel: ~10.6 µs per layer on an
-H200 for Qwen3-0.6B at bs 1, a quarter of the whole step). Here every (request, KV head, split)
-program attends to its share of the context and writes a partial (running max, sum, output); the
-program that finishes last for its (request, head) — an atomic ticket says which — merges the
-partials and writes the output. One launch, every SM busy even at bs 1, and no host planning: the
-kernel reads the same indptr / indices / last_page_len page lists FlashInfer uses.
+Why: at decode batch 1-64 with short contexts a layer's attention reads well under a megabyte, so
+its cost is launch latency and chains of dependent loads, not bytes. The FlashInfer path spends four
+launches on it (q/k-norm+RoPE, K/V store, FlashInfer's split-KV decode, its merge). Here every
+(request, KV head, split) program attends to its share of the context; the step's own token comes
+straight from the fused q|k|v projection (normalised and rotated in registers, stored to the cache by
+split 0, which also attends to it), so nothing waits for a store. A context of at most
+``min_chunk`` tokens stays in one program: no partials, no merge. Longer ones split; the program that
+finishes last for its (request, head) — an atomic ticket says which — merges the partials. No host
+planning: the kernel reads the same indptr / indices / last_page_len page lists FlashInfer uses.
 
-Grid is (rows, KV heads, splits), fixed per graph bucket; splits with no tokens exit at once, so a
-short context costs one split's work. The query heads of one KV head (the GQA group) are padded to
-16 rows so both products run on tensor cores.
+Grid is (rows, KV heads, splits), fixed per graph bucket; splits past the context exit at once. The
+query heads of one KV head (the GQA group) are padded to 16 rows so both products run on tensor cores.
 
-Status: correct (tests/test_cuda_kernels.py, tests/test_flashinfer_cuda.py) but not yet faster: on an
-H200 at bs 1, context ~220, it took 12.5 µs per layer against FlashInfer's 8.2 + 2.4 µs, so it is
-opt-in (``GRAPHTOP_FLASHINFER_DECODE=triton``). Likely costs: 64-token chunks leave most splits idle
-at short contexts, and the last-split merge adds a dependent atomic + reload chain.
+Measured on an H200 (bench/decode_attn_bench.py, per layer inside a CUDA graph, L2-warm caches): 8.9
+vs 10.7 µs (Qwen3-0.6B shape) and 8.7 vs 12.7 µs (Llama-3.1-8B shape) at bs 1 and context 220; 11.5 vs
+15.1 and 11.0 vs 16.4 at bs 8; 22 vs 31 and 22 vs 42 at bs 64. At bs 256 it lost on the 0.6B shape
+(79 vs 70 µs), hence FlashInfer above ``TRITON_AUTO_MAX_ROWS`` (flashinfer_backend.py). In the whole
+model (HBM-cold KV) it takes 11.7-13.8 µs at contexts of 140-540 tokens against FlashInfer's
+10.1 + 2.4 µs plus 3.3 µs of norm/RoPE/store kernels and three launch gaps.
 """
 
 from __future__ import annotations
