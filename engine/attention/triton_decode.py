@@ -175,8 +175,8 @@ class DecodeTuning:
     (shorter contexts stay in one program: no partials, no merge), warps, pipeline stages.
 
     Defaults: the best mean of ``bench/decode_attn_bench.py --sweep`` on an H200 over bs 1 and 8 at
-    contexts 220 and 1000, both benchmark shapes (within 8 % of each case's best; block 256 with 8
-    warps won at context 220 alone but lost up to 28 % at 1000)."""
+    contexts 220 and 1000, both benchmark shapes (8-25 % over each case's best, 15 % on average;
+    block 256 with 8 warps was best at context 220 but 31-36 % over the best at 1000)."""
 
     block_t: int = 128
     min_chunk: int = 256
