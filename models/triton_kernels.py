@@ -61,6 +61,12 @@ def use_pdl(device: torch.device, weight_bytes: int = 0) -> bool:
 if HAVE_TRITON:
 
     @triton.jit
+    def rms_scale(x, rstd, w, dt):
+        """HF's RMSNorm rounding for fp32 ``x``: normalise, round to the activation dtype ``dt``, scale
+        by ``w``, round again; returned in fp32. Shared by the q/k-norm of both decode paths."""
+        return (w * (x * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+
+    @triton.jit
     def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride_t, x_stride_h, n_h, out_stride, D, eps,
                         BLOCK: tl.constexpr):
         row = tl.program_id(0)
@@ -115,8 +121,8 @@ if HAVE_TRITON:
             rstd = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / (2 * HALF) + eps)[:, None]
             w1 = tl.load(qw_ptr + d).to(tl.float32)[None, :]
             w2 = tl.load(qw_ptr + HALF + d).to(tl.float32)[None, :]
-            a = (w1 * (a * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
-            b = (w2 * (b * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+            a = rms_scale(a, rstd, w1, dt)
+            b = rms_scale(b, rstd, w2, dt)
         qo = qo_ptr + t * (n_qh * 2 * HALF) + h[:, None] * (2 * HALF) + d[None, :]
         tl.store(qo, (a * cf - b * sf).to(dt), mask=qm)
         tl.store(qo + HALF, (b * cf + a * sf).to(dt), mask=qm)
@@ -129,8 +135,8 @@ if HAVE_TRITON:
             rstd = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / (2 * HALF) + eps)[:, None]
             w1 = tl.load(kw_ptr + d).to(tl.float32)[None, :]
             w2 = tl.load(kw_ptr + HALF + d).to(tl.float32)[None, :]
-            a = (w1 * (a * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
-            b = (w2 * (b * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+            a = rms_scale(a, rstd, w1, dt)
+            b = rms_scale(b, rstd, w2, dt)
         tl.store(kp, (a * cf - b * sf).to(dt), mask=km)
         tl.store(kp + HALF, (b * cf + a * sf).to(dt), mask=km)
 

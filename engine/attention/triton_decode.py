@@ -49,6 +49,7 @@ def num_splits(rows: int, kv_heads: int, sms: int) -> int:
 
 
 if HAVE_TRITON:
+    from graphtop.models.triton_kernels import rms_scale
 
     @triton.jit
     def _decode_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, last_ptr, o_ptr,
@@ -100,13 +101,13 @@ if HAVE_TRITON:
                     rq = tl.rsqrt(tl.sum(a * a, axis=1) / D + eps)[:, None]
                     w = tl.load(qw_ptr + d).to(tl.float32)[None, :]
                     wsw = tl.load(qw_ptr + dsw).to(tl.float32)[None, :]
-                    a = (w * (a * rq).to(dt).to(tl.float32)).to(dt).to(tl.float32)
-                    asw = (wsw * (asw * rq).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+                    a = rms_scale(a, rq, w, dt)
+                    asw = rms_scale(asw, rq, wsw, dt)
                     rk = tl.rsqrt(tl.sum(ka * ka, axis=0) / D + eps)
                     kw = tl.load(kw_ptr + d).to(tl.float32)
                     kwsw = tl.load(kw_ptr + dsw).to(tl.float32)
-                    ka = (kw * (ka * rk).to(dt).to(tl.float32)).to(dt).to(tl.float32)
-                    kasw = (kwsw * (kasw * rk).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+                    ka = rms_scale(ka, rk, kw, dt)
+                    kasw = rms_scale(kasw, rk, kwsw, dt)
                 q = (a * cf[None, :] + asw * sf[None, :]).to(dt)
                 k_new = (ka * cf + kasw * sf).to(dt)
                 v_new = tl.load(vn_ptr + b * new_stride_b + hk * D + d)
