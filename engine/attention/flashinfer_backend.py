@@ -60,6 +60,7 @@ DECODE_KERNELS = ("auto", "flashinfer", "cuda-core", "tensor-core", "tensor-core
 #: (bench/decode_attn_bench.py): it wins at bs 1-64 on both benchmark shapes and loses at bs 256 on
 #: Qwen3-0.6B (79 vs 70 µs per layer at context 220; on Llama-3.1-8B it still wins there).
 TRITON_AUTO_MAX_ROWS = 64
+_EVERY_SIZE = 1 << 30  # triton_max_rows of "triton"
 
 
 class FlashInferUnsupported(AttentionBackendError):
@@ -186,7 +187,7 @@ class FlashInferBackend(AttentionBackend):
         if kernel == "triton" and not HAVE_TRITON:
             raise AttentionBackendError(f"{DECODE_KERNEL_ENV}=triton: triton is not installed")
         #: decode batches of at most this many rows take the Triton kernel
-        self.triton_max_rows = {"triton": 1 << 30, "auto": TRITON_AUTO_MAX_ROWS}.get(kernel, 0) if HAVE_TRITON else 0
+        self.triton_max_rows = {"triton": _EVERY_SIZE, "auto": TRITON_AUTO_MAX_ROWS}.get(kernel, 0) if HAVE_TRITON else 0
         if self.triton_max_rows:
             self._triton = PagedDecode(shape.num_heads, shape.num_kv_heads, shape.head_dim, pool.page_size,
                                        shape.scale, 256, device)
@@ -198,7 +199,7 @@ class FlashInferBackend(AttentionBackend):
         self.decode_split_kv = not (self.decode_tensor_cores and kernel == "tensor-core-nosplit")
         hkv, d = shape.num_kv_heads, shape.head_dim
         self._views_of: Optional[list] = None  # the pool.k_cache list the cached views were made from
-        self._refresh_views()
+        self._ensure_views()
         # Positional arguments after the page metadata, shared by every plan() call.
         self._dims = (shape.num_heads, hkv, d, pool.page_size)
         self._decode_kw = dict(
@@ -219,9 +220,11 @@ class FlashInferBackend(AttentionBackend):
         self._graph_wrappers: dict[int, Any] = {}
         self._graph_bufs: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
 
-    def _refresh_views(self) -> None:
+    def _ensure_views(self) -> None:
         """Per-layer views, cached (views cost ~1 µs each, per layer, per step); rebuilt whenever the
         pool's per-layer lists are replaced (e.g. ``KVPool.release``)."""
+        if self.pool.k_cache is self._views_of:
+            return
         pool, hkv, d = self.pool, self.shape.num_kv_heads, self.shape.head_dim
         self._kv = list(zip(pool.k_cache, pool.v_cache))  # NHD 4-D per layer, what run() reads
         self._k_flat = [t.view(-1, hkv, d) for t in pool.k_cache]  # [slots, hkv, d], what we write
@@ -241,7 +244,7 @@ class FlashInferBackend(AttentionBackend):
     def describe(self) -> str:
         extra = ", tensor-core decode" if self.decode_tensor_cores else ""
         extra += "" if self.decode_split_kv else " without split-KV"
-        if self.triton_max_rows >= 1 << 30:
+        if self.triton_max_rows >= _EVERY_SIZE:
             extra += "; triton decode"
         elif self.triton_max_rows:
             extra += f"; triton decode up to {self.triton_max_rows} rows"
@@ -331,8 +334,7 @@ class FlashInferBackend(AttentionBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
         m: FlashInferMeta = self.meta
-        if self.pool.k_cache is not self._views_of:
-            self._refresh_views()
+        self._ensure_views()
         kf, vf = self._k_flat[layer_id], self._v_flat[layer_id]
         if m.decode:
             _store_kv(k, v, kf, vf, m.out_cache_loc)
@@ -356,8 +358,7 @@ class FlashInferBackend(AttentionBackend):
         m: FlashInferMeta = self.meta
         if not (m.decode and isinstance(m.wrapper, TritonDecodeWrapper)):
             return None
-        if self.pool.k_cache is not self._views_of:
-            self._refresh_views()
+        self._ensure_views()
         return m.wrapper.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, self._kv[layer_id])
 
     # --- decode graphs ---------------------------------------------------------------------------
