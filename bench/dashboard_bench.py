@@ -83,7 +83,7 @@ def main() -> int:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     overrides = {"num_hidden_layers": args.layers} if args.layers else {}
     ckpt = random_checkpoint(hf_config_for(args.shape, **overrides), device=args.device, dtype=dtype)
-    from graphtop.engine.event_bus import EventBus
+    from graphtop.engine.telemetry.bus import EventBus
 
     engine = Engine(ckpt, EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""),
                                        max_context_len=1024, max_total_tokens=args.bs * 512), EventBus())

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from graphtop.engine.event_bus import EventBus
-from graphtop.engine.events import (
+from graphtop.engine.telemetry.bus import EventBus
+from graphtop.engine.telemetry.events import (
     KVPoolState,
     RequestFinished,
     RequestFirstToken,

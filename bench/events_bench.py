@@ -24,8 +24,8 @@ import torch  # noqa: E402
 
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.event_bus import EventBus  # noqa: E402
-from graphtop.engine.recorder import TraceRecorder  # noqa: E402
+from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
+from graphtop.engine.telemetry.recorder import TraceRecorder  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 
 

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.event_bus import EventBus  # noqa: E402
+from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
@@ -157,7 +157,7 @@ def prefill_ms(eng: Engine, n_tokens: int, reps: int) -> dict[str, float]:
 
 def events_overhead(eng: Engine, rounds: int, steps: int) -> dict[str, float]:
     """Decode step time at bs 1 with a trace recorder subscribed vs no subscriber, interleaved."""
-    from graphtop.engine.recorder import TraceRecorder
+    from graphtop.engine.telemetry.recorder import TraceRecorder
 
     handles = fill_decode(eng, 1)
     on, off = [], []

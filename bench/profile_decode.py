@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.attention.flashinfer_backend import DECODE_KERNEL_ENV  # noqa: E402
-from graphtop.engine.event_bus import EventBus  # noqa: E402
+from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 from graphtop.models import triton_gemv as tg  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402

@@ -2,7 +2,7 @@
 
 Public API: ``Engine`` (``from_pretrained``, ``submit``, ``generate``, ``step``, ``recapture``,
 ``start_background``, ``shutdown``), ``EngineConfig``, ``SamplingParams``, ``RequestHandle``,
-``FinishReason``, ``EventBus`` and the event types in ``graphtop.engine.events``.
+``FinishReason``, ``EventBus`` and the event types in ``graphtop.engine.telemetry.events``.
 
 Names resolve lazily (PEP 562) so that ``graphtop trace ...`` and the event tools do not pay for
 importing torch.
@@ -16,7 +16,7 @@ _EXPORTS = {
     "EngineError": ".engine",
     "EngineInfo": ".engine",
     "EngineConfig": ".config",
-    "EventBus": ".event_bus",
+    "EventBus": ".telemetry.bus",
     "GraphConfig": ".graphs.config",
     "GraphConfigError": ".graphs.config",
     "build_graph_config": ".graphs.config",

@@ -19,13 +19,13 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
-from . import events as ev
+from .telemetry import events as ev
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
 from .batch import ForwardBatch, ForwardMode
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .event_bus import EventBus
+from .telemetry.bus import EventBus
 from .kv_pool import KVLayout, KVPool
 from .memory_plan import MiB, plan_kv_pool
 from .model_runner import ModelRunner

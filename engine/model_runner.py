@@ -18,7 +18,7 @@ from .runners.bucketed import BucketedGraphRunner
 from .runners.decode_graph import DecodeGraphRunner
 from .runners.eager import EagerRunner
 from .runners.prefill_graph import PrefillGraphRunner
-from . import events as ev
+from .telemetry import events as ev
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine

@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from graphtop.engine import events as ev
+from graphtop.engine.telemetry import events as ev
 from graphtop.engine.sampling_params import SamplingParams
-from graphtop.engine.trace import read_trace
+from graphtop.engine.telemetry.trace import read_trace
 from graphtop.tui import headless
 from graphtop.tui.cli import main
 

@@ -16,7 +16,7 @@ pytestmark = [
 
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.event_bus import EventBus  # noqa: E402
+from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig, default_decode_buckets  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from graphtop.engine import events as ev
-from graphtop.engine.event_bus import EventBus
+from graphtop.engine.telemetry import events as ev
+from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 from tiny_models import shared_tokenizer

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from graphtop.engine.event_bus import EventBus
+from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 from tiny_models import shared_tokenizer

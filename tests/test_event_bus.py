@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from graphtop.engine.event_bus import EventBus, LoggingSubscriber
-from graphtop.engine.events import ErrorEvent, KVPoolState, StepEvent
+from graphtop.engine.telemetry.bus import EventBus, LoggingSubscriber
+from graphtop.engine.telemetry.events import ErrorEvent, KVPoolState, StepEvent
 
 
 def step(i: int) -> StepEvent:
@@ -171,7 +171,7 @@ def test_logging_subscriber_skips_steps_when_debug_disabled() -> None:
 
 def test_fast_constructor_builds_the_same_event():
     """The engine's hot-path constructor must give exactly what the dataclass would."""
-    from graphtop.engine.events import KVPoolState, StepEvent, validate_event_dict
+    from graphtop.engine.telemetry.events import KVPoolState, StepEvent, validate_event_dict
 
     kw = dict(step=3, phase="decode", batch_size=5, num_tokens=5, bucket=8, padded=3, padding_waste=0.375,
               path="graph", fallback_reason=None, host_ms=1.5, replay_ms=1.2, segment_ms=None, break_ms=None,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from graphtop.engine import recorder
-from graphtop.engine.event_bus import EventBus
-from graphtop.engine.events import (
+from graphtop.engine.telemetry import recorder
+from graphtop.engine.telemetry.bus import EventBus
+from graphtop.engine.telemetry.events import (
     EVENT_TYPES,
     ConfigDowngrade,
     Event,
@@ -23,7 +23,7 @@ from graphtop.engine.events import (
     StepEvent,
     TraceHeader,
 )
-from graphtop.engine.recorder import TraceRecorder, encode_event
+from graphtop.engine.telemetry.recorder import TraceRecorder, encode_event
 
 
 def reference(event: Event) -> bytes:

@@ -397,7 +397,7 @@ def qwen3_06b(tmp_path_factory):
 def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypatch, kernel):
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
-    from graphtop.engine.event_bus import EventBus
+    from graphtop.engine.telemetry.bus import EventBus
 
     spec = qwen3_06b.spec
     assert (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim) == (1024, 28, 16, 8, 128)

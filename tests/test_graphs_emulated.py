@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import graphtop.engine.model_runner as model_runner_mod
-from graphtop.engine import events as ev
+from graphtop.engine.telemetry import events as ev
 from graphtop.engine.attention import torch_native
-from graphtop.engine.event_bus import EventBus
+from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.graphs.buffers import StaticBufferError
 from graphtop.engine.graphs.config import GraphConfig, build_graph_config
 from graphtop.engine.graphs.fallback import FallbackReason

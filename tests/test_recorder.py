@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from graphtop.engine.event_bus import EventBus
-from graphtop.engine.events import (
+from graphtop.engine.telemetry.bus import EventBus
+from graphtop.engine.telemetry.events import (
     KVPoolState,
     RequestFinished,
     StepEvent,
     validate_event_dict,
 )
-from graphtop.engine.recorder import RecorderError, TraceRecorder
-from graphtop.engine.trace import read_trace
+from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
+from graphtop.engine.telemetry.trace import read_trace
 
 
 def step(i: int) -> StepEvent:
@@ -158,9 +158,9 @@ def test_full_queue_counts_drops(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent(
     """
     import sys
-    from graphtop.engine.event_bus import EventBus
-    from graphtop.engine.events import StepEvent
-    from graphtop.engine.recorder import TraceRecorder
+    from graphtop.engine.telemetry.bus import EventBus
+    from graphtop.engine.telemetry.events import StepEvent
+    from graphtop.engine.telemetry.recorder import TraceRecorder
 
     bus = EventBus()
     rec = TraceRecorder(sys.argv[1], bus, {"test": "sigkill"})

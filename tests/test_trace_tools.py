@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtop.engine.events import (
+from graphtop.engine.telemetry.events import (
     EVENT_TYPES,
     CaptureFinished,
     CaptureProgress,
@@ -26,9 +26,9 @@ from graphtop.engine.events import (
     TraceHeader,
     validate_event_dict,
 )
-from graphtop.engine.perfetto import PID, TID_EAGER, TID_GRAPH, export_perfetto, write_perfetto
-from graphtop.engine.trace import Trace, TraceError, iter_trace_dicts, read_trace
-from graphtop.engine.trace_report import format_summary, percentile, summarize
+from graphtop.engine.telemetry.perfetto import PID, TID_EAGER, TID_GRAPH, export_perfetto, write_perfetto
+from graphtop.engine.telemetry.trace import Trace, TraceError, iter_trace_dicts, read_trace
+from graphtop.engine.telemetry.report import format_summary, percentile, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = 1000.0

@@ -7,7 +7,7 @@ import threading
 import pytest
 from textual.widgets import Button, DataTable, Input
 
-from graphtop.engine.events import (
+from graphtop.engine.telemetry.events import (
     CaptureProgress, CaptureStarted, ConfigDowngrade, EngineStarted, ErrorEvent,
 )
 from graphtop.tui.app import GraphtopApp

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graphtop.engine.events import (
+from graphtop.engine.telemetry.events import (
     CaptureFinished, CaptureProgress, CaptureStarted, ErrorEvent, KVPoolState, StepEvent,
 )
 from graphtop.tui.fake_session import FakeSession, boot_events, step_events
@@ -130,7 +130,7 @@ def test_replay_seek_events_pauses_and_steps() -> None:
 
 
 def test_export_then_read_back(tmp_path) -> None:
-    from graphtop.engine.trace import read_trace
+    from graphtop.engine.telemetry.trace import read_trace
 
     evs = boot_events() + step_events(10)
     path = tmp_path / "t.jsonl"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphtop.engine.events import StepEvent
+from graphtop.engine.telemetry.events import StepEvent
 from graphtop.tui.whatif import BucketCost, estimate, pick_bucket, what_if
 
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from graphtop.engine.workload import Dist, SyntheticRequest, SyntheticWorkload
+from graphtop.tui.workload import Dist, SyntheticRequest, SyntheticWorkload
 
 
 def make(**kw: object) -> SyntheticWorkload:

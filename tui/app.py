@@ -54,7 +54,7 @@ from .steps_panel import StepsPanel
 from .trace_export import export_trace
 
 if TYPE_CHECKING:  # the engine package imports torch; the first frame must not wait for it
-    from graphtop.engine.events import Event
+    from graphtop.engine.telemetry.events import Event
 
 PANELS = ("capture", "ledger", "kv", "device", "steps", "console")
 
@@ -472,7 +472,7 @@ class GraphtopApp(App[int]):
         """Switch the panels to a replay of ``path`` (the live engine keeps running)."""
         if not path:
             return
-        from graphtop.engine.trace import TraceError
+        from graphtop.engine.telemetry.trace import TraceError
 
         try:
             replay = ReplaySession.from_path(str(Path(path).expanduser()))

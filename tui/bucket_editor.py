@@ -23,7 +23,7 @@ from .fmt import human_bytes, pct, secs
 from .whatif import BucketCost, WhatIf, what_if
 
 if TYPE_CHECKING:
-    from graphtop.engine.events import StepEvent
+    from graphtop.engine.telemetry.events import StepEvent
 
 
 @dataclass(frozen=True)

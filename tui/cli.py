@@ -180,18 +180,18 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
 
 def _run_trace(argv: Sequence[str]) -> int:
     args = build_trace_parser().parse_args(argv)
-    from graphtop.engine.trace import TraceError, read_trace
+    from graphtop.engine.telemetry.trace import TraceError, read_trace
 
     try:
         trace = read_trace(args.trace)
     except TraceError as e:
         raise UsageError(str(e)) from None
     if args.cmd == "summary":
-        from graphtop.engine.trace_report import format_summary, summarize
+        from graphtop.engine.telemetry.report import format_summary, summarize
 
         print(format_summary(summarize(trace)), end="")
         return 0
-    from graphtop.engine.perfetto import write_perfetto
+    from graphtop.engine.telemetry.perfetto import write_perfetto
 
     try:
         out = write_perfetto(trace, args.out)

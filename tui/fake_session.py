@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from graphtop.engine.events import (
+from graphtop.engine.telemetry.events import (
     CaptureFinished,
     CaptureProgress,
     CaptureStarted,

@@ -78,7 +78,7 @@ def run_headless(args: Any, config: Any) -> int:
             raise UsageError("--prompts needs --output OUT.jsonl (or --record TRACE.jsonl)")
     synthetic = None
     if args.synthetic:
-        from graphtop.engine.workload import Dist
+        from graphtop.tui.workload import Dist
 
         try:
             Dist.parse(args.synthetic_prompt_len)
@@ -99,12 +99,12 @@ def run_headless(args: Any, config: Any) -> int:
                 pl.error = f"line {pl.line}: {e}"
                 print(f"graphtop: {args.prompts}:{pl.error}", file=sys.stderr)
 
-    from graphtop.engine.event_bus import EventBus
+    from graphtop.engine.telemetry.bus import EventBus
 
     bus = EventBus()
     recorder = None
     if args.record:
-        from graphtop.engine.recorder import RecorderError, TraceRecorder
+        from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
 
         check_writable(args.record, "--record")
         meta = {"argv": sys.argv[1:], "model": args.model or "demo", "workload":
@@ -116,7 +116,7 @@ def run_headless(args: Any, config: Any) -> int:
     try:
         engine = _load_engine(args, config, bus)
         if args.synthetic:
-            from graphtop.engine.workload import SyntheticWorkload
+            from graphtop.tui.workload import SyntheticWorkload
 
             avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
             synthetic = SyntheticWorkload(
@@ -196,8 +196,8 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
             print(f"  {r['id']}: {r['error']}")
     if rec_result is not None:
         print(rec_result.describe())
-        from graphtop.engine.trace import TraceError, read_trace
-        from graphtop.engine.trace_report import format_summary, summarize
+        from graphtop.engine.telemetry.trace import TraceError, read_trace
+        from graphtop.engine.telemetry.report import format_summary, summarize
 
         try:
             print(format_summary(summarize(read_trace(args.record))), end="")

@@ -61,7 +61,7 @@ def _loader_running() -> bool:
 
 def run_replay(trace_path: str, theme: Optional[str] = None) -> int:
     """Open a recorded trace in the dashboard with pause and seek. Returns an exit code."""
-    from graphtop.engine.trace import TraceError
+    from graphtop.engine.telemetry.trace import TraceError
 
     from .app import GraphtopApp
     from .replay_session import ReplaySession

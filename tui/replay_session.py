@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from .session import Limits, SamplingSettings, StreamHandle
 
 if TYPE_CHECKING:
-    from graphtop.engine.events import Event, TraceHeader
+    from graphtop.engine.telemetry.events import Event, TraceHeader
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 
@@ -50,8 +50,8 @@ class ReplaySession:
 
     @classmethod
     def from_path(cls, path: str, **kwargs: object) -> "ReplaySession":
-        """Read a trace (raises graphtop.engine.trace.TraceError with a one-line message)."""
-        from graphtop.engine.trace import read_trace
+        """Read a trace (raises graphtop.engine.telemetry.trace.TraceError with a one-line message)."""
+        from graphtop.engine.telemetry.trace import read_trace
 
         trace = read_trace(path)
         return cls(trace.events, header=trace.header, label=str(path), **kwargs)  # type: ignore[arg-type]

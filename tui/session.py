@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
-    from graphtop.engine.events import Event
+    from graphtop.engine.telemetry.events import Event
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class EngineSession:
         """Load the model and capture graphs (blocking), then start the serve loop."""
         self._logger.addHandler(self.logs)
         self._logger.propagate = False  # keep engine logs off the terminal the TUI is drawing on
-        from graphtop.engine.event_bus import EventBus
+        from graphtop.engine.telemetry.bus import EventBus
 
         self._bus = EventBus()
         self._sub = self._bus.subscribe("tui", maxsize=self.queue_size)

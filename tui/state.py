@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from .whatif import BucketCost, step_key, step_phase
 
 if TYPE_CHECKING:  # the engine package imports torch (~2 s); the dashboard must open at once
-    from graphtop.engine.events import (
+    from graphtop.engine.telemetry.events import (
         CaptureFinished,
         CaptureProgress,
         CaptureStarted,
@@ -244,7 +244,7 @@ class DashboardState:
         self.revs["alerts"] += 1
 
 
-_HANDLERS = {  # keyed by the events' ``type`` tags (see graphtop.engine.events)
+_HANDLERS = {  # keyed by the events' ``type`` tags (see graphtop.engine.telemetry.events)
     "engine_started": DashboardState._on_started,
     "capture_started": DashboardState._on_capture_started,
     "capture_progress": DashboardState._on_capture_progress,

@@ -18,7 +18,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 if TYPE_CHECKING:
-    from graphtop.engine.events import StepEvent
+    from graphtop.engine.telemetry.events import StepEvent
 
 from .fmt import ms, short
 from .state import DashboardState

@@ -9,7 +9,7 @@ import os
 from typing import TYPE_CHECKING, Iterable, Optional
 
 if TYPE_CHECKING:
-    from graphtop.engine.events import Event
+    from graphtop.engine.telemetry.events import Event
 
 
 def export_trace(path: str, events: Iterable[Event], meta: Optional[dict] = None) -> int:
@@ -17,8 +17,8 @@ def export_trace(path: str, events: Iterable[Event], meta: Optional[dict] = None
 
     Written to ``path.tmp`` and renamed, so a failed export never leaves a half trace behind.
     """
-    from graphtop.engine.events import TraceHeader
-    from graphtop.engine.recorder import encode_event
+    from graphtop.engine.telemetry.events import TraceHeader
+    from graphtop.engine.telemetry.recorder import encode_event
 
     tmp = f"{path}.tmp"
     n = 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
-    from graphtop.engine.events import StepEvent
+    from graphtop.engine.telemetry.events import StepEvent
 
 DECODE = "decode"
 PREFILL = "prefill"

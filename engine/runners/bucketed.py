@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import events as ev
+from ..telemetry import events as ev
 from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.fallback import FallbackReason
 from .base import GraphRunner

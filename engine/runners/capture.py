@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import events as ev
+from ..telemetry import events as ev
 
 
 @dataclass
