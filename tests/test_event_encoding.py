@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from graphtop.engine.telemetry import recorder
+from graphtop.engine.telemetry import codec, recorder
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import (
     EVENT_TYPES,
@@ -23,7 +23,8 @@ from graphtop.engine.telemetry.events import (
     StepEvent,
     TraceHeader,
 )
-from graphtop.engine.telemetry.recorder import TraceRecorder, encode_event
+from graphtop.engine.telemetry.codec import encode_event
+from graphtop.engine.telemetry.recorder import TraceRecorder
 
 
 def reference(event: Event) -> bytes:
@@ -169,9 +170,9 @@ def test_common_events_skip_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("slow path taken")
 
     monkeypatch.setattr(Event, "to_dict", boom)
-    monkeypatch.setattr(recorder, "_ENCODER", None)  # the generic encoder is not touched either
+    monkeypatch.setattr(codec, "_ENCODER", None)  # the generic encoder is not touched either
     assert encode_event(ev) == want
-    assert recorder._LINE_ENCODERS[StepEvent] is not recorder._reference_line
+    assert codec._LINE_ENCODERS[StepEvent] is not codec._reference_line
 
 
 def test_shadowed_type_tag_still_matches() -> None:
@@ -192,7 +193,7 @@ def test_subclass_of_an_event_gets_its_own_encoder() -> None:
     for value in ALL_VALUES:
         assert_same(Extended(extra=value, note=value, used_tokens=value))
     assert_same(KVPoolState(used_tokens=4))
-    assert recorder._LINE_ENCODERS[Extended] is not recorder._LINE_ENCODERS[KVPoolState]
+    assert codec._LINE_ENCODERS[Extended] is not codec._LINE_ENCODERS[KVPoolState]
 
 
 def test_unencodable_value_fails_like_the_reference() -> None:

@@ -28,7 +28,9 @@ from graphtop.engine.telemetry.events import (
 )
 from graphtop.engine.telemetry.perfetto import PID, TID_EAGER, TID_GRAPH, export_perfetto, write_perfetto
 from graphtop.engine.telemetry.trace import Trace, TraceError, iter_trace_dicts, read_trace
-from graphtop.engine.telemetry.report import format_summary, percentile, summarize
+from graphtop.engine.telemetry.report import format_summary
+from graphtop.engine.telemetry.stats import percentile
+from graphtop.engine.telemetry.summary import summarize
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = 1000.0

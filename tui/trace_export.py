@@ -1,15 +1,15 @@
 """Write the events the dashboard has seen as a trace that ``graphtop replay`` can open.
 
-Uses the recorder's own line encoder so exported traces and recorded traces are the same format.
+Uses the trace codec the recorder uses so exported traces and recorded traces are the same format.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
 
-if TYPE_CHECKING:
-    from graphtop.engine.telemetry.events import Event
+from graphtop.engine.telemetry.codec import encode_event
+from graphtop.engine.telemetry.events import Event, TraceHeader
 
 
 def export_trace(path: str, events: Iterable[Event], meta: Optional[dict] = None) -> int:
@@ -17,9 +17,6 @@ def export_trace(path: str, events: Iterable[Event], meta: Optional[dict] = None
 
     Written to ``path.tmp`` and renamed, so a failed export never leaves a half trace behind.
     """
-    from graphtop.engine.telemetry.events import TraceHeader
-    from graphtop.engine.telemetry.recorder import encode_event
-
     tmp = f"{path}.tmp"
     n = 0
     with open(tmp, "wb") as f:

@@ -1,0 +1,138 @@
+"""The counting rules behind every "is the graph paying off" number: one place, many readers.
+
+The trace report, the dashboard and the bucket editor's what-if all count graph hits and padding the
+same way, so a number seen in one can be checked against another:
+
+* graph hit rate = steps that replayed a graph / all steps;
+* padding waste = padded tokens / bucket tokens, over graph steps with a bucket (a decode row is one
+  token, so decode buckets count rows);
+* a step's mean waste = the mean of its per-step ``padding_waste`` (the report's per-bucket column);
+* percentiles use linear interpolation between closest ranks (numpy's default).
+
+Pure data and arithmetic: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+__all__ = ["BucketTally", "HitTally", "Percentiles", "percentile", "step_key", "step_phase"]
+
+DECODE = "decode"
+PREFILL = "prefill"
+
+
+def step_phase(phase: str) -> str:
+    """Which bucket list a step of ``phase`` is looked up in (anything but decode uses prefill's)."""
+    return DECODE if phase == DECODE else PREFILL
+
+
+def step_key(phase: str, batch_size: int, num_tokens: int) -> int:
+    """The size a step is bucketed by: requests for decode, tokens otherwise."""
+    return batch_size if step_phase(phase) == DECODE else num_tokens
+
+
+@dataclass
+class HitTally:
+    """Steps of one kind, how many replayed a graph, and the padding those graphs carried."""
+
+    steps: int = 0
+    graph_steps: int = 0
+    padded_tokens: int = 0  # graph steps with a bucket only
+    bucket_tokens: int = 0  # sum of the buckets replayed
+
+    def add(self, graph: bool, bucket: Optional[int] = None, padded: int = 0) -> None:
+        self.steps += 1
+        if graph:
+            self.graph_steps += 1
+            if bucket is not None:
+                self.padded_tokens += padded
+                self.bucket_tokens += bucket
+
+    def merge(self, other: "HitTally") -> "HitTally":
+        """A new tally counting both."""
+        return HitTally(
+            self.steps + other.steps,
+            self.graph_steps + other.graph_steps,
+            self.padded_tokens + other.padded_tokens,
+            self.bucket_tokens + other.bucket_tokens,
+        )
+
+    @property
+    def eager_steps(self) -> int:
+        return self.steps - self.graph_steps
+
+    @property
+    def hit_rate(self) -> Optional[float]:
+        """None without steps: "no data" is not "no hits"."""
+        return self.graph_steps / self.steps if self.steps else None
+
+    @property
+    def padding_waste(self) -> Optional[float]:
+        return self.padded_tokens / self.bucket_tokens if self.bucket_tokens else None
+
+
+@dataclass
+class BucketTally:
+    """Graph steps that replayed one bucket."""
+
+    bucket: int
+    count: int = 0
+    padded_tokens: int = 0
+    waste_sum: float = 0.0  # sum of per-step padding_waste, for the mean
+
+    def add(self, padded: int, padding_waste: float) -> None:
+        self.count += 1
+        self.padded_tokens += padded
+        self.waste_sum += padding_waste
+
+    @property
+    def bucket_tokens(self) -> int:
+        return self.count * self.bucket
+
+    @property
+    def waste(self) -> float:
+        """Padded tokens over bucket tokens (the same definition as ``HitTally.padding_waste``)."""
+        return self.padded_tokens / self.bucket_tokens if self.count else 0.0
+
+    @property
+    def mean_waste(self) -> float:
+        return self.waste_sum / self.count if self.count else 0.0
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of an already sorted, non-empty list."""
+    if not sorted_values:
+        raise ValueError("percentile of empty list")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Distribution of a timing; all None when there were no samples."""
+
+    count: int = 0
+    p50: Optional[float] = None
+    p90: Optional[float] = None
+    p99: Optional[float] = None
+    mean: Optional[float] = None
+    max: Optional[float] = None
+
+    @classmethod
+    def of(cls, values: Iterable[Optional[float]]) -> "Percentiles":
+        vals = sorted(v for v in values if v is not None and math.isfinite(v))
+        if not vals:
+            return cls()
+        return cls(
+            count=len(vals),
+            p50=percentile(vals, 50),
+            p90=percentile(vals, 90),
+            p99=percentile(vals, 99),
+            mean=sum(vals) / len(vals),
+            max=vals[-1],
+        )
