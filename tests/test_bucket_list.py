@@ -1,10 +1,10 @@
-"""The bucket-list parser: ranges, steps, and a clear message for every mistake."""
+"""The bucket-list parser and validator: ranges, steps, and a clear message for every mistake."""
 
 from __future__ import annotations
 
 import pytest
 
-from graphtop.tui.bucket_parse import MAX_BUCKETS, BucketSpecError, format_buckets, parse_buckets
+from graphtop.engine.graphs.bucket_list import MAX_BUCKETS, BucketSpecError, check_buckets, format_buckets, parse_buckets
 
 
 @pytest.mark.parametrize(
@@ -93,3 +93,30 @@ def test_format(buckets: list[int], text: str) -> None:
 def test_round_trip(text: str) -> None:
     parsed = parse_buckets(text)
     assert parse_buckets(format_buckets(parsed)) == parsed
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ([], "decode bucket list is empty"),
+        ([0, 2], "decode bucket 0 must be positive"),
+        ([1.5], "decode bucket 1.5 is not an integer"),
+        ([True], "decode bucket True is not an integer"),
+        ([1, 100, 90], "decode bucket 90 is over the static buffers' maximum (8)"),
+    ],
+)
+def test_check_names_the_first_bad_value(values: list, message: str) -> None:
+    with pytest.raises(BucketSpecError) as err:
+        check_buckets(values, name="decode bucket", maximum=8, maximum_label="the static buffers' maximum")
+    assert str(err.value) == message
+
+
+def test_text_and_lists_follow_the_same_rules() -> None:
+    """The editor's text and a list given to the engine pass or fail together, with one message."""
+    assert check_buckets([4, 1, 4, 2]) == parse_buckets("4,1,4,2") == [1, 2, 4]
+    for text, values in (("1,2,128", [1, 2, 128]), ("1-100", list(range(1, 101)))):
+        with pytest.raises(BucketSpecError) as from_text:
+            parse_buckets(text, maximum=64)
+        with pytest.raises(BucketSpecError) as from_list:
+            check_buckets(values, maximum=64)
+        assert str(from_text.value) == str(from_list.value) != ""

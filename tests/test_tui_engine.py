@@ -55,7 +55,7 @@ async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
             assert "EMULATED" in text  # … and the dashboard says so
             assert "demo-qwen3" in text
             assert state.capture["decode"].finished is not None and state.capture["prefill"].finished is not None
-            assert len(state.capture["decode"].done) == len(session.buckets()[0])
+            assert len(state.capture["decode"].costs) == len(session.buckets()[0])
 
             # a prompt streams through the real handle
             await pilot.press("slash", *"hello graphs", "enter", "escape")

@@ -34,9 +34,9 @@ def test_capture_progress_and_failures() -> None:
     st.apply(CaptureStarted(phase="decode", buckets=(1, 2, 4), backend="full"))
     st.apply(CaptureProgress(phase="decode", bucket=1, index=1, total=3, seconds=0.1, memory_bytes=10))
     cap = st.capture["decode"]
-    assert len(cap.done) == 1 and cap.total == 3 and cap.finished is None
+    assert len(cap.costs) == 1 and cap.total == 3 and cap.finished is None
     st.apply(CaptureProgress(phase="decode", bucket=2, index=2, total=3, ok=False, failure_reason="OOM"))
-    assert cap.failures == {2: "OOM"}
+    assert cap.failed == {2: "OOM"}
     assert ("decode", 2) not in st.costs  # failed captures are no basis for estimates
     st.apply(CaptureFinished(phase="decode", captured=(1,), failed=(2,), ok=False))
     assert st.current_buckets("decode") == [1]

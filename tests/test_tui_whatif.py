@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from graphtop.engine.telemetry.events import StepEvent
-from graphtop.tui.whatif import BucketCost, estimate, pick_bucket, what_if
+from graphtop.engine.graphs.bucket_policy import pick_bucket
+from graphtop.engine.telemetry.capture import BucketCost
+from graphtop.tui.whatif import estimate, what_if
 
 
 def decode(bs: int, path: str = "graph", bucket: int | None = None, reason: str | None = None) -> StepEvent:

@@ -413,7 +413,7 @@ class GraphtopApp(App[int]):
         kv = self.state.kv
         self.push_screen(
             BucketEditorScreen(
-                decode, prefill, steps=list(self.state.steps), costs=self.state.bucket_costs(),
+                decode, prefill, history=self.state.whatif_inputs(),
                 max_running=limits.max_running or (kv.max_running if kv else None),
                 kv_capacity=limits.kv_capacity_tokens or (kv.capacity_tokens if kv else None),
                 blink=self.animate,

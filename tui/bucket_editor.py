@@ -8,7 +8,7 @@ seconds of GPU time, so nothing half-typed should be able to trigger one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 from textual import on
 from textual.app import ComposeResult
@@ -18,12 +18,10 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from .bucket_parse import BucketSpecError, format_buckets, parse_buckets
-from .fmt import human_bytes, pct, secs
-from .whatif import BucketCost, WhatIf, what_if
+from graphtop.engine.graphs.bucket_list import BucketSpecError, format_buckets, parse_buckets
 
-if TYPE_CHECKING:
-    from graphtop.engine.telemetry.events import StepEvent
+from .fmt import human_bytes, pct, secs
+from .whatif import WhatIf, WhatIfInputs, what_if
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         decode: Sequence[int],
         prefill: Sequence[int],
         *,
-        steps: Sequence[StepEvent] = (),
-        costs: Sequence[BucketCost] = (),
+        history: WhatIfInputs = WhatIfInputs(),
         max_running: Optional[int] = None,
         kv_capacity: Optional[int] = None,
         blink: bool = True,
@@ -89,14 +86,17 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         super().__init__()
         self.current_decode = sorted(decode)
         self.current_prefill = sorted(prefill)
-        self.steps = list(steps)
-        self.costs = list(costs)
+        self.history = history
         self.max_running = max_running
         self.kv_capacity = kv_capacity
         self._blink = blink
         self.parsed: dict[str, Optional[list[int]]] = {"decode": self.current_decode, "prefill": self.current_prefill}
-        self._now = what_if(self.steps, self.current_decode, self.current_prefill, self.costs,
-                            current_decode=self.current_decode, current_prefill=self.current_prefill)
+        self._now = self._what_if(self.current_decode, self.current_prefill)
+
+    def _what_if(self, decode: Sequence[int], prefill: Sequence[int]) -> WhatIf:
+        h = self.history
+        return what_if(h.steps, decode, prefill, h.costs, max_padding_waste=h.max_padding_waste,
+                       current_decode=self.current_decode, current_prefill=self.current_prefill)
 
     def compose(self) -> ComposeResult:
         dec_max = f" (≤ max running {self.max_running})" if self.max_running else ""
@@ -130,7 +130,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         else:
             maximum, label = self.kv_capacity, "the KV pool size"
         try:
-            buckets = parse_buckets(text, maximum=maximum, maximum_label=label)
+            buckets = parse_buckets(text, name=f"{phase} bucket", maximum=maximum, maximum_label=label)
         except BucketSpecError as exc:
             self.parsed[phase] = None
             msg.update(Content.from_markup("[$error]✗ $e[/]", e=str(exc)))
@@ -150,9 +150,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         if not ok:
             box.update(Content.from_markup("[$text-muted]fix the bucket lists to see the what-if[/]"))
             return
-        cand = what_if(self.steps, dec, pre, self.costs,  # type: ignore[arg-type]
-                       current_decode=self.current_decode, current_prefill=self.current_prefill)
-        box.update(preview_text(self._now, cand))
+        box.update(preview_text(self._now, self._what_if(dec, pre)))  # type: ignore[arg-type]
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:

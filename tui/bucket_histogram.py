@@ -25,15 +25,15 @@ class BucketHistogram(Static):
         if not stats:
             set_content(self, Content.from_markup("[$text-muted]no graph hits yet[/]"))
             return
-        top = max(s.hits for s in stats.values()) or 1
-        rows = sorted(stats.items(), key=lambda kv: (kv[0][0], -kv[1].hits, kv[0][1]))[:MAX_ROWS]
+        top = max(s.count for s in stats.values()) or 1
+        rows = sorted(stats.items(), key=lambda kv: (kv[0][0], -kv[1].count, kv[0][1]))[:MAX_ROWS]
         lines = [Content.from_markup("[$text-muted]bucket hits · padding[/]")]
         for (phase, bucket), st in rows:
             waste_style = "$error" if st.waste > 0.4 else "$warning" if st.waste > 0.15 else "$text-muted"
             lines.append(
                 Content.from_markup(
                     f"$p $b [$success]$bar[/] $h [{waste_style}]pad $w[/]",
-                    p=f"{phase[:3]}", b=f"{bucket:>5}", bar=bar(st.hits / top, BAR), h=f"{st.hits:>6}",
+                    p=f"{phase[:3]}", b=f"{bucket:>5}", bar=bar(st.count / top, BAR), h=f"{st.count:>6}",
                     w=f"{st.waste * 100:3.0f}%",
                 )
             )

@@ -12,19 +12,21 @@ from textual.widgets import Static
 
 from .fmt import bar, human_bytes, secs
 from .panel import Panel, set_content
-from .state import CapturePhase, DashboardState
+from graphtop.engine.telemetry.capture import CapturePass
+
+from .state import DashboardState
 
 RECENT = 4
 """Buckets listed under a phase while it captures (the modal table has all of them)."""
 
 
-def phase_line(cap: CapturePhase) -> Content:
+def phase_line(cap: CapturePass) -> Content:
     """``decode  ████░░ 4/6 0.31s 48.0 MiB`` with a ✓/✗/… mark (backends are in the status line)."""
-    done = len(cap.done)
+    done = len(cap.costs)
     total = cap.total or done
     frac = done / total if total else 0.0
     if cap.finished is not None:
-        mark = "[$success]✓[/]" if cap.finished.ok and not cap.failures else "[$error]✗[/]"
+        mark = "[$success]✓[/]" if cap.finished.ok and not cap.failed else "[$error]✗[/]"
     else:
         mark = "[$warning]…[/]"
     return Content.from_markup(
@@ -61,15 +63,15 @@ class CapturePanel(Panel):
                 continue
             lines.append(phase_line(cap))
             if cap.finished is None:
-                for c in cap.done[-RECENT:]:
+                for c in cap.costs[-RECENT:]:
                     lines.append(
                         Content.from_markup(
                             "  [$text-muted]bucket[/] $b $s $m", b=f"{c.bucket:>6}", s=f"{secs(c.seconds):>6}",
                             m=human_bytes(c.memory_bytes),
                         )
                     )
-            if cap.failures:
-                failed = ", ".join(f"{b} ({r})" for b, r in sorted(cap.failures.items()))
+            if cap.failed:
+                failed = ", ".join(f"{b} ({r or 'failed'})" for b, r in sorted(cap.failed.items()))
                 lines.append(Content.from_markup("  [$error]failed:[/] $f", f=failed))
         if state.recapture_pending is not None:
             lines.append(Content.from_markup("[$warning]● recapture requested — runs at the next step boundary[/]"))

@@ -41,8 +41,8 @@ class CaptureTableScreen(ModalScreen[None]):
             cap = self.state.capture.get(phase)
             if cap is None:
                 continue
-            for c in cap.done:
-                status = "ok" if c.ok else f"failed: {cap.failures.get(c.bucket, '?')}"
+            for c in cap.costs:
+                status = "ok" if c.ok else f"failed: {c.failure_reason or 'failed'}"
                 table.add_row(phase, c.bucket, secs(c.seconds), human_bytes(c.memory_bytes), status)
                 rows += 1
         if not rows:

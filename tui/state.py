@@ -9,73 +9,32 @@ Every history is a ``deque(maxlen=…)`` so a dashboard left open for a week sta
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
 
-from .whatif import BucketCost, step_key, step_phase
+from graphtop.engine.telemetry.capture import BucketCost, CapturePass, CaptureTracker
+from graphtop.engine.telemetry.events import (
+    CaptureFinished,
+    CaptureProgress,
+    CaptureStarted,
+    ConfigDowngrade,
+    EngineStarted,
+    ErrorEvent,
+    Event,
+    KVPoolState,
+    MemoryLedger,
+    RecaptureFinished,
+    RecaptureRequested,
+    RequestFinished,
+    RequestFirstToken,
+    RequestQueued,
+    StepEvent,
+)
+from graphtop.engine.telemetry.stats import BucketTally, HitTally, step_phase
 
-if TYPE_CHECKING:  # the engine package imports torch (~2 s); the dashboard must open at once
-    from graphtop.engine.telemetry.events import (
-        CaptureFinished,
-        CaptureProgress,
-        CaptureStarted,
-        ConfigDowngrade,
-        EngineStarted,
-        ErrorEvent,
-        Event,
-        KVPoolState,
-        MemoryLedger,
-        RecaptureFinished,
-        RecaptureRequested,
-        RequestFinished,
-        RequestFirstToken,
-        RequestQueued,
-        StepEvent,
-    )
+from .whatif import WhatIfInputs
 
-
-@dataclass
-class CapturePhase:
-    """Progress of one phase's capture (initial or recapture)."""
-
-    phase: str
-    buckets: tuple[int, ...] = ()
-    backend: str = ""
-    reason: str = "initial"
-    done: list[BucketCost] = field(default_factory=list)
-    failures: dict[int, str] = field(default_factory=dict)
-    finished: Optional[CaptureFinished] = None
-
-    @property
-    def total(self) -> int:
-        return len(self.buckets)
-
-    @property
-    def seconds(self) -> float:
-        return self.finished.seconds if self.finished else sum(c.seconds for c in self.done)
-
-    @property
-    def memory_bytes(self) -> int:
-        return self.finished.memory_bytes if self.finished else sum(c.memory_bytes for c in self.done)
-
-    @property
-    def captured(self) -> tuple[int, ...]:
-        if self.finished:
-            return tuple(self.finished.captured)
-        return tuple(c.bucket for c in self.done if c.ok)
-
-
-@dataclass
-class BucketStat:
-    """Hits on one bucket since the last capture of its phase, with the padding they carried."""
-
-    hits: int = 0
-    padded: int = 0
-    slots: int = 0
-
-    @property
-    def waste(self) -> float:
-        return self.padded / self.slots if self.slots else 0.0
+CAPTURE_HISTORY = 8
+"""Capture passes kept (the latest of each phase is what the panels show)."""
 
 
 class DashboardState:
@@ -91,18 +50,16 @@ class DashboardState:
     ) -> None:
         self.revs: Counter[str] = Counter()
         self.info: Optional[EngineStarted] = None
-        self.capture: dict[str, CapturePhase] = {}
+        self._captures = CaptureTracker(history=CAPTURE_HISTORY)
         self.costs: dict[tuple[str, int], BucketCost] = {}
         self.ledger: Optional[MemoryLedger] = None
         self.kv: Optional[KVPoolState] = None
         self.kv_used: deque[float] = deque(maxlen=spark_history)
         self.steps: deque[StepEvent] = deque(maxlen=step_history)
         self.replay_ms: deque[float] = deque(maxlen=spark_history)
-        self.bucket_stats: dict[tuple[str, int], BucketStat] = {}
-        self.eager_sizes: Counter[str] = Counter()
+        self.bucket_stats: dict[tuple[str, int], BucketTally] = {}
         self.fallbacks: Counter[str] = Counter()
-        self.total_steps = 0
-        self.graph_steps = 0
+        self.hits = HitTally()  # every step seen, counted as the trace report counts them
         self.emulated_steps = 0
         self.recapture_pending: Optional[RecaptureRequested] = None
         self.last_recapture: Optional[RecaptureFinished] = None
@@ -126,18 +83,39 @@ class DashboardState:
     def emulated(self) -> bool:
         return bool(self.info and self.info.emulated) or self.emulated_steps > 0
 
+    @property
+    def capture(self) -> dict[str, CapturePass]:
+        """Each phase's latest capture pass (initial or recapture)."""
+        return self._captures.latest
+
+    @property
+    def total_steps(self) -> int:
+        return self.hits.steps
+
+    @property
+    def graph_steps(self) -> int:
+        return self.hits.graph_steps
+
     def current_buckets(self, phase: str) -> list[int]:
         """Buckets of the last capture of ``phase`` (captured ones once it finished)."""
         cap = self.capture.get(phase)
         if cap is None:
             return []
-        return sorted(cap.captured if cap.finished else cap.buckets)
+        return sorted(cap.captured if cap.finished else cap.planned)
 
     def bucket_costs(self) -> list[BucketCost]:
         return sorted(self.costs.values(), key=lambda c: (c.phase, c.bucket))
 
+    def prefill_padding_cap(self) -> Optional[float]:
+        """The engine's prefill padding cap, from its resolved graph config (None before it started)."""
+        prefill = (self.info.graph_config or {}).get("prefill", {}) if self.info else {}
+        return prefill.get("max_padding_waste")
+
+    def whatif_inputs(self) -> WhatIfInputs:
+        return WhatIfInputs(tuple(self.steps), tuple(self.bucket_costs()), self.prefill_padding_cap())
+
     def hit_rate(self) -> Optional[float]:
-        return self.graph_steps / self.total_steps if self.total_steps else None
+        return self.hits.hit_rate
 
     # ------------------------------------------------------------------ folding
     def apply_all(self, events: Iterable[Event]) -> int:
@@ -161,24 +139,17 @@ class DashboardState:
         self.revs["info"] += 1
 
     def _on_capture_started(self, ev: CaptureStarted) -> None:
-        self.capture[ev.phase] = CapturePhase(ev.phase, tuple(ev.buckets), ev.backend, ev.reason)
+        self._captures.apply(ev)
         self.revs["capture"] += 1
 
     def _on_capture_progress(self, ev: CaptureProgress) -> None:
-        cap = self.capture.setdefault(ev.phase, CapturePhase(ev.phase))
-        cost = BucketCost(ev.phase, ev.bucket, ev.seconds, ev.memory_bytes, ev.ok)
-        cap.done.append(cost)
-        if not ev.ok:
-            cap.failures[ev.bucket] = ev.failure_reason or "failed"
-        else:
-            self.costs[(ev.phase, ev.bucket)] = cost
-        if ev.total and not cap.buckets:
-            cap.buckets = tuple(c.bucket for c in cap.done)
+        cap = self._captures.apply(ev)
+        if ev.ok:  # failed captures are no basis for estimates
+            self.costs[(ev.phase, ev.bucket)] = cap.costs[-1]
         self.revs["capture"] += 1
 
     def _on_capture_finished(self, ev: CaptureFinished) -> None:
-        cap = self.capture.setdefault(ev.phase, CapturePhase(ev.phase))
-        cap.finished = ev
+        self._captures.apply(ev)
         # hits on buckets of a previous capture no longer describe the graphs in use
         self.bucket_stats = {k: v for k, v in self.bucket_stats.items() if k[0] != ev.phase}
         self.revs["capture"] += 1
@@ -195,18 +166,19 @@ class DashboardState:
 
     def _on_step(self, ev: StepEvent) -> None:
         self.steps.append(ev)
-        self.total_steps += 1
+        graph = ev.path == "graph"
+        self.hits.add(graph, ev.bucket, ev.padded)
         if ev.emulated:
             self.emulated_steps += 1
-        if ev.path == "graph":
-            self.graph_steps += 1
+        if graph:
             if ev.replay_ms is not None:
                 self.replay_ms.append(ev.replay_ms)
             if ev.bucket is not None:
-                st = self.bucket_stats.setdefault((step_phase(ev), ev.bucket), BucketStat())
-                st.hits += 1
-                st.padded += max(ev.bucket - step_key(ev), 0)
-                st.slots += ev.bucket
+                key = (step_phase(ev.phase), ev.bucket)
+                st = self.bucket_stats.get(key)
+                if st is None:
+                    st = self.bucket_stats[key] = BucketTally(ev.bucket)
+                st.add(ev.padded, ev.padding_waste)
         else:
             self.fallbacks[ev.fallback_reason or "unspecified"] += 1
         self.revs["steps"] += 1

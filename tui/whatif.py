@@ -1,13 +1,16 @@
 """What-if for bucket lists: replay the steps seen so far against candidate buckets.
 
-Pure so it can be tested with numbers and reused by the bucket editor on every keystroke. The
-model is deliberately simple and explainable:
+Pure so it can be tested with numbers and reused by the bucket editor on every keystroke. It asks the
+engine's own bucket policy (``graphtop.engine.graphs.bucket_policy``) what each recorded step would
+do under the candidate lists, and counts the answers with the trace report's counting rules
+(``graphtop.engine.telemetry.stats``), so a prediction is what a recapture then measures:
 
-* a decode step needs the smallest decode bucket ≥ its batch size; a prefill (or mixed) step the
-  smallest prefill bucket ≥ its token count; with none it runs eager;
-* a step that ran eager although it fitted the *current* buckets fell back for another reason
-  (capture failed, unsupported feature, …) and stays eager under any candidate;
-* padding waste is padded slots over bucket slots for the steps that hit a graph;
+* a step that replayed a graph, or fell back for a reason a bucket list decides (larger than the
+  largest bucket, prefill padding over the cap), is decided again under the candidate lists, with
+  the same prefill padding cap;
+* a step that fell back for any other reason (capture failed, context wider than the graph, a
+  recapture in progress, …) stays eager under any candidate. A step whose reason is unknown (a
+  hand-made or older trace) counts as fixable when the current lists, if given, refuse it by size;
 * graph memory (and capture time) per bucket comes from the capture ledger, interpolated linearly
   between captured buckets and extrapolated from the nearest two outside them.
 """
@@ -16,46 +19,37 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
-if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
-    from graphtop.engine.telemetry.events import StepEvent
+from graphtop.engine.graphs.bucket_policy import BUCKET_REASONS, BucketPolicy
+from graphtop.engine.graphs.fallback import FallbackReason
+from graphtop.engine.telemetry.capture import BucketCost
+from graphtop.engine.telemetry.events import StepEvent
+from graphtop.engine.telemetry.stats import DECODE, PREFILL, HitTally, step_key, step_phase
 
-DECODE = "decode"
-PREFILL = "prefill"
+__all__ = ["PhaseWhatIf", "WhatIf", "WhatIfInputs", "estimate", "what_if"]
 
-
-@dataclass(frozen=True)
-class BucketCost:
-    """What capturing one bucket cost (mirrors the engine's BucketCapture / CaptureProgress)."""
-
-    phase: str
-    bucket: int
-    seconds: float
-    memory_bytes: int
-    ok: bool = True
+_KNOWN_REASONS = frozenset(r.value for r in FallbackReason)
+_BUCKET_REASONS = frozenset(r.value for r in BUCKET_REASONS)
 
 
 @dataclass(frozen=True)
-class PhaseWhatIf:
+class WhatIfInputs:
+    """What the dashboard has seen that a what-if needs: steps, capture costs, the prefill cap."""
+
+    steps: tuple[StepEvent, ...] = ()
+    costs: tuple[BucketCost, ...] = ()
+    max_padding_waste: Optional[float] = None  # None: no cap known (no engine_started seen)
+
+
+@dataclass
+class PhaseWhatIf(HitTally):
     """Outcome for one phase's bucket list."""
 
-    phase: str
-    steps: int
-    graph_steps: int
-    padded_slots: int
-    bucket_slots: int
-    graph_count: int
-    est_memory_bytes: Optional[float]
-    est_capture_seconds: Optional[float]
-
-    @property
-    def hit_rate(self) -> Optional[float]:
-        return self.graph_steps / self.steps if self.steps else None
-
-    @property
-    def padding_waste(self) -> Optional[float]:
-        return self.padded_slots / self.bucket_slots if self.bucket_slots else None
+    phase: str = ""
+    graph_count: int = 0
+    est_memory_bytes: Optional[float] = None
+    est_capture_seconds: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -66,22 +60,24 @@ class WhatIf:
     prefill: PhaseWhatIf
 
     @property
+    def total(self) -> HitTally:
+        return self.decode.merge(self.prefill)
+
+    @property
     def steps(self) -> int:
-        return self.decode.steps + self.prefill.steps
+        return self.total.steps
 
     @property
     def graph_steps(self) -> int:
-        return self.decode.graph_steps + self.prefill.graph_steps
+        return self.total.graph_steps
 
     @property
     def hit_rate(self) -> Optional[float]:
-        return self.graph_steps / self.steps if self.steps else None
+        return self.total.hit_rate
 
     @property
     def padding_waste(self) -> Optional[float]:
-        slots = self.decode.bucket_slots + self.prefill.bucket_slots
-        padded = self.decode.padded_slots + self.prefill.padded_slots
-        return padded / slots if slots else None
+        return self.total.padding_waste
 
     @property
     def graph_count(self) -> int:
@@ -89,33 +85,16 @@ class WhatIf:
 
     @property
     def est_memory_bytes(self) -> Optional[float]:
-        parts = [p.est_memory_bytes for p in (self.decode, self.prefill) if p.graph_count]
-        if any(p is None for p in parts):
-            return None
-        return float(sum(parts))  # type: ignore[arg-type]
+        return _sum_known(p.est_memory_bytes for p in (self.decode, self.prefill) if p.graph_count)
 
     @property
     def est_capture_seconds(self) -> Optional[float]:
-        parts = [p.est_capture_seconds for p in (self.decode, self.prefill) if p.graph_count]
-        if any(p is None for p in parts):
-            return None
-        return float(sum(parts))  # type: ignore[arg-type]
+        return _sum_known(p.est_capture_seconds for p in (self.decode, self.prefill) if p.graph_count)
 
 
-def step_phase(step: StepEvent) -> str:
-    """Which bucket list a step is looked up in (mixed steps go through the prefill graphs)."""
-    return DECODE if step.phase == DECODE else PREFILL
-
-
-def step_key(step: StepEvent) -> int:
-    """The size a step is bucketed by: batch size for decode, token count otherwise."""
-    return step.batch_size if step_phase(step) == DECODE else step.num_tokens
-
-
-def pick_bucket(sorted_buckets: Sequence[int], size: int) -> Optional[int]:
-    """Smallest bucket ≥ size, or None when the step is larger than every bucket."""
-    i = bisect.bisect_left(sorted_buckets, size)
-    return sorted_buckets[i] if i < len(sorted_buckets) else None
+def _sum_known(parts: Iterable[Optional[float]]) -> Optional[float]:
+    parts = list(parts)
+    return None if any(p is None for p in parts) else float(sum(parts))  # type: ignore[arg-type]
 
 
 def estimate(points: Mapping[int, float], bucket: int) -> Optional[float]:
@@ -143,36 +122,37 @@ def estimate(points: Mapping[int, float], bucket: int) -> Optional[float]:
     return max(value, 0.0)
 
 
+def _decided_by_buckets(step: StepEvent, size: int, current: Optional[BucketPolicy]) -> bool:
+    """Would a different bucket list change how ``step`` ran?"""
+    if step.path == "graph":
+        return True
+    reason = step.fallback_reason
+    if reason in _KNOWN_REASONS:
+        return reason in _BUCKET_REASONS
+    return current is None or current.decide(size).reason in BUCKET_REASONS
+
+
 def _phase(
     phase: str,
     steps: Sequence[StepEvent],
-    candidate: Sequence[int],
-    current: Optional[Sequence[int]],
+    candidate: BucketPolicy,
+    current: Optional[BucketPolicy],
     costs: Sequence[BucketCost],
 ) -> PhaseWhatIf:
-    cand = sorted(set(candidate))
-    cur = sorted(set(current)) if current is not None else None
-    graph = padded = slots = 0
+    out = PhaseWhatIf(phase=phase, graph_count=len(candidate.buckets))
     for s in steps:
-        size = step_key(s)
-        if s.path != "graph" and cur is not None and pick_bucket(cur, size) is not None:
-            continue  # fell back for a reason buckets cannot fix
-        b = pick_bucket(cand, size)
-        if b is None:
+        size = step_key(s.phase, s.batch_size, s.num_tokens)
+        if not _decided_by_buckets(s, size, current):
+            out.add(False)
             continue
-        graph += 1
-        padded += b - size
-        slots += b
+        d = candidate.decide(size)
+        out.add(d.graph, d.bucket, d.padded)
     ok = [c for c in costs if c.phase == phase and c.ok]
     mem_points = {c.bucket: float(c.memory_bytes) for c in ok}
     sec_points = {c.bucket: float(c.seconds) for c in ok}
-    mem: Optional[float] = 0.0
-    sec: Optional[float] = 0.0
-    for b in cand:
-        m, t = estimate(mem_points, b), estimate(sec_points, b)
-        mem = None if mem is None or m is None else mem + m
-        sec = None if sec is None or t is None else sec + t
-    return PhaseWhatIf(phase, len(steps), graph, padded, slots, len(cand), mem, sec)
+    out.est_memory_bytes = _sum_known(estimate(mem_points, b) for b in candidate.buckets)
+    out.est_capture_seconds = _sum_known(estimate(sec_points, b) for b in candidate.buckets)
+    return out
 
 
 def what_if(
@@ -181,19 +161,27 @@ def what_if(
     prefill_buckets: Sequence[int],
     costs: Iterable[BucketCost] = (),
     *,
+    max_padding_waste: Optional[float] = None,
     current_decode: Optional[Sequence[int]] = None,
     current_prefill: Optional[Sequence[int]] = None,
 ) -> WhatIf:
     """Model graph hit rate, padding waste, graph count and graph memory for candidate buckets.
 
-    Pass the current bucket lists so steps that fell back for non-size reasons stay eager; without
-    them every step is judged by size alone.
+    ``max_padding_waste`` is the engine's prefill padding cap (``EngineStarted.graph_config``); the
+    current bucket lists only matter for steps whose fallback reason is unknown (see the module).
     """
     steps = list(steps)
     costs = list(costs)
-    dec = [s for s in steps if step_phase(s) == DECODE]
-    pre = [s for s in steps if step_phase(s) == PREFILL]
-    return WhatIf(
-        decode=_phase(DECODE, dec, decode_buckets, current_decode, costs),
-        prefill=_phase(PREFILL, pre, prefill_buckets, current_prefill, costs),
-    )
+
+    def policy(phase: str, buckets: Optional[Sequence[int]]) -> Optional[BucketPolicy]:
+        if buckets is None:
+            return None
+        return BucketPolicy.of(phase, buckets, max_padding_waste=max_padding_waste if phase == PREFILL else None)
+
+    phases = {}
+    for phase, cand, cur in ((DECODE, decode_buckets, current_decode), (PREFILL, prefill_buckets, current_prefill)):
+        mine = [s for s in steps if step_phase(s.phase) == phase]
+        candidate = policy(phase, cand)
+        assert candidate is not None
+        phases[phase] = _phase(phase, mine, candidate, policy(phase, cur), costs)
+    return WhatIf(decode=phases[DECODE], prefill=phases[PREFILL])

@@ -1,7 +1,13 @@
-"""Parse bucket lists typed by a person: ``1,2,4,8-64:8`` → ``[1, 2, 4, 8, 16, …, 64]``.
+"""Bucket lists: the one parser and validator for every place a list comes in.
+
+Lists arrive as text typed by a person (``--cuda-graph-bs-decode``, the dashboard's bucket editor:
+``1,2,4,8-64:8`` → ``[1, 2, 4, 8, 16, …, 64]``), as JSON (``--cuda-graph-config``) and as Python
+lists (``Engine.recapture``). ``parse_buckets`` reads the text; ``check_buckets`` holds every list,
+whatever its source, to the same rules (integers, ≥ 1, at most a maximum, not too many), so a list
+the editor accepts is a list the engine accepts.
 
 Pure and strict on purpose: a bad bucket list costs a recapture (seconds of GPU time and graph
-memory), so every mistake gets a one-line message that names the offending token.
+memory), so every mistake gets a one-line message that names the offending token or value.
 
 Grammar: items separated by commas or whitespace; an item is ``N``, ``A-B`` (step 1) or
 ``A-B:S``. The result is sorted and de-duplicated.
@@ -10,7 +16,7 @@ Grammar: items separated by commas or whitespace; an item is ``N``, ``A-B`` (ste
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 MAX_BUCKETS = 512
 """More graphs than this is never what anyone meant (and would take minutes to capture)."""
@@ -20,7 +26,7 @@ _RANGE = re.compile(r"(?P<a>[^-:]*)-(?P<b>[^:]*)(?::(?P<s>.*))?")
 
 
 class BucketSpecError(ValueError):
-    """The bucket text is invalid; ``str(err)`` is a message fit to show inline."""
+    """The bucket list is invalid; ``str(err)`` is a message fit to show inline (one line)."""
 
     def __init__(self, message: str, token: Optional[str] = None) -> None:
         super().__init__(message)
@@ -41,14 +47,15 @@ def _int(token: str, part: str, item: str) -> int:
 def parse_buckets(
     text: str,
     *,
+    name: str = "bucket",
     maximum: Optional[int] = None,
     maximum_label: str = "the maximum",
     max_count: int = MAX_BUCKETS,
 ) -> list[int]:
     """Return the sorted, unique buckets in ``text`` or raise :class:`BucketSpecError`.
 
-    ``maximum`` is the largest bucket that makes sense (max running requests for decode, the KV
-    pool size for prefill); ``maximum_label`` names it in the message (e.g. "max running 64").
+    The syntax is checked here, token by token; the values then go through ``check_buckets`` (see
+    there for ``name``, ``maximum``, ``maximum_label`` and ``max_count``).
     """
     items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
     if not items:
@@ -81,13 +88,43 @@ def parse_buckets(
                     f"'{item}' expands to {(b - a) // s + 1} buckets, over the limit of {max_count}", item
                 )
             values = range(a, b + 1, s)
-        for v in values:
-            if maximum is not None and v > maximum:
-                raise BucketSpecError(f"{v} is over {maximum_label} ({maximum})", item)
-            out.add(v)
-        if len(out) > max_count:
-            raise BucketSpecError(f"{len(out)} buckets is over the limit of {max_count}", item)
+        try:  # the values so far, so a message names the item that broke a rule
+            out = set(check_buckets([*out, *values], name=name, maximum=maximum, maximum_label=maximum_label,
+                                    max_count=max_count))
+        except BucketSpecError as e:
+            raise BucketSpecError(str(e), item) from None
     return sorted(out)
+
+
+def check_buckets(
+    values: Iterable[Any],
+    *,
+    name: str = "bucket",
+    maximum: Optional[int] = None,
+    maximum_label: str = "the maximum",
+    max_count: int = MAX_BUCKETS,
+) -> list[int]:
+    """The sorted, unique buckets of ``values``, or :class:`BucketSpecError` naming the first bad one.
+
+    ``name`` says what a value is in the message ("decode bucket"); ``maximum`` is the largest bucket
+    that makes sense (max running requests for decode, the KV pool or the static buffers' size) and
+    ``maximum_label`` names it ("max running" → "bucket 128 is over max running (64)").
+    """
+    values = list(values)
+    if not values:
+        raise BucketSpecError(f"{name} list is empty")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise BucketSpecError(f"{name} {v!r} is not an integer")
+        if v <= 0:
+            raise BucketSpecError(f"{name} {v} must be positive")
+    out = sorted(set(values))
+    if maximum is not None and out[-1] > maximum:
+        first = next(v for v in out if v > maximum)
+        raise BucketSpecError(f"{name} {first} is over {maximum_label} ({maximum})")
+    if len(out) > max_count:
+        raise BucketSpecError(f"{len(out)} {name}s is over the limit of {max_count}")
+    return out
 
 
 def format_buckets(buckets: Iterable[int]) -> str:

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .bucket_list import BucketSpecError, check_buckets, parse_buckets
+
 DECODE_BACKENDS = ("full", "disabled")
 PREFILL_BACKENDS = ("breakable", "disabled")
 DEFAULT_DECODE_MAX_BS = 256
@@ -66,6 +68,8 @@ class GraphConfig:
     # Without CUDA, run the graph logic through the emulated backend (True) or serve eagerly with
     # FallbackReason.NO_CUDA_GRAPHS (False: no per-step emulation cost on a CPU).
     emulate: bool = True
+    # Capture with the GC frozen (GraphBackend.capture_session); False only to measure what it saves.
+    freeze_gc: bool = True
     locked: set[str] = field(default_factory=set)
 
     def set(self, key: str, value: Any, lock: bool = True) -> None:
@@ -98,15 +102,15 @@ def _positive_int(key: str, v: Any) -> int:
 
 
 def _size_list(key: str, v: Any) -> list[int]:
-    if isinstance(v, str):
-        v = [p for p in v.replace(" ", "").split(",") if p]
-        try:
-            v = [int(p) for p in v]
-        except ValueError:
-            raise GraphConfigError(f"cuda graph config: {key} must be a list of integers") from None
-    if not isinstance(v, list) or not v:
-        raise GraphConfigError(f"cuda graph config: {key} must be a non-empty list of integers")
-    return sorted({_positive_int(key, x) for x in v})
+    name = f"cuda graph config: {key}"
+    try:
+        if isinstance(v, str):
+            return parse_buckets(v, name=name)
+        if not isinstance(v, list):
+            raise GraphConfigError(f"{name} must be a list of integers")
+        return check_buckets(v, name=name)
+    except BucketSpecError as e:
+        raise GraphConfigError(str(e)) from None
 
 
 def _backend(key: str, v: Any, allowed: tuple[str, ...]) -> str:

@@ -1,0 +1,88 @@
+"""Which captured graph a step replays, or the named reason it runs eagerly: the one bucket policy.
+
+The graph runners call it on every step and the dashboard's what-if calls it to replay recorded steps
+against a candidate bucket list, so a prediction follows exactly the rules the engine applies:
+
+* a step takes the smallest captured bucket >= its size (requests for decode, tokens for prefill);
+* a step larger than the largest captured bucket runs eagerly (``exceeds_max_bucket`` /
+  ``prefill_tokens_over_max_bucket``), unless a larger bucket was asked for and failed to capture
+  (``capture_failed``);
+* a prefill step whose padding would exceed the cap (``max_padding_waste``, a fraction of the bucket)
+  runs eagerly (``prefill_padding_over_cap``): a big pad costs more than the eager step saves.
+
+Pure (no torch), so the dashboard can import it without loading the inference stack.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from .fallback import FallbackReason
+
+__all__ = ["BUCKET_REASONS", "BucketDecision", "BucketPolicy", "pick_bucket"]
+
+#: The eager reasons a different bucket list can change; every other reason does not depend on it.
+BUCKET_REASONS = frozenset({
+    FallbackReason.EXCEEDS_MAX_BUCKET,
+    FallbackReason.PREFILL_TOKENS_OVER_MAX_BUCKET,
+    FallbackReason.PREFILL_PADDING_OVER_CAP,
+})
+
+
+def pick_bucket(buckets: Sequence[int], size: int) -> Optional[int]:
+    """Smallest of ``buckets`` (ascending) >= ``size``; None when ``size`` is larger than all of them."""
+    i = bisect.bisect_left(buckets, size)
+    return buckets[i] if i < len(buckets) else None
+
+
+@dataclass(frozen=True)
+class BucketDecision:
+    """A graph bucket and its padding, or the reason the step runs eagerly."""
+
+    bucket: Optional[int] = None
+    padded: int = 0
+    reason: Optional[FallbackReason] = None
+
+    @property
+    def graph(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
+class BucketPolicy:
+    """The buckets of one phase and the rules that pick among them."""
+
+    phase: str  # decode | prefill
+    buckets: tuple[int, ...]  # captured and replayable, ascending
+    configured: tuple[int, ...] = ()  # asked for, ascending; those not in ``buckets`` failed to capture
+    max_padding_waste: Optional[float] = None  # prefill: refuse a bucket padded beyond this fraction
+
+    @classmethod
+    def of(cls, phase: str, buckets: Sequence[int], configured: Sequence[int] = (),
+           max_padding_waste: Optional[float] = None) -> "BucketPolicy":
+        return cls(phase, tuple(sorted(set(buckets))), tuple(sorted(set(configured))), max_padding_waste)
+
+    @property
+    def over_max_reason(self) -> FallbackReason:
+        if self.phase == "decode":
+            return FallbackReason.EXCEEDS_MAX_BUCKET
+        return FallbackReason.PREFILL_TOKENS_OVER_MAX_BUCKET
+
+    def pick(self, size: int) -> Optional[int]:
+        return pick_bucket(self.buckets, size)
+
+    def decide(self, size: int) -> BucketDecision:
+        if not self.buckets:
+            return BucketDecision(reason=FallbackReason.CAPTURE_FAILED if self.configured
+                                  else FallbackReason.NO_GRAPHS_CAPTURED)
+        if size > self.buckets[-1]:
+            if self.configured and size <= self.configured[-1]:
+                return BucketDecision(reason=FallbackReason.CAPTURE_FAILED)
+            return BucketDecision(reason=self.over_max_reason)
+        bucket = self.pick(size)
+        assert bucket is not None
+        if self.max_padding_waste is not None and (bucket - size) / bucket > self.max_padding_waste:
+            return BucketDecision(reason=FallbackReason.PREFILL_PADDING_OVER_CAP)
+        return BucketDecision(bucket, bucket - size)
