@@ -6,8 +6,8 @@ bs-1 graph step and its ratio to the HBM floor (weights + KV bytes ÷ copy bandw
     python bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--rounds 8] [--steps 20]
         [--variants "pdl=auto;pdl=off;pdl=on;pdl=auto"]  (the default; also e.g. "pdl=off,tuning=64/64/4/2")
 
-A variant sets GRAPHTOP_PDL (pdl=auto|on|off) and/or the Triton decode launch shape
-(tuning=block_t/min_chunk/warps/stages) for the engines built under it.
+A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``) and/or the Triton decode launch
+shape (tuning=block_t/min_chunk/warps/stages) for the engines built under it.
 """
 
 from __future__ import annotations
@@ -25,21 +25,23 @@ import torch  # noqa: E402
 from graph_bench import PROMPT_LEN, copy_bandwidth, drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
-from graphtop.models import triton_kernels as tk  # noqa: E402
+from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
-def apply(variant: str) -> None:
-    os.environ.pop(tk.PDL_ENV, None)
+def apply(variant: str) -> KernelConfig:
+    """The variant's kernel config; its launch shape (a module default) is set for the engines built next."""
+    kernels = KernelConfig()
     td.DEFAULT_TUNING = td.DecodeTuning()
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
-            os.environ[tk.PDL_ENV] = value
+            kernels = KernelConfig(pdl=value)
         elif key == "tuning":
             td.DEFAULT_TUNING = td.DecodeTuning(*map(int, value.split("/")))
         else:
             raise SystemExit(f"unknown variant key {key!r}")
+    return kernels
 
 
 def main() -> int:
@@ -58,8 +60,7 @@ def main() -> int:
         kv_per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
         engines, handles = [], []
         for v in variants:
-            apply(v)
-            eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=8)
+            eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=8, kernels=apply(v))
             engines.append(eng)
             handles.append(fill_decode(eng, 1))
             time_steps(eng, 5)

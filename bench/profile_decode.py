@@ -23,10 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
 
-from graphtop.engine.attention.flashinfer_backend import DECODE_KERNEL_ENV  # noqa: E402
+from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models import triton_gemv as tg  # noqa: E402
-from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 # name, fused-GEMV rows, overlap schedule, FlashInfer decode kernel, fused-GEMV policy, PDL policy
@@ -66,14 +64,12 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
     tag = f"{shape} bs {args.bs} {args.attention}"
     picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     for n, (name, rows, overlap, kernel, gemv, pdl) in enumerate(picked):
-        os.environ[DECODE_KERNEL_ENV] = kernel
-        os.environ[tg.POLICY_ENV] = gemv
-        os.environ[tk.PDL_ENV] = pdl
+        kernels = KernelConfig(fused_gemv=gemv, decode_kernel=kernel, pdl=pdl)
         bus = EventBus()
         caps = bus.subscribe("captures", types={"capture_progress"})
         try:
             eng = make_engine(ckpt, args.attention, graphs=True, bus=bus, max_running=64, gemv_rows=rows,
-                              overlap_schedule=overlap)
+                              overlap_schedule=overlap, kernels=kernels)
         except Exception as exc:  # report and go on with the next variant
             print(f"[{tag}] {name}: engine failed: {type(exc).__name__}: {exc}", flush=True)
             continue
@@ -101,9 +97,6 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
         eng.close()  # graphs released here, not by a GC pass during the next variant's capture
         del eng, handles
         torch.cuda.empty_cache()
-    os.environ.pop(DECODE_KERNEL_ENV, None)
-    os.environ.pop(tg.POLICY_ENV, None)
-    os.environ.pop(tk.PDL_ENV, None)
     del ckpt
     torch.cuda.empty_cache()
 

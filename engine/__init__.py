@@ -13,9 +13,10 @@ from typing import Any
 
 _EXPORTS = {
     "Engine": ".engine",
-    "EngineError": ".engine",
+    "EngineError": ".device",
     "EngineInfo": ".engine",
     "EngineConfig": ".config",
+    "KernelConfig": ".kernel_config",
     "EventBus": ".telemetry.bus",
     "GraphConfig": ".graphs.config",
     "GraphConfigError": ".graphs.config",

@@ -1,4 +1,5 @@
-"""Engine settings. Graph settings live in ``graphs.config`` (they have lock/downgrade semantics)."""
+"""Engine settings. Graph settings live in ``graphs.config`` (they have lock/downgrade semantics), kernel
+choices in ``kernel_config`` (the ``GRAPHTOP_*`` environment variables override them there)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .graphs.config import GraphConfig
+from .kernel_config import KernelConfig, resolve_kernel_config
 
 
 @dataclass
@@ -25,6 +27,7 @@ class EngineConfig:
     overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/overlap.py)
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
     graphs: GraphConfig = field(default_factory=GraphConfig)
+    kernels: KernelConfig = field(default_factory=KernelConfig)
 
     def validate(self) -> None:
         if self.page_size < 1:
@@ -45,23 +48,4 @@ class EngineConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose float32, bfloat16 or float16")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise ValueError(f"max total tokens must be >= 1, got {self.max_total_tokens}")
-        _check_env_knobs()
-
-
-def _check_env_knobs() -> None:
-    """The kernel-tuning environment variables (README: tuning knobs): a typo is a usage error here,
-    before any model loads, instead of a silent default or a traceback deep in engine start-up."""
-    import os
-
-    from graphtop.models.triton_gemv import POLICIES, POLICY_ENV
-    from graphtop.models.triton_kernels import PDL_ENV, PDL_POLICIES
-
-    from .attention.flashinfer_backend import (
-        DECODE_KERNEL_ENV, DECODE_KERNELS, PREFILL_BACKEND_ENV, PREFILL_BACKENDS,
-    )
-
-    for name, allowed in ((POLICY_ENV, POLICIES), (DECODE_KERNEL_ENV, DECODE_KERNELS),
-                          (PREFILL_BACKEND_ENV, PREFILL_BACKENDS), (PDL_ENV, PDL_POLICIES)):
-        value = os.environ.get(name)
-        if value is not None and value not in allowed:
-            raise ValueError(f"{name}={value!r}: use one of {', '.join(allowed)}")
+        resolve_kernel_config(self.kernels)  # a bad value (or GRAPHTOP_* override) is a usage error here

@@ -1,47 +1,52 @@
-"""The engine: one object that owns the model, the KV pool, the scheduler and the runners.
+"""The engine: builds the model's serving parts, takes commands, and runs the step loop.
+
+Lifecycle and commands live here; the parts are elsewhere, one concept each: the step loop
+(``step_loop``), output processing (``output``: stop strings, finish reasons), what the engine
+publishes (``engine_events``), the model runner and its graph runners (``model_runner``).
 
 Threading: ``step()`` is the whole hot loop and runs on one thread (the caller's, or the engine's own
-after ``start_background()``). Other threads talk to it only through a command queue drained between
-steps (submit, cancel, recapture) and read results through thread-safe ``RequestHandle``s and the
-event bus. The engine publishes events without blocking and without extra device syncs.
+after ``start_background()``). Other threads talk to it only through the command queue drained
+between steps (submit, cancel, recapture) and read results through thread-safe ``RequestHandle``s and
+the event bus. The engine publishes events without blocking and without extra device syncs.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import torch
 
-from .telemetry import events as ev
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
-from .batch import ForwardBatch, ForwardMode
+from .commands import Cancel, Command, CommandQueue, Recapture, Submit
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .telemetry.bus import EventBus
+from .device import EngineError, device_name, resolve_device, resolve_dtype
+from .engine_events import EngineEvents
+from .graphs.config import resolve_graph_config
+from .kernel_config import resolve_kernel_config
 from .kv_pool import KVLayout, KVPool
 from .memory_plan import MiB, plan_kv_pool
 from .model_runner import ModelRunner
-from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
-from .request import FinishReason, Request, RequestHandle, RequestStatus
-from .sampler import sample
+from .output import OutputProcessor
+from .overlap import TokenReadback
+from .prompts import admission_problem, encode_prompt
+from .request import FinishReason, Request, RequestHandle
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
+from .step_loop import StepLoop
+from .telemetry import events as ev
+from .telemetry.bus import EventBus
+from .telemetry.capture import BucketCost
+
+__all__ = ["Engine", "EngineError", "EngineInfo", "resolve_device"]
 
 log = logging.getLogger("graphtop.engine")
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class EngineError(RuntimeError):
-    """A problem the user can fix (bad device, backend unavailable, …); the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -63,48 +68,19 @@ class EngineInfo:
     demo: bool
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise EngineError(f"unknown device {name!r}; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise EngineError("device cuda was asked for, but torch sees no CUDA device here")
-    if dev.type not in ("cpu", "cuda"):
-        raise EngineError(f"unsupported device {name!r}; use cpu, cuda or cuda:N")
-    return dev
-
-
-def _device_name(dev: torch.device) -> str:
-    if dev.type == "cuda":
-        return torch.cuda.get_device_name(dev)
-    return "CPU"
-
-
 class Engine:
-    def __init__(
-        self,
-        checkpoint: Any,
-        config: EngineConfig,
-        bus: Optional[EventBus] = None,
-        *,
-        demo: bool = False,
-        progress: Optional[Callable[[ev.Event], None]] = None,
-    ):
+    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False):
         self.config = config
         self.bus = bus if bus is not None else EventBus()
         self.checkpoint = checkpoint
         self.model = checkpoint.model
         self.tokenizer = checkpoint.tokenizer
-        self.spec = checkpoint.spec
+        self.spec = spec = checkpoint.spec
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         self.demo = demo
-        spec = self.spec
+        self.kernels = resolve_kernel_config(config.kernels)
 
-        self._eos_ids = frozenset(spec.eos_token_ids)
         self.max_context_len = min(config.max_context_len or spec.max_position_embeddings, spec.max_position_embeddings)
         layout = KVLayout(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype)
         self.memory_plan = plan_kv_pool(
@@ -122,67 +98,39 @@ class Engine:
         self.max_running = min(config.max_running_requests or 256, self.pool.capacity_pages)
         shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.head_dim**-0.5)
         self.attention, attention_note = select_attention_backend(
-            config.attention_backend, self.pool, shape, self.device
+            config.attention_backend, self.pool, shape, self.device, self.kernels
         )
-        if config.fused_kernels and self.model.enable_fused_kernels(config.fused_gemv_max_rows):
-            attention_note += " · model kernels: triton-fused"
-            if self.model.fused_gemv_rows:
-                attention_note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
+        attention_note += self._enable_model_kernels()
         if config.overlap_schedule:
             attention_note += " · overlap schedule"
         self.scheduler = Scheduler(self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running))
-        self.model_runner = ModelRunner(self, config.graphs)
-        self.info = EngineInfo(
-            model=str(checkpoint.path),
-            architecture=spec.architecture,
-            device=str(self.device),
-            device_name=_device_name(self.device),
-            dtype=str(self.dtype).replace("torch.", ""),
-            attention_backend=self.attention.describe(),
-            attention_backend_note=attention_note,
-            decode_graph_backend=self.model_runner.decode_backend_label,
-            prefill_graph_backend=self.model_runner.prefill_backend_label,
-            emulated=self.model_runner.emulated,
-            kv_capacity_tokens=self.pool.capacity_tokens,
+        resolved = resolve_graph_config(
+            config.graphs,
             max_running=self.max_running,
-            max_context_len=self.max_context_len,
-            page_size=self.pool.page_size,
-            demo=demo,
+            pool_tokens=self.pool.capacity_tokens,
+            chunked_prefill_size=config.chunked_prefill_size,
+            cuda_graphs_available=self.device.type == "cuda",
+            attention_supports_decode_graph=self.attention.supports_decode_graph,
         )
-        self._publish(
-            ev.EngineStarted(
-                model=self.info.model,
-                architecture=self.info.architecture,
-                device=self.info.device,
-                device_name=self.info.device_name,
-                dtype=self.info.dtype,
-                attention_backend=self.info.attention_backend,
-                attention_backend_note=attention_note,
-                decode_graph_backend=self.info.decode_graph_backend,
-                prefill_graph_backend=self.info.prefill_graph_backend,
-                emulated=self.info.emulated,
-                graph_config=self.model_runner.resolved.as_dict(),
-                locked_keys=tuple(sorted(self.model_runner.resolved.locked)),
-                demo=demo,
-            )
-        )
-        for d in self.model_runner.resolved.downgrades:
-            self._publish(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason))
-        self._kv_key: tuple[int, int] = (-1, -1)
-        self._kv_time = 0.0
+        self.model_runner = ModelRunner(self.model, self.attention, self.device, resolved,
+                                        self.pool.pages_for(self.max_context_len), self.bus.publish,
+                                        freeze_gc=config.graphs.freeze_gc)
+        self.events = EngineEvents(self.bus, self.device, self.scheduler, self.pool, self.memory_plan,
+                                   self.model_runner, self.max_running)
+        self.info = self._describe(attention_note)
+        self._publish_started()
         self.model_runner.capture_initial()
-        self.publish_memory_ledger()
-        self._publish_kv(force=True)
+        self.events.memory_ledger()
+        self.events.kv(force=True)
 
-        self._commands: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
+        self.commands = CommandQueue()
         self._ids = itertools.count()
         self._by_id: dict[str, Request] = {}
-        self._step_no = 0
-        self.overlap_schedule = config.overlap_schedule  # may be switched between steps
-        self._pending: Optional[InFlightStep] = None  # overlap schedule: a decode step not read back yet
-        self.overlapped_steps = 0  # steps launched before the previous step was read back
-        self._readback = TokenReadback(self.device, self.max_running)
-        self._wake = threading.Event()
+        self.output = OutputProcessor(self.tokenizer, frozenset(spec.eos_token_ids), self.max_context_len,
+                                      self.pool.capacity_tokens, self._release, self.bus.publish)
+        self.loop = StepLoop(self.scheduler, self.pool, self.model_runner, self.output, self.events, self.commands,
+                             self._apply, TokenReadback(self.device, self.max_running), self.max_context_len,
+                             config.overlap_schedule)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_error: Optional[str] = None
@@ -209,13 +157,57 @@ class Engine:
             setattr(config, k, v)
         config.validate()
         device = resolve_device(config.device)
-        dtype = DTYPES[config.dtype] if config.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+        dtype = resolve_dtype(config.dtype, device)
         demo = path is None
         if demo:
             path = ensure_demo_model()
             log.warning(DEMO_NOTE)
         ckpt = load_checkpoint(path, device=str(device), dtype=dtype)
         return cls(ckpt, config, bus, demo=demo)
+
+    def _enable_model_kernels(self) -> str:
+        """Switch the model to its fused kernels where the device allows; the note says what happened."""
+        k = self.kernels
+        if not (self.config.fused_kernels and
+                self.model.enable_fused_kernels(self.config.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl)):
+            return ""
+        note = " · model kernels: triton-fused"
+        if self.model.fused_gemv_rows:
+            note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
+        return note
+
+    def _describe(self, attention_note: str) -> EngineInfo:
+        return EngineInfo(
+            model=str(self.checkpoint.path),
+            architecture=self.spec.architecture,
+            device=str(self.device),
+            device_name=device_name(self.device),
+            dtype=str(self.dtype).replace("torch.", ""),
+            attention_backend=self.attention.describe(),
+            attention_backend_note=attention_note,
+            decode_graph_backend=self.model_runner.decode_backend_label,
+            prefill_graph_backend=self.model_runner.prefill_backend_label,
+            emulated=self.model_runner.emulated,
+            kv_capacity_tokens=self.pool.capacity_tokens,
+            max_running=self.max_running,
+            max_context_len=self.max_context_len,
+            page_size=self.pool.page_size,
+            demo=self.demo,
+        )
+
+    def _publish_started(self) -> None:
+        i, resolved = self.info, self.model_runner.resolved
+        self.bus.publish(
+            ev.EngineStarted(
+                model=i.model, architecture=i.architecture, device=i.device, device_name=i.device_name,
+                dtype=i.dtype, attention_backend=i.attention_backend,
+                attention_backend_note=i.attention_backend_note, decode_graph_backend=i.decode_graph_backend,
+                prefill_graph_backend=i.prefill_graph_backend, emulated=i.emulated,
+                graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=i.demo,
+            )
+        )
+        for d in resolved.downgrades:
+            self.bus.publish(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason))
 
     # --- public API ----------------------------------------------------------------------------
     def submit(
@@ -229,45 +221,19 @@ class Engine:
         """Queue a prompt (text, or token ids). Thread-safe; returns at once with a streaming handle."""
         params = params or SamplingParams()
         rid = request_id or f"req-{next(self._ids)}"
-        if isinstance(prompt, str):
-            text = prompt
-            if chat and getattr(self.tokenizer, "chat_template", None):
-                ids = self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-                )
-                if isinstance(ids, dict) or hasattr(ids, "keys"):
-                    ids = ids["input_ids"]
-                ids = list(ids)
-            else:
-                ids = self.tokenizer.encode(prompt, add_special_tokens=True)
-        else:
-            ids = [int(t) for t in prompt]
-            text = self.tokenizer.decode(ids)
+        text, ids = encode_prompt(self.tokenizer, prompt, chat)
         handle = RequestHandle(rid, self, text, ids)
-        problem = self._admission_problem(ids)
+        problem = admission_problem(ids, self.max_context_len, self.pool.capacity_tokens, self.spec.vocab_size)
         if problem:
             handle._finish(FinishReason.REJECTED, problem)
-            self._publish(ev.RequestFinished(request_id=rid, output_tokens=0, finish_reason="rejected", error=problem))
+            self.bus.publish(ev.RequestFinished(request_id=rid, output_tokens=0, finish_reason="rejected",
+                                                error=problem))
             return handle
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:
             req.detok = IncrementalDetokenizer(self.tokenizer)
-        self._commands.put(("submit", req))
-        self._wake.set()
+        self.commands.put(Submit(req))
         return handle
-
-    def _admission_problem(self, ids: Sequence[int]) -> Optional[str]:
-        n = len(ids)
-        if n == 0:
-            return "empty prompt"
-        if n >= self.max_context_len:
-            return f"prompt has {n} tokens; the context limit is {self.max_context_len}"
-        if n + 1 > self.pool.capacity_tokens:
-            return f"prompt has {n} tokens; the KV pool holds only {self.pool.capacity_tokens}"
-        vocab = self.spec.vocab_size
-        if any(t < 0 or t >= vocab for t in ids):
-            return f"prompt has token ids outside the vocabulary (size {vocab})"
-        return None
 
     def generate(
         self, prompts: Iterable[Union[str, Sequence[int]]], params: Optional[SamplingParams] = None
@@ -282,21 +248,16 @@ class Engine:
         return handles
 
     def cancel(self, request_id: str) -> None:
-        self._commands.put(("cancel", request_id))
-        self._wake.set()
+        self.commands.put(Cancel(request_id))
 
     def recapture(
         self, decode_bs: Optional[Sequence[int]] = None, prefill_num_tokens: Optional[Sequence[int]] = None
     ) -> None:
         """Replace the captured graphs at the next step boundary; in-flight requests continue."""
-        self._publish(
-            ev.RecaptureRequested(
-                decode_bs=tuple(decode_bs) if decode_bs is not None else None,
-                prefill_num_tokens=tuple(prefill_num_tokens) if prefill_num_tokens is not None else None,
-            )
-        )
-        self._commands.put(("recapture", (decode_bs, prefill_num_tokens)))
-        self._wake.set()
+        cmd = Recapture(tuple(decode_bs) if decode_bs is not None else None,
+                        tuple(prefill_num_tokens) if prefill_num_tokens is not None else None)
+        self.bus.publish(ev.RecaptureRequested(decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens))
+        self.commands.put(cmd)
 
     @property
     def decode_buckets(self) -> list[int]:
@@ -310,178 +271,51 @@ class Engine:
     def kv_capacity_tokens(self) -> int:
         return self.pool.capacity_tokens
 
-    def capture_ledger(self) -> list:
+    def capture_ledger(self) -> list[BucketCost]:
         return self.model_runner.capture_ledger()
 
-    # --- the loop ------------------------------------------------------------------------------
+    @property
+    def overlap_schedule(self) -> bool:
+        return self.loop.overlap_schedule
+
+    @overlap_schedule.setter
+    def overlap_schedule(self, on: bool) -> None:
+        """May be switched between steps."""
+        self.loop.overlap_schedule = on
+
+    @property
+    def overlapped_steps(self) -> int:
+        """Steps launched before the previous step was read back (the overlap schedule at work)."""
+        return self.loop.overlapped_steps
+
+    # --- the loop and its commands ---------------------------------------------------------------
     def run_until_idle(self) -> None:
         while self.step():
             pass
 
     def step(self) -> bool:
-        """Run one scheduled forward. Returns False when there was nothing to do.
+        """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do."""
+        return self.loop.step()
 
-        With the overlap schedule (engine/overlap.py) a greedy decode step is launched here and
-        read back in the next call, after that call has launched its own step.
-        """
-        pending, self._pending = self._pending, None
-        worked = pending is not None
-        if pending is not None and not self._commands.empty():
-            # Commands (submit, cancel, recapture) act on an engine with nothing in flight.
-            self._complete(pending, placeholders=False)
-            pending = None
-        self._drain_commands()
-        if pending is not None:
-            if can_chain(self, pending):
-                for req in pending.batch.requests:  # the token in flight counts for the next step
-                    req.output_ids.append(PLACEHOLDER_TOKEN)
-                batch = self.scheduler.schedule()
-                assert batch is not None and batch.requests == pending.batch.requests
-                batch.input_ids_device = pending.tokens_device
-                self.overlapped_steps += 1
-                t0 = time.perf_counter()
-                self._pending = self._readback.launch(batch, self.model_runner.forward(batch), t0)
-                self._complete(pending, placeholders=True)
-                return True
-            self._complete(pending, placeholders=False)
-        batch = self.scheduler.schedule()
-        if batch is None:
-            if self.model_runner.recapture_pending:  # idle: finish the recapture between polls
-                self.model_runner.advance_recapture()
-                return True
-            return worked
-        t0 = time.perf_counter()
-        out = self.model_runner.forward(batch)
-        if self.overlap_schedule and launchable(batch):
-            self._pending = self._readback.launch(batch, out, t0)
-            return True
-        tokens = sample(out.logits, batch.sample_requests)  # .tolist(): the step's one sync
-        host_ms = (time.perf_counter() - t0) * 1e3
-        self._step_no += 1
-        self._publish_step(batch, out, host_ms)
-        self._process_tokens(batch, tokens)
-        self._publish_kv()
-        return True
+    def _apply(self, command: Command) -> None:
+        """Carry out one command, on the step loop's thread, between steps."""
+        if isinstance(command, Submit):
+            req = command.request
+            self._by_id[req.request_id] = req
+            self.scheduler.add(req)
+            self.bus.publish(ev.RequestQueued(request_id=req.request_id, prompt_tokens=len(req.prompt_ids),
+                                              max_new_tokens=req.params.max_new_tokens))
+        elif isinstance(command, Cancel):
+            found = self._by_id.get(command.request_id)
+            if found is not None:
+                self.output.finish(found, FinishReason.CANCELLED)
+        else:
+            self.model_runner.recapture(command.decode_bs, command.prefill_num_tokens)
+            self.events.memory_ledger()
 
-    def _complete(self, step: InFlightStep, placeholders: bool) -> None:
-        """Read a launched step's tokens back and deliver them."""
-        tokens = step.tokens()
-        self._step_no += 1
-        self._publish_step(step.batch, step.out, step.host_ms)
-        self._process_tokens(step.batch, tokens, placeholders)
-        self._publish_kv()
-
-    def _publish_step(self, batch: ForwardBatch, out: Any, host_ms: float) -> None:
-        if not self.bus.has_subscribers:
-            return
-        real = batch.batch_size if batch.mode is ForwardMode.DECODE else batch.num_tokens
-        replay_ms, segment_ms, break_ms = out.read_timing()
-        self._publish(
-            ev.StepEvent.fast(
-                step=self._step_no,
-                phase=batch.mode.value,
-                batch_size=batch.batch_size,
-                num_tokens=batch.num_tokens,
-                bucket=out.bucket,
-                padded=out.padded,
-                padding_waste=(out.padded / (real + out.padded)) if out.padded else 0.0,
-                path=out.path,
-                fallback_reason=out.fallback_reason.value if out.fallback_reason else None,
-                host_ms=round(host_ms, 4),
-                replay_ms=_round(replay_ms),
-                segment_ms=_round(segment_ms),
-                break_ms=_round(break_ms),
-                emulated=self.model_runner.emulated and out.path == "graph",
-            )
-        )
-
-    def _process_tokens(self, batch: ForwardBatch, tokens: list[int], placeholders: bool = False) -> None:
-        """``placeholders``: each request's output_ids already ends with a stand-in for its token."""
-        now = time.perf_counter()
-        eos = self._eos_ids
-        for req, tok in zip(batch.sample_requests, tokens):
-            if req.status is RequestStatus.FINISHED:
-                continue
-            if placeholders:
-                req.output_ids[-1] = tok
-            else:
-                req.output_ids.append(tok)
-            if req.first_token_time is None:
-                req.first_token_time = now
-                self._publish(ev.RequestFirstToken(request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3))
-            text = ""
-            if req.detok is not None:
-                req.detok.push(tok)
-                text = req.detok.text
-            reason = self._finish_reason(req, tok, eos, text)
-            if reason is FinishReason.STOP:
-                text = _cut_at_stop(text, req.params.stop)
-            elif req.params.stop:
-                # Hold back a tail that may be the start of a stop string: streamed text must stay a
-                # prefix of the final text, which the stop string (once complete) cuts off.
-                text = text[: len(text) - _stop_prefix_len(text, req.params.stop)]
-            req.handle._push(tok, text)
-            if reason is not None:
-                self._finish(req, reason)
-
-    def _finish_reason(self, req: Request, tok: int, eos: frozenset[int], text: str) -> Optional[FinishReason]:
-        p = req.params
-        if not p.ignore_eos and tok in eos:
-            return FinishReason.EOS
-        if p.stop and any(s in text for s in p.stop):
-            return FinishReason.STOP
-        if len(req.output_ids) >= p.max_new_tokens:
-            return FinishReason.LENGTH
-        if len(req.prompt_ids) + len(req.output_ids) >= self.max_context_len:
-            return FinishReason.LENGTH
-        if len(req.prompt_ids) + len(req.output_ids) >= self.pool.capacity_tokens:
-            # The request alone would outgrow the whole KV pool: preempting it cannot help.
-            return FinishReason.LENGTH
-        return None
-
-    def _finish(self, req: Request, reason: FinishReason, error: Optional[str] = None) -> None:
+    def _release(self, req: Request) -> None:
         self.scheduler.finish(req)
         self._by_id.pop(req.request_id, None)
-        if req.detok is not None and reason is not FinishReason.STOP:
-            # The streamed text is provisional; the final text is one full decode of the output.
-            text = self.tokenizer.decode(req.output_ids, skip_special_tokens=True)
-            req.handle._set_text(text)
-        req.handle._finish(reason, error)
-        self._publish(
-            ev.RequestFinished(
-                request_id=req.request_id,
-                output_tokens=len(req.output_ids),
-                finish_reason=reason.value,
-                latency_ms=(time.perf_counter() - req.arrival) * 1e3,
-                error=error,
-            )
-        )
-
-    def _drain_commands(self) -> None:
-        while True:
-            try:
-                kind, arg = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            if kind == "submit":
-                req: Request = arg
-                self._by_id[req.request_id] = req
-                self.scheduler.add(req)
-                self._publish(
-                    ev.RequestQueued(
-                        request_id=req.request_id,
-                        prompt_tokens=len(req.prompt_ids),
-                        max_new_tokens=req.params.max_new_tokens,
-                    )
-                )
-            elif kind == "cancel":
-                req = self._by_id.get(arg)
-                if req is not None:
-                    self._finish(req, FinishReason.CANCELLED)
-            elif kind == "recapture":
-                decode_bs, prefill_tokens = arg
-                self.model_runner.recapture(decode_bs, prefill_tokens)
-                self.publish_memory_ledger()
 
     # --- background thread ---------------------------------------------------------------------
     @property
@@ -496,27 +330,28 @@ class Engine:
         self._thread.start()
 
     def _serve(self) -> None:
+        wake = self.commands.wake
         while not self._stop.is_set():
             try:
                 worked = self.step()
             except Exception as e:  # keep serving what can be served; say what broke
                 log.exception("engine step failed")
                 self.last_error = f"{type(e).__name__}: {e}"
-                self._publish(ev.ErrorEvent(message=self.last_error, where="step", fatal=False))
+                self.bus.publish(ev.ErrorEvent(message=self.last_error, where="step", fatal=False))
                 self._fail_running(self.last_error)
                 continue
             if not worked:
-                self._wake.wait(0.05)
-                self._wake.clear()
+                wake.wait(0.05)
+                wake.clear()
 
     def _fail_running(self, message: str) -> None:
-        self._pending = None  # a launched step's tokens are not delivered to failed requests
+        self.loop.pending = None  # a launched step's tokens are not delivered to failed requests
         for req in list(self.scheduler.running) + list(self.scheduler.waiting):
-            self._finish(req, FinishReason.CANCELLED, error=message)
+            self.output.finish(req, FinishReason.CANCELLED, error=message)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        self._wake.set()
+        self.commands.wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -527,10 +362,7 @@ class Engine:
         self._fail_running("engine closed")
         if self.device.type == "cuda":  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
-        for runner in (self.model_runner.decode, self.model_runner.prefill):
-            if runner is not None:
-                runner.release()
-        self.model_runner.decode = self.model_runner.prefill = None
+        self.model_runner.release()
         release = getattr(self.attention, "release", None)
         if release is not None:
             release()
@@ -538,74 +370,6 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
-
-    # --- events --------------------------------------------------------------------------------
-    def _publish(self, event: ev.Event) -> None:
-        self.bus.publish(event)
-
-    KV_EVENT_INTERVAL_S = 0.05
-
-    def _publish_kv(self, force: bool = False) -> None:
-        """KV state at most every 50 ms, or at once when the running/queued counts change."""
-        if not self.bus.has_subscribers:
-            return
-        s = self.scheduler
-        now = time.perf_counter()
-        key = (len(s.running), len(s.waiting))
-        if not force and key == self._kv_key and now - self._kv_time < self.KV_EVENT_INTERVAL_S:
-            return
-        self._kv_key, self._kv_time = key, now
-        self._publish(
-            ev.KVPoolState.fast(
-                capacity_tokens=self.pool.capacity_tokens,
-                used_tokens=s.used_tokens,
-                page_size=self.pool.page_size,
-                running=len(s.running),
-                queued=len(s.waiting),
-                max_running=self.max_running,
-            )
-        )
-
-    def publish_memory_ledger(self) -> None:
-        plan = self.memory_plan
-        decode_b, prefill_b = self.model_runner.graph_memory()
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-        else:
-            total = plan.weights_bytes + self.pool.nbytes
-            free = 0
-        self._publish(
-            ev.MemoryLedger(
-                device=str(self.device),
-                total=int(total),
-                weights=int(plan.weights_bytes),
-                kv_pool=int(self.pool.nbytes),
-                decode_graphs=int(decode_b),
-                prefill_graphs=int(prefill_b),
-                activation_reserve=int(plan.activation_reserve_bytes),
-                free=int(free),
-            )
-        )
-
-
-def _round(v: Optional[float]) -> Optional[float]:
-    return None if v is None else round(v, 4)
-
-
-def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    cut = min((text.find(s) for s in stops if s in text), default=-1)
-    return text[:cut] if cut >= 0 else text
-
-
-def _stop_prefix_len(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``stops``."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best
 
 
 def _graph_reserve_estimate(device: torch.device) -> int:

@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import torch
 
 from .argmax import argmax_rows
 from .batch import ForwardBatch, ForwardMode
+from .kv_pool import KVPool
 from .request import RequestStatus
 from .runners.base import StepOutput
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
+from .scheduler import Scheduler
 
 PLACEHOLDER_TOKEN = -1
 """Stands in a request's output_ids for a token still on the device (replaced when read back)."""
@@ -84,18 +83,18 @@ def launchable(batch: ForwardBatch) -> bool:
     return batch.mode is ForwardMode.DECODE and all(r.params.greedy for r in batch.sample_requests)
 
 
-def can_chain(engine: "Engine", pending: InFlightStep) -> bool:
+def can_chain(pending: InFlightStep, scheduler: Scheduler, pool: KVPool, max_context_len: int,
+              recapture_pending: bool) -> bool:
     """True when the step after ``pending`` is certain to decode exactly ``pending``'s requests."""
-    sched = engine.scheduler
-    if sched.waiting or engine.model_runner.recapture_pending:
+    if scheduler.waiting or recapture_pending:
         return False
     reqs = pending.batch.requests
-    running = sched.running
+    running = scheduler.running
     if len(running) != len(reqs) or any(a is not b for a, b in zip(running, reqs)):
         return False
-    if engine.pool.free_pages < len(reqs):  # growth could preempt someone
+    if pool.free_pages < len(reqs):  # growth could preempt someone
         return False
-    limit = min(engine.max_context_len, engine.pool.capacity_tokens)
+    limit = min(max_context_len, pool.capacity_tokens)
     for r in reqs:
         if r.status is not RequestStatus.RUNNING:
             return False

@@ -7,12 +7,21 @@ import threading
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol
 
 from .sampling_params import SamplingParams
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
+
+class RequestOwner(Protocol):
+    """What a handle needs from whoever serves its request (the engine): a way to make progress when
+    nobody else drives the loop, and a way to cancel."""
+
+    @property
+    def background_running(self) -> bool: ...
+
+    def step(self) -> bool: ...
+
+    def cancel(self, request_id: str) -> None: ...
 
 
 class FinishReason(str, enum.Enum):
@@ -73,7 +82,7 @@ class Request:
 class RequestHandle:
     """What ``Engine.submit`` returns. Safe to read from any thread while the engine streams into it."""
 
-    def __init__(self, request_id: str, engine: "Engine", prompt: str, prompt_ids: list[int]):
+    def __init__(self, request_id: str, engine: RequestOwner, prompt: str, prompt_ids: list[int]):
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_ids = prompt_ids

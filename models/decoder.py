@@ -108,6 +108,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(spec, layer_id)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
+        self.gemv_pdl: tuple[bool, ...] = (False, False, False, False)  # qkv, o, gate_up, down (set_pdl)
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
@@ -130,16 +131,27 @@ class DecoderLayer(nn.Module):
         mlp = self.mlp
         return mlp.down_proj(tk.silu_and_mul(mlp.gate_up_proj(h))), residual
 
+    def set_pdl(self, policy: str) -> None:
+        """Decide once, per projection, whether its fused GEMV launches with PDL
+        (``triton_kernels.use_pdl``), so no launch re-evaluates the policy."""
+        sa, mlp = self.self_attn, self.mlp
+        self.gemv_pdl = tuple(
+            tk.use_pdl(w.device, w.numel() * w.element_size(), policy)
+            for w in (sa.qkv_proj.weight, sa.o_proj.weight, mlp.gate_up_proj.weight, mlp.down_proj.weight)
+        )
+
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
                       attn: AttentionFn) -> None:
         """Decode at <= ``tg.MAX_M`` rows: 7 launches instead of 10. ``h`` is the residual stream,
         updated in place: RMSNorms ride in the GEMV prologues, residual adds in the epilogues."""
         ln, sa, pln, mlp = self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
-        qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps)
+        pdl_qkv, pdl_o, pdl_gu, pdl_down = self.gemv_pdl
+        qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps, pdl=pdl_qkv)
         o = sa.attend_fused(qkv, positions, rope, attn)
-        tg.gemv(o, sa.o_proj.weight, sa.o_proj.bias, residual=h, out=h)
-        gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps)
-        tg.gemv(gu, mlp.down_proj.weight, mlp.down_proj.bias, silu_mul=True, residual=h, out=h)
+        tg.gemv(o, sa.o_proj.weight, sa.o_proj.bias, residual=h, out=h, pdl=pdl_o)
+        gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps,
+                     pdl=pdl_gu)
+        tg.gemv(gu, mlp.down_proj.weight, mlp.down_proj.bias, silu_mul=True, residual=h, out=h, pdl=pdl_down)
 
 
 class DecoderModel(nn.Module):
@@ -197,23 +209,25 @@ class DecoderForCausalLM(nn.Module):
         """Steps of at most this many tokens run the fused-GEMV layers (0: never)."""
         return self.model.gemv_max_rows if self.model.fused else 0
 
-    def enable_fused_kernels(self, gemv_max_rows: int = 1) -> bool:
+    def enable_fused_kernels(self, gemv_max_rows: int = 1, *, gemv: bool = True, pdl: str = "auto") -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
         Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on. Batches of at
-        most ``gemv_max_rows`` tokens (0 = never) use the fused-GEMV layers where they win
-        (``triton_gemv.enabled_for``). Calling it again only updates that limit.
+        most ``gemv_max_rows`` tokens (0 = never) use the fused-GEMV layers, unless ``gemv`` is False;
+        ``pdl`` is their launch policy (the engine's ``KernelConfig``). Calling it again only updates
+        those settings.
         """
         p = self.model.embed_tokens.weight
         if not tk.available(p.device, p.dtype):
             return self.model.fused
-        self.model.gemv_max_rows = min(gemv_max_rows, tg.MAX_M) if tg.enabled_for(self.spec) else 0
-        if self.model.fused:
-            return True
+        self.model.gemv_max_rows = min(gemv_max_rows, tg.MAX_M) if gemv else 0
+        if not self.model.fused:
+            for layer in self.model.layers:
+                layer.self_attn.fuse()
+                layer.mlp.fuse()
+            self.model.fused = True
         for layer in self.model.layers:
-            layer.self_attn.fuse()
-            layer.mlp.fuse()
-        self.model.fused = True
+            layer.set_pdl(pdl)
         return True
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """ModelSpec: the architecture facts the engine and the decoder need, frozen.
 
-Derived once from a transformers config so nothing downstream touches the HF config
+Derived once from a transformers config (``registry.spec_from_hf_config``, which owns the per-family
+knowledge) so nothing downstream touches the HF config
 object (whose layout moved between transformers 4 and 5: rope settings live in
 `config.rope_parameters` in v5, in `rope_theta` + `rope_scaling` in v4; both are read).
 """
@@ -66,13 +67,6 @@ class ModelSpec:
         if self.rope_type in _ROPE_WITH_ORIGINAL_MAX and self.rope_scaling.get("factor"):
             extended = int(self.rope_scaling["original_max_position_embeddings"] * self.rope_scaling["factor"])
         return max(self.max_position_embeddings, extended)
-
-    @classmethod
-    def from_hf_config(cls, config: Any) -> "ModelSpec":
-        """Build from a transformers config; family flags come from the registry."""
-        from .registry import spec_from_hf_config  # registry owns the per-family knowledge
-
-        return spec_from_hf_config(config)
 
 
 def located(message: str, where: str | None) -> str:

@@ -15,8 +15,7 @@ Used only for CUDA bf16/fp16 with Triton and M <= ``MAX_M`` rows; everything els
 
 from __future__ import annotations
 
-import os
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
@@ -121,24 +120,6 @@ if HAVE_TRITON:
         tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], y, mask=om)
 
 
-POLICY_ENV = "GRAPHTOP_FUSED_GEMV"
-POLICIES = ("auto", "on", "off")
-
-
-def enabled_for(spec: Any) -> bool:
-    """Whether the fused-GEMV layers are used for this model (``GRAPHTOP_FUSED_GEMV`` overrides).
-
-    Measured on an H200 (bench/gemv_bench.py, M = 1, weights streamed from HBM): against cuBLAS plus
-    the separate norm / SiLU / add kernels it replaces, the fused GEMV took 4.8 vs 7.1 µs (qkv), 4.0 vs
-    11.9 (o), 6.1 vs 7.7 (gate_up), 5.2 vs 10.3 (down) on Qwen3-0.6B, and 15.1 vs 18.7, 10.4 vs 14.8,
-    56.2 vs 58.3, 29.5 vs 34.9 on Llama-3.1-8B (the last two at 97-101 % of copy bandwidth).
-    """
-    policy = os.environ.get(POLICY_ENV, "auto")
-    if policy not in POLICIES:  # EngineConfig.validate reports this first, as a usage error
-        raise ValueError(f"{POLICY_ENV}={policy!r}: use one of {', '.join(POLICIES)}")
-    return policy != "off"
-
-
 # (N, K) -> (BLOCK_N, BLOCK_K, num_warps, num_stages): the best of bench/gemv_bench.py --sweep on an
 # H200 (M = 1); other shapes use pick_config's rule.
 TUNED: dict[tuple[int, int], tuple[int, int, int, int]] = {
@@ -164,7 +145,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
 
     ``norm_weight``: pro = RMSNorm; ``silu_mul``: x is [gate | up] (2K columns) and pro = silu(gate) * up.
     ``out`` may be ``residual`` itself (each program reads and writes only its own rows).
-    ``pdl``: launch with programmatic dependent launch (default: ``triton_kernels.use_pdl``).
+    ``pdl``: launch with programmatic dependent launch (default: ``triton_kernels.use_pdl``'s "auto").
     """
     m = x.shape[0]
     n, k = weight.shape

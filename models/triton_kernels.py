@@ -26,28 +26,21 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
     return HAVE_TRITON and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
 
 
-PDL_ENV = "GRAPHTOP_PDL"
-PDL_POLICIES = ("auto", "on", "off")
 #: "auto" launches a kernel with PDL when it streams at most this many weight bytes
 PDL_AUTO_MAX_BYTES = 16 << 20
 _pdl: dict[int, bool] = {}
 
 
-def use_pdl(device: torch.device, weight_bytes: int = 0) -> bool:
+def use_pdl(device: torch.device, weight_bytes: int = 0, policy: str = "auto") -> bool:
     """Whether a decode-path kernel (fused GEMV, Triton decode attention) launches with programmatic
     dependent launch: it may start while its predecessor drains, stream its weights (which no kernel
     writes) and only then wait for the predecessor's output (``griddepcontrol.wait``). That hides the
     launch gap and the memory-pipeline ramp, which is most of a short kernel. Needs Hopper or newer.
 
-    ``GRAPHTOP_PDL``: "on" for every such kernel, "off" for none, "auto" (default) for kernels of at
-    most ``PDL_AUTO_MAX_BYTES`` of weights. Measured on an H200 (bench/ab_decode.py, bs 1): PDL on
-    every kernel took Qwen3-0.6B (2-13 MB GEMVs) from 0.935 to 0.905 ms a step but Llama-3.1-8B
-    (33-235 MB GEMVs) from 4.147 to 4.215 ms."""
-    import os
-
-    policy = os.environ.get(PDL_ENV, "auto")
-    if policy not in PDL_POLICIES:  # EngineConfig.validate reports this first, as a usage error
-        raise ValueError(f"{PDL_ENV}={policy!r}: use one of {', '.join(PDL_POLICIES)}")
+    ``policy`` (the engine's ``KernelConfig.pdl``, checked there): "on" for every such kernel, "off"
+    for none, "auto" for kernels of at most ``PDL_AUTO_MAX_BYTES`` of weights. Measured on an H200
+    (bench/ab_decode.py, bs 1): PDL on every kernel took Qwen3-0.6B (2-13 MB GEMVs) from 0.935 to
+    0.905 ms a step but Llama-3.1-8B (33-235 MB GEMVs) from 4.147 to 4.215 ms."""
     if policy == "off" or not HAVE_TRITON or device.type != "cuda":
         return False
     if policy == "auto" and weight_bytes > PDL_AUTO_MAX_BYTES:

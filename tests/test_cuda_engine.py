@@ -146,7 +146,7 @@ def test_breakable_prefill_equals_eager_prefill(qwen3_shape):
         for p in ([_ids(n, 1, vocab)], [_ids(n // 2, 2, vocab), _ids(n - n // 2, 3, vocab)]):
             for x in p:
                 eng.submit(x, SamplingParams(max_new_tokens=1, detokenize=False))
-            eng._drain_commands()
+            eng.loop.apply_commands()
             batch = eng.scheduler.schedule()
             assert batch.mode.value == "prefill"
             assert eng.model_runner.prefill.can_run(batch) is None

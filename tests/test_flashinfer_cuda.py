@@ -112,18 +112,18 @@ def _rand(device: torch.device, *shape: int, seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(DTYPE)
 
 
-def _backends(device: torch.device, pool: KVPool, heads: tuple[int, int]):
+def _backends(device: torch.device, pool: KVPool, heads: tuple[int, int], decode_kernel: str = "auto"):
     hq, hkv = heads
     shape = AttentionShape(hq, hkv, D, D**-0.5)
-    return TorchNativeBackend(pool, shape, device), _backend_cls()(pool, shape, device)
+    return TorchNativeBackend(pool, shape, device), _backend_cls()(pool, shape, device, decode_kernel=decode_kernel)
 
 
 # --- checks, driven with a device argument ----------------------------------------------------------
-def check_decode(device: torch.device, page_size: int, heads: tuple[int, int]) -> None:
+def check_decode(device: torch.device, page_size: int, heads: tuple[int, int], decode_kernel: str = "auto") -> None:
     hq, hkv = heads
     rng = random.Random(page_size * 100 + hq)
     pool = _pool(device, page_size, sum(-(-n // page_size) for n in CTX) + 4, hkv)
-    ref, fib = _backends(device, pool, heads)
+    ref, fib = _backends(device, pool, heads, decode_kernel)
     batch = _decode_batch(pool, CTX, rng)
     bs = len(CTX)
     q, k, v = _rand(device, bs, hq, D, seed=1), _rand(device, bs, hkv, D, seed=2), _rand(device, bs, hkv, D, seed=3)
@@ -167,14 +167,15 @@ def check_extend(device: torch.device, page_size: int, heads: tuple[int, int], p
     assert torch.equal(pool.v_cache[0].reshape(-1, hkv, D)[loc], v[:n])
 
 
-def check_decode_graph(device: torch.device, page_size: int, heads: tuple[int, int]) -> None:
+def check_decode_graph(device: torch.device, page_size: int, heads: tuple[int, int],
+                       decode_kernel: str = "auto") -> None:
     """Capture one bucket the way DecodeGraphRunner does, replay ragged live batches (with padding)."""
     hq, hkv = heads
     rng = random.Random(7 + page_size)
     batches = [[1, 17, 300, 4096, 33], [5, 6, 7, 8, 9, 10, 11, 12], [2049], [4096, 1, 2, 16, 17, 1000, 64]]
     num_pages = sum(-(-n // page_size) for ctx in batches for n in ctx) + 4
     pool = _pool(device, page_size, num_pages, hkv)
-    ref, fib = _backends(device, pool, heads)
+    ref, fib = _backends(device, pool, heads, decode_kernel)
     max_bs = bucket = 8
     fib.init_graph_state(max_bs, pool.pages_for(4096))
     registry = BufferRegistry(device, max_bs)
@@ -248,9 +249,8 @@ def test_unsupported_configs_are_refused_with_a_reason(fi):
 @pytest.mark.parametrize("kernel", DECODE_KERNELS)
 @pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_decode_matches_torch_native(fi, page_size, heads, kernel, monkeypatch):
-    monkeypatch.setenv("GRAPHTOP_FLASHINFER_DECODE", kernel)
-    check_decode(torch.device("cuda"), page_size, heads)
+def test_decode_matches_torch_native(fi, page_size, heads, kernel):
+    check_decode(torch.device("cuda"), page_size, heads, kernel)
 
 
 @pytest.mark.parametrize("pad_rows", [0, 9])
@@ -263,9 +263,8 @@ def test_prefill_with_prefix_hits_matches_torch_native(fi, page_size, heads, pad
 @pytest.mark.parametrize("kernel", DECODE_KERNELS)
 @pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_decode_graph_replay_matches_eager_and_torch(fi, page_size, heads, kernel, monkeypatch):
-    monkeypatch.setenv("GRAPHTOP_FLASHINFER_DECODE", kernel)
-    check_decode_graph(torch.device("cuda"), page_size, heads)
+def test_decode_graph_replay_matches_eager_and_torch(fi, page_size, heads, kernel):
+    check_decode_graph(torch.device("cuda"), page_size, heads, kernel)
 
 
 def test_describe(fi):
@@ -397,6 +396,7 @@ def qwen3_06b(tmp_path_factory):
 def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypatch, kernel):
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
+    from graphtop.engine.kernel_config import KernelConfig
     from graphtop.engine.telemetry.bus import EventBus
 
     spec = qwen3_06b.spec
@@ -406,7 +406,7 @@ def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypat
         cfg = EngineConfig(
             device="cuda", dtype="bfloat16", attention_backend=attention, page_size=1, max_context_len=2048,
             max_total_tokens=32768, max_running_requests=16,
-            graphs=_graphs(True, [1, 2, 4, 8], [64, 256, 1024, 1536]),
+            graphs=_graphs(True, [1, 2, 4, 8], [64, 256, 1024, 1536]), kernels=KernelConfig(decode_kernel=kernel),
         )
         return Engine(qwen3_06b, cfg, EventBus())
 
@@ -421,7 +421,6 @@ def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypat
     _free(torch_eng)
     del torch_eng
 
-    monkeypatch.setenv("GRAPHTOP_FLASHINFER_DECODE", kernel)
     fi_eng = engine("flashinfer")
     assert fi_eng.info.attention_backend.startswith("flashinfer")
     assert ("triton" in fi_eng.info.attention_backend) == (kernel == "triton")

@@ -77,11 +77,7 @@ def test_backends_without_a_fused_kernel_decline_and_calling_them_is_forward():
     assert backend(q, q, q, 3) is q and seen == [3]
 
 
-def test_pdl_policy(monkeypatch):
+def test_pdl_policy():
     cpu = torch.device("cpu")
     for policy in ("auto", "on", "off"):
-        monkeypatch.setenv(tk.PDL_ENV, policy)
-        assert tk.use_pdl(cpu) is False  # never off-GPU
-    monkeypatch.setenv(tk.PDL_ENV, "sometimes")
-    with pytest.raises(ValueError, match="GRAPHTOP_PDL='sometimes': use one of auto, on, off"):
-        tk.use_pdl(cpu)
+        assert tk.use_pdl(cpu, 0, policy) is False  # never off-GPU

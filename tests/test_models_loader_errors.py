@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from graphtop.models import SUPPORTED_ARCHITECTURES, CheckpointError, ModelSpec, load_checkpoint
+from graphtop.models import SUPPORTED_ARCHITECTURES, CheckpointError, load_checkpoint
+from graphtop.models.registry import spec_from_hf_config
 from tiny_models import build_tiny_checkpoint, reshard, tiny_config
 
 
@@ -72,7 +73,7 @@ def test_unsupported_architecture_message_without_path():
     config = tiny_config("llama")
     config.architectures = ["FalconForCausalLM"]
     with pytest.raises(CheckpointError) as info:
-        ModelSpec.from_hf_config(config)
+        spec_from_hf_config(config)
     assert str(info.value) == (
         "unsupported architecture 'FalconForCausalLM'; supported: "
         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"

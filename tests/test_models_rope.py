@@ -9,7 +9,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from graphtop.models import CheckpointError, ModelSpec
+from graphtop.models import CheckpointError
+from graphtop.models.registry import spec_from_hf_config
 from graphtop.models.rope import RotaryEmbedding
 from tiny_models import tiny_config
 
@@ -34,7 +35,7 @@ def test_cos_sin_equal_transformers(family, name):
     if ROPES[name] is not None:
         overrides["rope_scaling"] = ROPES[name]
     config = tiny_config(family, **overrides)
-    spec = ModelSpec.from_hf_config(config)
+    spec = spec_from_hf_config(config)
     hf = (LlamaRotaryEmbedding if family == "llama" else Qwen3RotaryEmbedding)(config)
     positions = torch.tensor([0, 1, 5, 63, 64, 65, 200, 255])
     cos, sin = hf(torch.zeros(1, dtype=torch.float32), positions[None])
@@ -47,7 +48,7 @@ def test_cos_sin_equal_transformers(family, name):
 def test_unsupported_rope_type_is_refused():
     config = tiny_config("llama", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(CheckpointError, match="unsupported rope_type 'dynamic'"):
-        ModelSpec.from_hf_config(config)
+        spec_from_hf_config(config)
 
 
 def test_transformers4_config_layout():
@@ -61,7 +62,7 @@ def test_transformers4_config_layout():
         tie_word_embeddings=True, eos_token_id=[1, 2], bos_token_id=None, hidden_act="silu",
         sliding_window=None,
     )
-    spec = ModelSpec.from_hf_config(config)
+    spec = spec_from_hf_config(config)
     assert spec.rope_theta == 1e6 and spec.head_dim == 16 and spec.eos_token_ids == (1, 2)
     assert spec.rope_scaling == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
     assert spec.qkv_bias and not spec.o_bias and spec.max_context_len == 4096

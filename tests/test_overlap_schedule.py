@@ -45,7 +45,7 @@ def test_overlap_matches_the_plain_loop_with_eos_and_length_finishes(llama, make
     reasons = {r for _, r in want}
     assert FinishReason.EOS in reasons and FinishReason.LENGTH in reasons
     # the step stream counts the same forwards either way (extra EOS rows are not extra steps)
-    assert overlap._step_no <= plain._step_no + 1
+    assert overlap.loop.step_no <= plain.loop.step_no + 1
 
 
 def test_cancel_while_a_step_is_in_flight_keeps_outputs_consistent(llama, make_engine):
@@ -56,7 +56,7 @@ def test_cancel_while_a_step_is_in_flight_keeps_outputs_consistent(llama, make_e
     handles = [engine.submit(p, params) for p in PROMPTS[:3]]
     while engine.overlapped_steps < 3:
         assert engine.step()
-    assert engine._pending is not None  # a decode step is on the "device", not read back
+    assert engine.loop.pending is not None  # a decode step is on the "device", not read back
     engine.cancel(handles[1].request_id)
     engine.run_until_idle()
     assert handles[1].finish_reason is FinishReason.CANCELLED
@@ -85,7 +85,7 @@ def test_submit_while_a_step_is_in_flight_reads_it_back_first(llama, make_engine
     handles = [engine.submit(p, params) for p in PROMPTS[:2]]
     while engine.overlapped_steps < 2:
         assert engine.step()
-    assert engine._pending is not None
+    assert engine.loop.pending is not None
     done_before = [len(h.token_ids) for h in handles]
     handles.append(engine.submit(PROMPTS[2], params))
     engine.step()  # the queued submit makes this step read the launched one back before admitting

@@ -22,9 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit status 2."""
+from .usage import UsageError  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,7 +120,7 @@ def build_trace_parser() -> argparse.ArgumentParser:
 
 
 def graph_flags(args: argparse.Namespace) -> dict[str, Any]:
-    from graphtop.tui.bucket_parse import BucketSpecError, parse_buckets
+    from graphtop.engine.graphs.bucket_list import BucketSpecError, parse_buckets
 
     def buckets(text: Optional[str], flag: str) -> Optional[list[int]]:
         if text is None:
@@ -187,7 +185,8 @@ def _run_trace(argv: Sequence[str]) -> int:
     except TraceError as e:
         raise UsageError(str(e)) from None
     if args.cmd == "summary":
-        from graphtop.engine.telemetry.report import format_summary, summarize
+        from graphtop.engine.telemetry.report import format_summary
+        from graphtop.engine.telemetry.summary import summarize
 
         print(format_summary(summarize(trace)), end="")
         return 0
@@ -250,8 +249,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    # `python -m graphtop.tui.cli`: run the imported module's main, so the UsageError that
-    # headless.py raises (graphtop.tui.cli.UsageError) is the class main() catches.
-    from graphtop.tui.cli import main as _main_of_package
-
-    sys.exit(_main_of_package())
+    sys.exit(main())

@@ -7,12 +7,25 @@ replay, "back to live" when nothing is live) simply do not show.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from .app import GraphtopApp
+
+class PaletteActions(Protocol):
+    """What the palette needs from the app (``GraphtopApp``): the session kind and the actions."""
+
+    session: Any  # has ``kind``: "live" or "replay"
+    live_session: Optional[Any]
+
+    def action_buckets(self) -> None: ...
+    def action_recapture_same(self) -> None: ...
+    def action_export_trace(self) -> None: ...
+    def action_open_trace(self) -> None: ...
+    def action_back_to_live(self) -> None: ...
+    def action_toggle_pause(self) -> None: ...
+    def action_capture_table(self) -> None: ...
+    def action_toggle_panel(self, name: str) -> None: ...
 
 PANEL_NAMES = {
     "capture": "graph capture",
@@ -28,7 +41,7 @@ class GraphtopCommands(Provider):
     """Yields the app's graphtop commands; fuzzy-matched by textual's matcher."""
 
     def _commands(self) -> Iterator[tuple[str, str, Callable[[], object]]]:
-        app: GraphtopApp = self.app  # type: ignore[assignment]
+        app: PaletteActions = self.app  # type: ignore[assignment]
         live = app.session.kind == "live"
         if live:
             yield ("Recapture graphs (edit buckets)", "open the bucket editor with its what-if preview",

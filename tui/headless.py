@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .cli import UsageError
+from .usage import UsageError
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 
 
@@ -197,7 +197,8 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
     if rec_result is not None:
         print(rec_result.describe())
         from graphtop.engine.telemetry.trace import TraceError, read_trace
-        from graphtop.engine.telemetry.report import format_summary, summarize
+        from graphtop.engine.telemetry.report import format_summary
+        from graphtop.engine.telemetry.summary import summarize
 
         try:
             print(format_summary(summarize(read_trace(args.record))), end="")

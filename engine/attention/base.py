@@ -1,4 +1,4 @@
-"""The attention-backend contract and its registry (mini-sglang style: ABC + name → class).
+"""The attention-backend contract (mini-sglang style: one ABC, a backend per kernel library).
 
 The split that makes graphs possible (the seed's ``init_forward_metadata_out_graph`` / ``in_graph``):
 - ``prepare`` / ``prepare_replay`` run on the host, outside any graph: they may sync, allocate and
@@ -18,6 +18,10 @@ import torch
 
 from ..batch import ForwardBatch
 from ..kv_pool import KVPool
+
+
+class AttentionBackendError(RuntimeError):
+    """An attention backend cannot serve this model, pool or device; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -90,19 +94,3 @@ class AttentionBackend(ABC):
 
     def describe(self) -> str:
         return self.name
-
-
-_REGISTRY: dict[str, type[AttentionBackend]] = {}
-
-
-def register_backend(cls: type[AttentionBackend]) -> type[AttentionBackend]:
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def backend_class(name: str) -> Optional[type[AttentionBackend]]:
-    return _REGISTRY.get(name)
-
-
-def registered_backends() -> list[str]:
-    return sorted(_REGISTRY)

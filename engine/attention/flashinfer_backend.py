@@ -25,7 +25,6 @@ already on the device, because a graph-mode ``plan`` copies a *host* ``indices``
 
 from __future__ import annotations
 
-import os
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,8 +37,7 @@ from graphtop.models import triton_kernels as tk
 from ..batch import ForwardBatch, ForwardMode
 from ..graphs.buffers import BufferSlot, PaddingPolicy
 from ..kv_pool import DUMMY_PAGE, KVPool
-from .base import AttentionBackend, AttentionShape, register_backend
-from .select import AttentionBackendError
+from .base import AttentionBackend, AttentionBackendError, AttentionShape
 from .triton_decode import HAVE_TRITON, PagedDecode, num_splits
 
 WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shared by every wrapper
@@ -48,14 +46,9 @@ SUPPORTED_HEAD_DIMS = (64, 128, 256)
 #: GQA group sizes the CUDA-core decode kernel is instantiated for (DISPATCH_GQA_GROUP_SIZE, minus 16,
 #: where tensor cores win); other groups decode on tensor cores (the prefill fa2 module).
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
-PREFILL_BACKEND_ENV = "GRAPHTOP_FLASHINFER_PREFILL_BACKEND"  # "fa2" (default, prebuilt) | "fa3" | "auto"
-PREFILL_BACKENDS = ("fa2", "fa3", "auto")
-#: Decode kernel choice: "auto" (the Triton kernel up to TRITON_AUTO_MAX_ROWS rows, FlashInfer's above) |
-#: "flashinfer" (FlashInfer's, CUDA or tensor cores by GQA group) | "cuda-core" | "tensor-core" |
-#: "tensor-core-nosplit" (FlashInfer's, the last with split-KV off) | "triton" (engine/attention/
-#: triton_decode.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one launch, every size).
-DECODE_KERNEL_ENV = "GRAPHTOP_FLASHINFER_DECODE"
-DECODE_KERNELS = ("auto", "flashinfer", "cuda-core", "tensor-core", "tensor-core-nosplit", "triton")
+#: The decode kernel (``KernelConfig.decode_kernel``, engine/kernel_config.py): "auto" takes the Triton kernel
+#: (engine/attention/triton_decode.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one
+#: launch) up to TRITON_AUTO_MAX_ROWS rows and FlashInfer's above; "triton" takes it at every size.
 #: "auto" decodes batches of at most this many rows with the Triton kernel. Measured on an H200
 #: (bench/decode_attn_bench.py): it wins at bs 1-64 on both benchmark shapes and loses at bs 256 on
 #: Qwen3-0.6B (79 vs 70 µs per layer at context 220; on Llama-3.1-8B it still wins there).
@@ -124,7 +117,6 @@ def _host(values: Any, typecode: str, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(values, dtype=dtype)
 
 
-@register_backend
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     supports_decode_graph: ClassVar[bool] = True
@@ -153,10 +145,14 @@ class FlashInferBackend(AttentionBackend):
         shape: AttentionShape,
         device: torch.device,
         *,
-        prefill_backend: Optional[str] = None,
+        prefill_backend: str = "fa2",
+        decode_kernel: str = "auto",
+        pdl: str = "auto",
         decode_tensor_cores: Optional[bool] = None,
         workspace_bytes: int = WORKSPACE_BYTES,
     ):
+        """``prefill_backend``, ``decode_kernel`` and ``pdl`` are the engine's ``KernelConfig`` values
+        (checked there)."""
         super().__init__(pool, shape, device)
         device = torch.device(device)
         problem = self._device_problem(device)
@@ -176,21 +172,19 @@ class FlashInferBackend(AttentionBackend):
         self.version = str(getattr(flashinfer, "__version__", "?"))
         self.device = device
         self.dtype = dtype
-        self.prefill_backend = prefill_backend or os.environ.get(PREFILL_BACKEND_ENV, "fa2")
+        self.prefill_backend = prefill_backend
         group = shape.num_heads // shape.num_kv_heads
         self._staged: Optional[torch.cuda.Event] = None  # see _staging
-        kernel = os.environ.get(DECODE_KERNEL_ENV, "auto")
-        if kernel not in DECODE_KERNELS:
-            raise AttentionBackendError(f"{DECODE_KERNEL_ENV}={kernel!r}: use one of {', '.join(DECODE_KERNELS)}")
+        kernel = decode_kernel
         self._triton: Optional[PagedDecode] = None
         self._stage: Optional[torch.Tensor] = None  # pinned staging for the Triton decode's page lists
         if kernel == "triton" and not HAVE_TRITON:
-            raise AttentionBackendError(f"{DECODE_KERNEL_ENV}=triton: triton is not installed")
+            raise AttentionBackendError("decode kernel triton: triton is not installed")
         #: decode batches of at most this many rows take the Triton kernel
         self.triton_max_rows = {"triton": _EVERY_SIZE, "auto": TRITON_AUTO_MAX_ROWS}.get(kernel, 0) if HAVE_TRITON else 0
         if self.triton_max_rows:
             self._triton = PagedDecode(shape.num_heads, shape.num_kv_heads, shape.head_dim, pool.page_size,
-                                       shape.scale, 256, device)
+                                       shape.scale, 256, device, pdl=tk.use_pdl(device, 0, pdl))
         if decode_tensor_cores is None and kernel not in ("auto", "flashinfer", "triton"):
             decode_tensor_cores = kernel != "cuda-core"
         self.decode_tensor_cores = (

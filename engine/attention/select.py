@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import torch
 
+from ..kernel_config import KernelConfig
 from ..kv_pool import KVPool
-from .base import AttentionBackend, AttentionShape
+from .base import AttentionBackend, AttentionBackendError, AttentionShape
 from .torch_native import TorchNativeBackend
 
-
-class AttentionBackendError(RuntimeError):
-    pass
+__all__ = ["AttentionBackendError", "flashinfer_problem", "select_attention_backend"]
 
 
 def flashinfer_problem(device: torch.device) -> str | None:
@@ -29,7 +28,7 @@ def flashinfer_problem(device: torch.device) -> str | None:
 
 
 def select_attention_backend(
-    choice: str, pool: KVPool, shape: AttentionShape, device: torch.device
+    choice: str, pool: KVPool, shape: AttentionShape, device: torch.device, kernels: KernelConfig = KernelConfig()
 ) -> tuple[AttentionBackend, str]:
     if choice in ("auto", "flashinfer"):
         problem = flashinfer_problem(device)
@@ -38,7 +37,9 @@ def select_attention_backend(
 
             problem = FlashInferBackend.problem(pool.layout.dtype, shape.head_dim, pool.page_size)
             if problem is None:
-                return FlashInferBackend(pool, shape, device), "flashinfer selected"
+                backend = FlashInferBackend(pool, shape, device, prefill_backend=kernels.prefill_backend,
+                                            decode_kernel=kernels.decode_kernel, pdl=kernels.pdl)
+                return backend, "flashinfer selected"
         if choice == "flashinfer":
             raise AttentionBackendError(f"--attention-backend flashinfer: {problem}")
         note = "torch-native" if device.type == "cpu" else f"torch-native ({problem})"

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from ..batch import ForwardBatch, ForwardMode
 from ..graphs.buffers import BufferSlot, PaddingPolicy
 from ..kv_pool import DUMMY_PAGE
-from .base import AttentionBackend, register_backend
+from .base import AttentionBackend
 
 
 GRAPH_MAX_CONTEXT = 4096
@@ -47,7 +47,6 @@ def _causal_mask(extend: int, prefix: int, device: torch.device) -> torch.Tensor
     return cols <= rows
 
 
-@register_backend
 class TorchNativeBackend(AttentionBackend):
     name = "torch"
 

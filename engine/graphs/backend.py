@@ -11,7 +11,10 @@ import gc
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only; this module needs no torch
+    from .buffers import BridgeBuffers, BufferRegistry
 
 
 @dataclass(frozen=True, order=True)
@@ -28,12 +31,37 @@ class ReplayTiming:
 
 
 class GraphBackend(ABC):
+    """Captures a function per shape key and replays it.
+
+    A runner hands its static buffers over once (``bind``) and may ask ``live_width`` how wide replay
+    metadata may be; it never needs to know which backend it has, so the composition root (the model
+    runner) picks real or emulated graphs and the runners stay the same.
+    """
+
     name: str = "abstract"
-    emulated: bool = False
+    freeze_gc: bool = True  # capture_session freezes the GC; off only to measure what freezing saves
+    registry: Optional["BufferRegistry"] = None
+    bridges: Optional["BridgeBuffers"] = None
+
+    def bind(self, registry: "BufferRegistry", bridges: Optional["BridgeBuffers"] = None) -> None:
+        """The static buffers (and, for breakable graphs, the bridge buffers) every graph of this
+        backend reads and writes; called once, by the runner that owns them, before any capture."""
+        self.registry = registry
+        self.bridges = bridges
+
+    def live_width(self, live: int) -> Optional[int]:
+        """How wide a replay's metadata (e.g. a page table) may be: None when the graph's shapes were
+        fixed at capture; a backend whose replay re-runs the captured function returns ``live``."""
+        return None
 
     @contextmanager
     def capture_session(self) -> Iterator[None]:
-        """Capture with the GC frozen, so no collection runs (and frees pool tensors) mid-capture."""
+        """Capture with the GC frozen: every object alive now moves out of the collector's reach, so
+        the many small objects a capture allocates never trigger a full collection (which walks the
+        whole heap), and no collection frees pool tensors mid-capture."""
+        if not self.freeze_gc:
+            yield
+            return
         gc.collect()
         gc.freeze()
         try:
@@ -46,10 +74,6 @@ class GraphBackend(ABC):
 
     @abstractmethod
     def can_run(self, key: ShapeKey) -> bool: ...
-
-    @contextmanager
-    def replay_session(self) -> Iterator[None]:
-        yield
 
     @abstractmethod
     def replay(self, key: ShapeKey) -> tuple[Any, ReplayTiming]: ...

@@ -28,17 +28,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from .backend import ReplayTiming, ShapeKey
+from .buffers import BridgeBuffers
 from .cuda_pool import CudaGraphPoolBackend
 
 _capture: contextvars.ContextVar[Optional["_BreakSite"]] = contextvars.ContextVar("graphtop_break", default=None)
-
-
-@dataclass
-class BridgeBuffers:
-    """Static inputs/outputs of break functions: [max_tokens, ...] each, shared by every bucket."""
-
-    inputs: list[torch.Tensor]
-    output: torch.Tensor
 
 
 def eager_on_graph(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -51,7 +44,6 @@ def eager_on_graph(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tenso
             return fn(*args)
         return site.on_break(fn, args)
 
-    wrapper.__graphtop_eager_break__ = True  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -150,11 +142,8 @@ class BreakableGraph:
 class BreakableCudaGraphBackend(CudaGraphPoolBackend):
     name = "breakable"
 
-    def __init__(self, device: torch.device, bridges: BridgeBuffers):
-        super().__init__(device)
-        self.bridges = bridges
-
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any:
+        assert self.bridges is not None, "bind() the bridge buffers before capturing"
         site = _CudaBreakSite(self.bridges, self.pool, self.stream)
         self.stream.wait_stream(torch.cuda.current_stream())
         token = _capture.set(site)
@@ -175,9 +164,6 @@ class BreakableCudaGraphBackend(CudaGraphPoolBackend):
         g = self.graphs[key]
         g.replay()
         return g.output, ReplayTiming(g.timings)
-
-    def num_segments(self, key: ShapeKey) -> int:
-        return len(self.graphs[key].segments)
 
 
 class _EmulatedBreakSite(_BreakSite):

@@ -36,6 +36,15 @@ class BufferSlot:
     axis: int = 0
 
 
+@dataclass
+class BridgeBuffers:
+    """Static inputs/outputs of breakable-graph break functions (graphs/breakable.py): [max_tokens, ...]
+    each, shared by every bucket."""
+
+    inputs: list[torch.Tensor]
+    output: torch.Tensor
+
+
 class StaticBufferError(RuntimeError):
     """The static-buffer contract was broken (an address moved, or data does not fit)."""
 

@@ -12,20 +12,19 @@ import time
 from typing import Any, Callable, Optional
 
 from .backend import GraphBackend, ReplayTiming, ShapeKey
-from .breakable import BridgeBuffers, emulated_break_site, run_with_break_site
-from .buffers import BufferRegistry, StaticBufferError
+from .breakable import emulated_break_site, run_with_break_site
+from .buffers import BridgeBuffers, BufferRegistry, StaticBufferError
 
 
 class EmulatedGraphBackend(GraphBackend):
-    emulated = True
-
-    def __init__(self, registry: BufferRegistry, bridges: Optional[BridgeBuffers] = None, label: str = "full"):
+    def __init__(self, label: str = "full"):
         self.name = f"emulated-{label}"
-        self.registry = registry
-        self.bridges = bridges
         self.fns: dict[ShapeKey, Callable[[], Any]] = {}
         self.addresses: dict[ShapeKey, dict[str, int]] = {}
         self.outputs: dict[ShapeKey, Any] = {}
+
+    def live_width(self, live: int) -> Optional[int]:
+        return live  # a replay re-runs the function: its metadata may follow the live batch
 
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any:
         out = run_with_break_site(emulated_break_site(self.bridges), fn)
@@ -35,6 +34,7 @@ class EmulatedGraphBackend(GraphBackend):
         return out
 
     def _snapshot(self) -> dict[str, int]:
+        assert self.registry is not None, "bind() the static buffers before capturing"
         snap = self.registry.addresses()
         if self.bridges is not None:
             for i, t in enumerate(self.bridges.inputs):

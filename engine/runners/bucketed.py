@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 from abc import abstractmethod
 from typing import Callable, Optional
 
@@ -10,9 +9,11 @@ import torch
 
 from ..telemetry import events as ev
 from ..graphs.backend import GraphBackend, ShapeKey
+from ..graphs.bucket_policy import BucketDecision, BucketPolicy
 from ..graphs.fallback import FallbackReason
+from ..telemetry.capture import BucketCost
 from .base import GraphRunner
-from .capture import BucketCapture, CaptureJob
+from .capture import CaptureJob
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -20,42 +21,59 @@ PublishFn = Callable[[ev.Event], None]
 class BucketedGraphRunner(GraphRunner):
     phase: str = "?"
 
-    def __init__(self, backend: GraphBackend, device: torch.device, publish: PublishFn, max_size: int):
+    def __init__(self, backend: GraphBackend, device: torch.device, publish: PublishFn, max_size: int,
+                 max_padding_waste: Optional[float] = None):
         self.backend = backend
         self.device = device
         self.publish = publish
         self.max_size = max_size
-        self.configured: list[int] = []  # what was asked for
-        self.buckets: list[int] = []  # what is captured and replayable, ascending
-        self.ledger: dict[int, BucketCapture] = {}
+        self.max_padding_waste = max_padding_waste
+        self.policy = BucketPolicy(self.phase, ())
+        self.ledger: dict[int, BucketCost] = {}
         self.job: Optional[CaptureJob] = None
+
+    @property
+    def configured(self) -> list[int]:
+        """What was asked for, ascending."""
+        return list(self.policy.configured)
+
+    @property
+    def buckets(self) -> list[int]:
+        """What is captured and replayable, ascending."""
+        return list(self.policy.buckets)
+
+    def _set_buckets(self, buckets: list[int], configured: list[int]) -> None:
+        self.policy = BucketPolicy.of(self.phase, buckets, configured, self.max_padding_waste)
 
     # --- capture -------------------------------------------------------------------------------
     def start_capture(self, buckets: list[int], reason: str) -> CaptureJob:
         """Release current graphs and begin capturing ``buckets`` (largest first)."""
         self.backend.cleanup()
-        self.configured = sorted(set(buckets))
-        self.buckets = []
+        self._set_buckets([], buckets)
         self.ledger = {}
-        self.warmup(max(self.configured) if self.configured else 0)
-        self.job = CaptureJob(self.phase, self.configured, self.backend.name, self.device, self._capture_bucket,
+        self.warmup(max(buckets) if buckets else 0)
+        self.job = CaptureJob(self.phase, buckets, self.backend.name, self.device, self._capture_bucket,
                               self.publish, reason)
         if self.job.done:
             self._adopt(self.job)
         return self.job
 
     def advance_capture(self, budget_s: Optional[float]) -> bool:
-        """Capture more of the running job; True once nothing is pending."""
+        """Capture more of the running job (all of it when ``budget_s`` is None), with the GC frozen;
+        True once nothing is pending."""
         if self.job is None:
             return True
-        if self.job.run(budget_s):
+        with self.backend.capture_session():
+            done = self.job.run(budget_s)
+        if done:
             self._adopt(self.job)
         return self.job is None
 
     def _adopt(self, job: CaptureJob) -> None:
         for c in job.ledger:
             self.ledger[c.bucket] = c
-        self.buckets = [b for b in job.captured if self.backend.can_run(ShapeKey(self.phase, b))]
+        replayable = [b for b in job.captured if self.backend.can_run(ShapeKey(self.phase, b))]
+        self._set_buckets(replayable, self.configured)
         self.job = None
 
     @property
@@ -67,7 +85,7 @@ class BucketedGraphRunner(GraphRunner):
 
     def release(self) -> None:
         self.backend.cleanup()
-        self.buckets = []
+        self._set_buckets([], self.configured)
 
     @abstractmethod
     def _prepare_capture(self, size: int) -> None:
@@ -93,18 +111,11 @@ class BucketedGraphRunner(GraphRunner):
             self._forward(size)  # per-shape warmup outside capture
         self.backend.capture_one(ShapeKey(self.phase, size), lambda: self._forward(size))
 
-    # --- bucket choice -------------------------------------------------------------------------
+    # --- bucket choice (graphs/bucket_policy.py decides; the runner adds what only it knows) ----------
     def pick_bucket(self, size: int) -> Optional[int]:
-        i = bisect.bisect_left(self.buckets, size)
-        return self.buckets[i] if i < len(self.buckets) else None
+        return self.policy.pick(size)
 
-    def common_guard(self, size: int, over_max: FallbackReason) -> Optional[FallbackReason]:
+    def decide(self, size: int) -> BucketDecision:
         if self.recapturing:
-            return FallbackReason.RECAPTURE_IN_PROGRESS
-        if not self.buckets:
-            return FallbackReason.CAPTURE_FAILED if self.configured else FallbackReason.NO_GRAPHS_CAPTURED
-        if size > self.buckets[-1]:
-            if self.configured and size <= self.configured[-1]:
-                return FallbackReason.CAPTURE_FAILED
-            return over_max
-        return None
+            return BucketDecision(reason=FallbackReason.RECAPTURE_IN_PROGRESS)
+        return self.policy.decide(size)

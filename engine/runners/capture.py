@@ -7,23 +7,12 @@ A ``CaptureJob`` can run to completion (initial capture) or a slice at a time be
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
 from ..telemetry import events as ev
-
-
-@dataclass
-class BucketCapture:
-    phase: str
-    bucket: int
-    seconds: float
-    memory_bytes: int
-    ok: bool
-    failure_reason: Optional[str] = None
-
+from ..telemetry.capture import BucketCost
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -51,7 +40,7 @@ class CaptureJob:
         self.device = device
         self.capture = capture
         self.publish = publish
-        self.ledger: list[BucketCapture] = []
+        self.ledger: list[BucketCost] = []
         self._next = 0
         self._t0 = time.perf_counter()
         self._free0 = device_free_bytes(device)
@@ -91,7 +80,7 @@ class CaptureJob:
             torch.cuda.empty_cache()
         seconds = time.perf_counter() - t0
         mem = max(0, free0 - device_free_bytes(self.device)) if failure is None else 0
-        self.ledger.append(BucketCapture(self.phase, bucket, seconds, mem, failure is None, failure))
+        self.ledger.append(BucketCost(self.phase, bucket, seconds, mem, failure is None, failure))
         self.publish(
             ev.CaptureProgress(
                 phase=self.phase, bucket=bucket, index=self._next + 1, total=len(self.order),
@@ -104,7 +93,7 @@ class CaptureJob:
         return sorted(c.bucket for c in self.ledger if c.ok)
 
     @property
-    def failed(self) -> list[BucketCapture]:
+    def failed(self) -> list[BucketCost]:
         return [c for c in self.ledger if not c.ok]
 
     @property

@@ -13,9 +13,8 @@ import torch
 
 from ..attention.base import AttentionBackend
 from ..batch import ForwardBatch
-from ..graphs.backend import ShapeKey
+from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
-from ..graphs.emulated import EmulatedGraphBackend
 from ..graphs.fallback import FallbackReason
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
@@ -28,10 +27,10 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self,
         model: torch.nn.Module,
         attention: AttentionBackend,
+        backend: GraphBackend,
         device: torch.device,
         max_bs: int,
         max_pages: int,
-        emulated: bool,
         publish: PublishFn,
     ):
         self.model = model
@@ -48,12 +47,7 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.max_pages = getattr(attention, "graph_max_pages", max_pages)
         vocab = model.spec.vocab_size
         self.logits_out = torch.zeros(max_bs, vocab, dtype=torch.float32, device=device)
-        if emulated:
-            backend = EmulatedGraphBackend(registry, None, "full")
-        else:
-            from ..graphs.full import FullCudaGraphBackend
-
-            backend = FullCudaGraphBackend(device)
+        backend.bind(registry)
         super().__init__(backend, device, publish, max_bs)
 
     @torch.inference_mode()
@@ -68,11 +62,11 @@ class DecodeGraphRunner(BucketedGraphRunner):
 
     def _prepare_capture(self, bs: int) -> None:
         self.registry.reset()
-        self.attention.bind_graph_meta(self.registry, bs, 1 if self.backend.emulated else None)
+        self.attention.bind_graph_meta(self.registry, bs, self.backend.live_width(1))
         self.attention.prepare_capture(bs)
 
     def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
-        reason = self.common_guard(batch.batch_size, FallbackReason.EXCEEDS_MAX_BUCKET)
+        reason = self.decide(batch.batch_size).reason
         if reason is not None:
             return reason
         if batch.max_pages > self.max_pages:
@@ -87,8 +81,7 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.registry.fill(batch, bucket)
         if batch.input_ids_device is not None:  # overlap schedule: ids from the previous step, on device
             self.registry.view("input_ids", bs).copy_(batch.input_ids_device)
-        live = batch.max_pages if self.backend.emulated else None
-        self.attention.bind_graph_meta(self.registry, bucket, live)
+        self.attention.bind_graph_meta(self.registry, bucket, self.backend.live_width(batch.max_pages))
         self.attention.prepare_replay(batch, bucket)
         logits, timing = self.backend.replay(ShapeKey("decode", bucket))
         return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing)

@@ -13,10 +13,9 @@ import torch
 
 from ..attention.base import AttentionBackend
 from ..batch import ForwardBatch, ForwardMode
-from ..graphs.backend import ShapeKey
-from ..graphs.breakable import BridgeBuffers, eager_on_graph
-from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
-from ..graphs.emulated import EmulatedGraphBackend
+from ..graphs.backend import GraphBackend, ShapeKey
+from ..graphs.breakable import eager_on_graph
+from ..graphs.buffers import BridgeBuffers, BufferRegistry, BufferSlot, PaddingPolicy
 from ..graphs.fallback import FallbackReason
 from ..kv_pool import DUMMY_PAGE
 from .base import StepOutput
@@ -30,15 +29,14 @@ class PrefillGraphRunner(BucketedGraphRunner):
         self,
         model: torch.nn.Module,
         attention: AttentionBackend,
+        backend: GraphBackend,
         device: torch.device,
         max_tokens: int,
         max_padding_waste: float,
-        emulated: bool,
         publish: PublishFn,
     ):
         self.model = model
         self.attention = attention
-        self.max_padding_waste = max_padding_waste
         spec = model.spec
         dtype = next(model.parameters()).dtype
         registry = BufferRegistry(device, max_tokens)
@@ -58,13 +56,8 @@ class PrefillGraphRunner(BucketedGraphRunner):
         )
         self.hidden_out = zeros(max_tokens, spec.hidden_size)
         self.attn_call = eager_on_graph(attention.forward)
-        if emulated:
-            backend = EmulatedGraphBackend(registry, self.bridges, "breakable")
-        else:
-            from ..graphs.breakable import BreakableCudaGraphBackend
-
-            backend = BreakableCudaGraphBackend(device, self.bridges)
-        super().__init__(backend, device, publish, max_tokens)
+        backend.bind(registry, self.bridges)
+        super().__init__(backend, device, publish, max_tokens, max_padding_waste)
 
     @torch.inference_mode()
     def _forward(self, n: int) -> torch.Tensor:
@@ -89,15 +82,7 @@ class PrefillGraphRunner(BucketedGraphRunner):
         self.attention.prepare(self._dummy_batch(n))
 
     def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
-        n = batch.num_tokens
-        reason = self.common_guard(n, FallbackReason.PREFILL_TOKENS_OVER_MAX_BUCKET)
-        if reason is not None:
-            return reason
-        bucket = self.pick_bucket(n)
-        assert bucket is not None
-        if (bucket - n) / bucket > self.max_padding_waste:
-            return FallbackReason.PREFILL_PADDING_OVER_CAP
-        return None
+        return self.decide(batch.num_tokens).reason
 
     @torch.inference_mode()
     def run(self, batch: ForwardBatch) -> StepOutput:

@@ -1,0 +1,71 @@
+"""Kernel choices: one typed record inside ``EngineConfig``, resolved once, here.
+
+The ``GRAPHTOP_*`` environment variables are kept for kernel experiments (README: tuning knobs): a
+variable that is set overrides its field. This module is the only place that reads them; everything
+downstream (the model's fused layers, the attention backend, the kernels' launch options) receives
+the resolved values as arguments, so a benchmark switches kernels by passing a config, and a typo is
+a one-line usage error before any model loads.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+__all__ = ["CHOICES", "ENV", "KernelConfig", "resolve_kernel_config"]
+
+#: field -> the values it takes
+CHOICES: dict[str, tuple[str, ...]] = {
+    # the fused-GEMV decoder layers for steps of <= EngineConfig.fused_gemv_max_rows tokens;
+    # "auto" = on wherever the fused kernels run (CUDA bf16/fp16 with Triton), like "on"
+    "fused_gemv": ("auto", "on", "off"),
+    # decode attention with the FlashInfer backend: "auto" = graphtop's one-launch Triton kernel up to
+    # 64 rows and FlashInfer's own above; "triton" = the Triton kernel at every size; "flashinfer" =
+    # FlashInfer's own (CUDA or tensor cores by GQA group); the other three force one of FlashInfer's
+    "decode_kernel": ("auto", "flashinfer", "cuda-core", "tensor-core", "tensor-core-nosplit", "triton"),
+    # FlashInfer's prefill kernels: "fa2" is prebuilt; "fa3" and "auto" may compile on first use
+    "prefill_backend": ("fa2", "fa3", "auto"),
+    # programmatic dependent launch for the fused-GEMV and Triton decode kernels on Hopper+:
+    # "auto" = kernels streaming <= 16 MiB of weights, "on" = all of them, "off" = none
+    "pdl": ("auto", "on", "off"),
+}
+
+#: field -> the environment variable that overrides it
+ENV: dict[str, str] = {
+    "fused_gemv": "GRAPHTOP_FUSED_GEMV",
+    "decode_kernel": "GRAPHTOP_FLASHINFER_DECODE",
+    "prefill_backend": "GRAPHTOP_FLASHINFER_PREFILL_BACKEND",
+    "pdl": "GRAPHTOP_PDL",
+}
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Which kernels the engine uses where there is a choice (``CHOICES`` says what each value means)."""
+
+    fused_gemv: str = "auto"
+    decode_kernel: str = "auto"
+    prefill_backend: str = "fa2"
+    pdl: str = "auto"
+
+    @property
+    def gemv_layers(self) -> bool:
+        """Whether the fused-GEMV layers may be used (the device decides the rest)."""
+        return self.fused_gemv != "off"
+
+
+def resolve_kernel_config(config: KernelConfig, environ: Mapping[str, str] = os.environ) -> KernelConfig:
+    """``config`` with each set ``GRAPHTOP_*`` variable in place of its field, every value checked.
+
+    A value outside its choices raises ValueError with one line naming its source: the variable
+    (``GRAPHTOP_PDL='yes': use one of auto, on, off``) or the field (``kernels.pdl=...``).
+    """
+    values: dict[str, str] = {}
+    for f in fields(KernelConfig):
+        env = ENV[f.name]
+        value, source = (environ[env], env) if env in environ else (getattr(config, f.name), f"kernels.{f.name}")
+        if value not in CHOICES[f.name]:
+            raise ValueError(f"{source}={value!r}: use one of {', '.join(CHOICES[f.name])}")
+        values[f.name] = value
+    return replace(config, **values)

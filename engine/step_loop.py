@@ -1,0 +1,115 @@
+"""The step loop: one scheduled forward per call, on one thread.
+
+Each step applies the commands queued since the last one, schedules a batch, runs it through the
+model runner (a graph or eagerly), samples, and hands the tokens to output processing. Under the
+overlap schedule (engine/overlap.py) a greedy decode step is launched here and read back in the next
+call, after that call has launched its own step. Between steps, a pending recapture captures one
+more slice of graphs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from .batch import ForwardBatch
+from .commands import Command, CommandQueue
+from .engine_events import EngineEvents
+from .kv_pool import KVPool
+from .model_runner import ModelRunner
+from .output import OutputProcessor
+from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
+from .runners.base import StepOutput
+from .sampler import sample
+from .scheduler import Scheduler
+
+
+class StepLoop:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        pool: KVPool,
+        model_runner: ModelRunner,
+        output: OutputProcessor,
+        events: EngineEvents,
+        commands: CommandQueue,
+        apply: Callable[[Command], None],
+        readback: TokenReadback,
+        max_context_len: int,
+        overlap_schedule: bool,
+    ):
+        """``apply`` carries out one command (the engine's lifecycle does that)."""
+        self.scheduler = scheduler
+        self.pool = pool
+        self.model_runner = model_runner
+        self.output = output
+        self.events = events
+        self.commands = commands
+        self.apply = apply
+        self.readback = readback
+        self.max_context_len = max_context_len
+        self.overlap_schedule = overlap_schedule  # may be switched between steps
+        self.pending: Optional[InFlightStep] = None  # overlap schedule: a decode step not read back yet
+        self.step_no = 0
+        self.overlapped_steps = 0  # steps launched before the previous step was read back
+
+    def apply_commands(self) -> None:
+        for command in self.commands.drain():
+            self.apply(command)
+
+    def step(self) -> bool:
+        """Run one scheduled forward. Returns False when there was nothing to do."""
+        pending, self.pending = self.pending, None
+        worked = pending is not None
+        if pending is not None and not self.commands.empty():
+            # Commands (submit, cancel, recapture) act on an engine with nothing in flight.
+            self._complete(pending, placeholders=False)
+            pending = None
+        self.apply_commands()
+        if pending is not None:
+            if can_chain(pending, self.scheduler, self.pool, self.max_context_len,
+                         self.model_runner.recapture_pending):
+                for req in pending.batch.requests:  # the token in flight counts for the next step
+                    req.output_ids.append(PLACEHOLDER_TOKEN)
+                batch = self.scheduler.schedule()
+                assert batch is not None and batch.requests == pending.batch.requests
+                batch.input_ids_device = pending.tokens_device
+                self.overlapped_steps += 1
+                t0 = time.perf_counter()
+                self.pending = self.readback.launch(batch, self._forward(batch), t0)
+                self._complete(pending, placeholders=True)
+                return True
+            self._complete(pending, placeholders=False)
+        batch = self.scheduler.schedule()
+        if batch is None:
+            if self.model_runner.recapture_pending:  # idle: finish the recapture between polls
+                self._advance_recapture()
+                return True
+            return worked
+        t0 = time.perf_counter()
+        out = self._forward(batch)
+        if self.overlap_schedule and launchable(batch):
+            self.pending = self.readback.launch(batch, out, t0)
+            return True
+        tokens = sample(out.logits, batch.sample_requests)  # .tolist(): the step's one sync
+        self._deliver(batch, out, tokens, (time.perf_counter() - t0) * 1e3)
+        return True
+
+    def _advance_recapture(self) -> None:
+        if self.model_runner.advance_recapture():
+            self.events.memory_ledger()
+
+    def _forward(self, batch: ForwardBatch) -> StepOutput:
+        self._advance_recapture()
+        return self.model_runner.forward(batch)
+
+    def _complete(self, step: InFlightStep, placeholders: bool) -> None:
+        """Read a launched step's tokens back and deliver them."""
+        self._deliver(step.batch, step.out, step.tokens(), step.host_ms, placeholders)
+
+    def _deliver(self, batch: ForwardBatch, out: StepOutput, tokens: list[int], host_ms: float,
+                 placeholders: bool = False) -> None:
+        self.step_no += 1
+        self.events.step(self.step_no, batch, out, host_ms)
+        self.output.deliver(batch, tokens, placeholders)
+        self.events.kv()
