@@ -15,8 +15,9 @@ def decode(bs: int, path: str = "graph", bucket: int | None = None, reason: str 
                      fallback_reason=reason, ts=0.0)
 
 
-def prefill(tokens: int, path: str = "graph") -> StepEvent:
-    return StepEvent(step=0, phase="prefill", batch_size=1, num_tokens=tokens, path=path, ts=0.0)
+def prefill(tokens: int, path: str = "graph", reason: str | None = None) -> StepEvent:
+    return StepEvent(step=0, phase="prefill", batch_size=1, num_tokens=tokens, path=path, fallback_reason=reason,
+                     ts=0.0)
 
 
 def test_pick_bucket() -> None:
@@ -83,3 +84,20 @@ def test_memory_from_ledger() -> None:
 def test_no_steps_gives_no_rates() -> None:
     w = what_if([], [1, 2], [64])
     assert w.hit_rate is None and w.padding_waste is None and w.steps == 0
+
+
+def test_prefill_padding_cap_decides_both_ways() -> None:
+    # ran under [16, 64] with a 50 % cap: 30 tokens → 64 was refused (53 %), 10 tokens → 16 replayed
+    steps = [prefill(30, path="eager", reason="prefill_padding_over_cap"), prefill(10)]
+    w = what_if(steps, [1], [24, 40, 64], max_padding_waste=0.5, current_prefill=[16, 64])
+    # under the candidate 30 → 40 (25 %) replays, 10 → 24 (58 %) is refused
+    assert (w.prefill.graph_steps, w.prefill.padded_tokens, w.prefill.bucket_tokens) == (1, 10, 40)
+    no_cap = what_if(steps, [1], [24, 40, 64], current_prefill=[16, 64])
+    assert no_cap.prefill.graph_steps == 2
+
+
+def test_named_reasons_decide_what_buckets_can_fix() -> None:
+    steps = [decode(3, path="eager", reason="context_exceeds_graph"), decode(9, path="eager", reason="exceeds_max_bucket"),
+             decode(2, path="eager", reason="capture_failed"), decode(5, path="eager", reason="recapture_in_progress")]
+    w = what_if(steps, [1, 2, 4, 8, 16], [64], current_decode=[4, 8])
+    assert (w.decode.steps, w.decode.graph_steps, w.decode.padded_tokens) == (4, 1, 7)
