@@ -479,3 +479,42 @@ def test_reallocated_static_buffer_is_caught(llama, make_engine, phase, buffer):
         runner.registry.buffers[buffer] = runner.registry.buffers[buffer].clone()
     with pytest.raises(StaticBufferError, match=f"static buffer '{buffer}' moved"):
         engine.step()
+
+
+# --- capture with the GC frozen ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_capture_runs_with_the_gc_frozen(llama, make_engine, monkeypatch, freeze):
+    """Every bucket, of the initial capture and of each recapture slice, is captured inside the
+    backend's capture_session (GC frozen), and the GC is thawed between slices; collected once per job."""
+    import gc
+
+    from graphtop.engine.runners.bucketed import BucketedGraphRunner
+
+    monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)  # one bucket per step boundary
+    frozen_at_capture: list[tuple[str, int, int]] = []
+    real_capture = BucketedGraphRunner._capture_bucket
+    collects = []
+    real_collect = gc.collect
+
+    def capture(self, size):
+        frozen_at_capture.append((self.phase, size, gc.get_freeze_count()))
+        return real_capture(self, size)
+
+    monkeypatch.setattr(BucketedGraphRunner, "_capture_bucket", capture)
+    monkeypatch.setattr(gc, "collect", lambda *a: collects.append(1) or real_collect(*a))
+    engine = make_engine(llama, graphs=GraphConfig(freeze_gc=freeze, decode_bs=[1, 2, 4], prefill_num_tokens=[8, 16]))
+    engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=6, ignore_eos=True))
+    engine.step()
+    engine.recapture(decode_bs=[1, 3], prefill_num_tokens=[16])
+    engine.step()
+    assert gc.get_freeze_count() == 0  # thawed between slices: serving steps run with a normal GC
+    engine.run_until_idle()
+    assert engine.decode_buckets == [1, 3] and engine.prefill_buckets == [16]
+    assert sorted((p, s) for p, s, _ in frozen_at_capture) == sorted(
+        [("decode", 1), ("decode", 2), ("decode", 4), ("prefill", 8), ("prefill", 16),
+         ("decode", 1), ("decode", 3), ("prefill", 16)])
+    assert all((n > 0) == freeze for _, _, n in frozen_at_capture)
+    assert len(collects) == (4 if freeze else 0)  # one per capture job: 2 phases × (initial + recapture)
+    assert gc.get_freeze_count() == 0

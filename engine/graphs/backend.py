@@ -55,14 +55,20 @@ class GraphBackend(ABC):
         return None
 
     @contextmanager
-    def capture_session(self) -> Iterator[None]:
-        """Capture with the GC frozen: every object alive now moves out of the collector's reach, so
-        the many small objects a capture allocates never trigger a full collection (which walks the
-        whole heap), and no collection frees pool tensors mid-capture."""
+    def capture_session(self, collect: bool = True) -> Iterator[None]:
+        """Capture with the GC frozen: every object alive now moves out of the collector's reach, so a
+        collection during capture walks only what the capture itself allocated. That matters because
+        ``torch.cuda.graph`` runs a full ``gc.collect()`` for every graph it captures, which otherwise
+        walks the whole heap once per bucket; and no collection frees pool tensors mid-capture.
+
+        ``collect``: collect first, so no garbage is frozen (and kept) for the capture's duration. A
+        capture job sliced between steps collects on its first slice only: every slice pays for a
+        collection otherwise."""
         if not self.freeze_gc:
             yield
             return
-        gc.collect()
+        if collect:
+            gc.collect()
         gc.freeze()
         try:
             yield

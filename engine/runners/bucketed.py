@@ -59,11 +59,11 @@ class BucketedGraphRunner(GraphRunner):
         return self.job
 
     def advance_capture(self, budget_s: Optional[float]) -> bool:
-        """Capture more of the running job (all of it when ``budget_s`` is None), with the GC frozen;
-        True once nothing is pending."""
+        """Capture more of the running job (all of it when ``budget_s`` is None) with the GC frozen
+        (``GraphBackend.capture_session``); True once nothing is pending."""
         if self.job is None:
             return True
-        with self.backend.capture_session():
+        with self.backend.capture_session(collect=not self.job.started):
             done = self.job.run(budget_s)
         if done:
             self._adopt(self.job)
