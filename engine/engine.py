@@ -96,7 +96,7 @@ class Engine:
         )
         self.pool = KVPool(layout, self.memory_plan.num_pages, config.page_size, self.device)
         self.max_running = min(config.max_running_requests or 256, self.pool.capacity_pages)
-        shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.head_dim**-0.5)
+        shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.softmax_scale)
         self.attention, attention_note = select_attention_backend(
             config.attention_backend, self.pool, shape, self.device, self.kernels
         )

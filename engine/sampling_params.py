@@ -39,10 +39,6 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
 
-    @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}
-
     def replace(self, **changes: Any) -> "SamplingParams":
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(changes)

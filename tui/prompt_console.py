@@ -6,8 +6,6 @@ the engine thread, for the same reason the events are: the engine must never wai
 
 from __future__ import annotations
 
-from typing import Optional
-
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -99,6 +97,3 @@ class PromptConsole(Vertical):
 
     def set_chat_available(self, available: bool) -> None:
         self.query_one(SamplingRow).set_chat_available(available)
-
-    def in_flight(self) -> Optional[int]:
-        return sum(1 for v in self._in_flight if not v.done)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+from graphtop.engine.telemetry.events import Event, TraceHeader
 
 from .session import Limits, SamplingSettings, StreamHandle
-
-if TYPE_CHECKING:
-    from graphtop.engine.telemetry.events import Event, TraceHeader
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 

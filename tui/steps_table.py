@@ -8,7 +8,7 @@ row is a handful of pre-styled segments, built once per update and cached per li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from rich.segment import Segment
 from rich.style import Style
@@ -17,8 +17,7 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-if TYPE_CHECKING:
-    from graphtop.engine.telemetry.events import StepEvent
+from graphtop.engine.telemetry.events import StepEvent
 
 from .fmt import ms, short
 from .state import DashboardState

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from .backend import GraphBackend, ReplayTiming, ShapeKey
 from .breakable import emulated_break_site, run_with_break_site
-from .buffers import BridgeBuffers, BufferRegistry, StaticBufferError
+from .buffers import StaticBufferError
 
 
 class EmulatedGraphBackend(GraphBackend):

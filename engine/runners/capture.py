@@ -101,10 +101,6 @@ class CaptureJob:
     def failed(self) -> list[BucketCost]:
         return [c for c in self.ledger if not c.ok]
 
-    @property
-    def memory_bytes(self) -> int:
-        return sum(c.memory_bytes for c in self.ledger)
-
     def _finish(self) -> None:
         failed = self.failed
         reason = None
