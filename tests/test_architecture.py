@@ -1,0 +1,65 @@
+"""The package boundaries are checked, not hoped for: import-linter's contracts in pyproject.toml.
+
+CI runs ``lint-imports`` before pytest (.ci/run); this test runs the same contracts in the suite, and
+shows each one would catch the import it forbids, by adding that import to the real graph.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grimp
+import pytest
+
+importlinter = pytest.importorskip("importlinter")
+from importlinter import configuration  # noqa: E402
+from importlinter.application import use_cases  # noqa: E402
+from importlinter.configuration import settings  # noqa: E402
+
+PYPROJECT = str(Path(__file__).resolve().parent.parent / "pyproject.toml")
+
+
+class _GraphWith:
+    """Builds the real import graph, plus one extra import."""
+
+    def __init__(self, importer: str, imported: str) -> None:
+        self.importer, self.imported = importer, imported
+
+    def build(self, root_package_names, cache_dir, include_external_packages=False,
+              exclude_type_checking_imports=False):
+        graph = grimp.build_graph(*root_package_names, include_external_packages=include_external_packages,
+                                  exclude_type_checking_imports=exclude_type_checking_imports, cache_dir=None)
+        graph.add_import(importer=self.importer, imported=self.imported, line_number=1, line_contents="import")
+        return graph
+
+
+def _broken(monkeypatch: pytest.MonkeyPatch, extra: "_GraphWith | None" = None) -> list[str]:
+    configuration.configure()
+    if extra is not None:
+        monkeypatch.setitem(settings._config, "GRAPH_BUILDER", extra)
+    use_cases._register_built_in_contract_types()
+    report = use_cases.create_report(use_cases.read_user_options(PYPROJECT), cache_dir=None)
+    return [contract.name for contract, check in report.get_contracts_and_checks() if not check.kept]
+
+
+def test_the_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _broken(monkeypatch) == []
+
+
+@pytest.mark.parametrize(
+    "importer, imported, contract",
+    [
+        ("graphtop.engine.telemetry.stats", "torch", "Telemetry and the pure graph policies import no torch"),
+        ("graphtop.engine.graphs.bucket_policy", "graphtop.models", "Telemetry and the pure graph policies"),
+        ("graphtop.engine.step_loop", "graphtop.tui.state", "The engine (telemetry included) never imports"),
+        ("graphtop.engine.telemetry.bus", "textual", "The engine (telemetry included) never imports"),
+        ("graphtop.models.decoder", "graphtop.engine.batch", "Models never import the engine"),
+        ("graphtop.engine.request", "graphtop.engine.engine", "No import cycles"),
+        ("graphtop.engine.graphs.buffers", "graphtop.engine.runners.base", "No import cycles"),
+        ("graphtop.models.spec", "graphtop.models.registry", "No import cycles"),
+        ("graphtop.tui.headless", "graphtop.tui.cli", "No import cycles"),
+    ],
+)
+def test_each_contract_catches_what_it_forbids(monkeypatch, importer, imported, contract) -> None:
+    broken = _broken(monkeypatch, _GraphWith(importer, imported))
+    assert len(broken) == 1 and broken[0].startswith(contract), broken
