@@ -25,10 +25,9 @@ already on the device, because a graph-mode ``plan`` copies a *host* ``indices``
 
 from __future__ import annotations
 
-from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator, Optional, Sequence
+from typing import Any, ClassVar, Iterator, Optional
 
 import torch
 
@@ -38,11 +37,11 @@ from ..batch import ForwardBatch, ForwardMode
 from ..graphs.buffers import BufferSlot, PaddingPolicy
 from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
-from .triton_decode import HAVE_TRITON, PagedDecode, num_splits
+from .flashinfer_support import FlashInferUnsupported, kv_cache_problem
+from .page_lists import host_ints, page_lists
+from .triton_decode import HAVE_TRITON, PagedDecode, TritonDecodeWrapper, num_splits
 
 WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shared by every wrapper
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-SUPPORTED_HEAD_DIMS = (64, 128, 256)
 #: GQA group sizes the CUDA-core decode kernel is instantiated for (DISPATCH_GQA_GROUP_SIZE, minus 16,
 #: where tensor cores win); other groups decode on tensor cores (the prefill fa2 module).
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
@@ -54,10 +53,6 @@ CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 #: Qwen3-0.6B (79 vs 70 µs per layer at context 220; on Llama-3.1-8B it still wins there).
 TRITON_AUTO_MAX_ROWS = 64
 _EVERY_SIZE = 1 << 30  # triton_max_rows of "triton"
-
-
-class FlashInferUnsupported(AttentionBackendError):
-    """FlashInfer cannot serve this model/pool (dtype, head_dim, page size or device)."""
 
 
 def _store_kv(k: torch.Tensor, v: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, loc: torch.Tensor) -> None:
@@ -77,67 +72,11 @@ class FlashInferMeta:
     num_tokens: int = 0  # extend: real rows (q may carry padded rows past them)
 
 
-class TritonDecodeWrapper:
-    """FlashInfer-wrapper-shaped front of the Triton decode kernel: ``load`` replaces ``plan`` (it only
-    copies the page lists into the device buffers: nothing to plan on the host), ``run`` attends."""
-
-    def __init__(self, kernel: PagedDecode, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
-                 splits: Optional[int] = None) -> None:
-        self.kernel, self.indptr, self.indices, self.last, self.splits = kernel, indptr, indices, last, splits
-
-    def load(self, indptr: Any, indices: Any, last: Any, stage: torch.Tensor) -> None:
-        """Copy the page lists in through ``stage``, a pinned buffer the caller keeps (and guards:
-        the previous load's copies must have run before it is overwritten). A persistent buffer, not
-        a fresh pinned tensor per call: the caching host allocator queries CUDA events when it
-        recycles blocks, which a graph capture elsewhere in the process would not tolerate."""
-        n = len(indices)
-        a, b = len(indptr), len(indptr) + len(last)
-        view = stage[: b + n]
-        view.numpy()[:] = array("i", list(indptr) + list(last)) + array("i", indices)
-        self.indptr[:a].copy_(view[:a], non_blocking=True)
-        self.last[: b - a].copy_(view[a:b], non_blocking=True)
-        self.indices[:n].copy_(view[b:], non_blocking=True)
-
-    def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return self.kernel.run(q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits)
-
-    def run_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
-                q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
-                kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return self.kernel.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, kv[0], kv[1],
-                                   self.indptr, self.indices, self.last, splits=self.splits)
-
-
-def _host(values: Any, typecode: str, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor from a list / array of ints; long lists go through ``array`` (much cheaper)."""
-    if isinstance(values, array):
-        return torch.frombuffer(values, dtype=dtype) if len(values) else torch.empty(0, dtype=dtype)
-    if len(values) > 32:
-        return torch.frombuffer(array(typecode, values), dtype=dtype)
-    return torch.tensor(values, dtype=dtype)
-
-
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     supports_decode_graph: ClassVar[bool] = True
 
-    # --- support check (no flashinfer needed) -----------------------------------------------------
-    @classmethod
-    def problem(cls, dtype: torch.dtype, head_dim: int, page_size: int) -> Optional[str]:
-        """Why FlashInfer cannot serve a KV cache of this dtype / head_dim / page size; None if it can."""
-        if dtype not in SUPPORTED_DTYPES:
-            name = str(dtype).replace("torch.", "")
-            return f"flashinfer kernels need float16 or bfloat16, not {name}"
-        if head_dim not in SUPPORTED_HEAD_DIMS:
-            dims = ", ".join(str(d) for d in SUPPORTED_HEAD_DIMS)
-            return f"flashinfer kernels are built for head_dim {dims}, not {head_dim}"
-        if page_size < 1:
-            return f"page size must be >= 1, got {page_size}"
-        return None
-
-    @staticmethod
-    def _device_problem(device: torch.device) -> Optional[str]:
-        return None if device.type == "cuda" else f"flashinfer needs a CUDA device, got {device}"
+    problem = staticmethod(kv_cache_problem)  # the support check, for callers holding the class
 
     def __init__(
         self,
@@ -155,9 +94,8 @@ class FlashInferBackend(AttentionBackend):
         (checked there)."""
         super().__init__(pool, shape, device)
         device = torch.device(device)
-        problem = self._device_problem(device)
-        if problem is not None:
-            raise FlashInferUnsupported(problem)
+        if device.type != "cuda":
+            raise FlashInferUnsupported(f"flashinfer needs a CUDA device, got {device}")
         dtype = pool.layout.dtype
         problem = self.problem(dtype, shape.head_dim, pool.page_size)
         if problem is not None:
@@ -248,23 +186,8 @@ class FlashInferBackend(AttentionBackend):
         return rows <= self.triton_max_rows
 
     # --- page metadata ---------------------------------------------------------------------------
-    def _page_lists(self, req_pages: Sequence[Sequence[int]], seq_lens: list[int]) -> tuple[list[int], array, list[int]]:
-        """indptr (cumulative page counts), indices (pages, concatenated), last_page_len, on the host."""
-        ps = self.pool.page_size
-        indptr = [0]
-        last: list[int] = []
-        indices = array("i")
-        total = 0
-        for pages, s in zip(req_pages, seq_lens):
-            n = (s + ps - 1) // ps
-            indices.extend(pages if len(pages) == n else pages[:n])
-            total += n
-            indptr.append(total)
-            last.append(s - (n - 1) * ps)
-        return indptr, indices, last
-
     def _loc(self, out_cache_loc: list[int]) -> torch.Tensor:
-        return _host(out_cache_loc, "q", torch.int64).to(self.device, non_blocking=True)
+        return host_ints(out_cache_loc, "q", torch.int64).to(self.device, non_blocking=True)
 
     @contextmanager
     def _staging(self) -> Iterator[None]:
@@ -297,19 +220,19 @@ class FlashInferBackend(AttentionBackend):
     # --- eager path ------------------------------------------------------------------------------
     def prepare(self, batch: ForwardBatch) -> None:
         i32 = torch.int32
-        indptr, indices, last = self._page_lists(batch.req_pages, batch.seq_lens)
+        indptr, indices, last = page_lists(batch.req_pages, batch.seq_lens, self.pool.page_size)
         loc = self._loc(batch.out_cache_loc)
         if batch.mode is ForwardMode.DECODE and self._use_triton(batch.batch_size):
             dev = self.device
-            w = TritonDecodeWrapper(self._triton, _host(indptr, "i", i32).to(dev, non_blocking=True),
-                                    _host(indices, "i", i32).to(dev, non_blocking=True),
-                                    _host(last, "i", i32).to(dev, non_blocking=True))
+            w = TritonDecodeWrapper(self._triton, host_ints(indptr, "i", i32).to(dev, non_blocking=True),
+                                    host_ints(indices, "i", i32).to(dev, non_blocking=True),
+                                    host_ints(last, "i", i32).to(dev, non_blocking=True))
             self.meta = FlashInferMeta(loc, w, decode=True)
             return
         if batch.mode is ForwardMode.DECODE:
             w = self._decode_wrapper
             self._plan(
-                w, _host(indptr, "i", i32), _host(indices, "i", i32), _host(last, "i", i32),
+                w, host_ints(indptr, "i", i32), host_ints(indices, "i", i32), host_ints(last, "i", i32),
                 *self._dims, **self._decode_kw,
             )
             self.meta = FlashInferMeta(loc, w, decode=True)
@@ -321,7 +244,7 @@ class FlashInferBackend(AttentionBackend):
             qo.append(acc)
         w = self._prefill_wrapper
         w.plan(
-            _host(qo, "i", i32), _host(indptr, "i", i32), _host(indices, "i", i32), _host(last, "i", i32),
+            host_ints(qo, "i", i32), host_ints(indptr, "i", i32), host_ints(indices, "i", i32), host_ints(last, "i", i32),
             *self._dims, **self._prefill_kw,
         )
         self.meta = FlashInferMeta(loc, w, decode=False, num_tokens=batch.num_tokens)
@@ -435,7 +358,7 @@ class FlashInferBackend(AttentionBackend):
         w = self._graph_wrappers.get(bucket)
         if w is None:
             raise RuntimeError(f"no FlashInfer decode wrapper for bucket {bucket}: it was never captured")
-        indptr, indices, last = self._page_lists(batch.req_pages, batch.seq_lens)
+        indptr, indices, last = page_lists(batch.req_pages, batch.seq_lens, self.pool.page_size)
         pad = bucket - batch.batch_size
         if pad > 0:
             pages, pad_last = self._pad_rows()
@@ -453,9 +376,9 @@ class FlashInferBackend(AttentionBackend):
         else:
             self._plan(
                 w,
-                _host(indptr, "i", i32),
-                _host(indices, "i", i32).to(self.device, non_blocking=True),  # device: non-blocking copy in plan
-                _host(last, "i", i32),
+                host_ints(indptr, "i", i32),
+                host_ints(indices, "i", i32).to(self.device, non_blocking=True),  # device: non-blocking copy in plan
+                host_ints(last, "i", i32),
                 *self._dims, **self._decode_kw,
             )
         if isinstance(self.meta, FlashInferMeta) and self.meta.decode:

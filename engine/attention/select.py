@@ -11,20 +11,10 @@ import torch
 from ..kernel_config import KernelConfig
 from ..kv_pool import KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
+from .flashinfer_support import flashinfer_problem, kv_cache_problem
 from .torch_native import TorchNativeBackend
 
 __all__ = ["AttentionBackendError", "flashinfer_problem", "select_attention_backend"]
-
-
-def flashinfer_problem(device: torch.device) -> str | None:
-    """Why FlashInfer cannot run here, or None when it can."""
-    if device.type != "cuda":
-        return "flashinfer needs a CUDA device"
-    try:
-        import flashinfer  # noqa: F401  (import check only)
-    except Exception as e:  # ImportError, or a broken install raising something else
-        return f"flashinfer is not importable ({type(e).__name__}: {e})".splitlines()[0]
-    return None
 
 
 def select_attention_backend(
@@ -33,10 +23,10 @@ def select_attention_backend(
     if choice in ("auto", "flashinfer"):
         problem = flashinfer_problem(device)
         if problem is None:
-            from .flashinfer_backend import FlashInferBackend
-
-            problem = FlashInferBackend.problem(pool.layout.dtype, shape.head_dim, pool.page_size)
+            problem = kv_cache_problem(pool.layout.dtype, shape.head_dim, pool.page_size)
             if problem is None:
+                from .flashinfer_backend import FlashInferBackend
+
                 backend = FlashInferBackend(pool, shape, device, prefill_backend=kernels.prefill_backend,
                                             decode_kernel=kernels.decode_kernel, pdl=kernels.pdl)
                 return backend, "flashinfer selected"

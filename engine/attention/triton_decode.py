@@ -24,8 +24,9 @@ model (HBM-cold KV) it takes 11.7-13.8 µs at contexts of 140-540 tokens against
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import astuple, dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -268,3 +269,34 @@ class PagedDecode:
                q_norm if has_norm else qkv, k_norm if has_norm else qkv, eps, True, has_norm)
         return self._launch(qkv, qkv.stride(0), D, k_cache, v_cache, (indptr, indices, last_page_len),
                             None, splits, new)
+
+
+class TritonDecodeWrapper:
+    """FlashInfer-wrapper-shaped front of the Triton decode kernel: ``load`` replaces ``plan`` (it only
+    copies the page lists into the device buffers: nothing to plan on the host), ``run`` attends."""
+
+    def __init__(self, kernel: PagedDecode, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
+                 splits: Optional[int] = None) -> None:
+        self.kernel, self.indptr, self.indices, self.last, self.splits = kernel, indptr, indices, last, splits
+
+    def load(self, indptr: Any, indices: Any, last: Any, stage: torch.Tensor) -> None:
+        """Copy the page lists in through ``stage``, a pinned buffer the caller keeps (and guards:
+        the previous load's copies must have run before it is overwritten). A persistent buffer, not
+        a fresh pinned tensor per call: the caching host allocator queries CUDA events when it
+        recycles blocks, which a graph capture elsewhere in the process would not tolerate."""
+        n = len(indices)
+        a, b = len(indptr), len(indptr) + len(last)
+        view = stage[: b + n]
+        view.numpy()[:] = array("i", list(indptr) + list(last)) + array("i", indices)
+        self.indptr[:a].copy_(view[:a], non_blocking=True)
+        self.last[: b - a].copy_(view[a:b], non_blocking=True)
+        self.indices[:n].copy_(view[b:], non_blocking=True)
+
+    def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return self.kernel.run(q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits)
+
+    def run_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+                q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
+                kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return self.kernel.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, kv[0], kv[1],
+                                   self.indptr, self.indices, self.last, splits=self.splits)
