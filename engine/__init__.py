@@ -1,7 +1,8 @@
 """graphtop.engine: the in-process inference engine (never imports textual).
 
 Public API: ``Engine`` (``from_pretrained``, ``submit``, ``generate``, ``step``, ``recapture``,
-``start_background``, ``shutdown``), ``EngineConfig``, ``SamplingParams``, ``RequestHandle``,
+``start_background``, ``shutdown``), ``EngineConfig`` (with ``GraphConfig`` and ``KernelConfig``),
+``SamplingParams``, ``RequestHandle``,
 ``FinishReason``, ``EventBus`` and the event types in ``graphtop.engine.telemetry.events``.
 
 Names resolve lazily (PEP 562) so that ``graphtop trace ...`` and the event tools do not pay for
