@@ -63,3 +63,15 @@ def test_the_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_each_contract_catches_what_it_forbids(monkeypatch, importer, imported, contract) -> None:
     broken = _broken(monkeypatch, _GraphWith(importer, imported))
     assert len(broken) == 1 and broken[0].startswith(contract), broken
+
+
+def test_dashboard_model_loads_without_torch() -> None:
+    """The dashboard's state and what-if import telemetry and the bucket policy directly: no torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.telemetry.summary,"
+            " graphtop.engine.telemetry.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config;"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
