@@ -58,15 +58,13 @@ def test_flashinfer_page_lists_take_int32_arrays_and_lists_alike(page_size):
     request page arrays (what the scheduler hands over) give exactly what plain lists give."""
     from array import array
 
-    from graphtop.engine.attention.flashinfer_backend import FlashInferBackend
+    from graphtop.engine.attention.page_lists import page_lists
 
-    backend = FlashInferBackend.__new__(FlashInferBackend)  # only the pool's page size is needed
-    backend.pool = KVPool(KVLayout(1, 1, 8, torch.float32), 8, page_size, torch.device("cpu"))
     rng = random.Random(page_size)
     lens = [1, page_size, page_size + 1, 37, 300]
     lists = [[rng.randrange(1, 10_000) for _ in range(-(-n // page_size) + 2)] for n in lens]  # + spare pages
-    got = backend._page_lists([array("i", p) for p in lists], lens)
-    want = backend._page_lists(lists, lens)
+    got = page_lists([array("i", p) for p in lists], lens, page_size)
+    want = page_lists(lists, lens, page_size)
     assert got[0] == want[0] and list(got[1]) == list(want[1]) and got[2] == want[2]
     n_pages = [-(-n // page_size) for n in lens]
     assert got[0] == [sum(n_pages[:i]) for i in range(len(lens) + 1)]
