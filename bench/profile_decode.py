@@ -2,7 +2,7 @@
 variants (overlap schedule, fused-GEMV layers, one-launch decode attention, PDL), the GPU kernels of a few
 steps (torch.profiler) and the host functions (cProfile), for one batch size.
 
-    python bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1] [--out DIR]
+    python bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64] [--out DIR]
 
 Writes ``profile_<shape>_bs<bs>.json`` (Chrome trace of the last variant; open in Perfetto) under --out.
 """
@@ -40,14 +40,18 @@ VARIANTS = [
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="qwen3-0.6b")
-    ap.add_argument("--bs", type=int, default=1)
+    ap.add_argument("--bs", default="1", help="batch sizes, comma list (one checkpoint per shape)")
     ap.add_argument("--attention", default="flashinfer")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--variants", default="", help="comma list of variant indices (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     for shape in args.shapes.split(","):
-        profile_shape(shape, args)
+        ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
+        for bs in (int(b) for b in args.bs.split(",")):
+            profile_shape(shape, ckpt, bs, args)
+        del ckpt
+        torch.cuda.empty_cache()
     return 0
 
 
@@ -59,16 +63,15 @@ def kernel_table(eng, rows: int):
     return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60), p
 
 
-def profile_shape(shape: str, args: argparse.Namespace) -> None:
-    ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
-    tag = f"{shape} bs {args.bs} {args.attention}"
+def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace) -> None:
+    tag = f"{shape} bs {bs} {args.attention}"
     picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     for n, (name, rows, overlap, kernel, gemv, pdl) in enumerate(picked):
         kernels = KernelConfig(fused_gemv=gemv, decode_kernel=kernel, pdl=pdl)
         bus = EventBus()
         caps = bus.subscribe("captures", types={"capture_progress"})
         try:
-            eng = make_engine(ckpt, args.attention, graphs=True, bus=bus, max_running=64, gemv_rows=rows,
+            eng = make_engine(ckpt, args.attention, graphs=True, bus=bus, max_running=max(64, bs), gemv_rows=rows,
                               overlap_schedule=overlap, kernels=kernels)
         except Exception as exc:  # report and go on with the next variant
             print(f"[{tag}] {name}: engine failed: {type(exc).__name__}: {exc}", flush=True)
@@ -77,7 +80,7 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
         bus.unsubscribe(caps)
         if failed:
             print(f"[{tag}] {name}: {len(failed)} captures failed, first: {failed[0]}", flush=True)
-        handles = fill_decode(eng, args.bs)
+        handles = fill_decode(eng, bs)
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, args.steps) for _ in range(3))[1]
         print(f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
@@ -85,7 +88,7 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
         table, prof = kernel_table(eng, 14)
         print(table, flush=True)
         if n == len(picked) - 1:
-            prof.export_chrome_trace(str(Path(args.out) / f"profile_{shape}_bs{args.bs}.json"))
+            prof.export_chrome_trace(str(Path(args.out) / f"profile_{shape}_bs{bs}.json"))
             cp = cProfile.Profile()
             cp.enable()
             time_steps(eng, args.steps)
@@ -97,8 +100,6 @@ def profile_shape(shape: str, args: argparse.Namespace) -> None:
         eng.close()  # graphs released here, not by a GC pass during the next variant's capture
         del eng, handles
         torch.cuda.empty_cache()
-    del ckpt
-    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
