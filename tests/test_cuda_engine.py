@@ -193,7 +193,7 @@ def test_recapture_keeps_requests_streaming(qwen3_shape, monkeypatch):
     predictions match a run without recapture (teacher-forced)."""
     from token_agreement import Recorder, _assert_agree
 
-    import graphtop.engine.engine as engine_mod
+    import graphtop.engine.step_loop as engine_mod  # where the step samples
 
     vocab = qwen3_shape.spec.vocab_size
     params = SamplingParams(max_new_tokens=40, ignore_eos=True, detokenize=False)

@@ -77,7 +77,7 @@ def agreement(ref: Recorder, got: Recorder) -> tuple[float, float, list[tuple]]:
 
 
 def serve(engine: Any, prompts: list[list[int]], max_new: list[int], recorder: Recorder, monkeypatch) -> None:
-    import graphtop.engine.engine as engine_mod
+    import graphtop.engine.step_loop as engine_mod  # where the step samples
     from graphtop.engine.sampling_params import SamplingParams
 
     monkeypatch.setattr(engine_mod, "sample", recorder)
