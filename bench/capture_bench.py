@@ -1,4 +1,4 @@
-"""Graph capture with and without the GC frozen (GraphBackend.capture_session), side by side.
+"""Graph capture with and without the GC frozen (GraphBackend.capture_session: freeze, no collection), side by side.
 
 Each round builds one engine with ``GraphConfig.freeze_gc`` on and one with it off (in alternating
 order), reads the capture time of every phase from the engine's own ``capture_finished`` events, then

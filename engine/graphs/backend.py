@@ -55,20 +55,17 @@ class GraphBackend(ABC):
         return None
 
     @contextmanager
-    def capture_session(self, collect: bool = True) -> Iterator[None]:
+    def capture_session(self) -> Iterator[None]:
         """Capture with the GC frozen: every object alive now moves out of the collector's reach, so a
-        collection during capture walks only what the capture itself allocated. That matters because
-        ``torch.cuda.graph`` runs a full ``gc.collect()`` for every graph it captures, which otherwise
-        walks the whole heap once per bucket; and no collection frees pool tensors mid-capture.
+        collection that allocation triggers during capture walks only what the capture itself
+        allocated, not the whole heap of a long-lived process, and no collection finalizes objects
+        (tensors, CUDA events) in the middle of a capture.
 
-        ``collect``: collect first, so no garbage is frozen (and kept) for the capture's duration. A
-        capture job sliced between steps collects on its first slice only: every slice pays for a
-        collection otherwise."""
+        No ``gc.collect()`` first: on the H200 a collection per capture job cost more than freezing
+        saved (bench/capture_bench.py). Garbage alive at the freeze is merely kept until the thaw."""
         if not self.freeze_gc:
             yield
             return
-        if collect:
-            gc.collect()
         gc.freeze()
         try:
             yield

@@ -63,7 +63,7 @@ class BucketedGraphRunner(GraphRunner):
         (``GraphBackend.capture_session``); True once nothing is pending."""
         if self.job is None:
             return True
-        with self.backend.capture_session(collect=not self.job.started):
+        with self.backend.capture_session():
             done = self.job.run(budget_s)
         if done:
             self._adopt(self.job)

@@ -49,11 +49,6 @@ class CaptureJob:
             self._finish()
 
     @property
-    def started(self) -> bool:
-        """At least one bucket was attempted."""
-        return self._next > 0
-
-    @property
     def done(self) -> bool:
         return self._next >= len(self.order)
 
