@@ -1,13 +1,14 @@
 """Interleaved A/B of decode-path variants on one checkpoint: every variant is its own engine (its
-graphs captured under its settings), all serving one request side by side; timing rounds alternate
+graphs captured under its settings), all serving the same batch side by side; timing rounds alternate
 between them, so clock drift and context growth hit every variant alike. Prints each variant's median
-bs-1 graph step and its ratio to the HBM floor (weights + KV bytes ÷ copy bandwidth).
+graph step and its ratio to the HBM floor (bench/floor.py).
 
-    python bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--rounds 8] [--steps 20]
+    python bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1] [--rounds 8] [--steps 20]
         [--variants "pdl=auto;pdl=off;pdl=on;pdl=auto"]  (the default; also e.g. "pdl=off,tuning=64/64/4/2")
 
-A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``) and/or the Triton decode launch
-shape (tuning=block_t/min_chunk/warps/stages) for the engines built under it.
+A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
+(decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
+the Triton decode launch shape (tuning=block_t/min_chunk/warps/stages) for the engines built under it.
 """
 
 from __future__ import annotations
@@ -22,26 +23,61 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from graph_bench import PROMPT_LEN, copy_bandwidth, drain, fill_decode, make_engine, time_steps  # noqa: E402
+from floor import copy_bandwidth, floor_ms  # noqa: E402
+from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
-def apply(variant: str) -> KernelConfig:
-    """The variant's kernel config; its launch shape (a module default) is set for the engines built next."""
-    kernels = KernelConfig()
+def apply(variant: str) -> dict:
+    """The variant's engine overrides (kernel config, page size); its launch shape (a module default)
+    is set for the engines built next."""
+    kernel: dict[str, str] = {}
+    overrides: dict = {}
     td.DEFAULT_TUNING = td.DecodeTuning()
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
-            kernels = KernelConfig(pdl=value)
+            kernel["pdl"] = value
+        elif key == "decode":
+            kernel["decode_kernel"] = value
+        elif key == "page":
+            overrides["page_size"] = int(value)
         elif key == "tuning":
             td.DEFAULT_TUNING = td.DecodeTuning(*map(int, value.split("/")))
         else:
             raise SystemExit(f"unknown variant key {key!r}")
-    return kernels
+    return {"kernels": KernelConfig(**kernel), **overrides}
+
+
+def compare(shape: str, ckpt, bs: int, variants: list[str], args: argparse.Namespace, bw: float) -> None:
+    engines, handles = [], []
+    for v in variants:
+        eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=max(8, bs), decode_bs=[bs],
+                          prefill_graphs=False, **apply(v))
+        engines.append(eng)
+        handles.append(fill_decode(eng, bs))
+        time_steps(eng, 5)
+    apply("")
+    times: list[list[float]] = [[] for _ in variants]
+    for _ in range(args.rounds):
+        for i, eng in enumerate(engines):
+            times[i].append(time_steps(eng, args.steps))
+    ctx = PROMPT_LEN + 5 + args.rounds * args.steps // 2  # the middle of the timed steps
+    floor = floor_ms(ckpt.model, [ctx] * bs, bw)
+    base = statistics.median(times[0])
+    for v, t in zip(variants, times):
+        med = statistics.median(t)
+        print(f"[{shape} bs {bs}, context ~{ctx}] {v or 'defaults':40s} graph step {med:.3f} ms "
+              f"(min {min(t):.3f})  ÷ floor {floor:.3f} = {med / floor:.3f}×  ÷ first {med / base:.3f}",
+              flush=True)
+    for eng, h in zip(engines, handles):
+        drain(eng, h)
+        eng.close()
+    del engines, handles
+    torch.cuda.empty_cache()
 
 
 def main() -> int:
@@ -50,37 +86,16 @@ def main() -> int:
     ap.add_argument("--variants", default="pdl=auto;pdl=off;pdl=on;pdl=auto")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--bs", default="1", help="batch sizes, comma list")
     args = ap.parse_args()
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     variants = args.variants.split(";")
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
-        spec = ckpt.spec
-        kv_per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
-        engines, handles = [], []
-        for v in variants:
-            eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=8, kernels=apply(v))
-            engines.append(eng)
-            handles.append(fill_decode(eng, 1))
-            time_steps(eng, 5)
-        apply("")
-        times: list[list[float]] = [[] for _ in variants]
-        for _ in range(args.rounds):
-            for i, eng in enumerate(engines):
-                times[i].append(time_steps(eng, args.steps))
-        ctx = PROMPT_LEN + 5 + args.rounds * args.steps // 2  # the middle of the timed steps
-        floor = (ckpt.weights_bytes + ctx * kv_per_token) / bw * 1e3
-        base = statistics.median(times[0])
-        for v, t in zip(variants, times):
-            med = statistics.median(t)
-            print(f"[{shape} bs 1, context ~{ctx}] {v or 'defaults':32s} graph step {med:.3f} ms "
-                  f"(min {min(t):.3f})  ÷ floor {floor:.3f} = {med / floor:.3f}×  ÷ first {med / base:.3f}",
-                  flush=True)
-        for eng, h in zip(engines, handles):
-            drain(eng, h)
-            eng.close()
-        del engines, handles, ckpt
+        for bs in map(int, args.bs.split(",")):
+            compare(shape, ckpt, bs, variants, args, bw)
+        del ckpt
         torch.cuda.empty_cache()
     return 0
 

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from graph_bench import copy_bandwidth  # noqa: E402
+from floor import copy_bandwidth, floor_ms  # noqa: E402
 
 from graphtop.models import triton_gemv as tg  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
@@ -166,7 +166,6 @@ def decode_with(shape: str, tuned: dict, bw: float) -> None:
     from graphtop.models.random_model import hf_config_for, random_checkpoint
 
     ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
-    spec = ckpt.spec
     shipped = dict(tg.TUNED)
     for label, table in (("shipped configs", shipped), ("swept configs", {**shipped, **tuned}),
                          ("shipped configs again", shipped)):
@@ -176,9 +175,7 @@ def decode_with(shape: str, tuned: dict, bw: float) -> None:
         handles = fill_decode(eng, 1)
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, 100) for _ in range(5))[2]
-        ctx = PROMPT_LEN + len(handles[0].token_ids)
-        kv = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2 * ctx
-        floor = (ckpt.weights_bytes + kv) / bw * 1e3
+        floor = floor_ms(ckpt.model, [PROMPT_LEN + len(handles[0].token_ids)], bw)
         print(f"{shape} bs 1 graph decode, {label}: {ms:.3f} ms, floor {floor:.3f} ms, {ms / floor:.3f}x floor",
               flush=True)
         drain(eng, handles)

@@ -1,11 +1,14 @@
-"""Decode/prefill benchmark: graphtop graph vs eager, FlashInfer vs torch-native, the HBM floor,
-transformers' own decode, capture cost, and event-stream overhead — all measured side by side in one
-run on one device, printed as a table of ratios and saved as JSON.
+"""Decode/prefill benchmark: graphtop graph vs eager, FlashInfer vs torch-native, the HBM floor
+(bench/floor.py), transformers' own decode (eager, and its step in a hand-captured CUDA graph),
+capture cost, and event-stream overhead — all measured side by side in one run on one device,
+printed as a table of ratios and saved as JSON.
 
-    python bench/graph_bench.py --out OUT_DIR [--shapes qwen3-0.6b,llama-3.1-8b] [--quick]
+    python bench/graph_bench.py --out OUT_DIR [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
+        [--rounds 5] [--prefill 64,128,256,512,1024]
 
 Step times are whole serving steps (schedule → forward → sample → events), timed across N steps with
-one synchronize before and after; each step's own sampling sync is part of it, as in serving.
+one synchronize before and after; each step's own sampling sync is part of it, as in serving. Graph
+and eager decode of one batch alternate in rounds on the same live engine; figures are medians.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from floor import copy_bandwidth, floor_ms  # noqa: E402,F401  (copy_bandwidth: re-exported for the other benches)
+
 PROMPT_LEN = 128
 MAX_CONTEXT = 1088  # prompt 128 + decode, and a 1024-token prefill
 
@@ -40,33 +46,21 @@ def log(*a: Any) -> None:
     print(*a, flush=True)
 
 
-def copy_bandwidth(device: torch.device) -> float:
-    """Bytes/s of a large device-to-device copy, counting read + write."""
-    n = 1 << 30  # 1 GiB
-    src = torch.empty(n, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(10):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        dst.copy_(src)
-        e.record()
-        e.synchronize()
-        best = min(best, s.elapsed_time(e) / 1e3)
-    del src, dst
-    return 2 * n / best
-
-
 def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus] = None,
-                max_running: int = 256, gemv_rows: int = 1, **overrides: Any) -> Engine:
+                max_running: int = 256, gemv_rows: int = 1, decode_bs: Optional[list[int]] = None,
+                prefill_graphs: bool = True, **overrides: Any) -> Engine:
+    """An engine for benchmarks: page size 1 unless ``page_size`` is given; ``decode_bs`` limits the
+    decode graphs to those buckets and ``prefill_graphs=False`` captures none (quicker A/B engines)."""
     gcfg = GraphConfig()
     if not graphs:
         gcfg.set("decode.backend", "disabled")
         gcfg.set("prefill.backend", "disabled")
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, page_size=1,
+    if decode_bs is not None:
+        gcfg.set("decode.bs", decode_bs)
+    if not prefill_graphs:
+        gcfg.set("prefill.backend", "disabled")
+    page_size = overrides.pop("page_size", 1)
+    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, page_size=page_size,
                        chunked_prefill_size=1024, max_running_requests=max_running,
                        max_context_len=MAX_CONTEXT, max_total_tokens=max_running * 400 + 4096, graphs=gcfg,
                        fused_gemv_max_rows=gemv_rows, **overrides)
@@ -100,13 +94,30 @@ def time_steps(eng: Engine, n: int) -> float:
     return (time.perf_counter() - t) / n * 1e3
 
 
-def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int) -> dict[str, float]:
+def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int, rounds: int) -> dict[str, Any]:
+    """Graph and eager decode of the same ``bs`` requests on one live engine, in interleaved rounds
+    (graph, eager, graph, ...), so context growth and clock drift hit both alike; medians."""
     handles = fill_decode(eng, bs)
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     mr = eng.model_runner
-    if mr.decode is not None and mr.decode.pick_bucket(bs) is not None:
-        time_steps(eng, 5)
-        out["graph"] = time_steps(eng, steps)
+    has_graph = mr.decode is not None and mr.decode.pick_bucket(bs) is not None
+    graph_t: list[float] = []
+    eager_t: list[float] = []
+    contexts: list[int] = []
+    time_steps(eng, 5)
+    for _ in range(rounds):
+        if has_graph:
+            contexts.append(PROMPT_LEN + len(handles[0]._token_ids) + steps // 2)
+            graph_t.append(time_steps(eng, steps))
+        saved, mr.decode = mr.decode, None
+        try:
+            time_steps(eng, 1)
+            eager_t.append(time_steps(eng, eager_steps))
+        finally:
+            mr.decode = saved
+    if graph_t:
+        out["graph"] = statistics.median(graph_t)
+        out["graph_rounds"] = graph_t
         # where a graph step's time goes: GPU replay (CUDA events) vs the rest (host)
         sub = eng.bus.subscribe("split", types={"step"})
         time_steps(eng, steps)
@@ -115,44 +126,40 @@ def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int) -> dict[str, f
         if evs:
             out["replay_gpu_ms"] = statistics.mean(e.replay_ms for e in evs)
             out["host_ms"] = statistics.mean(e.host_ms for e in evs)
-    saved, mr.decode = mr.decode, None
-    try:
-        time_steps(eng, 2)
-        out["eager"] = time_steps(eng, eager_steps)
-    finally:
-        mr.decode = saved
-    out["context"] = PROMPT_LEN + len(handles[0]._token_ids)
+    out["eager"] = statistics.median(eager_t)
+    out["context"] = statistics.median(contexts) if contexts else PROMPT_LEN + len(handles[0]._token_ids)
     drain(eng, handles)
     return out
 
 
 def prefill_ms(eng: Engine, n_tokens: int, reps: int) -> dict[str, float]:
+    """One prompt of ``n_tokens`` on an idle engine: the step from submit to the first token on the
+    host (so the graph figure is the time to first token), breakable graph and eager alternating."""
     g = torch.Generator().manual_seed(n_tokens)
     vocab = eng.spec.vocab_size
     params = SamplingParams(max_new_tokens=1, ignore_eos=True, detokenize=False)
     mr = eng.model_runner
-    out: dict[str, float] = {}
-    for label in ("graph", "eager"):
-        saved = mr.prefill
-        if label == "eager":
-            mr.prefill = None
-        elif saved is None or saved.pick_bucket(n_tokens) is None:
-            continue
-        try:
-            times = []
-            for i in range(reps + 2):
+    labels = ["eager"]
+    if mr.prefill is not None and mr.prefill.pick_bucket(n_tokens) is not None:
+        labels.insert(0, "graph")
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for i in range(reps + 2):
+        for label in labels:
+            saved = mr.prefill
+            if label == "eager":
+                mr.prefill = None
+            try:
                 eng.submit(torch.randint(10, vocab - 10, (n_tokens,), generator=g).tolist(), params)
                 torch.cuda.synchronize()
                 t = time.perf_counter()
                 eng.step()
                 torch.cuda.synchronize()
                 if i >= 2:
-                    times.append((time.perf_counter() - t) * 1e3)
+                    times[label].append((time.perf_counter() - t) * 1e3)
                 eng.run_until_idle()
-            out[label] = statistics.median(times)
-        finally:
-            mr.prefill = saved
-    return out
+            finally:
+                mr.prefill = saved
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def events_overhead(eng: Engine, rounds: int, steps: int) -> dict[str, float]:
@@ -200,6 +207,55 @@ def hf_decode_ms(hf_config: Any, bs: int, steps: int) -> float:
     return ms
 
 
+def hf_graph_decode_ms(hf_config: Any, bs: int, steps: int) -> Optional[float]:
+    """The stronger peer: transformers' decode step over a StaticCache, captured by hand in one CUDA
+    graph (argmax and the feed-back of the token inside it) and replayed, tokens read back every step.
+    None (with a logged reason) where this transformers version cannot be captured."""
+    from transformers import AutoModelForCausalLM, StaticCache
+
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16)
+    model.eval()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    ids = torch.randint(10, hf_config.vocab_size - 10, (bs, PROMPT_LEN), device="cuda", generator=g)
+    # StaticCache advances an on-device write counter inside each replay: room for every replay.
+    cache = StaticCache(config=hf_config, max_cache_len=PROMPT_LEN + steps + 32)
+    try:
+        with torch.inference_mode():
+            out = model(ids, past_key_values=cache, use_cache=True)
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            pos = torch.full((bs, 1), PROMPT_LEN, dtype=torch.int64, device="cuda")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm up outside capture (2 steps)
+                for _ in range(2):
+                    out = model(tok, position_ids=pos, past_key_values=cache, use_cache=True)
+                    tok.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
+                    pos.add_(1)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = model(tok, position_ids=pos, past_key_values=cache, use_cache=True)
+                tok.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
+                pos.add_(1)
+            for _ in range(3):
+                graph.replay()
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(steps):
+                graph.replay()
+                tok.tolist()  # a serving loop reads tokens back every step
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t) / steps * 1e3
+        del graph
+    except Exception as exc:  # a transformers version whose step cannot be captured: say so, go on
+        log(f"transformers in a CUDA graph, bs {bs}: not captured ({type(exc).__name__}: {str(exc)[:160]})")
+        ms = None
+    del model, cache
+    torch.cuda.empty_cache()
+    return ms
+
+
 def capture_stats(bus_sub: Any) -> dict[str, Any]:
     stats: dict[str, Any] = {}
     for e in bus_sub.drain():
@@ -214,8 +270,7 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
     hf_config = hf_config_for(shape, **overrides)
     ckpt = random_checkpoint(hf_config, device="cuda", dtype=torch.bfloat16)
     res: dict[str, Any] = {"shape": shape, "weights_bytes": ckpt.weights_bytes, "decode": {}, "prefill": {},
-                           "capture": {}, "floor_ms": {}}
-    kv_bytes_per_token = 2 * ckpt.spec.num_layers * ckpt.spec.num_kv_heads * ckpt.spec.head_dim * 2
+                           "capture": {}}
     for attn in attentions:
         bus = EventBus()
         sub = bus.subscribe("bench", types={"capture_finished"})
@@ -226,11 +281,10 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
         bus.unsubscribe(sub)
         log(f"[{shape}/{attn}] capture {res['capture'][attn]}")
         for bs in args.bs:
-            d = decode_ms(eng, bs, args.steps, args.eager_steps)
+            d = decode_ms(eng, bs, args.steps, args.eager_steps, args.rounds)
+            d["floor_ms"] = floor_ms(ckpt.model, [int(d["context"])] * bs, bw)
             res["decode"].setdefault(attn, {})[bs] = d
-            ctx = d["context"]
-            res["floor_ms"][bs] = (ckpt.weights_bytes + bs * ctx * kv_bytes_per_token) / bw * 1e3
-            log(f"[{shape}/{attn}] decode bs {bs}: {d}  floor {res['floor_ms'][bs]:.3f} ms")
+            log(f"[{shape}/{attn}] decode bs {bs}: {d}")
         for n in args.prefill:
             p = prefill_ms(eng, n, args.prefill_reps)
             res["prefill"].setdefault(attn, {})[n] = p
@@ -244,28 +298,31 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
         torch.cuda.empty_cache()
     del ckpt
     torch.cuda.empty_cache()
-    res["transformers"] = {}
+    res["transformers"], res["transformers_graph"] = {}, {}
     for bs in args.hf_bs:
         res["transformers"][bs] = hf_decode_ms(hf_config, bs, args.hf_steps)
         log(f"[{shape}] transformers decode bs {bs}: {res['transformers'][bs]:.3f} ms")
+    for bs in args.hf_graph_bs:
+        res["transformers_graph"][bs] = hf_graph_decode_ms(hf_config, bs, max(args.steps, 20))
+        log(f"[{shape}] transformers decode in a CUDA graph, bs {bs}: {res['transformers_graph'][bs]} ms")
     return res
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| shape | attention | bs | graph ms | eager ms | eager/graph | HBM floor ms | graph/floor "
-             "| transformers ms | transformers/graph |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| shape | attention | bs | context | graph ms | eager ms | eager/graph | HBM floor ms | graph/floor "
+             "| transformers ms | transformers in a CUDA graph ms | transformers-graph/graph |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         for attn, by_bs in r["decode"].items():
             for bs, d in by_bs.items():
-                g, e = d.get("graph"), d.get("eager")
-                floor = r["floor_ms"][bs]
-                hf = r["transformers"].get(bs)
+                g, e, floor = d.get("graph"), d.get("eager"), d["floor_ms"]
+                hf, hfg = r["transformers"].get(bs), r["transformers_graph"].get(bs)
                 lines.append(
-                    f"| {r['shape']} | {attn} | {bs} | {_f(g)} | {_f(e)} | {_r(e, g)} | {floor:.3f} | "
-                    f"{_r(g, floor)} | {_f(hf)} | {_r(hf, g)} |"
+                    f"| {r['shape']} | {attn} | {bs} | {int(d['context'])} | {_f(g)} | {_f(e)} | {_r(e, g)} | "
+                    f"{floor:.3f} | {_r(g, floor)} | {_f(hf)} | {_f(hfg)} | {_r(hfg, g)} |"
                 )
-    lines += ["", "| shape | attention | prefill tokens | breakable ms | eager ms | eager/breakable |",
+    lines += ["", "| shape | attention | prefill tokens | breakable ms (= TTFT, idle engine) | eager ms | "
+              "eager/breakable |",
               "|---|---|---|---|---|---|"]
     for r in results:
         for attn, by_n in r["prefill"].items():
@@ -300,8 +357,10 @@ def main() -> int:
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--attention", default="flashinfer,torch")
     ap.add_argument("--bs", default="1,8,64,256")
-    ap.add_argument("--prefill", default="64,256,1024")
+    ap.add_argument("--prefill", default="64,128,256,512,1024")
     ap.add_argument("--hf-bs", default="1,64")
+    ap.add_argument("--hf-graph-bs", default="1,64", help="transformers' step in a hand-captured CUDA graph")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved graph/eager rounds per batch size")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--eager-steps", type=int, default=10)
     ap.add_argument("--hf-steps", type=int, default=10)
@@ -312,6 +371,7 @@ def main() -> int:
     args.bs = [int(x) for x in args.bs.split(",") if x]
     args.prefill = [int(x) for x in args.prefill.split(",") if x]
     args.hf_bs = [int(x) for x in args.hf_bs.split(",") if x]
+    args.hf_graph_bs = [int(x) for x in args.hf_graph_bs.split(",") if x]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not torch.cuda.is_available():
@@ -325,7 +385,7 @@ def main() -> int:
         attentions = [a for a in attentions if a != "flashinfer"]
     dev = torch.device("cuda")
     bw = copy_bandwidth(dev)
-    log(f"device {torch.cuda.get_device_name(dev)}; copy bandwidth {bw / 1e12:.2f} TB/s")
+    log(f"device {torch.cuda.get_device_name(dev)}; copy bandwidth {bw / 1e12:.2f} TB/s (2 GiB copy, read + write)")
     results = []
     for shape in [s for s in args.shapes.split(",") if s]:
         results.append(bench_shape(shape, args, bw, attentions))
