@@ -6,6 +6,7 @@
     graphtop --replay TRACE.jsonl                             a recorded trace in the dashboard
     graphtop trace summary TRACE.jsonl
     graphtop trace export --perfetto TRACE.jsonl OUT.json
+    graphtop advise TRACE.jsonl [--max-graphs N] [--max-graph-memory SIZE] [--phase decode|prefill|both]
 
 Usage errors print one line and exit 2, never a traceback. Textual is imported only for the
 interactive modes, torch only once a model is needed.
@@ -203,6 +204,10 @@ def _run_trace(argv: Sequence[str]) -> int:
 def _main(argv: Sequence[str]) -> int:
     if argv and argv[0] == "trace":
         return _run_trace(argv[1:])
+    if argv and argv[0] == "advise":
+        from .advise_cli import build_advise_parser, run_advise
+
+        return run_advise(build_advise_parser(_Parser).parse_args(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.replay:
         if args.prompts or args.synthetic or args.record:
