@@ -374,6 +374,56 @@ async def test_bucket_editor_what_if_numbers() -> None:
         assert not isinstance(app.screen, BucketEditorScreen)
 
 
+async def test_bucket_editor_advise_fills_the_advice_and_the_what_if_shows_it() -> None:
+    from graphtop.engine.graphs.bucket_list import format_buckets
+    from graphtop.engine.telemetry.bucket_demand import advise_phase
+    from graphtop.tui.fmt import pct
+    from graphtop.tui.whatif import what_if
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        editor = await _open_editor(pilot)
+        await pilot.press("ctrl+o")  # works while a field has the focus
+        await pilot.pause()
+        h = app.state.whatif_inputs()
+        advised = {}
+        for phase, current in (("decode", [1, 2, 4, 8, 16, 32]), ("prefill", [64, 128, 256, 512])):
+            advice, _ = advise_phase(h.steps, phase, costs=h.costs, max_padding_waste=h.max_padding_waste,
+                                     current=current, max_graphs=len(current))
+            advised[phase] = list(advice.buckets) or current  # no advice: the field is left alone
+            assert editor.query_one(f"#{phase}-input", Input).value == format_buckets(advised[phase])
+        assert 48 in advised["decode"]  # the decode fallbacks get a graph
+        # the scripted prefill eager steps cost no more per token than its graphs: nothing to gain
+        assert advised["prefill"] == [64, 128, 256, 512]
+        preview = str(editor.query_one("#whatif").render())
+        cand = what_if(h.steps, advised["decode"], advised["prefill"], h.costs,
+                       current_decode=[1, 2, 4, 8, 16, 32], current_prefill=[64, 128, 256, 512])
+        hit = next(ln for ln in preview.splitlines() if ln.startswith("graph hit rate"))
+        assert hit.split()[-1] == pct(cand.hit_rate) and cand.decode.hit_rate == 1.0
+        assert next(ln for ln in preview.splitlines() if ln.startswith("graphs")).split()[1:] == ["10", "10"]
+        await pilot.click("#confirm")
+        await pilot.pause()
+        assert app.session.recaptures == [(advised["decode"], None)]  # prefill unchanged
+
+
+async def test_bucket_editor_advice_stays_within_the_static_buffers() -> None:
+    import dataclasses
+
+    boot = boot_events()
+    boot[0] = dataclasses.replace(boot[0], graph_config={"decode": {"bs": [1, 2, 4, 8, 16, 32]},
+                                                         "prefill": {"num_tokens": [64, 128, 256, 512]}})
+    app = make_app(FakeSession(boot + step_events()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert (app.state.graph_max_bucket("decode"), app.state.graph_max_bucket("prefill")) == (32, 512)
+        editor = await _open_editor(pilot)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        decode = editor.parsed["decode"]
+        assert decode and max(decode) <= 32 and len(decode) <= 6  # bs 48 cannot get a graph here
+
+
 async def test_capture_table_modal() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

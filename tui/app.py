@@ -416,6 +416,7 @@ class GraphtopApp(App[int]):
                 decode, prefill, history=self.state.whatif_inputs(),
                 max_running=limits.max_running or (kv.max_running if kv else None),
                 kv_capacity=limits.kv_capacity_tokens or (kv.capacity_tokens if kv else None),
+                max_buckets={ph: self.state.graph_max_bucket(ph) for ph in ("decode", "prefill")},
                 blink=self.animate,
             ),
             callback=self._buckets_chosen,

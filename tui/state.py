@@ -111,6 +111,13 @@ class DashboardState:
         prefill = (self.info.graph_config or {}).get("prefill", {}) if self.info else {}
         return prefill.get("max_padding_waste")
 
+    def graph_max_bucket(self, phase: str) -> Optional[int]:
+        """The largest bucket the engine's static buffers hold: the maximum of the list it started with
+        (the model runner sizes them once, so a recapture cannot go past it)."""
+        body = (self.info.graph_config or {}).get(phase, {}) if self.info else {}
+        sizes = body.get("bs" if phase == "decode" else "num_tokens") or []
+        return max(sizes) if sizes else None
+
     def whatif_inputs(self) -> WhatIfInputs:
         return WhatIfInputs(tuple(self.steps), tuple(self.bucket_costs()), self.prefill_padding_cap())
 
