@@ -16,6 +16,7 @@ import re
 import shlex
 from typing import Any, Optional, Sequence
 
+from .arg_types import nonneg_int, positive_float
 from .usage import UsageError
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
@@ -33,36 +34,16 @@ def parse_size(text: str) -> float:
     return float(m.group(1)) * _UNITS[unit]
 
 
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return v
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
-    return v
-
-
 def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = parser_class(prog="graphtop advise",
                      description="Advise CUDA-graph bucket lists for the workload a trace recorded.")
     p.add_argument("trace", metavar="TRACE.jsonl")
-    p.add_argument("--max-graphs", type=_count, metavar="N",
+    p.add_argument("--max-graphs", type=nonneg_int, metavar="N",
                    help="graphs per phase (default: as many as the trace's list has)")
     p.add_argument("--max-graph-memory", type=parse_size, metavar="SIZE",
                    help="estimated graph memory per phase, from the trace's capture ledger (e.g. 512MiB)")
     p.add_argument("--phase", choices=["decode", "prefill", "both"], default="both")
-    p.add_argument("--eager-ratio", type=_positive_float, metavar="R",
+    p.add_argument("--eager-ratio", type=positive_float, metavar="R",
                    help="eager step time / graph step time (default: measured from the trace, else a default)")
     return p
 

@@ -23,6 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
+from .arg_types import nonneg_int, positive_float  # noqa: E402
 from .usage import UsageError  # noqa: E402
 
 
@@ -71,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
     p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
                    help="read each decode step's tokens back before launching the next one")
+    p.add_argument("--parity-every", type=nonneg_int, default=0, metavar="N",
+                   help="re-run one graph step in N eagerly and compare logits (default 0: off)")
+    p.add_argument("--parity-tolerance", type=positive_float, metavar="F",
+                   help="relative logit error over which a parity check is a mismatch (default: by dtype)")
     g = p.add_argument_group("CUDA graphs")
     g.add_argument("--cuda-graph-config", metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
@@ -168,6 +173,8 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         max_total_tokens=args.max_total_tokens,
         fused_kernels=args.fused_kernels,
         overlap_schedule=args.overlap_schedule,
+        parity_every=args.parity_every,
+        parity_tolerance=args.parity_tolerance,
         graphs=graphs,
     )
     try:
