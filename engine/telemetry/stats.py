@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Protocol
 
 __all__ = ["BucketTally", "HitTally", "ParityTally", "Percentiles", "percentile", "step_key", "step_phase"]
 
@@ -105,6 +105,18 @@ class BucketTally:
         return self.waste_sum / self.count if self.count else 0.0
 
 
+class ParityCheckLike(Protocol):
+    max_rel_err: float
+    max_abs_err: float
+    argmax_agree: float
+    top5_overlap: float
+    mismatch: bool
+    skipped: int
+    discarded: int
+    every: int
+    tolerance: float
+
+
 @dataclass
 class ParityTally:
     """Parity checks seen so far."""
@@ -120,15 +132,15 @@ class ParityTally:
     every: int = 0  # the last rate seen (one graph step in N)
     tolerance: Optional[float] = None
 
-    def add(self, *, max_rel_err: float, max_abs_err: float, argmax_agree: float, top5_overlap: float,
-            mismatch: bool, skipped: int, discarded: int, every: int, tolerance: float) -> None:
+    def add(self, ev: ParityCheckLike) -> None:
+        """Count one ``parity_check`` event (any object with its fields)."""
         self.checks += 1
-        self.mismatches += int(mismatch)
-        self.worst_rel_err = _worst(self.worst_rel_err, max_rel_err, max)
-        self.worst_abs_err = _worst(self.worst_abs_err, max_abs_err, max)
-        self.min_argmax_agree = _worst(self.min_argmax_agree, argmax_agree, min)
-        self.min_top5_overlap = _worst(self.min_top5_overlap, top5_overlap, min)
-        self.skipped, self.discarded, self.every, self.tolerance = skipped, discarded, every, tolerance
+        self.mismatches += int(ev.mismatch)
+        self.worst_rel_err = _worst(self.worst_rel_err, ev.max_rel_err, max)
+        self.worst_abs_err = _worst(self.worst_abs_err, ev.max_abs_err, max)
+        self.min_argmax_agree = _worst(self.min_argmax_agree, ev.argmax_agree, min)
+        self.min_top5_overlap = _worst(self.min_top5_overlap, ev.top5_overlap, min)
+        self.skipped, self.discarded, self.every, self.tolerance = ev.skipped, ev.discarded, ev.every, ev.tolerance
 
     @property
     def failing(self) -> bool:

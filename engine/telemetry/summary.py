@@ -173,10 +173,7 @@ class SummaryBuilder:
         elif isinstance(event, ErrorEvent):
             s.errors.append(event)
         elif isinstance(event, ParityCheck):
-            s.parity.add(max_rel_err=event.max_rel_err, max_abs_err=event.max_abs_err,
-                         argmax_agree=event.argmax_agree, top5_overlap=event.top5_overlap,
-                         mismatch=event.mismatch, skipped=event.skipped, discarded=event.discarded,
-                         every=event.every, tolerance=event.tolerance)
+            s.parity.add(event)
 
     def _add_step(self, ev: StepEvent) -> None:
         s = self._s
