@@ -91,6 +91,9 @@ class ParityChecker:
         dtype = next(model.parameters()).dtype
         self.tolerance = tolerance if tolerance is not None else DEFAULT_TOLERANCE.get(dtype, 0.1)
         self.every = 0
+        self.checks = 0  # published, so far
+        self.mismatches = 0
+        self.worst_rel_err = 0.0
         self.skipped = 0
         self.discarded = 0
         self._graph_steps = 0
@@ -210,12 +213,16 @@ class ParityChecker:
             self.discarded += 1
             return
         max_abs, max_rel, argmax_agree, top5 = job.stats
+        mismatch = not max_rel <= self.tolerance
+        self.checks += 1
+        self.mismatches += int(mismatch)
+        self.worst_rel_err = max(self.worst_rel_err, max_rel)
         b = job.batch
         self.publish(ev.ParityCheck(
             step=job.step_no, phase=b.mode.value, batch_size=b.batch_size, num_tokens=b.num_tokens,
             bucket=job.out.bucket, rows=len(b.sample_rows), max_abs_err=max_abs, max_rel_err=max_rel,
             argmax_agree=argmax_agree, top5_overlap=top5, tolerance=self.tolerance,
-            mismatch=not max_rel <= self.tolerance, check_ms=round(job.check_ms, 3), every=self.every,
+            mismatch=mismatch, check_ms=round(job.check_ms, 3), every=self.every,
             skipped=self.skipped, discarded=self.discarded,
         ))
 
