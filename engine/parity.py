@@ -28,12 +28,18 @@ Why a check cannot change what the requests get:
 * Attention metadata: the re-run plans on its own attention instance (``AttentionBackend.clone``).
 * Capture: no check starts while a recapture is pending, and the engine waits for a running check
   before it captures (capturing forbids CUDA work from other threads).
+
+The worker shares the GIL with the step loop. While checks are on, the interpreter's switch interval
+is at most ``SWITCH_INTERVAL_S`` (as the dashboard sets it): a step loop that wants the GIL back from
+the worker's Python then waits a fraction of a millisecond, not CPython's default 5 ms, which is
+longer than a graph decode step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import sys
 import threading
 import time
 from array import array
@@ -50,6 +56,8 @@ from .runners.eager import EagerRunner
 from .telemetry import events as ev
 
 PublishFn = Callable[[ev.Event], None]
+
+SWITCH_INTERVAL_S = 0.0002
 
 DEFAULT_TOLERANCE = {torch.float32: 1e-3, torch.float16: 0.1, torch.bfloat16: 0.1}
 """Relative error (per row: max |graph - eager| / max |eager|) above which a check is a mismatch. Two
@@ -106,6 +114,7 @@ class ParityChecker:
         self._ids_buf: Optional[torch.Tensor] = None
         self._queue: "queue.SimpleQueue[Optional[_Check]]" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
+        self._switch_interval: Optional[float] = None  # the interpreter's, while checks lowered it
 
     # --- switching on and off (step loop's thread, between steps) ----------------------------------
     def set_every(self, n: int) -> Optional[str]:
@@ -124,12 +133,21 @@ class ParityChecker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="graphtop-parity", daemon=True)
                 self._thread.start()
+            if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+                self._switch_interval = sys.getswitchinterval()
+                sys.setswitchinterval(SWITCH_INTERVAL_S)
         if not n and self._scratch:
             self.wait_idle()
             self.pool.unreserve(self._scratch)
             self._scratch = []
+            self._restore_switch_interval()
         self.every, self._graph_steps = n, 0
         return None
+
+    def _restore_switch_interval(self) -> None:
+        if self._switch_interval is not None and sys.getswitchinterval() == SWITCH_INTERVAL_S:
+            sys.setswitchinterval(self._switch_interval)  # unless someone else has changed it since
+        self._switch_interval = None
 
     @property
     def busy(self) -> bool:
@@ -147,6 +165,7 @@ class ParityChecker:
     def close(self) -> None:
         self.wait_idle()
         self._finished.clear()
+        self._restore_switch_interval()
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(10.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -14,7 +15,7 @@ import torch
 
 from graphtop.engine.graphs.buffers import PaddingPolicy
 from graphtop.engine.graphs.config import build_graph_config
-from graphtop.engine.parity import _scratch_batch, compare_logits
+from graphtop.engine.parity import SWITCH_INTERVAL_S, _scratch_batch, compare_logits
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
@@ -126,10 +127,11 @@ def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:
     bus = EventBus()
     sub = bus.subscribe("t")
     engine = _engine(tiny_ckpt, make_engine, bus)
-    capacity = engine.pool.capacity_tokens
+    capacity, interval = engine.pool.capacity_tokens, sys.getswitchinterval()
     engine.set_parity_every(2)
     engine.run_until_idle()  # applies the command
     assert engine.parity_every == 2 and engine.pool.capacity_tokens < capacity  # scratch reserved
+    assert sys.getswitchinterval() <= SWITCH_INTERVAL_S  # the step loop gets the GIL back quickly
     assert engine.output.kv_capacity_tokens == engine.pool.capacity_tokens
     engine.generate([PROMPTS[0], PROMPTS[1]], SamplingParams(max_new_tokens=6, ignore_eos=True))
     engine.parity.wait_idle()
@@ -137,6 +139,7 @@ def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:
     engine.set_parity_every(0)
     engine.run_until_idle()
     assert engine.parity_every == 0 and engine.pool.capacity_tokens == capacity
+    assert sys.getswitchinterval() == interval
     with pytest.raises(ValueError):
         engine.set_parity_every(-1)
     engine.close()
