@@ -133,7 +133,7 @@ class ParityChecker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="graphtop-parity", daemon=True)
                 self._thread.start()
-            if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            if sys.getswitchinterval() > SWITCH_INTERVAL_S + 1e-6:
                 self._switch_interval = sys.getswitchinterval()
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
         if not n and self._scratch:
@@ -145,7 +145,7 @@ class ParityChecker:
         return None
 
     def _restore_switch_interval(self) -> None:
-        if self._switch_interval is not None and sys.getswitchinterval() == SWITCH_INTERVAL_S:
+        if self._switch_interval is not None and abs(sys.getswitchinterval() - SWITCH_INTERVAL_S) < 1e-6:
             sys.setswitchinterval(self._switch_interval)  # unless someone else has changed it since
         self._switch_interval = None
 
