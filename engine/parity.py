@@ -23,8 +23,9 @@ Why a check cannot change what the requests get:
   token, with checks on or off.
 * KV reads: the context stays valid while the requests hold their pages. The scheduler gives a request
   a new page array when it frees its pages (finished, cancelled, preempted); after its own work has
-  completed the worker checks that every request still has the array it had, and otherwise drops the
-  check as inconclusive (``discarded``): a reuse of freed pages is always launched after they were freed.
+  completed the worker compares only the rows of requests that still have the array they had (a
+  reuse of freed pages is always launched after they were freed, and a request's rows read only its
+  own pages). A check left with no such row is dropped as inconclusive (``discarded``).
 * Attention metadata: the re-run plans on its own attention instance (``AttentionBackend.clone``).
 * Capture: no check starts while a recapture is pending, and the engine waits for a running check
   before it captures (capturing forbids CUDA work from other threads).
@@ -77,7 +78,7 @@ class _Check:
     step_no: Optional[int] = None
     missed: int = 0  # other steps delivered while this one's number was still unknown
     stats: Optional[list[float]] = None  # max abs, max rel, argmax agreement, top-5 overlap
-    discarded: bool = False
+    rows: int = 0  # rows compared
     error: Optional[str] = None
     check_ms: float = 0.0
     finished: threading.Event = field(default_factory=threading.Event)
@@ -228,7 +229,7 @@ class ParityChecker:
         if job.error is not None:
             self.publish(ev.ErrorEvent(message=f"parity check failed: {job.error}", where="parity"))
             return
-        if job.discarded or job.step_no is None or job.stats is None:
+        if job.step_no is None or job.stats is None:
             self.discarded += 1
             return
         max_abs, max_rel, argmax_agree, top5 = job.stats
@@ -239,7 +240,7 @@ class ParityChecker:
         b = job.batch
         self.publish(ev.ParityCheck(
             step=job.step_no, phase=b.mode.value, batch_size=b.batch_size, num_tokens=b.num_tokens,
-            bucket=job.out.bucket, rows=len(b.sample_rows), max_abs_err=max_abs, max_rel_err=max_rel,
+            bucket=job.out.bucket, rows=job.rows, max_abs_err=max_abs, max_rel_err=max_rel,
             argmax_agree=argmax_agree, top5_overlap=top5, tolerance=self.tolerance,
             mismatch=mismatch, check_ms=round(job.check_ms, 3), every=self.every,
             skipped=self.skipped, discarded=self.discarded,
@@ -293,16 +294,17 @@ class ParityChecker:
             batch, src, dst = _scratch_batch(job.batch, self._scratch, self.pool.page_size, job.ids)
             self.pool.copy_pages(src, dst)
             eager = self._eager.run(batch).logits
-            stats = compare_logits(job.logits, eager).cpu()  # waits for this stream only
-        still_held = all(r.pages is p for r, p in zip(job.batch.requests, job.batch.req_pages))
-        job.stats = stats.tolist()
-        job.discarded = not still_held
+            per_row = compare_rows(job.logits, eager).cpu().tolist()  # waits for this stream only
+        b = job.batch
+        held = {id(r): r.pages is p for r, p in zip(b.requests, b.req_pages)}
+        valid = [row for row, r in zip(per_row, b.sample_requests or b.requests) if held[id(r)]]
+        if valid:
+            job.stats, job.rows = summarize_rows(valid), len(valid)
 
 
-def compare_logits(graph: torch.Tensor, eager: torch.Tensor) -> torch.Tensor:
-    """[max abs error, max relative error (per row: max |diff| / max |eager|), argmax agreement,
-    top-5 overlap (mean share of eager's top 5 in the graph's)] on the logits' device. A non-finite
-    difference counts as infinite."""
+def compare_rows(graph: torch.Tensor, eager: torch.Tensor) -> torch.Tensor:
+    """Per row, on the logits' device: [max |graph - eager|, that over max |eager| (relative), argmax
+    agrees (1/0), share of eager's top 5 in the graph's top 5]. A non-finite difference is infinite."""
     g, e = graph.float(), eager.float()
     diff = (g - e).abs()
     diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
@@ -310,9 +312,16 @@ def compare_logits(graph: torch.Tensor, eager: torch.Tensor) -> torch.Tensor:
     rel = row / e.abs().amax(dim=1).clamp_min(1e-12)
     k = min(5, g.shape[1])
     top_g, top_e = g.topk(k, dim=1).indices, e.topk(k, dim=1).indices
-    overlap = (top_e[:, :, None] == top_g[:, None, :]).any(dim=2).float().mean()
-    agree = (g.argmax(dim=1) == e.argmax(dim=1)).float().mean()
-    return torch.stack([row.max(), rel.max(), agree, overlap])
+    overlap = (top_e[:, :, None] == top_g[:, None, :]).any(dim=2).float().mean(dim=1)
+    agree = (g.argmax(dim=1) == e.argmax(dim=1)).float()
+    return torch.stack([row, rel, agree, overlap], dim=1)
+
+
+def summarize_rows(rows: list[list[float]]) -> list[float]:
+    """A check's numbers from its rows: worst errors, mean agreement and overlap."""
+    n = len(rows)
+    return [max(r[0] for r in rows), max(r[1] for r in rows), sum(r[2] for r in rows) / n,
+            sum(r[3] for r in rows) / n]
 
 
 def scratch_pages(model_runner: Any, pool: KVPool, max_running: int) -> int:

@@ -15,7 +15,7 @@ import torch
 
 from graphtop.engine.graphs.buffers import PaddingPolicy
 from graphtop.engine.graphs.config import build_graph_config
-from graphtop.engine.parity import SWITCH_INTERVAL_S, _scratch_batch, compare_logits
+from graphtop.engine.parity import SWITCH_INTERVAL_S, _scratch_batch, compare_rows, summarize_rows
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
@@ -97,28 +97,42 @@ def test_a_stale_static_buffer_is_caught(tiny_ckpt, make_engine, phase, slot) ->
     assert "MISMATCH" in report and f"mismatches {len(bad)}" in report
 
 
-def test_a_check_whose_context_is_freed_midway_is_discarded(tiny_ckpt, make_engine) -> None:
+def test_a_check_whose_context_is_freed_midway_compares_only_the_rows_still_held(tiny_ckpt, make_engine) -> None:
     bus = EventBus()
     sub = bus.subscribe("t")
     engine = _engine(tiny_ckpt, make_engine, bus, parity_every=1, overlap_schedule=False)
-    gate, started = threading.Event(), threading.Event()
     eager = engine.parity._eager
     run = eager.run
+    gate, started = threading.Event(), threading.Event()
 
     def held_run(batch):
         started.set()
         gate.wait(10)
         return run(batch)
 
-    eager.run = held_run
-    h = engine.submit(PROMPTS[2], SamplingParams(max_new_tokens=8, ignore_eos=True, detokenize=False))
-    engine.step()  # the prefill step: a check starts and waits at the gate
-    assert started.wait(10) and engine.parity.busy
-    engine.cancel(h.request_id)
-    engine.step()  # frees the request's pages while its check is still running
-    gate.set()
-    eager.run = run
-    engine.parity.wait_idle()
+    def hold_a_check_then_cancel(request_id: str) -> None:
+        gate.clear()
+        started.clear()
+        eager.run = held_run
+        engine.step()  # a decode step: its check starts and waits at the gate
+        assert started.wait(10) and engine.parity.busy
+        engine.cancel(request_id)
+        engine.step()  # frees that request's pages while the check still runs
+        eager.run = run
+        gate.set()
+        engine.parity.wait_idle()
+
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True, detokenize=False)
+    a, b = engine.submit(PROMPTS[0], params), engine.submit(PROMPTS[1], params)
+    while not (a.token_ids and b.token_ids):
+        engine.step()
+        engine.parity.wait_idle()
+    sub.drain()
+    hold_a_check_then_cancel(a.request_id)
+    checks = _checks(sub.drain())
+    assert [(c.batch_size, c.rows) for c in checks][:1] == [(2, 1)]  # only b's row was compared
+    assert engine.parity.discarded == 0
+    hold_a_check_then_cancel(b.request_id)  # b alone: nothing left to compare
     engine.close()
     assert engine.parity.discarded == 1 and not _checks(sub.drain())
 
@@ -158,15 +172,17 @@ def test_too_little_free_kv_for_scratch_is_an_error_event(tiny_ckpt, make_engine
     engine.close()
 
 
-def test_compare_logits() -> None:
+def test_compare_rows() -> None:
     e = torch.tensor([[1.0, 2.0, 3.0, 0.5, 0.1, -1.0], [4.0, 0.0, 1.0, 2.0, 3.0, -2.0]])
-    assert compare_logits(e.clone(), e).tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert summarize_rows(compare_rows(e.clone(), e).tolist()) == [0.0, 0.0, 1.0, 1.0]
     g = e.clone()
     g[1, 5] = 10.0  # row 1: argmax moves, one of eager's top 5 drops out, error 12 of max |4|
-    max_abs, max_rel, agree, top5 = compare_logits(g, e).tolist()
+    rows = compare_rows(g, e).tolist()
+    assert rows[0] == [0.0, 0.0, 1.0, 1.0] and rows[1][:3] == [12.0, 3.0, 0.0] and rows[1][3] == pytest.approx(0.8)
+    max_abs, max_rel, agree, top5 = summarize_rows(rows)
     assert (max_abs, max_rel, agree) == (12.0, 3.0, 0.5) and top5 == pytest.approx(0.9)
     g[0, 0] = float("nan")
-    assert compare_logits(g, e)[1].item() == float("inf")  # a NaN is the worst error, not none
+    assert compare_rows(g, e)[0, 1].item() == float("inf")  # a NaN is the worst error, not none
 
 
 def test_scratch_batch_keeps_context_and_copies_a_shared_first_page() -> None:

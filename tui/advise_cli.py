@@ -139,14 +139,14 @@ def format_advice(args: argparse.Namespace, trace: Any, state: Any, reports: Seq
             ("hit rate", pct(a.hit_rate), pct(b.hit_rate)),
             ("padding waste", pct(a.padding_waste), pct(b.padding_waste)),
             ("graph memory (est.)", mem(a.est_memory_bytes), mem(b.est_memory_bytes)),
-            ("cost / ideal", rel(now_cost, advice.ideal), rel(advice.cost, advice.ideal)),
+            ("cost ÷ ideal", rel(now_cost, advice.ideal), rel(advice.cost, advice.ideal)),
         ]
         width = max(12, *(len(r[1]) for r in rows))
         lines.append("")
         lines.append(f"{phase:<24}{'now':<{width + 2}}advice" + (f" (at most {budget} graphs)" if budget else ""))
         for name, x, y in rows:
             lines.append(f"  {name:<22}{x:<{width + 2}}{y}")
-        lines.append(f"  eager step / graph step {demand.ratio.value:.2f} ({demand.ratio.source})")
+        lines.append(f"  {'eager ÷ graph step':<22}{demand.ratio.value:.2f} ({demand.ratio.source})")
         if demand.fixed_eager:
             lines.append(f"  {demand.fixed_eager:,} step(s) ran eagerly for reasons no bucket list changes")
     lines.append("")
