@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable, TypeVar
+
+N = TypeVar("N", int, float)
 
 
-def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
-    return v
+def _number(convert: Callable[[str], N], what: str, ok: Callable[[N], bool], rule: str) -> Callable[[str], N]:
+    def parse(text: str) -> N:
+        try:
+            v = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not ok(v):  # NaN fails every rule
+            raise argparse.ArgumentTypeError(f"{text} must be {rule}")
+        return v
+
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return v
+positive_int = _number(int, "an integer", lambda v: v > 0, "positive")
+nonneg_int = _number(int, "an integer", lambda v: v >= 0, ">= 0")
+positive_float = _number(float, "a number", lambda v: v > 0, "positive")
+nonneg_float = _number(float, "a number", lambda v: v >= 0, ">= 0")

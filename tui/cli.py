@@ -23,33 +23,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
+from .arg_types import nonneg_float as _nonneg_float  # noqa: E402
 from .arg_types import nonneg_int, positive_float  # noqa: E402
+from .arg_types import positive_int as _positive_int  # noqa: E402
 from .usage import UsageError  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not usage + error
         raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
-    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
