@@ -26,6 +26,8 @@ class EngineConfig:
     fused_kernels: bool = True  # Triton RMSNorm/RoPE/SiLU and fused qkv/gate_up GEMMs (CUDA, bf16/fp16)
     overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/overlap.py)
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
+    parity_every: int = 0  # re-run one graph step in N eagerly and compare logits (engine/parity.py); 0: off
+    parity_tolerance: Optional[float] = None  # relative error over which a check is a mismatch; None: by dtype
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 
@@ -34,6 +36,10 @@ class EngineConfig:
             raise ValueError(f"page size must be >= 1, got {self.page_size}")
         if self.fused_gemv_max_rows < 0:
             raise ValueError(f"fused GEMV max rows must be >= 0, got {self.fused_gemv_max_rows}")
+        if self.parity_every < 0:
+            raise ValueError(f"parity every must be >= 0, got {self.parity_every}")
+        if self.parity_tolerance is not None and not self.parity_tolerance > 0:
+            raise ValueError(f"parity tolerance must be positive, got {self.parity_tolerance}")
         if self.chunked_prefill_size < 1:
             raise ValueError(f"chunked prefill size must be >= 1, got {self.chunked_prefill_size}")
         if self.max_running_requests is not None and self.max_running_requests < 1:

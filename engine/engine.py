@@ -23,7 +23,7 @@ import torch
 
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
-from .commands import Cancel, Command, CommandQueue, Recapture, Submit
+from .commands import Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .device import EngineError, device_name, resolve_device, resolve_dtype
@@ -35,6 +35,7 @@ from .memory_plan import MiB, plan_kv_pool
 from .model_runner import ModelRunner
 from .output import OutputProcessor
 from .overlap import TokenReadback
+from .parity import ParityChecker, scratch_pages
 from .prompts import admission_problem, encode_prompt
 from .request import FinishReason, Request, RequestHandle
 from .sampling_params import SamplingParams
@@ -117,9 +118,16 @@ class Engine:
                                         freeze_gc=config.graphs.freeze_gc)
         self.events = EngineEvents(self.bus, self.device, self.scheduler, self.pool, self.memory_plan,
                                    self.model_runner, self.max_running)
+        self.parity = ParityChecker(self.model, self.attention, self.pool, self.device, self.bus.publish,
+                                    scratch_pages=scratch_pages(self.model_runner, self.pool, self.max_running),
+                                    tolerance=config.parity_tolerance)
         self.info = self._describe(attention_note)
         self._publish_started()
         self.model_runner.capture_initial()
+        if config.parity_every:  # before anything reads the pool's capacity: scratch comes out of it
+            problem = self.parity.set_every(config.parity_every)
+            if problem:
+                raise EngineError(problem)
         self.events.memory_ledger()
         self.events.kv(force=True)
 
@@ -130,7 +138,7 @@ class Engine:
                                       self.pool.capacity_tokens, self._release, self.bus.publish)
         self.loop = StepLoop(self.scheduler, self.pool, self.model_runner, self.output, self.events, self.commands,
                              self._apply, TokenReadback(self.device, self.max_running), self.max_context_len,
-                             config.overlap_schedule)
+                             config.overlap_schedule, self.parity)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_error: Optional[str] = None
@@ -259,6 +267,17 @@ class Engine:
         self.bus.publish(ev.RecaptureRequested(decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens))
         self.commands.put(cmd)
 
+    def set_parity_every(self, every: int) -> None:
+        """Check one graph step in ``every`` against an eager re-run (0: off), from the next step on;
+        thread-safe. A problem (too little free KV for the scratch pages) is an ``error`` event."""
+        if every < 0:
+            raise ValueError(f"parity every must be >= 0, got {every}")
+        self.commands.put(SetParityEvery(every))
+
+    @property
+    def parity_every(self) -> int:
+        return self.parity.every
+
     @property
     def decode_buckets(self) -> list[int]:
         return self.model_runner.decode_buckets
@@ -309,7 +328,14 @@ class Engine:
             found = self._by_id.get(command.request_id)
             if found is not None:
                 self.output.finish(found, FinishReason.CANCELLED)
+        elif isinstance(command, SetParityEvery):
+            problem = self.parity.set_every(command.every)
+            if problem:
+                self.bus.publish(ev.ErrorEvent(message=problem, where="parity"))
+            self.output.kv_capacity_tokens = self.pool.capacity_tokens  # scratch pages come and go
+            self.events.kv(force=True)
         else:
+            self.parity.wait_idle()  # capture forbids other CUDA work while it runs
             self.model_runner.recapture(command.decode_bs, command.prefill_num_tokens)
             self.events.memory_ledger()
 
@@ -360,6 +386,7 @@ class Engine:
         """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
         self.shutdown()
         self._fail_running("engine closed")
+        self.parity.close()
         if self.device.type == "cuda":  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
         self.model_runner.release()

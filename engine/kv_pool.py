@@ -48,11 +48,13 @@ class KVPool:
         self.v_cache = [self._storage[1, i] for i in range(layout.num_layers)]
         # Pop from the end: low page ids first, which keeps tests readable.
         self._free: list[int] = list(range(num_pages - 1, DUMMY_PAGE, -1))
+        self._reserved = 0
 
     # --- capacity ------------------------------------------------------------------------------
     @property
     def capacity_pages(self) -> int:
-        return self.num_pages - 1
+        """Pages requests can hold: all but the dummy page and the reserved ones."""
+        return self.num_pages - 1 - self._reserved
 
     @property
     def capacity_tokens(self) -> int:
@@ -92,6 +94,25 @@ class KVPool:
         if DUMMY_PAGE in pages:
             raise ValueError("the dummy page is never owned by a request")
         self._free.extend(reversed(pages))
+
+    def reserve(self, n: int) -> list[int]:
+        """Take ``n`` free pages out of the requests' reach (the capacity shrinks by ``n``): scratch
+        for work beside the requests, such as the eager re-run of a parity check."""
+        pages = self.alloc(n)
+        self._reserved += n
+        return pages
+
+    def unreserve(self, pages: list[int]) -> None:
+        self._reserved -= len(pages)
+        self.free(pages)
+
+    def copy_pages(self, src: list[int], dst: list[int]) -> None:
+        """Copy whole pages (every layer's K and V) from ``src`` to ``dst``, on the current stream."""
+        if not src:
+            return
+        s = torch.tensor(src, dtype=torch.int64).to(self.device, non_blocking=True)
+        d = torch.tensor(dst, dtype=torch.int64).to(self.device, non_blocking=True)
+        self._storage.index_copy_(2, d, self._storage.index_select(2, s))
 
     def grow(self, pages: list[int], num_tokens: int) -> None:
         """Make ``pages`` cover ``num_tokens`` tokens, allocating what is missing (in place)."""

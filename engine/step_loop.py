@@ -19,6 +19,7 @@ from .kv_pool import KVPool
 from .model_runner import ModelRunner
 from .output import OutputProcessor
 from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
+from .parity import ParityChecker
 from .runners.base import StepOutput
 from .sampler import sample
 from .scheduler import Scheduler
@@ -37,8 +38,10 @@ class StepLoop:
         readback: TokenReadback,
         max_context_len: int,
         overlap_schedule: bool,
+        parity: Optional[ParityChecker] = None,
     ):
-        """``apply`` carries out one command (the engine's lifecycle does that)."""
+        """``apply`` carries out one command (the engine's lifecycle does that); ``parity`` checks
+        graph steps against eager re-runs (engine/parity.py) when switched on."""
         self.scheduler = scheduler
         self.pool = pool
         self.model_runner = model_runner
@@ -52,6 +55,7 @@ class StepLoop:
         self.pending: Optional[InFlightStep] = None  # overlap schedule: a decode step not read back yet
         self.step_no = 0
         self.overlapped_steps = 0  # steps launched before the previous step was read back
+        self.parity = parity
 
     def apply_commands(self) -> None:
         for command in self.commands.drain():
@@ -59,6 +63,8 @@ class StepLoop:
 
     def step(self) -> bool:
         """Run one scheduled forward. Returns False when there was nothing to do."""
+        if self.parity is not None:
+            self.parity.poll()  # a finished check goes out even while the engine idles
         pending, self.pending = self.pending, None
         worked = pending is not None
         if pending is not None and not self.commands.empty():
@@ -101,7 +107,10 @@ class StepLoop:
 
     def _forward(self, batch: ForwardBatch) -> StepOutput:
         self._advance_recapture()
-        return self.model_runner.forward(batch)
+        out = self.model_runner.forward(batch)
+        if self.parity is not None:
+            self.parity.after_forward(batch, out, allowed=not self.model_runner.recapture_pending)
+        return out
 
     def _complete(self, step: InFlightStep, placeholders: bool) -> None:
         """Read a launched step's tokens back and deliver them."""
@@ -111,5 +120,7 @@ class StepLoop:
                  placeholders: bool = False) -> None:
         self.step_no += 1
         self.events.step(self.step_no, batch, out, host_ms)
+        if self.parity is not None:
+            self.parity.delivered(out, self.step_no)
         self.output.deliver(batch, tokens, placeholders)
         self.events.kv()

@@ -4,8 +4,8 @@
 # the folder given as $1 (default: $OUT, else ./gpu-out).
 #   device run:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
-#      graph,events,dashboard (default) and gemv,profile,attn,ab,capture (GEMV_ARGS, PROFILE_ARGS, ATTN_ARGS, AB_ARGS,
-#      CAPTURE_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
+#      graph,events,dashboard (default) and gemv,profile,attn,ab,capture,parity (GEMV_ARGS, PROFILE_ARGS, ATTN_ARGS,
+#      AB_ARGS, CAPTURE_ARGS, PARITY_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
 #      bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS adds pytest flags.
 set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
@@ -52,5 +52,6 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,ab,* ]] && run_bench ab.log python3 bench/ab_decode.py ${AB_ARGS:-}
   [[ $benches == *,profile,* ]] && run_bench profile.log python3 bench/profile_decode.py --out "$out" ${PROFILE_ARGS:-}
   [[ $benches == *,capture,* ]] && run_bench capture.log python3 bench/capture_bench.py --device cuda ${CAPTURE_ARGS:-}
+  [[ $benches == *,parity,* ]] && run_bench parity.log python3 bench/parity_bench.py --device cuda ${PARITY_ARGS:-}
 fi
 exit "$rc"

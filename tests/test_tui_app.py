@@ -15,7 +15,7 @@ from graphtop.tui.bucket_editor import BucketEditorScreen
 from graphtop.tui.capture_table import CaptureTableScreen
 from graphtop.tui.commands import GraphtopCommands
 from graphtop.tui.device_probe import DeviceSample
-from graphtop.tui.fake_session import FakeSession, boot_events, step_events
+from graphtop.tui.fake_session import T0, FakeSession, boot_events, step_events
 from graphtop.tui.help_screen import HelpScreen
 from graphtop.tui.request_view import RequestView
 from graphtop.tui.steps_table import StepsTable
@@ -372,6 +372,97 @@ async def test_bucket_editor_what_if_numbers() -> None:
         assert graphs.split()[1:] == ["10", "11"]
         await pilot.press("escape")
         assert not isinstance(app.screen, BucketEditorScreen)
+
+
+async def test_bucket_editor_advise_fills_the_advice_and_the_what_if_shows_it() -> None:
+    from graphtop.engine.graphs.bucket_list import format_buckets
+    from graphtop.engine.telemetry.bucket_demand import advise_phase
+    from graphtop.tui.fmt import pct
+    from graphtop.tui.whatif import what_if
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        editor = await _open_editor(pilot)
+        await pilot.press("ctrl+o")  # works while a field has the focus
+        await pilot.pause()
+        h = app.state.whatif_inputs()
+        advised = {}
+        for phase, current in (("decode", [1, 2, 4, 8, 16, 32]), ("prefill", [64, 128, 256, 512])):
+            advice, _ = advise_phase(h.steps, phase, costs=h.costs, max_padding_waste=h.max_padding_waste,
+                                     current=current, max_graphs=len(current))
+            advised[phase] = list(advice.buckets) or current  # no advice: the field is left alone
+            assert editor.query_one(f"#{phase}-input", Input).value == format_buckets(advised[phase])
+        assert 48 in advised["decode"]  # the decode fallbacks get a graph
+        # the scripted prefill eager steps cost no more per token than its graphs: nothing to gain
+        assert advised["prefill"] == [64, 128, 256, 512]
+        preview = str(editor.query_one("#whatif").render())
+        cand = what_if(h.steps, advised["decode"], advised["prefill"], h.costs,
+                       current_decode=[1, 2, 4, 8, 16, 32], current_prefill=[64, 128, 256, 512])
+        hit = next(ln for ln in preview.splitlines() if ln.startswith("graph hit rate"))
+        assert hit.split()[-1] == pct(cand.hit_rate) and cand.decode.hit_rate == 1.0
+        assert next(ln for ln in preview.splitlines() if ln.startswith("graphs")).split()[1:] == ["10", "10"]
+        await pilot.click("#confirm")
+        await pilot.pause()
+        assert app.session.recaptures == [(advised["decode"], None)]  # prefill unchanged
+
+
+async def test_bucket_editor_advice_stays_within_the_static_buffers() -> None:
+    import dataclasses
+
+    boot = boot_events()
+    boot[0] = dataclasses.replace(boot[0], graph_config={"decode": {"bs": [1, 2, 4, 8, 16, 32]},
+                                                         "prefill": {"num_tokens": [64, 128, 256, 512]}})
+    app = make_app(FakeSession(boot + step_events()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert (app.state.graph_max_bucket("decode"), app.state.graph_max_bucket("prefill")) == (32, 512)
+        editor = await _open_editor(pilot)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        decode = editor.parsed["decode"]
+        assert decode and max(decode) <= 32 and len(decode) <= 6  # bs 48 cannot get a graph here
+
+
+async def test_parity_panel_toggle_checks_and_red_state() -> None:
+    from graphtop.engine.telemetry.events import ParityCheck
+    from graphtop.tui.parity_panel import ParityPanel
+
+    session = FakeSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel = app.query_one(ParityPanel)
+        assert not panel.display  # off: no room taken
+        hits = [hit async for hit in GraphtopCommands(app.screen).search("parity")]
+        assert hits and hits[0].text == "Toggle parity checks (graph vs eager)"
+        hits[0].command()
+        await pump(pilot)
+        assert session.parity_every == app.PARITY_EVERY and panel.display
+        assert "1 in 64 · waiting for the first check" in screen_text(app)
+
+        def check(step: int, rel: float, mismatch: bool) -> ParityCheck:
+            return ParityCheck(step=step, phase="decode", batch_size=3, num_tokens=3, bucket=4, rows=3,
+                               max_abs_err=rel, max_rel_err=rel, argmax_agree=1.0 if not mismatch else 0.0,
+                               top5_overlap=1.0, tolerance=0.1, mismatch=mismatch, check_ms=9.5, every=64,
+                               skipped=2, discarded=1, ts=T0 + 40)
+
+        session.publish(check(64, 0.004, False), check(128, 0.006, False))
+        await pump(pilot)
+        text = screen_text(app)
+        assert "1 in 64 · 2 checks · all agree · skipped 2" in text
+        assert "worst rel err 0.006 (tol 0.1) · argmax 100.0%" in text
+        assert "top-5 100.0% · discarded 1 · last step 128 (9.50 ms)" in text
+        assert not panel.has_class("-mismatch")
+        session.publish(check(192, 1.7, True))
+        await pump(pilot)
+        assert "3 checks · 1 mismatch(es)" in screen_text(app) and panel.has_class("-mismatch")
+        assert "worst rel err 1.7 (tol 0.1) · argmax 0.0%" in screen_text(app)
+        app.action_toggle_parity()
+        await pump(pilot)
+        assert session.parity_every == 0
+        assert panel.display  # the checks seen stay on screen, the rate says off
+        assert "off · 3 checks" in screen_text(app)
 
 
 async def test_capture_table_modal() -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from graphtop.engine.telemetry.events import StepEvent
 from graphtop.engine.graphs.bucket_policy import pick_bucket
-from graphtop.engine.telemetry.capture import BucketCost
-from graphtop.tui.whatif import estimate, what_if
+from graphtop.engine.telemetry.capture import BucketCost, estimate_cost as estimate
+from graphtop.tui.whatif import what_if
 
 
 def decode(bs: int, path: str = "graph", bucket: int | None = None, reason: str | None = None) -> StepEvent:

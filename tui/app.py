@@ -43,6 +43,7 @@ from .help_screen import HelpScreen
 from .kv_panel import KVPanel
 from .ledger_panel import LedgerPanel
 from .messages import DeviceSampled, EngineFailed, EngineReady
+from .parity_panel import ParityPanel
 from .path_prompt import PathPromptScreen
 from .prompt_console import PromptConsole
 from .replay_bar import ReplayBar
@@ -146,6 +147,7 @@ class GraphtopApp(App[int]):
                 yield CapturePanel(self.session.label, id="capture")
                 yield LedgerPanel(id="ledger")
                 yield KVPanel(id="kv")
+                yield ParityPanel(id="parity")
                 yield DevicePanel(polling=self.poll_device, id="device")
             yield StepsPanel(id="steps")
         yield PromptConsole(blink=self.animate, id="console")
@@ -166,7 +168,7 @@ class GraphtopApp(App[int]):
         self.replay_bar = self.query_one(ReplayBar)
         self.prompt_console = self.query_one(PromptConsole)
         self.device_panel = self.query_one(DevicePanel)
-        self.panels = [self.query_one(t) for t in (CapturePanel, LedgerPanel, KVPanel, StepsPanel)]
+        self.panels = [self.query_one(t) for t in (CapturePanel, LedgerPanel, KVPanel, ParityPanel, StepsPanel)]
         self.theme = self._theme_name
         self.theme_changed_signal.subscribe(self, lambda _theme: self.render_all(force=True))
         self._apply_mode()
@@ -234,6 +236,8 @@ class GraphtopApp(App[int]):
         self.engine_ready = True
         if self.live_session is not None:
             self.prompt_console.set_chat_available(self.live_session.chat_available)
+            if self.live_state is not None and self.live_session.parity_every:
+                self.live_state.set_parity_setting(self.live_session.parity_every)
         self.render_all(force=True)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
@@ -416,6 +420,7 @@ class GraphtopApp(App[int]):
                 decode, prefill, history=self.state.whatif_inputs(),
                 max_running=limits.max_running or (kv.max_running if kv else None),
                 kv_capacity=limits.kv_capacity_tokens or (kv.capacity_tokens if kv else None),
+                max_buckets={ph: self.state.graph_max_bucket(ph) for ph in ("decode", "prefill")},
                 blink=self.animate,
             ),
             callback=self._buckets_chosen,
@@ -441,6 +446,27 @@ class GraphtopApp(App[int]):
             self.notify(str(exc), title="recapture refused", severity="error")
             return
         self.notify("runs at the next step boundary; requests keep streaming", title="recapture requested")
+
+    PARITY_EVERY = 64
+    """The palette switches parity checks on at this rate: off the critical path, one in 64 costs
+    little (bench/parity_bench.py) and still checks every bucket in use within seconds."""
+
+    def action_toggle_parity(self) -> None:
+        """Switch graph-vs-eager parity checks on (one graph step in ``PARITY_EVERY``) or off."""
+        session = self.live_session
+        if session is None or not session.can_submit or self.live_state is None:
+            self.notify("parity checks need a live engine", severity="warning")
+            return
+        every = 0 if session.parity_every else self.PARITY_EVERY
+        try:
+            session.set_parity_every(every)
+        except Exception as exc:
+            self.notify(str(exc), title="parity checks refused", severity="error")
+            return
+        self.live_state.set_parity_setting(every)
+        self.notify(f"one graph step in {every} re-run eagerly and compared" if every else "off",
+                    title="parity checks")
+        self.render_all(force=True)
 
     def action_export_trace(self) -> None:
         default = f"graphtop-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"

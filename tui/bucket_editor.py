@@ -2,13 +2,15 @@
 
 Validation is inline and per field, the preview is recomputed on every keystroke from the steps
 seen so far, and the Recapture button stays disabled until both lists parse: a recapture costs
-seconds of GPU time, so nothing half-typed should be able to trigger one.
+seconds of GPU time, so nothing half-typed should be able to trigger one. ``ctrl+o`` (Advise) fills
+both fields with the bucket advisor's lists for the steps seen so far, at the graph counts in use and
+within the static buffers' size, so the what-if shows the advice before anything is recaptured.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from textual import on
 from textual.app import ComposeResult
@@ -19,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from graphtop.engine.graphs.bucket_list import BucketSpecError, format_buckets, parse_buckets
+from graphtop.engine.telemetry.bucket_demand import advise_phase
 
 from .fmt import human_bytes, pct, secs
 from .whatif import WhatIf, WhatIfInputs, what_if
@@ -71,6 +74,8 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         Binding("escape", "cancel", "Cancel", id="buckets.cancel", tooltip="Close without recapturing"),
         Binding("ctrl+s", "confirm", "Recapture", id="buckets.confirm",
                 tooltip="Recapture graphs with these buckets (in-flight requests keep streaming)"),
+        Binding("ctrl+o", "advise", "Advise", id="buckets.advise",
+                tooltip="Fill both lists with the bucket advisor's lists for the steps seen so far"),
     ]
 
     def __init__(
@@ -81,9 +86,12 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         history: WhatIfInputs = WhatIfInputs(),
         max_running: Optional[int] = None,
         kv_capacity: Optional[int] = None,
+        max_buckets: Mapping[str, Optional[int]] = {},
         blink: bool = True,
     ) -> None:
+        """``max_buckets``: per phase, the largest bucket the engine's static buffers hold."""
         super().__init__()
+        self.max_buckets = dict(max_buckets)
         self.current_decode = sorted(decode)
         self.current_prefill = sorted(prefill)
         self.history = history
@@ -112,6 +120,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
             yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
             yield Static(id="whatif")
             with Horizontal(classes="modal-buttons"):
+                yield Button("Advise", id="advise", tooltip="ctrl+o")
                 yield Button("Recapture", variant="primary", id="confirm", tooltip="ctrl+s")
                 yield Button("Cancel", id="cancel", tooltip="escape")
 
@@ -166,6 +175,10 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
     def _confirm_pressed(self) -> None:
         self.action_confirm()
 
+    @on(Button.Pressed, "#advise")
+    def _advise_pressed(self) -> None:
+        self.action_advise()
+
     @on(Button.Pressed, "#cancel")
     def _cancel_pressed(self) -> None:
         self.action_cancel()
@@ -180,6 +193,27 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
             prefill_num_tokens=None if pre == self.current_prefill else pre,
         )
         self.dismiss(choice)
+
+    def action_advise(self) -> None:
+        """Both fields get the advisor's lists: as many graphs as the lists in use, buckets no larger
+        than the static buffers; a phase without steps (or without graphs) is left as it is."""
+        h = self.history
+        notes = []
+        for phase, current in (("decode", self.current_decode), ("prefill", self.current_prefill)):
+            if not current:
+                continue
+            advice, demand = advise_phase(h.steps, phase, costs=h.costs, max_padding_waste=h.max_padding_waste,
+                                          current=current, max_graphs=len(current),
+                                          max_bucket=self.max_buckets.get(phase))
+            ratio = f"eager ÷ graph {demand.ratio.value:.2f}, {demand.ratio.source}"
+            if not demand.sizes:
+                notes.append(f"{phase}: no steps yet, left as it is")
+            elif not advice.buckets:  # a recapture cannot take an empty list: say so, change nothing
+                notes.append(f"{phase}: no graph pays off ({ratio}), left as it is")
+            else:
+                self.query_one(f"#{phase}-input", Input).value = format_buckets(advice.buckets)
+                notes.append(f"{phase}: advised ({ratio})")
+        self.notify("; ".join(notes) or "no graphs to advise", title="bucket advisor")
 
     def action_cancel(self) -> None:
         self.dismiss(None)

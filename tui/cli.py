@@ -6,6 +6,7 @@
     graphtop --replay TRACE.jsonl                             a recorded trace in the dashboard
     graphtop trace summary TRACE.jsonl
     graphtop trace export --perfetto TRACE.jsonl OUT.json
+    graphtop advise TRACE.jsonl [--max-graphs N] [--max-graph-memory SIZE] [--phase decode|prefill|both]
 
 Usage errors print one line and exit 2, never a traceback. Textual is imported only for the
 interactive modes, torch only once a model is needed.
@@ -22,32 +23,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
+from .arg_types import nonneg_float as _nonneg_float  # noqa: E402
+from .arg_types import nonneg_int, positive_float  # noqa: E402
+from .arg_types import positive_int as _positive_int  # noqa: E402
 from .usage import UsageError  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not usage + error
         raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
-    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
     p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
                    help="read each decode step's tokens back before launching the next one")
+    p.add_argument("--parity-every", type=nonneg_int, default=0, metavar="N",
+                   help="re-run one graph step in N eagerly and compare logits (default 0: off)")
+    p.add_argument("--parity-tolerance", type=positive_float, metavar="F",
+                   help="relative logit error over which a parity check is a mismatch (default: by dtype)")
     g = p.add_argument_group("CUDA graphs")
     g.add_argument("--cuda-graph-config", metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
@@ -167,6 +155,8 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         max_total_tokens=args.max_total_tokens,
         fused_kernels=args.fused_kernels,
         overlap_schedule=args.overlap_schedule,
+        parity_every=args.parity_every,
+        parity_tolerance=args.parity_tolerance,
         graphs=graphs,
     )
     try:
@@ -203,6 +193,10 @@ def _run_trace(argv: Sequence[str]) -> int:
 def _main(argv: Sequence[str]) -> int:
     if argv and argv[0] == "trace":
         return _run_trace(argv[1:])
+    if argv and argv[0] == "advise":
+        from .advise_cli import build_advise_parser, run_advise
+
+        return run_advise(build_advise_parser(_Parser).parse_args(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.replay:
         if args.prompts or args.synthetic or args.record:

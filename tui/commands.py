@@ -26,6 +26,7 @@ class PaletteActions(Protocol):
     def action_toggle_pause(self) -> None: ...
     def action_capture_table(self) -> None: ...
     def action_toggle_panel(self, name: str) -> None: ...
+    def action_toggle_parity(self) -> None: ...
 
 PANEL_NAMES = {
     "capture": "graph capture",
@@ -48,6 +49,8 @@ class GraphtopCommands(Provider):
                    app.action_buckets)
             yield ("Recapture graphs with the current buckets", "re-run capture, e.g. after memory changed",
                    app.action_recapture_same)
+            yield ("Toggle parity checks (graph vs eager)",
+                   "re-run one graph step in 64 eagerly and compare logits, or stop", app.action_toggle_parity)
         yield ("Export trace", "write the events seen so far as a JSONL trace", app.action_export_trace)
         yield ("Open trace", "replay a recorded trace in these panels", app.action_open_trace)
         if app.live_session is not None and not live:

@@ -177,6 +177,7 @@ class FakeSession:
         self.shut_down = False
         self._decode: Optional[list[int]] = None
         self._prefill: Optional[list[int]] = None
+        self.parity_every = 0
 
     def publish(self, *events: Event) -> None:
         """Tests push more events as if the engine had emitted them."""
@@ -250,6 +251,9 @@ class FakeSession:
 
     def limits(self) -> Limits:
         return self._limits
+
+    def set_parity_every(self, every: int) -> None:
+        self.parity_every = every
 
     def shutdown(self) -> None:
         self.shut_down = True

@@ -13,6 +13,7 @@ PANELS = (
     ("graph capture", "model load, then per phase/bucket capture progress with time and memory"),
     ("memory ledger", "weights, KV pool, decode/prefill graphs, reserve, free (c: per-bucket costs)"),
     ("KV pool", "tokens used of capacity, running/queued requests, usage trend"),
+    ("graph parity", "graph steps re-run eagerly and compared (palette or --parity-every); red on a mismatch"),
     ("device", "GPU memory/util/power via NVML, host CPU/RAM via psutil (1 Hz)"),
     ("steps", "recent steps, replay-time sparkline, bucket hits with padding, eager reasons"),
     ("prompt console", "send prompts (several at once), sampling row, ↑/↓ history"),

@@ -154,5 +154,12 @@ class ReplaySession:
     def limits(self) -> Limits:
         return Limits()
 
+    @property
+    def parity_every(self) -> int:
+        return 0  # a recorded trace's checks are in its events
+
+    def set_parity_every(self, every: int) -> None:
+        raise RuntimeError("a replayed trace cannot run parity checks")
+
     def shutdown(self) -> None:
         pass

@@ -78,6 +78,9 @@ class Session(Protocol):
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
     def buckets(self) -> tuple[Optional[list[int]], Optional[list[int]]]: ...
     def limits(self) -> Limits: ...
+    @property
+    def parity_every(self) -> int: ...
+    def set_parity_every(self, every: int) -> None: ...
     def shutdown(self) -> None: ...
 
 
@@ -205,6 +208,18 @@ class EngineSession:
         if info is None:
             return Limits()
         return Limits(info.max_running, info.kv_capacity_tokens)
+
+    @property
+    def parity_every(self) -> int:
+        """Graph steps per parity check (0: off): the engine's, or the config's before it loads."""
+        if self.engine is not None:
+            return int(self.engine.parity_every)
+        return int(getattr(self.engine_config, "parity_every", 0) or 0)
+
+    def set_parity_every(self, every: int) -> None:
+        if self.engine is None:
+            raise RuntimeError("the engine is still loading")
+        self.engine.set_parity_every(every)
 
     def drain_logs(self) -> list[tuple[int, str]]:
         """Engine log records (level, message) since the last call."""

@@ -22,6 +22,7 @@ from graphtop.engine.telemetry.events import (
     Event,
     KVPoolState,
     MemoryLedger,
+    ParityCheck,
     RecaptureFinished,
     RecaptureRequested,
     RequestFinished,
@@ -29,7 +30,7 @@ from graphtop.engine.telemetry.events import (
     RequestQueued,
     StepEvent,
 )
-from graphtop.engine.telemetry.stats import BucketTally, HitTally, step_phase
+from graphtop.engine.telemetry.stats import BucketTally, HitTally, ParityTally, step_phase
 
 from .whatif import WhatIfInputs
 
@@ -72,6 +73,9 @@ class DashboardState:
         self.events_seen = 0
         self.last_ts: Optional[float] = None
         self.failed: Optional[str] = None
+        self.parity = ParityTally()  # graph-vs-eager checks, counted as the trace report counts them
+        self.parity_last: Optional[ParityCheck] = None
+        self.parity_setting: Optional[int] = None  # what the live engine was told (the app sets it)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -111,11 +115,27 @@ class DashboardState:
         prefill = (self.info.graph_config or {}).get("prefill", {}) if self.info else {}
         return prefill.get("max_padding_waste")
 
+    def graph_max_bucket(self, phase: str) -> Optional[int]:
+        """The largest bucket the engine's static buffers hold: the maximum of the list it started with
+        (the model runner sizes them once, so a recapture cannot go past it)."""
+        body = (self.info.graph_config or {}).get(phase, {}) if self.info else {}
+        sizes = body.get("bs" if phase == "decode" else "num_tokens") or []
+        return max(sizes) if sizes else None
+
     def whatif_inputs(self) -> WhatIfInputs:
         return WhatIfInputs(tuple(self.steps), tuple(self.bucket_costs()), self.prefill_padding_cap())
 
     def hit_rate(self) -> Optional[float]:
         return self.hits.hit_rate
+
+    @property
+    def parity_every(self) -> int:
+        """One graph step in N is checked (0: off): the live setting, else what the checks said."""
+        return self.parity_setting if self.parity_setting is not None else self.parity.every
+
+    def set_parity_setting(self, every: int) -> None:
+        self.parity_setting = every
+        self.revs["parity"] += 1
 
     # ------------------------------------------------------------------ folding
     def apply_all(self, events: Iterable[Event]) -> int:
@@ -209,6 +229,11 @@ class DashboardState:
         self.downgrades.append(ev)
         self.revs["alerts"] += 1
 
+    def _on_parity(self, ev: ParityCheck) -> None:
+        self.parity.add(ev)
+        self.parity_last = ev
+        self.revs["parity"] += 1
+
     def _on_error(self, ev: ErrorEvent) -> None:
         self.errors.append(ev)
         if ev.fatal:
@@ -231,4 +256,5 @@ _HANDLERS = {  # keyed by the events' ``type`` tags (see graphtop.engine.telemet
     "recapture_finished": DashboardState._on_recapture_finished,
     "config_downgrade": DashboardState._on_downgrade,
     "error": DashboardState._on_error,
+    "parity_check": DashboardState._on_parity,
 }

@@ -5,32 +5,25 @@ engine's own bucket policy (``graphtop.engine.graphs.bucket_policy``) what each 
 do under the candidate lists, and counts the answers with the trace report's counting rules
 (``graphtop.engine.telemetry.stats``), so a prediction is what a recapture then measures:
 
-* a step that replayed a graph, or fell back for a reason a bucket list decides (larger than the
-  largest bucket, prefill padding over the cap), is decided again under the candidate lists, with
-  the same prefill padding cap;
-* a step that fell back for any other reason (capture failed, context wider than the graph, a
-  recapture in progress, …) stays eager under any candidate. A step whose reason is unknown (a
-  hand-made or older trace) counts as fixable when the current lists, if given, refuse it by size;
+* a step a bucket list decides (``bucket_policy.depends_on_buckets``: a graph step, or one that fell
+  back for a bucket-list reason) is decided again under the candidate lists, with the same prefill
+  padding cap; any other step stays eager under any candidate;
 * graph memory (and capture time) per bucket comes from the capture ledger, interpolated linearly
-  between captured buckets and extrapolated from the nearest two outside them.
+  between captured buckets and extrapolated from the nearest two outside them
+  (``telemetry.capture.estimate_cost``).
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
-from graphtop.engine.graphs.bucket_policy import BUCKET_REASONS, BucketPolicy
-from graphtop.engine.graphs.fallback import FallbackReason
-from graphtop.engine.telemetry.capture import BucketCost
+from graphtop.engine.graphs.bucket_policy import BucketPolicy, depends_on_buckets
+from graphtop.engine.telemetry.capture import BucketCost, cost_points, estimate_cost
 from graphtop.engine.telemetry.events import StepEvent
 from graphtop.engine.telemetry.stats import DECODE, PREFILL, HitTally, step_key, step_phase
 
-__all__ = ["PhaseWhatIf", "WhatIf", "WhatIfInputs", "estimate", "what_if"]
-
-_KNOWN_REASONS = frozenset(r.value for r in FallbackReason)
-_BUCKET_REASONS = frozenset(r.value for r in BUCKET_REASONS)
+__all__ = ["PhaseWhatIf", "WhatIf", "WhatIfInputs", "what_if"]
 
 
 @dataclass(frozen=True)
@@ -97,41 +90,6 @@ def _sum_known(parts: Iterable[Optional[float]]) -> Optional[float]:
     return None if any(p is None for p in parts) else float(sum(parts))  # type: ignore[arg-type]
 
 
-def estimate(points: Mapping[int, float], bucket: int) -> Optional[float]:
-    """Per-bucket cost at ``bucket`` from measured ``points`` (bucket → value).
-
-    Exact where measured; linear between neighbours; outside the measured range, the slope of the
-    nearest two points (clamped at ≥ 0); a single point is used as a constant. None without data.
-    """
-    if not points:
-        return None
-    if bucket in points:
-        return float(points[bucket])
-    xs = sorted(points)
-    if len(xs) == 1:
-        return float(points[xs[0]])
-    i = bisect.bisect_left(xs, bucket)
-    if i == 0:
-        x0, x1 = xs[0], xs[1]
-    elif i == len(xs):
-        x0, x1 = xs[-2], xs[-1]
-    else:
-        x0, x1 = xs[i - 1], xs[i]
-    y0, y1 = float(points[x0]), float(points[x1])
-    value = y0 + (y1 - y0) * (bucket - x0) / (x1 - x0)
-    return max(value, 0.0)
-
-
-def _decided_by_buckets(step: StepEvent, size: int, current: Optional[BucketPolicy]) -> bool:
-    """Would a different bucket list change how ``step`` ran?"""
-    if step.path == "graph":
-        return True
-    reason = step.fallback_reason
-    if reason in _KNOWN_REASONS:
-        return reason in _BUCKET_REASONS
-    return current is None or current.decide(size).reason in BUCKET_REASONS
-
-
 def _phase(
     phase: str,
     steps: Sequence[StepEvent],
@@ -142,16 +100,14 @@ def _phase(
     out = PhaseWhatIf(phase=phase, graph_count=len(candidate.buckets))
     for s in steps:
         size = step_key(s.phase, s.batch_size, s.num_tokens)
-        if not _decided_by_buckets(s, size, current):
+        if not depends_on_buckets(s.path == "graph", s.fallback_reason, size, current):
             out.add(False)
             continue
         d = candidate.decide(size)
         out.add(d.graph, d.bucket, d.padded)
-    ok = [c for c in costs if c.phase == phase and c.ok]
-    mem_points = {c.bucket: float(c.memory_bytes) for c in ok}
-    sec_points = {c.bucket: float(c.seconds) for c in ok}
-    out.est_memory_bytes = _sum_known(estimate(mem_points, b) for b in candidate.buckets)
-    out.est_capture_seconds = _sum_known(estimate(sec_points, b) for b in candidate.buckets)
+    mem_points, sec_points = cost_points(costs, phase, "memory_bytes"), cost_points(costs, phase, "seconds")
+    out.est_memory_bytes = _sum_known(estimate_cost(mem_points, b) for b in candidate.buckets)
+    out.est_capture_seconds = _sum_known(estimate_cost(sec_points, b) for b in candidate.buckets)
     return out
 
 

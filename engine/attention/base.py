@@ -43,6 +43,11 @@ class AttentionBackend(ABC):
         self.device = device
         self.meta: Any = None
 
+    def clone(self) -> "AttentionBackend":
+        """Another instance over the same pool with its own metadata and workspaces, for a forward on
+        another thread (the parity check's eager re-run) that must not disturb this one's state."""
+        return type(self)(self.pool, self.shape, self.device)
+
     def seq_len_fill_value(self) -> int:
         """Sequence length written for padded graph rows: 1, reading only the dummy page's slot."""
         return 1

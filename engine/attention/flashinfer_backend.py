@@ -93,6 +93,8 @@ class FlashInferBackend(AttentionBackend):
         """``prefill_backend``, ``decode_kernel`` and ``pdl`` are the engine's ``KernelConfig`` values
         (checked there)."""
         super().__init__(pool, shape, device)
+        self._options = dict(prefill_backend=prefill_backend, decode_kernel=decode_kernel, pdl=pdl,
+                             decode_tensor_cores=decode_tensor_cores, workspace_bytes=workspace_bytes)
         device = torch.device(device)
         if device.type != "cuda":
             raise FlashInferUnsupported(f"flashinfer needs a CUDA device, got {device}")
@@ -151,6 +153,9 @@ class FlashInferBackend(AttentionBackend):
         )
         self._graph_wrappers: dict[int, Any] = {}
         self._graph_bufs: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+
+    def clone(self) -> "FlashInferBackend":
+        return FlashInferBackend(self.pool, self.shape, self.device, **self._options)  # type: ignore[arg-type]
 
     def _ensure_views(self) -> None:
         """Per-layer views, cached (views cost ~1 µs each, per layer, per step); rebuilt whenever the

@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 
 from .fallback import FallbackReason
 
-__all__ = ["BUCKET_REASONS", "BucketDecision", "BucketPolicy", "pick_bucket"]
+__all__ = ["BUCKET_REASONS", "BucketDecision", "BucketPolicy", "depends_on_buckets", "pick_bucket",
+           "within_padding_cap"]
 
 #: The eager reasons a different bucket list can change; every other reason does not depend on it.
 BUCKET_REASONS = frozenset({
@@ -31,10 +32,36 @@ BUCKET_REASONS = frozenset({
 })
 
 
+_KNOWN_REASONS = frozenset(r.value for r in FallbackReason)
+_BUCKET_REASON_VALUES = frozenset(r.value for r in BUCKET_REASONS)
+
+
 def pick_bucket(buckets: Sequence[int], size: int) -> Optional[int]:
     """Smallest of ``buckets`` (ascending) >= ``size``; None when ``size`` is larger than all of them."""
     i = bisect.bisect_left(buckets, size)
     return buckets[i] if i < len(buckets) else None
+
+
+def within_padding_cap(bucket: int, size: int, max_padding_waste: Optional[float]) -> bool:
+    """May a step of ``size`` pad up to ``bucket``? The prefill cap's rule (padding as a fraction of
+    the bucket), shared by ``BucketPolicy.decide`` and the bucket advisor so both judge alike."""
+    return max_padding_waste is None or (bucket - size) / bucket <= max_padding_waste
+
+
+def depends_on_buckets(graph: bool, reason: Optional[str], size: int, current: Optional["BucketPolicy"]) -> bool:
+    """Would a different bucket list change how a recorded step ran?
+
+    A graph step, or an eager one whose named reason is a bucket-list reason (larger than the largest
+    bucket, prefill padding over the cap), is decided again under another list. Any other named
+    reason (capture failed, context wider than the graph, a recapture in progress, ...) stays eager
+    under every list. A step whose reason is unknown (a hand-made or older trace) counts as decided by
+    the list when the ``current`` lists, if given, refuse it by size.
+    """
+    if graph:
+        return True
+    if reason in _KNOWN_REASONS:
+        return reason in _BUCKET_REASON_VALUES
+    return current is None or current.decide(size).reason in BUCKET_REASONS
 
 
 @dataclass(frozen=True)
@@ -83,6 +110,6 @@ class BucketPolicy:
             return BucketDecision(reason=self.over_max_reason)
         bucket = self.pick(size)
         assert bucket is not None
-        if self.max_padding_waste is not None and (bucket - size) / bucket > self.max_padding_waste:
+        if not within_padding_cap(bucket, size, self.max_padding_waste):
             return BucketDecision(reason=FallbackReason.PREFILL_PADDING_OVER_CAP)
         return BucketDecision(bucket, bucket - size)

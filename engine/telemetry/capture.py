@@ -9,13 +9,14 @@ authoritative for the totals).
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Iterable, Mapping, Optional, Union
 
 from .events import CaptureFinished, CaptureProgress, CaptureStarted
 
-__all__ = ["BucketCost", "CaptureEvent", "CapturePass", "CaptureTracker"]
+__all__ = ["BucketCost", "CaptureEvent", "CapturePass", "CaptureTracker", "cost_points", "estimate_cost"]
 
 CaptureEvent = Union[CaptureStarted, CaptureProgress, CaptureFinished]
 
@@ -34,6 +35,37 @@ class BucketCost:
     @classmethod
     def of(cls, ev: CaptureProgress) -> "BucketCost":
         return cls(ev.phase, ev.bucket, ev.seconds, ev.memory_bytes, ev.ok, ev.failure_reason)
+
+
+def cost_points(costs: Iterable[BucketCost], phase: str, what: str = "memory_bytes") -> dict[int, float]:
+    """Bucket -> measured ``what`` (``memory_bytes`` or ``seconds``) of the buckets of ``phase`` that
+    captured; failed captures are no basis for an estimate."""
+    return {c.bucket: float(getattr(c, what)) for c in costs if c.phase == phase and c.ok}
+
+
+def estimate_cost(points: Mapping[int, float], bucket: int) -> Optional[float]:
+    """Per-bucket cost at ``bucket`` from measured ``points`` (bucket -> value).
+
+    Exact where measured; linear between neighbours; outside the measured range, the slope of the
+    nearest two points (clamped at >= 0); a single point is used as a constant. None without data.
+    """
+    if not points:
+        return None
+    if bucket in points:
+        return float(points[bucket])
+    xs = sorted(points)
+    if len(xs) == 1:
+        return float(points[xs[0]])
+    i = bisect.bisect_left(xs, bucket)
+    if i == 0:
+        x0, x1 = xs[0], xs[1]
+    elif i == len(xs):
+        x0, x1 = xs[-2], xs[-1]
+    else:
+        x0, x1 = xs[i - 1], xs[i]
+    y0, y1 = float(points[x0]), float(points[x1])
+    value = y0 + (y1 - y0) * (bucket - x0) / (x1 - x0)
+    return max(value, 0.0)
 
 
 @dataclass

@@ -179,6 +179,30 @@ class StepEvent(Event):
 
 
 @dataclass(frozen=True)
+class ParityCheck(Event):
+    """One graph step re-run eagerly on the same inputs, outside the graph, and the logits compared
+    (``--parity-every N``). A mismatch means the graph computed something the eager path does not."""
+
+    type: ClassVar[str] = "parity_check"
+    step: int = 0
+    phase: str = ""  # decode | prefill
+    batch_size: int = 0
+    num_tokens: int = 0
+    bucket: Optional[int] = None
+    rows: int = 0
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    argmax_agree: float = 1.0
+    top5_overlap: float = 1.0
+    tolerance: float = 0.0
+    mismatch: bool = False
+    check_ms: float = 0.0
+    every: int = 0
+    skipped: int = 0
+    discarded: int = 0
+
+
+@dataclass(frozen=True)
 class RequestQueued(Event):
     type: ClassVar[str] = "request_queued"
     request_id: str = ""
@@ -252,6 +276,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MemoryLedger,
         KVPoolState,
         StepEvent,
+        ParityCheck,
         RequestQueued,
         RequestFirstToken,
         RequestFinished,

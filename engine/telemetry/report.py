@@ -169,6 +169,17 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
             f" ({_pct(s.kv_peak_used_tokens / s.kv_capacity_tokens)})"
         )
 
+    if s.parity.checks:
+        p = s.parity
+        out.append("")
+        verdict = f"{p.mismatches} MISMATCH(ES)" if p.mismatches else "all agree"
+        out.append(f"Parity checks (graph step vs its eager re-run, one graph step in {p.every}): {verdict}")
+        out.append(f"  checks {p.checks}  mismatches {p.mismatches}  skipped {p.skipped}  discarded {p.discarded}")
+        out.append(f"  worst relative error {p.worst_rel_err:.3g} (tolerance {p.tolerance:g})"
+                   f"  worst abs error {p.worst_abs_err:.3g}")
+        out.append(f"  lowest argmax agreement {_pct(p.min_argmax_agree)}"
+                   f"  lowest top-5 overlap {_pct(p.min_top5_overlap)}")
+
     if s.downgrades:
         out.append("")
         out.append("Config downgrades")

@@ -7,7 +7,10 @@ same way, so a number seen in one can be checked against another:
 * padding waste = padded tokens / bucket tokens, over graph steps with a bucket (a decode row is one
   token, so decode buckets count rows);
 * a step's mean waste = the mean of its per-step ``padding_waste`` (the report's per-bucket column);
-* percentiles use linear interpolation between closest ranks (numpy's default).
+* percentiles use linear interpolation between closest ranks (numpy's default);
+* parity checks (graph step vs its eager re-run): the engine decides each check's ``mismatch``
+  (relative error over its tolerance); the tally keeps the worst errors, the lowest argmax agreement
+  and top-5 overlap, and the latest cumulative skipped / discarded counts.
 
 Pure data and arithmetic: no torch, no I/O.
 """
@@ -16,9 +19,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Protocol
 
-__all__ = ["BucketTally", "HitTally", "Percentiles", "percentile", "step_key", "step_phase"]
+__all__ = ["BucketTally", "HitTally", "ParityTally", "Percentiles", "percentile", "step_key", "step_phase"]
 
 DECODE = "decode"
 PREFILL = "prefill"
@@ -100,6 +103,53 @@ class BucketTally:
     @property
     def mean_waste(self) -> float:
         return self.waste_sum / self.count if self.count else 0.0
+
+
+class ParityCheckLike(Protocol):
+    max_rel_err: float
+    max_abs_err: float
+    argmax_agree: float
+    top5_overlap: float
+    mismatch: bool
+    skipped: int
+    discarded: int
+    every: int
+    tolerance: float
+
+
+@dataclass
+class ParityTally:
+    """Parity checks seen so far."""
+
+    checks: int = 0
+    mismatches: int = 0
+    worst_rel_err: Optional[float] = None
+    worst_abs_err: Optional[float] = None
+    min_argmax_agree: Optional[float] = None
+    min_top5_overlap: Optional[float] = None
+    skipped: int = 0  # due checks not run (the previous one still running, or a step too large)
+    discarded: int = 0  # checks whose requests' KV was freed mid-check (inconclusive)
+    every: int = 0  # the last rate seen (one graph step in N)
+    tolerance: Optional[float] = None
+
+    def add(self, ev: ParityCheckLike) -> None:
+        """Count one ``parity_check`` event (any object with its fields)."""
+        self.checks += 1
+        self.mismatches += int(ev.mismatch)
+        self.worst_rel_err = _worst(self.worst_rel_err, ev.max_rel_err, max)
+        self.worst_abs_err = _worst(self.worst_abs_err, ev.max_abs_err, max)
+        self.min_argmax_agree = _worst(self.min_argmax_agree, ev.argmax_agree, min)
+        self.min_top5_overlap = _worst(self.min_top5_overlap, ev.top5_overlap, min)
+        self.skipped, self.discarded, self.every, self.tolerance = ev.skipped, ev.discarded, ev.every, ev.tolerance
+
+    @property
+    def failing(self) -> bool:
+        """Any mismatch: the dashboard's red state."""
+        return self.mismatches > 0
+
+
+def _worst(old: Optional[float], new: float, pick) -> float:  # type: ignore[no-untyped-def]
+    return new if old is None else pick(old, new)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

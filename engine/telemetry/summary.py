@@ -32,6 +32,7 @@ from .events import (
     Event,
     KVPoolState,
     MemoryLedger,
+    ParityCheck,
     RecaptureFinished,
     RequestFinished,
     RequestFirstToken,
@@ -39,7 +40,7 @@ from .events import (
     StepEvent,
     TraceHeader,
 )
-from .stats import BucketTally, HitTally, Percentiles
+from .stats import BucketTally, HitTally, ParityTally, Percentiles
 from .trace import Trace
 
 __all__ = ["PhaseStats", "SummaryBuilder", "TraceSummary", "UNSPECIFIED", "summarize"]
@@ -99,6 +100,7 @@ class TraceSummary(HitTally):
     recapture_failures: int = 0
     downgrades: list[ConfigDowngrade] = field(default_factory=list)
     errors: list[ErrorEvent] = field(default_factory=list)
+    parity: ParityTally = field(default_factory=ParityTally)  # graph-vs-eager checks (--parity-every)
 
 
 class SummaryBuilder:
@@ -170,6 +172,8 @@ class SummaryBuilder:
             s.downgrades.append(event)
         elif isinstance(event, ErrorEvent):
             s.errors.append(event)
+        elif isinstance(event, ParityCheck):
+            s.parity.add(event)
 
     def _add_step(self, ev: StepEvent) -> None:
         s = self._s

@@ -1,0 +1,219 @@
+"""The bucket advisor: the bucket list that minimises the expected cost of the observed step sizes.
+
+Cost model, per step, in rows (decode) or tokens (prefill):
+
+* a step of size ``s`` that replays bucket ``b`` costs ``b``: its ``s`` real rows and ``b - s``
+  padded ones;
+* a step that runs eagerly costs ``R * s``, where ``R`` is the eager step time over the graph step
+  time (measured from a trace by ``telemetry.bucket_demand``; the caller decides);
+
+so a list's expected cost is the sum over observed sizes of ``count * cost``, and the ideal (every
+step a perfect-fit graph) is the sum of ``count * s``. Which bucket serves a size, and when the
+prefill padding cap refuses it (the step then runs eagerly: the policy never tries a larger bucket),
+are ``bucket_policy``'s rules: ``expected_cost`` asks ``BucketPolicy.decide`` itself and the search
+below uses the same ``within_padding_cap``, so the advice predicts what the runners will do.
+
+The search is exact over lists drawn from the observed sizes (up to ``max_bucket``): lowering a
+bucket to the largest size it serves never costs more and only reduces padding, so with per-bucket
+memory that grows with the bucket no other size can do better. Dynamic programming over the sorted
+distinct sizes: a state is (buckets chosen, largest of them); the sizes between two consecutive
+buckets are served by the upper one or, where the cap refuses, run eagerly, and the sizes above the
+largest bucket run eagerly. With a memory budget each state keeps the Pareto front of (memory, cost)
+over the choices that reach it (exact for a real-valued budget); without one, memory is not tracked
+and a front is a single point. The work is O(max_graphs * n^2) in vector operations for n sizes.
+Among lists of equal cost the advice takes the fewest graphs, then the least memory.
+
+Pure (numpy, no torch): the CLI and the dashboard call it without loading the inference stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .bucket_policy import BucketPolicy, within_padding_cap
+
+__all__ = ["Advice", "advise", "expected_cost"]
+
+_REL_TIE = 1e-9  # costs this close (relative) count as equal, so ties go to fewer graphs
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The advised buckets of one phase and what they cost under the model."""
+
+    phase: str
+    buckets: tuple[int, ...]
+    cost: float  # expected cost of the observed steps, rows or tokens
+    ideal: float  # every step a perfect-fit graph
+    memory_bytes: Optional[float]  # estimated graph memory of the list; None when not estimated
+
+    @property
+    def relative_cost(self) -> Optional[float]:
+        """Cost over the ideal: 1.0 is every step on a graph of exactly its size."""
+        return self.cost / self.ideal if self.ideal else None
+
+
+def expected_cost(phase: str, demand: Mapping[int, int], buckets: Sequence[int], *, eager_ratio: float,
+                  max_padding_waste: Optional[float] = None) -> float:
+    """Expected cost of ``demand`` (size -> steps) under ``buckets``, each step decided by the policy."""
+    policy = BucketPolicy.of(phase, buckets, max_padding_waste=max_padding_waste)
+    total = 0.0
+    for size, count in demand.items():
+        d = policy.decide(size)
+        total += count * (d.bucket if d.graph and d.bucket is not None else eager_ratio * size)
+    return total
+
+
+@dataclass
+class _Level:
+    """Every label with the same number of buckets, ordered by their largest bucket (``state``)."""
+
+    state: np.ndarray  # index of the largest bucket's size; -1: no bucket yet
+    memory: np.ndarray
+    cost: np.ndarray  # cost of the sizes up to the state's bucket
+    back: np.ndarray  # index of the label one bucket down; -1 at the start
+
+
+def advise(
+    phase: str,
+    demand: Mapping[int, int],
+    *,
+    eager_ratio: float,
+    max_padding_waste: Optional[float] = None,
+    max_graphs: Optional[int] = None,
+    max_memory: Optional[float] = None,
+    memory_of: Optional[Callable[[int], float]] = None,
+    max_bucket: Optional[int] = None,
+) -> Advice:
+    """The cheapest list for ``demand`` (size -> steps) with at most ``max_graphs`` buckets, no bucket
+    over ``max_bucket`` and, with ``max_memory``, an estimated memory (``memory_of`` per bucket) within
+    it. ``memory_of`` alone only reports the advice's memory."""
+    if eager_ratio <= 0:
+        raise ValueError(f"eager ratio must be positive, got {eager_ratio}")
+    if max_memory is not None and memory_of is None:
+        raise ValueError("a memory budget needs per-bucket memory estimates")
+    sizes = sorted(s for s, c in demand.items() if c > 0)
+    counts = np.array([demand[s] for s in sizes], dtype=np.float64)
+    x = np.array(sizes, dtype=np.float64)
+    n = len(sizes)
+    count_sum = np.concatenate(([0.0], np.cumsum(counts)))
+    eager_sum = np.concatenate(([0.0], np.cumsum(counts * x * eager_ratio)))
+    ideal = float(np.dot(counts, x))
+    limit = n if max_graphs is None else min(max_graphs, n)
+    cand = [j for j in range(n) if max_bucket is None or sizes[j] <= max_bucket]
+    track_memory = max_memory is not None and memory_of is not None
+    step = _Step(x, count_sum, eager_sum, np.array(cand, dtype=np.int64),
+                 np.array([_first_served(sizes, j, max_padding_waste) for j in cand], dtype=np.int64),
+                 np.array([float(memory_of(sizes[j])) if track_memory else 0.0 for j in cand]),  # type: ignore[misc]
+                 np.inf if max_memory is None else float(max_memory))
+    levels = [_Level(np.array([-1]), np.array([0.0]), np.array([0.0]), np.array([-1]))]
+    for _ in range(limit):
+        nxt = step.extend(levels[-1])
+        if nxt is None:
+            break
+        levels.append(nxt)
+
+    best: Optional[tuple[float, int, float, int]] = None  # (total, graphs, memory, label)
+    for k, level in enumerate(levels):
+        tails = eager_sum[n] - eager_sum[level.state + 1]
+        for i, total in enumerate(level.cost + tails):
+            key = (float(total), k, float(level.memory[i]), i)
+            if best is None or _better(key, best):
+                best = key
+    assert best is not None  # level 0 always has the empty list
+    total, k, _, i = best
+    chosen: list[int] = []
+    while k > 0:
+        chosen.append(sizes[int(levels[k].state[i])])
+        i = int(levels[k].back[i])
+        k -= 1
+    buckets = tuple(sorted(chosen))
+    mem_total = float(sum(memory_of(b) for b in buckets)) if memory_of is not None else None
+    return Advice(phase, buckets, total, ideal, mem_total)
+
+
+@dataclass
+class _Step:
+    """Adds one bucket to every label of a level: the DP's transition, over all candidate buckets."""
+
+    x: np.ndarray  # the sorted distinct sizes
+    count_sum: np.ndarray  # prefix sums of the step counts
+    eager_sum: np.ndarray  # prefix sums of the eager costs
+    cand: np.ndarray  # indices of the sizes that may be buckets
+    served_from: np.ndarray  # per candidate: the first size index its padding rule lets it serve
+    memory: np.ndarray  # per candidate: its memory (all 0 without a budget)
+    budget: float
+
+    def segment(self, state: np.ndarray, c: np.ndarray, lo_rule: np.ndarray) -> np.ndarray:
+        """Cost of the sizes after ``state`` up to candidate ``c``: served by it, or eager where the
+        padding rule refuses (arrays broadcast: labels by candidates)."""
+        first = state + 1
+        lo = np.maximum(first, lo_rule)
+        return (self.eager_sum[lo] - self.eager_sum[first]) + self.x[c] * (self.count_sum[c + 1] - self.count_sum[lo])
+
+    def extend(self, prev: _Level) -> Optional[_Level]:
+        if np.isinf(self.budget):
+            return self._extend_cheapest(prev)
+        parts = []
+        for c, lo_rule, mem_c in zip(self.cand, self.served_from, self.memory):
+            p = int(np.searchsorted(prev.state, c))  # labels whose largest bucket is below size c
+            if p == 0:
+                continue
+            cost = prev.cost[:p] + self.segment(prev.state[:p], c, lo_rule)
+            mem = prev.memory[:p] + mem_c
+            keep = _pareto(mem, cost, self.budget)
+            if keep.size:
+                parts.append((np.full(keep.size, c), mem[keep], cost[keep], keep))
+        if not parts:
+            return None
+        return _Level(*(np.concatenate(a) for a in zip(*parts)))
+
+    def _extend_cheapest(self, prev: _Level) -> Optional[_Level]:
+        """Without a memory budget each front is one point: the cheapest predecessor of every
+        candidate, for all candidates at once (labels by candidates)."""
+        below = prev.state[:, None] < self.cand[None, :]
+        cost = prev.cost[:, None] + self.segment(prev.state[:, None], self.cand[None, :], self.served_from[None, :])
+        cost = np.where(below, cost, np.inf)
+        back = np.argmin(cost, axis=0)
+        best = cost[back, np.arange(self.cand.size)]
+        ok = np.isfinite(best)
+        if not ok.any():
+            return None
+        return _Level(self.cand[ok], prev.memory[back[ok]] + self.memory[ok], best[ok], back[ok])
+
+
+def _first_served(sizes: Sequence[int], j: int, cap: Optional[float]) -> int:
+    """Index of the smallest size the bucket ``sizes[j]`` may serve: the padding rule is monotone in
+    the size, so the served sizes up to ``j`` are a run ending at ``j`` (binary search on the rule)."""
+    lo, hi = 0, j
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if within_padding_cap(sizes[j], sizes[mid], cap):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _pareto(memory: np.ndarray, cost: np.ndarray, budget: float) -> np.ndarray:
+    """Indices of the labels within ``budget`` that no other label beats on both memory and cost."""
+    order = np.lexsort((cost, memory))
+    order = order[memory[order] <= budget]
+    if order.size == 0:
+        return order
+    c = cost[order]
+    prior_best = np.concatenate(([np.inf], np.minimum.accumulate(c)[:-1]))
+    return order[c < prior_best]
+
+
+def _better(a: tuple[float, int, float, int], b: tuple[float, int, float, int]) -> bool:
+    """Lower cost; at (nearly) equal cost fewer graphs, then less memory."""
+    tol = _REL_TIE * max(1.0, abs(b[0]))
+    if a[0] < b[0] - tol:
+        return True
+    if a[0] > b[0] + tol:
+        return False
+    return (a[1], a[2]) < (b[1], b[2])

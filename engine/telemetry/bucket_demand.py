@@ -1,0 +1,141 @@
+"""What a recorded workload asked of each phase's bucket list: the bucket advisor's inputs from steps.
+
+* **Demand**: the sizes (decode batch sizes, prefill token counts) of the steps a bucket list decides
+  (``bucket_policy.depends_on_buckets``: graph steps and bucket-list fallbacks), with their counts.
+  The other steps (capture failed, context wider than the graph, a recapture under way, ...) stay
+  eager under any list; they are counted apart.
+* **Eager ratio** R, an eager step's time over a graph step's (the advisor charges an eager step
+  ``R * size``). A step's time is its host time, or its replay time when that is longer (under the
+  overlap schedule a graph step's host time is only its launch). Measured, in order of preference:
+  at the sizes the trace ran both ways (median of the per-size ratios of medians); else over the
+  phase, per row or token (eager time / size against graph time / bucket); else
+  ``DEFAULT_EAGER_RATIO``. Emulated graph steps never count: their timings are not CUDA graphs'.
+* **Memory** per bucket: the capture ledger's, interpolated (``capture.estimate_cost``).
+
+Pure: no torch. ``advise_phase`` is what ``graphtop advise`` and the dashboard's bucket editor call,
+so both give the same advice for the same steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from ..graphs.bucket_advisor import Advice, advise
+from ..graphs.bucket_policy import BucketPolicy, depends_on_buckets
+from .capture import BucketCost, cost_points, estimate_cost
+from .events import StepEvent
+from .stats import PREFILL, step_key, step_phase
+
+__all__ = ["DEFAULT_EAGER_RATIO", "EagerRatio", "PhaseDemand", "advise_phase", "eager_ratio", "phase_demand",
+           "step_time_ms"]
+
+DEFAULT_EAGER_RATIO = {"decode": 4.0, "prefill": 1.5}
+"""Without a measurement: conservative, below the eager/graph ratios the README's benchmark tables
+report for the small decode batches and short prefills where graphs matter most."""
+
+
+@dataclass(frozen=True)
+class EagerRatio:
+    value: float
+    source: str  # how it was found, for the report
+
+    @property
+    def measured(self) -> bool:
+        return self.source != "default"
+
+
+@dataclass(frozen=True)
+class PhaseDemand:
+    phase: str
+    sizes: dict[int, int]  # size -> steps a bucket list decides
+    fixed_eager: int  # steps that stay eager under any list
+    ratio: EagerRatio
+
+    @property
+    def steps(self) -> int:
+        return sum(self.sizes.values()) + self.fixed_eager
+
+
+def step_time_ms(step: StepEvent) -> float:
+    """A step's time: its host time, or its replay time when that is longer."""
+    return max(step.host_ms, step.replay_ms or 0.0)
+
+
+def eager_ratio(steps: Iterable[StepEvent], phase: str) -> EagerRatio:
+    """Eager step time over graph step time for ``phase``, from real (not emulated) timings."""
+    graph: dict[int, list[float]] = defaultdict(list)
+    eager: dict[int, list[float]] = defaultdict(list)
+    graph_per_row: list[float] = []
+    eager_per_row: list[float] = []
+    for s in steps:
+        if step_phase(s.phase) != phase or step_time_ms(s) <= 0:
+            continue
+        size = step_key(s.phase, s.batch_size, s.num_tokens)
+        if s.path == "graph":
+            if s.emulated or not s.bucket:
+                continue
+            graph[size].append(step_time_ms(s))
+            graph_per_row.append(step_time_ms(s) / s.bucket)
+        elif size > 0:
+            eager[size].append(step_time_ms(s))
+            eager_per_row.append(step_time_ms(s) / size)
+    both = sorted(set(graph) & set(eager))
+    if both:
+        ratios = [statistics.median(eager[n]) / statistics.median(graph[n]) for n in both]
+        return EagerRatio(statistics.median(ratios), f"measured at {len(both)} size(s) run both ways")
+    if graph_per_row and eager_per_row:
+        value = statistics.median(eager_per_row) / statistics.median(graph_per_row)
+        return EagerRatio(value, "measured per row over the phase (no size ran both ways)")
+    return EagerRatio(DEFAULT_EAGER_RATIO[phase], "default")
+
+
+def phase_demand(steps: Iterable[StepEvent], phase: str, current: Optional[Sequence[int]] = None,
+                 max_padding_waste: Optional[float] = None) -> PhaseDemand:
+    """The sizes ``phase``'s steps asked for; ``current`` (the list in use) only judges steps whose
+    fallback reason is unknown."""
+    steps = [s for s in steps if step_phase(s.phase) == phase]
+    policy = None if current is None else BucketPolicy.of(
+        phase, current, max_padding_waste=max_padding_waste if phase == PREFILL else None)
+    sizes: Counter[int] = Counter()
+    fixed = 0
+    for s in steps:
+        size = step_key(s.phase, s.batch_size, s.num_tokens)
+        if size > 0 and depends_on_buckets(s.path == "graph", s.fallback_reason, size, policy):
+            sizes[size] += 1
+        else:
+            fixed += 1
+    return PhaseDemand(phase, dict(sizes), fixed, eager_ratio(steps, phase))
+
+
+def advise_phase(
+    steps: Sequence[StepEvent],
+    phase: str,
+    *,
+    costs: Sequence[BucketCost] = (),
+    max_padding_waste: Optional[float] = None,
+    current: Optional[Sequence[int]] = None,
+    max_graphs: Optional[int] = None,
+    max_memory: Optional[float] = None,
+    max_bucket: Optional[int] = None,
+    ratio: Optional[float] = None,
+) -> tuple[Advice, PhaseDemand]:
+    """The advised list for ``phase`` and the demand it answers. ``ratio`` overrides the measured
+    eager ratio; a memory budget needs capture costs of the phase (ValueError otherwise)."""
+    demand = phase_demand(steps, phase, current, max_padding_waste)
+    if ratio is not None:
+        demand = PhaseDemand(phase, demand.sizes, demand.fixed_eager, EagerRatio(ratio, "given"))
+    points = cost_points(costs, phase)
+    if max_memory is not None and not points:
+        raise ValueError(f"no {phase} capture costs in the steps' source: graph memory cannot be estimated")
+
+    def memory_of(bucket: int) -> float:
+        value = estimate_cost(points, bucket)
+        return 0.0 if value is None else value
+
+    advice = advise(phase, demand.sizes, eager_ratio=demand.ratio.value,
+                    max_padding_waste=max_padding_waste if phase == PREFILL else None, max_graphs=max_graphs,
+                    max_memory=max_memory, memory_of=memory_of if points else None, max_bucket=max_bucket)
+    return advice, demand

@@ -1,0 +1,203 @@
+"""Online parity checks on CPU (emulated graphs): they never change outputs, and they catch a graph that
+reads a stale static buffer."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from graphtop.engine.graphs.buffers import PaddingPolicy
+from graphtop.engine.graphs.config import build_graph_config
+from graphtop.engine.parity import SWITCH_INTERVAL_S, _scratch_batch, compare_rows, summarize_rows
+from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.telemetry import events as ev
+from graphtop.engine.telemetry.bus import EventBus
+from graphtop.engine.telemetry.report import format_summary
+from graphtop.engine.telemetry.summary import summarize
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+GRAPHS = {"decode.bs": [1, 2, 4, 8], "prefill.num_tokens": [16, 32, 64]}
+PROMPTS = [[10 + (i * 7 + j) % 50 for j in range(n)] for i, n in enumerate([5, 12, 30, 9, 21, 3])]
+MAX_NEW = [9, 14, 6, 11, 8, 12]
+
+
+def _engine(tiny_ckpt, make_engine, bus=None, **kw):
+    return make_engine(tiny_ckpt("qwen3"), bus=bus, graphs=build_graph_config(None, GRAPHS), **kw)
+
+
+def _serve(engine, *, settle_checks: bool = False) -> list[list[int]]:
+    """Requests arriving one every other step (prefills between decode steps of a changing batch), some
+    finishing while others run; ``settle_checks`` waits for each check, so every due step is checked."""
+    handles = []
+    pending = list(zip(PROMPTS, MAX_NEW))
+    while pending or engine.scheduler.has_work():
+        if pending:
+            p, m = pending.pop(0)
+            handles.append(engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False)))
+        for _ in range(2):
+            engine.step()
+            if settle_checks:
+                engine.parity.wait_idle()
+    engine.parity.wait_idle()
+    return [h.token_ids for h in handles]
+
+
+def _checks(events) -> list[ev.ParityCheck]:
+    return [e for e in events if isinstance(e, ev.ParityCheck)]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_parity_every_1_changes_no_output_token(tiny_ckpt, make_engine, overlap, page_size) -> None:
+    plain = _engine(tiny_ckpt, make_engine, overlap_schedule=overlap, page_size=page_size)
+    expected = _serve(plain)
+    plain.close()
+    for settle in (False, True):  # the worker racing the step loop, and every due step checked
+        bus = EventBus()
+        sub = bus.subscribe("t")
+        checked = _engine(tiny_ckpt, make_engine, bus, overlap_schedule=overlap, page_size=page_size, parity_every=1)
+        device_ids = []  # checks of overlapped steps, whose input ids were still on the device
+        snapshot = checked.parity._snapshot_ids
+        checked.parity._snapshot_ids = lambda ids: device_ids.append(ids) or snapshot(ids)
+        assert _serve(checked, settle_checks=settle) == expected
+        used = checked.pool.used_pages
+        checked.close()
+        checks = _checks(sub.drain())
+        assert checks and not any(c.mismatch for c in checks), checks
+        assert used == 0  # the scratch pages are reserved, not used: nothing leaked
+        if settle:
+            assert {c.phase for c in checks} == {"decode", "prefill"}
+            assert all(c.argmax_agree == 1.0 and c.top5_overlap == 1.0 for c in checks)
+            assert bool(device_ids) == overlap  # overlapped steps were checked on the ids the device fed them
+
+
+@pytest.mark.parametrize("phase, slot", [("decode", "positions"), ("prefill", "input_ids")])
+def test_a_stale_static_buffer_is_caught(tiny_ckpt, make_engine, phase, slot) -> None:
+    """After capture, the runner stops refreshing one static buffer (the graph reads what capture left
+    there): the graph's logits go wrong, the eager re-run's do not, and the check says so."""
+    bus = EventBus()
+    sub = bus.subscribe("t")
+    engine = _engine(tiny_ckpt, make_engine, bus, parity_every=1)
+    runner = engine.model_runner.decode if phase == "decode" else engine.model_runner.prefill
+    registry = runner.registry
+    registry.slots[slot] = dataclasses.replace(registry.slots[slot], policy=PaddingPolicy.FILL_ONCE)
+    _serve(engine, settle_checks=True)
+    engine.close()
+    events = sub.drain()
+    bad = [c for c in _checks(events) if c.mismatch]
+    assert bad and {c.phase for c in bad} == {phase}, _checks(events)
+    assert all(c.max_rel_err > c.tolerance for c in bad)
+    report = format_summary(summarize(events))
+    assert "MISMATCH" in report and f"mismatches {len(bad)}" in report
+
+
+def test_a_check_whose_context_is_freed_midway_compares_only_the_rows_still_held(tiny_ckpt, make_engine) -> None:
+    bus = EventBus()
+    sub = bus.subscribe("t")
+    engine = _engine(tiny_ckpt, make_engine, bus, parity_every=1, overlap_schedule=False)
+    eager = engine.parity._eager
+    run = eager.run
+    gate, started = threading.Event(), threading.Event()
+
+    def held_run(batch):
+        started.set()
+        gate.wait(10)
+        return run(batch)
+
+    def hold_a_check_then_cancel(request_id: str) -> None:
+        gate.clear()
+        started.clear()
+        eager.run = held_run
+        engine.step()  # a decode step: its check starts and waits at the gate
+        assert started.wait(10) and engine.parity.busy
+        engine.cancel(request_id)
+        engine.step()  # frees that request's pages while the check still runs
+        eager.run = run
+        gate.set()
+        engine.parity.wait_idle()
+
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True, detokenize=False)
+    a, b = engine.submit(PROMPTS[0], params), engine.submit(PROMPTS[1], params)
+    while not (a.token_ids and b.token_ids):
+        engine.step()
+        engine.parity.wait_idle()
+    sub.drain()
+    hold_a_check_then_cancel(a.request_id)
+    checks = _checks(sub.drain())
+    assert [(c.batch_size, c.rows) for c in checks][:1] == [(2, 1)]  # only b's row was compared
+    assert engine.parity.discarded == 0
+    hold_a_check_then_cancel(b.request_id)  # b alone: nothing left to compare
+    engine.close()
+    assert engine.parity.discarded == 1 and not _checks(sub.drain())
+
+
+def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:
+    bus = EventBus()
+    sub = bus.subscribe("t")
+    engine = _engine(tiny_ckpt, make_engine, bus)
+    capacity, interval = engine.pool.capacity_tokens, sys.getswitchinterval()
+    engine.set_parity_every(2)
+    engine.run_until_idle()  # applies the command
+    assert engine.parity_every == 2 and engine.pool.capacity_tokens < capacity  # scratch reserved
+    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)  # the step loop gets the GIL back quickly
+    assert engine.output.kv_capacity_tokens == engine.pool.capacity_tokens
+    engine.generate([PROMPTS[0], PROMPTS[1]], SamplingParams(max_new_tokens=6, ignore_eos=True))
+    engine.parity.wait_idle()
+    assert {c.every for c in _checks(sub.drain())} == {2}
+    engine.set_parity_every(0)
+    engine.run_until_idle()
+    assert engine.parity_every == 0 and engine.pool.capacity_tokens == capacity
+    assert sys.getswitchinterval() == interval
+    with pytest.raises(ValueError):
+        engine.set_parity_every(-1)
+    engine.close()
+
+
+def test_too_little_free_kv_for_scratch_is_an_error_event(tiny_ckpt, make_engine) -> None:
+    bus = EventBus()
+    sub = bus.subscribe("t")
+    engine = _engine(tiny_ckpt, make_engine, bus, max_total_tokens=256)
+    hog = engine.pool.reserve(engine.pool.free_pages)
+    engine.set_parity_every(4)
+    engine.run_until_idle()
+    errors = [e for e in sub.drain() if isinstance(e, ev.ErrorEvent)]
+    assert engine.parity_every == 0 and errors and "free KV pages" in errors[0].message
+    engine.pool.unreserve(hog)
+    engine.close()
+
+
+def test_compare_rows() -> None:
+    e = torch.tensor([[1.0, 2.0, 3.0, 0.5, 0.1, -1.0], [4.0, 0.0, 1.0, 2.0, 3.0, -2.0]])
+    assert summarize_rows(compare_rows(e.clone(), e).tolist()) == [0.0, 0.0, 1.0, 1.0]
+    g = e.clone()
+    g[1, 5] = 10.0  # row 1: argmax moves, one of eager's top 5 drops out, error 12 of max |4|
+    rows = compare_rows(g, e).tolist()
+    assert rows[0] == [0.0, 0.0, 1.0, 1.0] and rows[1][:3] == [12.0, 3.0, 0.0] and rows[1][3] == pytest.approx(0.8)
+    max_abs, max_rel, agree, top5 = summarize_rows(rows)
+    assert (max_abs, max_rel, agree) == (12.0, 3.0, 0.5) and top5 == pytest.approx(0.9)
+    g[0, 0] = float("nan")
+    assert compare_rows(g, e)[0, 1].item() == float("inf")  # a NaN is the worst error, not none
+
+
+def test_scratch_batch_keeps_context_and_copies_a_shared_first_page() -> None:
+    from array import array
+
+    from graphtop.engine.batch import ForwardBatch, ForwardMode
+
+    # page size 4; request A has 6 tokens cached (pages 7, 9) and adds 3; B has 4 cached and adds 1
+    batch = ForwardBatch(ForwardMode.PREFILL, requests=[], input_ids=[1, 2, 3, 4], positions=[6, 7, 8, 4],
+                         out_cache_loc=[], seq_lens=[9, 5], extend_lens=[3, 1], prefix_lens=[6, 4],
+                         req_pages=[array("i", [7, 9, 11]), array("i", [3, 5])], page_size=4, sample_rows=[2, 3])
+    check, src, dst = _scratch_batch(batch, [100, 101, 102, 103], 4, None)
+    assert [list(p) for p in check.req_pages] == [[7, 100, 101], [3, 102]]
+    assert (src, dst) == ([9], [100])  # A's page 9 holds its tokens 4-5: copied before the re-run
+    assert check.out_cache_loc == [100 * 4 + 2, 100 * 4 + 3, 101 * 4 + 0, 102 * 4 + 0]
+    assert check.sample_rows == [2, 3] and check.positions == batch.positions
