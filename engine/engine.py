@@ -149,23 +149,22 @@ class Engine:
             page_size=self.pool.page_size,
             demo=demo,
         )
-        self._publish(
-            ev.EngineStarted(
-                model=self.info.model,
-                architecture=self.info.architecture,
-                device=self.info.device,
-                device_name=self.info.device_name,
-                dtype=self.info.dtype,
-                attention_backend=self.info.attention_backend,
-                attention_backend_note=attention_note,
-                decode_graph_backend=self.info.decode_graph_backend,
-                prefill_graph_backend=self.info.prefill_graph_backend,
-                emulated=self.info.emulated,
-                graph_config=self.model_runner.resolved.as_dict(),
-                locked_keys=tuple(sorted(self.model_runner.resolved.locked)),
-                demo=demo,
-            )
+        self.started_event = ev.EngineStarted(
+            model=self.info.model,
+            architecture=self.info.architecture,
+            device=self.info.device,
+            device_name=self.info.device_name,
+            dtype=self.info.dtype,
+            attention_backend=self.info.attention_backend,
+            attention_backend_note=attention_note,
+            decode_graph_backend=self.info.decode_graph_backend,
+            prefill_graph_backend=self.info.prefill_graph_backend,
+            emulated=self.info.emulated,
+            graph_config=self.model_runner.resolved.as_dict(),
+            locked_keys=tuple(sorted(self.model_runner.resolved.locked)),
+            demo=demo,
         )
+        self._publish(self.started_event)
         for d in self.model_runner.resolved.downgrades:
             self._publish(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason))
         self._kv_key: tuple[int, int] = (-1, -1)
@@ -186,6 +185,7 @@ class Engine:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_error: Optional[str] = None
+        self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -297,6 +297,15 @@ class Engine:
         )
         self._commands.put(("recapture", (decode_bs, prefill_num_tokens)))
         self._wake.set()
+
+    def serve_telemetry(self, address: str = "ipc", *, runtime_dir: Any = None, server: Any = None) -> Any:
+        """Serve this engine's events on an endpoint that viewers attach to (``graphtop attach``,
+        ``graphtop ps``) and take their commands back. ``address``: "ipc" (a private Unix socket) or
+        "tcp://HOST:PORT" (token-protected). Returns the ``TelemetryServer``; ``close()`` ends it."""
+        from .telemetry_link import serve_telemetry
+
+        self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
+        return self.telemetry
 
     @property
     def decode_buckets(self) -> list[int]:
@@ -524,6 +533,8 @@ class Engine:
     def close(self) -> None:
         """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
         self.shutdown()
+        if self.telemetry is not None:
+            self.telemetry.close()
         self._fail_running("engine closed")
         if self.device.type == "cuda":  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
@@ -555,18 +566,23 @@ class Engine:
         if not force and key == self._kv_key and now - self._kv_time < self.KV_EVENT_INTERVAL_S:
             return
         self._kv_key, self._kv_time = key, now
-        self._publish(
-            ev.KVPoolState.fast(
-                capacity_tokens=self.pool.capacity_tokens,
-                used_tokens=s.used_tokens,
-                page_size=self.pool.page_size,
-                running=len(s.running),
-                queued=len(s.waiting),
-                max_running=self.max_running,
-            )
+        self._publish(self.kv_state())
+
+    def kv_state(self) -> ev.KVPoolState:
+        s = self.scheduler
+        return ev.KVPoolState.fast(  # type: ignore[return-value]
+            capacity_tokens=self.pool.capacity_tokens,
+            used_tokens=s.used_tokens,
+            page_size=self.pool.page_size,
+            running=len(s.running),
+            queued=len(s.waiting),
+            max_running=self.max_running,
         )
 
     def publish_memory_ledger(self) -> None:
+        self._publish(self.memory_ledger())
+
+    def memory_ledger(self) -> ev.MemoryLedger:
         plan = self.memory_plan
         decode_b, prefill_b = self.model_runner.graph_memory()
         if self.device.type == "cuda":
@@ -574,17 +590,15 @@ class Engine:
         else:
             total = plan.weights_bytes + self.pool.nbytes
             free = 0
-        self._publish(
-            ev.MemoryLedger(
-                device=str(self.device),
-                total=int(total),
-                weights=int(plan.weights_bytes),
-                kv_pool=int(self.pool.nbytes),
-                decode_graphs=int(decode_b),
-                prefill_graphs=int(prefill_b),
-                activation_reserve=int(plan.activation_reserve_bytes),
-                free=int(free),
-            )
+        return ev.MemoryLedger(
+            device=str(self.device),
+            total=int(total),
+            weights=int(plan.weights_bytes),
+            kv_pool=int(self.pool.nbytes),
+            decode_graphs=int(decode_b),
+            prefill_graphs=int(prefill_b),
+            activation_reserve=int(plan.activation_reserve_bytes),
+            free=int(free),
         )
 
 

@@ -152,6 +152,9 @@ class FakeSession:
     """Publishes ``script`` on ``start`` and records what the app asked of it."""
 
     kind = "live"
+    replay = None
+    hosts_engine = False
+    detaches = False
 
     def __init__(
         self,
@@ -177,6 +180,8 @@ class FakeSession:
         self.shut_down = False
         self._decode: Optional[list[int]] = None
         self._prefill: Optional[list[int]] = None
+        self.ended: Optional[str] = None  # tests set it to play an engine that went away
+        self.logs: list[tuple[int, str]] = []  # tests append engine log records
 
     def publish(self, *events: Event) -> None:
         """Tests push more events as if the engine had emitted them."""
@@ -250,6 +255,10 @@ class FakeSession:
 
     def limits(self) -> Limits:
         return self._limits
+
+    def drain_logs(self) -> list[tuple[int, str]]:
+        out, self.logs = self.logs, []
+        return out
 
     def shutdown(self) -> None:
         self.shut_down = True

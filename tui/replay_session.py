@@ -24,6 +24,9 @@ class ReplaySession:
     """A read-only :class:`~graphtop.tui.session.Session` over a trace's events."""
 
     kind = "replay"
+    hosts_engine = False
+    detaches = False
+    ended = None
 
     def __init__(
         self,
@@ -119,6 +122,11 @@ class ReplaySession:
         return reset
 
     # -- Session protocol ----------------------------------------------------------------------
+    @property
+    def replay(self) -> "ReplaySession":
+        """Its own replay controls."""
+        return self
+
     def start(self) -> None:
         self._last_clock = self._clock()
 
@@ -154,6 +162,9 @@ class ReplaySession:
 
     def limits(self) -> Limits:
         return Limits()
+
+    def drain_logs(self) -> list[tuple[int, str]]:
+        return []
 
     def shutdown(self) -> None:
         pass
