@@ -219,8 +219,9 @@ def test_a_stuck_viewer_loses_batches_counted_never_blocking_the_publisher(serve
             bus.publish(StepEvent(step=n))
         time.sleep(0.03)
     assert stuck_state.dropped_events > 0  # counted, and the publisher went on
-    got = drain_until(reader, n, timeout=30)
-    assert len(got) + reader.dropped == n  # the reading viewer saw everything or says what it missed
+    got: list[Event] = []
+    wait_for(lambda: bool(got.extend(reader.drain())) or len(got) + reader.dropped >= n, 30, "the reader")
+    assert len(got) + reader.dropped == n  # with send_hwm=2 it misses some too, and counts them exactly  # the reading viewer saw everything or says what it missed
     stuck.close()
     reader.shutdown()
 

@@ -312,6 +312,8 @@ class TelemetryServer:
             viewer = self.viewers.get(identity)
             if isinstance(msg, p.Hello):
                 self._hello(identity, msg)
+            elif viewer is None and isinstance(msg, p.Bye):
+                continue  # a viewer that left while a batch for it was found undeliverable
             elif viewer is None:
                 self._refuse(identity, f"{type(msg).__name__} from a client that has not attached (send Hello first)")
             else:
