@@ -13,8 +13,10 @@ ignore_eos) from its background thread, in interleaved rounds (ABBA order):
   is ready before the round's clock starts, and reports how many steps it showed and how many it
   dropped after it.
 
-The figure is median(attached) ÷ median(headless). ``--device cpu --layers 2 --tokens 32`` is a smoke
-run on the demo-sized shapes (no GPU needed; the ratio means little there).
+The figure is median(attached) ÷ median(headless). ``--viewer-kind raw`` swaps the dashboard for a viewer
+that only receives, which separates the endpoint's cost from the renderer's (on a machine with cores to
+spare, the viewer process should cost the engine nothing either way). ``--device cpu --configs demo:1,demo:8 --tokens 64`` is
+a smoke run on the built-in demo model (no GPU needed; the ratio means little there).
 """
 
 from __future__ import annotations
@@ -35,6 +37,26 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 # -- the viewer process ----------------------------------------------------------------------------
+
+
+def _raw_viewer(endpoint: str, token: str) -> None:
+    """A viewer that only receives and decodes (no Textual): the endpoint's own cost, without rendering."""
+    import threading
+
+    from graphtop.tui.remote_session import RemoteSession
+
+    session = RemoteSession(endpoint, token, label="bench")
+    session.start()
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), done.set()), daemon=True).start()
+    print("ready", flush=True)
+    steps = 0
+    while not done.wait(1 / 15):
+        steps += sum(1 for e in session.drain() if e.type == "step")
+    time.sleep(0.5)
+    steps += sum(1 for e in session.drain() if e.type == "step")
+    print(json.dumps({"steps": steps, "dropped": session.dropped}), flush=True)
+    session.shutdown()
 
 
 async def _viewer(endpoint: str, token: str) -> None:
@@ -78,9 +100,9 @@ def workload(engine: Any, bs: int, tokens: int, seed: int) -> float:
     return sum(len(h.token_ids) for h in handles) / dt
 
 
-def attached_round(engine: Any, bs: int, tokens: int, seed: int, runtime: Path) -> tuple[float, dict]:
+def attached_round(engine: Any, bs: int, tokens: int, seed: int, runtime: Path, kind: str) -> tuple[float, dict]:
     server = engine.serve_telemetry(runtime_dir=runtime)
-    viewer = subprocess.Popen([sys.executable, __file__, "--viewer", server.endpoint, server.token],
+    viewer = subprocess.Popen([sys.executable, __file__, "--viewer", kind, server.endpoint, server.token],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         line = viewer.stdout.readline().strip()  # type: ignore[union-attr]
@@ -111,14 +133,19 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
     from graphtop.models.random_model import hf_config_for, random_checkpoint
 
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    overrides = {"num_hidden_layers": args.layers} if args.layers else {}
-    ckpt = random_checkpoint(hf_config_for(shape, **overrides), device=args.device, dtype=dtype)
-    engine = Engine(ckpt, EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""),
-                                       max_context_len=1024, max_total_tokens=max(bs, 8) * 1024), EventBus())
+    config = EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""), max_context_len=1024,
+                          max_total_tokens=max(bs, 8) * 1024)
+    if shape == "demo":  # the built-in tiny model, few buckets: a quick smoke run
+        config.graphs.decode_bs, config.graphs.prefill_num_tokens = [1, 2, 4, 8, 16, 32, 64], [128, 512, 1024]
+        engine = Engine.from_pretrained(None, config=config, bus=EventBus())
+    else:
+        overrides = {"num_hidden_layers": args.layers} if args.layers else {}
+        ckpt = random_checkpoint(hf_config_for(shape, **overrides), device=args.device, dtype=dtype)
+        engine = Engine(ckpt, config, EventBus())
     engine.start_background()
     try:
         workload(engine, bs, 16, seed=99)  # warm up
-        attached_round(engine, bs, 16, 98, runtime)  # and the viewer's first start (imports, caches)
+        attached_round(engine, bs, 16, 98, runtime, args.viewer_kind)  # and the viewer's first start (imports)
         headless, attached, reports = [], [], []
         for r in range(args.rounds):
             order = ("headless", "attached") if r % 2 == 0 else ("attached", "headless")
@@ -126,7 +153,7 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
                 if kind == "headless":
                     headless.append(workload(engine, bs, args.tokens, seed=r))
                 else:
-                    rate, report = attached_round(engine, bs, args.tokens, r, runtime)
+                    rate, report = attached_round(engine, bs, args.tokens, r, runtime, args.viewer_kind)
                     attached.append(rate)
                     reports.append(report)
             rep = reports[-1]
@@ -134,14 +161,15 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
                   f"viewer showed {rep['steps']} of {rep['engine_steps']} steps, dropped {rep['dropped']}", flush=True)
     finally:
         engine.close()
-        del engine, ckpt
+        del engine
         if args.device == "cuda":
             torch.cuda.empty_cache()
     ratio = statistics.median(attached) / statistics.median(headless)
     print(f"dashboard attached / headless decode tokens/s ({shape}, bs {bs}): "
           f"{statistics.median(attached):.0f} / {statistics.median(headless):.0f} = {ratio:.3f}", flush=True)
     accounted = all(r["steps"] + r["dropped"] >= r["engine_steps"] for r in reports)
-    return {"shape": shape, "bs": bs, "tokens": args.tokens, "headless_tok_s": headless, "attached_tok_s": attached,
+    return {"shape": shape, "bs": bs, "tokens": args.tokens, "viewer_kind": args.viewer_kind,
+            "headless_tok_s": headless, "attached_tok_s": attached,
             "viewer": reports, "every_step_shown_or_counted": accounted, "ratio": ratio}
 
 
@@ -153,10 +181,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a smoke run)")
     ap.add_argument("--layers", type=int, default=0, help="override the layer count (smoke runs)")
-    ap.add_argument("--viewer", nargs=2, metavar=("ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
+    ap.add_argument("--viewer-kind", choices=["dashboard", "raw"], default="dashboard",
+                    help="raw: a viewer that only receives (the endpoint's cost without rendering)")
+    ap.add_argument("--viewer", nargs=3, metavar=("KIND", "ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.viewer:
-        asyncio.run(_viewer(*args.viewer))
+        kind, endpoint, token = args.viewer
+        if kind == "raw":
+            _raw_viewer(endpoint, token)
+        else:
+            asyncio.run(_viewer(endpoint, token))
         return 0
     import tempfile
 
