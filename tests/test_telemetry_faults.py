@@ -191,7 +191,7 @@ def test_attach_detach_100_times_during_a_run_leaks_nothing_and_delays_no_step(
     _, v_threads0, v_fds0, v_threads1, v_fds1 = line.split()
     assert (v_threads1, v_fds1) == (v_threads0, v_fds0)
     # the engine's process: no viewers, threads, sockets or endpoint memory left behind
-    assert not server.viewers and not server._streams
+    assert not server.viewers and not server.commands.streams
     assert (threads1, fds1) == (threads0, fds0)
     assert mem1 - mem0 < 256 * 1024, f"endpoint memory grew by {mem1 - mem0} bytes"
 

@@ -87,7 +87,6 @@ class RemoteSession:
     kind = "live"
     replay = None
     hosts_engine = False
-    detaches = True
 
     def __init__(
         self,
@@ -106,6 +105,7 @@ class RemoteSession:
         self.queue_size = queue_size
         self.connect_timeout = connect_timeout
         self.owner_pid = owner_pid
+        self.detaches = owner_pid is None  # the dashboard of `graphtop --model` ends its engine on q
         self.welcome: Optional[p.Welcome] = None
         self.status = p.EngineStatus()
         self._events: deque[Event] = deque()

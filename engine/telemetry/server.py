@@ -14,9 +14,9 @@ in the private runtime folder (see ``runtime``); ``tcp://HOST:PORT`` is opt-in. 
 sends that is not a well-formed message from an attached viewer is refused and logged (a warning on
 ``graphtop.telemetry`` and an ``error`` event, both rate-limited), never raised into the engine.
 
-Commands reach the engine through an :class:`EngineLink` (``graphtop.engine.telemetry_link``), whose
-calls only queue work for the engine thread. The server exists before the engine may be loaded
-(``graphtop --model`` shows the load in the viewer), so the link is attached later.
+Commands go to a :class:`CommandDesk` (``endpoint_commands``) and from there to the engine's link. The
+server exists before the engine may be loaded (``graphtop --model`` shows the load in the viewer), so
+the link is attached later.
 """
 
 from __future__ import annotations
@@ -28,49 +28,25 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 import msgspec
 import zmq
 
 from . import protocol as p
 from .bus import EventBus
+from .endpoint_commands import CommandDesk, EngineLink, Viewer
 from .events import ErrorEvent, Event
 from .log_forward import LogForwarder
 from .runtime import (
     EndpointEntry, EndpointError, entry_stem, ipc_address, new_token, private_dir, remove_entry, write_entry,
 )
 from .state_keeper import StateKeeper
-from .trace import write_trace
 
 log = logging.getLogger("graphtop.telemetry")
 _SERIALS = itertools.count()
-MAX_REQUEST_ID = 64
-
-
-class StreamSource(Protocol):
-    """What the server reads a submitted prompt's progress from (the engine's RequestHandle)."""
-
-    finished: bool
-    finish_reason: Any
-    error: Optional[str]
-
-    def new_text(self) -> str: ...
-
-
-class EngineLink(Protocol):
-    """The engine as the endpoint's commands see it; every call returns at once."""
-
-    def status(self) -> p.EngineStatus: ...
-    def state_events(self) -> list[Event]:
-        """The engine's state as events (engine started, capture, ledger, KV): what the endpoint's
-        keeper missed when it started after the engine."""
-        ...
-    def submit(self, request_id: str, prompt: str, sampling: p.Sampling, chat: bool) -> StreamSource: ...
-    def cancel(self, request_id: str) -> None: ...
-    def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -87,17 +63,6 @@ class EndpointConfig:
     max_message_bytes: int = p.MAX_MESSAGE_BYTES
     recent_steps: int = 4096
     refusals_per_s: float = 2.0
-
-
-@dataclass(eq=False)
-class Viewer:
-    identity: bytes
-    name: str
-    attached: float
-    last_sent: float = 0.0
-    sent_events: int = 0
-    dropped_events: int = 0
-    requests: set[str] = field(default_factory=set)
 
 
 class TelemetryServer:
@@ -119,10 +84,9 @@ class TelemetryServer:
         write_entry(self.folder, self._stem, self._entry)
         self.keeper = StateKeeper(recent_steps=config.recent_steps)
         self.viewers: dict[bytes, Viewer] = {}
-        self._streams: dict[str, tuple[Viewer, StreamSource]] = {}
-        self._link: Optional[EngineLink] = None
+        self.commands = CommandDesk(lambda viewer, message: self._send(viewer, p.encoder.encode(message)),
+                                    self.keeper.snapshot)
         self._seed: list[Event] = []
-        self._failed: Optional[str] = None
         self._status_changed = False
         self.refused = 0
         self._refusal_budget = config.refusals_per_s
@@ -167,7 +131,7 @@ class TelemetryServer:
     def attach_engine(self, link: EngineLink) -> None:
         """Commands go to ``link`` from now on; viewers learn the engine is ready."""
         self._seed = link.state_events()
-        self._link = link
+        self.commands.link = link
         status = link.status()
         self._entry.model, self._entry.device = status.model or self._entry.model, status.device
         write_entry(self.folder, self._stem, self._entry)
@@ -175,15 +139,15 @@ class TelemetryServer:
 
     def engine_failed(self, message: str) -> None:
         """The engine could not be loaded: viewers show ``message`` (as a fatal error event)."""
-        self._failed = message
+        self.commands.failed = message
         self.bus.publish(ErrorEvent(message=message, where="load", fatal=True))
         self._status_changed = True
 
     def status(self) -> p.EngineStatus:
-        link = self._link
+        link = self.commands.link
         if link is not None:
             return link.status()
-        return p.EngineStatus(ready=False, failed=self._failed, model=self.config.label)
+        return p.EngineStatus(ready=False, failed=self.commands.failed, model=self.config.label)
 
     @property
     def dropped(self) -> int:
@@ -233,7 +197,7 @@ class TelemetryServer:
 
     def _tick(self) -> None:
         self._publish()
-        self._stream_tokens()
+        self.commands.stream_tokens()
         if self._status_changed:
             self._status_changed = False
             self._broadcast(p.encoder.encode(p.Status(self.status())))
@@ -358,88 +322,13 @@ class TelemetryServer:
         self.viewers[identity] = viewer
 
     def _detach(self, viewer: Viewer) -> None:
-        """Forget ``viewer``; prompts it submitted are cancelled (nobody else reads them)."""
         self.viewers.pop(viewer.identity, None)
-        link = self._link
-        for rid in viewer.requests:
-            if self._streams.pop(rid, None) is not None and link is not None:
-                link.cancel(rid)
-        viewer.requests.clear()
+        self.commands.forget(viewer)
 
     def _command(self, viewer: Viewer, msg: Any) -> None:
-        if isinstance(msg, p.Ping):
-            return
         if isinstance(msg, p.Bye):
             self._detach(viewer)
-            return
-        if isinstance(msg, p.Submit):
-            self._submit(viewer, msg)
-        elif isinstance(msg, p.Cancel):
-            if msg.request_id in viewer.requests and self._link is not None:
-                self._link.cancel(msg.request_id)
-            else:
-                self._refuse(viewer.identity, f"cancel of {msg.request_id[:MAX_REQUEST_ID]!r}, which this viewer "
-                                              "did not submit", reply=False)
-        elif isinstance(msg, p.Recapture):
-            self._run_command(viewer, msg.cid, lambda link: link.recapture(msg.decode_bs, msg.prefill_num_tokens)
-                              or "recapture queued for the next step boundary")
-        elif isinstance(msg, p.ExportTrace):
-            self._run_command(viewer, msg.cid, lambda _link: self._export(msg.path), needs_engine=False)
-
-    def _run_command(self, viewer: Viewer, cid: int, action: Any, *, needs_engine: bool = True) -> None:
-        link = self._link
-        if needs_engine and link is None:
-            self._send(viewer, p.encoder.encode(p.Result(cid, False, "the engine is still loading")))
-            return
-        try:
-            message = action(link)
-        except Exception as exc:  # a refused command is an answer, not a crash
-            self._send(viewer, p.encoder.encode(p.Result(cid, False, str(exc) or type(exc).__name__)))
-            return
-        self._send(viewer, p.encoder.encode(p.Result(cid, True, message)))
-
-    def _export(self, path: str) -> str:
-        target = Path(path).expanduser()
-        if not target.is_absolute():
-            raise ValueError(f"{path}: give an absolute path (it is written on the engine's host)")
-        if target.exists():
-            raise FileExistsError(f"{target} exists; the engine does not overwrite files")
-        n = write_trace(target, self.keeper.snapshot(), meta={"source": "graphtop endpoint", "pid": os.getpid()})
-        return f"{n:,} events → {target}"
-
-    def _submit(self, viewer: Viewer, msg: p.Submit) -> None:
-        rid = msg.request_id
-
-        def finish(error: str) -> None:
-            self._send(viewer, p.encoder.encode(p.Tokens(rid, "", True, "rejected", error)))
-
-        if not rid or len(rid) > MAX_REQUEST_ID or rid in self._streams:
-            finish("request id is empty, too long or already in use")
-            return
-        link = self._link
-        if link is None:
-            finish(self._failed or "the engine is still loading")
-            return
-        try:
-            handle = link.submit(rid, msg.prompt, msg.sampling, msg.chat)
-        except Exception as exc:  # bad sampling values and the like: the engine's own message
-            finish(str(exc) or type(exc).__name__)
-            return
-        self._streams[rid] = (viewer, handle)
-        viewer.requests.add(rid)
-
-    def _stream_tokens(self) -> None:
-        for rid, (viewer, handle) in list(self._streams.items()):
-            finished = handle.finished  # read first: once finished, new_text() holds all the rest
-            text = handle.new_text()
-            if not text and not finished:
-                continue
-            reason = handle.finish_reason
-            self._send(viewer, p.encoder.encode(p.Tokens(
-                rid, text, finished, getattr(reason, "value", reason) if finished else None,
-                handle.error if finished else None,
-            )))
-            if finished:
-                self._streams.pop(rid, None)
-                viewer.requests.discard(rid)
-
+        elif not isinstance(msg, p.Ping):
+            refusal = self.commands.handle(viewer, msg)
+            if refusal:
+                self._refuse(viewer.identity, refusal, reply=False)
