@@ -122,6 +122,16 @@ def recapture_failed(screen: str) -> Optional[str]:
     return engine_failed(screen)
 
 
+def exit_status(term: Tmux, exit_file: Path, what: str) -> str:
+    """The ``EXIT=N`` line the pane's shell writes once the command exits (after ``q``)."""
+    deadline = time.monotonic() + EXIT_TIMEOUT
+    while not exit_file.exists() or not exit_file.read_text().strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not exit within {EXIT_TIMEOUT:.0f}s of q\n--- screen ---\n{term.screen()}")
+        time.sleep(0.2)
+    return exit_file.read_text().strip()
+
+
 def footer(screen: str) -> str:
     lines = [line for line in screen.splitlines() if line.strip()]
     return lines[-1] if lines else ""
@@ -238,12 +248,7 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
 
         # 7. q quits, exit status 0
         term.keys("q")
-        deadline = time.monotonic() + EXIT_TIMEOUT
-        while not exit_file.exists() or not exit_file.read_text().strip():
-            if time.monotonic() > deadline:
-                pytest.fail(f"graphtop did not exit within {EXIT_TIMEOUT:.0f}s of q\n--- screen ---\n{term.screen()}")
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "EXIT=0", f"{exit_file.read_text()!r}\n--- last screen ---\n{term.last}"
+        assert exit_status(term, exit_file, "graphtop") == "EXIT=0", f"--- last screen ---\n{term.last}"
         print(f"startup {startup:.1f}s, total {time.monotonic() - t0:.1f}s")
     finally:
         term.kill()
@@ -286,12 +291,7 @@ def test_attach_to_a_headless_run_in_real_terminal(tmp_path: Path, tiny_ckpt) ->
         wait_for(term, "newer steps (a live stream)", lambda s: top_step(s) > first, 60, fail=engine_failed)
         assert watched.poll() is None, "the run should still be going while we watch"
         term.keys("q")
-        deadline = time.monotonic() + EXIT_TIMEOUT
-        while not exit_file.exists() or not exit_file.read_text().strip():
-            if time.monotonic() > deadline:
-                pytest.fail(f"graphtop attach did not exit within {EXIT_TIMEOUT:.0f}s of q\n{term.screen()}")
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "EXIT=0", term.last
+        assert exit_status(term, exit_file, "graphtop attach") == "EXIT=0", f"--- last screen ---\n{term.last}"
         assert watched.wait(RUN_TIMEOUT) == 0, watched.communicate()[1]  # the run goes on without its viewer
         assert unwatched.wait(RUN_TIMEOUT) == 0, unwatched.communicate()[1]
     finally:
