@@ -48,7 +48,7 @@ from .path_prompt import PathPromptScreen
 from .prompt_console import PromptConsole
 from .replay_bar import ReplayBar
 from .replay_session import ReplaySession
-from .session import Session
+from .session import Session, SessionError
 from .state import DashboardState
 from .status_line import StatusLine
 from .steps_panel import StepsPanel
@@ -209,7 +209,7 @@ class GraphtopApp(App[int]):
             try:
                 session.start()
             except BaseException as exc:  # report everything, the UI must stay up
-                outcome["error"] = f"{type(exc).__name__}: {exc}"
+                outcome["error"] = str(exc) if isinstance(exc, SessionError) else f"{type(exc).__name__}: {exc}"
                 outcome["details"] = traceback.format_exc()
 
         loader = threading.Thread(target=load, name="graphtop-engine-load", daemon=True)

@@ -27,7 +27,7 @@ import zmq
 
 from graphtop.engine.telemetry import protocol as p
 
-from .session import Limits, SamplingSettings
+from .session import Limits, SamplingSettings, SessionError
 
 if TYPE_CHECKING:
     from graphtop.engine.telemetry.events import Event
@@ -151,7 +151,7 @@ class RemoteSession:
         while not self._stop.is_set():
             status = self.status
             if status.failed:
-                raise RuntimeError(status.failed)
+                raise SessionError(status.failed)
             if status.ready or self._ended:
                 return
             time.sleep(0.05)

@@ -23,6 +23,11 @@ if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
     from graphtop.engine.telemetry.events import Event
 
 
+class SessionError(RuntimeError):
+    """``Session.start`` failed for a reason whose message says it all (e.g. the engine's own error,
+    forwarded from another process): shown as is, without the exception's type name."""
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """What the console's settings row edits; mirrors the engine's SamplingParams."""
