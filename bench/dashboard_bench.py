@@ -1,11 +1,22 @@
-"""Dashboard overhead: decode tokens/s with the Textual dashboard attached ÷ headless, side by side.
+"""Dashboard overhead in the real configuration: decode tokens/s with a dashboard attached ÷ headless.
 
-    python bench/dashboard_bench.py --out OUT_DIR [--shape qwen3-0.6b] [--bs 64] [--tokens 256] [--rounds 3]
+    python bench/dashboard_bench.py --out OUT_DIR [--configs qwen3-0.6b:1,qwen3-0.6b:64,llama-3.1-8b:1]
+                                    [--tokens 512] [--rounds 5] [--device cuda|cpu] [--layers N]
 
-The same engine serves the same workload (bs requests × tokens new tokens, greedy, ignore_eos) from its
-background thread, alternately with nobody watching and with the full dashboard running headless in
-this process (15 Hz event drain, every panel live, device polling on). Rounds are interleaved and the
-medians compared.
+For each shape:bs, one engine serves the same workload (bs requests × tokens new tokens, greedy,
+ignore_eos) from its background thread, in interleaved rounds (ABBA order):
+
+* headless: no endpoint, nobody subscribed to the bus (the engine does not even build step events);
+* attached: ``engine.serve_telemetry()`` and a viewer *process* (this script with ``--viewer``) running
+  the full Textual dashboard attached over the endpoint, headless-rendered at 200×60 at its normal
+  rate (15 Hz timer, 4 Hz while busy, every panel live, device polling on). The viewer attaches and
+  is ready before the round's clock starts, and reports how many steps it showed and how many it
+  dropped after it.
+
+The figure is median(attached) ÷ median(headless). ``--viewer-kind raw`` swaps the dashboard for a viewer
+that only receives, which separates the endpoint's cost from the renderer's (on a machine with cores to
+spare, the viewer process should cost the engine nothing either way). ``--device cpu --configs demo:1,demo:8 --tokens 64`` is
+a smoke run on the built-in demo model (no GPU needed; the ratio means little there).
 """
 
 from __future__ import annotations
@@ -15,23 +26,68 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-import torch  # noqa: E402
 
-from graphtop.engine.config import EngineConfig  # noqa: E402
-from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+# -- the viewer process ----------------------------------------------------------------------------
 
 
-def workload(engine: Engine, bs: int, tokens: int, seed: int) -> float:
+def _raw_viewer(endpoint: str, token: str) -> None:
+    """A viewer that only receives and decodes (no Textual): the endpoint's own cost, without rendering."""
+    import threading
+
+    from graphtop.tui.remote_session import RemoteSession
+
+    session = RemoteSession(endpoint, token, label="bench")
+    session.start()
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), done.set()), daemon=True).start()
+    print("ready", flush=True)
+    steps = 0
+    while not done.wait(1 / 15):
+        steps += sum(1 for e in session.drain() if e.type == "step")
+    time.sleep(0.5)
+    steps += sum(1 for e in session.drain() if e.type == "step")
+    print(json.dumps({"steps": steps, "dropped": session.dropped}), flush=True)
+    session.shutdown()
+
+
+async def _viewer(endpoint: str, token: str) -> None:
+    from graphtop.tui.app import GraphtopApp
+    from graphtop.tui.remote_session import RemoteSession
+
+    session = RemoteSession(endpoint, token, label="bench")
+    session.connect()
+    app = GraphtopApp(session, poll_device=True)
+    loop = asyncio.get_running_loop()
+    done = loop.run_in_executor(None, sys.stdin.readline)  # the parent writes a line when the round ends
+    async with app.run_test(size=(200, 60)) as pilot:
+        while not app.engine_ready:
+            await pilot.pause(0.05)
+        print("ready", flush=True)
+        await done
+        await pilot.pause(0.5)  # the tail of the round's events
+        steps = app.state.total_steps
+        print(json.dumps({"steps": steps, "dropped": session.dropped}), flush=True)
+    session.shutdown()
+
+
+# -- the engine process ----------------------------------------------------------------------------
+
+
+def workload(engine: Any, bs: int, tokens: int, seed: int) -> float:
     """Serve bs requests to completion on the engine's own thread; return decode tokens/s."""
+    import torch
+
+    from graphtop.engine.sampling_params import SamplingParams
+
     g = torch.Generator().manual_seed(seed)
     vocab = engine.spec.vocab_size
     params = SamplingParams(max_new_tokens=tokens, ignore_eos=True, detokenize=False)
@@ -44,68 +100,118 @@ def workload(engine: Engine, bs: int, tokens: int, seed: int) -> float:
     return sum(len(h.token_ids) for h in handles) / dt
 
 
-async def with_dashboard(engine: Engine, bs: int, tokens: int, seed: int) -> float:
-    from graphtop.tui.app import GraphtopApp
-    from graphtop.tui.session import EngineSession
+def attached_round(engine: Any, bs: int, tokens: int, seed: int, runtime: Path, kind: str) -> tuple[float, dict]:
+    server = engine.serve_telemetry(runtime_dir=runtime)
+    viewer = subprocess.Popen([sys.executable, __file__, "--viewer", kind, server.endpoint, server.token],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = viewer.stdout.readline().strip()  # type: ignore[union-attr]
+        if line != "ready":
+            raise RuntimeError(f"the viewer did not start: {line!r}")
+        steps0 = engine._step_no
+        rate = workload(engine, bs, tokens, seed)
+        steps = engine._step_no - steps0
+        viewer.stdin.write("done\n")  # type: ignore[union-attr]
+        viewer.stdin.flush()  # type: ignore[union-attr]
+        report = json.loads(viewer.stdout.readline())  # type: ignore[union-attr]
+        viewer.wait(60)
+    finally:
+        if viewer.poll() is None:
+            viewer.kill()
+        server.close()
+        engine.telemetry = None
+    report["engine_steps"] = steps
+    return rate, report
 
-    session = EngineSession("<bench>", None, engine_factory=lambda path, cfg, bus: _rebind(engine, bus))
-    app = GraphtopApp(session, poll_device=True)
-    async with app.run_test(size=(200, 60)) as pilot:
-        while not app.engine_ready:
-            await pilot.pause(0.05)
-        loop = asyncio.get_running_loop()
-        rate = await loop.run_in_executor(None, workload, engine, bs, tokens, seed)
-        await pilot.pause(0.2)
-        assert app.state.total_steps > 0, "the dashboard saw the steps"
-    engine.shutdown()
-    return rate
 
+def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -> dict:
+    import torch
 
-def _rebind(engine: Engine, bus) -> Engine:
-    """Point the running engine at the dashboard's bus (the engine publishes to whatever bus it holds)."""
-    engine.bus = bus
-    return engine
+    from graphtop.engine.config import EngineConfig
+    from graphtop.engine.engine import Engine
+    from graphtop.engine.telemetry.bus import EventBus
+    from graphtop.models.random_model import hf_config_for, random_checkpoint
+
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    config = EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""), max_context_len=1024,
+                          max_total_tokens=max(bs, 8) * 1024)
+    if shape == "demo":  # the built-in tiny model, few buckets: a quick smoke run
+        config.graphs.decode_bs, config.graphs.prefill_num_tokens = [1, 2, 4, 8, 16, 32, 64], [128, 512, 1024]
+        engine = Engine.from_pretrained(None, config=config, bus=EventBus())
+    else:
+        overrides = {"num_hidden_layers": args.layers} if args.layers else {}
+        ckpt = random_checkpoint(hf_config_for(shape, **overrides), device=args.device, dtype=dtype)
+        engine = Engine(ckpt, config, EventBus())
+    engine.start_background()
+    try:
+        workload(engine, bs, 16, seed=99)  # warm up
+        attached_round(engine, bs, 16, 98, runtime, args.viewer_kind)  # and the viewer's first start (imports)
+        headless, attached, reports = [], [], []
+        for r in range(args.rounds):
+            order = ("headless", "attached") if r % 2 == 0 else ("attached", "headless")
+            for kind in order:
+                if kind == "headless":
+                    headless.append(workload(engine, bs, args.tokens, seed=r))
+                else:
+                    rate, report = attached_round(engine, bs, args.tokens, r, runtime, args.viewer_kind)
+                    attached.append(rate)
+                    reports.append(report)
+            rep = reports[-1]
+            print(f"{shape} bs {bs} round {r}: headless {headless[-1]:.0f} tok/s, attached {attached[-1]:.0f} tok/s; "
+                  f"viewer showed {rep['steps']} of {rep['engine_steps']} steps, dropped {rep['dropped']}", flush=True)
+    finally:
+        engine.close()
+        del engine
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    ratio = statistics.median(attached) / statistics.median(headless)
+    print(f"dashboard attached / headless decode tokens/s ({shape}, bs {bs}): "
+          f"{statistics.median(attached):.0f} / {statistics.median(headless):.0f} = {ratio:.3f}", flush=True)
+    accounted = all(r["steps"] + r["dropped"] >= r["engine_steps"] for r in reports)
+    return {"shape": shape, "bs": bs, "tokens": args.tokens, "viewer_kind": args.viewer_kind,
+            "headless_tok_s": headless, "attached_tok_s": attached,
+            "viewer": reports, "every_step_shown_or_counted": accounted, "ratio": ratio}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
-    ap.add_argument("--shape", default="qwen3-0.6b")
-    ap.add_argument("--bs", type=int, default=64)
-    ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--configs", default="qwen3-0.6b:1,qwen3-0.6b:64,llama-3.1-8b:1", help="shape:bs,...")
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a smoke run)")
     ap.add_argument("--layers", type=int, default=0, help="override the layer count (smoke runs)")
+    ap.add_argument("--viewer-kind", choices=["dashboard", "raw"], default="dashboard",
+                    help="raw: a viewer that only receives (the endpoint's cost without rendering)")
+    ap.add_argument("--viewer", nargs=3, metavar=("KIND", "ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.viewer:
+        kind, endpoint, token = args.viewer
+        if kind == "raw":
+            _raw_viewer(endpoint, token)
+        else:
+            asyncio.run(_viewer(endpoint, token))
+        return 0
+    import tempfile
+
+    import torch
+
     if args.device == "cuda" and not torch.cuda.is_available():
         print("dashboard_bench: needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    overrides = {"num_hidden_layers": args.layers} if args.layers else {}
-    ckpt = random_checkpoint(hf_config_for(args.shape, **overrides), device=args.device, dtype=dtype)
-    from graphtop.engine.telemetry.bus import EventBus
-
-    engine = Engine(ckpt, EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""),
-                                       max_context_len=1024, max_total_tokens=args.bs * 512), EventBus())
-    engine.start_background()
-    workload(engine, args.bs, 16, seed=99)  # warm up
-    headless, dashboard = [], []
-    for r in range(args.rounds):
-        engine.bus = EventBus()
-        engine.start_background()
-        headless.append(workload(engine, args.bs, args.tokens, seed=r))
-        engine.shutdown()
-        dashboard.append(asyncio.run(with_dashboard(engine, args.bs, args.tokens, seed=r)))
-        print(f"round {r}: headless {headless[-1]:.0f} tok/s, dashboard {dashboard[-1]:.0f} tok/s", flush=True)
-    res = {"shape": args.shape, "bs": args.bs, "tokens": args.tokens, "headless_tok_s": headless,
-           "dashboard_tok_s": dashboard,
-           "ratio": statistics.median(dashboard) / statistics.median(headless)}
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gtb-") as runtime:
+        for item in args.configs.split(","):
+            shape, bs = item.rsplit(":", 1)
+            results.append(bench_config(shape, int(bs), args, Path(runtime)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dashboard_bench.json").write_text(json.dumps(res, indent=1))
-    print(f"dashboard/headless decode tokens/s ({args.shape}, bs {args.bs}): "
-          f"{statistics.median(dashboard):.0f} / {statistics.median(headless):.0f} = {res['ratio']:.3f}")
-    return 0
+    (out / "dashboard_bench.json").write_text(json.dumps(results, indent=1))
+    print("summary (attached ÷ headless, median of interleaved rounds):")
+    for r in results:
+        print(f"  {r['shape']:>14} bs {r['bs']:>3}: {r['ratio']:.3f}"
+              f"{'' if r['every_step_shown_or_counted'] else '  (viewer lost steps without counting them!)'}")
+    return 0 if all(r["every_step_shown_or_counted"] for r in results) else 1
 
 
 if __name__ == "__main__":

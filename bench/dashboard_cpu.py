@@ -61,6 +61,10 @@ class SyntheticSession:
 
     kind = "live"
     label = "synthetic bs-64 decode"
+    replay = None
+    hosts_engine = True  # the stand-in engine thread shares this process, as an in-process engine would
+    detaches = False
+    ended = None
 
     def __init__(self, steps_per_sec: float = 500.0, bs: int = 64, sim_engine: bool = False,
                  step_gil_s: float = 0.0003, releases_per_step: int = 10) -> None:
@@ -155,6 +159,9 @@ class SyntheticSession:
 
     def limits(self) -> Limits:
         return Limits(max_running=self.bs, kv_capacity_tokens=65536)
+
+    def drain_logs(self) -> list[tuple[int, str]]:
+        return []
 
     def shutdown(self) -> None:
         self._stop.set()

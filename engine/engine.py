@@ -142,6 +142,7 @@ class Engine:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_error: Optional[str] = None
+        self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -205,15 +206,15 @@ class Engine:
 
     def _publish_started(self) -> None:
         i, resolved = self.info, self.model_runner.resolved
-        self.bus.publish(
-            ev.EngineStarted(
-                model=i.model, architecture=i.architecture, device=i.device, device_name=i.device_name,
-                dtype=i.dtype, attention_backend=i.attention_backend,
-                attention_backend_note=i.attention_backend_note, decode_graph_backend=i.decode_graph_backend,
-                prefill_graph_backend=i.prefill_graph_backend, emulated=i.emulated,
-                graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=i.demo,
-            )
+        # kept: a viewer attaching later gets it in its snapshot (telemetry_link.py)
+        self.started_event = ev.EngineStarted(
+            model=i.model, architecture=i.architecture, device=i.device, device_name=i.device_name,
+            dtype=i.dtype, attention_backend=i.attention_backend,
+            attention_backend_note=i.attention_backend_note, decode_graph_backend=i.decode_graph_backend,
+            prefill_graph_backend=i.prefill_graph_backend, emulated=i.emulated,
+            graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=i.demo,
         )
+        self.bus.publish(self.started_event)
         for d in resolved.downgrades:
             self.bus.publish(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason))
 
@@ -277,6 +278,15 @@ class Engine:
     @property
     def parity_every(self) -> int:
         return self.parity.every
+
+    def serve_telemetry(self, address: str = "ipc", *, runtime_dir: Any = None, server: Any = None) -> Any:
+        """Serve this engine's events on an endpoint that viewers attach to (``graphtop attach``,
+        ``graphtop ps``) and take their commands back. ``address``: "ipc" (a private Unix socket) or
+        "tcp://HOST:PORT" (token-protected). Returns the ``TelemetryServer``; ``close()`` ends it."""
+        from .telemetry_link import serve_telemetry
+
+        self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
+        return self.telemetry
 
     @property
     def decode_buckets(self) -> list[int]:
@@ -385,6 +395,8 @@ class Engine:
     def close(self) -> None:
         """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
         self.shutdown()
+        if self.telemetry is not None:
+            self.telemetry.close()
         self._fail_running("engine closed")
         self.parity.close()
         if self.device.type == "cuda":  # a launched step may still be using graphs and pool

@@ -68,24 +68,29 @@ class EngineEvents:
         """KV state at most every 50 ms, or at once when the running/queued counts change."""
         if not self.bus.has_subscribers:
             return
-        scheduler, pool = self.scheduler, self.pool
+        scheduler = self.scheduler
         now = time.perf_counter()
         key = (len(scheduler.running), len(scheduler.waiting))
         if not force and key == self._kv_key and now - self._kv_time < self.KV_EVENT_INTERVAL_S:
             return
         self._kv_key, self._kv_time = key, now
-        self.publish(
-            ev.KVPoolState.fast(
-                capacity_tokens=pool.capacity_tokens,
-                used_tokens=scheduler.used_tokens,
-                page_size=pool.page_size,
-                running=len(scheduler.running),
-                queued=len(scheduler.waiting),
-                max_running=self.max_running,
-            )
+        self.publish(self.kv_state())
+
+    def kv_state(self) -> ev.KVPoolState:
+        scheduler, pool = self.scheduler, self.pool
+        return ev.KVPoolState.fast(  # type: ignore[return-value]
+            capacity_tokens=pool.capacity_tokens,
+            used_tokens=scheduler.used_tokens,
+            page_size=pool.page_size,
+            running=len(scheduler.running),
+            queued=len(scheduler.waiting),
+            max_running=self.max_running,
         )
 
     def memory_ledger(self) -> None:
+        self.publish(self.ledger())
+
+    def ledger(self) -> ev.MemoryLedger:
         plan, pool = self.plan, self.pool
         decode_b, prefill_b = self.model_runner.graph_memory()
         if self.device.type == "cuda":
@@ -93,17 +98,15 @@ class EngineEvents:
         else:
             total = plan.weights_bytes + pool.nbytes
             free = 0
-        self.publish(
-            ev.MemoryLedger(
-                device=str(self.device),
-                total=int(total),
-                weights=int(plan.weights_bytes),
-                kv_pool=int(pool.nbytes),
-                decode_graphs=int(decode_b),
-                prefill_graphs=int(prefill_b),
-                activation_reserve=int(plan.activation_reserve_bytes),
-                free=int(free),
-            )
+        return ev.MemoryLedger(
+            device=str(self.device),
+            total=int(total),
+            weights=int(plan.weights_bytes),
+            kv_pool=int(pool.nbytes),
+            decode_graphs=int(decode_b),
+            prefill_graphs=int(prefill_b),
+            activation_reserve=int(plan.activation_reserve_bytes),
+            free=int(free),
         )
 
 

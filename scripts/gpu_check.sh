@@ -3,6 +3,8 @@
 # graphtop importable without network, run the `cuda` tests, then the benchmark. Logs and figures go to
 # the folder given as $1 (default: $OUT, else ./gpu-out).
 #   device run:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
+# The dashboard benchmark needs textual, pyzmq and msgspec: wheels in .whl/ (README, GPU workflow) are
+# installed here without network.
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
 #      graph,events,dashboard (default) and gemv,profile,attn,ab,capture,parity (GEMV_ARGS, PROFILE_ARGS, ATTN_ARGS,
 #      AB_ARGS, CAPTURE_ARGS, PARITY_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
@@ -18,7 +20,8 @@ shim=/tmp/graphtop-shim
 rm -rf "$shim" && mkdir -p "$shim/graphtop"
 for pkg in engine models tui themes; do ln -s "$here/$pkg" "$shim/graphtop/$pkg"; done
 export PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}"
-# Pure-python packages the device image may lack travel as wheels in .whl (see README).
+# Packages the device image lacks travel as wheels in .whl (see README): textual & co. (pure python),
+# pyzmq and msgspec (cp312 manylinux x86_64).
 if [ -d "$here/.whl" ] && ls "$here"/.whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/whl-site \
     "$here"/.whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/whl-site"
@@ -27,6 +30,7 @@ fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
   python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+  python3 -c "import textual, zmq, msgspec; print('textual', textual.__version__, 'pyzmq', zmq.__version__, 'msgspec', msgspec.__version__)" 2>&1 | tail -1
 } | tee "$out/env.txt"
 
 rc=0

@@ -13,7 +13,7 @@ from graphtop.engine.telemetry.events import (
 )
 from graphtop.tui.advise_cli import graph_config_json, parse_size
 from graphtop.tui.cli import main
-from graphtop.tui.trace_export import export_trace
+from graphtop.engine.telemetry.trace import write_trace
 
 MiB = 1024**2
 
@@ -37,7 +37,7 @@ def _trace(tmp_path, steps, *, capture=True, name="t.jsonl"):
     if capture:
         events += _capture("decode", [1, 2, 4, 8], MiB) + _capture("prefill", [64, 256], 4 * 1024)
     path = tmp_path / name
-    export_trace(str(path), events + list(steps))
+    write_trace(str(path), events + list(steps))
     return path
 
 

@@ -12,7 +12,7 @@ from graphtop.engine.telemetry.events import (
 from graphtop.tui.fake_session import FakeSession, boot_events, step_events
 from graphtop.tui.replay_session import ReplaySession
 from graphtop.tui.state import DashboardState
-from graphtop.tui.trace_export import export_trace
+from graphtop.engine.telemetry.trace import write_trace
 
 
 def test_boot_and_steps_fold() -> None:
@@ -134,7 +134,7 @@ def test_export_then_read_back(tmp_path) -> None:
 
     evs = boot_events() + step_events(10)
     path = tmp_path / "t.jsonl"
-    assert export_trace(str(path), evs, meta={"x": 1}) == len(evs)
+    assert write_trace(str(path), evs, meta={"x": 1}) == len(evs)
     trace = read_trace(str(path))
     assert trace.meta == {"x": 1} and len(trace.events) == len(evs)
     assert json.loads(path.read_text().splitlines()[0])["type"] == "header"

@@ -31,6 +31,7 @@ STARTUP_TIMEOUT = 240.0  # demo model build + load + capture: ~30 s on a 2-core 
 STREAM_TIMEOUT = 120.0  # 128 greedy tokens of the demo model on CPU
 RECAPTURE_TIMEOUT = 120.0
 EXIT_TIMEOUT = 60.0
+RUN_TIMEOUT = 600.0  # a headless --synthetic 1000 run on the tiny model (~30 s alone)
 PROMPT = "hello-graphtop"  # no q/b/c/space: were "/" lost, the keys must not quit, open or pause
 
 # a finished phase in the capture panel: "decode  ████████████████ 36/36 3.86s 0 B ✓"
@@ -119,6 +120,16 @@ def recapture_failed(screen: str) -> Optional[str]:
     if "recapture failed" in screen or "recapture refused" in screen or "last recapture failed" in screen:
         return "the recapture failed"
     return engine_failed(screen)
+
+
+def exit_status(term: Tmux, exit_file: Path, what: str) -> str:
+    """The ``EXIT=N`` line the pane's shell writes once the command exits (after ``q``)."""
+    deadline = time.monotonic() + EXIT_TIMEOUT
+    while not exit_file.exists() or not exit_file.read_text().strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not exit within {EXIT_TIMEOUT:.0f}s of q\n--- screen ---\n{term.screen()}")
+        time.sleep(0.2)
+    return exit_file.read_text().strip()
 
 
 def footer(screen: str) -> str:
@@ -237,12 +248,58 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
 
         # 7. q quits, exit status 0
         term.keys("q")
-        deadline = time.monotonic() + EXIT_TIMEOUT
-        while not exit_file.exists() or not exit_file.read_text().strip():
-            if time.monotonic() > deadline:
-                pytest.fail(f"graphtop did not exit within {EXIT_TIMEOUT:.0f}s of q\n--- screen ---\n{term.screen()}")
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "EXIT=0", f"{exit_file.read_text()!r}\n--- last screen ---\n{term.last}"
+        assert exit_status(term, exit_file, "graphtop") == "EXIT=0", f"--- last screen ---\n{term.last}"
         print(f"startup {startup:.1f}s, total {time.monotonic() - t0:.1f}s")
     finally:
         term.kill()
+
+
+def test_attach_to_a_headless_run_in_real_terminal(tmp_path: Path, tiny_ckpt) -> None:
+    """``graphtop attach`` on ``--synthetic 1000 --telemetry``: live steps on screen, ``q`` detaches with
+    exit 0, and the run finishes with the output of a run that nobody watched."""
+    from graphtop.engine.telemetry.runtime import list_entries
+
+    runtime = tmp_path / "rt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
+    env.update(GRAPHTOP_RUNTIME_DIR=str(runtime), GRAPHTOP_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1",
+               HF_HUB_DISABLE_PROGRESS_BARS="1", TERM="xterm-256color", OMP_NUM_THREADS="1")  # two runs at once: no
+    # OpenMP spinning against each other on a small machine
+    run = [*shlex.split(graphtop_command()), "--model", str(tiny_ckpt("qwen3")), "--device", "cpu",
+           "--max-total-tokens", "2048", "--max-running-requests", "4", "--chunked-prefill-size", "64",
+           "--synthetic", "1000", "--synthetic-prompt-len", "fixed:8", "--synthetic-output-len", "fixed:40"]
+    unwatched = subprocess.Popen([*run, "--output", str(tmp_path / "unwatched.jsonl")], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    watched = subprocess.Popen([*run, "--telemetry", "--output", str(tmp_path / "watched.jsonl")], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    exit_file = tmp_path / "exit-status"
+    term = Tmux(env)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not list_entries(runtime):
+            assert watched.poll() is None, watched.communicate()[1]
+            assert time.monotonic() < deadline, "the headless run never served telemetry"
+            time.sleep(0.2)
+        inner = f"{graphtop_command()} attach; echo EXIT=$? > {shlex.quote(str(exit_file))}"
+        term.start(f"sh -c {shlex.quote(inner)}", WIDTH, HEIGHT)
+
+        def top_step(screen: str) -> int:
+            rows = re.findall(r"│\s+(\d+)\s+(?:decode|prefill)\s+\d+\s+\d+", screen)
+            return max(map(int, rows)) if rows else 0
+
+        first = top_step(wait_for(term, "steps in the steps panel", top_step, STARTUP_TIMEOUT, fail=engine_failed))
+        assert "q Detach" in footer(term.screen())
+        wait_for(term, "newer steps (a live stream)", lambda s: top_step(s) > first, 60, fail=engine_failed)
+        assert watched.poll() is None, "the run should still be going while we watch"
+        term.keys("q")
+        assert exit_status(term, exit_file, "graphtop attach") == "EXIT=0", f"--- last screen ---\n{term.last}"
+        assert watched.wait(RUN_TIMEOUT) == 0, watched.communicate()[1]  # the run goes on without its viewer
+        assert unwatched.wait(RUN_TIMEOUT) == 0, unwatched.communicate()[1]
+    finally:
+        term.kill()
+        for proc in (watched, unwatched):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    watched_out = (tmp_path / "watched.jsonl").read_text().splitlines()
+    assert len(watched_out) == 1000
+    assert watched_out == (tmp_path / "unwatched.jsonl").read_text().splitlines()

@@ -31,6 +31,7 @@ from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
+from graphtop.engine.telemetry.trace import write_trace
 from graphtop.themes import DEFAULT_THEME, STYLESHEETS
 
 from .bucket_editor import BucketChoice, BucketEditorScreen
@@ -48,11 +49,10 @@ from .path_prompt import PathPromptScreen
 from .prompt_console import PromptConsole
 from .replay_bar import ReplayBar
 from .replay_session import ReplaySession
-from .session import Session
+from .session import Session, SessionError
 from .state import DashboardState
 from .status_line import StatusLine
 from .steps_panel import StepsPanel
-from .trace_export import export_trace
 
 if TYPE_CHECKING:  # the engine package imports torch; the first frame must not wait for it
     from graphtop.engine.telemetry.events import Event
@@ -69,8 +69,10 @@ class GraphtopApp(App[int]):
     AUTO_FOCUS = None  # keys work at once; "/" focuses the prompt
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit graphtop (shuts the engine down)"),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True, id="app.quit_ctrl",
-                tooltip="Quit graphtop, even from an input"),
+        Binding("q", "detach", "Detach", id="app.detach",
+                tooltip="Close this dashboard; the engine keeps running (graphtop attach comes back)"),
+        Binding("ctrl+q", "close", "Quit", show=False, priority=True, id="app.quit_ctrl",
+                tooltip="Quit graphtop (or detach from the engine), even from an input"),
         Binding("question_mark,f1", "help", "Help", id="app.help", tooltip="Keys and what each panel shows"),
         Binding("space", "toggle_pause", "Pause", id="app.pause",
                 tooltip="Freeze the live view (events keep being collected); in a replay, pause playback"),
@@ -108,6 +110,7 @@ class GraphtopApp(App[int]):
         animate: bool = True,
         max_events_per_tick: int = 20_000,
         notify_events: bool = True,
+        exit_when_engine_ends: bool = False,
     ) -> None:
         super().__init__()
         from graphtop.themes.palette import THEMES
@@ -131,6 +134,8 @@ class GraphtopApp(App[int]):
         self.animate = animate
         self.max_events_per_tick = max_events_per_tick
         self.notify_events = notify_events
+        self.exit_when_engine_ends = exit_when_engine_ends
+        self._ended_seen: Optional[str] = None
         self.paused = False
         self.engine_ready = False
         self.engine_error: Optional[str] = None
@@ -160,7 +165,7 @@ class GraphtopApp(App[int]):
     _switch_interval: Optional[float] = None
 
     def on_mount(self) -> None:
-        if self.session.kind == "live" and self._switch_interval is None:
+        if self.session.hosts_engine and self._switch_interval is None:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(self.ENGINE_SWITCH_INTERVAL_S)
         # widget references cached once: while a modal is open, queries would search the modal
@@ -206,7 +211,7 @@ class GraphtopApp(App[int]):
             try:
                 session.start()
             except BaseException as exc:  # report everything, the UI must stay up
-                outcome["error"] = f"{type(exc).__name__}: {exc}"
+                outcome["error"] = str(exc) if isinstance(exc, SessionError) else f"{type(exc).__name__}: {exc}"
                 outcome["details"] = traceback.format_exc()
 
         loader = threading.Thread(target=load, name="graphtop-engine-load", daemon=True)
@@ -293,7 +298,8 @@ class GraphtopApp(App[int]):
         if self._stop.is_set():  # shutting down: widgets may already be gone
             return 0
         session = self.session
-        if isinstance(session, ReplaySession) and session.take_reset():
+        replay = session.replay
+        if replay is not None and replay.take_reset():
             self.state = DashboardState()
         events = session.drain(self.max_events_per_tick)
         self.state.apply_all(events)
@@ -301,21 +307,30 @@ class GraphtopApp(App[int]):
             self.live_state.apply_all(self.live_session.drain(self.max_events_per_tick))
         if session.kind == "live" and self.notify_events:
             self._notify_events(events)
-        drain_logs = getattr(self.live_session, "drain_logs", None)
-        if drain_logs is not None:
-            for level, message in drain_logs():
-                if level >= logging.WARNING:
-                    self.notify(message, title="engine", severity="error" if level >= logging.ERROR else "warning",
-                                timeout=12)
+        if self.live_session is not None:
+            self._check_live_session(self.live_session)
         with self.batch_update():
-            if not self.paused or session.kind == "replay":
+            if not self.paused or replay is not None:
                 self.render_all(now=now)
             else:
                 self._render_status()
             self.prompt_console.poll()
-            if isinstance(session, ReplaySession):
-                self.replay_bar.update_view(session)
         return len(events)
+
+    def _check_live_session(self, live: Session) -> None:
+        """Engine log records become notifications; an engine that went away is said once."""
+        for level, message in live.drain_logs():
+            if level >= logging.WARNING:
+                self.notify(message, title="engine", severity="error" if level >= logging.ERROR else "warning",
+                            timeout=12)
+        ended = live.ended
+        if ended and ended != self._ended_seen:
+            self._ended_seen = ended
+            if self.exit_when_engine_ends:
+                self._stop.set()
+                self.exit(1, return_code=1, message=f"graphtop: {ended}")
+                return
+            self.notify(f"{ended} — q closes the dashboard", title="engine gone", severity="warning", timeout=30)
 
     def render_all(self, *, force: bool = False, now: Optional[float] = None) -> None:
         """Re-render every panel whose state areas changed (all of them when ``force``); with
@@ -324,12 +339,14 @@ class GraphtopApp(App[int]):
         for panel in self.panels:
             panel.update_view(state, force=force, now=now)
         self._render_status(force=force)
-        if isinstance(self.session, ReplaySession):
-            self.replay_bar.update_view(self.session)
+        replay = self.session.replay
+        if replay is not None:
+            self.replay_bar.update_view(replay)
 
     def _render_status(self, *, force: bool = False) -> None:
-        if isinstance(self.session, ReplaySession):
-            mode = "REPLAY · PAUSED" if self.session.paused else "REPLAY"
+        replay = self.session.replay
+        if replay is not None:
+            mode = "REPLAY · PAUSED" if replay.paused else "REPLAY"
         else:
             mode = "PAUSED" if self.paused else ""
         self.status_line.update_view(self.state, mode=mode, dropped=self.session.dropped, force=force)
@@ -351,8 +368,12 @@ class GraphtopApp(App[int]):
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Replay keys only in a replay; bucket editing only with a live engine."""
+        """Replay keys only in a replay; bucket editing only with a live engine; ``q`` is labelled
+        Detach when the engine keeps running without this dashboard."""
         replay = self.session.kind == "replay"
+        if action in ("quit", "detach"):
+            detaches = self.live_session is not None and self.live_session.detaches
+            return (action == "detach") == detaches
         if action in self.REPLAY_ACTIONS:
             return replay
         if action in self.LIVE_ACTIONS:
@@ -363,13 +384,20 @@ class GraphtopApp(App[int]):
         self._stop.set()
         self.exit(0)
 
+    async def action_detach(self) -> None:
+        await self.action_quit()
+
+    async def action_close(self) -> None:
+        await self.action_quit()
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     def action_toggle_pause(self) -> None:
-        if isinstance(self.session, ReplaySession):
-            self.session.toggle_pause()
+        replay = self.session.replay
+        if replay is not None:
+            replay.toggle_pause()
         else:
             self.paused = not self.paused
             if not self.paused:
@@ -483,7 +511,7 @@ class GraphtopApp(App[int]):
     def _export_worker(self, path: str, events: list[Event]) -> None:
         """Writing a large trace takes a while; do it off the UI thread and report once."""
         try:
-            n = export_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label})
+            n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label})
         except OSError as exc:
             self.call_from_thread(self.notify, f"{path}: {exc.strerror or exc}", title="export failed",
                                   severity="error")
@@ -523,24 +551,28 @@ class GraphtopApp(App[int]):
             self.switch_session(self.live_session)
 
     def action_seek(self, seconds: float) -> None:
-        if isinstance(self.session, ReplaySession):
-            self.session.seek(seconds)
+        replay = self.session.replay
+        if replay is not None:
+            replay.seek(seconds)
             self.pump()
 
     def action_seek_to(self, position: float) -> None:
-        if isinstance(self.session, ReplaySession):
-            self.session.seek_to(position)
+        replay = self.session.replay
+        if replay is not None:
+            replay.seek_to(position)
             self.pump()
 
     def action_seek_events(self, n: int) -> None:
-        if isinstance(self.session, ReplaySession):
-            self.session.seek_events(n)
+        replay = self.session.replay
+        if replay is not None:
+            replay.seek_events(n)
             self.pump()
 
     def action_speed(self, direction: int) -> None:
-        if isinstance(self.session, ReplaySession):
-            self.session.change_speed(direction)
-            self.replay_bar.update_view(self.session)
+        replay = self.session.replay
+        if replay is not None:
+            replay.change_speed(direction)
+            self.replay_bar.update_view(replay)
 
     # ------------------------------------------------------------------ prompts
     @on(PromptConsole.PromptSubmitted)

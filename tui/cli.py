@@ -4,6 +4,8 @@
     graphtop [--model PATH] --prompts FILE --output OUT.jsonl headless generation
     graphtop [--model PATH] --record TRACE.jsonl (--prompts FILE | --synthetic N)
     graphtop --replay TRACE.jsonl                             a recorded trace in the dashboard
+    graphtop attach [ENDPOINT]                                the dashboard on a running engine
+    graphtop ps                                               the engines one can attach to
     graphtop trace summary TRACE.jsonl
     graphtop trace export --perfetto TRACE.jsonl OUT.json
     graphtop advise TRACE.jsonl [--max-graphs N] [--max-graph-memory SIZE] [--phase decode|prefill|both]
@@ -90,6 +92,21 @@ def build_parser() -> argparse.ArgumentParser:
     u = p.add_argument_group("dashboard")
     u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     u.add_argument("--replay", metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
+    t = p.add_argument_group("telemetry")
+    t.add_argument("--telemetry", nargs="?", const="ipc", metavar="ADDRESS",
+                   help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
+                        "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves")
+    return p
+
+
+def build_attach_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphtop attach", description="Open the dashboard on a running engine; q detaches.")
+    p.add_argument("endpoint", nargs="?", metavar="ENDPOINT",
+                   help="a pid or endpoint from graphtop ps, or tcp://HOST:PORT (default: the one running engine)")
+    p.add_argument("--token", help="the endpoint's token (needed for an engine of another machine)")
+    p.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
+    p.add_argument("--owner", type=int, help=argparse.SUPPRESS)  # the graphtop process that spawned this viewer
+    p.add_argument("--no-device-poll", dest="poll_device", action="store_false", help=argparse.SUPPRESS)
     return p
 
 
@@ -197,10 +214,23 @@ def _main(argv: Sequence[str]) -> int:
         from .advise_cli import build_advise_parser, run_advise
 
         return run_advise(build_advise_parser(_Parser).parse_args(argv[1:]))
+    if argv and argv[0] == "attach":
+        from graphtop.tui.attach import run_attach
+
+        a = build_attach_parser().parse_args(argv[1:])
+        return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
+    if argv and argv[0] == "ps":
+        if len(argv) > 1:
+            raise UsageError(f"graphtop ps takes no arguments (got {' '.join(argv[1:])})")
+        from graphtop.tui.attach import run_ps
+
+        return run_ps()
     args = build_parser().parse_args(argv)
     if args.replay:
         if args.prompts or args.synthetic or args.record:
             raise UsageError("--replay opens a trace; it cannot be combined with a workload")
+        if args.telemetry:
+            raise UsageError("--replay opens a trace; there is no engine to serve with --telemetry")
         from graphtop.tui.launch import run_replay
 
         return run_replay(args.replay, args.theme)
@@ -227,7 +257,7 @@ def _main(argv: Sequence[str]) -> int:
             raise UsageError(f"--attention-backend flashinfer: {problem}")
     from graphtop.tui.launch import run_interactive
 
-    return run_interactive(args.model, config, args.theme)
+    return run_interactive(args.model, config, args.theme, telemetry=args.telemetry or "ipc")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -152,6 +152,9 @@ class FakeSession:
     """Publishes ``script`` on ``start`` and records what the app asked of it."""
 
     kind = "live"
+    replay = None
+    hosts_engine = False
+    detaches = False
 
     def __init__(
         self,
@@ -178,6 +181,8 @@ class FakeSession:
         self._decode: Optional[list[int]] = None
         self._prefill: Optional[list[int]] = None
         self.parity_every = 0
+        self.ended: Optional[str] = None  # tests set it to play an engine that went away
+        self.logs: list[tuple[int, str]] = []  # tests append engine log records
 
     def publish(self, *events: Event) -> None:
         """Tests push more events as if the engine had emitted them."""
@@ -254,6 +259,10 @@ class FakeSession:
 
     def set_parity_every(self, every: int) -> None:
         self.parity_every = every
+
+    def drain_logs(self) -> list[tuple[int, str]]:
+        out, self.logs = self.logs, []
+        return out
 
     def shutdown(self) -> None:
         self.shut_down = True

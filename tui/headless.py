@@ -113,8 +113,15 @@ def run_headless(args: Any, config: Any) -> int:
             recorder = TraceRecorder(args.record, bus, header_meta=meta)
         except RecorderError as e:
             raise UsageError(str(e)) from None
+    server = None
     try:
+        if args.telemetry:  # an endpoint viewers can attach to from before the model loads
+            from .endpoint import open_endpoint
+
+            server = open_endpoint(bus, args.telemetry, args.model or "demo model")
         engine = _load_engine(args, config, bus)
+        if server is not None:
+            engine.serve_telemetry(server=server)
         if args.synthetic:
             from graphtop.tui.workload import SyntheticWorkload
 
@@ -129,6 +136,8 @@ def run_headless(args: Any, config: Any) -> int:
         results = _serve(engine, args, lines, synthetic)
         wall = time.perf_counter() - t0
     finally:
+        if server is not None:
+            server.close("the headless run finished")
         rec_result = recorder.close() if recorder is not None else None
     if args.output:
         _write_output(args.output, results)

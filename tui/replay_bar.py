@@ -7,7 +7,7 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Label, ProgressBar
 
-from .replay_session import ReplaySession
+from .session import ReplayControls
 
 
 class ReplayBar(Horizontal):
@@ -18,7 +18,7 @@ class ReplayBar(Horizontal):
         yield ProgressBar(total=1, show_eta=False, show_percentage=False, id="replay-progress")
         yield Label("←/→ 5s · shift+←/→ 1 event · +/- speed · space pause", id="replay-keys")
 
-    def update_view(self, session: ReplaySession) -> None:
+    def update_view(self, session: ReplayControls) -> None:
         state = "[$warning]❚❚ paused[/]" if session.paused else "[$success]▶ playing[/]"
         if session.finished and not session.paused:
             state = "[$text-muted]■ end[/]"

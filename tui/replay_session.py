@@ -23,6 +23,9 @@ class ReplaySession:
     """A read-only :class:`~graphtop.tui.session.Session` over a trace's events."""
 
     kind = "replay"
+    hosts_engine = False
+    detaches = False
+    ended = None
 
     def __init__(
         self,
@@ -118,6 +121,11 @@ class ReplaySession:
         return reset
 
     # -- Session protocol ----------------------------------------------------------------------
+    @property
+    def replay(self) -> "ReplaySession":
+        """Its own replay controls."""
+        return self
+
     def start(self) -> None:
         self._last_clock = self._clock()
 
@@ -160,6 +168,9 @@ class ReplaySession:
 
     def set_parity_every(self, every: int) -> None:
         raise RuntimeError("a replayed trace cannot run parity checks")
+
+    def drain_logs(self) -> list[tuple[int, str]]:
+        return []
 
     def shutdown(self) -> None:
         pass

@@ -1,7 +1,9 @@
 """The one seam between the dashboard and the engine.
 
-The app talks only to a :class:`Session`; :class:`EngineSession` wraps the real engine, tests use
-``FakeSession`` (scripted events) and ``graphtop replay`` uses ``ReplaySession``. Keeping the
+The app talks only to a :class:`Session`: ``RemoteSession`` attaches to an engine's telemetry endpoint
+(``graphtop``, ``graphtop attach``), :class:`EngineSession` runs the engine in this process (Pilot
+tests, benchmarks), tests use ``FakeSession`` (scripted events) and ``graphtop --replay`` uses
+``ReplaySession``. Keeping the
 engine behind this adapter is what lets the whole dashboard be tested without a GPU or a model.
 
 Threading contract: ``start`` is blocking and runs in a textual thread worker; ``drain``,
@@ -19,6 +21,11 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
     from graphtop.engine.telemetry.events import Event
+
+
+class SessionError(RuntimeError):
+    """``Session.start`` failed for a reason whose message says it all (e.g. the engine's own error,
+    forwarded from another process): shown as is, without the exception's type name."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,46 @@ class Limits:
     kv_capacity_tokens: Optional[int] = None
 
 
+class ReplayControls(Protocol):
+    """Playback of a recorded trace: what the replay bar shows and the seek keys drive."""
+
+    paused: bool
+    speed: float
+
+    @property
+    def position(self) -> float: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def cursor(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def finished(self) -> bool: ...
+    def toggle_pause(self) -> bool: ...
+    def change_speed(self, direction: int) -> float: ...
+    def seek(self, seconds: float) -> None: ...
+    def seek_to(self, position: float) -> None: ...
+    def seek_events(self, n: int) -> None: ...
+    def take_reset(self) -> bool:
+        """True once after a backwards seek: the app must start from an empty state."""
+        ...
+
+
 class Session(Protocol):
-    """Where the dashboard's events and requests come from."""
+    """Where the dashboard's events and requests come from.
+
+    ``replay`` is None except for a recorded trace; ``hosts_engine`` says the engine runs in this
+    process (the app then shortens the GIL switch interval for it); ``detaches`` says ``q`` leaves a
+    running engine behind (a viewer attached to an endpoint); ``ended`` says why a live engine is
+    gone (None while it runs).
+    """
 
     kind: str  # "live" | "replay"
     label: str
+    replay: Optional[ReplayControls]
+    hosts_engine: bool
+    detaches: bool
 
     def start(self) -> None: ...
     def drain(self, max_items: Optional[int] = None) -> list[Event]: ...
@@ -74,6 +116,8 @@ class Session(Protocol):
     def can_submit(self) -> bool: ...
     @property
     def chat_available(self) -> bool: ...
+    @property
+    def ended(self) -> Optional[str]: ...
     def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle: ...
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
     def buckets(self) -> tuple[Optional[list[int]], Optional[list[int]]]: ...
@@ -81,6 +125,9 @@ class Session(Protocol):
     @property
     def parity_every(self) -> int: ...
     def set_parity_every(self, every: int) -> None: ...
+    def drain_logs(self) -> list[tuple[int, str]]:
+        """Engine log records (level, message) since the last call."""
+        ...
     def shutdown(self) -> None: ...
 
 
@@ -117,6 +164,10 @@ class EngineSession:
     """
 
     kind = "live"
+    replay = None
+    hosts_engine = True
+    detaches = False
+    ended = None
 
     def __init__(
         self,

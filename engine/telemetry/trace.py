@@ -1,4 +1,4 @@
-"""Reads JSON-lines trace files written by ``TraceRecorder``.
+"""Reads JSON-lines trace files written by ``TraceRecorder``, and writes whole ones (``write_trace``).
 
 Strict about everything except the one damage a killed recorder can cause: a final line cut off
 before its newline. That line is skipped and ``truncated_tail`` is set, so traces of crashed or
@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
 from .events import SCHEMA_VERSION, Event, SchemaError, TraceHeader, event_from_dict, validate_event_dict
+from .codec import encode_event
 
-__all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace"]
+__all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace", "write_trace"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -146,3 +147,22 @@ def read_trace(path: PathLike) -> Trace:
             events.append(event)
     assert header is not None  # TraceDicts raises on a trace without header
     return Trace(path=str(path), header=header, events=events, truncated_tail=lines.truncated_tail)
+
+
+def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = None) -> int:
+    """Header line + one line per event (the recorder's encoding); returns the number of events written.
+
+    Written to ``path.tmp`` and renamed, so a failed export never leaves a half trace behind. Used for
+    the dashboard's "export trace" and the endpoint's export command.
+    """
+    tmp = f"{os.fspath(path)}.tmp"
+    n = 0
+    with open(tmp, "wb") as f:
+        f.write(encode_event(TraceHeader(meta=dict(meta or {}))))
+        for ev in events:
+            if ev.type == TraceHeader.type:
+                continue
+            f.write(encode_event(ev))
+            n += 1
+    os.replace(tmp, path)
+    return n

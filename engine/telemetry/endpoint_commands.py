@@ -1,0 +1,145 @@
+"""What attached viewers ask of the engine, and the prompt text that streams back to each of them.
+
+The endpoint's publisher thread calls ``CommandDesk.handle`` for every command from an attached
+viewer and ``stream_tokens`` once per batch. Commands reach the engine through an :class:`EngineLink`
+(``graphtop.engine.telemetry_link``) whose calls only queue work for the engine thread, so nothing here
+waits on the engine; a command the engine refuses is answered with its message, never raised.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+from . import protocol as p
+from .events import Event
+from .trace import write_trace
+
+MAX_REQUEST_ID = 64
+
+
+class StreamSource(Protocol):
+    """What the endpoint reads a submitted prompt's progress from (the engine's RequestHandle)."""
+
+    finished: bool
+    finish_reason: Any
+    error: Optional[str]
+
+    def new_text(self) -> str: ...
+
+
+class EngineLink(Protocol):
+    """The engine as the endpoint's commands see it; every call returns at once."""
+
+    def status(self) -> p.EngineStatus: ...
+    def state_events(self) -> list[Event]:
+        """The engine's state as events (engine started, capture, ledger, KV): what the endpoint's
+        keeper missed when it started after the engine."""
+        ...
+    def submit(self, request_id: str, prompt: str, sampling: p.Sampling, chat: bool) -> StreamSource: ...
+    def cancel(self, request_id: str) -> None: ...
+    def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
+    def set_parity_every(self, every: int) -> None: ...
+
+
+@dataclass(eq=False)
+class Viewer:
+    """One attached viewer (a ZeroMQ routing identity that said Hello with the right token)."""
+
+    identity: bytes
+    name: str
+    attached: float
+    last_sent: float = 0.0
+    sent_events: int = 0
+    dropped_events: int = 0
+    requests: set[str] = field(default_factory=set)
+
+
+class CommandDesk:
+    def __init__(self, send: Callable[[Viewer, Any], None], retained: Callable[[], list[Event]]) -> None:
+        self.link: Optional[EngineLink] = None
+        self.failed: Optional[str] = None
+        self.streams: dict[str, tuple[Viewer, StreamSource]] = {}
+        self._send = send
+        self._retained = retained
+
+    def handle(self, viewer: Viewer, msg: Any) -> Optional[str]:
+        """Act on one command; returns why it is refused when this viewer may not give it."""
+        if isinstance(msg, p.Submit):
+            self._submit(viewer, msg)
+        elif isinstance(msg, p.Cancel):
+            if msg.request_id not in viewer.requests:
+                return f"cancel of {msg.request_id[:MAX_REQUEST_ID]!r}, which this viewer did not submit"
+            if self.link is not None:
+                self.link.cancel(msg.request_id)
+        elif isinstance(msg, p.Recapture):
+            self._answer(viewer, msg.cid, lambda link: link.recapture(msg.decode_bs, msg.prefill_num_tokens)
+                         or "recapture queued for the next step boundary")
+        elif isinstance(msg, p.SetParity):
+            self._answer(viewer, msg.cid, lambda link: link.set_parity_every(msg.every)
+                         or (f"parity checks: one graph step in {msg.every}" if msg.every else "parity checks off"))
+        elif isinstance(msg, p.ExportTrace):
+            self._answer(viewer, msg.cid, lambda _link: self._export(msg.path), needs_engine=False)
+        return None
+
+    def forget(self, viewer: Viewer) -> None:
+        """A viewer left: the prompts it submitted are cancelled (nobody else reads them)."""
+        for rid in viewer.requests:
+            if self.streams.pop(rid, None) is not None and self.link is not None:
+                self.link.cancel(rid)
+        viewer.requests.clear()
+
+    def stream_tokens(self) -> None:
+        for rid, (viewer, handle) in list(self.streams.items()):
+            finished = handle.finished  # read first: once finished, new_text() holds all the rest
+            text = handle.new_text()
+            if not text and not finished:
+                continue
+            reason = handle.finish_reason
+            self._send(viewer, p.Tokens(rid, text, finished, getattr(reason, "value", reason) if finished else None,
+                                        handle.error if finished else None))
+            if finished:
+                self.streams.pop(rid, None)
+                viewer.requests.discard(rid)
+
+    def _answer(self, viewer: Viewer, cid: int, action: Callable[[Any], str], *, needs_engine: bool = True) -> None:
+        if needs_engine and self.link is None:
+            self._send(viewer, p.Result(cid, False, self.failed or "the engine is still loading"))
+            return
+        try:
+            message = action(self.link)
+        except Exception as exc:  # a refused command is an answer, not a crash
+            self._send(viewer, p.Result(cid, False, str(exc) or type(exc).__name__))
+            return
+        self._send(viewer, p.Result(cid, True, message))
+
+    def _export(self, path: str) -> str:
+        target = Path(path).expanduser()
+        if not target.is_absolute():
+            raise ValueError(f"{path}: give an absolute path (it is written on the engine's host)")
+        if target.exists():
+            raise FileExistsError(f"{target} exists; the engine does not overwrite files")
+        n = write_trace(target, self._retained(), meta={"source": "graphtop endpoint", "pid": os.getpid()})
+        return f"{n:,} events → {target}"
+
+    def _submit(self, viewer: Viewer, msg: p.Submit) -> None:
+        rid = msg.request_id
+
+        def finish(error: str) -> None:
+            self._send(viewer, p.Tokens(rid, "", True, "rejected", error))
+
+        if not rid or len(rid) > MAX_REQUEST_ID or rid in self.streams:
+            finish("request id is empty, too long or already in use")
+            return
+        if self.link is None:
+            finish(self.failed or "the engine is still loading")
+            return
+        try:
+            handle = self.link.submit(rid, msg.prompt, msg.sampling, msg.chat)
+        except Exception as exc:  # bad sampling values and the like: the engine's own message
+            finish(str(exc) or type(exc).__name__)
+            return
+        self.streams[rid] = (viewer, handle)
+        viewer.requests.add(rid)

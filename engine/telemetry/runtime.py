@@ -1,0 +1,148 @@
+"""Where endpoints live and how viewers find them: a private per-user runtime folder.
+
+The folder (``$GRAPHTOP_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/graphtop``, else
+``/tmp/graphtop-<uid>``) is created with mode 0700 and refused when another user owns it or it is a
+symlink, so its Unix sockets cannot be reached by other users at all. Each serving engine writes one
+entry ``<pid>-<n>.json`` (mode 0600) next to its socket: pid, model, device, start time, endpoint and
+the endpoint's token. ``graphtop ps`` lists the entries whose process is alive; ``graphtop attach``
+reads the token from the entry, so a viewer of the same user never types it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+ENV_RUNTIME_DIR = "GRAPHTOP_RUNTIME_DIR"
+MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS; keep a margin
+
+
+class EndpointError(Exception):
+    """The endpoint cannot be set up or reached; the message is one line."""
+
+
+def default_runtime_dir() -> Path:
+    """The per-user folder for sockets and entries; the one place its environment override is read."""
+    override = os.environ.get(ENV_RUNTIME_DIR)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and Path(xdg).is_dir():
+        return Path(xdg) / "graphtop"
+    return Path(tempfile.gettempdir()) / f"graphtop-{os.getuid()}"
+
+
+def private_dir(path: Optional[Path] = None) -> Path:
+    """Create (or check) ``path`` as a folder only this user can enter; raise EndpointError otherwise."""
+    path = Path(path) if path is not None else default_runtime_dir()
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise EndpointError(f"cannot create the runtime folder {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise EndpointError(f"runtime folder {path} is not a folder (a symlink?)")
+    if st.st_uid != os.getuid():
+        raise EndpointError(f"runtime folder {path} belongs to another user (uid {st.st_uid})")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)  # ours, but too open (e.g. created under a lax umask): close it
+    return path
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+@dataclass
+class EndpointEntry:
+    """What ``graphtop ps`` shows and ``graphtop attach`` needs about one serving engine."""
+
+    pid: int
+    endpoint: str
+    token: str
+    model: str
+    device: str
+    started: float
+    path: str = ""  # the entry file itself (not stored)
+
+    @property
+    def transport(self) -> str:
+        return self.endpoint.split("://", 1)[0]
+
+
+def entry_stem(pid: int, serial: int) -> str:
+    return f"{pid}-{serial}"
+
+
+def ipc_address(folder: Path, stem: str) -> str:
+    path = str(folder / f"{stem}.sock")
+    if len(path.encode()) > MAX_IPC_PATH:
+        raise EndpointError(
+            f"socket path {path} is too long for a Unix socket ({len(path)} > {MAX_IPC_PATH} bytes); "
+            f"set {ENV_RUNTIME_DIR} to a shorter folder"
+        )
+    return f"ipc://{path}"
+
+
+def write_entry(folder: Path, stem: str, entry: EndpointEntry) -> Path:
+    """Write (or replace) the entry atomically with mode 0600: it holds the token."""
+    target = folder / f"{stem}.json"
+    data = {k: v for k, v in asdict(entry).items() if k != "path"}
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", dir=str(folder))  # mkstemp creates it 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def remove_entry(folder: Path, stem: str) -> None:
+    for suffix in (".json", ".sock"):
+        (folder / f"{stem}{suffix}").unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_entries(folder: Optional[Path] = None, *, prune: bool = True) -> list[EndpointEntry]:
+    """Entries of engines still running, oldest first; entries of dead processes are removed."""
+    folder = Path(folder) if folder is not None else default_runtime_dir()
+    if not folder.is_dir():
+        return []
+    found: list[EndpointEntry] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            entry = EndpointEntry(**data, path=str(path))
+        except (OSError, ValueError, TypeError):
+            continue  # unreadable or from another version: not ours to judge
+        if not _alive(entry.pid):
+            if prune:
+                remove_entry(folder, path.stem)
+            continue
+        found.append(entry)
+    return sorted(found, key=lambda e: e.started)
+
+
+def find_entry(endpoint: str, folder: Optional[Path] = None) -> Optional[EndpointEntry]:
+    """The entry whose endpoint (or pid, or socket path) is ``endpoint``."""
+    for entry in list_entries(folder):
+        if endpoint in (entry.endpoint, str(entry.pid)) or entry.endpoint == f"ipc://{endpoint}":
+            return entry
+    return None

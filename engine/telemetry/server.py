@@ -1,0 +1,334 @@
+"""The telemetry endpoint: the engine's events out to viewers in other processes, commands back.
+
+The engine thread only builds events (as for the recorder); everything else runs on one publisher
+thread that wakes per batch (every ``flush_interval_s``, or at once when a viewer writes): it drains
+a bounded bus subscription, numbers and folds the events into a :class:`StateKeeper`, encodes each
+batch once with msgspec and hands it to ZeroMQ without blocking. A viewer that is slow, stuck or
+killed costs the engine nothing: its ZeroMQ queue fills (``send_hwm`` messages) and further batches
+for it are dropped and counted, or it is gone and forgotten. Viewers see every loss as a gap in the
+event numbers.
+
+Transport: one ROUTER socket; each viewer is a DEALER that first sends ``Hello`` with the endpoint's
+token and gets ``Welcome``, the snapshot, then the live stream. By default the socket is a Unix socket
+in the private runtime folder (see ``runtime``); ``tcp://HOST:PORT`` is opt-in. Anything a client
+sends that is not a well-formed message from an attached viewer is refused and logged (a warning on
+``graphtop.telemetry`` and an ``error`` event, both rate-limited), never raised into the engine.
+
+Commands go to a :class:`CommandDesk` (``endpoint_commands``) and from there to the engine's link. The
+server exists before the engine may be loaded (``graphtop --model`` shows the load in the viewer), so
+the link is attached later.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hmac
+import itertools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import msgspec
+import zmq
+
+from . import protocol as p
+from .bus import EventBus
+from .endpoint_commands import CommandDesk, EngineLink, Viewer
+from .events import ErrorEvent, Event
+from .log_forward import LogForwarder
+from .runtime import (
+    EndpointEntry, EndpointError, entry_stem, ipc_address, new_token, private_dir, remove_entry, write_entry,
+)
+from .state_keeper import StateKeeper
+
+log = logging.getLogger("graphtop.telemetry")
+_SERIALS = itertools.count()
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """``address``: "ipc" (a socket in the private runtime folder) or "tcp://HOST:PORT" (PORT may be *)."""
+
+    address: str = "ipc"
+    runtime_dir: Optional[Path] = None
+    label: str = ""
+    queue_size: int = 100_000
+    flush_interval_s: float = 0.025
+    heartbeat_s: float = 1.0
+    send_hwm: int = 256
+    max_message_bytes: int = p.MAX_MESSAGE_BYTES
+    recent_steps: int = 4096
+    refusals_per_s: float = 2.0
+
+
+class TelemetryServer:
+    """Serves ``bus`` on an endpoint until ``close()``; see the module docstring."""
+
+    def __init__(self, bus: EventBus, config: EndpointConfig = EndpointConfig()) -> None:
+        self.bus = bus
+        self.config = config
+        self.folder = private_dir(config.runtime_dir)
+        self._stem = entry_stem(os.getpid(), next(_SERIALS))
+        self.token = new_token()
+        self.started = time.time()
+        self._ctx = zmq.Context()
+        self._sock = self._bind(self._resolve_address(config.address))
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        if self.endpoint.startswith("ipc://"):
+            os.chmod(self.endpoint[len("ipc://"):], 0o600)
+        self._entry = EndpointEntry(os.getpid(), self.endpoint, self.token, config.label, "", self.started)
+        write_entry(self.folder, self._stem, self._entry)
+        self.keeper = StateKeeper(recent_steps=config.recent_steps)
+        self.viewers: dict[bytes, Viewer] = {}
+        self.commands = CommandDesk(lambda viewer, message: self._send(viewer, p.encoder.encode(message)),
+                                    self.keeper.snapshot)
+        self._seed: list[Event] = []
+        self._status_changed = False
+        self.refused = 0
+        self._refusal_budget = config.refusals_per_s
+        self._refusal_clock = time.monotonic()
+        self._last_heartbeat = 0.0
+        self.logs = LogForwarder()
+        self.logs.install()
+        self._sub = bus.subscribe("telemetry-endpoint", maxsize=config.queue_size)
+        self._stop = threading.Event()
+        self._closed = False
+        self._closing_reason = "the engine stopped serving telemetry"
+        self._thread = threading.Thread(target=self._run, name="graphtop-telemetry", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    # -- setup ------------------------------------------------------------------------------------
+    def _resolve_address(self, address: str) -> str:
+        if address == "ipc":
+            return ipc_address(self.folder, self._stem)
+        if address.startswith("tcp://"):
+            return address
+        raise EndpointError(f"telemetry address {address!r}: use ipc (the default) or tcp://HOST:PORT")
+
+    def _bind(self, address: str) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full or vanished viewer raises, so it is counted
+        sock.setsockopt(zmq.SNDHWM, self.config.send_hwm)
+        sock.setsockopt(zmq.RCVHWM, 1000)
+        sock.setsockopt(zmq.MAXMSGSIZE, p.HARD_MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.LINGER, 100)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)  # dead TCP peers are noticed, not waited on
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
+        try:
+            sock.bind(address)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            self._ctx.term()
+            raise EndpointError(f"cannot serve telemetry on {address}: {exc}") from None
+        return sock
+
+    # -- the engine side's calls (any thread) -------------------------------------------------------
+    def attach_engine(self, link: EngineLink) -> None:
+        """Commands go to ``link`` from now on; viewers learn the engine is ready."""
+        self._seed = link.state_events()
+        self.commands.link = link
+        status = link.status()
+        self._entry.model, self._entry.device = status.model or self._entry.model, status.device
+        write_entry(self.folder, self._stem, self._entry)
+        self._status_changed = True
+
+    def engine_failed(self, message: str) -> None:
+        """The engine could not be loaded: viewers show ``message`` (as a fatal error event)."""
+        self.commands.failed = message
+        self.bus.publish(ErrorEvent(message=message, where="load", fatal=True))
+        self._status_changed = True
+
+    def status(self) -> p.EngineStatus:
+        link = self.commands.link
+        if link is not None:
+            return link.status()
+        return p.EngineStatus(ready=False, failed=self.commands.failed, model=self.config.label)
+
+    @property
+    def dropped(self) -> int:
+        """Events the endpoint's own bus queue lost (every viewer misses those)."""
+        return self._sub.dropped
+
+    def close(self, reason: str = "the engine stopped serving telemetry") -> None:
+        """Tell viewers, stop the thread, release the socket and the runtime entry. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        self._closing_reason = reason
+        self._stop.set()
+        self._thread.join(10.0)
+        self.bus.unsubscribe(self._sub)
+        self.logs.uninstall()
+        remove_entry(self.folder, self._stem)
+
+    def __enter__(self) -> "TelemetryServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- publisher thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        timeout_ms = max(1, int(self.config.flush_interval_s * 1000))
+        try:
+            while not self._stop.is_set():
+                try:
+                    incoming = poller.poll(timeout_ms)
+                    self._publish()  # first, so a viewer saying Hello now gets a snapshot up to now
+                    if incoming:
+                        self._receive()
+                    self._tick()
+                except Exception:  # the endpoint must outlive any bug in it, and never stop the engine
+                    log.exception("telemetry endpoint: unexpected error (serving continues)")
+                    self._stop.wait(0.1)
+            self._tick()
+            self._broadcast(p.encoder.encode(p.Closing(self._closing_reason)))
+        finally:
+            self._sock.close()
+            self._ctx.term()
+
+    def _tick(self) -> None:
+        self._publish()
+        self.commands.stream_tokens()
+        if self._status_changed:
+            self._status_changed = False
+            self._broadcast(p.encoder.encode(p.Status(self.status())))
+        for level, message in self.logs.drain():
+            self._broadcast(p.encoder.encode(p.Log(level, message)))
+        now = time.monotonic()
+        if now - self._last_heartbeat >= self.config.heartbeat_s:
+            self._last_heartbeat = now
+            beat = p.encoder.encode(p.Events(self.keeper.next_seq, self._sub.dropped, []))
+            for viewer in list(self.viewers.values()):
+                if now - viewer.last_sent >= self.config.heartbeat_s:
+                    self._send(viewer, beat)
+
+    def _publish(self) -> None:
+        events = self._sub.drain()
+        seed, self._seed = self._seed, []
+        if seed and not self.keeper.has_started and not any(ev.type == "engine_started" for ev in events):
+            events = seed + events  # served after the engine started: catch up from its state
+        if not events:
+            return
+        first = self.keeper.next_seq
+        self.keeper.fold_all(events)
+        if not self.viewers:
+            return
+        step = p.EVENTS_PER_MESSAGE
+        for i in range(0, len(events), step):
+            chunk = events[i : i + step]
+            payload = p.encoder.encode(p.Events(first + i, self._sub.dropped, p.event_pairs(chunk)))
+            for viewer in list(self.viewers.values()):
+                self._send(viewer, payload, len(chunk))
+
+    def _send(self, viewer: Viewer, payload: bytes, events: int = 0) -> bool:
+        try:
+            self._sock.send_multipart([viewer.identity, payload], flags=zmq.NOBLOCK)
+        except zmq.Again:  # its queue is full: this viewer misses the batch (it sees the gap)
+            viewer.dropped_events += events
+            return False
+        except zmq.ZMQError:  # EHOSTUNREACH: the viewer is gone
+            self._detach(viewer)
+            return False
+        viewer.sent_events += events
+        viewer.last_sent = time.monotonic()
+        return True
+
+    def _broadcast(self, payload: bytes) -> None:
+        for viewer in list(self.viewers.values()):
+            self._send(viewer, payload)
+
+    def _reply(self, identity: bytes, message: Any) -> None:
+        try:
+            self._sock.send_multipart([identity, p.encoder.encode(message)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # a client that cannot take a reply gets none
+
+    # -- incoming -----------------------------------------------------------------------------------
+    def _receive(self, limit: int = 256) -> None:
+        for _ in range(limit):
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            identity = frames[0]
+            if len(frames) != 2:
+                self._refuse(identity, f"malformed message ({len(frames) - 1} frames, expected 1)")
+                continue
+            payload = frames[1]
+            if len(payload) > self.config.max_message_bytes:
+                self._refuse(identity, f"message of {len(payload)} bytes is over the "
+                                       f"{self.config.max_message_bytes}-byte limit")
+                continue
+            try:
+                msg = p.client_decoder.decode(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                self._refuse(identity, f"malformed message: {str(exc)[:120]}")
+                continue
+            viewer = self.viewers.get(identity)
+            if isinstance(msg, p.Hello):
+                self._hello(identity, msg)
+            elif viewer is None and isinstance(msg, p.Bye):
+                continue  # a viewer that left while a batch for it was found undeliverable
+            elif viewer is None:
+                self._refuse(identity, f"{type(msg).__name__} from a client that has not attached (send Hello first)")
+            else:
+                self._command(viewer, msg)
+
+    def _refuse(self, identity: Optional[bytes], reason: str, *, reply: bool = True) -> None:
+        """Count, log (rate-limited) and answer ``Refused``; the engine never sees the message."""
+        self.refused += 1
+        now = time.monotonic()
+        rate = self.config.refusals_per_s
+        self._refusal_budget = min(rate, self._refusal_budget + (now - self._refusal_clock) * rate)
+        self._refusal_clock = now
+        if self._refusal_budget >= 1.0:
+            self._refusal_budget -= 1.0
+            log.warning("telemetry endpoint refused a client: %s", reason)
+            self.bus.publish(ErrorEvent(message=f"refused a client: {reason}", where="telemetry endpoint"))
+        if reply and identity is not None:
+            self._reply(identity, p.Refused(reason))
+
+    def _hello(self, identity: bytes, msg: p.Hello) -> None:
+        if msg.protocol != p.PROTOCOL_VERSION:
+            self._refuse(identity, f"protocol {msg.protocol} is not {p.PROTOCOL_VERSION} (another graphtop version?)")
+            return
+        if not hmac.compare_digest(msg.token.encode(), self.token.encode()):
+            self._refuse(identity, "wrong token")
+            return
+        old = self.viewers.pop(identity, None)
+        if old is not None:
+            self._detach(old)
+        viewer = Viewer(identity, msg.name[:64], time.time())
+        self._reply(identity, p.Welcome(
+            p.PROTOCOL_VERSION, os.getpid(), self.config.label, self.started, self.status(),
+            self.keeper.next_seq, self._sub.dropped, self.logs.recent(),
+        ))
+        events = self.keeper.snapshot()
+        step = p.EVENTS_PER_MESSAGE
+        for i in range(0, max(len(events), 1), step):
+            chunk = events[i : i + step]
+            if not self._send(viewer, p.encoder.encode(p.Snapshot(p.event_pairs(chunk), i + step >= len(events))),
+                              len(chunk)):
+                return
+        self.viewers[identity] = viewer
+
+    def _detach(self, viewer: Viewer) -> None:
+        self.viewers.pop(viewer.identity, None)
+        self.commands.forget(viewer)
+
+    def _command(self, viewer: Viewer, msg: Any) -> None:
+        if isinstance(msg, p.Bye):
+            self._detach(viewer)
+        elif not isinstance(msg, p.Ping):
+            refusal = self.commands.handle(viewer, msg)
+            if refusal:
+                self._refuse(viewer.identity, refusal, reply=False)

@@ -1,0 +1,117 @@
+"""``graphtop ps``, ``graphtop attach`` errors and ``--telemetry`` on the command line.
+
+Engines here are TelemetryServers on a scripted bus (ps and attach only read the runtime folder and
+talk to the endpoint), plus one real headless run with ``--telemetry`` as a subprocess. The full
+attach in a terminal is in test_tui_tmux.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphtop.engine.telemetry.bus import EventBus
+from graphtop.engine.telemetry.runtime import list_entries
+from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
+from graphtop.tui.cli import main
+
+
+@pytest.fixture
+def runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path_factory.mktemp("rt")
+    monkeypatch.setenv("GRAPHTOP_RUNTIME_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def servers(runtime: Path):
+    made: list[TelemetryServer] = []
+
+    def make(label: str = "/ckpt/Qwen3-0.6B", **kw) -> TelemetryServer:
+        s = TelemetryServer(EventBus(), EndpointConfig(runtime_dir=runtime, label=label, **kw))
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def usage_error(rc: int, err: str, needle: str) -> None:
+    assert rc == 2, err
+    assert err.count("\n") == 1 and err.startswith("graphtop: error:") and needle in err, err
+
+
+def test_ps_lists_attachable_engines(capsys, runtime, servers) -> None:
+    rc, out, _ = run(capsys, "ps")
+    assert rc == 0 and "no attachable graphtop engines" in out
+    a = servers()
+    b = servers(label="demo model")
+    rc, out, _ = run(capsys, "ps")
+    lines = out.strip().splitlines()
+    assert rc == 0 and lines[0].split() == ["PID", "MODEL", "DEVICE", "UPTIME", "ENDPOINT"]
+    assert len(lines) == 3
+    row = lines[1].split()
+    assert row[0] == str(os.getpid()) and row[1] == "Qwen3-0.6B" and row[-1] == a.endpoint
+    assert lines[2].endswith(b.endpoint) and "demo model" in lines[2]
+    usage_error(*run(capsys, "ps", "extra")[::2], "takes no arguments")
+
+
+def test_attach_errors_are_one_line(capsys, runtime, servers) -> None:
+    usage_error(*run(capsys, "attach")[::2], "no running graphtop engine to attach to")
+    usage_error(*run(capsys, "attach", "/no/such.sock")[::2], "no running graphtop engine at /no/such.sock")
+    usage_error(*run(capsys, "attach", "tcp://127.0.0.1:9")[::2], "pass --token")
+    usage_error(*run(capsys, "attach", "udp://x")[::2], "use ipc://PATH, tcp://HOST:PORT")
+    a = servers()
+    usage_error(*run(capsys, "attach", str(os.getpid()), "--token", "wrong")[::2], "wrong token")
+    servers()
+    usage_error(*run(capsys, "attach")[::2], "2 engines are running; name one")
+    assert a.refused == 1  # the wrong token was refused by the endpoint itself
+
+
+def test_attach_resolves_pid_endpoint_and_socket_path(runtime, servers) -> None:
+    from graphtop.tui.attach import resolve_endpoint
+
+    a = servers()
+    for name in (None, str(os.getpid()), a.endpoint, a.endpoint[len("ipc://"):]):
+        assert resolve_endpoint(name, None)[:2] == (a.endpoint, a.token)
+    assert resolve_endpoint(None, "given")[1] == "given"
+
+
+def test_replay_and_telemetry_do_not_mix(capsys, runtime, tmp_path: Path) -> None:
+    usage_error(*run(capsys, "--replay", str(tmp_path / "t.jsonl"), "--telemetry")[::2], "no engine to serve")
+
+
+def test_bad_telemetry_address_fails_before_the_model_loads(capsys, runtime, monkeypatch) -> None:
+    import graphtop.tui.headless as headless
+
+    monkeypatch.setattr(headless, "_load_engine", lambda *a: pytest.fail("the model must not load"))
+    usage_error(*run(capsys, "--synthetic", "2", "--telemetry", "udp://x")[::2], "use ipc (the default) or tcp://")
+
+
+@pytest.mark.slow
+def test_headless_run_serves_telemetry_and_cleans_up(tiny_ckpt, runtime: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "GRAPHTOP_RUNTIME_DIR": str(runtime), "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "graphtop.tui.cli", "--model", str(tiny_ckpt("qwen3")), "--device", "cpu",
+            "--max-total-tokens", "2048", "--max-running-requests", "4", "--chunked-prefill-size", "64",
+            "--synthetic", "4", "--synthetic-output-len", "fixed:4", "--output", str(tmp_path / "out.jsonl")]
+    proc = subprocess.run(argv + ["--telemetry"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^graphtop: telemetry on ipc://\S+\.sock — graphtop attach \d+$", proc.stderr, re.M), proc.stderr
+    assert "token" not in proc.stderr  # a Unix socket needs none on the command line
+    proc = subprocess.run(argv + ["--telemetry", "tcp://127.0.0.1:*"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^graphtop: token \S{40,} \(kept 0600 in ", proc.stderr, re.M), proc.stderr
+    assert list_entries(runtime) == [] and not list(runtime.iterdir())  # entry and socket removed

@@ -1,0 +1,106 @@
+"""Endpoints from the command line's side: serve one (``--telemetry``, the dashboard), list them
+(``graphtop ps``) and open the dashboard on one (``graphtop attach``).
+
+Engines announce themselves in the private runtime folder (``graphtop.engine.telemetry.runtime``);
+an entry there also holds the endpoint's token, so attaching to an engine of the same user needs no
+token on the command line. A TCP endpoint of another machine needs ``--token`` (or
+``GRAPHTOP_TELEMETRY_TOKEN``): the engine printed it once when it started.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from graphtop.engine.telemetry.runtime import EndpointError, find_entry, list_entries
+
+from .endpoint import TOKEN_ENV
+from .usage import UsageError
+
+
+
+def resolve_endpoint(endpoint: Optional[str], token: Optional[str], runtime_dir: Optional[Path] = None
+                     ) -> tuple[str, str, str]:
+    """(endpoint, token, label) to attach to; UsageError with a one-line reason otherwise."""
+    if endpoint is None:
+        entries = list_entries(runtime_dir)
+        if not entries:
+            raise UsageError("no running graphtop engine to attach to (start one with --telemetry, "
+                             "or call engine.serve_telemetry())")
+        if len(entries) > 1:
+            names = ", ".join(f"{e.pid} ({e.endpoint})" for e in entries)
+            raise UsageError(f"{len(entries)} engines are running; name one: {names}")
+        entry = entries[0]
+    else:
+        entry = find_entry(endpoint, runtime_dir)
+    if entry is not None:
+        return entry.endpoint, token or entry.token, _model_name(entry.model) or entry.endpoint
+    assert endpoint is not None
+    if "://" not in endpoint:
+        if not Path(endpoint).exists():
+            raise UsageError(f"no running graphtop engine at {endpoint} (graphtop ps lists them)")
+        endpoint = f"ipc://{Path(endpoint).resolve()}"
+    if not endpoint.startswith(("ipc://", "tcp://")):
+        raise UsageError(f"endpoint {endpoint}: use ipc://PATH, tcp://HOST:PORT or a pid from graphtop ps")
+    if not token:
+        raise UsageError(f"{endpoint} is not an engine of this user here; pass --token (the engine printed "
+                         f"it when it started) or set {TOKEN_ENV}")
+    return endpoint, token, endpoint
+
+
+def run_attach(
+    endpoint: Optional[str],
+    token: Optional[str],
+    theme: Optional[str] = None,
+    *,
+    owner_pid: Optional[int] = None,
+    poll_device: bool = True,
+    runtime_dir: Optional[Path] = None,
+) -> int:
+    """Open the dashboard on a running engine's endpoint; ``q`` detaches. Returns an exit code."""
+    from .remote_session import AttachError, RemoteSession
+
+    try:
+        address, secret, label = resolve_endpoint(endpoint, token or os.environ.get(TOKEN_ENV), runtime_dir)
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    session = RemoteSession(address, secret, label=label, owner_pid=owner_pid)
+    try:
+        session.connect()
+    except AttachError as exc:
+        raise UsageError(f"cannot attach: {exc}") from None
+    from .launch import run_app
+
+    return run_app(session, theme, poll_device=poll_device, exit_when_engine_ends=owner_pid is not None)
+
+
+def run_ps(runtime_dir: Optional[Path] = None) -> int:
+    """Print the attachable engines of this user: pid, model, device, uptime, endpoint."""
+    entries = list_entries(runtime_dir)
+    if not entries:
+        print("no attachable graphtop engines (start one with --telemetry, or engine.serve_telemetry())")
+        return 0
+    rows = [("PID", "MODEL", "DEVICE", "UPTIME", "ENDPOINT")]
+    now = time.time()
+    rows += [(str(e.pid), _model_name(e.model) or "?", e.device or "loading…", _uptime(now - e.started), e.endpoint)
+             for e in entries]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return 0
+
+
+def _model_name(model: str) -> str:
+    return model.rstrip("/").rsplit("/", 1)[-1] if "/" in model else model
+
+
+def _uptime(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
