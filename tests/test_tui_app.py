@@ -66,7 +66,7 @@ async def test_opens_at_once_and_shows_capture_progress_live() -> None:
                                         memory_bytes=5 * 1024**2))
         await pump(pilot)
         text = screen_text(app)
-        assert "decode  ████████░░░░░░░░ 2/4 0.75s 8.0 MiB …" in text  # done/total, time, memory
+        assert "decode  ██████░░░░░░ 2/4 0.75s 8.0 MiB …" in text  # done/total, time, memory
         assert "bucket      2  0.50s 5.0 MiB" in text  # the bucket just captured
         assert "tiny" in text and "attn sdpa" in text
         session.publish(CaptureProgress(phase="decode", bucket=4, index=3, total=4, ok=False,
@@ -100,8 +100,8 @@ async def test_panels_show_scripted_data() -> None:
             assert part in text
         assert "EMULATED" not in text
         # capture + ledger
-        assert "decode  ████████████████ 6/6 0.50s 189 MiB ✓" in text
-        assert "KV pool        ████████░░░░  96.0 GiB  68.1%" in text
+        assert "decode  ████████████ 6/6 0.50s 189 MiB ✓" in text
+        assert "KV pool        ███████░░░  96.0 GiB  68.1%" in text
         assert "decode graphs" in text and "189 MiB" in text
         # KV pool
         assert "running 4/64 · queued 2" in text
@@ -110,8 +110,8 @@ async def test_panels_show_scripted_data() -> None:
         assert table.row_count == 40
         assert table.get_row_at(0)[0] == 60
         assert "bucket hits · padding" in text and "dec    16" in text
-        lines = [ln for ln in text.splitlines() if "over largest bucket" in ln]
-        assert "batch over largest bucket" in lines[0] and "tokens over largest bucket" in lines[1]
+        lines = [ln for ln in text.splitlines() if "over_max_bucket" in ln or "exceeds_max_bucket" in ln]
+        assert "exceeds_max_bucket" in lines[-2] and "prefill_tokens_over_max_bucket" in lines[-1]
         assert "replay ms" in text and "p50" in text
         # device
         assert "util 87% · power 612 W / 700 W · 61°C" in text
@@ -339,7 +339,7 @@ async def test_bucket_editor_confirm_recaptures_with_parsed_lists() -> None:
         await pump(pilot)
         text = screen_text(app)
         assert "last recapture ok" in text
-        assert "decode  ████████████████ 12/12" in text  # the recaptured decode phase
+        assert "decode  ████████████ 12/12" in text  # the recaptured decode phase
 
 
 async def test_bucket_editor_unchanged_phase_is_left_alone_and_prompts_keep_streaming() -> None:

@@ -24,7 +24,7 @@ def test_boot_and_steps_fold() -> None:
     assert st.capture["prefill"].finished is not None
     assert len(st.bucket_costs()) == 10
     assert st.total_steps == 40 and 0 < st.graph_steps < 40
-    assert st.fallbacks.most_common(1)[0][0] == "batch over largest bucket"
+    assert st.fallbacks.most_common(1)[0][0] == "exceeds_max_bucket"
     assert st.kv is not None and len(st.kv_used) == 1 + 5  # boot + every 8th step
     assert st.revs["steps"] == 40
 

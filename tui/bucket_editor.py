@@ -88,9 +88,12 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         kv_capacity: Optional[int] = None,
         max_buckets: Mapping[str, Optional[int]] = {},
         blink: bool = True,
+        note: str = "",
     ) -> None:
-        """``max_buckets``: per phase, the largest bucket the engine's static buffers hold."""
+        """``max_buckets``: per phase, the largest bucket the engine's static buffers hold; ``note``:
+        a line under the title (e.g. that a recapture is under way)."""
         super().__init__()
+        self.note = note
         self.max_buckets = dict(max_buckets)
         self.current_decode = sorted(decode)
         self.current_prefill = sorted(prefill)
@@ -111,6 +114,8 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         pre_max = f" (≤ KV pool {self.kv_capacity:,} tokens)" if self.kv_capacity else ""
         with Vertical(id="bucket-editor", classes="modal-box"):
             yield Label("graph buckets", classes="modal-title")
+            if self.note:
+                yield Label(self.note, id="editor-note", classes="field-msg -note")
             yield Label(f"decode batch sizes{dec_max}", classes="field-label")
             yield Input(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8")
             yield Label("", id="decode-msg", classes="field-msg")

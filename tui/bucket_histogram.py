@@ -14,7 +14,7 @@ from .panel import set_content
 from .state import DashboardState
 
 MAX_ROWS = 10
-BAR = 10
+BAR = 8
 
 
 class BucketHistogram(Static):
@@ -33,7 +33,7 @@ class BucketHistogram(Static):
             lines.append(
                 Content.from_markup(
                     f"$p $b [$success]$bar[/] $h [{waste_style}]pad $w[/]",
-                    p=f"{phase[:3]}", b=f"{bucket:>5}", bar=bar(st.count / top, BAR), h=f"{st.count:>6}",
+                    p=f"{phase[:3]}", b=f"{bucket:>5}", bar=bar(st.count / top, BAR), h=f"{st.count:>5}",
                     w=f"{st.waste * 100:3.0f}%",
                 )
             )

@@ -31,7 +31,7 @@ def phase_line(cap: CapturePass) -> Content:
         mark = "[$warning]…[/]"
     return Content.from_markup(
         f"[b]$phase[/b] [$primary]$bar[/] $done/$total $secs $mem {mark}",
-        phase=f"{cap.phase:<7}", bar=bar(frac, 16),
+        phase=f"{cap.phase:<7}", bar=bar(frac, 12),
         done=str(done), total=str(total), secs=secs(cap.seconds), mem=human_bytes(cap.memory_bytes),
     )
 

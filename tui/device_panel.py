@@ -67,12 +67,9 @@ class DevicePanel(Vertical):
         if not sample.gpus:
             lines.append(Content.from_markup("[$text-muted]$n — host only[/]", n=sample.gpu_note or "no NVIDIA GPU"))
         ram = sample.ram_used / sample.ram_total if sample.ram_total else 0.0
-        lines.append(
-            Content.from_markup(
-                "host cpu $c of $n · ram [$secondary]$bar[/] $u / $t",
-                c=f"{sample.cpu_pct:.0f}%", n=str(sample.cpu_count), bar=bar(ram, 6),
-                u=human_bytes(sample.ram_used), t=human_bytes(sample.ram_total),
-            )
-        )
-        lines.append(Content.from_markup("[$text-muted]graphtop rss $r[/]", r=human_bytes(sample.process_rss)))
+        lines.append(Content.from_markup("host cpu $c of $n · [$text-muted]graphtop rss $r[/]",
+                                         c=f"{sample.cpu_pct:.0f}%", n=str(sample.cpu_count),
+                                         r=human_bytes(sample.process_rss)))
+        lines.append(Content.from_markup("ram [$secondary]$bar[/] $u / $t", bar=bar(ram, 10),
+                                         u=human_bytes(sample.ram_used), t=human_bytes(sample.ram_total)))
         set_content(body, Content("\n").join(lines))

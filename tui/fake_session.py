@@ -127,12 +127,12 @@ def step_events(n: int = 40, *, start_step: int = 1, ts: float = T0 + 10) -> lis
         elif i % 13 == 0:
             out.append(
                 StepEvent(step=step, phase="decode", batch_size=48, num_tokens=48, bucket=None,
-                          path="eager", fallback_reason="batch over largest bucket", host_ms=9.5, ts=t)
+                          path="eager", fallback_reason="exceeds_max_bucket", host_ms=9.5, ts=t)
             )
         elif i % 17 == 0:
             out.append(
                 StepEvent(step=step, phase="prefill", batch_size=1, num_tokens=900, bucket=None,
-                          path="eager", fallback_reason="tokens over largest bucket", host_ms=22.0, ts=t)
+                          path="eager", fallback_reason="prefill_tokens_over_max_bucket", host_ms=22.0, ts=t)
             )
         else:
             bs = 3 + (i % 5) * 3

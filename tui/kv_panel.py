@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.content import Content
-from textual.widgets import ProgressBar, Sparkline, Static
+from textual.widgets import ProgressBar, Static
 
+from .level_spark import LevelSparkline
 from .panel import Panel, set_content
 from .state import DashboardState
 
@@ -21,18 +22,20 @@ class KVPanel(Panel):
     TITLE = "KV pool"
     MIN_INTERVAL = 0.5  # KVPoolState arrives at up to 20 Hz; pool usage moves slowly, 2 Hz reads live
 
-    _widgets: tuple[Static, ProgressBar, Sparkline] | None = None
+    _widgets: tuple[Static, ProgressBar, LevelSparkline] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="kv-body")
         yield ProgressBar(total=1, show_eta=False, id="kv-gauge")
-        yield Sparkline([], id="kv-spark")
+        spark = LevelSparkline(id="kv-spark")
+        spark.tooltip = "KV pool use over time on a 0-100 % scale, newest on the right"
+        yield spark
 
     def render_state(self, state: DashboardState) -> None:
         kv = state.kv
         if self._widgets is None:  # looked up once: a query per render is a DOM walk
             self._widgets = (self.query_one("#kv-body", Static), self.query_one("#kv-gauge", ProgressBar),
-                             self.query_one("#kv-spark", Sparkline))
+                             self.query_one("#kv-spark", LevelSparkline))
         body, gauge, spark = self._widgets
         if kv is None:
             set_content(body, Content.from_markup("[$text-muted]waiting for the KV pool…[/]"))
@@ -43,10 +46,10 @@ class KVPanel(Panel):
         set_content(
             body,
             Content.from_markup(
-                f"[b]$used[/b] / $cap tokens · page $page\nrunning [b]$run[/b]$maxr · [{queued_style}]queued $q[/]",
+                f"used [b]$used[/b] / $cap tokens · page $page\nrunning [b]$run[/b]$maxr · [{queued_style}]queued $q[/]",
                 used=f"{kv.used_tokens:,}", cap=f"{kv.capacity_tokens:,}", page=str(kv.page_size),
                 run=str(kv.running), maxr=max_running, q=str(kv.queued),
             ),
         )
         gauge.update(total=max(kv.capacity_tokens, 1), progress=kv.used_tokens)
-        spark.data = list(state.kv_used)  # a reactive: an equal list does not repaint
+        spark.data = tuple(state.kv_used)  # a reactive: an equal tuple does not repaint

@@ -1,18 +1,21 @@
 """Where device memory went: weights, KV pool, decode graphs, prefill graphs, reserve, free.
 
 Graph memory is the cost side of every bucket you add; seeing it next to the KV pool it competes
-with is the point of this panel. ``c`` opens the per-bucket table.
+with is the point of this panel. ``c`` opens the per-bucket table. On CPU there is no device to be
+full: "free" reads as not applicable there, never as a zero that would look like no headroom.
+Hovering a row explains it.
 """
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.content import Content
-from textual.widgets import Static
 
+from .explain import explain_ledger_row
 from .fmt import bar, human_bytes
-from .panel import Panel, set_content
+from .panel import Panel
 from .state import DashboardState
+from .tipped_lines import TippedLines
 
 ROWS = (
     ("weights", "weights", "$secondary"),
@@ -31,28 +34,32 @@ class LedgerPanel(Panel):
     TITLE = "memory ledger"
 
     def compose(self) -> ComposeResult:
-        yield Static(id="ledger-body")
+        yield TippedLines(id="ledger-body")
 
     def render_state(self, state: DashboardState) -> None:
         led = state.ledger
-        body = self.query_one("#ledger-body", Static)
+        body = self.query_one("#ledger-body", TippedLines)
         if led is None:
-            set_content(body, Content.from_markup("[$text-muted]waiting for the memory plan…[/]"))
+            body.show([Content.from_markup("[$text-muted]waiting for the memory plan…[/]")])
             return
+        cpu = led.device.startswith("cpu")
         total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
-        lines = []
+        lines, tips = [], []
         for name, attr, style in ROWS:
             value = getattr(led, attr)
+            tips.append(explain_ledger_row(name, device=led.device).line(name))
+            if name == "free" and cpu:
+                lines.append(Content.from_markup("$name [$text-muted]not applicable on CPU[/]", name=f"{name:<14}"))
+                continue
             lines.append(
                 Content.from_markup(
                     f"$name [{style}]$bar[/] $value $pct",
-                    name=f"{name:<14}", bar=bar(value / total, 12), value=f"{human_bytes(value):>9}",
+                    name=f"{name:<14}", bar=bar(value / total, 10), value=f"{human_bytes(value):>9}",
                     pct=f"{100 * value / total:5.1f}%",
                 )
             )
-        lines.append(
-            Content.from_markup(
-                "[$text-muted]$dev total $t · [b]c[/b] per-bucket costs[/]", dev=led.device, t=human_bytes(led.total)
-            )
-        )
-        set_content(body, Content("\n").join(lines))
+        where = "host memory used" if cpu else "total"
+        lines.append(Content.from_markup("[$text-muted]$dev $w $t · [b]c[/b] per-bucket costs[/]", dev=led.device,
+                                         w=where, t=human_bytes(led.total)))
+        tips.append("c opens each captured bucket's capture time and memory")
+        body.show(lines, tips)

@@ -15,6 +15,7 @@ from typing import ClassVar, Optional
 
 from textual.containers import Vertical
 from textual.content import Content
+from textual.message import Message
 from textual.widgets import Static
 
 from .state import DashboardState
@@ -46,6 +47,9 @@ def set_content(widget: Static, content: Content) -> bool:
 class Panel(Vertical):
     """A bordered panel bound to some areas of :class:`DashboardState`."""
 
+    class WantedChanged(Message):
+        """The panel started or stopped having something to show; the screen reflows the layout."""
+
     AREAS: ClassVar[tuple[str, ...]] = ()
     TITLE: ClassVar[str] = ""
     MIN_INTERVAL: ClassVar[float] = 0.0
@@ -60,6 +64,13 @@ class Panel(Vertical):
         self._rendered_at = float("-inf")
         self.render_now: Optional[float] = None
         self.border_title = self.TITLE
+        self.wanted = True
+        """Whether there is anything to show (the screen decides whether it is shown: ``reflow``)."""
+
+    def want(self, wanted: bool) -> None:
+        if wanted != self.wanted:
+            self.wanted = wanted
+            self.post_message(self.WantedChanged())
 
     def update_view(self, state: DashboardState, *, force: bool = False, now: Optional[float] = None) -> bool:
         """Re-render from ``state`` if any of this panel's areas changed (and, with ``now``, if due)."""

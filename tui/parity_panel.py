@@ -23,13 +23,17 @@ class ParityPanel(Panel):
     TITLE = "graph parity"
     MIN_INTERVAL = 0.5
 
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.wanted = False  # until checks are switched on or seen
+
     def compose(self) -> ComposeResult:
         yield Static(id="parity-body")
 
     def render_state(self, state: DashboardState) -> None:
         p = state.parity
         every = state.parity_every
-        self.display = bool(every or p.checks)
+        self.want(bool(every or p.checks))
         self.set_class(p.failing, "-mismatch")
         body = self.query_one("#parity-body", Static)
         rate = f"1 in {every}" if every else "off"

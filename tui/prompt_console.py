@@ -47,6 +47,11 @@ class PromptConsole(Vertical):
         yield prompt
 
     @property
+    def streaming(self) -> int:
+        """Requests still streaming."""
+        return len(self._in_flight)
+
+    @property
     def views(self) -> list[RequestView]:
         return list(self.query(RequestView))
 

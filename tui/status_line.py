@@ -2,7 +2,9 @@
 
 The EMULATED badge is its own widget with an $error background, not just a word in the line:
 numbers from an emulated graph backend say nothing about real CUDA graphs, and nobody should be
-able to miss that.
+able to miss that. Every number carries its label ("graph hits 88.3%"), and on a narrow terminal
+the least telling parts go first (the demo note, dtype, attention, device, graph backends), so the
+model and the hit rate always show. The tooltip says what each part means (``explain.STATUS_ITEMS``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Label, Static
 
+from .explain import STATUS_ITEMS
 from .fmt import pct
 from .panel import set_content
 from .state import DashboardState
@@ -24,6 +27,8 @@ class StatusLine(Horizontal):
         super().__init__(id=id)
         self.session_label = label
         self._seen: tuple | None = None
+        self._parts: list[tuple[int, Content]] = []
+        self.tooltip = "\n".join(f"{name}: {what}" for name, what in STATUS_ITEMS)
 
     def compose(self) -> ComposeResult:
         yield Label("graphtop", id="brand")
@@ -49,27 +54,49 @@ class StatusLine(Horizontal):
         info = state.info
         if info is None:
             what = "engine failed" if state.failed else f"loading {self.session_label}…"
-            text = Content.from_markup("[$text-muted]$what[/]", what=what)
+            self._parts = [(0, Content.from_markup("[$text-muted]$what[/]", what=what))]
         else:
             device = " ".join(p for p in (info.device, info.device_name) if p)
             model = info.model.rstrip("/").rsplit("/", 1)[-1] if info.model else self.session_label
-            demo = " [$text-muted](demo, random weights)[/]" if info.demo else ""
-            parts = [
-                Content.from_markup(f"[b]$m[/b]{demo}", m=model),
-                *(Content(p) for p in (device, info.dtype) if p),
-                Content.from_markup("attn [b]$a[/b]", a=info.attention_backend or "?"),
-                Content.from_markup(
-                    "graphs decode [b]$d[/b] · prefill [b]$p[/b]",
-                    d=info.decode_graph_backend or "eager", p=info.prefill_graph_backend or "eager",
-                ),
-                Content.from_markup("hit [$success]$h[/]", h=pct(state.hit_rate())),
+            # (priority, part) in display order: the highest priority numbers go first when short of room
+            self._parts = [
+                (0, Content.from_markup("[b]$m[/b]", m=model)),
+                (0, Content.from_markup("graph hits [$success]$h[/]", h=pct(state.hit_rate()))),
+                (0, Content.from_markup("[$warning]dropped events $n[/]", n=f"{dropped:,}")) if dropped
+                else (9, Content()),
+                (3, Content.from_markup("graphs decode [b]$d[/b] · prefill [b]$p[/b]",
+                                        d=info.decode_graph_backend or "eager", p=info.prefill_graph_backend or "eager")),
+                (2, Content(device)),
+                (5, Content(info.dtype or "")),
+                (4, Content.from_markup("attn [b]$a[/b]", a=info.attention_backend or "?")),
+                (6, Content.from_markup("[$text-muted]demo model: random weights[/]")) if info.demo else (9, Content()),
             ]
-            if dropped:
-                parts.append(Content.from_markup("[$warning]dropped $n[/]", n=str(dropped)))
-            text = Content(" │ ").join(parts)
-        set_content(self.query_one("#status-text", Static), text)
+        self._fit()
         self.query_one("#badge-emulated").display = state.emulated
         badge = self.query_one("#badge-mode", Label)
         badge.display = bool(mode)
         set_content(badge, Content(mode))
         badge.set_class("paused" in mode.lower(), "-paused")
+        self.call_after_refresh(self._fit)  # the badges just took (or gave back) room
+
+    def _fit(self) -> None:
+        """Join the parts that fit the line's width, dropping the least telling ones first."""
+        text_widget = self.query_one("#status-text", Static)
+        room = (text_widget.size.width or self.app.size.width) - 2
+        parts = [(prio, part) for prio, part in self._parts if part.cell_length]
+        sep = Content(" │ ")
+
+        def joined(ps: list[tuple[int, Content]]) -> Content:
+            return sep.join(p for _, p in ps)
+
+        while len(parts) > 1 and joined(parts).cell_length > room:
+            worst = max(prio for prio, _ in parts)
+            if worst == 0:
+                break
+            index = max(i for i, (prio, _) in enumerate(parts) if prio == worst)
+            del parts[index]
+        set_content(text_widget, joined(parts))
+
+    def on_resize(self) -> None:
+        if self._parts:
+            self._fit()

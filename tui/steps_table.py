@@ -1,5 +1,8 @@
 """The most recent steps, newest first: which bucket each hit, padding, path, why it fell back.
 
+Where the full table does not fit, it shows its compact form (``steps_columns.plan_columns``) instead
+of a horizontal scrollbar; hovering a row explains its fallback reason (tooltip).
+
 A Line-API widget rather than a ``DataTable``: the table changes on every refresh while the engine
 runs, and ``DataTable`` re-measures and re-renders every visible cell through Rich on each change
 (~30 ms of GIL per update at 200×60, taken straight out of the engine thread's decode loop). Here a
@@ -19,14 +22,12 @@ from textual.strip import Strip
 
 from graphtop.engine.telemetry.events import StepEvent
 
+from .explain import explain_fallback
 from .fmt import ms, short
 from .state import DashboardState
+from .steps_columns import COLUMNS, FALLBACK, ColumnPlan, plan_columns
 
 ROWS = 40
-COLUMNS = ("step", "phase", "bs", "tok", "bucket", "pad", "path", "fallback", "replay ms", "host ms")
-PATH_COL = COLUMNS.index("path")
-PADDING = 1
-"""Blank cells either side of every cell, as DataTable's ``cell_padding``."""
 
 
 def row_values(s: StepEvent) -> tuple[Any, ...]:
@@ -40,7 +41,7 @@ def row_values(s: StepEvent) -> tuple[Any, ...]:
         "—" if s.bucket is None else s.bucket,
         "—" if pad is None else f"{pad} ({s.padding_waste * 100:.0f}%)",
         "graph" if s.path == "graph" else "eager",
-        short(s.fallback_reason or "", 28),
+        s.fallback_reason or "",
         ms(s.replay_ms),
         ms(s.host_ms),
     )
@@ -63,6 +64,7 @@ class StepsTable(ScrollView, can_focus=True):
         color: $foreground;
         height: auto;
         max-height: 100%;
+        scrollbar-size-vertical: 1;
         &:focus {
             background-tint: $foreground 5%;
             & > .steps-table--header { background-tint: $foreground 5%; }
@@ -84,6 +86,8 @@ class StepsTable(ScrollView, can_focus=True):
         self._lines: dict[int, Strip] = {}
         self._style_key: Any = None
         self._styles: dict[str, Any] = {}
+        self._plan_key: Any = None
+        self._plan: Optional[ColumnPlan] = None
 
     # ------------------------------------------------------------------ data
     @property
@@ -103,7 +107,7 @@ class StepsTable(ScrollView, can_focus=True):
         self._key = key
         n = min(ROWS, len(steps))
         rows = [row_values(steps[-1 - i]) for i in range(n)]
-        cells = [tuple(str(v) for v in r) for r in rows]
+        cells = [tuple(short(str(v), 32) for v in r) for r in rows]
         widths = self._widths
         for row in cells:
             for i, text in enumerate(row):
@@ -111,8 +115,30 @@ class StepsTable(ScrollView, can_focus=True):
                     widths[i] = len(text)
         self._rows, self._cells = rows, cells
         self._lines.clear()
-        self.virtual_size = Size(sum(widths) + 2 * PADDING * len(widths), n + 1)
+        self._fit(n)
         self.refresh()
+
+    def plan(self) -> ColumnPlan:
+        """The columns that fit the table's width now (the full table, or its compact form)."""
+        width = self.scrollable_content_region.width or self.size.width
+        key = (width, tuple(self._widths))
+        if key != self._plan_key or self._plan is None:
+            self._plan_key = key
+            self._plan = plan_columns(self._widths, width)
+            self._lines.clear()
+        return self._plan
+
+    def _fit(self, rows: int) -> None:
+        self.virtual_size = Size(self.plan().width, rows + 1)
+
+    def on_resize(self) -> None:
+        self._fit(len(self._cells))
+
+    def on_mouse_move(self, event: Any) -> None:
+        """The hovered row's fallback reason, explained (graph rows have none)."""
+        row = event.y - 1 + self.scroll_offset.y
+        reason = self._rows[row][FALLBACK] if 0 <= row < len(self._rows) and event.y > 0 else ""
+        self.tooltip = explain_fallback(reason).line(reason) if reason else None
 
     # ------------------------------------------------------------------ rendering
     def _resolve_styles(self) -> dict[str, Any]:
@@ -149,29 +175,21 @@ class StepsTable(ScrollView, can_focus=True):
         return strip
 
     def _render_row(self, row: int) -> Strip:
-        """One line as four segments: cells before the path, the coloured path, the rest, margin."""
+        """One line: the plan's cells in the row style, the path word coloured, then the margin."""
         styles = self._styles
         width = self.size.width
         if row >= len(self._cells):
             return Strip.blank(width, styles["base"])
-        widths = self._widths
-        pad = " " * PADDING
+        plan = self.plan()
         if row < 0:
             row_style, _, _, margin = styles["header"]
-            text = "".join(pad + c.ljust(w) + pad for c, w in zip(COLUMNS, widths))
-            segments = [Segment(text, row_style)]
+            segments = [Segment(plan.header(), row_style)]
         else:
             cells = self._cells[row]
             row_style, graph, eager, margin = styles["even-row" if row % 2 == 0 else "odd-row"]
-            path = cells[PATH_COL]
-            before = "".join(pad + c.ljust(w) + pad for c, w in zip(cells[:PATH_COL], widths)) + pad
-            after = " " * (widths[PATH_COL] - len(path)) + pad + "".join(
-                pad + c.ljust(w) + pad for c, w in zip(cells[PATH_COL + 1:], widths[PATH_COL + 1:])
-            )
-            # only the word is coloured, as in DataTable's cells
-            segments = [Segment(before, row_style), Segment(path, graph if path == "graph" else eager),
-                        Segment(after, row_style)]
-        table_width = sum(widths) + 2 * PADDING * len(widths)
+            segments = [Segment(text, (graph if text == "graph" else eager) if word else row_style)
+                        for text, word in plan.render(cells)]
+        table_width = plan.width
         if width > table_width:
             segments.append(Segment(" " * (width - table_width), margin))
         strip = Strip(segments)

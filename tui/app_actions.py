@@ -1,0 +1,128 @@
+"""The dashboard's everyday actions: quit, help, pause, prompt focus, views and panels, replay keys.
+
+A mixin of :class:`~graphtop.tui.app.GraphtopApp`; the graph actions (buckets, recapture, parity)
+and the file actions (traces, screenshots) have modules of their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Optional
+
+from textual.app import App
+from textual.screen import ModalScreen
+
+from .bindings import LIVE_ACTIONS, REPLAY_ACTIONS
+from .help_screen import HelpScreen
+
+if TYPE_CHECKING:
+    from .dashboard_screen import DashboardScreen
+    from .session import Session
+    from .state import DashboardState
+
+
+class AppActions(App[int]):
+    """Key and palette actions that only move the view around."""
+
+    session: "Session"
+    state: "DashboardState"
+    live_session: Optional["Session"]
+    live_state: Optional["DashboardState"]
+    dashboard: "DashboardScreen"
+    paused: bool
+    animate: bool
+    _stop: threading.Event
+
+    if TYPE_CHECKING:  # GraphtopApp's
+        def render_all(self, *, force: bool = False, now: Optional[float] = None) -> None: ...
+        def render_status(self, *, force: bool = False) -> None: ...
+        def pump(self, *, now: Optional[float] = None) -> int: ...
+        def apply_mode(self) -> None: ...
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Replay keys only in a replay; bucket editing and the prompt only with a live engine; view
+        keys only in the compact layout; ``q`` is labelled Detach when the engine keeps running
+        without this dashboard; no command palette over a dialog (it would stack a second one)."""
+        replay = self.session.kind == "replay"
+        if action in ("quit", "detach"):
+            detaches = self.live_session is not None and self.live_session.detaches
+            return (action == "detach") == detaches
+        if action == "command_palette":
+            return not isinstance(self.screen, ModalScreen)
+        if action in REPLAY_ACTIONS:
+            return replay
+        if action in LIVE_ACTIONS:
+            return not replay
+        if action == "show_view":
+            return self.dashboard.compact
+        return True
+
+    async def action_quit(self) -> None:
+        self._stop.set()
+        self.exit(0)
+
+    async def action_detach(self) -> None:
+        await self.action_quit()
+
+    async def action_close(self) -> None:
+        await self.action_quit()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_toggle_pause(self) -> None:
+        replay = self.session.replay
+        if replay is not None:
+            replay.toggle_pause()
+        else:
+            self.paused = not self.paused
+            if not self.paused:
+                self.render_all(force=True)
+        self.render_status(force=True)
+
+    def action_focus_prompt(self) -> None:
+        dashboard = self.dashboard
+        if dashboard.compact:
+            dashboard.show_view("prompt")
+        if dashboard.prompt_console.display:
+            dashboard.prompt_console.query_one("#prompt").focus()
+
+    def action_leave_input(self) -> None:
+        """Escape: leave an input; close textual's key panel (palette → Keys) when it is open."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        self.screen.set_focus(None)
+
+    def action_show_view(self, name: str) -> None:
+        if self.dashboard.show_view(name):
+            self.render_all(force=True)
+
+    def action_toggle_panel(self, name: str) -> None:
+        self.dashboard.toggle_panel(name)
+        self.render_all(force=True)
+
+    # ------------------------------------------------------------------ replay keys
+    def action_seek(self, seconds: float) -> None:
+        replay = self.session.replay
+        if replay is not None:
+            replay.seek(seconds)
+            self.pump()
+
+    def action_seek_to(self, position: float) -> None:
+        replay = self.session.replay
+        if replay is not None:
+            replay.seek_to(position)
+            self.pump()
+
+    def action_seek_events(self, n: int) -> None:
+        replay = self.session.replay
+        if replay is not None:
+            replay.seek_events(n)
+            self.pump()
+
+    def action_speed(self, direction: int) -> None:
+        replay = self.session.replay
+        if replay is not None:
+            replay.change_speed(direction)
+            self.dashboard.replay_bar.update_view(replay)

@@ -1,0 +1,136 @@
+"""The dashboard's file actions: export a trace, open one (replay), save a screenshot.
+
+A mixin of :class:`~graphtop.tui.app.GraphtopApp`. Each asks for a path in a dialog prefilled with a
+name in the current directory, and each says where it wrote, or why it could not: Textual's own
+screenshot command saves to a downloads folder that may not exist and reports only "failed".
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Optional
+
+from textual import work
+from textual.app import SystemCommand
+from textual.screen import Screen
+
+from graphtop.engine.telemetry.trace import write_trace
+
+from .app_actions import AppActions
+from .path_prompt import PathPromptScreen
+from .replay_session import ReplaySession
+from .state import DashboardState
+
+if TYPE_CHECKING:
+    from graphtop.engine.telemetry.events import Event
+
+    from .session import Session
+
+
+def stamped(prefix: str, suffix: str) -> str:
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+
+
+def resolve_target(text: str, default_name: str) -> Path:
+    """The file a typed path names: ``~`` expanded, relative to the current directory, and a
+    folder (an existing one, or text ending in a slash) gets ``default_name`` inside it."""
+    path = Path(text).expanduser()
+    if text.endswith(("/", os.sep)) or path.is_dir():
+        path = path / default_name
+    return path.absolute()
+
+
+class FileActions(AppActions):
+    """Export trace, open trace, back to live, screenshot."""
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's palette commands, with graphtop's screenshot (a path, and a reason on failure)."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Screenshot":
+                yield command
+        yield SystemCommand("Screenshot", "Save an SVG screenshot (asks where; the current directory by default)",
+                            self.action_screenshot_prompt)
+
+    # ------------------------------------------------------------------ screenshot
+    def action_screenshot_prompt(self) -> None:
+        name = stamped("graphtop", ".svg")
+        self.push_screen(PathPromptScreen("Save a screenshot (SVG)", name, f"in {Path.cwd()}", verb="saves"),
+                         callback=self._screenshot_to)
+
+    def _screenshot_to(self, text: Optional[str]) -> None:
+        if text:  # after the dialog is gone, so the picture is of the dashboard
+            self.call_after_refresh(self.save_screenshot_to, text)
+
+    def save_screenshot_to(self, text: str) -> Optional[Path]:
+        """Write the current screen as SVG; say where, or why not. Returns the path written."""
+        target = resolve_target(text, stamped("graphtop", ".svg"))
+        if not target.parent.is_dir():
+            self.notify(f"folder {target.parent} does not exist", title="screenshot not saved", severity="error")
+            return None
+        try:
+            self.save_screenshot(filename=target.name, path=str(target.parent))
+        except OSError as exc:
+            self.notify(f"{target}: {exc.strerror or exc}", title="screenshot not saved", severity="error")
+            return None
+        self.notify(str(target), title="screenshot saved")
+        return target
+
+    # ------------------------------------------------------------------ traces
+    def action_export_trace(self) -> None:
+        events = len(self.state.recorded)
+        self.push_screen(
+            PathPromptScreen("Export trace (JSONL)", stamped("graphtop", ".jsonl"),
+                             f"{events:,} events in memory · saved in {Path.cwd()}", verb="exports"),
+            callback=self._export_to,
+        )
+
+    def _export_to(self, path: Optional[str]) -> None:
+        if path:
+            target = resolve_target(path, stamped("graphtop", ".jsonl"))
+            self._export_worker(str(target), list(self.state.recorded))
+
+    @work(thread=True, group="export", exit_on_error=False)
+    def _export_worker(self, path: str, events: list["Event"]) -> None:
+        """Writing a large trace takes a while; do it off the UI thread and report once."""
+        try:
+            n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label})
+        except OSError as exc:
+            self.call_from_thread(self.notify, f"{path}: {exc.strerror or exc}", title="export failed",
+                                  severity="error")
+        else:
+            self.call_from_thread(self.notify, f"{n:,} events → {path}", title="trace exported")
+
+    def action_open_trace(self) -> None:
+        self.push_screen(PathPromptScreen("Open trace", "", f"a .jsonl trace written by graphtop · from {Path.cwd()}",
+                                          verb="opens"),
+                         callback=self.open_trace)
+
+    def open_trace(self, path: Optional[str]) -> None:
+        """Switch the panels to a replay of ``path`` (the live engine keeps running)."""
+        if not path:
+            return
+        from graphtop.engine.telemetry.trace import TraceError
+
+        try:
+            replay = ReplaySession.from_path(str(Path(path).expanduser()))
+        except TraceError as exc:
+            self.notify(str(exc), title="cannot open trace", severity="error")
+            return
+        self.switch_session(replay)
+
+    def switch_session(self, session: "Session") -> None:
+        """Show ``session`` in the panels; the live session (if any) keeps being drained."""
+        self.session = session
+        if session is self.live_session and self.live_state is not None:
+            self.state = self.live_state
+        else:
+            self.state = DashboardState()
+            session.start()
+        self.apply_mode()
+        self.render_all(force=True)
+
+    def action_back_to_live(self) -> None:
+        if self.live_session is not None:
+            self.switch_session(self.live_session)
