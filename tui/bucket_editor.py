@@ -24,6 +24,7 @@ from graphtop.engine.graphs.bucket_list import BucketSpecError, format_buckets, 
 from graphtop.engine.telemetry.bucket_demand import advise_phase
 
 from .fmt import human_bytes, pct, secs
+from .recapture_state import estimate_capture_seconds
 from .whatif import WhatIf, WhatIfInputs, what_if
 
 
@@ -43,8 +44,10 @@ def _secs(value: Optional[float]) -> str:
     return "unknown" if value is None else secs(value)
 
 
-def preview_text(now: WhatIf, cand: WhatIf) -> Content:
-    """Side-by-side now vs candidate; the numbers the confirm decision rests on."""
+def preview_text(now: WhatIf, cand: WhatIf, recapture_s: Optional[float] = None, changed: bool = True) -> Content:
+    """Side-by-side now vs candidate; the numbers the confirm decision rests on. ``recapture_s``: the
+    estimated capture work of the phases that change (``recapture_state.estimate_capture_seconds``,
+    the estimate the capture panel later shows beside what the recapture took)."""
     rows = [
         ("graph hit rate", pct(now.hit_rate), pct(cand.hit_rate)),
         ("  decode", pct(now.decode.hit_rate), pct(cand.decode.hit_rate)),
@@ -52,7 +55,7 @@ def preview_text(now: WhatIf, cand: WhatIf) -> Content:
         ("padding waste", pct(now.padding_waste), pct(cand.padding_waste)),
         ("graphs", str(now.graph_count), str(cand.graph_count)),
         ("est. graph memory", _mem(now.est_memory_bytes), _mem(cand.est_memory_bytes)),
-        ("est. capture time", _secs(now.est_capture_seconds), _secs(cand.est_capture_seconds)),
+        ("est. recapture work", "—", _secs(recapture_s) if changed else "nothing to do"),
     ]
     lines = [Content.from_markup("[b]$a[/b]$b[b]$c[/b]", a=f"{'what-if':<20}", b=f"{'now':>12}", c=f"{'candidate':>12}")]
     for name, a, b in rows:
@@ -60,7 +63,8 @@ def preview_text(now: WhatIf, cand: WhatIf) -> Content:
         lines.append(Content.from_markup(f"$n$a[{style}]$b[/]", n=f"{name:<20}", a=f"{a:>12}", b=f"{b:>12}"))
     lines.append(
         Content.from_markup(
-            "[$text-muted]from $n steps seen (decode $d · prefill $p); memory interpolated from captured buckets[/]",
+            "[$text-muted]from $n steps seen (decode $d · prefill $p); memory and capture work from the "
+            "captured buckets' measurements; a recapture runs between steps, so its wall time is longer[/]",
             n=f"{now.steps:,}", d=f"{now.decode.steps:,}", p=f"{now.prefill.steps:,}",
         )
     )
@@ -70,6 +74,7 @@ def preview_text(now: WhatIf, cand: WhatIf) -> Content:
 class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
     """Two bucket fields with inline errors, a what-if preview, Recapture / Cancel."""
 
+    AUTO_FOCUS = "#decode-input"
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="buckets.cancel", tooltip="Close without recapturing"),
         Binding("ctrl+s", "confirm", "Recapture", id="buckets.confirm",
@@ -123,6 +128,8 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
             yield Input(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128")
             yield Label("", id="prefill-msg", classes="field-msg")
             yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
+            yield Label("enter or ctrl+s recaptures · ctrl+o advises · tab next field · escape cancels",
+                        classes="modal-hint")
             yield Static(id="whatif")
             with Horizontal(classes="modal-buttons"):
                 yield Button("Advise", id="advise", tooltip="ctrl+o")
@@ -134,7 +141,6 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
             field.cursor_blink = self._blink
         self._validate("decode")
         self._validate("prefill")
-        self.query_one("#decode-input", Input).focus()
 
     def _validate(self, phase: str) -> None:
         text = self.query_one(f"#{phase}-input", Input).value
@@ -164,7 +170,10 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         if not ok:
             box.update(Content.from_markup("[$text-muted]fix the bucket lists to see the what-if[/]"))
             return
-        box.update(preview_text(self._now, self._what_if(dec, pre)))  # type: ignore[arg-type]
+        changed = {ph: b for ph, b, cur in (("decode", dec, self.current_decode), ("prefill", pre, self.current_prefill))
+                   if b != cur}
+        box.update(preview_text(self._now, self._what_if(dec, pre),  # type: ignore[arg-type]
+                                estimate_capture_seconds(self.history.costs, changed), bool(changed)))
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:

@@ -6,18 +6,26 @@ tells you at once which bucket is slow or expensive, and which one failed and wh
 
 from __future__ import annotations
 
+from typing import Optional
+
 from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Static
 
-from .fmt import bar, human_bytes, secs
-from .panel import Panel, set_content
 from graphtop.engine.telemetry.capture import CapturePass
 
+from .fmt import bar, human_bytes, secs
+from .panel import Panel, set_content
 from .state import DashboardState
 
 RECENT = 4
 """Buckets listed under a phase while it captures (the modal table has all of them)."""
+
+
+def capture_work(cap: CapturePass) -> float:
+    """Seconds spent capturing the pass's buckets (what an estimate predicts; a recapture's wall time
+    is longer, as it runs in slices between steps)."""
+    return sum(c.seconds for c in cap.costs)
 
 
 def phase_line(cap: CapturePass) -> Content:
@@ -32,7 +40,7 @@ def phase_line(cap: CapturePass) -> Content:
     return Content.from_markup(
         f"[b]$phase[/b] [$primary]$bar[/] $done/$total $secs $mem {mark}",
         phase=f"{cap.phase:<7}", bar=bar(frac, 12),
-        done=str(done), total=str(total), secs=secs(cap.seconds), mem=human_bytes(cap.memory_bytes),
+        done=str(done), total=str(total), secs=secs(capture_work(cap)), mem=human_bytes(cap.memory_bytes),
     )
 
 
@@ -73,17 +81,34 @@ class CapturePanel(Panel):
             if cap.failed:
                 failed = ", ".join(f"{b} ({r or 'failed'})" for b, r in sorted(cap.failed.items()))
                 lines.append(Content.from_markup("  [$error]failed:[/] $f", f=failed))
-        if state.recapture_pending is not None:
-            lines.append(Content.from_markup("[$warning]● recapture requested — runs at the next step boundary[/]"))
-        elif state.last_recapture is not None:
-            r = state.last_recapture
-            style = "$success" if r.ok else "$error"
-            lines.append(
-                Content.from_markup(
-                    f"[{style}]last recapture $ok[/] $s $m", ok="ok" if r.ok else "failed", s=secs(r.seconds),
-                    m=r.message,
-                )
-            )
+        lines.extend(recapture_lines(state))
         if state.info is not None and not state.capture:
             lines.append(Content.from_markup("[$text-muted]no graphs captured (eager only)[/]"))
         set_content(self.query_one("#capture-body", Static), Content("\n").join(lines))
+
+
+def _est(seconds: Optional[float]) -> str:
+    return "est. " + (secs(seconds) if seconds is not None else "unknown")
+
+
+def recapture_lines(state: DashboardState) -> list[Content]:
+    """Where the recapture stands: requested, capturing (work so far against the estimate), or how the
+    last one went (capture work beside its estimate, and the wall time)."""
+    run = state.recapture.current
+    if run is not None and not run.started:
+        return [Content.from_markup("[$warning]●[/] recapture requested: runs at the next step"),
+                Content.from_markup("  [$text-muted]$e capture work[/]", e=_est(run.estimate_s))]
+    if run is not None:
+        return [Content.from_markup("[$warning]●[/] recapturing $d/$t · $w of $e", d=str(run.buckets_done),
+                                    t=str(run.buckets_total), w=secs(run.work_s), e=_est(run.estimate_s)),
+                Content.from_markup("  [$text-muted]serving; eager meanwhile: recapture_in_progress[/]")]
+    last = state.recapture.last
+    if last is None or last.finished is None:
+        return []
+    r = last.finished
+    if not r.ok:
+        return [Content.from_markup("[$error]last recapture failed:[/] $m", m=r.message or "no reason given")]
+    took = Content.from_markup("  capture $w [$text-muted]($e)[/] · wall $s", w=secs(last.work_s),
+                               e=_est(last.estimate_s), s=secs(r.seconds)) if last.lists else \
+        Content.from_markup("  wall $s", s=secs(r.seconds))
+    return [Content.from_markup("[$success]last recapture ok[/]"), took]

@@ -19,6 +19,7 @@ from .state import DashboardState
 class CaptureTableScreen(ModalScreen[None]):
     """Every bucket of the latest capture of each phase, plus failures with their reasons."""
 
+    AUTO_FOCUS = "DataTable"  # arrows move through the rows at once
     BINDINGS = [
         Binding("escape,c,q", "dismiss", "Close", id="capture_table.close", tooltip="Back to the dashboard"),
     ]
@@ -31,7 +32,7 @@ class CaptureTableScreen(ModalScreen[None]):
         with Vertical(id="capture-table-box", classes="modal-box"):
             yield Label("per-bucket capture cost", classes="modal-title")
             yield DataTable(id="capture-table", zebra_stripes=True, cursor_type="row")
-            yield Label("escape closes", classes="modal-hint")
+            yield Label("↑/↓ rows · escape closes", classes="modal-hint")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -47,7 +48,6 @@ class CaptureTableScreen(ModalScreen[None]):
                 rows += 1
         if not rows:
             table.add_row("—", "—", "—", "—", "nothing captured yet")
-        table.focus()
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

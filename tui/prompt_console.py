@@ -2,26 +2,40 @@
 
 Streaming is polled (``handle.new_text()``) on the dashboard's UI timer rather than pushed from
 the engine thread, for the same reason the events are: the engine must never wait on the UI.
+
+The whole conversation stays on screen to scroll back through, one block per request, bounded: the
+last ``KEEP`` requests, each up to ``request_view.MAX_CHARS`` of text, with a note of what was let
+go. The view follows new text only while it is scrolled to the bottom (Textual's anchor), so reading
+an earlier answer is not interrupted by a stream; page up/down scroll it from the prompt.
 """
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.message import Message
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from .history_input import HistoryInput
 from .request_view import RequestView
 from .sampling_row import SamplingRow
 from .session import SamplingSettings, StreamHandle
 
-KEEP = 24
-"""Finished requests kept on screen; older ones are removed (bounded like every history)."""
+KEEP = 50
+"""Requests kept on screen; older finished ones are removed (bounded like every history)."""
 
 
 class PromptConsole(Vertical):
     """Settings row, streamed outputs, and the prompt input at the bottom."""
+
+    BINDINGS = [
+        Binding("pageup", "page_outputs(-1)", "Older", show=False, id="console.page_up",
+                tooltip="Scroll the conversation back a page"),
+        Binding("pagedown", "page_outputs(1)", "Newer", show=False, id="console.page_down",
+                tooltip="Scroll the conversation forward a page (at the bottom it follows new text)"),
+    ]
 
     class PromptSubmitted(Message):
         """The user asked to run ``prompt``; the app owns the session and submits it."""
@@ -38,13 +52,27 @@ class PromptConsole(Vertical):
         self._blink = blink
         self._in_flight: list[RequestView] = []
         """Views still streaming; polled every tick without walking the DOM (``query``)."""
+        self.removed = 0
+        """Finished requests let go to keep the console bounded."""
 
     def compose(self) -> ComposeResult:
         yield SamplingRow(blink=self._blink, id="sampling")
-        yield VerticalScroll(id="outputs")
+        with VerticalScroll(id="outputs"):
+            yield Static(id="outputs-note")
         prompt = HistoryInput(placeholder="prompt — enter sends, ↑/↓ history, escape leaves", id="prompt")
         prompt.cursor_blink = self._blink
         yield prompt
+
+    def on_mount(self) -> None:
+        self.query_one("#outputs-note").display = False
+        self.query_one("#outputs", VerticalScroll).anchor()
+
+    def action_page_outputs(self, direction: int) -> None:
+        outputs = self.query_one("#outputs", VerticalScroll)
+        if direction < 0:
+            outputs.scroll_page_up(animate=False)
+        else:
+            outputs.scroll_page_down(animate=False)
 
     @property
     def streaming(self) -> int:
@@ -78,10 +106,16 @@ class PromptConsole(Vertical):
         view = RequestView(handle, prompt, settings.describe())
         outputs.mount(view)
         self._in_flight.append(view)
-        done = [v for v in self.views if v.done]
-        for old in done[: max(len(self.views) - KEEP, 0)]:
+        views = self.views
+        done = [v for v in views if v.done]
+        for old in done[: max(len(views) - KEEP, 0)]:
             old.remove()
-        outputs.scroll_end(animate=False)
+            self.removed += 1
+        if self.removed:
+            note = self.query_one("#outputs-note", Static)
+            note.display = True
+            note.update(Content.from_markup("[$text-muted]$n earlier request(s) let go: the console keeps the "
+                                            "last $k[/]", n=f"{self.removed:,}", k=str(KEEP)))
         return view
 
     def poll(self) -> int:
@@ -96,8 +130,6 @@ class PromptConsole(Vertical):
             if not view.done and view.poll():
                 changed += 1
         self._in_flight = [v for v in self._in_flight if not v.done]
-        if changed:
-            self.query_one("#outputs", VerticalScroll).scroll_end(animate=False)
         return changed
 
     def set_chat_available(self, available: bool) -> None:

@@ -21,6 +21,7 @@ class RequestView(Static):
         self.prompt = prompt
         self.settings_text = settings_text
         self.text = ""
+        self.trimmed = False
         self.done = False
 
     def on_mount(self) -> None:
@@ -37,7 +38,9 @@ class RequestView(Static):
             self.text += f"\n[error: {exc}]"
         changed = bool(delta)
         if delta:
-            self.text = (self.text + delta)[-MAX_CHARS:]
+            text = self.text + delta
+            self.trimmed = self.trimmed or len(text) > MAX_CHARS
+            self.text = text[-MAX_CHARS:]
         if self.handle.finished and not self.done:
             self.done = True
             changed = True
@@ -58,4 +61,6 @@ class RequestView(Static):
             s=self.settings_text,
         )
         self.set_class(self.done, "-done")
-        self.update(Content.assemble(header, status, "\n", self.text or "…"))
+        cut = Content.from_markup("[$text-muted]… (earlier text let go: $n characters kept per request)[/]\n",
+                                  n=f"{MAX_CHARS:,}") if self.trimmed else Content("")
+        self.update(Content.assemble(header, status, "\n", cut, self.text or "…"))

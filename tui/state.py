@@ -32,6 +32,7 @@ from graphtop.engine.telemetry.events import (
 )
 from graphtop.engine.telemetry.stats import BucketTally, HitTally, ParityTally, step_phase
 
+from .recapture_state import RecaptureTracker
 from .whatif import WhatIfInputs
 
 CAPTURE_HISTORY = 8
@@ -64,6 +65,7 @@ class DashboardState:
         self.emulated_steps = 0
         self.recapture_pending: Optional[RecaptureRequested] = None
         self.last_recapture: Optional[RecaptureFinished] = None
+        self.recapture = RecaptureTracker()  # estimate, progress and cost of the recapture under way / last
         self.downgrades: deque[ConfigDowngrade] = deque(maxlen=alert_history)
         self.errors: deque[ErrorEvent] = deque(maxlen=alert_history)
         self.requests_queued = 0
@@ -160,10 +162,12 @@ class DashboardState:
 
     def _on_capture_started(self, ev: CaptureStarted) -> None:
         self._captures.apply(ev)
+        self.recapture.capture_started(ev)
         self.revs["capture"] += 1
 
     def _on_capture_progress(self, ev: CaptureProgress) -> None:
         cap = self._captures.apply(ev)
+        self.recapture.capture_progress(ev)
         if ev.ok:  # failed captures are no basis for estimates
             self.costs[(ev.phase, ev.bucket)] = cap.costs[-1]
         self.revs["capture"] += 1
@@ -218,10 +222,12 @@ class DashboardState:
 
     def _on_recapture_requested(self, ev: RecaptureRequested) -> None:
         self.recapture_pending = ev
+        self.recapture.requested(ev, self.costs.values())
         self.revs["capture"] += 1
 
     def _on_recapture_finished(self, ev: RecaptureFinished) -> None:
         self.recapture_pending = None
+        self.recapture.finished(ev)
         self.last_recapture = ev
         self.revs["capture"] += 1
 
