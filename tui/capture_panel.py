@@ -107,7 +107,8 @@ def recapture_lines(state: DashboardState) -> list[Content]:
         return []
     r = last.finished
     if not r.ok:
-        return [Content.from_markup("[$error]last recapture failed:[/] $m", m=r.message or "no reason given")]
+        return [Content.from_markup("[$error]last recapture failed:[/]"),
+                Content.from_markup("  $m", m=r.message or "no reason given")]
     took = Content.from_markup("  capture $w [$text-muted]($e)[/] · wall $s", w=secs(last.work_s),
                                e=_est(last.estimate_s), s=secs(r.seconds)) if last.lists else \
         Content.from_markup("  wall $s", s=secs(r.seconds))

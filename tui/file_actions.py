@@ -65,11 +65,12 @@ class FileActions(AppActions):
 
     def save_screenshot_to(self, text: str) -> Optional[Path]:
         """Write the current screen as SVG; say where, or why not. Returns the path written."""
-        target = resolve_target(text, stamped("graphtop", ".svg"))
-        if not target.parent.is_dir():
-            self.notify(f"folder {target.parent} does not exist", title="screenshot not saved", severity="error")
-            return None
+        target = Path(text)
         try:
+            target = resolve_target(text, stamped("graphtop", ".svg"))
+            if not target.parent.is_dir():
+                self.notify(f"folder {target.parent} does not exist", title="screenshot not saved", severity="error")
+                return None
             self.save_screenshot(filename=target.name, path=str(target.parent))
         except OSError as exc:
             self.notify(f"{target}: {exc.strerror or exc}", title="screenshot not saved", severity="error")
@@ -88,7 +89,11 @@ class FileActions(AppActions):
 
     def _export_to(self, path: Optional[str]) -> None:
         if path:
-            target = resolve_target(path, stamped("graphtop", ".jsonl"))
+            try:
+                target = resolve_target(path, stamped("graphtop", ".jsonl"))
+            except OSError as exc:
+                self.notify(f"{path}: {exc.strerror or exc}", title="export failed", severity="error")
+                return
             self._export_worker(str(target), list(self.state.recorded))
 
     @work(thread=True, group="export", exit_on_error=False)

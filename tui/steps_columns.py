@@ -75,12 +75,14 @@ def _phase(cells: Sequence[str]) -> str:
 
 
 def full_plan(widths: Sequence[int]) -> ColumnPlan:
+    widths = [max(w, 5) if i == PATH else w for i, w in enumerate(widths)]  # "graph" / "eager"
     return ColumnPlan(tuple(Column(name, w, _get(i), i == PATH) for i, (name, w) in enumerate(zip(COLUMNS, widths))),
                       FULL_PADDING, compact=False)
 
 
 def plan_columns(widths: Sequence[int], available: int) -> ColumnPlan:
     """The widest plan that fits ``available`` cells, given each full column's natural width."""
+    widths = [max(w, 5) if i == PATH else w for i, w in enumerate(widths)]
     full = full_plan(widths)
     if full.width <= available:
         return full

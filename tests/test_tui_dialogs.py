@@ -1,0 +1,148 @@
+"""Pilot tests of the dashboard's dialogs: typing goes in at once, Enter confirms, Escape cancels, the
+hint says so, the palette never stacks over a dialog, screenshots say where they went."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.command import CommandPalette
+from textual.widgets import Input, Label
+
+from graphtop.tui.bucket_editor import BucketEditorScreen
+from graphtop.tui.fake_session import FakeSession
+from graphtop.tui.path_prompt import PathPromptScreen
+from graphtop.tui.testing import settle, wait_until
+
+from test_tui_app import make_app
+
+SIZE = (120, 40)
+
+
+def messages(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def _open(pilot, action: str) -> PathPromptScreen:
+    await pilot.app.run_action(action)
+    await pilot.pause()
+    screen = pilot.app.screen
+    assert isinstance(screen, PathPromptScreen)
+    return screen
+
+
+async def test_export_dialog_takes_typing_and_enter_at_once(tmp_path: Path) -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await _open(pilot, "export_trace")
+        field = dialog.query_one(Input)
+        assert app.focused is field  # no Tab needed
+        assert str(dialog.query_one("#path-hint", Label).render()) == "enter exports · escape cancels"
+        assert f"{len(app.state.recorded):,} events in memory" in str(dialog.query_one("#path-detail").render())
+        target = tmp_path / "run.jsonl"
+        await pilot.press("ctrl+u", *str(target))
+        assert field.value == str(target)
+        await pilot.press("enter")
+        assert not isinstance(app.screen, PathPromptScreen)
+        await wait_until(pilot, lambda: any(str(target) in m for m in messages(app)))
+        assert target.exists() and target.read_text().count("\n") > len(app.state.recorded)  # header + events
+
+
+async def test_escape_cancels_a_dialog_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await _open(pilot, "export_trace")
+        await pilot.press("x", "escape")
+        assert not isinstance(app.screen, PathPromptScreen)
+        await pilot.pause(0.2)
+        assert list(tmp_path.iterdir()) == []
+
+
+async def test_open_trace_dialog_enter_opens_the_replay(tmp_path: Path) -> None:
+    app = make_app()
+    target = tmp_path / "t.jsonl"
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app._export_to(str(target))
+        await wait_until(pilot, lambda: target.exists() and any("trace exported" == n.title for n in app._notifications))
+        dialog = await _open(pilot, "open_trace")
+        assert "enter opens · escape cancels" == str(dialog.query_one("#path-hint").render())
+        await pilot.press(*str(target), "enter")
+        assert app.session.kind == "replay"
+
+
+async def test_palette_does_not_stack_over_a_dialog() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+p")  # on the dashboard it opens
+        await wait_until(pilot, lambda: CommandPalette.is_open(app))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not CommandPalette.is_open(app))
+        for action in ("export_trace", "open_trace", "screenshot_prompt"):
+            dialog = await _open(pilot, action)
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            assert app.screen is dialog and not CommandPalette.is_open(app)
+            await pilot.press("escape")
+        await pilot.press("b")
+        assert isinstance(app.screen, BucketEditorScreen)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, BucketEditorScreen) and not CommandPalette.is_open(app)
+
+
+async def test_bucket_editor_takes_typing_at_once_and_says_its_keys() -> None:
+    session = FakeSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("b")
+        editor = app.screen
+        assert isinstance(editor, BucketEditorScreen)
+        assert app.focused is editor.query_one("#decode-input")
+        hints = " ".join(str(h.render()) for h in editor.query(".modal-hint"))
+        assert "enter or ctrl+s recaptures" in hints and "escape cancels" in hints
+        await pilot.press("ctrl+u", *"1,2,4", "enter")
+        assert session.recaptures == [([1, 2, 4], None)]
+
+
+async def test_screenshot_saves_in_the_current_directory_and_says_where(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        commands = [c.title for c in app.get_system_commands(app.screen)]
+        assert commands.count("Screenshot") == 1  # graphtop's, not textual's
+        dialog = await _open(pilot, "screenshot_prompt")
+        assert str(tmp_path) in str(dialog.query_one("#path-detail").render())
+        await pilot.press("enter")  # the suggested name, in the current directory
+        await wait_until(pilot, lambda: any(n.title == "screenshot saved" for n in app._notifications))
+        (svg,) = tmp_path.glob("graphtop-*.svg")
+        assert str(svg) in messages(app) and "<svg" in svg.read_text()
+        assert "Save a screenshot" not in svg.read_text()  # taken after the dialog closed
+
+        dialog = await _open(pilot, "screenshot_prompt")
+        await pilot.press("ctrl+u", *"shots/", "enter")  # a folder: the default name inside it
+        await wait_until(pilot, lambda: any("does not exist" in m for m in messages(app)))
+        (tmp_path / "shots").mkdir()
+        path = app.save_screenshot_to("shots/")
+        assert path is not None and path.parent == tmp_path / "shots" and path.exists()
+        too_long = "x" * 300 + ".svg"  # the OS refuses the name: the reason is said, not just "failed"
+        assert app.save_screenshot_to(too_long) is None
+        await wait_until(pilot, lambda: any(n.title == "screenshot not saved" and "File name too long" in n.message
+                                            for n in app._notifications))
+
+
+async def test_escape_closes_the_palette_key_panel() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.action_show_help_panel()
+        await pilot.pause()
+        assert app.screen.query("HelpPanel")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.screen.query("HelpPanel")
