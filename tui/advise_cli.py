@@ -35,9 +35,12 @@ def parse_size(text: str) -> float:
 
 
 def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = parser_class(prog="graphtop advise",
-                     description="Advise CUDA-graph bucket lists for the workload a trace recorded.")
-    p.add_argument("trace", metavar="TRACE.jsonl")
+    from .cli_help import HelpFormatter, document
+
+    p = parser_class(prog="graphtop advise", formatter_class=HelpFormatter,
+                     description="Advise CUDA-graph bucket lists for the workload a trace recorded.",
+                     epilog="example: graphtop advise run.jsonl --max-graphs 8 --max-graph-memory 512MiB")
+    p.add_argument("trace", metavar="TRACE.jsonl", help="a trace written by graphtop (--record, or Export trace)")
     p.add_argument("--max-graphs", type=nonneg_int, metavar="N",
                    help="graphs per phase (default: as many as the trace's list has)")
     p.add_argument("--max-graph-memory", type=parse_size, metavar="SIZE",
@@ -45,7 +48,7 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
     p.add_argument("--phase", choices=["decode", "prefill", "both"], default="both")
     p.add_argument("--eager-ratio", type=positive_float, metavar="R",
                    help="eager step time / graph step time (default: measured from the trace, else a default)")
-    return p
+    return document(p)
 
 
 def run_advise(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ from .messages import DeviceSampled, EngineFailed, EngineReady
 from .prompt_console import PromptConsole
 from .session import Session, SessionError
 from .state import DashboardState
+from .usage import error_line
 
 if TYPE_CHECKING:  # the engine package imports torch; the first frame must not wait for it
     from graphtop.engine.telemetry.events import Event
@@ -270,7 +271,7 @@ class GraphtopApp(GraphActions, FileActions):
             self._ended_seen = ended
             if self.exit_when_engine_ends:
                 self._stop.set()
-                self.exit(1, return_code=1, message=f"graphtop: error: {ended}")
+                self.exit(1, return_code=1, message=error_line(ended))
                 return
             self.notify(f"{ended} — q closes the dashboard", title="engine gone", severity="warning", timeout=30)
 

@@ -7,11 +7,12 @@
     graphtop attach [ENDPOINT]                                the dashboard on a running engine
     graphtop ps                                               the engines one can attach to
     graphtop trace summary TRACE.jsonl
-    graphtop trace export --perfetto TRACE.jsonl OUT.json
+    graphtop trace export TRACE.jsonl OUT.json                 Perfetto JSON (--perfetto accepted)
     graphtop advise TRACE.jsonl [--max-graphs N] [--max-graph-memory SIZE] [--phase decode|prefill|both]
 
 Usage errors print one line and exit 2, never a traceback. Textual is imported only for the
-interactive modes, torch only once a model is needed.
+interactive modes, torch only once a model is needed. What ``--help`` says beyond each flag's own
+line (the subcommands, examples, formats and defaults) is in ``cli_help``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 from .arg_types import nonneg_float as _nonneg_float  # noqa: E402
 from .arg_types import nonneg_int, positive_float  # noqa: E402
 from .arg_types import positive_int as _positive_int  # noqa: E402
+from .cli_help import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .usage import UsageError  # noqa: E402
 
 
@@ -37,7 +39,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphtop", description="LLM inference with CUDA graphs you can watch.")
+    p = _Parser(prog="graphtop", usage=USAGE, description="LLM inference with CUDA graphs you can watch.",
+                epilog=commands_epilog(), formatter_class=HelpFormatter)
     p.add_argument("--model", help="Hugging Face checkpoint folder (default: the built-in demo model)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
@@ -96,31 +99,46 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--telemetry", nargs="?", const="ipc", metavar="ADDRESS",
                    help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
                         "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves")
-    return p
+    return document(p)
 
 
 def build_attach_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphtop attach", description="Open the dashboard on a running engine; q detaches.")
+    p = _Parser(prog="graphtop attach", description="Open the dashboard on a running engine; q detaches.",
+                epilog="example:\n  graphtop --synthetic 1000 --telemetry   # a run others can watch\n"
+                       "  graphtop attach                         # from another terminal",
+                formatter_class=HelpFormatter)
     p.add_argument("endpoint", nargs="?", metavar="ENDPOINT",
                    help="a pid or endpoint from graphtop ps, or tcp://HOST:PORT (default: the one running engine)")
     p.add_argument("--token", help="the endpoint's token (needed for an engine of another machine)")
     p.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     p.add_argument("--owner", type=int, help=argparse.SUPPRESS)  # the graphtop process that spawned this viewer
     p.add_argument("--no-device-poll", dest="poll_device", action="store_false", help=argparse.SUPPRESS)
-    return p
+    return document(p)
+
+
+def build_ps_parser() -> argparse.ArgumentParser:
+    return _Parser(prog="graphtop ps", description="List the engines of this user one can attach to: pid, model,\n"
+                   "device, uptime, endpoint (engines started with --telemetry, or engine.serve_telemetry()).",
+                   formatter_class=HelpFormatter)
 
 
 def build_trace_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphtop trace", description="Inspect recorded traces.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("summary", help="text report of a trace")
+    p = _Parser(prog="graphtop trace", description="Inspect recorded traces (graphtop --record, or Export trace "
+                "in the dashboard).", formatter_class=HelpFormatter,
+                epilog="examples:\n  graphtop trace summary run.jsonl\n  graphtop trace export run.jsonl run.json")
+    sub = p.add_subparsers(dest="cmd", metavar="{summary,export}")
+    s = sub.add_parser("summary", help="a text report: steps, graph hit rate, fallbacks, capture, memory",
+                       description="A text report of a recorded trace.", formatter_class=HelpFormatter)
     s.error = p.error  # type: ignore[method-assign]
-    s.add_argument("trace")
-    e = sub.add_parser("export", help="export a trace")
+    s.add_argument("trace", metavar="TRACE.jsonl", help="a trace written by graphtop")
+    e = sub.add_parser("export", help="Perfetto (Chrome trace-event) JSON, to open at ui.perfetto.dev",
+                       description="Export a recorded trace as Perfetto (Chrome trace-event) JSON.",
+                       formatter_class=HelpFormatter)
     e.error = p.error  # type: ignore[method-assign]
-    e.add_argument("--perfetto", action="store_true", required=True, help="Chrome trace-event JSON")
-    e.add_argument("trace")
-    e.add_argument("out")
+    e.add_argument("--perfetto", action="store_true",
+                   help="Perfetto JSON: the only format, and the default (accepted for older scripts)")
+    e.add_argument("trace", metavar="TRACE.jsonl", help="a trace written by graphtop")
+    e.add_argument("out", metavar="OUT.json", help="where to write the Perfetto JSON")
     return p
 
 
@@ -184,7 +202,11 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _run_trace(argv: Sequence[str]) -> int:
-    args = build_trace_parser().parse_args(argv)
+    parser = build_trace_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:  # "graphtop trace" alone: say what it can do
+        parser.print_help()
+        return 0
     from graphtop.engine.telemetry.trace import TraceError, read_trace
 
     try:
@@ -220,8 +242,9 @@ def _main(argv: Sequence[str]) -> int:
         a = build_attach_parser().parse_args(argv[1:])
         return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
     if argv and argv[0] == "ps":
-        if len(argv) > 1:
-            raise UsageError(f"graphtop ps takes no arguments (got {' '.join(argv[1:])})")
+        extra = build_ps_parser().parse_known_args(argv[1:])[1]
+        if extra:
+            raise UsageError(f"graphtop ps takes no arguments (got {' '.join(extra)})")
         from graphtop.tui.attach import run_ps
 
         return run_ps()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .usage import UsageError
+from .usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 
 
@@ -91,13 +91,13 @@ def run_headless(args: Any, config: Any) -> int:
         check_writable(args.output, "--output")
     for pl in lines:
         if pl.error:
-            print(f"graphtop: {args.prompts}:{pl.error}", file=sys.stderr)
+            print_error(f"{args.prompts}:{pl.error}")
         else:
             try:
                 _sampling(args, pl)
             except (TypeError, ValueError) as e:
                 pl.error = f"line {pl.line}: {e}"
-                print(f"graphtop: {args.prompts}:{pl.error}", file=sys.stderr)
+                print_error(f"{args.prompts}:{pl.error}")
 
     from graphtop.engine.telemetry.bus import EventBus
 
@@ -191,7 +191,7 @@ def _write_output(path: str, results: list[dict]) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        print(f"graphtop: error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        print_error(f"cannot write {path}: {e.strerror or e}")
         raise SystemExit(1) from None
 
 
@@ -212,4 +212,4 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
         try:
             print(format_summary(summarize(read_trace(args.record))), end="")
         except TraceError as e:
-            print(f"graphtop: could not summarize {args.record}: {e}", file=sys.stderr)
+            print_error(f"could not summarize {args.record}: {e}")

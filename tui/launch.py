@@ -17,6 +17,8 @@ import sys
 import threading
 from typing import Any, Optional
 
+from .usage import print_error
+
 
 def run_interactive(
     model_path: Optional[str],
@@ -140,14 +142,14 @@ def run_app(
                           exit_when_engine_ends=exit_when_engine_ends)
     except ValueError as exc:  # unknown theme
         session.shutdown()
-        print(f"graphtop: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return 2
     try:
         app.run()
     finally:
         session.shutdown()
     if app.engine_error:
-        print(f"graphtop: engine failed to start: {app.engine_error}", file=sys.stderr)
+        print_error(f"engine failed to start: {app.engine_error}")
         return 1
     code = app.return_code or 0
     if _loader_running():
@@ -172,6 +174,6 @@ def run_replay(trace_path: str, theme: Optional[str] = None) -> int:
     try:
         session = ReplaySession.from_path(trace_path)
     except TraceError as exc:
-        print(f"graphtop: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return 2
     return run_app(session, theme)
