@@ -55,7 +55,7 @@ def preview_text(now: WhatIf, cand: WhatIf, recapture_s: Optional[float] = None,
         ("padding waste", pct(now.padding_waste), pct(cand.padding_waste)),
         ("graphs", str(now.graph_count), str(cand.graph_count)),
         ("est. graph memory", _mem(now.est_memory_bytes), _mem(cand.est_memory_bytes)),
-        ("est. recapture work", "—", _secs(recapture_s) if changed else "nothing to do"),
+        ("est. recapture work", "—", _secs(recapture_s) if changed else "unchanged"),
     ]
     lines = [Content.from_markup("[b]$a[/b]$b[b]$c[/b]", a=f"{'what-if':<20}", b=f"{'now':>12}", c=f"{'candidate':>12}")]
     for name, a, b in rows:

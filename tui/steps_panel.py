@@ -63,8 +63,8 @@ class StepsPanel(Panel):
             set_content(
                 caption,
                 Content.from_markup(
-                    "replay ms p50 [b]$p50[/b] · p99 [b]$p99[/b] · mean $mean · "
-                    "graph hits [$success]$hit[/] of $steps steps [$text-muted](replay times: last $n)[/]",
+                    "replay ms [$text-muted](last $n)[/] p50 [b]$p50[/b] · p99 [b]$p99[/b] · mean $mean · "
+                    "graph hits [$success]$hit[/] of $steps steps",
                     n=str(len(replay)), p50=ms(percentile(replay, 0.5)), p99=ms(percentile(replay, 0.99)),
                     mean=ms(statistics.fmean(replay)), hit=pct(state.hit_rate()), steps=f"{state.total_steps:,}",
                 ),
