@@ -3,7 +3,8 @@
 #
 # Runs `graphtop` (the demo model, on whatever `--device auto` picks: the CPU here) in a detached
 # 160x45 tmux session, waits for graph capture to finish, sends one prompt, waits for it to finish
-# streaming, leaves the input and saves `tmux capture-pane -p`. Then quits with q.
+# streaming, leaves the input and saves `tmux capture-pane -p`. Then quits with q. Below 120x38 the
+# dashboard shows one view at a time: VIEW=1..4 picks the one saved (default 1, the steps).
 #
 #   scripts/capture_screen.sh [OUT]        (default OUT: docs/screen.txt)
 #
@@ -54,7 +55,11 @@ wait_for() {
   done
 }
 
-captured() { screen | grep -Eq 'decode +[█░]+ ([0-9]+)/\1 .*✓' && screen | grep -Eq 'prefill +[█░]+ ([0-9]+)/\1 .*✓'; }
+# done: both phase lines ticked (wide layout), or the view bar's capture tab ticked (below 120x38)
+captured() {
+  { screen | grep -Eq 'decode +[█░]+ ([0-9]+)/\1 .*✓' && screen | grep -Eq 'prefill +[█░]+ ([0-9]+)/\1 .*✓'; } \
+    || screen | sed -n 2p | grep -q '3 capture ✓'
+}
 input_focused() { ! footer | grep -q 'b Buckets'; }
 input_left() { footer | grep -q 'b Buckets'; }
 typed() { screen | grep -qF "$PROMPT"; }
@@ -86,6 +91,7 @@ t send-keys -t gt Enter
 wait_for "the completion to finish streaming" finished
 t send-keys -t gt Escape
 wait_for "the input to lose focus" input_left
+t send-keys -t gt "${VIEW:-1}"  # a view key: ignored where everything shows at once
 sleep 2  # one more device sample and a settled steps sparkline
 
 mkdir -p "$(dirname "$OUT")"

@@ -108,3 +108,18 @@ def test_replay_with_an_unknown_theme_is_one_error_line(tmp_path: Path, capsys) 
     write_trace(str(trace), boot_events(), meta={})
     rc, out, err = run(capsys, "--replay", trace, "--theme", "no-such-theme")
     assert rc == 2 and err.startswith("graphtop: error: unknown theme 'no-such-theme'") and err.count("\n") == 1
+
+
+def test_readme_holds_the_current_help_texts() -> None:
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "cli_help_md.py"
+    spec = importlib.util.spec_from_file_location("cli_help_md", script)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    readme = module.README.read_text()
+    for argv in module.COMMANDS:
+        assert f"<code>graphtop {' '.join(argv)}</code>" in readme
+    assert module.readme_block(readme) == module.markdown(), \
+        "README's help text is stale: run python scripts/cli_help_md.py --write"

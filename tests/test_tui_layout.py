@@ -152,3 +152,24 @@ def test_compact_column_plan_fits_and_keeps_the_telling_columns() -> None:
     compact = plan_columns(widths, 60)
     row = "".join(text for text, _ in compact.render(cells))
     assert "pre 900" in row and "eager" in row and len(row) == compact.width
+
+
+async def test_capture_headline_waits_for_every_planned_phase() -> None:
+    """Between the decode pass and the prefill pass the engine is still capturing: no check mark yet."""
+    from graphtop.engine.telemetry.events import CaptureFinished, CaptureStarted, EngineStarted
+    from graphtop.tui.fake_session import FakeSession
+
+    config = {"decode": {"backend": "full", "bs": [1, 2]}, "prefill": {"backend": "breakable", "num_tokens": [64]},
+              "available": True}
+    script = [EngineStarted(model="m", graph_config=config), CaptureStarted(phase="decode", buckets=(2, 1)),
+              CaptureFinished(phase="decode", captured=(1, 2))]
+    session = FakeSession(script)
+    app = fixed_app(session=session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        bar = screen_text(app).splitlines()[1]
+        assert "3 capture capturing" in bar and "✓" not in bar
+        session.publish(CaptureStarted(phase="prefill", buckets=(64,)), CaptureFinished(phase="prefill", captured=(64,)))
+        app.pump()
+        await pilot.pause()
+        assert "3 capture ✓" in screen_text(app).splitlines()[1]

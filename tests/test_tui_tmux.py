@@ -2,7 +2,8 @@
 
 Pilot tests (test_tui_app.py) drive the app in-process; this one goes through everything they
 skip: the console script, the demo model build + load + capture on CPU, a real pty with real key
-escape sequences, and the process exit status after ``q``. It polls ``tmux capture-pane -p`` for
+escape sequences, and the process exit status after ``q``; at 200x50 (everything on screen) and at
+80x24 (one view at a time, the view bar, the palette and a dialog). It polls ``tmux capture-pane -p`` for
 what the dashboard draws, with a bound on every wait, and always kills its private tmux server.
 """
 
@@ -27,6 +28,7 @@ pytestmark = [
 ]
 
 WIDTH, HEIGHT = 200, 50
+SMALL = (80, 24)  # the smallest size the dashboard is made for: one view at a time
 STARTUP_TIMEOUT = 240.0  # demo model build + load + capture: ~30 s on a 2-core CPU box
 STREAM_TIMEOUT = 120.0  # 128 greedy tokens of the demo model on CPU
 RECAPTURE_TIMEOUT = 120.0
@@ -169,7 +171,8 @@ def request_state(screen: str, prompt: str) -> tuple[bool, bool, Optional[str]]:
     return finished, bool(body), header
 
 
-def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
+def start_graphtop(tmp_path: Path, width: int, height: int) -> tuple[Tmux, Path]:
+    """``graphtop`` (the demo model) in a private tmux server at ``width`` x ``height``."""
     exit_file = tmp_path / "exit-status"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
     env.update(
@@ -178,11 +181,16 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
         HF_HUB_DISABLE_PROGRESS_BARS="1",
         TERM="xterm-256color",
     )
-    inner = f"{graphtop_command()}; echo EXIT=$? > {shlex.quote(str(exit_file))}"
+    inner = f"cd {shlex.quote(str(tmp_path))} && {graphtop_command()}; echo EXIT=$? > {shlex.quote(str(exit_file))}"
     term = Tmux(env)
+    term.start(f"sh -c {shlex.quote(inner)}", width, height)
+    return term, exit_file
+
+
+def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
     t0 = time.monotonic()
+    term, exit_file = start_graphtop(tmp_path, WIDTH, HEIGHT)
     try:
-        term.start(f"sh -c {shlex.quote(inner)}", WIDTH, HEIGHT)
 
         # 1. model built and loaded, both phases captured (a ✓ on each phase line)
         screen = wait_for(
@@ -303,3 +311,86 @@ def test_attach_to_a_headless_run_in_real_terminal(tmp_path: Path, tiny_ckpt) ->
     watched_out = (tmp_path / "watched.jsonl").read_text().splitlines()
     assert len(watched_out) == 1000
     assert watched_out == (tmp_path / "unwatched.jsonl").read_text().splitlines()
+
+
+def view_bar(screen: str) -> str:
+    lines = screen.splitlines()
+    return lines[1] if len(lines) > 1 else ""
+
+
+def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
+    """At 80x24 one view shows at a time: the view bar says what the others hold, 1-4 switch, the
+    prompt, the palette, a dialog and the bucket editor all work, and q quits."""
+    term, exit_file = start_graphtop(tmp_path, *SMALL)
+    try:
+        # 1. loaded and captured: the hidden capture view's headline turns to a check mark
+        screen = wait_for(term, "graph capture to finish (view bar: 3 capture ✓)",
+                          lambda s: "3 capture ✓" in view_bar(s), STARTUP_TIMEOUT, fail=engine_failed)
+        assert "graphtop" in screen.splitlines()[0] and "graph hits" in screen.splitlines()[0]
+        for tab in ("1 steps", "2 memory KV", "4 prompts"):
+            assert tab in view_bar(screen), view_bar(screen)
+
+        # 2. "/" brings the prompt view with the input focused; a prompt streams to the end (watched
+        # from the steps view, whose bar says how many requests are still streaming)
+        term.keys("/")
+        wait_for(term, "the prompt view with the input focused",
+                 lambda s: "─ prompt console ─" in s and "b Buckets" not in footer(s), 15)
+        term.keys(PROMPT, literal=True)
+        wait_for(term, "the typed prompt in the input", lambda s: PROMPT in s, 15)
+        term.keys("Enter")
+        wait_for(term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30,
+                 fail=engine_failed)
+        term.keys("Escape")
+        wait_for(term, "the input to lose focus", lambda s: "b Buckets" in footer(s), 15)
+        term.keys("1")
+        wait_for(term, "the request to finish streaming (view bar: 4 prompts, nothing streaming)",
+                 lambda s: "hit" in view_bar(s) and "streaming" not in view_bar(s)
+                 and re.search(r"\d+\s+(dec|pre)\s+\d+", s) is not None, STREAM_TIMEOUT, fail=engine_failed)
+        term.keys("4")
+        screen = wait_for(term, "the prompts view", lambda s: "─ prompt console ─" in s, 15)
+        assert any(r.strip() for r in console_lines(screen)[1:]), f"no streamed text in the prompt console\n{screen}"
+        term.keys("1")
+
+        # 3. views: 2 memory (ledger + KV pool), 1 steps (the compact table)
+        wait_for(term, "the steps view", lambda s: "─ steps ─" in s, 15)
+        term.keys("2")
+        wait_for(term, "the memory view", lambda s: "─ memory ledger ─" in s and "─ KV pool ─" in s
+                 and "free" in s, 15)
+        term.keys("1")
+        wait_for(term, "the steps view", lambda s: re.search(r"\d+\s+(dec|pre)\s+\d+", s) is not None, 15)
+
+        # 4. the palette finds Export trace; its dialog takes typing and Enter at once
+        target = tmp_path / "from-the-palette.jsonl"
+        term.keys("C-p")
+        wait_for(term, "the command palette", lambda s: "Search for commands" in s, 15)
+        term.keys("export trace", literal=True)
+        wait_for(term, "the Export trace command", lambda s: "Export trace" in s, 15)
+        term.keys("Enter")
+        wait_for(term, "the export dialog", lambda s: "Export trace (JSONL)" in s and "escape cancels" in s, 15)
+        term.keys("C-u")
+        term.keys(str(target), literal=True)
+        term.keys("Enter")
+        deadline = time.monotonic() + 30
+        while not target.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert target.exists() and target.stat().st_size > 0, term.screen()
+
+        # 5. the bucket editor fits and recaptures
+        term.keys("b")
+        wait_for(term, "the bucket editor", lambda s: "graph buckets" in s and "decode batch sizes" in s, 15)
+        term.keys("End", "C-u")
+        wait_for(term, "the decode field to be cleared", lambda s: "✗ empty" in s, 15)
+        term.keys("1,2,4", literal=True)
+        wait_for(term, "the decode list to validate", lambda s: "✓ 3 buckets: 1,2,4" in s, 15)
+        term.keys("C-s")
+        wait_for(term, "the recapture to finish", lambda s: "graph buckets" not in s and "3 capture ✓" in view_bar(s),
+                 RECAPTURE_TIMEOUT, fail=recapture_failed)
+        term.keys("3")
+        wait_for(term, "the capture view", lambda s: "last recapture ok" in s
+                 and re.search(r"decode\s+[█░]+ 3/3 .*✓", s) is not None, 15, fail=recapture_failed)
+
+        # 6. q quits, exit status 0
+        term.keys("q")
+        assert exit_status(term, exit_file, "graphtop") == "EXIT=0", f"--- last screen ---\n{term.last}"
+    finally:
+        term.kill()
