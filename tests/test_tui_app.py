@@ -268,8 +268,10 @@ def test_every_binding_has_id_and_tooltip() -> None:
     from graphtop.tui.capture_table import CaptureTableScreen
     from graphtop.tui.history_input import HistoryInput
     from graphtop.tui.path_prompt import PathPromptScreen
+    from graphtop.tui.prompt_console import PromptConsole
 
-    for owner in (GraphtopApp, BucketEditorScreen, CaptureTableScreen, HelpScreen, HistoryInput, PathPromptScreen):
+    for owner in (GraphtopApp, BucketEditorScreen, CaptureTableScreen, HelpScreen, HistoryInput, PathPromptScreen,
+                  PromptConsole):
         for b in owner.BINDINGS:
             assert b.id and b.tooltip, (owner.__name__, b.key)
 

@@ -92,6 +92,10 @@ async def test_palette_does_not_stack_over_a_dialog() -> None:
         await pilot.press("ctrl+p")
         await pilot.pause()
         assert isinstance(app.screen, BucketEditorScreen) and not CommandPalette.is_open(app)
+        await pilot.press("escape", "question_mark")
+        help_screen = app.screen
+        await pilot.press("b", "c", "space")  # dashboard keys do not act behind a dialog
+        assert app.screen is help_screen and not app.paused
 
 
 async def test_bucket_editor_takes_typing_at_once_and_says_its_keys() -> None:
@@ -104,7 +108,7 @@ async def test_bucket_editor_takes_typing_at_once_and_says_its_keys() -> None:
         assert isinstance(editor, BucketEditorScreen)
         assert app.focused is editor.query_one("#decode-input")
         hints = " ".join(str(h.render()) for h in editor.query(".modal-hint"))
-        assert "enter or ctrl+s recaptures" in hints and "escape cancels" in hints
+        assert "enter/ctrl+s recapture" in hints and "escape cancel" in hints
         await pilot.press("ctrl+u", *"1,2,4", "enter")
         assert session.recaptures == [([1, 2, 4], None)]
 

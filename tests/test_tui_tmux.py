@@ -313,6 +313,10 @@ def test_attach_to_a_headless_run_in_real_terminal(tmp_path: Path, tiny_ckpt) ->
     assert watched_out == (tmp_path / "unwatched.jsonl").read_text().splitlines()
 
 
+STEP_ROW = re.compile(r"\d+\s+(decode|prefill|dec|pre)\s+\d+")
+"""A row of the steps table, full (decode/prefill) or compact (dec/pre)."""
+
+
 def view_bar(screen: str) -> str:
     lines = screen.splitlines()
     return lines[1] if len(lines) > 1 else ""
@@ -344,8 +348,8 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
         wait_for(term, "the input to lose focus", lambda s: "b Buckets" in footer(s), 15)
         term.keys("1")
         wait_for(term, "the request to finish streaming (view bar: 4 prompts, nothing streaming)",
-                 lambda s: "hit" in view_bar(s) and "streaming" not in view_bar(s)
-                 and re.search(r"\d+\s+(dec|pre)\s+\d+", s) is not None, STREAM_TIMEOUT, fail=engine_failed)
+                 lambda s: "streaming" not in view_bar(s) and STEP_ROW.search(s) is not None, STREAM_TIMEOUT,
+                 fail=engine_failed)
         term.keys("4")
         screen = wait_for(term, "the prompts view", lambda s: "─ prompt console ─" in s, 15)
         assert any(r.strip() for r in console_lines(screen)[1:]), f"no streamed text in the prompt console\n{screen}"
@@ -357,7 +361,7 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
         wait_for(term, "the memory view", lambda s: "─ memory ledger ─" in s and "─ KV pool ─" in s
                  and "free" in s, 15)
         term.keys("1")
-        wait_for(term, "the steps view", lambda s: re.search(r"\d+\s+(dec|pre)\s+\d+", s) is not None, 15)
+        wait_for(term, "the steps view", lambda s: STEP_ROW.search(s) is not None, 15)
 
         # 4. the palette finds Export trace; its dialog takes typing and Enter at once
         target = tmp_path / "from-the-palette.jsonl"

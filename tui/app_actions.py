@@ -42,13 +42,14 @@ class AppActions(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Replay keys only in a replay; bucket editing and the prompt only with a live engine; view
         keys only in the compact layout; ``q`` is labelled Detach when the engine keeps running
-        without this dashboard; no command palette over a dialog (it would stack a second one)."""
+        without this dashboard. Over a dialog only quitting works: no command palette (it would
+        stack a second dialog) and no dashboard key (it would act behind the dialog)."""
         replay = self.session.kind == "replay"
         if action in ("quit", "detach"):
             detaches = self.live_session is not None and self.live_session.detaches
             return (action == "detach") == detaches
-        if action == "command_palette":
-            return not isinstance(self.screen, ModalScreen)
+        if isinstance(self.screen, ModalScreen) and action not in ("close", "leave_input"):
+            return False
         if action in REPLAY_ACTIONS:
             return replay
         if action in LIVE_ACTIONS:

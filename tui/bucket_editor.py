@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
@@ -117,20 +117,22 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
     def compose(self) -> ComposeResult:
         dec_max = f" (≤ max running {self.max_running})" if self.max_running else ""
         pre_max = f" (≤ KV pool {self.kv_capacity:,} tokens)" if self.kv_capacity else ""
+        # title, buttons and keys stay in view; the fields and the what-if scroll on a short terminal
         with Vertical(id="bucket-editor", classes="modal-box"):
             yield Label("graph buckets", classes="modal-title")
             if self.note:
                 yield Label(self.note, id="editor-note", classes="field-msg -note")
-            yield Label(f"decode batch sizes{dec_max}", classes="field-label")
-            yield Input(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8")
-            yield Label("", id="decode-msg", classes="field-msg")
-            yield Label(f"prefill token counts{pre_max}", classes="field-label")
-            yield Input(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128")
-            yield Label("", id="prefill-msg", classes="field-msg")
-            yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
-            yield Label("enter or ctrl+s recaptures · ctrl+o advises · tab next field · escape cancels",
+            with VerticalScroll(id="editor-body", classes="modal-body"):
+                yield Label(f"decode batch sizes{dec_max}", classes="field-label")
+                yield Input(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8")
+                yield Label("", id="decode-msg", classes="field-msg")
+                yield Label(f"prefill token counts{pre_max}", classes="field-label")
+                yield Input(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128")
+                yield Label("", id="prefill-msg", classes="field-msg")
+                yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
+                yield Static(id="whatif")
+            yield Label("enter/ctrl+s recapture · ctrl+o advise · tab next field · escape cancel",
                         classes="modal-hint")
-            yield Static(id="whatif")
             with Horizontal(classes="modal-buttons"):
                 yield Button("Advise", id="advise", tooltip="ctrl+o")
                 yield Button("Recapture", variant="primary", id="confirm", tooltip="ctrl+s")
@@ -141,6 +143,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
             field.cursor_blink = self._blink
         self._validate("decode")
         self._validate("prefill")
+        self.call_after_refresh(self.query_one("#editor-body").scroll_home, animate=False)  # labels above the field
 
     def _validate(self, phase: str) -> None:
         text = self.query_one(f"#{phase}-input", Input).value

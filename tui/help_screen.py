@@ -22,7 +22,8 @@ PANELS = (
     ("graph parity", "graph steps re-run eagerly and compared (palette or --parity-every); red on a mismatch"),
     ("device", "GPU memory/util/power via NVML, host CPU/RAM via psutil (1 Hz)"),
     ("steps", "recent steps, replay-time sparkline, bucket hits with padding, eager reasons"),
-    ("prompt console", "send prompts (several at once), sampling row, ↑/↓ history; scroll back through them all"),
+    ("prompt console", "send prompts (several at once), sampling row, ↑/↓ history; the last 50 requests stay "
+                       "to scroll back through (page up/down)"),
 )
 
 LAYOUT = ("Below 120 columns or 38 rows one view shows at a time: 1 steps · 2 memory · 3 capture · "
