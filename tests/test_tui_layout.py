@@ -173,3 +173,13 @@ async def test_capture_headline_waits_for_every_planned_phase() -> None:
         app.pump()
         await pilot.pause()
         assert "3 capture ✓" in screen_text(app).splitlines()[1]
+
+
+async def test_a_click_on_the_view_bar_switches_the_view() -> None:
+    app = fixed_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        bar = screen_text(app).splitlines()[1]
+        await pilot.click("#views", offset=(bar.index("2 memory") + 2, 0))
+        await pilot.pause()
+        assert app.dashboard.view == "memory" and shown(app, "ledger")

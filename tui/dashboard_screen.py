@@ -173,10 +173,6 @@ class DashboardScreen(Screen[None]):
         self.reflow()
         return True
 
-    def action_show_view(self, name: str) -> None:  # a click on the view bar
-        self.show_view(name)
-        self.app.call_later(self.app.render_all, force=True)  # type: ignore[attr-defined]
-
     def toggle_panel(self, name: str) -> None:
         if name not in PANELS:
             return

@@ -92,7 +92,7 @@ class ViewBar(Static):
             if name == active:  # no headline: the view itself shows
                 tab = Content.from_markup("[reverse b] [$accent]$k[/] $t [/]", k=key, t=title)
             else:
-                tab = Content.from_markup(f"[@click=screen.show_view('{name}')] [$accent]$k[/] $t [$text-muted]$h[/] [/]",
+                tab = Content.from_markup(f"[@click=app.show_view('{name}')] [$accent]$k[/] $t [$text-muted]$h[/] [/]",
                                           k=key, t=title, h=view_headline(name, state, hints))
             parts.append(tab)
         set_content(self, Content("│").join(parts))
