@@ -239,7 +239,7 @@ def test_headless_output_lines_and_malformed_prompt_lines(ckpt, tmp_path, capsys
     assert rc == 1  # some lines failed; the run itself completed
     errors = err.strip().splitlines()
     assert [e.split(":line ")[1].split(":")[0] for e in errors] == ["3", "5", "6", "7"]
-    assert all(e.startswith(f"graphtop: {prompts}:line ") for e in errors)
+    assert all(e.startswith(f"graphtop: error: {prompts}:line ") for e in errors)
     assert "malformed JSON" in errors[0] and "colour" in errors[1] and "temperature" in errors[2]
     assert "'prompt' must be a string" in errors[3]
 
