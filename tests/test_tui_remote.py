@@ -128,7 +128,7 @@ async def test_dropped_events_are_shown_and_engine_end_is_said(tmp_path: Path) -
             # the endpoint skips 7 events for this viewer: the status line says so
             session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session._expected_seq + 7, 0, []))))
             await pilot.pause(0.3)
-            assert "dropped 7" in screen_text(app)
+            assert "dropped events 7" in screen_text(app)
             server.close("the run finished")
             await wait_until(pilot, lambda: session.ended is not None, timeout=10)
             await pilot.pause(0.3)
