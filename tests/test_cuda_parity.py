@@ -107,9 +107,14 @@ def test_a_stale_static_buffer_is_caught(ckpt, attention, phase, slot, how) -> N
     registry = (engine.model_runner.decode if phase == "decode" else engine.model_runner.prefill).registry
     if how == "contents":  # the runner stops refreshing it: the graph reads what capture left there
         registry.slots[slot] = dataclasses.replace(registry.slots[slot], policy=PaddingPolicy.FILL_ONCE)
-    else:  # the runner writes a new tensor; the captured graph still reads the old address
-        registry.buffers[slot] = torch.zeros_like(registry.buffers[slot])
+    else:  # the runner writes a new tensor; the captured graph still reads the old one, whose contents
+        # stay what they were (kept alive here: a freed buffer could be reused, and the graph would read
+        # whatever lands there, e.g. positions past the RoPE table)
+        stale = registry.buffers[slot]
+        registry.buffers[slot] = torch.zeros_like(stale)
     _serve(engine, settle=True)
     engine.close()
+    if how == "address":
+        del stale
     bad = [c for c in _checks(sub) if c.mismatch]
     assert bad and {c.phase for c in bad} == {phase}
