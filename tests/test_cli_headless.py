@@ -20,7 +20,6 @@ from safetensors.torch import load_file, save_file
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.trace import read_trace
-from graphtop.tui import headless
 from graphtop.tui.cli import main
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -154,7 +153,7 @@ def test_unwritable_output_paths(ckpt, tmp_path, prompts_file, capsys, monkeypat
     locked_dir.mkdir()
     real_access = os.access
     # chmod cannot stop root, so the permission check is made to see a read-only folder
-    monkeypatch.setattr(headless.os, "access", lambda p, mode: False if Path(p) == locked_dir else real_access(p, mode))
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked_dir else real_access(p, mode))
     rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", locked_dir / "o.jsonl",
                        *ENGINE_ARGS)
     assert_usage_error(rc, out, err, "is not writable")
@@ -332,7 +331,7 @@ def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
     rc, out, err = run(capsys, "trace", "summary", out_file)  # not a trace
     assert_usage_error(rc, out, err, str(out_file))
     rc, out, err = run(capsys, "trace", "export", "--perfetto", trace_file, tmp_path / "missing" / "x.json")
-    assert_usage_error(rc, out, err, "cannot write")
+    assert_usage_error(rc, out, err, "OUT", "missing", "does not exist")
 
 
 # --- the real console script ---------------------------------------------------------------------

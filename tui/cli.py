@@ -180,8 +180,15 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
 
 def _run_trace(argv: Sequence[str]) -> int:
     args = build_trace_parser().parse_args(argv)
+    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
     from graphtop.engine.telemetry.trace import TraceError, read_trace
 
+    if args.cmd == "export":
+        try:  # before reading: a wrong OUT costs nothing, and OUT can never be the trace itself
+            check_output(args.out, "OUT")
+            check_distinct([("OUT", args.out)], [("TRACE", args.trace)])
+        except OutputPathError as e:
+            raise UsageError(str(e)) from None
     try:
         trace = read_trace(args.trace)
     except TraceError as e:
@@ -197,6 +204,8 @@ def _run_trace(argv: Sequence[str]) -> int:
         out = write_perfetto(trace, args.out)
     except OSError as e:
         raise UsageError(f"cannot write {args.out}: {e.strerror or e}") from None
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
     print(f"wrote {out} ({len(trace.events)} events); open it at ui.perfetto.dev")
     return 0
 

@@ -1,0 +1,112 @@
+"""Output paths on the command line: refused when they would destroy an input, another output, a link
+or a device node; written atomically (mode kept) otherwise. Refusals happen before the model loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from graphtop.tui.cli import main
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
+               "--chunked-prefill-size", "64", "--max-new-tokens", "3"]
+
+
+@pytest.fixture(autouse=True)
+def private_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "graphtop-cache"))
+
+
+@pytest.fixture(scope="module")
+def ckpt(tiny_ckpt):
+    return tiny_ckpt("llama")
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("hello world\nonce upon a time\n")
+    return path
+
+
+def run(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line_error(rc, err, *needles):
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("graphtop: error: "), err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_output_over_the_prompts_file_is_refused(ckpt, prompts, capsys):
+    before = prompts.read_bytes()
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", prompts, *ENGINE_ARGS)
+    one_line_error(rc, err, "--output", "same file as --prompts")
+    assert prompts.read_bytes() == before
+
+
+def test_output_through_a_link_to_the_prompts_file_is_refused(ckpt, prompts, tmp_path, capsys):
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(prompts)
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", link, *ENGINE_ARGS)
+    one_line_error(rc, err, "--output")
+    assert link.is_symlink() and prompts.read_text() == "hello world\nonce upon a time\n"
+
+
+def test_record_and_output_on_one_file_are_refused(ckpt, prompts, tmp_path, capsys):
+    same = tmp_path / "same.jsonl"
+    same.write_text("an old trace\n")
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", same, "--record", same, *ENGINE_ARGS)
+    one_line_error(rc, err, "name the same file")
+    assert same.read_text() == "an old trace\n"
+
+
+def test_record_over_the_prompts_file_is_refused(ckpt, prompts, capsys):
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--record", prompts, *ENGINE_ARGS)
+    one_line_error(rc, err, "--record", "same file as --prompts")
+    assert prompts.read_text() == "hello world\nonce upon a time\n"
+
+
+def test_symlink_output_is_refused_and_kept(ckpt, prompts, tmp_path, capsys):
+    real = tmp_path / "results.jsonl"
+    real.write_text("old results\n")
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(real)
+    for flag in ("--output", "--record"):
+        rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, flag, link, *ENGINE_ARGS)
+        one_line_error(rc, err, flag, "symbolic link")
+        assert link.is_symlink() and real.read_text() == "old results\n"
+
+
+def test_device_output_is_written_through_and_an_existing_file_keeps_its_mode(ckpt, prompts, tmp_path, capsys):
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", os.devnull, *ENGINE_ARGS)
+    assert rc == 0 and err == "" and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    target = tmp_path / "out.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", target, *ENGINE_ARGS)
+    assert rc == 0, err
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert [json.loads(line)["prompt"] for line in target.read_text().splitlines()] == ["hello world",
+                                                                                         "once upon a time"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
+def test_perfetto_export_over_its_own_trace_is_refused(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"type": "header", "ts": 1.0, "schema_version": 1, "graphtop_version": "0.1.0",
+                                 "meta": {}}) + "\n")
+    before = trace.read_bytes()
+    rc, _, err = run(capsys, "trace", "export", "--perfetto", trace, trace)
+    one_line_error(rc, err, "OUT", "same file as TRACE")
+    assert trace.read_bytes() == before
+
