@@ -110,3 +110,16 @@ def test_perfetto_export_over_its_own_trace_is_refused(tmp_path, capsys):
     one_line_error(rc, err, "OUT", "same file as TRACE")
     assert trace.read_bytes() == before
 
+
+
+def test_perfetto_export_of_a_bad_trace_leaves_out_untouched(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"type": "header", "ts": 1.0, "schema_version": 1, "graphtop_version": "0.1.0",
+                                 "meta": {}}) + "\n" + '{"type": "error", "ts": NaN, "message": "", "where": "", '
+                                                       '"fatal": false}\n')
+    out = tmp_path / "out.json"
+    out.write_text("previous export")
+    rc, _, err = run(capsys, "trace", "export", "--perfetto", trace, out)
+    one_line_error(rc, err, f"{trace}:2:")
+    assert out.read_text() == "previous export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "t.jsonl"]

@@ -69,7 +69,7 @@ def run_replay(trace_path: str, theme: Optional[str] = None) -> int:
     try:
         session = ReplaySession.from_path(trace_path)
     except TraceError as exc:
-        print(f"graphtop: {exc}", file=sys.stderr)
+        print(f"graphtop: error: {exc}", file=sys.stderr)
         return 2
     try:
         app = GraphtopApp(session, theme_name=theme)

@@ -13,7 +13,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Union
 
-from .events import SCHEMA_VERSION, Event, SchemaError, TraceHeader, event_from_dict, validate_event_dict
+from .events import (
+    MAX_DEPTH,
+    SCHEMA_VERSION,
+    Event,
+    SchemaError,
+    TraceHeader,
+    event_from_dict,
+    validate_event_dict,
+)
 
 __all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace"]
 
@@ -78,12 +86,15 @@ class TraceDicts:
                 if not raw.strip():
                     continue
                 obj = self._parse(raw, lineno, complete)
-                if obj is None:  # truncated final line
+                if obj is _TRUNCATED:
                     self.truncated_tail = True
                     break
                 if not seen_header:
                     self._check_header(obj, lineno)
                     seen_header = True
+                elif not isinstance(obj, dict):
+                    raise self._error(lineno, f"an event line must be a JSON object, got a JSON {_json_kind(obj)}"
+                                      " (not a JSON object)")
                 elif obj.get("type") == TraceHeader.type:
                     raise self._error(lineno, "unexpected second trace header (concatenated traces?)")
                 else:
@@ -97,17 +108,25 @@ class TraceDicts:
                 raise self._error(max(lineno, 1), what)
 
     def _parse(self, raw: bytes, lineno: int, complete: bool) -> Any:
-        """Parse one line; None means 'truncated final line' (no newline and not valid JSON)."""
+        """Parse one line; _TRUNCATED means 'truncated final line' (no newline and not valid JSON)."""
+        if raw.count(b"[") + raw.count(b"{") > 2 * MAX_DEPTH and _depth(raw) > MAX_DEPTH:
+            raise self._error(lineno, f"nested deeper than {MAX_DEPTH} levels")
         try:
-            return json.loads(raw)
+            return json.loads(raw, parse_constant=_refuse_constant)
         except UnicodeDecodeError as exc:
             if not complete:
-                return None
+                return _TRUNCATED
             raise self._error(lineno, f"not UTF-8: {exc.reason}") from None
         except json.JSONDecodeError as exc:
             if not complete:
-                return None  # only the last line can lack a newline
+                return _TRUNCATED  # only the last line can lack a newline
             raise self._error(lineno, f"bad JSON: {exc.msg} (column {exc.colno})") from None
+        except _NonFinite as exc:
+            raise self._error(lineno, f"non-finite number {exc.args[0]} (traces hold finite numbers only)") from None
+        except ValueError as exc:  # an integer of more than 4300 digits (int-from-string limit)
+            raise self._error(lineno, f"number out of range ({str(exc).splitlines()[0][:80]})") from None
+        except RecursionError:
+            raise self._error(lineno, f"nested deeper than {MAX_DEPTH} levels") from None
 
     def _check_header(self, obj: Any, lineno: int) -> None:
         if not isinstance(obj, dict) or obj.get("type") != TraceHeader.type:
@@ -125,6 +144,44 @@ class TraceDicts:
             validate_event_dict(obj)
         except SchemaError as exc:
             raise self._error(lineno, f"bad header: {exc}") from None
+
+
+_TRUNCATED = object()  # _parse's answer for a cut-off final line (a line can hold JSON null)
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    """json's hook for NaN, Infinity and -Infinity, which strict JSON (and every trace) lacks."""
+    raise _NonFinite(name)
+
+
+def _depth(raw: bytes) -> int:
+    """Deepest bracket nesting outside strings; only called for lines with many brackets."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def _json_kind(obj: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(obj), "number")
 
 
 def iter_trace_dicts(path: PathLike) -> TraceDicts:
