@@ -27,29 +27,12 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
+from .cli_types import MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_float, int_in, positive_int  # noqa: E402
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not usage + error
         raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
-    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,15 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--attention-backend", choices=["auto", "flashinfer", "torch"], default="auto")
-    p.add_argument("--page-size", type=_positive_int, default=1, help="KV page size in tokens")
-    p.add_argument("--chunked-prefill-size", type=_positive_int, default=2048,
+    p.add_argument("--page-size", type=positive_int, default=1, help="KV page size in tokens")
+    p.add_argument("--chunked-prefill-size", type=positive_int, default=2048,
                    help="max tokens one prefill step takes (longer prompts are chunked)")
-    p.add_argument("--max-running-requests", type=_positive_int)
-    p.add_argument("--max-total-tokens", type=_positive_int, help="cap on the KV pool size in tokens")
-    p.add_argument("--max-context-len", type=_positive_int)
-    p.add_argument("--mem-fraction-static", type=float, default=0.85,
+    p.add_argument("--max-running-requests", type=positive_int)
+    p.add_argument("--max-total-tokens", type=positive_int, help="cap on the KV pool size in tokens")
+    p.add_argument("--max-context-len", type=positive_int)
+    p.add_argument("--mem-fraction-static", type=finite_float(0.0, 1.0, lo_open=True), default=0.85,
                    help="CUDA: fraction of device memory for weights + KV pool")
-    p.add_argument("--kv-budget-mb", type=_positive_int, default=512, help="CPU: KV pool budget in MiB")
+    p.add_argument("--kv-budget-mb", type=positive_int, default=512, help="CPU: KV pool budget in MiB")
     p.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                    help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
     p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
@@ -78,11 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                         '"prefill": {"backend": "breakable", "num_tokens": [64,256]}}\' (beats the flags)')
     g.add_argument("--cuda-graph-backend-decode", choices=["full", "disabled"])
     g.add_argument("--cuda-graph-bs-decode", metavar="LIST", help="decode buckets, e.g. 1,2,4,8-64:8")
-    g.add_argument("--cuda-graph-max-bs-decode", type=_positive_int)
+    g.add_argument("--cuda-graph-max-bs-decode", type=positive_int)
     g.add_argument("--cuda-graph-backend-prefill", choices=["breakable", "disabled"])
     g.add_argument("--cuda-graph-num-tokens-prefill", metavar="LIST", help="prefill token buckets")
-    g.add_argument("--cuda-graph-max-num-tokens-prefill", type=_positive_int)
-    g.add_argument("--cuda-graph-max-padding-waste", type=_nonneg_float,
+    g.add_argument("--cuda-graph-max-num-tokens-prefill", type=positive_int)
+    g.add_argument("--cuda-graph-max-padding-waste", type=finite_float(0.0),
                    help="refuse a prefill graph when padding exceeds this fraction of the bucket")
     g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
     g.add_argument("--no-graph-emulation", dest="graph_emulation", action="store_false",
@@ -91,16 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--prompts", metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", metavar="OUT.jsonl", help="one result line per request")
     h.add_argument("--record", metavar="TRACE.jsonl", help="save the event trace")
-    h.add_argument("--synthetic", type=_positive_int, metavar="N", help="N seeded synthetic requests")
+    h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
+                   help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
     h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
     h.add_argument("--synthetic-output-len", default="uniform:16:128", metavar="DIST")
-    h.add_argument("--synthetic-rate", type=float, metavar="REQ_PER_S",
+    h.add_argument("--synthetic-rate", type=finite_float(0.0, lo_open=True), metavar="REQ_PER_S",
                    help="Poisson arrival rate (default: all at once)")
-    h.add_argument("--seed", type=int, default=0)
-    h.add_argument("--max-new-tokens", type=_positive_int, default=128)
-    h.add_argument("--temperature", type=_nonneg_float, default=0.0)
-    h.add_argument("--top-p", type=float, default=1.0)
-    h.add_argument("--top-k", type=int, default=0)
+    h.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
+    h.add_argument("--max-new-tokens", type=positive_int, default=128)
+    h.add_argument("--temperature", type=finite_float(0.0), default=0.0)
+    h.add_argument("--top-p", type=finite_float(), default=1.0)
+    h.add_argument("--top-k", type=int_in(-MAX_FLAG_INT), default=0)
     u = p.add_argument_group("dashboard")
     u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     u.add_argument("--replay", metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")

@@ -50,9 +50,7 @@ def _sampling(args: Any, line: Optional[PromptLine]) -> Any:
     base = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                 top_k=args.top_k)
     if line is not None:
-        base.update(line.sampling)
-        if "stop" in base and isinstance(base["stop"], list):
-            base["stop"] = tuple(base["stop"])
+        base.update(line.sampling)  # checked by read_prompts: merging valid values cannot fail
     return SamplingParams(**base)
 
 
@@ -84,18 +82,10 @@ def run_headless(args: Any, config: Any) -> int:
             Dist.parse(args.synthetic_output_len)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        if args.synthetic_rate is not None and args.synthetic_rate <= 0:
-            raise UsageError("--synthetic-rate must be positive")
     check_output_paths(args)
     for pl in lines:
         if pl.error:
             print(f"graphtop: {args.prompts}:{pl.error}", file=sys.stderr)
-        else:
-            try:
-                _sampling(args, pl)
-            except (TypeError, ValueError) as e:
-                pl.error = f"line {pl.line}: {e}"
-                print(f"graphtop: {args.prompts}:{pl.error}", file=sys.stderr)
 
     from graphtop.engine.telemetry.bus import EventBus
 
@@ -141,11 +131,10 @@ def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> l
     if synthetic is None:
         for pl in lines:
             if pl.error:
-                slots.append({"id": pl.id or f"line-{pl.line}", "prompt": None, "text": "", "token_ids": [],
+                slots.append({"id": pl.request_id, "prompt": None, "text": "", "token_ids": [],
                               "finish_reason": "rejected", "error": pl.error})
             else:
-                slots.append(engine.submit(pl.prompt, _sampling(args, pl),
-                                           request_id=pl.id or f"line-{pl.line}"))
+                slots.append(engine.submit(pl.prompt, _sampling(args, pl), request_id=pl.request_id))
         engine.run_until_idle()
     else:
         pending = list(synthetic)
@@ -166,10 +155,15 @@ def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> l
     return out
 
 
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""Characters str.splitlines (and some editors) break at that json.dumps leaves raw: escaped, so one
+result is one line for every reader."""
+
+
 def _result_line(result: dict) -> bytes:
     """One output line; text that is not valid Unicode (a lone surrogate) is escaped, not lost."""
     try:
-        return (json.dumps(result, ensure_ascii=False) + "\n").encode("utf-8")
+        return (json.dumps(result, ensure_ascii=False).translate(_LINE_BREAKS) + "\n").encode("utf-8")
     except UnicodeEncodeError:
         return (json.dumps(result) + "\n").encode("ascii")
 
