@@ -24,6 +24,7 @@ class EngineConfig:
     fused_kernels: bool = True  # Triton RMSNorm/RoPE/SiLU and fused qkv/gate_up GEMMs (CUDA, bf16/fp16)
     overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/overlap.py)
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
+    allow_external_weights: bool = False  # checkpoint files may be symbolic links out of the folder
     graphs: GraphConfig = field(default_factory=GraphConfig)
 
     def validate(self) -> None:

@@ -214,7 +214,8 @@ class Engine:
         if demo:
             path = ensure_demo_model()
             log.warning(DEMO_NOTE)
-        ckpt = load_checkpoint(path, device=str(device), dtype=dtype)
+        ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
+                               allow_external_weights=config.allow_external_weights)
         return cls(ckpt, config, bus, demo=demo)
 
     # --- public API ----------------------------------------------------------------------------

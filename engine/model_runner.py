@@ -11,8 +11,15 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 
 from .batch import ForwardBatch, ForwardMode
-from .graphs.config import GraphConfig, GraphConfigError, ResolvedGraphConfig, resolve_graph_config
+from .graphs.config import (
+    GraphConfig,
+    GraphConfigError,
+    ResolvedGraphConfig,
+    check_bucket_count,
+    resolve_graph_config,
+)
 from .graphs.fallback import FallbackReason
+from .memory_plan import check_graph_buffers_fit
 from .runners.base import StepOutput
 from .runners.bucketed import BucketedGraphRunner
 from .runners.decode_graph import DecodeGraphRunner
@@ -43,8 +50,11 @@ class ModelRunner:
         self.decode: Optional[DecodeGraphRunner] = None
         self.prefill: Optional[PrefillGraphRunner] = None
         r = self.resolved
+        max_pages = engine.pool.pages_for(engine.max_context_len)
+        if r.available:
+            check_graph_buffers_fit(engine.spec, engine.dtype, device, max(r.decode_bs, default=0), max_pages,
+                                    max(r.prefill_num_tokens, default=0))
         if r.available and r.decode_backend != "disabled" and r.decode_bs:
-            max_pages = engine.pool.pages_for(engine.max_context_len)
             self.decode = DecodeGraphRunner(
                 engine.model, engine.attention, device, max(r.decode_bs), max_pages, self.emulated, engine._publish
             )
@@ -103,6 +113,7 @@ class ModelRunner:
             raise GraphConfigError(f"{phase} graphs are disabled; nothing to recapture")
         if not sizes:
             raise GraphConfigError(f"{phase} bucket list is empty")
+        check_bucket_count(f"{phase} buckets", list(sizes))
         out = []
         for s in sizes:
             if isinstance(s, bool) or not isinstance(s, int):

@@ -30,7 +30,7 @@ def _integer(name: str, v: Any, lo: int, hi: Optional[int] = None) -> None:
 def _real(name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"{name} must be a number, got {_show(v)}")
-    if not math.isfinite(v):
+    if isinstance(v, int) and v.bit_length() > 1000 or not math.isfinite(v):  # (a huge int overflows float)
         raise ValueError(f"{name} must be a finite number, got {_show(v)}")
     return float(v)
 

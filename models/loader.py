@@ -19,11 +19,14 @@ import torch
 from .checkpoint_files import (
     SafetensorsReader,
     check_folder,
+    check_tokenizer_files,
     has_tokenizer_files,
+    inside,
     read_config_json,
     read_json,
     tensor_locations,
 )
+from .config_check import check_config_fields, check_model_fits, check_spec
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
@@ -105,7 +108,7 @@ def _load_tokenizer(path: Path) -> Any:
         raise CheckpointError(f"tokenizer failed to load ({type(err).__name__}: {err}) in {path}") from None
 
 
-def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]:
+def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bool = False) -> tuple[int, ...]:
     """Union of config, generation_config.json and tokenizer EOS ids, config order first.
 
     Instruct checkpoints often list their turn-end token only in generation_config.json.
@@ -114,6 +117,7 @@ def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]
     gen = path / "generation_config.json"
     if gen.is_file():
         try:
+            gen = inside(path, gen.name, allow_external)
             ids += as_int_tuple(read_json(gen, "generation_config.json").get("eos_token_id"))
         except (CheckpointError, TypeError, ValueError):
             log.warning("ignoring unreadable generation_config.json in %s", path)
@@ -130,6 +134,24 @@ def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype
     model.tie_weights()  # to_empty re-creates parameters, which unties them
     model.model.rotary_emb.reset_cache(device)  # non-persistent, float32
     return model
+
+
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
+"""safetensors dtype names whose values are weights; an integer tensor copied into a float parameter
+would load without a word and produce nonsense."""
+
+
+def check_finite(name: str, tensor: torch.Tensor, file: Path) -> None:
+    """Refuse a tensor holding NaN or infinity (it loads, and every request then ends in "eos").
+
+    One reduction (a float32 sum propagates NaN/inf and allocates nothing); only when it is not
+    finite, which a sum of huge finite values can also cause, is the tensor checked element-wise.
+    """
+    if bool(torch.isfinite(tensor.sum(dtype=torch.float32))):
+        return
+    bad = int((~torch.isfinite(tensor)).sum())
+    if bad:
+        raise CheckpointError(f"tensor '{name}' holds {bad:,} non-finite values (NaN or infinity) in {file}")
 
 
 @torch.no_grad()
@@ -150,30 +172,49 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
             got, want = reader.shape(name), tuple(params[name].shape)
             if got != want:
                 raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
+            stored = reader.dtype(name)
+            if stored not in FLOAT_DTYPES:
+                raise CheckpointError(
+                    f"tensor '{name}' is stored as {stored}, not floating point: refusing to convert it into "
+                    f"weights in {file}"
+                )
             params[name].copy_(reader.tensor(name))
+            check_finite(name, params[name], file)
     unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
     if unused:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
 
 
 def load_checkpoint(
-    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None
+    path: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | str | None = None,
+    *,
+    allow_external_weights: bool = False,
 ) -> LoadedCheckpoint:
     """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
 
     Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
     problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
+    Files must resolve inside the folder (``allow_external_weights`` admits symbolic links out of it),
+    config.json values are validated (config_check) and the model must fit before it is allocated;
+    weights must be floating point and finite.
     """
     path = Path(path).expanduser()
     check_folder(path)
-    resolve(architecture_name(read_config_json(path)), str(path))  # before AutoConfig: clearer error
+    raw_config = read_config_json(path, allow_external_weights)
+    resolve(architecture_name(raw_config), str(path))  # before AutoConfig: clearer error
+    check_config_fields(raw_config, str(path))
     hf_config = _load_hf_config(path)
     spec = spec_from_hf_config(hf_config, str(path))
-    locations = tensor_locations(path)
+    check_spec(spec, str(path))
+    locations = tensor_locations(path, allow_external_weights)
+    check_tokenizer_files(path, allow_external_weights)
     tokenizer = _load_tokenizer(path)
-    spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer))
+    spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer, allow_external_weights))
     target_dtype = resolve_dtype(dtype, hf_config)
     device_str = _device_str(device)
+    check_model_fits(spec, target_dtype, device_str, str(path))
     model = _materialise(spec, device_str, target_dtype)
     _copy_weights(model, locations, device_str, path)
     model.eval().requires_grad_(False)

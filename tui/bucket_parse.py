@@ -12,8 +12,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-MAX_BUCKETS = 512
-"""More graphs than this is never what anyone meant (and would take minutes to capture)."""
+from graphtop.engine.graphs.config import MAX_BUCKETS  # the engine's limit: one number
 
 _INT = re.compile(r"[+]?\d+")
 _RANGE = re.compile(r"(?P<a>[^-:]*)-(?P<b>[^:]*)(?::(?P<s>.*))?")

@@ -38,6 +38,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphtop", description="LLM inference with CUDA graphs you can watch.")
     p.add_argument("--model", help="Hugging Face checkpoint folder (default: the built-in demo model)")
+    p.add_argument("--allow-external-weights", action="store_true",
+                   help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)")
@@ -153,6 +155,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         max_total_tokens=args.max_total_tokens,
         fused_kernels=args.fused_kernels,
         overlap_schedule=args.overlap_schedule,
+        allow_external_weights=args.allow_external_weights,
         graphs=graphs,
     )
     try:
@@ -160,6 +163,17 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
     except ValueError as e:
         raise UsageError(str(e)) from None
     return cfg
+
+
+def _check_demo_cache() -> None:
+    """The demo model's cache folder (GRAPHTOP_CACHE_DIR) is usable, before anything loads."""
+    from graphtop.models import CheckpointError
+    from graphtop.models.demo import check_demo_cache
+
+    try:
+        check_demo_cache()
+    except CheckpointError as e:
+        raise UsageError(str(e)) from None
 
 
 def _run_trace(argv: Sequence[str]) -> int:
@@ -207,6 +221,8 @@ def _main(argv: Sequence[str]) -> int:
     headless = bool(args.prompts or args.synthetic or args.record or args.output)
     config = engine_config_from_args(args)
     if headless:
+        if args.model is None:
+            _check_demo_cache()  # (the dashboard shows the same one-line error, without paying for torch first)
         from graphtop.tui.headless import run_headless
 
         return run_headless(args, config)

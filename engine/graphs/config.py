@@ -9,6 +9,7 @@ and each downgrade is reported with a reason.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -16,6 +17,10 @@ DECODE_BACKENDS = ("full", "disabled")
 PREFILL_BACKENDS = ("breakable", "disabled")
 DEFAULT_DECODE_MAX_BS = 256
 DEFAULT_PREFILL_PADDING_CAP = 0.25  # refuse a prefill graph when padding exceeds 25 % of real tokens
+MAX_BUCKETS = 512
+"""Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
+more emulated), so a longer list is never what anyone meant. The README documents this number."""
+_MAX_DEFAULT_STEP = 512  # the widest gap between two neighbours of a default bucket list
 
 KEYS = (
     "decode.backend",
@@ -106,7 +111,38 @@ def _size_list(key: str, v: Any) -> list[int]:
             raise GraphConfigError(f"cuda graph config: {key} must be a list of integers") from None
     if not isinstance(v, list) or not v:
         raise GraphConfigError(f"cuda graph config: {key} must be a non-empty list of integers")
+    check_bucket_count(key, v)
     return sorted({_positive_int(key, x) for x in v})
+
+
+def check_bucket_count(key: str, sizes: list[Any]) -> None:
+    """At most MAX_BUCKETS buckets per phase (counted before de-duplication: a 15,000-entry list is
+    refused without building anything)."""
+    if len(sizes) > MAX_BUCKETS:
+        raise GraphConfigError(f"cuda graph config: {key} has {len(sizes):,} buckets, over the limit of {MAX_BUCKETS}")
+
+
+def check_buckets_fit_pool(key: str, sizes: list[int], pool_tokens: int, what: str = " bucket") -> None:
+    """A bucket larger than the KV pool can never run (a batch or a prefill step holds at most the
+    pool's tokens) and its static buffers alone could exhaust memory: refused even when locked."""
+    too_big = [s for s in sizes if s > pool_tokens]
+    if too_big:
+        raise GraphConfigError(
+            f"cuda graph config: {key}{what} {too_big[0]:,} is over the KV pool's {pool_tokens:,} tokens; "
+            "a graph that large can never run"
+        )
+
+
+def _check_locked_maxima(cfg: "GraphConfig", pool_tokens: int) -> None:
+    for key in ("decode.max_bs", "prefill.max_num_tokens"):
+        if key in cfg.locked and cfg.get(key) is not None:
+            check_buckets_fit_pool(key, [cfg.get(key)], pool_tokens, what="")
+
+
+def _defaults_within(make: Any, span: int, limit: int) -> list[int]:
+    """``make(span)`` restricted to what matters under ``limit``: the same list after clamping, built
+    without materialising millions of sizes for a huge (locked) maximum."""
+    return make(min(span, limit + _MAX_DEFAULT_STEP))
 
 
 def _backend(key: str, v: Any, allowed: tuple[str, ...]) -> str:
@@ -125,10 +161,14 @@ def _apply(cfg: GraphConfig, key: str, value: Any) -> None:
     elif key in ("decode.max_bs", "prefill.max_num_tokens"):
         value = _positive_int(key, value)
     elif key == "prefill.max_padding_waste":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise GraphConfigError(f"cuda graph config: {key} must be a number >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise GraphConfigError(f"cuda graph config: {key} must be a finite number >= 0, got {value!r}")
         value = float(value)
     cfg.set(key, value)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
 
 
 def build_graph_config(json_text: Optional[str], flags: dict[str, Any]) -> GraphConfig:
@@ -139,9 +179,13 @@ def build_graph_config(json_text: Optional[str], flags: dict[str, Any]) -> Graph
             _apply(cfg, key, value)
     if json_text:
         try:
-            data = json.loads(json_text)
+            data = json.loads(json_text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as e:
             raise GraphConfigError(f"cuda graph config is not valid JSON: {e.msg} at column {e.colno}") from None
+        except RecursionError:
+            raise GraphConfigError("cuda graph config is nested too deeply") from None
+        except ValueError as e:  # NaN/Infinity, or an integer of more than 4300 digits
+            raise GraphConfigError(f"cuda graph config: {str(e).splitlines()[0][:80]}") from None
         if not isinstance(data, dict):
             raise GraphConfigError("cuda graph config must be a JSON object with 'decode' and/or 'prefill'")
         for phase, body in data.items():
@@ -202,6 +246,7 @@ def resolve_graph_config(
     attention_supports_decode_graph: bool,
 ) -> ResolvedGraphConfig:
     downgrades: list[Downgrade] = []
+    _check_locked_maxima(cfg, pool_tokens)
 
     def downgrade(key: str, new: Any, reason: str) -> Any:
         old = cfg.get(key)
@@ -230,7 +275,8 @@ def resolve_graph_config(
     if cfg.decode_bs is not None:
         decode_bs = list(cfg.decode_bs)
     else:
-        decode_bs = default_decode_buckets(cfg.decode_max_bs or DEFAULT_DECODE_MAX_BS)
+        decode_bs = _defaults_within(default_decode_buckets, cfg.decode_max_bs or DEFAULT_DECODE_MAX_BS,
+                                     min(max_bs, bs_limit))
     if "decode.bs" not in cfg.locked:
         limit = min(max_bs, bs_limit)
         clamped = clamp_buckets(decode_bs, limit)
@@ -249,7 +295,8 @@ def resolve_graph_config(
     if cfg.prefill_num_tokens is not None:
         prefill_tokens = list(cfg.prefill_num_tokens)
     else:  # up to the step maximum; clamping then appends the pool size when the pool is smaller
-        prefill_tokens = default_prefill_buckets(cfg.prefill_max_num_tokens or chunked_prefill_size)
+        prefill_tokens = _defaults_within(default_prefill_buckets,
+                                          cfg.prefill_max_num_tokens or chunked_prefill_size, max_tokens)
     if "prefill.num_tokens" not in cfg.locked:
         clamped = clamp_buckets(prefill_tokens, max_tokens)
         if clamped != sorted(set(prefill_tokens)) and cfg.prefill_num_tokens is not None:
@@ -257,6 +304,10 @@ def resolve_graph_config(
                                         f"a prefill step never exceeds {max_tokens} tokens"))
         prefill_tokens = clamped
 
+    if decode_backend != "disabled":
+        check_buckets_fit_pool("decode.bs", decode_bs, pool_tokens)
+    if cfg.prefill_backend != "disabled":
+        check_buckets_fit_pool("prefill.num_tokens", prefill_tokens, pool_tokens)
     return ResolvedGraphConfig(
         decode_backend=decode_backend,
         decode_bs=decode_bs if decode_backend != "disabled" else [],
