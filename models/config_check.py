@@ -109,6 +109,16 @@ def _rope(config: dict[str, Any], where: Optional[str]) -> None:
             raise _fail(f"'{what}high_freq_factor' ({high}) must be above low_freq_factor ({low})", where)
 
 
+def check_architecture_fields(config: dict[str, Any], where: Optional[str] = None) -> None:
+    """'architectures' and 'model_type', which pick the family (checked first: the other checks apply
+    to a supported family only)."""
+    archs = config.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise _fail(f"'architectures' must be a list of names, got {_show(archs)}", where)
+    if config.get("model_type") is not None and not isinstance(config["model_type"], str):
+        raise _fail(f"'model_type' must be a name, got {_show(config['model_type'])}", where)
+
+
 def check_config_fields(config: dict[str, Any], where: Optional[str] = None) -> None:
     """Types, ranges and finiteness of the config.json keys graphtop reads; CheckpointError otherwise."""
     for key in _SIZES_REQUIRED:
@@ -124,9 +134,6 @@ def check_config_fields(config: dict[str, Any], where: Optional[str] = None) -> 
     _rope(config, where)
     for key in ("eos_token_id", "bos_token_id"):
         _token_ids(config, key, where)
-    archs = config.get("architectures")
-    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
-        raise _fail(f"'architectures' must be a list of names, got {_show(archs)}", where)
 
 
 def check_spec(spec: ModelSpec, where: Optional[str] = None) -> None:

@@ -26,7 +26,7 @@ from .checkpoint_files import (
     read_json,
     tensor_locations,
 )
-from .config_check import check_config_fields, check_model_fits, check_spec
+from .config_check import check_architecture_fields, check_config_fields, check_model_fits, check_spec
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
@@ -203,6 +203,7 @@ def load_checkpoint(
     path = Path(path).expanduser()
     check_folder(path)
     raw_config = read_config_json(path, allow_external_weights)
+    check_architecture_fields(raw_config, str(path))
     resolve(architecture_name(raw_config), str(path))  # before AutoConfig: clearer error
     check_config_fields(raw_config, str(path))
     hf_config = _load_hf_config(path)

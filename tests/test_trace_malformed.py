@@ -124,3 +124,57 @@ async def test_dashboard_open_trace_shows_the_error(tmp_path):
         await pilot.pause()
         assert app.session.kind != "replay"
     assert len(shown) == 1 and shown[0].startswith(f"{path}:2: ") and "out of range" in shown[0]
+
+
+def _events_at(int_value: int, float_value: float) -> list:
+    """One event of every type, every numeric field (but ts) at the given value."""
+    import dataclasses
+    import typing
+
+    from graphtop.engine.telemetry import events as ev
+
+    out = []
+    for n, cls in enumerate(t for t in ev.EVENT_TYPES.values() if t is not ev.TraceHeader):
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            if typing.get_origin(hint) is typing.Union:  # Optional[X] -> X
+                hint = next(a for a in typing.get_args(hint) if a is not type(None))
+            if f.name == "ts":
+                continue
+            if typing.get_origin(hint) is tuple and typing.get_args(hint)[0] is int:
+                values[f.name] = (int_value, 1)
+            elif hint is int:
+                values[f.name] = int_value
+            elif hint is float:
+                values[f.name] = float_value
+        if cls is ev.StepEvent:
+            values["path"] = "graph"
+        out.append(cls(ts=1000.0 + n, **values))
+    return out
+
+
+@pytest.mark.parametrize("int_value,float_value", [(2**63 - 1, 2.0**53), (0, 0.0)])
+async def test_values_at_the_limits_replay_in_the_dashboard(tmp_path, int_value, float_value):
+    """What the reader accepts, every reader shows: the summary, Perfetto and the dashboard's panels."""
+    from graphtop.engine.telemetry.perfetto import write_perfetto
+    from graphtop.engine.telemetry.report import format_summary, summarize
+    from graphtop.tui.app import GraphtopApp
+    from graphtop.tui.replay_session import ReplaySession
+    from graphtop.tui.testing import FIXED_DEVICE, screen_text, settle
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(HEADER + "".join(_json(e.to_dict()) + "\n" for e in _events_at(int_value, float_value)))
+    trace = read_trace(path)
+    assert format_summary(summarize(trace))
+    write_perfetto(trace, tmp_path / "p.json")
+    json.loads((tmp_path / "p.json").read_text())
+    replay = ReplaySession.from_path(str(path), paused=True)
+    app = GraphtopApp(replay, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        replay.seek_to(replay.duration)
+        app.pump()
+        await settle(pilot)
+        assert app.state.events_seen == len(trace.events) and "REPLAY" in screen_text(app)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Any, NoReturn, Optional, Sequence
 
@@ -25,6 +26,18 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
+
+
+MAX_MESSAGE_CHARS = 400
+
+
+def one_line(message: str) -> str:
+    """A message as the CLI prints it: one line, and short even when it quotes a huge input."""
+    message = re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    half = MAX_MESSAGE_CHARS // 2 - 2
+    return f"{message[:half]} … {message[-half:]}"
 
 
 from .cli_types import MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_float, int_in, positive_int  # noqa: E402
@@ -251,7 +264,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _main(argv)
     except UsageError as e:
-        print(f"graphtop: error: {e}", file=sys.stderr)
+        print(f"graphtop: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("graphtop: interrupted", file=sys.stderr)

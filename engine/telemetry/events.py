@@ -276,10 +276,11 @@ MAX_FLOAT = 2.0**53
 MAX_DEPTH = 32  # nesting of free-form values (header meta, graph_config, config_downgrade old/new)
 
 
-def _describe(v: Any) -> str:
-    """A short rendering of a bad value for a one-line message (a 5000-digit int is not printed)."""
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT:
-        return f"an integer of {len(str(abs(v))) if abs(v).bit_length() < 14000 else 'over 4000'} digits"
+def short_repr(v: Any) -> str:
+    """A bad value as a one-line message shows it: short, whatever the line held (a 5000-digit int is
+    described, not printed)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
+        return f"an integer of {v.bit_length()} bits"
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -296,11 +297,11 @@ def _check_range(name: str, annotation: Any, v: Any) -> None:
     """Typed numeric fields: finite, non-negative, within the limits above."""
     if annotation is int:
         if not 0 <= v <= MAX_INT:
-            raise SchemaError(f"field {name!r} is out of range (0..2**63-1): {_describe(v)}")
+            raise SchemaError(f"field {name!r} is out of range (0..2**63-1): {short_repr(v)}")
     elif annotation is float:
         if not (0.0 <= v <= MAX_FLOAT):  # also false for NaN
             what = "not finite" if v != v or v in (float("inf"), float("-inf")) else "out of range (0..2**53)"
-            raise SchemaError(f"field {name!r} is {what}: {_describe(v)}")
+            raise SchemaError(f"field {name!r} is {what}: {short_repr(v)}")
 
 
 def _check_free(name: str, v: Any, depth: int = 0) -> None:
@@ -309,10 +310,10 @@ def _check_free(name: str, v: Any, depth: int = 0) -> None:
         raise SchemaError(f"field {name!r} is nested deeper than {MAX_DEPTH} levels")
     if isinstance(v, float):
         if v != v or v in (float("inf"), float("-inf")):
-            raise SchemaError(f"field {name!r} holds a number that is not finite: {_describe(v)}")
+            raise SchemaError(f"field {name!r} holds a number that is not finite: {short_repr(v)}")
     elif isinstance(v, int) and not isinstance(v, bool):
         if abs(v) > MAX_INT:
-            raise SchemaError(f"field {name!r} holds an integer out of range: {_describe(v)}")
+            raise SchemaError(f"field {name!r} holds an integer out of range: {short_repr(v)}")
     elif isinstance(v, str):
         _check_text(name, v)
     elif isinstance(v, list):
@@ -379,14 +380,14 @@ def validate_event_dict(obj: Any) -> type[Event]:
     if not isinstance(obj, dict):
         raise SchemaError("event is not a JSON object")
     tag = obj.get("type")
-    cls = EVENT_TYPES.get(tag)  # type: ignore[arg-type]
+    cls = EVENT_TYPES.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        raise SchemaError(f"unknown event type {tag!r}")
+        raise SchemaError(f"unknown event type {short_repr(tag)}")
     hints = _type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in obj:
         if key != "type" and key not in names:
-            raise SchemaError(f"{tag}: unexpected field {key!r}")
+            raise SchemaError(f"{tag}: unexpected field {short_repr(key)}")
     for f in dataclasses.fields(cls):
         if f.name not in obj:
             raise SchemaError(f"{tag}: missing field {f.name!r}")

@@ -20,6 +20,7 @@ from .events import (
     SchemaError,
     TraceHeader,
     event_from_dict,
+    short_repr,
     validate_event_dict,
 )
 
@@ -130,11 +131,11 @@ class TraceDicts:
 
     def _check_header(self, obj: Any, lineno: int) -> None:
         if not isinstance(obj, dict) or obj.get("type") != TraceHeader.type:
-            got = obj.get("type") if isinstance(obj, dict) else type(obj).__name__
-            raise self._error(lineno, f"first line is not a trace header (got type {got!r})")
+            got = short_repr(obj.get("type")) if isinstance(obj, dict) else f"a JSON {_json_kind(obj)}"
+            raise self._error(lineno, f"first line is not a trace header (got type {got})")
         version = obj.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise self._error(lineno, f"bad header: schema_version should be int, got {version!r}")
+            raise self._error(lineno, f"bad header: schema_version should be int, got {short_repr(version)}")
         if version > SCHEMA_VERSION:
             raise self._error(
                 lineno,
