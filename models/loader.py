@@ -31,6 +31,7 @@ from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple
+from .weight_checks import FiniteChecks, check_float_dtype
 
 log = logging.getLogger(__name__)
 
@@ -136,24 +137,6 @@ def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype
     return model
 
 
-FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
-"""safetensors dtype names whose values are weights; an integer tensor copied into a float parameter
-would load without a word and produce nonsense."""
-
-
-def check_finite(name: str, tensor: torch.Tensor, file: Path) -> None:
-    """Refuse a tensor holding NaN or infinity (it loads, and every request then ends in "eos").
-
-    One reduction (a float32 sum propagates NaN/inf and allocates nothing); only when it is not
-    finite, which a sum of huge finite values can also cause, is the tensor checked element-wise.
-    """
-    if bool(torch.isfinite(tensor.sum(dtype=torch.float32))):
-        return
-    bad = int((~torch.isfinite(tensor)).sum())
-    if bad:
-        raise CheckpointError(f"tensor '{name}' holds {bad:,} non-finite values (NaN or infinity) in {file}")
-
-
 @torch.no_grad()
 def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path) -> None:
     params = dict(model.named_parameters())  # deduplicated: a tied lm_head is not listed
@@ -164,22 +147,19 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
     by_file: dict[Path, list[str]] = defaultdict(list)
     for name in params:
         by_file[locations[name]].append(name)
-    for file, names in by_file.items():
-        reader = SafetensorsReader(file, device)
-        for name in names:
-            if name not in reader.names:
-                raise CheckpointError(f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
-            got, want = reader.shape(name), tuple(params[name].shape)
-            if got != want:
-                raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
-            stored = reader.dtype(name)
-            if stored not in FLOAT_DTYPES:
-                raise CheckpointError(
-                    f"tensor '{name}' is stored as {stored}, not floating point: refusing to convert it into "
-                    f"weights in {file}"
-                )
-            params[name].copy_(reader.tensor(name))
-            check_finite(name, params[name], file)
+    with FiniteChecks() as finite:
+        for file, names in by_file.items():
+            reader = SafetensorsReader(file, device)
+            for name in names:
+                if name not in reader.names:
+                    raise CheckpointError(
+                        f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
+                got, want = reader.shape(name), tuple(params[name].shape)
+                if got != want:
+                    raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
+                check_float_dtype(name, reader.dtype(name), file)
+                params[name].copy_(reader.tensor(name))
+                finite.submit(name, params[name], file)
     unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
     if unused:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
