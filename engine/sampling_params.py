@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
+from .telemetry.events import short_repr
+
 MAX_NEW_TOKENS = 2**31 - 1
 """Above any context length; the bound only keeps the number a 64-bit-safe trace value."""
 SEED_RANGE = (0, 2**64 - 1)
@@ -20,24 +22,19 @@ SEED_RANGE = (0, 2**64 - 1)
 
 def _integer(name: str, v: Any, lo: int, hi: Optional[int] = None) -> None:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{name} must be an integer, got {_show(v)}")
+        raise ValueError(f"{name} must be an integer, got {short_repr(v)}")
     if v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {_show(v)}")
+        raise ValueError(f"{name} must be an integer >= {lo}, got {short_repr(v)}")
     if hi is not None and v > hi:
-        raise ValueError(f"{name} must be at most {hi}, got {_show(v)}")
+        raise ValueError(f"{name} must be at most {hi}, got {short_repr(v)}")
 
 
 def _real(name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{name} must be a number, got {_show(v)}")
+        raise ValueError(f"{name} must be a number, got {short_repr(v)}")
     if isinstance(v, int) and v.bit_length() > 1000 or not math.isfinite(v):  # (a huge int overflows float)
-        raise ValueError(f"{name} must be a finite number, got {_show(v)}")
+        raise ValueError(f"{name} must be a finite number, got {short_repr(v)}")
     return float(v)
-
-
-def _show(v: Any) -> str:
-    text = repr(v) if not (isinstance(v, int) and v.bit_length() > 256) else f"an integer of {v.bit_length()} bits"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_unicode(text: str) -> bool:
@@ -66,7 +63,7 @@ class SamplingParams:
         elif isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
         elif not isinstance(self.stop, tuple):
-            raise ValueError(f"stop must be a string or a list of strings, got {_show(self.stop)}")
+            raise ValueError(f"stop must be a string or a list of strings, got {short_repr(self.stop)}")
         _integer("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         if _real("temperature", self.temperature) < 0.0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
@@ -79,7 +76,7 @@ class SamplingParams:
             raise ValueError("stop strings must be non-empty strings of valid Unicode")
         for name in ("ignore_eos", "detokenize"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {_show(getattr(self, name))}")
+                raise ValueError(f"{name} must be true or false, got {short_repr(getattr(self, name))}")
 
     @property
     def greedy(self) -> bool:

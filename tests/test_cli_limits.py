@@ -12,38 +12,16 @@ import pytest
 
 import graphtop.models.demo as demo
 from graphtop.models import CheckpointError
+from cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
 from graphtop.tui.cli import main
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
-               "--chunked-prefill-size", "64", "--max-new-tokens", "3"]
-
-
-@pytest.fixture(autouse=True)
-def private_cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "graphtop-cache"))
-
 
 @pytest.fixture
 def prompts(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text("hello\n")
     return path
-
-
-def run(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line_error(rc, err, *needles):
-    lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith("graphtop: error: ") and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 FLAG_CASES = {
@@ -78,7 +56,7 @@ def test_bad_flag_value_is_refused_before_the_model_loads(tmp_path, prompts, cap
     argv, *needles = FLAG_CASES[case]
     argv = [str(prompts) if a == "P" else a for a in argv]
     rc, _, err = run(capsys, "--model", tmp_path, "--output", tmp_path / "o.jsonl", *argv)
-    one_line_error(rc, err, *needles)
+    assert_usage_error(rc, "", err, *needles)
     assert not (tmp_path / "o.jsonl").exists()
 
 
@@ -90,14 +68,14 @@ def test_bad_flag_value_is_refused_before_the_model_loads(tmp_path, prompts, cap
 def test_bucket_over_the_pool_is_one_line_error(tiny_ckpt, tmp_path, prompts, capsys, argv, needle):
     """The issue's example: --cuda-graph-bs-decode 1000000000 was killed by the OOM killer at 22.9 GB."""
     rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
-                     *ENGINE_ARGS, *argv)
-    one_line_error(rc, err, needle)
+                     *SHORT_RUN, *argv)
+    assert_usage_error(rc, "", err, needle)
 
 
 def test_kv_budget_beyond_host_memory_is_refused_with_the_estimate(tiny_ckpt, tmp_path, prompts, capsys):
     rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
                      "--device", "cpu", "--kv-budget-mb", "1000000000")
-    one_line_error(rc, err, "a KV pool of", "tokens needs ~", "GiB", "available", "--kv-budget-mb")
+    assert_usage_error(rc, "", err, "a KV pool of", "tokens needs ~", "GiB", "available", "--kv-budget-mb")
 
 
 def test_graph_buffers_beyond_memory_are_refused_with_the_estimate(tiny_ckpt, tmp_path, monkeypatch):
@@ -123,11 +101,11 @@ def test_cache_dir_that_is_a_file_is_one_line_error(tmp_path, prompts, capsys, m
     cache = tmp_path / "a-file"
     cache.write_text("x")
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(cache))
-    rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS)
-    one_line_error(rc, err, f"GRAPHTOP_CACHE_DIR={cache}", "is not a folder")
+    rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *SHORT_RUN)
+    assert_usage_error(rc, "", err, f"GRAPHTOP_CACHE_DIR={cache}", "is not a folder")
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(cache / "below"))
-    rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS)
-    one_line_error(rc, err, "is not a folder")
+    rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *SHORT_RUN)
+    assert_usage_error(rc, "", err, "is not a folder")
 
 
 def test_read_only_cache_dir_is_one_line_error(tmp_path, prompts, capsys, monkeypatch):
@@ -137,8 +115,8 @@ def test_read_only_cache_dir_is_one_line_error(tmp_path, prompts, capsys, monkey
     real_access = os.access
     # root ignores permissions and there is no read-only mount here: access() reports what EROFS would
     monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(cache) else real_access(p, mode))
-    rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS)
-    one_line_error(rc, err, f"GRAPHTOP_CACHE_DIR={cache / 'graphtop'}", "not writable")
+    rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *SHORT_RUN)
+    assert_usage_error(rc, "", err, f"GRAPHTOP_CACHE_DIR={cache / 'graphtop'}", "not writable")
 
 
 def test_a_cache_that_already_holds_the_model_may_be_read_only(tmp_path, monkeypatch):

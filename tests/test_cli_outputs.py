@@ -9,18 +9,9 @@ import stat
 
 import pytest
 
-from graphtop.tui.cli import main
+from cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
-               "--chunked-prefill-size", "64", "--max-new-tokens", "3"]
-
-
-@pytest.fixture(autouse=True)
-def private_cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "graphtop-cache"))
-
 
 @pytest.fixture(scope="module")
 def ckpt(tiny_ckpt):
@@ -34,45 +25,32 @@ def prompts(tmp_path):
     return path
 
 
-def run(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line_error(rc, err, *needles):
-    lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith("graphtop: error: "), err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
 def test_output_over_the_prompts_file_is_refused(ckpt, prompts, capsys):
     before = prompts.read_bytes()
-    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", prompts, *ENGINE_ARGS)
-    one_line_error(rc, err, "--output", "same file as --prompts")
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", prompts, *SHORT_RUN)
+    assert_usage_error(rc, "", err, "--output", "same file as --prompts")
     assert prompts.read_bytes() == before
 
 
 def test_output_through_a_link_to_the_prompts_file_is_refused(ckpt, prompts, tmp_path, capsys):
     link = tmp_path / "out.jsonl"
     link.symlink_to(prompts)
-    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", link, *ENGINE_ARGS)
-    one_line_error(rc, err, "--output")
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", link, *SHORT_RUN)
+    assert_usage_error(rc, "", err, "--output")
     assert link.is_symlink() and prompts.read_text() == "hello world\nonce upon a time\n"
 
 
 def test_record_and_output_on_one_file_are_refused(ckpt, prompts, tmp_path, capsys):
     same = tmp_path / "same.jsonl"
     same.write_text("an old trace\n")
-    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", same, "--record", same, *ENGINE_ARGS)
-    one_line_error(rc, err, "name the same file")
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", same, "--record", same, *SHORT_RUN)
+    assert_usage_error(rc, "", err, "name the same file")
     assert same.read_text() == "an old trace\n"
 
 
 def test_record_over_the_prompts_file_is_refused(ckpt, prompts, capsys):
-    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--record", prompts, *ENGINE_ARGS)
-    one_line_error(rc, err, "--record", "same file as --prompts")
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--record", prompts, *SHORT_RUN)
+    assert_usage_error(rc, "", err, "--record", "same file as --prompts")
     assert prompts.read_text() == "hello world\nonce upon a time\n"
 
 
@@ -82,18 +60,18 @@ def test_symlink_output_is_refused_and_kept(ckpt, prompts, tmp_path, capsys):
     link = tmp_path / "latest.jsonl"
     link.symlink_to(real)
     for flag in ("--output", "--record"):
-        rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, flag, link, *ENGINE_ARGS)
-        one_line_error(rc, err, flag, "symbolic link")
+        rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, flag, link, *SHORT_RUN)
+        assert_usage_error(rc, "", err, flag, "symbolic link")
         assert link.is_symlink() and real.read_text() == "old results\n"
 
 
 def test_device_output_is_written_through_and_an_existing_file_keeps_its_mode(ckpt, prompts, tmp_path, capsys):
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", os.devnull, *ENGINE_ARGS)
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", os.devnull, *SHORT_RUN)
     assert rc == 0 and err == "" and stat.S_ISCHR(os.stat(os.devnull).st_mode)
     target = tmp_path / "out.jsonl"
     target.write_text("old\n")
     target.chmod(0o640)
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", target, *ENGINE_ARGS)
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", target, *SHORT_RUN)
     assert rc == 0, err
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     assert [json.loads(line)["prompt"] for line in target.read_text().splitlines()] == ["hello world",
@@ -107,7 +85,7 @@ def test_perfetto_export_over_its_own_trace_is_refused(tmp_path, capsys):
                                  "meta": {}}) + "\n")
     before = trace.read_bytes()
     rc, _, err = run(capsys, "trace", "export", "--perfetto", trace, trace)
-    one_line_error(rc, err, "OUT", "same file as TRACE")
+    assert_usage_error(rc, "", err, "OUT", "same file as TRACE")
     assert trace.read_bytes() == before
 
 
@@ -120,6 +98,6 @@ def test_perfetto_export_of_a_bad_trace_leaves_out_untouched(tmp_path, capsys):
     out = tmp_path / "out.json"
     out.write_text("previous export")
     rc, _, err = run(capsys, "trace", "export", "--perfetto", trace, out)
-    one_line_error(rc, err, f"{trace}:2:")
+    assert_usage_error(rc, "", err, f"{trace}:2:")
     assert out.read_text() == "previous export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "t.jsonl"]

@@ -9,19 +9,11 @@ import json
 import pytest
 
 from graphtop.engine.sampling_params import SamplingParams
+from cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
 from graphtop.tui.cli import main
 from graphtop.tui.prompts_file import parse_line, read_prompts
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
-               "--chunked-prefill-size", "64", "--max-new-tokens", "3"]
-
-
-@pytest.fixture(autouse=True)
-def private_cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "graphtop-cache"))
-
 
 # (raw JSON line, words the error must contain)
 BAD = {
@@ -106,7 +98,7 @@ def test_every_bad_line_is_written_with_its_reason_and_the_others_are_served(tin
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    rc = main(["--model", str(tiny_ckpt("llama")), "--prompts", str(prompts), "--output", str(out), *ENGINE_ARGS])
+    rc = main(["--model", str(tiny_ckpt("llama")), "--prompts", str(prompts), "--output", str(out), *SHORT_RUN])
     stdout, err = capsys.readouterr()
     assert rc == 1 and "Traceback" not in err
     results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]

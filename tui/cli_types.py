@@ -12,6 +12,8 @@ import argparse
 import math
 from typing import Callable, Optional
 
+from graphtop.engine.telemetry.events import short_repr
+
 MAX_FLAG_INT = 2**31 - 1
 MAX_SYNTHETIC_REQUESTS = 100_000
 """``--synthetic N`` builds every request up front (prompt token ids included)."""
@@ -19,15 +21,11 @@ MAX_SEED = 2**63 - 1
 """Request i of a synthetic run is seeded ``seed + i``, which must stay a 64-bit torch seed."""
 
 
-def _shown(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
-
-
 def _int(text: str) -> int:
     try:
         return int(text)
     except ValueError:  # also for more than 4300 digits (int-from-string limit)
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not an integer (or has too many digits)") from None
+        raise argparse.ArgumentTypeError(f"{short_repr(text)} is not an integer (or has too many digits)") from None
 
 
 def int_in(lo: int, hi: int = MAX_FLAG_INT) -> Callable[[str], int]:
@@ -36,10 +34,10 @@ def int_in(lo: int, hi: int = MAX_FLAG_INT) -> Callable[[str], int]:
     def parse(text: str) -> int:
         v = _int(text)
         if v < lo:
-            raise argparse.ArgumentTypeError(f"{_shown(text)} must be positive" if lo == 1
-                                             else f"{_shown(text)} must be >= {lo}")
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be positive" if lo == 1
+                                             else f"{short_repr(text)} must be >= {lo}")
         if v > hi:
-            raise argparse.ArgumentTypeError(f"{_shown(text)} is over the limit of {hi}")
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} is over the limit of {hi}")
         return v
 
     return parse
@@ -55,13 +53,13 @@ def finite_float(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_o
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} is not a number") from None
         if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{_shown(text)} is not a finite number")
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} is not a finite number")
         if lo is not None and (v <= lo if lo_open else v < lo):
-            raise argparse.ArgumentTypeError(f"{_shown(text)} must be {'>' if lo_open else '>='} {lo:g}")
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be {'>' if lo_open else '>='} {lo:g}")
         if hi is not None and v > hi:
-            raise argparse.ArgumentTypeError(f"{_shown(text)} must be <= {hi:g}")
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be <= {hi:g}")
         return v
 
     return parse

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..telemetry.events import short_repr
+
 DECODE_BACKENDS = ("full", "disabled")
 PREFILL_BACKENDS = ("breakable", "disabled")
 DEFAULT_DECODE_MAX_BS = 256
@@ -94,19 +96,11 @@ class GraphConfig:
         }
 
 
-def _show(v: Any) -> str:
-    """A bad value as it appears in a one-line message: short, whatever the user passed."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
-        return f"an integer of {v.bit_length()} bits"
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _positive_int(key: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise GraphConfigError(f"cuda graph config: {key} must be an integer, got {_show(v)}")
+        raise GraphConfigError(f"cuda graph config: {key} must be an integer, got {short_repr(v)}")
     if v <= 0:
-        raise GraphConfigError(f"cuda graph config: {key} must be positive, got {_show(v)}")
+        raise GraphConfigError(f"cuda graph config: {key} must be positive, got {short_repr(v)}")
     return v
 
 
@@ -155,7 +149,7 @@ def _defaults_within(make: Any, span: int, limit: int) -> list[int]:
 
 def _backend(key: str, v: Any, allowed: tuple[str, ...]) -> str:
     if v not in allowed:
-        raise GraphConfigError(f"cuda graph config: unknown {key} {_show(v)}; choose {' or '.join(allowed)}")
+        raise GraphConfigError(f"cuda graph config: unknown {key} {short_repr(v)}; choose {' or '.join(allowed)}")
     return v
 
 
@@ -170,7 +164,7 @@ def _apply(cfg: GraphConfig, key: str, value: Any) -> None:
         value = _positive_int(key, value)
     elif key == "prefill.max_padding_waste":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-            raise GraphConfigError(f"cuda graph config: {key} must be a finite number >= 0, got {_show(value)}")
+            raise GraphConfigError(f"cuda graph config: {key} must be a finite number >= 0, got {short_repr(value)}")
         value = float(value)
     cfg.set(key, value)
 
@@ -198,13 +192,13 @@ def build_graph_config(json_text: Optional[str], flags: dict[str, Any]) -> Graph
             raise GraphConfigError("cuda graph config must be a JSON object with 'decode' and/or 'prefill'")
         for phase, body in data.items():
             if phase not in ("decode", "prefill"):
-                raise GraphConfigError(f"cuda graph config: unknown phase {_show(phase)}; use 'decode' or 'prefill'")
+                raise GraphConfigError(f"cuda graph config: unknown phase {short_repr(phase)}; use 'decode' or 'prefill'")
             if not isinstance(body, dict):
                 raise GraphConfigError(f"cuda graph config: {phase} must be a JSON object")
             for name, value in body.items():
                 key = f"{phase}.{name}"
                 if key not in KEYS:
-                    raise GraphConfigError(f"cuda graph config: unknown key {_show(key)}")
+                    raise GraphConfigError(f"cuda graph config: unknown key {short_repr(key)}")
                 _apply(cfg, key, value)
     return cfg
 
