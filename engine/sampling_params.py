@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-from .telemetry.events import short_repr
+from .telemetry.value_limits import short_repr
 
 MAX_NEW_TOKENS = 2**31 - 1
 """Above any context length; the bound only keeps the number a 64-bit-safe trace value."""

@@ -12,7 +12,7 @@ import argparse
 import math
 from typing import Callable, Optional
 
-from graphtop.engine.telemetry.events import short_repr
+from graphtop.engine.telemetry.value_limits import short_repr
 
 MAX_FLAG_INT = 2**31 - 1
 MAX_SYNTHETIC_REQUESTS = 100_000

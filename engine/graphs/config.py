@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..telemetry.events import short_repr
+from ..telemetry.value_limits import short_repr
 
 DECODE_BACKENDS = ("full", "disabled")
 PREFILL_BACKENDS = ("breakable", "disabled")

@@ -15,6 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
+from .value_limits import SchemaError, check_free, check_range, check_text, short_repr
+
 SCHEMA_VERSION = 1
 
 
@@ -263,68 +265,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-class SchemaError(ValueError):
-    """A trace line does not match the event schema."""
-
-
-# Value limits of a trace line (docs/trace-schema.md). Every number the engine writes is a size, a count,
-# a duration or a timestamp: non-negative and far below these bounds. A line beyond them is damaged or
-# forged, and letting it through would crash the readers that do arithmetic on it (Perfetto's
-# microsecond timeline, the summary's percentiles, the dashboard's gauges).
-MAX_INT = 2**63 - 1
-MAX_FLOAT = 2.0**53
-MAX_DEPTH = 32  # nesting of free-form values (header meta, graph_config, config_downgrade old/new)
-
-
-def short_repr(v: Any) -> str:
-    """A bad value as a one-line message shows it: short, whatever the line held (a 5000-digit int is
-    described, not printed)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
-        return f"an integer of {v.bit_length()} bits"
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _check_text(name: str, v: str) -> None:
-    if not v.isascii():
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SchemaError(f"field {name!r} is not valid Unicode (lone surrogate)") from None
-
-
-def _check_range(name: str, annotation: Any, v: Any) -> None:
-    """Typed numeric fields: finite, non-negative, within the limits above."""
-    if annotation is int:
-        if not 0 <= v <= MAX_INT:
-            raise SchemaError(f"field {name!r} is out of range (0..2**63-1): {short_repr(v)}")
-    elif annotation is float:
-        if not (0.0 <= v <= MAX_FLOAT):  # also false for NaN
-            what = "not finite" if v != v or v in (float("inf"), float("-inf")) else "out of range (0..2**53)"
-            raise SchemaError(f"field {name!r} is {what}: {short_repr(v)}")
-
-
-def _check_free(name: str, v: Any, depth: int = 0) -> None:
-    """Free-form values (``Any``/``dict`` fields): finite numbers, 64-bit ints, bounded nesting, Unicode."""
-    if depth > MAX_DEPTH:
-        raise SchemaError(f"field {name!r} is nested deeper than {MAX_DEPTH} levels")
-    if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            raise SchemaError(f"field {name!r} holds a number that is not finite: {short_repr(v)}")
-    elif isinstance(v, int) and not isinstance(v, bool):
-        if abs(v) > MAX_INT:
-            raise SchemaError(f"field {name!r} holds an integer out of range: {short_repr(v)}")
-    elif isinstance(v, str):
-        _check_text(name, v)
-    elif isinstance(v, list):
-        for item in v:
-            _check_free(name, item, depth + 1)
-    elif isinstance(v, dict):
-        for key, item in v.items():
-            _check_text(name, key)
-            _check_free(name, item, depth + 1)
-
-
 _JSON_TYPES: dict[Any, tuple[type, ...]] = {
     int: (int,),
     float: (int, float),
@@ -338,7 +278,7 @@ def _check_value(name: str, annotation: Any, value: Any) -> None:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if annotation is Any:
-        _check_free(name, value)
+        check_free(name, value)
         return
     if origin is typing.Union:
         if value is None and type(None) in args:
@@ -362,11 +302,11 @@ def _check_value(name: str, annotation: Any, value: Any) -> None:
     if not isinstance(value, allowed):
         raise SchemaError(f"field {name!r} should be {annotation.__name__}, got {type(value).__name__}")
     if annotation is str:
-        _check_text(name, value)
+        check_text(name, value)
     elif annotation is dict:
-        _check_free(name, value)
+        check_free(name, value)
     else:
-        _check_range(name, annotation, value)
+        check_range(name, annotation, value)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,16 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Union
 
-from .events import (
-    MAX_DEPTH,
-    SCHEMA_VERSION,
-    Event,
-    SchemaError,
-    TraceHeader,
-    event_from_dict,
-    short_repr,
-    validate_event_dict,
-)
+from .events import SCHEMA_VERSION, Event, TraceHeader, event_from_dict, validate_event_dict
+from .value_limits import MAX_DEPTH, SchemaError, short_repr
 
 __all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace"]
 
