@@ -73,10 +73,12 @@ def test_line_breaks_inside_json_strings_and_prompts_do_not_split_requests(tmp_p
 def test_duplicate_ids_reject_the_later_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "a", "id": "x"}\n{"prompt": "b", "id": "x"}\nline-4 text\n{"prompt": "c", '
-                    '"id": "line-3"}\n')
+                    '"id": "line-3"}\n{"bad json\n{"prompt": "d", "id": "line-5"}\n')
     lines = read_prompts(str(path))
-    assert [pl.error for pl in lines] == [None, "line 2: id 'x' is already used by line 1", None,
-                                          "line 4: id 'line-3' is already used by line 3"]
+    assert [pl.error for pl in lines][:4] == [None, "line 2: id 'x' is already used by line 1", None,
+                                              "line 4: id 'line-3' is already used by line 3"]
+    assert lines[4].error.startswith("line 5: malformed JSON")
+    assert lines[5].error == "line 6: id 'line-5' is already used by line 5"
 
 
 def test_not_utf8_file_is_one_line_error(tmp_path, capsys):

@@ -19,6 +19,8 @@ import re
 import sys
 from typing import Any, NoReturn, Optional, Sequence
 
+from .cli_types import MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_float, int_in, positive_int
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -38,9 +40,6 @@ def one_line(message: str) -> str:
         return message
     half = MAX_MESSAGE_CHARS // 2 - 2
     return f"{message[:half]} … {message[-half:]}"
-
-
-from .cli_types import MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_float, int_in, positive_int  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):

@@ -64,11 +64,9 @@ def read_prompts(path: str) -> list[PromptLine]:
 def _reject_duplicate_ids(lines: list[PromptLine]) -> None:
     """Results are matched to prompts by id: a second line with an id already used is rejected."""
     first: dict[str, int] = {}
-    for pl in lines:
-        if pl.error:
-            continue
+    for pl in lines:  # a rejected line keeps its id (line-N) in the output too
         seen = first.setdefault(pl.request_id, pl.line)
-        if seen != pl.line:
+        if seen != pl.line and not pl.error:
             pl.error = f"line {pl.line}: id {pl.request_id!r} is already used by line {seen}"
 
 
