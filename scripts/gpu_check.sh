@@ -4,7 +4,8 @@
 # the folder given as $1 (default: $OUT, else ./gpu-out).
 #   device run:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
-#      graph,events,dashboard (default) and gemv,profile,attn,ab (GEMV_ARGS, PROFILE_ARGS, ATTN_ARGS, AB_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
+#      graph,events,dashboard (default) and gemv,profile,attn,ab,finite (GEMV_ARGS, PROFILE_ARGS, ATTN_ARGS, AB_ARGS,
+#      FINITE_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
 #      bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS adds pytest flags.
 set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
@@ -50,5 +51,7 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,attn,* ]] && run_bench attn.log python3 bench/decode_attn_bench.py --out "$out" ${ATTN_ARGS:-}
   [[ $benches == *,ab,* ]] && run_bench ab.log python3 bench/ab_decode.py ${AB_ARGS:-}
   [[ $benches == *,profile,* ]] && run_bench profile.log python3 bench/profile_decode.py --out "$out" ${PROFILE_ARGS:-}
+  [[ $benches == *,finite,* ]] && run_bench finite.log python3 bench/finite_check_bench.py --device cuda \
+    --dtype bfloat16 ${FINITE_ARGS:-}
 fi
 exit "$rc"
