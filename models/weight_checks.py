@@ -35,14 +35,14 @@ def check_float_dtype(name: str, stored: str, file: Path) -> None:
 def check_finite(name: str, tensor: torch.Tensor, file: Path) -> None:
     """Refuse a tensor holding NaN or infinity.
 
-    One reduction (a float32 sum propagates NaN/inf and allocates nothing); only when it is not finite,
-    which a sum of huge finite values can also cause, is the tensor checked element-wise.
+    One vectorised pass that allocates nothing: min and max propagate NaN and are infinite exactly when
+    an infinity is there (a sum could also overflow, and a float32 sum of bf16 is an order of magnitude
+    slower on a CPU). Only a failing tensor is counted element-wise, for the message.
     """
-    if bool(torch.isfinite(tensor.sum(dtype=torch.float32))):
+    if tensor.numel() == 0 or bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
         return
     bad = int((~torch.isfinite(tensor)).sum())
-    if bad:
-        raise CheckpointError(f"tensor '{name}' holds {bad:,} non-finite values (NaN or infinity) in {file}")
+    raise CheckpointError(f"tensor '{name}' holds {bad:,} non-finite values (NaN or infinity) in {file}")
 
 
 def _one_thread() -> None:
