@@ -13,7 +13,6 @@ import pytest
 import graphtop.models.demo as demo
 from graphtop.models import CheckpointError
 from cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
-from graphtop.tui.cli import main
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from graphtop.engine.sampling_params import SamplingParams
-from cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
+from cli_support import SHORT_RUN, private_cache_dir  # noqa: F401
 from graphtop.tui.cli import main
 from graphtop.tui.prompts_file import parse_line, read_prompts
 
