@@ -31,7 +31,7 @@ from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple
-from .weight_checks import FiniteChecks, check_float_dtype
+from .weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,9 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
                 if got != want:
                     raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
                 check_float_dtype(name, reader.dtype(name), file)
-                params[name].copy_(reader.tensor(name))
-                finite.submit(name, params[name], file)
+                source = reader.tensor(name)
+                params[name].copy_(source)
+                finite.submit(name, tensor_to_check(source, params[name]), file)
     unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
     if unused:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])

@@ -45,6 +45,19 @@ def check_finite(name: str, tensor: torch.Tensor, file: Path) -> None:
     raise CheckpointError(f"tensor '{name}' holds {bad:,} non-finite values (NaN or infinity) in {file}")
 
 
+_EXACT_WIDENING = {
+    (torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float64), (torch.bfloat16, torch.float64), (torch.float32, torch.float64),
+}
+
+
+def tensor_to_check(source: torch.Tensor, loaded: torch.Tensor) -> torch.Tensor:
+    """The smaller of the two when that is exact: a widening conversion (bf16 -> float32) creates no
+    NaN or infinity, so the stored tensor (half the bytes) decides; any other conversion can overflow
+    (float32 -> float16, or rounding up to infinity), so the loaded tensor is checked."""
+    return source if (source.dtype, loaded.dtype) in _EXACT_WIDENING else loaded
+
+
 def _one_thread() -> None:
     torch.set_num_threads(1)  # per thread (OpenMP): the loading thread keeps its own count
 
@@ -52,6 +65,8 @@ def _one_thread() -> None:
 class FiniteChecks:
     """``check_finite`` for each submitted tensor, on a helper thread; ``__exit__`` waits for all of
     them and raises the first CheckpointError (after the load's own error, if it had one)."""
+
+    MAX_PENDING = 8  # a checked source tensor stays alive until checked: bounded extra memory
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="graphtop-finite-check", initializer=_one_thread)
@@ -61,6 +76,8 @@ class FiniteChecks:
         for done in [f for f in self._pending if f.done()]:  # fail early once a check has failed
             done.result()
             self._pending.remove(done)
+        while len(self._pending) >= self.MAX_PENDING:
+            self._pending.pop(0).result()
         self._pending.append(self._pool.submit(check_finite, name, tensor, file))
 
     def __enter__(self) -> "FiniteChecks":

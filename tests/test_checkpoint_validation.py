@@ -130,6 +130,32 @@ def test_non_finite_weight_is_refused(ckpt, value, dtype):
     assert "tensor 'model.layers.1.mlp.down_proj.weight' holds 1 non-finite values" in message
 
 
+def test_non_finite_weight_in_a_bf16_checkpoint_loaded_as_float32_is_refused(ckpt):
+    """bf16 -> float32 is exact, so the stored (smaller) tensor is the one checked."""
+    def to_bf16_with_nan(t):
+        for name in list(t):
+            t[name] = t[name].to(torch.bfloat16)
+        t["model.layers.0.self_attn.q_proj.weight"][0, 0] = float("nan")
+
+    rewrite_weights(ckpt, to_bf16_with_nan)
+    assert "tensor 'model.layers.0.self_attn.q_proj.weight' holds 1 non-finite" in load_error(ckpt, dtype="float32")
+
+
+def test_the_smaller_tensor_is_checked_only_when_the_conversion_is_exact():
+    from graphtop.models.weight_checks import tensor_to_check
+
+    def pair(src, dst):
+        return torch.zeros(2, dtype=src), torch.zeros(2, dtype=dst)
+
+    for src, dst in ((torch.bfloat16, torch.float32), (torch.float16, torch.float32)):
+        s, d = pair(src, dst)
+        assert tensor_to_check(s, d) is s
+    for src, dst in ((torch.float32, torch.float16), (torch.float32, torch.bfloat16), (torch.bfloat16, torch.float16),
+                     (torch.float32, torch.float32)):
+        s, d = pair(src, dst)
+        assert tensor_to_check(s, d) is d
+
+
 def test_non_finite_weight_is_refused_after_conversion_to_half(ckpt):
     """A finite float32 value beyond float16's range becomes infinity when loaded as float16."""
     rewrite_weights(ckpt, lambda t: t["model.norm.weight"].__setitem__(0, 1e6))
