@@ -28,6 +28,7 @@ class EngineConfig:
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
     parity_every: int = 0  # re-run one graph step in N eagerly and compare logits (engine/parity.py); 0: off
     parity_tolerance: Optional[float] = None  # relative error over which a check is a mismatch; None: by dtype
+    allow_external_weights: bool = False  # checkpoint files may be symbolic links out of the folder
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 

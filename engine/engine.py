@@ -31,7 +31,7 @@ from .engine_events import EngineEvents
 from .graphs.config import resolve_graph_config
 from .kernel_config import resolve_kernel_config
 from .kv_pool import KVLayout, KVPool
-from .memory_plan import MiB, plan_kv_pool
+from .memory_plan import MiB, check_graph_buffers_fit, plan_kv_pool
 from .model_runner import ModelRunner
 from .output import OutputProcessor
 from .overlap import TokenReadback
@@ -113,8 +113,11 @@ class Engine:
             cuda_graphs_available=self.device.type == "cuda",
             attention_supports_decode_graph=self.attention.supports_decode_graph,
         )
-        self.model_runner = ModelRunner(self.model, self.attention, self.device, resolved,
-                                        self.pool.pages_for(self.max_context_len), self.bus.publish,
+        max_pages = self.pool.pages_for(self.max_context_len)
+        if resolved.available:  # static buffers that would not fit: refused before allocating them
+            check_graph_buffers_fit(spec, self.dtype, self.device, max(resolved.decode_bs, default=0), max_pages,
+                                    max(resolved.prefill_num_tokens, default=0))
+        self.model_runner = ModelRunner(self.model, self.attention, self.device, resolved, max_pages, self.bus.publish,
                                         freeze_gc=config.graphs.freeze_gc)
         self.events = EngineEvents(self.bus, self.device, self.scheduler, self.pool, self.memory_plan,
                                    self.model_runner, self.max_running)
@@ -171,7 +174,8 @@ class Engine:
         if demo:
             path = ensure_demo_model()
             log.warning(DEMO_NOTE)
-        ckpt = load_checkpoint(path, device=str(device), dtype=dtype)
+        ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
+                               allow_external_weights=config.allow_external_weights)
         return cls(ckpt, config, bus, demo=demo)
 
     def _enable_model_kernels(self) -> str:

@@ -18,6 +18,7 @@ from typing import Iterator
 import torch
 
 from .demo_corpus import CORPUS
+from .errors import CheckpointError
 from .tokenizer_train import CHAT_TOKENS, EOS_TOKEN, train_byte_level_bpe
 
 DEMO_NOTE = "demo model: tiny Qwen3-family model with random weights — output is gibberish by design"
@@ -81,12 +82,45 @@ def _build(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
+def _cache_label(root: Path, cache_dir: Path | str | None) -> str:
+    if cache_dir is None and os.environ.get(CACHE_ENV):
+        return f"{CACHE_ENV}={os.environ[CACHE_ENV]}"
+    return f"cache folder {root}"
+
+
+def check_demo_cache(cache_dir: Path | str | None = None) -> None:
+    """Raise CheckpointError (one line) unless the demo model is built or can be built in its cache folder.
+
+    A cache that already holds the model only has to be readable (a read-only mount is fine).
+    """
+    root = demo_cache_root(cache_dir)
+    if (root / DEMO_DIRNAME / "config.json").is_file():
+        return
+    label = _cache_label(root, cache_dir)
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CheckpointError(f"{label}: {existing} is not a folder, so the demo model cannot be built there")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CheckpointError(f"{label}: {existing} is not writable (read-only?), so the demo model cannot be built")
+
+
 def ensure_demo_model(cache_dir: Path | str | None = None) -> Path:
     """Path of the demo checkpoint, building it on first use (a few seconds on CPU)."""
     root = demo_cache_root(cache_dir)
     target = root / DEMO_DIRNAME
     if (target / "config.json").is_file():
         return target
+    check_demo_cache(cache_dir)
+    try:
+        return _build_into(root, target)
+    except OSError as err:  # e.g. a disk that fills up or turns read-only mid-build
+        raise CheckpointError(f"{_cache_label(root, cache_dir)}: cannot build the demo model: "
+                              f"{err.strerror or err}") from None
+
+
+def _build_into(root: Path, target: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{DEMO_DIRNAME}.building-", dir=root))
     try:

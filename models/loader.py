@@ -19,15 +19,19 @@ import torch
 from .checkpoint_files import (
     SafetensorsReader,
     check_folder,
+    check_tokenizer_files,
     has_tokenizer_files,
+    inside,
     read_config_json,
     read_json,
     tensor_locations,
 )
+from .config_check import check_architecture_fields, check_config_fields, check_model_fits, check_spec
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple
+from .weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +109,7 @@ def _load_tokenizer(path: Path) -> Any:
         raise CheckpointError(f"tokenizer failed to load ({type(err).__name__}: {err}) in {path}") from None
 
 
-def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]:
+def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bool = False) -> tuple[int, ...]:
     """Union of config, generation_config.json and tokenizer EOS ids, config order first.
 
     Instruct checkpoints often list their turn-end token only in generation_config.json.
@@ -114,6 +118,7 @@ def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]
     gen = path / "generation_config.json"
     if gen.is_file():
         try:
+            gen = inside(path, gen.name, allow_external)
             ids += as_int_tuple(read_json(gen, "generation_config.json").get("eos_token_id"))
         except (CheckpointError, TypeError, ValueError):
             log.warning("ignoring unreadable generation_config.json in %s", path)
@@ -142,38 +147,56 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
     by_file: dict[Path, list[str]] = defaultdict(list)
     for name in params:
         by_file[locations[name]].append(name)
-    for file, names in by_file.items():
-        reader = SafetensorsReader(file, device)
-        for name in names:
-            if name not in reader.names:
-                raise CheckpointError(f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
-            got, want = reader.shape(name), tuple(params[name].shape)
-            if got != want:
-                raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
-            params[name].copy_(reader.tensor(name))
+    with FiniteChecks() as finite:
+        for file, names in by_file.items():
+            reader = SafetensorsReader(file, device)
+            for name in names:
+                if name not in reader.names:
+                    raise CheckpointError(
+                        f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
+                got, want = reader.shape(name), tuple(params[name].shape)
+                if got != want:
+                    raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
+                check_float_dtype(name, reader.dtype(name), file)
+                source = reader.tensor(name)
+                params[name].copy_(source)
+                finite.submit(name, tensor_to_check(source, params[name]), file)
     unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
     if unused:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
 
 
 def load_checkpoint(
-    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None
+    path: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | str | None = None,
+    *,
+    allow_external_weights: bool = False,
 ) -> LoadedCheckpoint:
     """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
 
     Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
     problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
+    Files must resolve inside the folder (``allow_external_weights`` admits symbolic links out of it),
+    config.json values are validated (config_check) and the model must fit before it is allocated;
+    weights must be floating point and finite.
     """
     path = Path(path).expanduser()
     check_folder(path)
-    resolve(architecture_name(read_config_json(path)), str(path))  # before AutoConfig: clearer error
+    raw_config = read_config_json(path, allow_external_weights)
+    check_architecture_fields(raw_config, str(path))
+    resolve(architecture_name(raw_config), str(path))  # before AutoConfig: clearer error
+    check_config_fields(raw_config, str(path))
     hf_config = _load_hf_config(path)
     spec = spec_from_hf_config(hf_config, str(path))
-    locations = tensor_locations(path)
+    check_spec(spec, str(path))
+    locations = tensor_locations(path, allow_external_weights)
+    check_tokenizer_files(path, allow_external_weights)
     tokenizer = _load_tokenizer(path)
-    spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer))
+    spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer, allow_external_weights))
     target_dtype = resolve_dtype(dtype, hf_config)
     device_str = _device_str(device)
+    check_model_fits(spec, target_dtype, device_str, str(path))
     model = _materialise(spec, device_str, target_dtype)
     _copy_weights(model, locations, device_str, path)
     model.eval().requires_grad_(False)

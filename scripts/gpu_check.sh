@@ -6,8 +6,8 @@
 # The dashboard benchmark needs textual, pyzmq and msgspec: wheels in .whl/ (README, GPU workflow) are
 # installed here without network.
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
-#      graph,events,dashboard (default) and gemv,profile,attn,ab,capture,parity (GEMV_ARGS, PROFILE_ARGS, ATTN_ARGS,
-#      AB_ARGS, CAPTURE_ARGS, PARITY_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
+#      graph,events,dashboard (default) and gemv,profile,attn,ab,capture,parity,finite (GEMV_ARGS, PROFILE_ARGS,
+#      ATTN_ARGS, AB_ARGS, CAPTURE_ARGS, PARITY_ARGS, FINITE_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
 #      bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS adds pytest flags.
 set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
@@ -57,5 +57,7 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,profile,* ]] && run_bench profile.log python3 bench/profile_decode.py --out "$out" ${PROFILE_ARGS:-}
   [[ $benches == *,capture,* ]] && run_bench capture.log python3 bench/capture_bench.py --device cuda ${CAPTURE_ARGS:-}
   [[ $benches == *,parity,* ]] && run_bench parity.log python3 bench/parity_bench.py --device cuda ${PARITY_ARGS:-}
+  [[ $benches == *,finite,* ]] && run_bench finite.log python3 bench/finite_check_bench.py --device cuda \
+    --dtype bfloat16 ${FINITE_ARGS:-}
 fi
 exit "$rc"

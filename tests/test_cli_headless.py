@@ -20,21 +20,11 @@ from safetensors.torch import load_file, save_file
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.trace import read_trace
-from graphtop.tui import headless
-from graphtop.tui.cli import main
+from cli_support import ENGINE_ARGS, assert_usage_error, private_cache_dir, run  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-# Small engine: no 512 MiB CPU pool, few buckets to capture.
-ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
-               "--chunked-prefill-size", "64"]
 RESULT_KEYS = {"id", "prompt", "text", "token_ids", "finish_reason"}
-
-
-@pytest.fixture(autouse=True)
-def private_cache_dir(tmp_path, monkeypatch):
-    """Anything that falls back to the demo model builds it in a temp folder, never the user's cache."""
-    monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "graphtop-cache"))
 
 
 @pytest.fixture(scope="module")
@@ -47,23 +37,6 @@ def prompts_file(tmp_path):
     path = tmp_path / "prompts.txt"
     path.write_text("hello world\n" + json.dumps({"prompt": "Once upon a time", "max_new_tokens": 5}) + "\n")
     return path
-
-
-def run(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_usage_error(rc, out, err, *needles):
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith("graphtop: error: ") and "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0]
-    assert out == ""
-    return lines[0]
 
 
 # --- bad checkpoints ----------------------------------------------------------------------------
@@ -154,7 +127,7 @@ def test_unwritable_output_paths(ckpt, tmp_path, prompts_file, capsys, monkeypat
     locked_dir.mkdir()
     real_access = os.access
     # chmod cannot stop root, so the permission check is made to see a read-only folder
-    monkeypatch.setattr(headless.os, "access", lambda p, mode: False if Path(p) == locked_dir else real_access(p, mode))
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked_dir else real_access(p, mode))
     rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", locked_dir / "o.jsonl",
                        *ENGINE_ARGS)
     assert_usage_error(rc, out, err, "is not writable")
@@ -332,7 +305,7 @@ def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
     rc, out, err = run(capsys, "trace", "summary", out_file)  # not a trace
     assert_usage_error(rc, out, err, str(out_file))
     rc, out, err = run(capsys, "trace", "export", "--perfetto", trace_file, tmp_path / "missing" / "x.json")
-    assert_usage_error(rc, out, err, "cannot write")
+    assert_usage_error(rc, out, err, "OUT", "missing", "does not exist")
 
 
 # --- the real console script ---------------------------------------------------------------------

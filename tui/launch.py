@@ -172,6 +172,6 @@ def run_replay(trace_path: str, theme: Optional[str] = None) -> int:
     try:
         session = ReplaySession.from_path(trace_path)
     except TraceError as exc:
-        print(f"graphtop: {exc}", file=sys.stderr)
+        print(f"graphtop: error: {exc}", file=sys.stderr)
         return 2
     return run_app(session, theme)

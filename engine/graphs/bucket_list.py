@@ -19,7 +19,8 @@ import re
 from typing import Any, Iterable, Optional
 
 MAX_BUCKETS = 512
-"""More graphs than this is never what anyone meant (and would take minutes to capture)."""
+"""Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
+more emulated), so a longer list is never what anyone meant. The README documents this number."""
 
 _INT = re.compile(r"[+]?\d+")
 _RANGE = re.compile(r"(?P<a>[^-:]*)-(?P<b>[^:]*)(?::(?P<s>.*))?")

@@ -15,6 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
+from .value_limits import SchemaError, check_free, check_range, check_text, short_repr
+
 SCHEMA_VERSION = 1
 
 
@@ -288,10 +290,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-class SchemaError(ValueError):
-    """A trace line does not match the event schema."""
-
-
 _JSON_TYPES: dict[Any, tuple[type, ...]] = {
     int: (int,),
     float: (int, float),
@@ -305,6 +303,7 @@ def _check_value(name: str, annotation: Any, value: Any) -> None:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if annotation is Any:
+        check_free(name, value)
         return
     if origin is typing.Union:
         if value is None and type(None) in args:
@@ -327,6 +326,12 @@ def _check_value(name: str, annotation: Any, value: Any) -> None:
         raise SchemaError(f"field {name!r} should be {annotation.__name__}, got bool")
     if not isinstance(value, allowed):
         raise SchemaError(f"field {name!r} should be {annotation.__name__}, got {type(value).__name__}")
+    if annotation is str:
+        check_text(name, value)
+    elif annotation is dict:
+        check_free(name, value)
+    else:
+        check_range(name, annotation, value)
 
 
 @functools.lru_cache(maxsize=None)
@@ -340,14 +345,14 @@ def validate_event_dict(obj: Any) -> type[Event]:
     if not isinstance(obj, dict):
         raise SchemaError("event is not a JSON object")
     tag = obj.get("type")
-    cls = EVENT_TYPES.get(tag)  # type: ignore[arg-type]
+    cls = EVENT_TYPES.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        raise SchemaError(f"unknown event type {tag!r}")
+        raise SchemaError(f"unknown event type {short_repr(tag)}")
     hints = _type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in obj:
         if key != "type" and key not in names:
-            raise SchemaError(f"{tag}: unexpected field {key!r}")
+            raise SchemaError(f"{tag}: unexpected field {short_repr(key)}")
     for f in dataclasses.fields(cls):
         if f.name not in obj:
             raise SchemaError(f"{tag}: missing field {f.name!r}")
