@@ -12,7 +12,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -26,8 +26,10 @@ from .checkpoint_files import (
 )
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
+from .parallel.layout import TensorParallel, tp_problem
+from .parallel.loading import ShardLoader, build_sharded
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
-from .spec import ModelSpec, as_int_tuple
+from .spec import ModelSpec, as_int_tuple, located
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +124,12 @@ def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]
     return tuple(dict.fromkeys(ids))
 
 
-def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> DecoderForCausalLM:
-    """Build without allocating or initialising, then get uninitialised storage on `device`."""
+def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
+                 tp: Optional[TensorParallel] = None) -> DecoderForCausalLM:
+    """Build without allocating or initialising, then get uninitialised storage on `device`
+    (a tensor-parallel rank builds only its shard)."""
     with torch.device("meta"):
-        model = model_class(spec)(spec)
+        model = model_class(spec)(spec) if tp is None or tp.size == 1 else build_sharded(spec, tp)
     model = model.to(dtype=dtype).to_empty(device=device)
     model.tie_weights()  # to_empty re-creates parameters, which unties them
     model.model.rotary_emb.reset_cache(device)  # non-persistent, float32
@@ -133,7 +137,9 @@ def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype
 
 
 @torch.no_grad()
-def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path) -> None:
+def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path,
+                  shard: Optional[ShardLoader] = None) -> None:
+    """Every parameter from its safetensors file, by HF name; ``shard``: this rank's slices only."""
     params = dict(model.named_parameters())  # deduplicated: a tied lm_head is not listed
     missing = [name for name in params if name not in locations]
     if missing:
@@ -143,23 +149,31 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
     for name in params:
         by_file[locations[name]].append(name)
     for file, names in by_file.items():
-        reader = SafetensorsReader(file, device)
+        reader = SafetensorsReader(file, device if shard is None else "cpu")
         for name in names:
             if name not in reader.names:
                 raise CheckpointError(f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
-            got, want = reader.shape(name), tuple(params[name].shape)
+            got = reader.shape(name)
+            want = shard.full_shape(name) if shard is not None else tuple(params[name].shape)
             if got != want:
                 raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
-            params[name].copy_(reader.tensor(name))
+            if shard is None:
+                params[name].copy_(reader.tensor(name))
+            else:
+                shard.copy(reader, name, params[name])
     unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
     if unused:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
 
 
 def load_checkpoint(
-    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None
+    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None,
+    tp: Optional[TensorParallel] = None,
 ) -> LoadedCheckpoint:
     """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
+
+    ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
+    whole model's, ``model.spec`` is the rank's (its heads, KV heads and MLP features).
 
     Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
     problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
@@ -172,10 +186,15 @@ def load_checkpoint(
     locations = tensor_locations(path)
     tokenizer = _load_tokenizer(path)
     spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer))
+    sharded = tp is not None and tp.size > 1
+    if sharded:
+        problem = tp_problem(spec, tp.size)
+        if problem:
+            raise CheckpointError(located(problem, str(path)))
     target_dtype = resolve_dtype(dtype, hf_config)
     device_str = _device_str(device)
-    model = _materialise(spec, device_str, target_dtype)
-    _copy_weights(model, locations, device_str, path)
+    model = _materialise(spec, device_str, target_dtype, tp)
+    _copy_weights(model, locations, device_str, path, ShardLoader(spec, tp) if sharded else None)
     model.eval().requires_grad_(False)
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return LoadedCheckpoint(model, tokenizer, spec, path, hf_config, weights_bytes)
