@@ -26,10 +26,13 @@ class EngineConfig:
     fused_kernels: bool = True  # Triton RMSNorm/RoPE/SiLU and fused qkv/gate_up GEMMs (CUDA, bf16/fp16)
     overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/overlap.py)
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
+    tp_size: int = 1  # tensor-parallel ranks (engine/distributed): one process and one device each
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 
     def validate(self) -> None:
+        if self.tp_size < 1:
+            raise ValueError(f"tensor-parallel size must be >= 1, got {self.tp_size}")
         if self.page_size < 1:
             raise ValueError(f"page size must be >= 1, got {self.page_size}")
         if self.fused_gemv_max_rows < 0:

@@ -27,6 +27,9 @@ from .commands import Cancel, Command, CommandQueue, Recapture, Submit
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .device import EngineError, device_name, resolve_device, resolve_dtype
+from .distributed.errors import TensorParallelError
+from .distributed.group import TensorParallelGroup
+from .distributed.setup import RankSetup
 from .engine_events import EngineEvents
 from .graphs.config import resolve_graph_config
 from .kernel_config import resolve_kernel_config
@@ -44,7 +47,7 @@ from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
 
-__all__ = ["Engine", "EngineError", "EngineInfo", "resolve_device"]
+__all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
 
 log = logging.getLogger("graphtop.engine")
 
@@ -66,10 +69,17 @@ class EngineInfo:
     max_context_len: int
     page_size: int
     demo: bool
+    tp_size: int = 1
 
 
 class Engine:
-    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False):
+    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False,
+                 tp: Optional[TensorParallelGroup] = None):
+        """``tp``: the tensor-parallel group (``from_pretrained`` starts it when ``config.tp_size`` > 1);
+        ``checkpoint`` is then rank 0's shard."""
+        if (tp.size if tp is not None else 1) != config.tp_size:
+            raise EngineError(f"tp_size={config.tp_size} needs Engine.from_pretrained (it starts the worker ranks)")
+        self.tp = tp
         self.config = config
         self.bus = bus if bus is not None else EventBus()
         self.checkpoint = checkpoint
@@ -82,10 +92,9 @@ class Engine:
         self.kernels = resolve_kernel_config(config.kernels)
 
         self.max_context_len = min(config.max_context_len or spec.max_position_embeddings, spec.max_position_embeddings)
-        layout = KVLayout(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype)
-        self.memory_plan = plan_kv_pool(
-            device=self.device,
-            weights_bytes=checkpoint.weights_bytes,
+        local = self.model.spec  # this rank's heads and KV heads (the whole model's without tensor parallelism)
+        layout = KVLayout(local.num_layers, local.num_kv_heads, local.head_dim, self.dtype)
+        plan_inputs = dict(
             bytes_per_token=layout.bytes_per_token,
             page_size=config.page_size,
             mem_fraction_static=config.mem_fraction_static,
@@ -94,9 +103,12 @@ class Engine:
             graph_reserve_bytes=_graph_reserve_estimate(self.device),
             max_total_tokens=config.max_total_tokens,
         )
+        self.memory_plan = plan_kv_pool(device=self.device, weights_bytes=checkpoint.weights_bytes, **plan_inputs)
+        if tp is not None:
+            self.memory_plan = tp.plan_kv_pool(plan_inputs, self.memory_plan)
         self.pool = KVPool(layout, self.memory_plan.num_pages, config.page_size, self.device)
         self.max_running = min(config.max_running_requests or 256, self.pool.capacity_pages)
-        shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.softmax_scale)
+        shape = AttentionShape(local.num_heads, local.num_kv_heads, local.head_dim, local.softmax_scale)
         self.attention, attention_note = select_attention_backend(
             config.attention_backend, self.pool, shape, self.device, self.kernels
         )
@@ -112,9 +124,14 @@ class Engine:
             cuda_graphs_available=self.device.type == "cuda",
             attention_supports_decode_graph=self.attention.supports_decode_graph,
         )
-        self.model_runner = ModelRunner(self.model, self.attention, self.device, resolved,
-                                        self.pool.pages_for(self.max_context_len), self.bus.publish,
-                                        freeze_gc=config.graphs.freeze_gc)
+        runner_args = (self.model, self.attention, self.device, resolved, self.pool.pages_for(self.max_context_len),
+                       self.bus.publish)
+        if tp is None:
+            self.model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc)
+        else:
+            setup = RankSetup(self.attention.name, self.kernels, config.fused_kernels, config.fused_gemv_max_rows,
+                              resolved, runner_args[4], config.graphs.freeze_gc)
+            self.model_runner = tp.model_runner(*runner_args, freeze_gc=config.graphs.freeze_gc, setup=setup)
         self.events = EngineEvents(self.bus, self.device, self.scheduler, self.pool, self.memory_plan,
                                    self.model_runner, self.max_running)
         self.info = self._describe(attention_note)
@@ -162,8 +179,25 @@ class Engine:
         if demo:
             path = ensure_demo_model()
             log.warning(DEMO_NOTE)
-        ckpt = load_checkpoint(path, device=str(device), dtype=dtype)
-        return cls(ckpt, config, bus, demo=demo)
+        if config.tp_size == 1:
+            return cls(load_checkpoint(path, device=str(device), dtype=dtype), config, bus, demo=demo)
+        from graphtop.models import CheckpointError, read_checkpoint
+        from graphtop.models.parallel import TensorParallel, tp_problem
+
+        meta = read_checkpoint(path)
+        problem = tp_problem(meta.spec, config.tp_size)
+        if problem:  # before any process is spawned
+            raise CheckpointError(f"{problem} in {meta.path}")
+        bus = bus if bus is not None else EventBus()  # the workers' events are relayed onto it
+        tp = TensorParallelGroup.start(config.tp_size, device, dtype, meta, resolve_kernel_config(config.kernels),
+                                       bus.publish)
+        try:
+            with tp.step_guard():  # a worker that fails to load or capture ends this with its reason
+                ckpt = load_checkpoint(path, str(tp.device), dtype, TensorParallel(0, tp.size, tp.comm), meta)
+                return cls(ckpt, config, bus, demo=demo, tp=tp)
+        except BaseException:
+            tp.close()
+            raise
 
     def _enable_model_kernels(self) -> str:
         """Switch the model to its fused kernels where the device allows; the note says what happened."""
@@ -193,6 +227,7 @@ class Engine:
             max_context_len=self.max_context_len,
             page_size=self.pool.page_size,
             demo=self.demo,
+            tp_size=self.config.tp_size,
         )
 
     def _publish_started(self) -> None:
@@ -204,6 +239,7 @@ class Engine:
                 attention_backend_note=i.attention_backend_note, decode_graph_backend=i.decode_graph_backend,
                 prefill_graph_backend=i.prefill_graph_backend, emulated=i.emulated,
                 graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=i.demo,
+                tp_size=i.tp_size,
             )
         )
         for d in resolved.downgrades:
@@ -294,8 +330,14 @@ class Engine:
             pass
 
     def step(self) -> bool:
-        """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do."""
-        return self.loop.step()
+        """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do.
+
+        With tensor parallelism a failed rank (or a step that failed half-way) raises
+        ``TensorParallelError``: fatal, its message one line."""
+        if self.tp is None:
+            return self.loop.step()
+        with self.tp.step_guard():
+            return self.loop.step()
 
     def _apply(self, command: Command) -> None:
         """Carry out one command, on the step loop's thread, between steps."""
@@ -334,6 +376,10 @@ class Engine:
         while not self._stop.is_set():
             try:
                 worked = self.step()
+            except TensorParallelError as e:  # a rank is gone: nothing can be served any more
+                self.last_error = str(e)
+                self._fail_running(self.last_error)
+                return
             except Exception as e:  # keep serving what can be served; say what broke
                 log.exception("engine step failed")
                 self.last_error = f"{type(e).__name__}: {e}"
@@ -362,7 +408,9 @@ class Engine:
         self._fail_running("engine closed")
         if self.device.type == "cuda":  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
-        self.model_runner.release()
+        self.model_runner.release()  # every rank's graphs (they hold collectives) before the group goes
+        if self.tp is not None:
+            self.tp.close()
         release = getattr(self.attention, "release", None)
         if release is not None:
             release()

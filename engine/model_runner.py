@@ -33,6 +33,9 @@ PublishFn = Callable[[ev.Event], None]
 
 
 class ModelRunner:
+    recapture_slice: tuple[Optional[float], Optional[int]] = (RECAPTURE_SLICE_S, None)
+    """How much of a pending recapture one step boundary captures: (seconds, buckets); None: no limit."""
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -149,7 +152,7 @@ class ModelRunner:
         done = True
         for runner in self._runners():
             if runner.recapturing:
-                done = runner.advance_capture(RECAPTURE_SLICE_S) and done
+                done = runner.advance_capture(*self.recapture_slice) and done
         if not done:
             return False
         after = sum(self.graph_memory())

@@ -166,18 +166,20 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
 
 
-def load_checkpoint(
-    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None,
-    tp: Optional[TensorParallel] = None,
-) -> LoadedCheckpoint:
-    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
+@dataclass
+class CheckpointMeta:
+    """Everything of a checkpoint folder but its weights (cheap to read)."""
 
-    ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
-    whole model's, ``model.spec`` is the rank's (its heads, KV heads and MLP features).
+    path: Path
+    hf_config: Any  # transformers PretrainedConfig
+    spec: ModelSpec
+    locations: dict[str, Path]  # tensor name -> safetensors file
+    tokenizer: Any
 
-    Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
-    problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
-    """
+
+def read_checkpoint(path: str | Path) -> CheckpointMeta:
+    """The cheap checks and reads (folder, config, architecture, weight files, tokenizer), in that order,
+    so a bad path fails in milliseconds with one clear line."""
     path = Path(path).expanduser()
     check_folder(path)
     resolve(architecture_name(read_config_json(path)), str(path))  # before AutoConfig: clearer error
@@ -186,15 +188,42 @@ def load_checkpoint(
     locations = tensor_locations(path)
     tokenizer = _load_tokenizer(path)
     spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer))
+    return CheckpointMeta(path, hf_config, spec, locations, tokenizer)
+
+
+def load_checkpoint(
+    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None,
+    tp: Optional[TensorParallel] = None, meta: Optional[CheckpointMeta] = None,
+) -> LoadedCheckpoint:
+    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
+
+    ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
+    whole model's, ``model.spec`` is the rank's (its heads, KV heads and MLP features). ``meta``: what
+    ``read_checkpoint`` already read of ``path``.
+
+    Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
+    problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
+    """
+    meta = meta if meta is not None else read_checkpoint(path)
+    model = load_weights(meta.path, meta.spec, device, resolve_dtype(dtype, meta.hf_config), tp, meta.locations)
+    weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.path, meta.hf_config, weights_bytes)
+
+
+def load_weights(path: Path, spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
+                 tp: Optional[TensorParallel] = None, locations: Optional[dict[str, Path]] = None) -> DecoderForCausalLM:
+    """The decoder of ``spec`` (a tensor-parallel rank: its shard) with its weights from ``path``.
+
+    What ``load_checkpoint`` does once the config is read; a worker rank, handed the spec, calls only
+    this (no transformers import, no tokenizer)."""
+    path = Path(path)
     sharded = tp is not None and tp.size > 1
     if sharded:
         problem = tp_problem(spec, tp.size)
         if problem:
             raise CheckpointError(located(problem, str(path)))
-    target_dtype = resolve_dtype(dtype, hf_config)
     device_str = _device_str(device)
-    model = _materialise(spec, device_str, target_dtype, tp)
-    _copy_weights(model, locations, device_str, path, ShardLoader(spec, tp) if sharded else None)
-    model.eval().requires_grad_(False)
-    weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return LoadedCheckpoint(model, tokenizer, spec, path, hf_config, weights_bytes)
+    model = _materialise(spec, device_str, dtype, tp)
+    _copy_weights(model, locations if locations is not None else tensor_locations(path), device_str, path,
+                  ShardLoader(spec, tp) if sharded else None)
+    return model.eval().requires_grad_(False)
