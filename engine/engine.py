@@ -151,6 +151,7 @@ class Engine:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_error: Optional[str] = None
+        self._closed = False
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -402,10 +403,15 @@ class Engine:
             self._thread.join(timeout)
             self._thread = None
 
-    def close(self) -> None:
-        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
+    def close(self, reason: str = "engine closed") -> None:
+        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC;
+        requests still in flight finish with ``reason`` as their error. Stops the worker ranks.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         self.shutdown()
-        self._fail_running("engine closed")
+        self._fail_running(reason)
         if self.device.type == "cuda":  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
         self.model_runner.release()  # every rank's graphs (they hold collectives) before the group goes

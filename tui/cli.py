@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
     p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
                    help="read each decode step's tokens back before launching the next one")
+    p.add_argument("--tp", type=_positive_int, default=1, metavar="N",
+                   help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)")
     g = p.add_argument_group("CUDA graphs")
     g.add_argument("--cuda-graph-config", metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
@@ -167,6 +169,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         max_total_tokens=args.max_total_tokens,
         fused_kernels=args.fused_kernels,
         overlap_schedule=args.overlap_schedule,
+        tp_size=args.tp,
         graphs=graphs,
     )
     try:

@@ -169,6 +169,15 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
             f" ({_pct(s.kv_peak_used_tokens / s.kv_capacity_tokens)})"
         )
 
+    if s.ranks:
+        out.append("")
+        out.append(f"Tensor parallel ({len(s.ranks)} ranks)")
+        for r in s.ranks.values():
+            caps = "  ".join(f"{phase} {len(c.captured)}/{c.total or len(c.costs)}"
+                             + (f" failed {sorted(c.failed)}" if c.failed else "") for phase, c in r.captures.items())
+            mem = f"  weights {_bytes(r.memory.weights)}  kv {_bytes(r.memory.kv_pool)}" if r.memory else ""
+            out.append(f"  rank {r.rank}  {caps or 'no captures'}  replay p50 {_ms(r.replay_ms.p50)} ms{mem}")
+
     if s.downgrades:
         out.append("")
         out.append("Config downgrades")
