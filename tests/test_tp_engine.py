@@ -136,3 +136,29 @@ def test_killing_a_worker_mid_run_ends_with_one_line(tiny_ckpt, tmp_path):
     results = [line for line in output.read_text().splitlines() if line]  # what was done is still written
     assert len(results) > 0
     assert "FATAL tensor-parallel: tensor-parallel rank 1 died" in stdout  # the recorded trace names the rank
+
+
+def test_tp2_recapture_mid_run_stays_in_step(tiny_ckpt, make_engine, torch_one_thread):
+    """A live recapture runs on every rank, one bucket per step boundary, and serving goes on."""
+    path = tiny_ckpt("qwen3")
+    tokens = {}
+    for tp in (1, 2):
+        bus = EventBus()
+        sub = bus.subscribe("test", maxsize=1_000_000)
+        eng = make_engine(path, bus=bus, tp_size=tp, **SMALL)
+        try:
+            handles = [eng.submit(p, SamplingParams(max_new_tokens=24, ignore_eos=True)) for p in PROMPTS]
+            for _ in range(6):
+                eng.step()
+            eng.recapture(decode_bs=[1, 3], prefill_num_tokens=[16, 8])
+            eng.run_until_idle()
+            tokens[tp] = [h.token_ids for h in handles]
+            assert eng.decode_buckets == [1, 3] and eng.prefill_buckets == [8, 16]
+        finally:
+            eng.close()
+        events = sub.drain()
+        done = [e for e in events if e.type == "recapture_finished"]
+        assert len(done) == 1 and done[0].ok
+        passes = {(e.rank, e.phase) for e in events if e.type == "capture_started" and e.reason == "recapture"}
+        assert passes == {(r, p) for r in range(tp) for p in ("decode", "prefill")}
+    assert tokens[2] == tokens[1]
