@@ -412,7 +412,9 @@ class Engine:
         self._closed = True
         self.shutdown()
         self._fail_running(reason)
-        if self.device.type == "cuda":  # a launched step may still be using graphs and pool
+        # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.
+        healthy = self.tp is None or self.tp.failure is None
+        if self.device.type == "cuda" and healthy:  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
         self.model_runner.release()  # every rank's graphs (they hold collectives) before the group goes
         if self.tp is not None:
@@ -421,7 +423,7 @@ class Engine:
         if release is not None:
             release()
         self.pool.release()
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and healthy:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
 

@@ -9,10 +9,8 @@ with one line, a non-zero exit status and no hang.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -94,42 +92,16 @@ def test_tp_that_does_not_divide_the_heads_is_one_line_before_any_spawn(tiny_ckp
         f"graphtop: error: --tp 3 does not divide num_attention_heads=4 in {tiny_ckpt('llama')}"]
 
 
-def _worker_of(pid: int) -> "psutil.Process":  # noqa: F821
-    import psutil
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        for child in psutil.Process(pid).children(recursive=True):
-            try:
-                if "spawn_main" in " ".join(child.cmdline()):
-                    return child
-            except psutil.NoSuchProcess:
-                continue
-        time.sleep(0.2)
-    raise AssertionError("no worker process appeared")
-
-
 def test_killing_a_worker_mid_run_ends_with_one_line(tiny_ckpt, tmp_path):
+    from tp_procs import kill_worker_mid_run
+
     trace, output = tmp_path / "trace.jsonl", tmp_path / "out.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "graphtop.tui.cli", "--model", str(tiny_ckpt("llama")), "--device", "cpu", "--tp", "2",
-         "--synthetic", "64", "--synthetic-output-len", "uniform:100:120", "--max-total-tokens", "4096",
-         "--record", str(trace), "--output", str(output)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
-    try:
-        worker = _worker_of(proc.pid)
-        deadline = time.monotonic() + 120
-        while '"type":"step"' not in (trace.read_text() if trace.exists() else ""):  # serving has begun
-            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it served a step"
-            time.sleep(0.1)
-        worker.send_signal(signal.SIGKILL)
-        stdout, stderr = proc.communicate(timeout=60)  # no hang
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1
+    rc, stdout, stderr = kill_worker_mid_run(
+        ["--model", str(tiny_ckpt("llama")), "--device", "cpu", "--tp", "2", "--synthetic", "64",
+         "--synthetic-output-len", "uniform:100:120", "--max-total-tokens", "4096", "--record", str(trace),
+         "--output", str(output)],
+        trace, start_timeout=120, end_timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert rc == 1
     assert "Traceback" not in stderr
     errors = [line for line in stderr.splitlines() if line.startswith("graphtop:")]
     assert errors == ["graphtop: error: tensor-parallel rank 1 died (killed by SIGKILL)"]

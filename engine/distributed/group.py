@@ -9,8 +9,8 @@ thread publishes on rank 0's bus, and their last words if they fail.
 A worker that dies ends the run with one line, never a hang: the relay thread notices the exit within
 ``POLL_S``, records why and publishes a fatal ``error`` event naming the rank; the step that was
 running fails (gloo fails at once on the closed socket; a CUDA step stuck in NCCL is aborted after
-``ABORT_AFTER_S``, and if even that does not free it the process exits with the line after
-``EXIT_AFTER_S``) and surfaces as ``TensorParallelError``. Any other failure in the middle of a step
+``ABORT_AFTER_S``, and if even that does not free it — or the shutdown after it hangs — the process
+exits with the line after ``EXIT_AFTER_S``) and surfaces as ``TensorParallelError``. Any other failure in the middle of a step
 also ends the group: its ranks would no longer agree on which collective comes next.
 """
 
@@ -62,7 +62,7 @@ class TensorParallelGroup:
         self.worker_pids: dict[int, int] = {}
         self.errors: dict[int, str] = {}  # a worker's last words
         self.failure: Optional[str] = None
-        self.failed_at = 0.0
+        self._stuck_since: Optional[float] = None  # since when a failed group has kept rank 0 busy
         self.busy = False  # rank 0 is inside a step (the watchdog may have to free it)
         self.closing = False
         self.rank_group: Optional[RankGroup] = None
@@ -207,15 +207,19 @@ class TensorParallelGroup:
             how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
             said = self.errors.get(rank)
             self.failure = f"tensor-parallel rank {rank} died ({how})" + (f": {said}" if said else "")
-            self.failed_at = time.monotonic()
             self.publish(ev.ErrorEvent(message=self.failure, where="tensor-parallel", fatal=True, rank=rank))
             return
 
     def _watchdog(self) -> None:
-        """A step stuck in a collective with a dead peer (NCCL waits forever): abort, then exit."""
-        if self.failure is None or not self.busy or self.closing:
+        """A step (or the shutdown after it) stuck in a collective with a dead peer (NCCL waits forever):
+        abort the communicators, then exit with the line."""
+        if self.failure is None or not (self.busy or self.closing):
+            self._stuck_since = None
             return
-        waited = time.monotonic() - self.failed_at
+        now = time.monotonic()
+        if self._stuck_since is None:
+            self._stuck_since = now
+        waited = now - self._stuck_since
         if waited > ABORT_AFTER_S and not self._aborted:
             self._aborted = True
             _abort_collectives()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Optional
@@ -43,6 +44,7 @@ POLL_S = 0.05
 """How long a worker waits for a message before it checks on rank 0 and sends its replay times."""
 REPLAY_BATCH_S = 0.05
 """At most this often a worker sends its replay times to rank 0."""
+PARENT_CHECK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ def worker_main(args: WorkerArgs, conn: Any, queue: Any) -> None:
     """Entry point of a spawned worker process (``torch.multiprocessing``, spawn context)."""
     group: Optional[RankGroup] = None
     server: Optional[RankServer] = None
+    threading.Thread(target=_exit_with_parent, name="graphtop-tp-orphan-watch", daemon=True).start()
     try:
         torch.set_num_threads(args.threads)
         device = rank_device(torch.device(args.device), args.rank)
@@ -90,6 +93,16 @@ def worker_main(args: WorkerArgs, conn: Any, queue: Any) -> None:
             server.release()
         if group is not None:
             group.leave()
+
+
+def _exit_with_parent() -> None:
+    """Rank 0's process gone (even killed) while this one waits in a collective that can never
+    finish: end, rather than hold a GPU as an orphan."""
+    parent = multiprocessing.parent_process()
+    while parent is not None:
+        parent.join(PARENT_CHECK_S)
+        if not parent.is_alive():
+            os._exit(1)
 
 
 class _Outbox:
