@@ -10,7 +10,7 @@ import pytest
 
 from graphtop.engine.batch import ForwardBatch, ForwardMode
 from graphtop.engine.distributed.lockstep import _agreement
-from graphtop.engine.distributed.wire import decode_control, decode_forward, encode_control, encode_forward
+from graphtop.engine.distributed.wire import ForwardDecoder, ForwardEncoder, decode_control, encode_control
 from graphtop.engine.graphs.backend import ShapeKey
 from graphtop.engine.graphs.config import GraphConfig
 from graphtop.engine.graphs.fallback import FallbackReason
@@ -22,37 +22,56 @@ from graphtop.tui.state import DashboardState
 from graphtop.tui.testing import screen_text, settle
 
 
-def _batch(mode: ForwardMode) -> ForwardBatch:
-    pages = [array("i", [3, 4, 5]), array("i", [7]), array("i", [9, 10])]
+class _Req:
+    def __init__(self, *pages: int) -> None:
+        self.pages = array("i", pages)
+
+
+def _batch(mode: ForwardMode, reqs: list[_Req], ids_on_device: bool = False) -> ForwardBatch:
+    n = len(reqs)
     if mode is ForwardMode.DECODE:
-        ids, pos, loc = [11, 12, 13], [40, 2, 20], [501, 77, 93]
-        ext, prefix, seq = [1, 1, 1], [40, 2, 20], [41, 3, 21]
-        rows = [0, 1, 2]
+        ids, pos, loc, ext, rows = list(range(11, 11 + n)), list(range(40, 40 + n)), list(range(500, 500 + n)), \
+            [1] * n, list(range(n))
     else:
-        ids, pos, loc = [5, 6, 7, 8, 9], [0, 1, 2, 0, 1], [30, 31, 32, 70, 71]
-        ext, prefix, seq = [3, 0, 2], [0, 0, 0], [3, 0, 2]
-        rows = [2, 4]
-    return ForwardBatch(mode=mode, requests=["a", "b", "c"], input_ids=ids, positions=pos, out_cache_loc=loc,
-                        seq_lens=seq, extend_lens=ext, prefix_lens=prefix, req_pages=pages, page_size=16,
-                        sample_rows=rows, sample_requests=["a", "c"])
+        ext = [2] * n
+        ids, pos, loc, rows = list(range(2 * n)), [0, 1] * n, list(range(30, 30 + 2 * n)), [2 * n - 1]
+    return ForwardBatch(mode=mode, requests=reqs, input_ids=ids, positions=pos, out_cache_loc=loc,
+                        seq_lens=[len(r.pages) for r in reqs], extend_lens=ext, prefix_lens=[0] * n,
+                        req_pages=[r.pages for r in reqs], page_size=16, sample_rows=rows,
+                        input_ids_device=object() if ids_on_device else None)
 
 
-@pytest.mark.parametrize("mode", list(ForwardMode))
-def test_a_forward_step_round_trips_through_one_message(mode):
-    batch = _batch(mode)
-    batch.input_ids_device = object() if mode is ForwardMode.DECODE else None  # ids still on the device
-    message = encode_forward(batch, seq=42)
-    step = decode_forward(message)
-    got = step.batch
-    assert step.seq == 42 and step.ids_on_device == (mode is ForwardMode.DECODE)
-    assert got.mode is mode and got.batch_size == 3 and got.page_size == 16
-    for field in ("input_ids", "positions", "out_cache_loc", "seq_lens", "extend_lens", "prefix_lens",
-                  "sample_rows"):
-        assert getattr(got, field) == getattr(batch, field), field
-    assert [list(p) for p in got.req_pages] == [list(p) for p in batch.req_pages]
-    assert got.max_pages == 3 and got.input_ids_device is None
-    # a 26-byte header, then int32s: 3 per token, 4 per request, the pages, the sampled rows
-    assert len(message) == 1 + 26 + 4 * (3 * len(batch.input_ids) + 4 * 3 + 6 + len(batch.sample_rows))
+def _same(got: ForwardBatch, want: ForwardBatch) -> None:
+    for field in ("mode", "input_ids", "positions", "out_cache_loc", "seq_lens", "extend_lens", "prefix_lens",
+                  "sample_rows", "page_size", "batch_size"):
+        assert getattr(got, field) == getattr(want, field), field
+    assert [list(p) for p in got.req_pages] == [list(p) for p in want.req_pages]
+    assert got.input_ids_device is None
+
+
+def test_forward_steps_round_trip_and_ship_only_new_pages():
+    enc, dec = ForwardEncoder(), ForwardDecoder()
+    a, b, c = _Req(3, 4, 5), _Req(7), _Req(9, 10)
+    first = _batch(ForwardMode.PREFILL, [a, b, c])
+    step = dec.decode(enc.encode(first, seq=1))
+    assert step.seq == 1 and not step.ids_on_device
+    _same(step.batch, first)
+
+    a.pages.extend([6])  # decode: a grew a page, b and c did not
+    second = _batch(ForwardMode.DECODE, [a, b, c], ids_on_device=True)
+    message = enc.encode(second, seq=2)
+    step = dec.decode(message)
+    assert step.seq == 2 and step.ids_on_device
+    _same(step.batch, second)
+    # a 30-byte header, then int32s: 3 per token, 6 per request, the one new page, the sampled rows
+    assert len(message) == 1 + 30 + 4 * (3 * 3 + 6 * 3 + 1 + 3)
+
+    b.pages = array("i", [12, 13])  # b preempted and re-admitted: a new list, sent whole
+    c.pages = array("i")  # c finished: not in the batch, its slot is released on both sides
+    third = _batch(ForwardMode.DECODE, [a, b])
+    step = dec.decode(enc.encode(third, seq=3))
+    _same(step.batch, third)
+    assert len(dec.pages) == 2 and len(enc._sent) == 2
 
 
 def test_control_messages_round_trip():

@@ -123,7 +123,7 @@ class TensorParallelGroup:
                                           f"{READY_TIMEOUT_S:.0f} s")
 
     # --- what rank 0's engine calls -------------------------------------------------------------------
-    def send(self, message: bytes) -> None:
+    def send(self, message: Any) -> None:
         """To every worker, in rank order."""
         for rank, pipe in enumerate(self.pipes, start=1):
             try:

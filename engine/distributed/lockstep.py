@@ -21,7 +21,7 @@ from ..runners.base import StepOutput
 from ..runners.bucketed import BucketedGraphRunner
 from .errors import TensorParallelError
 from .process_group import RankGroup
-from .wire import encode_control, encode_forward
+from .wire import ForwardEncoder, encode_control
 
 
 class LockstepModelRunner(ModelRunner):
@@ -47,9 +47,10 @@ class MirroredModelRunner(LockstepModelRunner):
     """Rank 0's runner: each call that runs the model goes to the workers first (``send``), then runs
     here; the workers make the same call on their shards (engine/distributed/worker.py)."""
 
-    def __init__(self, *args: Any, send: Callable[[bytes], None], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, send: Callable[[Any], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.send = send
+        self.encoder = ForwardEncoder()
         self.forward_seq = 0
         self._inside_recapture = False
 
@@ -72,7 +73,7 @@ class MirroredModelRunner(LockstepModelRunner):
 
     def forward(self, batch: ForwardBatch) -> StepOutput:
         self.forward_seq += 1
-        self.send(encode_forward(batch, self.forward_seq))
+        self.send(self.encoder.encode(batch, self.forward_seq))
         return super().forward(batch)
 
     def release(self) -> None:

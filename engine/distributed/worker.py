@@ -38,7 +38,7 @@ from .collectives import build_collectives
 from .lockstep import LockstepModelRunner
 from .process_group import RankGroup, join_group, rank_device
 from .setup import RankSetup, agree_plan
-from .wire import FORWARD, decode_control, decode_forward
+from .wire import FORWARD, ForwardDecoder, decode_control
 
 POLL_S = 0.05
 """How long a worker waits for a message before it checks on rank 0 and sends its replay times."""
@@ -128,6 +128,7 @@ class RankServer:
         self.conn = conn
         self.outbox = _Outbox(group.rank, queue)
         self.parent = multiprocessing.parent_process()
+        self.decoder = ForwardDecoder()
         self.plan: Optional[MemoryPlan] = None
         self.pool: Optional[KVPool] = None
         self.runner: Optional[LockstepModelRunner] = None
@@ -204,7 +205,7 @@ class RankServer:
     # --- forward steps -----------------------------------------------------------------------------
     def forward(self, message: bytes) -> None:
         assert self.runner is not None
-        step = decode_forward(message)
+        step = self.decoder.decode(message)
         if step.ids_on_device:
             assert self.last is not None, "device ids without a previous step"
             step.batch.input_ids_device = argmax_rows(self.last.logits)  # rank 0's tokens, bit for bit
