@@ -34,11 +34,11 @@ from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
-from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.models.random_model import save_random_checkpoint  # noqa: E402
 
-PROMPT_LEN = 128
-MAX_CONTEXT = 2048
+sys.path.insert(0, str(Path(__file__).parent))
+from events_bench import timed  # noqa: E402
+from graph_bench import MAX_CONTEXT, PROMPT_LEN, drain, fill_decode  # noqa: E402  (prompt 128, context 1088)
 BS1_TARGET = 0.65  # tp 2 step / tp 1 step at batch 1, at most
 BS64_TARGET = 1.6  # tp 2 tokens/s / tp 1 tokens/s at batch 64, at least
 
@@ -63,40 +63,18 @@ def make_engine(path: Path, tp: int, batch_sizes: list[int], device: str, all_re
     return Engine.from_pretrained(path, config=cfg)
 
 
-def fill(eng: Engine, bs: int, seed: int) -> list:
-    gen = torch.Generator().manual_seed(seed)
-    vocab = eng.spec.vocab_size
-    params = SamplingParams(max_new_tokens=MAX_CONTEXT - PROMPT_LEN - 8, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(torch.randint(10, vocab - 10, (PROMPT_LEN,), generator=gen).tolist(), params)
-               for _ in range(bs)]
-    while any(not h.token_ids for h in handles):
-        eng.step()
-    return handles
-
-
-def drain(eng: Engine, handles: list) -> None:
-    for h in handles:
-        eng.cancel(h.request_id)
-    eng.run_until_idle()
-
-
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
 
 def time_steps(eng: Engine, n: int) -> float:
-    sync()
-    t = time.perf_counter()
-    for _ in range(n):
-        eng.step()
-    sync()
-    return (time.perf_counter() - t) / n * 1e3
+    return timed(eng, n, sync)
 
 
 def side_by_side(engines: dict[str, Engine], bs: int, rounds: int, steps: int) -> dict[str, dict[str, Any]]:
     """Decode step ms of each engine at ``bs``, in interleaved rounds; medians and every round."""
-    handles = {name: fill(eng, bs, seed=bs) for name, eng in engines.items()}
+    handles = {name: fill_decode(eng, bs, seed=bs) for name, eng in engines.items()}
     for eng in engines.values():
         time_steps(eng, 5)  # warm: the overlap schedule in its steady state
     rounds_ms: dict[str, list[float]] = {name: [] for name in engines}

@@ -183,3 +183,12 @@ async def test_dashboard_shows_ranks_side_by_side():
     assert "rank 0" in text and "rank 1" in text  # the ledger, one column per rank
     assert "rank 1 decode 3/3 ✗" in text and "rank 1: decode bucket 4 failed (out of memory)" in text
     assert "slowest rank 1 25.00" in text
+
+
+def test_only_from_pretrained_starts_worker_ranks(tiny_ckpt):
+    from graphtop.engine.config import EngineConfig
+    from graphtop.engine.engine import Engine, EngineError
+    from graphtop.models import load_checkpoint
+
+    with pytest.raises(EngineError, match="tp_size=2 needs Engine.from_pretrained"):
+        Engine(load_checkpoint(tiny_ckpt("llama")), EngineConfig(device="cpu", tp_size=2))
