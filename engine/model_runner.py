@@ -33,8 +33,9 @@ PublishFn = Callable[[ev.Event], None]
 
 
 class ModelRunner:
-    recapture_slice: tuple[Optional[float], Optional[int]] = (RECAPTURE_SLICE_S, None)
-    """How much of a pending recapture one step boundary captures: (seconds, buckets); None: no limit."""
+    recapture_slice: Optional[tuple[Optional[float], Optional[int]]] = None
+    """How much of a pending recapture one step boundary captures: (seconds, buckets), either None for no
+    limit; None: ``RECAPTURE_SLICE_S`` seconds."""
 
     def __init__(
         self,
@@ -152,7 +153,7 @@ class ModelRunner:
         done = True
         for runner in self._runners():
             if runner.recapturing:
-                done = runner.advance_capture(*self.recapture_slice) and done
+                done = runner.advance_capture(*(self.recapture_slice or (RECAPTURE_SLICE_S, None))) and done
         if not done:
             return False
         after = sum(self.graph_memory())

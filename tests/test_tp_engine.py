@@ -69,16 +69,34 @@ def test_tp2_greedy_tokens_equal_tp1(tiny_ckpt, make_engine, torch_one_thread, f
     assert replayed and set(replayed) <= graph_steps
 
 
-def test_worker_inherits_multicast_off(tiny_ckpt, make_engine, torch_one_thread):
-    """Spawned workers get NVLink multicast switched off through their environment."""
+def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine, torch_one_thread, monkeypatch):
+    """Spawned workers inherit NVLink multicast switched off; an error in sampling (outside any call the
+    workers mirror) fails that step only, and the group serves on."""
+    import graphtop.engine.step_loop as step_loop
+
     eng = make_engine(tiny_ckpt("llama"), tp_size=2, **SMALL)
     try:
         (pid,) = eng.tp.worker_pids.values()
         env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
+        assert env["NCCL_NVLS_ENABLE"] == "0"
+        assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
+
+        def broken(logits, requests):
+            raise RuntimeError("sampling broke")
+
+        first = eng.submit(PROMPTS[0], SamplingParams(max_new_tokens=8, ignore_eos=True))
+        monkeypatch.setattr(step_loop, "sample", broken)
+        with pytest.raises(RuntimeError, match="sampling broke"):
+            eng.step()  # the prefill ran on both ranks; only its sampling failed
+        monkeypatch.undo()
+        assert eng.tp.failure is None
+        eng.cancel(first.request_id)
+        handles = eng.generate(PROMPTS[1:], SamplingParams(max_new_tokens=8, ignore_eos=True))
+        assert [len(h.token_ids) for h in handles] == [8, 8, 8]
     finally:
         eng.close()
-    assert env["NCCL_NVLS_ENABLE"] == "0"
-    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
+    want, _ = serve(make_engine, tiny_ckpt("llama"), 1)
+    assert [h.token_ids for h in handles] == [t[:8] for t in want[1:]]
 
 
 def test_tp_that_does_not_divide_the_heads_is_one_line_before_any_spawn(tiny_ckpt, tmp_path):

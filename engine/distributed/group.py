@@ -64,6 +64,7 @@ class TensorParallelGroup:
         self.failure: Optional[str] = None
         self._stuck_since: Optional[float] = None  # since when a failed group has kept rank 0 busy
         self.busy = False  # rank 0 is inside a step (the watchdog may have to free it)
+        self.in_call = False  # inside a call the workers mirror (MirroredModelRunner)
         self.closing = False
         self.rank_group: Optional[RankGroup] = None
         self.comm: Optional[TorchCollectives] = None
@@ -140,11 +141,12 @@ class TensorParallelGroup:
     def model_runner(self, *args: Any, setup: RankSetup, **kwargs: Any) -> MirroredModelRunner:
         """Rank 0's model runner; the workers build theirs from ``setup`` first."""
         self.send(encode_control("setup", setup))
-        return MirroredModelRunner(*args, group=self.rank_group, send=self.send, **kwargs)
+        return MirroredModelRunner(*args, group=self.rank_group, link=self, **kwargs)
 
     @contextmanager
     def step_guard(self) -> Iterator[None]:
-        """Around every step: no step after a failure; a failure in a step ends the group."""
+        """Around every step: no step after a failure. A failure inside a mirrored call, or a worker's
+        death, ends the group; any other error is the step's own (the ranks are still in step)."""
         if self.failure:
             raise TensorParallelError(self.failure)
         self.busy = True
@@ -153,7 +155,10 @@ class TensorParallelGroup:
         except TensorParallelError:
             raise
         except Exception as e:
-            self.failure = self.await_failure(2.0) or (
+            failure = self.await_failure(2.0 if self.in_call else 0.2)
+            if failure is None and not self.in_call:
+                raise
+            self.failure = failure or (
                 f"tensor-parallel step failed on rank 0 ({type(e).__name__}: {e})".splitlines()[0][:300])
             raise TensorParallelError(self.failure) from e
         finally:

@@ -13,7 +13,7 @@ that pair up across ranks:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol, TypeVar
 
 from ..batch import ForwardBatch
 from ..model_runner import ModelRunner
@@ -22,6 +22,9 @@ from ..runners.bucketed import BucketedGraphRunner
 from .errors import TensorParallelError
 from .process_group import RankGroup
 from .wire import ForwardEncoder, encode_control
+
+
+T = TypeVar("T")
 
 
 class LockstepModelRunner(ModelRunner):
@@ -43,42 +46,57 @@ def _agreement(group: RankGroup, runner: BucketedGraphRunner) -> Callable[[list[
     return agree
 
 
-class MirroredModelRunner(LockstepModelRunner):
-    """Rank 0's runner: each call that runs the model goes to the workers first (``send``), then runs
-    here; the workers make the same call on their shards (engine/distributed/worker.py)."""
+class Link(Protocol):
+    """Rank 0's line to its workers (``TensorParallelGroup``)."""
 
-    def __init__(self, *args: Any, send: Callable[[Any], None], **kwargs: Any) -> None:
+    in_call: bool  # a mirrored call is under way: failing now leaves the ranks out of step
+
+    def send(self, message: Any) -> None: ...
+
+
+class MirroredModelRunner(LockstepModelRunner):
+    """Rank 0's runner: each call that runs the model goes to the workers first, then runs here; the
+    workers make the same call on their shards (engine/distributed/worker.py). ``link.in_call`` is set
+    from the send until the call returns, so a failure in between is known to have left the ranks'
+    collectives out of step, and one outside it (sampling, output processing) is not."""
+
+    def __init__(self, *args: Any, link: Link, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.send = send
+        self.link = link
         self.encoder = ForwardEncoder()
         self.forward_seq = 0
         self._inside_recapture = False
 
+    def _mirrored(self, message: Any, call: Callable[..., T], *args: Any) -> T:
+        self.link.in_call = True
+        self.link.send(message)
+        result = call(*args)
+        self.link.in_call = False
+        return result
+
     def capture_initial(self) -> None:
-        self.send(encode_control("capture_initial"))
-        super().capture_initial()
+        self._mirrored(encode_control("capture_initial"), super().capture_initial)
 
     def recapture(self, decode_bs: Any, prefill_tokens: Any) -> None:
-        self.send(encode_control("recapture", decode_bs, prefill_tokens))
         self._inside_recapture = True  # its first slice is part of the call the workers mirror
         try:
-            super().recapture(decode_bs, prefill_tokens)
+            self._mirrored(encode_control("recapture", decode_bs, prefill_tokens), super().recapture, decode_bs,
+                           prefill_tokens)
         finally:
             self._inside_recapture = False
 
     def advance_recapture(self) -> bool:
         if self.recapture_pending and not self._inside_recapture:
-            self.send(encode_control("advance_recapture"))
+            return self._mirrored(encode_control("advance_recapture"), super().advance_recapture)
         return super().advance_recapture()
 
     def forward(self, batch: ForwardBatch) -> StepOutput:
         self.forward_seq += 1
-        self.send(self.encoder.encode(batch, self.forward_seq))
-        return super().forward(batch)
+        return self._mirrored(self.encoder.encode(batch, self.forward_seq), super().forward, batch)
 
     def release(self) -> None:
         try:
-            self.send(encode_control("release"))
+            self.link.send(encode_control("release"))
         except TensorParallelError:  # a dead group: only rank 0's own graphs are left to drop
             pass
         super().release()
