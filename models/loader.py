@@ -210,8 +210,10 @@ def load_checkpoint(
     return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.path, meta.hf_config, weights_bytes)
 
 
-def load_weights(path: Path, spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
-                 tp: Optional[TensorParallel] = None, locations: Optional[dict[str, Path]] = None) -> DecoderForCausalLM:
+def load_weights(
+    path: Path, spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
+    tp: Optional[TensorParallel] = None, locations: Optional[dict[str, Path]] = None,
+) -> DecoderForCausalLM:
     """The decoder of ``spec`` (a tensor-parallel rank: its shard) with its weights from ``path``.
 
     What ``load_checkpoint`` does once the config is read; a worker rank, handed the spec, calls only

@@ -10,8 +10,9 @@ A worker that dies ends the run with one line, never a hang: the relay thread no
 ``POLL_S``, records why and publishes a fatal ``error`` event naming the rank; the step that was
 running fails (gloo fails at once on the closed socket; a CUDA step stuck in NCCL is aborted after
 ``ABORT_AFTER_S``, and if even that does not free it — or the shutdown after it hangs — the process
-exits with the line after ``EXIT_AFTER_S``) and surfaces as ``TensorParallelError``. Any other failure in the middle of a step
-also ends the group: its ranks would no longer agree on which collective comes next.
+exits with the line after ``EXIT_AFTER_S``) and surfaces as ``TensorParallelError``. A failure on rank 0
+inside a call the workers mirror ends the group too: its ranks would no longer agree on which
+collective comes next.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ EXIT_AFTER_S = 20.0
 
 
 class TensorParallelGroup:
+    """Built by ``start``; the engine holds it as ``engine.tp`` (``comm``: rank 0's collectives,
+    ``worker_pids``, ``failure``: why the group ended, or None)."""
+
     def __init__(self, size: int, device: torch.device, publish: Callable[[ev.Event], None]) -> None:
         self.size = size
         self.publish = publish
-        self.base_device = device
         self.device = rank_device(device, 0)
         self.store_dir = tempfile.mkdtemp(prefix="graphtop-tp-")
         self.ctx = torch_mp.get_context("spawn")
@@ -158,9 +161,11 @@ class TensorParallelGroup:
             failure = self.await_failure(2.0 if self.in_call else 0.2)
             if failure is None and not self.in_call:
                 raise
-            self.failure = failure or (
-                f"tensor-parallel step failed on rank 0 ({type(e).__name__}: {e})".splitlines()[0][:300])
-            raise TensorParallelError(self.failure) from e
+            if failure is None:  # rank 0's own failure (a worker's death was published when noticed)
+                failure = f"tensor-parallel step failed on rank 0 ({type(e).__name__}: {e})".splitlines()[0][:300]
+                self.failure = failure
+                self.publish(ev.ErrorEvent(message=failure, where="tensor-parallel", fatal=True, rank=0))
+            raise TensorParallelError(failure) from e
         finally:
             self.busy = False
 
@@ -243,6 +248,11 @@ class TensorParallelGroup:
                 self.send(encode_control("stop"))
             except TensorParallelError:
                 pass
+        if self.rank_group is not None:  # at the same time as the workers, as any torch.distributed program ends
+            if self.failure is not None:
+                _abort_collectives()
+            self.rank_group.leave()
+            self.rank_group = None
         for proc in self.procs:
             proc.join(10.0 if self.failure is None else 0.5)
             if proc.is_alive():
@@ -250,11 +260,6 @@ class TensorParallelGroup:
                 proc.join(5.0)
         for pipe in self.pipes:
             pipe.close()
-        if self.rank_group is not None:
-            if self.failure is not None:
-                _abort_collectives()
-            self.rank_group.leave()
-            self.rank_group = None
         self._stop.set()
         if self._relay is not None and self._relay is not threading.current_thread():
             self._relay.join(5.0)
