@@ -160,3 +160,20 @@ def test_rank_spec_and_refusals(tiny_ckpt):
     assert "intermediate_size=128" in tp_problem(replace(full, num_heads=12, num_kv_heads=3), 3)
     with pytest.raises(CheckpointError, match=r"--tp 8 does not divide num_attention_heads=4 in "):
         run_ranks(1, lambda tp: load_checkpoint(tiny_ckpt("llama"), tp=TensorParallel(0, 8, tp.comm)))
+
+
+def test_a_saved_random_checkpoint_loads_whole_and_sharded(tmp_path, torch_one_thread):
+    """The GPU tests and bench/tp_bench.py save a published shape with random weights to disk so that
+    ranks can load their slices; here a small variant of it round-trips."""
+    from graphtop.models.random_model import save_random_checkpoint
+
+    small = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, vocab_size=301)
+    path = save_random_checkpoint("llama-3.1-8b", tmp_path / "rand", dtype=torch.float32, **small)
+    assert save_random_checkpoint("llama-3.1-8b", path, dtype=torch.float32, **small) == path  # reused
+    full = load_checkpoint(path)
+    assert full.spec.vocab_size == 301 and full.spec.rope_type == "llama3"
+    ids = [5, 17, 200, 45]
+    want = logits(full.model, ids)
+    for got in run_ranks(2, lambda tp: logits(load_checkpoint(path, tp=tp).model, ids)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
