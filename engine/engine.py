@@ -27,6 +27,9 @@ from .commands import Cancel, Command, CommandQueue, Recapture, SetParityEvery, 
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .device import EngineError, device_name, resolve_device, resolve_dtype
+from .distributed.errors import TensorParallelError
+from .distributed.group import TensorParallelGroup
+from .distributed.setup import RankSetup
 from .engine_events import EngineEvents
 from .graphs.config import resolve_graph_config
 from .kernel_config import resolve_kernel_config
@@ -45,7 +48,7 @@ from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
 
-__all__ = ["Engine", "EngineError", "EngineInfo", "resolve_device"]
+__all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
 
 log = logging.getLogger("graphtop.engine")
 
@@ -67,10 +70,17 @@ class EngineInfo:
     max_context_len: int
     page_size: int
     demo: bool
+    tp_size: int = 1
 
 
 class Engine:
-    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False):
+    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False,
+                 tp: Optional[TensorParallelGroup] = None):
+        """``tp``: the tensor-parallel group (``from_pretrained`` starts it when ``config.tp_size`` > 1);
+        ``checkpoint`` is then rank 0's shard."""
+        if (tp.size if tp is not None else 1) != config.tp_size:
+            raise EngineError(f"tp_size={config.tp_size} needs Engine.from_pretrained (it starts the worker ranks)")
+        self.tp = tp
         self.config = config
         self.bus = bus if bus is not None else EventBus()
         self.checkpoint = checkpoint
@@ -83,10 +93,9 @@ class Engine:
         self.kernels = resolve_kernel_config(config.kernels)
 
         self.max_context_len = min(config.max_context_len or spec.max_position_embeddings, spec.max_position_embeddings)
-        layout = KVLayout(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype)
-        self.memory_plan = plan_kv_pool(
-            device=self.device,
-            weights_bytes=checkpoint.weights_bytes,
+        local = self.model.spec  # this rank's heads and KV heads (the whole model's without tensor parallelism)
+        layout = KVLayout(local.num_layers, local.num_kv_heads, local.head_dim, self.dtype)
+        plan_inputs = dict(
             bytes_per_token=layout.bytes_per_token,
             page_size=config.page_size,
             mem_fraction_static=config.mem_fraction_static,
@@ -95,9 +104,12 @@ class Engine:
             graph_reserve_bytes=_graph_reserve_estimate(self.device),
             max_total_tokens=config.max_total_tokens,
         )
+        self.memory_plan = plan_kv_pool(device=self.device, weights_bytes=checkpoint.weights_bytes, **plan_inputs)
+        if tp is not None:
+            self.memory_plan = tp.plan_kv_pool(plan_inputs, self.memory_plan)
         self.pool = KVPool(layout, self.memory_plan.num_pages, config.page_size, self.device)
         self.max_running = min(config.max_running_requests or 256, self.pool.capacity_pages)
-        shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.softmax_scale)
+        shape = AttentionShape(local.num_heads, local.num_kv_heads, local.head_dim, local.softmax_scale)
         self.attention, attention_note = select_attention_backend(
             config.attention_backend, self.pool, shape, self.device, self.kernels
         )
@@ -115,10 +127,15 @@ class Engine:
         )
         max_pages = self.pool.pages_for(self.max_context_len)
         if resolved.available:  # static buffers that would not fit: refused before allocating them
-            check_graph_buffers_fit(spec, self.dtype, self.device, max(resolved.decode_bs, default=0), max_pages,
-                                    max(resolved.prefill_num_tokens, default=0))
-        self.model_runner = ModelRunner(self.model, self.attention, self.device, resolved, max_pages, self.bus.publish,
-                                        freeze_gc=config.graphs.freeze_gc)
+            check_graph_buffers_fit(self.model.spec, self.dtype, self.device, max(resolved.decode_bs, default=0),
+                                    max_pages, max(resolved.prefill_num_tokens, default=0))
+        runner_args = (self.model, self.attention, self.device, resolved, max_pages, self.bus.publish)
+        if tp is None:
+            self.model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc)
+        else:
+            setup = RankSetup(self.attention.name, self.kernels, config.fused_kernels, config.fused_gemv_max_rows,
+                              resolved, max_pages, config.graphs.freeze_gc)
+            self.model_runner = tp.model_runner(*runner_args, freeze_gc=config.graphs.freeze_gc, setup=setup)
         self.events = EngineEvents(self.bus, self.device, self.scheduler, self.pool, self.memory_plan,
                                    self.model_runner, self.max_running)
         self.parity = ParityChecker(self.model, self.attention, self.pool, self.device, self.bus.publish,
@@ -127,6 +144,8 @@ class Engine:
         self.info = self._describe(attention_note)
         self._publish_started()
         self.model_runner.capture_initial()
+        if config.parity_every and tp is not None:
+            raise EngineError("parity checks do not run with tensor parallelism (--tp > 1)")
         if config.parity_every:  # before anything reads the pool's capacity: scratch comes out of it
             problem = self.parity.set_every(config.parity_every)
             if problem:
@@ -146,6 +165,7 @@ class Engine:
         self._thread: Optional[threading.Thread] = None
         self.last_error: Optional[str] = None
         self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
+        self._closed = False
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -174,9 +194,27 @@ class Engine:
         if demo:
             path = ensure_demo_model()
             log.warning(DEMO_NOTE)
-        ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
-                               allow_external_weights=config.allow_external_weights)
-        return cls(ckpt, config, bus, demo=demo)
+        if config.tp_size == 1:
+            ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
+                                   allow_external_weights=config.allow_external_weights)
+            return cls(ckpt, config, bus, demo=demo)
+        from graphtop.models import CheckpointError, read_checkpoint
+        from graphtop.models.parallel import TensorParallel, tp_problem
+
+        meta = read_checkpoint(path, allow_external_weights=config.allow_external_weights)
+        problem = tp_problem(meta.spec, config.tp_size)
+        if problem:  # before any process is spawned
+            raise CheckpointError(f"{problem} in {meta.path}")
+        bus = bus if bus is not None else EventBus()  # the workers' events are relayed onto it
+        tp = TensorParallelGroup.start(config.tp_size, device, dtype, meta, resolve_kernel_config(config.kernels),
+                                       bus.publish)
+        try:
+            with tp.step_guard():  # a worker that fails to load or capture ends this with its reason
+                ckpt = load_checkpoint(path, str(tp.device), dtype, TensorParallel(0, tp.size, tp.comm), meta)
+                return cls(ckpt, config, bus, demo=demo, tp=tp)
+        except BaseException:
+            tp.close()
+            raise
 
     def _enable_model_kernels(self) -> str:
         """Switch the model to its fused kernels where the device allows; the note says what happened."""
@@ -206,6 +244,7 @@ class Engine:
             max_context_len=self.max_context_len,
             page_size=self.pool.page_size,
             demo=self.demo,
+            tp_size=self.config.tp_size,
         )
 
     def _publish_started(self) -> None:
@@ -217,6 +256,7 @@ class Engine:
             attention_backend_note=i.attention_backend_note, decode_graph_backend=i.decode_graph_backend,
             prefill_graph_backend=i.prefill_graph_backend, emulated=i.emulated,
             graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=i.demo,
+            tp_size=i.tp_size,
         )
         self.bus.publish(self.started_event)
         for d in resolved.downgrades:
@@ -277,6 +317,8 @@ class Engine:
         thread-safe. A problem (too little free KV for the scratch pages) is an ``error`` event."""
         if every < 0:
             raise ValueError(f"parity every must be >= 0, got {every}")
+        if every and self.tp is not None:
+            raise ValueError("parity checks do not run with tensor parallelism (--tp > 1)")
         self.commands.put(SetParityEvery(every))
 
     @property
@@ -327,8 +369,14 @@ class Engine:
             pass
 
     def step(self) -> bool:
-        """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do."""
-        return self.loop.step()
+        """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do.
+
+        With tensor parallelism a failed rank (or a step that failed half-way) raises
+        ``TensorParallelError``: fatal, its message one line."""
+        if self.tp is None:
+            return self.loop.step()
+        with self.tp.step_guard():
+            return self.loop.step()
 
     def _apply(self, command: Command) -> None:
         """Carry out one command, on the step loop's thread, between steps."""
@@ -374,6 +422,10 @@ class Engine:
         while not self._stop.is_set():
             try:
                 worked = self.step()
+            except TensorParallelError as e:  # a rank is gone: nothing can be served any more
+                self.last_error = str(e)
+                self._fail_running(self.last_error)
+                return
             except Exception as e:  # keep serving what can be served; say what broke
                 log.exception("engine step failed")
                 self.last_error = f"{type(e).__name__}: {e}"
@@ -396,21 +448,30 @@ class Engine:
             self._thread.join(timeout)
             self._thread = None
 
-    def close(self) -> None:
-        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
+    def close(self, reason: str = "engine closed") -> None:
+        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC;
+        requests still in flight finish with ``reason`` as their error. Stops the worker ranks.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         self.shutdown()
         if self.telemetry is not None:
             self.telemetry.close()
-        self._fail_running("engine closed")
+        self._fail_running(reason)
         self.parity.close()
-        if self.device.type == "cuda":  # a launched step may still be using graphs and pool
+        # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.
+        healthy = self.tp is None or self.tp.failure is None
+        if self.device.type == "cuda" and healthy:  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
-        self.model_runner.release()
+        self.model_runner.release()  # every rank's graphs (they hold collectives) before the group goes
+        if self.tp is not None:
+            self.tp.close()
         release = getattr(self.attention, "release", None)
         if release is not None:
             release()
         self.pool.release()
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and healthy:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
 

@@ -33,6 +33,10 @@ PublishFn = Callable[[ev.Event], None]
 
 
 class ModelRunner:
+    recapture_slice: Optional[tuple[Optional[float], Optional[int]]] = None
+    """How much of a pending recapture one step boundary captures: (seconds, buckets), either None for no
+    limit; None: ``RECAPTURE_SLICE_S`` seconds."""
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -149,7 +153,7 @@ class ModelRunner:
         done = True
         for runner in self._runners():
             if runner.recapturing:
-                done = runner.advance_capture(RECAPTURE_SLICE_S) and done
+                done = runner.advance_capture(*(self.recapture_slice or (RECAPTURE_SLICE_S, None))) and done
         if not done:
             return False
         after = sum(self.graph_memory())

@@ -125,6 +125,16 @@ class SafetensorsReader:
     def tensor(self, name: str) -> torch.Tensor:
         return self._guard(self._handle.get_tensor, name)
 
+    def slice(self, name: str, dim: int, start: int, stop: int) -> torch.Tensor:
+        """Rows (``dim`` 0) or columns (``dim`` 1) ``[start, stop)`` of a tensor, reading only those
+        (a tensor-parallel rank's shard)."""
+
+        def read() -> torch.Tensor:
+            part = self._handle.get_slice(name)
+            return part[start:stop] if dim == 0 else part[:, start:stop]
+
+        return self._guard(read)
+
 
 def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path]:
     """Map every tensor name to the safetensors file holding it (sharded or single)."""

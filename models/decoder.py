@@ -148,10 +148,20 @@ class DecoderLayer(nn.Module):
         pdl_qkv, pdl_o, pdl_gu, pdl_down = self.gemv_pdl
         qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps, pdl=pdl_qkv)
         o = sa.attend_fused(qkv, positions, rope, attn)
-        tg.gemv(o, sa.o_proj.weight, sa.o_proj.bias, residual=h, out=h, pdl=pdl_o)
+        _gemv_add(sa.o_proj, o, h, pdl_o)
         gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps,
                      pdl=pdl_gu)
-        tg.gemv(gu, mlp.down_proj.weight, mlp.down_proj.bias, silu_mul=True, residual=h, out=h, pdl=pdl_down)
+        _gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
+
+
+def _gemv_add(proj: nn.Linear, x: torch.Tensor, h: torch.Tensor, pdl: bool, silu_mul: bool = False) -> None:
+    """``h += proj(x)`` in place, the residual add in the GEMV's epilogue. A projection may bring its
+    own (a tensor-parallel row shard adds its partial sum and all-reduces: models/parallel/layers.py)."""
+    own = getattr(proj, "gemv_add", None)
+    if own is not None:
+        own(x, h, pdl, silu_mul)
+    else:
+        tg.gemv(x, proj.weight, proj.bias, silu_mul=silu_mul, residual=h, out=h, pdl=pdl)
 
 
 class DecoderModel(nn.Module):

@@ -73,6 +73,8 @@ class CapturePanel(Panel):
             if cap.failed:
                 failed = ", ".join(f"{b} ({r or 'failed'})" for b, r in sorted(cap.failed.items()))
                 lines.append(Content.from_markup("  [$error]failed:[/] $f", f=failed))
+        if state.tp_size > 1:
+            lines.extend(rank_lines(state))
         if state.recapture_pending is not None:
             lines.append(Content.from_markup("[$warning]● recapture requested — runs at the next step boundary[/]"))
         elif state.last_recapture is not None:
@@ -87,3 +89,22 @@ class CapturePanel(Panel):
         if state.info is not None and not state.capture:
             lines.append(Content.from_markup("[$text-muted]no graphs captured (eager only)[/]"))
         set_content(self.query_one("#capture-body", Static), Content("\n").join(lines))
+
+
+def rank_lines(state: DashboardState) -> list[Content]:
+    """Tensor parallel: each worker rank's capture next to rank 0's lines above, then any rank that
+    died or failed a bucket, by name."""
+    lines: list[Content] = []
+    for rank, phases in sorted(state.rank_captures.items()):
+        if rank == 0:
+            continue
+        parts = []
+        for phase in ("decode", "prefill"):
+            cap = phases.get(phase)
+            if cap is not None:
+                done = "✓" if cap.finished is not None and not cap.failed else ("✗" if cap.failed else "…")
+                parts.append(f"{phase} {len(cap.costs)}/{cap.total or len(cap.costs)} {done}")
+        lines.append(Content.from_markup("[$text-muted]rank $r[/] $p", r=str(rank), p="  ".join(parts)))
+    for alert in state.rank_alerts():
+        lines.append(Content.from_markup("[$error]$a[/]", a=alert))
+    return lines

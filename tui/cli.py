@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-run one graph step in N eagerly and compare logits (default 0: off)")
     p.add_argument("--parity-tolerance", type=positive_float, metavar="F",
                    help="relative logit error over which a parity check is a mismatch (default: by dtype)")
+    p.add_argument("--tp", type=positive_int, default=1, metavar="N",
+                   help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)")
     g = p.add_argument_group("CUDA graphs")
     g.add_argument("--cuda-graph-config", metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
@@ -191,6 +193,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         parity_every=args.parity_every,
         parity_tolerance=args.parity_tolerance,
         allow_external_weights=args.allow_external_weights,
+        tp_size=args.tp,
         graphs=graphs,
     )
     try:

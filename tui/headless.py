@@ -101,6 +101,8 @@ def run_headless(args: Any, config: Any) -> int:
         except RecorderError as e:
             raise UsageError(str(e)) from None
     server = None
+    engine = None
+    failure: Optional[str] = None
     try:
         if args.telemetry:  # an endpoint viewers can attach to from before the model loads
             from .endpoint import open_endpoint
@@ -120,23 +122,41 @@ def run_headless(args: Any, config: Any) -> int:
                 max_total_tokens=engine.max_context_len - 1,
             )
         t0 = time.perf_counter()
-        results = _serve(engine, args, lines, synthetic)
+        results, failure = _serve(engine, args, lines, synthetic)
         wall = time.perf_counter() - t0
     finally:
         if server is not None:
             server.close("the headless run finished")
+        if engine is not None:
+            engine.close(failure or "engine closed")  # stops tensor-parallel workers, too
         rec_result = recorder.close() if recorder is not None else None
     if args.output:
         _write_output(args.output, results)
     _print_summary(args, results, wall, rec_result)
+    if failure:  # the engine cannot go on (e.g. a tensor-parallel rank died): what was done is written
+        print(f"graphtop: error: {failure}", file=sys.stderr)
+        return 1
     bad = sum(1 for r in results if r.get("error"))
     return 1 if bad else 0
 
 
-def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> list[dict]:
-    from graphtop.engine.sampling_params import SamplingParams
+def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> tuple[list[dict], Optional[str]]:
+    """Results in input order, and the error that stopped the engine (None when it served them all)."""
+    from graphtop.engine.engine import TensorParallelError
 
     slots: list[Any] = []  # dict (already-failed line) or RequestHandle, in input order
+    try:
+        _submit_and_run(engine, args, lines, synthetic, slots)
+        failure = None
+    except TensorParallelError as e:
+        failure = str(e)
+        engine.close(failure)  # every request still in flight finishes with the reason
+    return [s if isinstance(s, dict) else s.result() for s in slots], failure
+
+
+def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, slots: list[Any]) -> None:
+    from graphtop.engine.sampling_params import SamplingParams
+
     if synthetic is None:
         for pl in lines:
             if pl.error:
@@ -158,10 +178,6 @@ def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> l
                 slots.append(engine.submit(r.prompt_token_ids, params, request_id=f"syn-{r.index}"))
             if not engine.step() and pending:
                 time.sleep(min(0.01, max(0.0, pending[0].arrival_s - (time.perf_counter() - start))))
-    out = []
-    for s in slots:
-        out.append(s if isinstance(s, dict) else s.result())
-    return out
 
 
 _LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}

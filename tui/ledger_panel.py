@@ -39,6 +39,9 @@ class LedgerPanel(Panel):
         if led is None:
             set_content(body, Content.from_markup("[$text-muted]waiting for the memory plan…[/]"))
             return
+        if len(state.ledgers) > 1:
+            set_content(body, rank_columns(state))
+            return
         total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
         lines = []
         for name, attr, style in ROWS:
@@ -56,3 +59,17 @@ class LedgerPanel(Panel):
             )
         )
         set_content(body, Content("\n").join(lines))
+
+
+def rank_columns(state: DashboardState) -> Content:
+    """Tensor parallel: the ledger of every rank side by side, one column per rank."""
+    ranks = sorted(state.ledgers)
+    header = [Content.from_markup("[b]$r[/b]", r=f"{'rank ' + str(r):>9}") for r in ranks]
+    lines = [Content(" " * 14) + Content(" ").join(header)]
+    for name, attr, style in ROWS:
+        cells = [Content.from_markup(f"[{style}]$v[/]", v=f"{human_bytes(getattr(state.ledgers[r], attr)):>9}")
+                 for r in ranks]
+        lines.append(Content(f"{name:<14}") + Content(" ").join(cells))
+    lines.append(Content.from_markup("[$text-muted]$n ranks, one device each · [b]c[/b] per-bucket costs[/]",
+                                     n=str(len(ranks))))
+    return Content("\n").join(lines)

@@ -58,13 +58,13 @@ class BucketedGraphRunner(GraphRunner):
             self._adopt(self.job)
         return self.job
 
-    def advance_capture(self, budget_s: Optional[float]) -> bool:
-        """Capture more of the running job (all of it when ``budget_s`` is None) with the GC frozen
+    def advance_capture(self, budget_s: Optional[float], max_buckets: Optional[int] = None) -> bool:
+        """Capture more of the running job (all of it when both limits are None) with the GC frozen
         (``GraphBackend.capture_session``); True once nothing is pending."""
         if self.job is None:
             return True
         with self.backend.capture_session():
-            done = self.job.run(budget_s)
+            done = self.job.run(budget_s, max_buckets)
         if done:
             self._adopt(self.job)
         return self.job is None
@@ -73,8 +73,17 @@ class BucketedGraphRunner(GraphRunner):
         for c in job.ledger:
             self.ledger[c.bucket] = c
         replayable = [b for b in job.captured if self.backend.can_run(ShapeKey(self.phase, b))]
-        self._set_buckets(replayable, self.configured)
+        kept = self.agree_buckets(replayable)
+        for b in set(replayable) - set(kept):  # captured here, failed on another rank
+            self.backend.release(ShapeKey(self.phase, b))
+        self._set_buckets(kept, self.configured)
         self.job = None
+
+    def agree_buckets(self, replayable: list[int]) -> list[int]:
+        """The buckets to keep of those captured here. Alone: all of them; a tensor-parallel rank
+        replaces this with the buckets every rank captured (engine/distributed/lockstep.py), since a
+        step replays the same graph on every rank or runs eagerly on all of them."""
+        return replayable
 
     @property
     def recapturing(self) -> bool:

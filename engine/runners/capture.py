@@ -52,16 +52,21 @@ class CaptureJob:
     def done(self) -> bool:
         return self._next >= len(self.order)
 
-    def run(self, budget_s: Optional[float] = None) -> bool:
-        """Capture buckets until done or ``budget_s`` has passed (at least one). Returns done."""
+    def run(self, budget_s: Optional[float] = None, max_buckets: Optional[int] = None) -> bool:
+        """Capture buckets until done, ``budget_s`` has passed or ``max_buckets`` are captured (at least
+        one). Returns done. (Ranks of a tensor-parallel group slice by count: their clocks differ.)"""
         start = time.perf_counter()
+        count = 0
         while not self.done:
             self._capture_one(self.order[self._next])
             self._next += 1
+            count += 1
             if self.done:
                 self._finish()
                 break
             if budget_s is not None and time.perf_counter() - start >= budget_s:
+                break
+            if max_buckets is not None and count >= max_buckets:
                 break
         return self.done
 

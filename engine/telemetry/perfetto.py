@@ -73,6 +73,9 @@ def _clean(v: Any) -> Any:
     return v
 
 
+_PER_RANK = (CaptureStarted, CaptureProgress, CaptureFinished, MemoryLedger)
+
+
 class _Exporter:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
@@ -137,6 +140,8 @@ class _Exporter:
 
     def run(self) -> dict[str, Any]:
         for ev in self.trace.events:
+            if isinstance(ev, _PER_RANK) and ev.rank:
+                continue  # the tracks show rank 0 (a worker's capture passes would overlap its slices)
             if isinstance(ev, StepEvent):
                 self.step(ev)
             elif isinstance(ev, KVPoolState):
