@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from fuzz_support import assert_one_line, deeply_nested, examples, json_values, no_hang, numbers, raw_literals, to_json
 from graphtop.engine.graphs.config import KEYS, MAX_BUCKETS, GraphConfigError, build_graph_config, resolve_graph_config
-from graphtop.tui.bucket_parse import BucketSpecError, parse_buckets
+from graphtop.engine.graphs.bucket_list import BucketSpecError, parse_buckets
 
 sizes = st.one_of(st.integers(-3, 5000), st.sampled_from([10**9, 2**63, 10**30]))
 size_lists = st.one_of(st.lists(sizes, max_size=8), st.integers(1, 20_000).map(lambda n: list(range(1, n + 1))))

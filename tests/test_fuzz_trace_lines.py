@@ -24,7 +24,8 @@ from fuzz_support import (
 )
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.perfetto import export_perfetto
-from graphtop.engine.telemetry.report import format_summary, summarize
+from graphtop.engine.telemetry.report import format_summary
+from graphtop.engine.telemetry.summary import summarize
 from graphtop.engine.telemetry.trace import TraceError, read_trace
 from graphtop.tui.state import DashboardState
 
