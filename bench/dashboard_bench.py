@@ -86,7 +86,8 @@ def main() -> int:
     from graphtop.engine.telemetry.bus import EventBus
 
     engine = Engine(ckpt, EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""),
-                                       max_context_len=1024, max_total_tokens=args.bs * 512), EventBus())
+                                       max_context_len=1024, max_total_tokens=args.bs * 512,
+                                       capture_before_serving=True), EventBus())
     engine.start_background()
     workload(engine, args.bs, 16, seed=99)  # warm up
     headless, dashboard = [], []

@@ -1,6 +1,6 @@
 """Commands: the one way other threads change what the engine does.
 
-``submit``, ``cancel`` and ``recapture`` may be called from any thread while the step loop runs on
+``submit``, ``cancel``, ``recapture`` and ``wait_for_capture`` may be called from any thread while the step loop runs on
 another; each becomes a command in one queue that the loop drains between steps, so the scheduler,
 the KV pool and the graphs are only ever touched by the loop's own thread.
 """
@@ -31,7 +31,14 @@ class Recapture:
     prefill_num_tokens: Optional[tuple[int, ...]]
 
 
-Command = Union[Submit, Cancel, Recapture]
+@dataclass(frozen=True)
+class AwaitCapture:
+    """Set ``done`` once every capture asked for before this command has finished."""
+
+    done: threading.Event
+
+
+Command = Union[Submit, Cancel, Recapture, AwaitCapture]
 
 
 class CommandQueue:

@@ -26,6 +26,10 @@ class EngineConfig:
     fused_kernels: bool = True  # Triton RMSNorm/RoPE/SiLU and fused qkv/gate_up GEMMs (CUDA, bf16/fp16)
     overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/overlap.py)
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
+    # False: serve from the moment the model is loaded, eagerly (not_yet_captured) until each step's
+    # bucket is captured, capturing between steps. True: capture every graph before the constructor
+    # returns (benchmarks: every step measures graphs, not eager warm-up).
+    capture_before_serving: bool = False
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 

@@ -55,7 +55,8 @@ def _close_engines():
 
 def _engine(ckpt, graphs: bool, attention: str = "torch", **kw) -> Engine:
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, max_context_len=1024,
-                       max_total_tokens=64 * 1024, chunked_prefill_size=512, graphs=_graphs(graphs), **kw)
+                       max_total_tokens=64 * 1024, chunked_prefill_size=512, graphs=_graphs(graphs),
+                       capture_before_serving=True, **kw)
     eng = Engine(ckpt, cfg, EventBus())
     _open.append(eng)
     return eng
@@ -78,7 +79,8 @@ def test_fp32_parity_with_transformers_on_cuda(tmp_path, family):
     for graphs in (False, True):
         eng = Engine.from_pretrained(path, config=EngineConfig(device="cuda", dtype="float32",
                                                                attention_backend="torch", max_total_tokens=4096,
-                                                               chunked_prefill_size=16, graphs=_graphs(graphs)))
+                                                               chunked_prefill_size=16, graphs=_graphs(graphs),
+                                                               capture_before_serving=True))
         params = SamplingParams(max_new_tokens=24, ignore_eos=True)
         handles = eng.generate(PROMPTS, params)
         for prompt, h in zip(PROMPTS, handles):
