@@ -149,7 +149,7 @@ def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> l
             else:
                 slots.append(engine.submit(pl.prompt, _sampling(args, pl),
                                            request_id=pl.id or f"line-{pl.line}"))
-        engine.run_until_idle()
+        engine.run_until_done([s for s in slots if not isinstance(s, dict)])
     else:
         pending = list(synthetic)
         start = time.perf_counter()
