@@ -85,6 +85,37 @@ async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
         session.shutdown()
 
 
+async def test_prompt_typed_while_the_model_loads_is_queued_then_answered(monkeypatch) -> None:
+    import threading
+
+    gate = threading.Event()
+    real_load = engine_mod.Engine.from_pretrained.__func__
+
+    def gated_load(cls, *args, **kwargs):
+        gate.wait(60)
+        return real_load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(engine_mod.Engine, "from_pretrained", classmethod(gated_load))
+    session = EngineSession(None, engine_mod.EngineConfig(device="cpu"))
+    app = _app(session)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            assert "loading demo model" in screen_text(app)
+            await pilot.press("slash", *"early bird", "enter")
+            await pilot.pause(0.2)
+            view = app.query_one(RequestView)
+            assert "queued — runs once the model is loaded" in screen_text(app) and not view.done
+            gate.set()
+            await wait_until(pilot, lambda: view.done, timeout=120)
+            assert view.handle.error is None and view.text
+            await pilot.pause(0.2)
+            assert "#req-0 early bird" in screen_text(app) and "done (" in screen_text(app)
+    finally:
+        gate.set()
+        session.shutdown()
+
+
 async def test_real_engine_bad_model_path_is_shown_not_raised(tmp_path) -> None:
     session = EngineSession(str(tmp_path / "no-such-model"), engine_mod.EngineConfig(device="cpu"))
     app = _app(session)
