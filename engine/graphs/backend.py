@@ -55,6 +55,12 @@ class GraphBackend(ABC):
         fixed at capture; a backend whose replay re-runs the captured function returns ``live``."""
         return None
 
+    @property
+    def runs_at_capture(self) -> bool:
+        """Whether the next ``capture_one`` runs its function (a real capture always does), so the
+        caller must first put the static buffers and metadata in their capture state."""
+        return True
+
     def capture_order(self, buckets: Iterable[int]) -> list[int]:
         """Largest first. The graphs share one memory pool: a graph captured after a larger one
         reuses the blocks the larger one's capture freed, while captured smallest first each larger

@@ -37,6 +37,10 @@ class EmulatedGraphBackend(GraphBackend):
     def live_width(self, live: int) -> Optional[int]:
         return live  # a replay re-runs the function: its metadata may follow the live batch
 
+    @property
+    def runs_at_capture(self) -> bool:
+        return self.output is None
+
     def capture_order(self, buckets: Iterable[int]) -> list[int]:
         """Smallest first: no memory pool to share, and the small buckets are the ones the first
         requests need while the engine serves during capture."""

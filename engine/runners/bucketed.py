@@ -115,9 +115,10 @@ class BucketedGraphRunner(GraphRunner):
 
     @torch.inference_mode()
     def _capture_bucket(self, size: int) -> None:
-        self._prepare_capture(size)
-        if self.backend.warms_up:
-            self._forward(size)  # per-shape warmup outside capture
+        if self.backend.runs_at_capture:  # an emulated capture that records addresses only needs neither
+            self._prepare_capture(size)
+            if self.backend.warms_up:
+                self._forward(size)  # per-shape warmup outside capture
         self.backend.capture_one(ShapeKey(self.phase, size), lambda: self._forward(size))
 
     # --- bucket choice (graphs/bucket_policy.py decides; the runner adds what only it knows) ----------
