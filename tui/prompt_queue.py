@@ -12,12 +12,11 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
-if TYPE_CHECKING:  # the session module holds a PromptQueue: no import cycle at run time
-    from .session import SamplingSettings, StreamHandle
-
-SubmitFn = Callable[[str, "SamplingSettings", bool], "StreamHandle"]
+SubmitFn = Callable[..., Any]
+"""The session's own submit, ``(prompt, settings, chat) -> StreamHandle``. Kept opaque here: the
+session module holds a PromptQueue, so this module does not import it back."""
 
 
 class QueuedHandle:
@@ -26,7 +25,7 @@ class QueuedHandle:
 
     def __init__(self, placeholder_id: str) -> None:
         self._placeholder_id = placeholder_id
-        self._handle: Optional[StreamHandle] = None
+        self._handle: Any = None  # the engine's StreamHandle once sent
         self._error: Optional[str] = None
 
     @property
@@ -55,7 +54,7 @@ class QueuedHandle:
     def new_text(self) -> str:
         return self._handle.new_text() if self._handle is not None else ""
 
-    def bind(self, handle: StreamHandle) -> None:
+    def bind(self, handle: Any) -> None:
         self._handle = handle
 
     def fail(self, error: str) -> None:
@@ -64,14 +63,12 @@ class QueuedHandle:
 
 @dataclass
 class _Held:
-    prompt: str
-    settings: SamplingSettings
-    chat: bool
+    args: tuple[Any, ...]  # what the session's submit takes
     handle: QueuedHandle
 
 
 class PromptQueue:
-    """Thread-safe: ``hold`` runs on the UI thread, ``release``/``fail`` on the thread that loads."""
+    """Thread-safe: ``submit`` runs on the UI thread, ``release``/``fail`` on the thread that loads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -80,17 +77,18 @@ class PromptQueue:
         self._submit: Optional[SubmitFn] = None
         self._error: Optional[str] = None
 
-    def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle:
-        """Hold the prompt while nothing can take it; once ``release`` ran, submit at once."""
+    def submit(self, *args: Any) -> Any:
+        """Hold the prompt (``args``: what the session's submit takes) while nothing can take it, and
+        return a QueuedHandle; once ``release`` ran, submit at once and return the engine's handle."""
         with self._lock:
             if self._error is not None:
                 raise RuntimeError(self._error)
             if self._submit is None:
                 handle = QueuedHandle(f"queued-{next(self._ids)}")
-                self._held.append(_Held(prompt, settings, chat, handle))
+                self._held.append(_Held(args, handle))
                 return handle
             submit = self._submit
-        return submit(prompt, settings, chat)
+        return submit(*args)
 
     def release(self, submit: SubmitFn) -> int:
         """Submit every held prompt, in the order typed, and send later ones straight to ``submit``.
@@ -99,7 +97,7 @@ class PromptQueue:
             held, self._held = self._held, []
             for item in held:
                 try:
-                    item.handle.bind(submit(item.prompt, item.settings, item.chat))
+                    item.handle.bind(submit(*item.args))
                 except Exception as exc:  # one bad prompt must not lose the others
                     item.handle.fail(str(exc) or type(exc).__name__)
             self._submit = submit
