@@ -27,6 +27,9 @@ from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# Spinning OpenMP threads make small CPU forwards up to ~10x slower, and erratic, on a busy 2-core
+# machine; set before torch loads OpenMP (an OMP_WAIT_POLICY already set is kept and printed).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
@@ -68,7 +71,7 @@ def measure(name: str, with_forwards: bool) -> dict[str, Any]:
     t2, c2 = time.perf_counter(), time.process_time()
     phases = {e.phase: e.seconds for e in sub.drain()}
     row: dict[str, Any] = dict(
-        model=name, load_s=t1 - t0, load_cpu_s=c1 - c0, capture_s=t2 - t1, capture_cpu_s=c2 - c1,
+        model=os.path.basename(os.path.normpath(name)), load_s=t1 - t0, load_cpu_s=c1 - c0, capture_s=t2 - t1, capture_cpu_s=c2 - c1,
         all_live_s=t2 - t0, all_live_cpu_s=c2 - c0,
         decode_buckets=len(engine.decode_buckets), prefill_buckets=len(engine.prefill_buckets),
         decode_capture_s=phases.get("decode"), prefill_capture_s=phases.get("prefill"),
@@ -94,8 +97,8 @@ def main() -> int:
     ap.add_argument("--model", action="append", default=[], help="a checkpoint folder to add (repeatable)")
     ap.add_argument("--forward-per-bucket", action="store_true", help="also time one eager forward per bucket")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+          f"{os.environ['OMP_WAIT_POLICY']}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     rows = [measure(name, args.forward_per_bucket) for name in args.shapes.split(",") + args.model if name]
     print("| model | buckets decode + prefill | load s | capture s (decode, prefill) | all graphs live s "
           "| first token s |" + (" one forward per bucket s |" if args.forward_per_bucket else ""))
