@@ -30,6 +30,10 @@ class EngineConfig:
     parity_tolerance: Optional[float] = None  # relative error over which a check is a mismatch; None: by dtype
     allow_external_weights: bool = False  # checkpoint files may be symbolic links out of the folder
     tp_size: int = 1  # tensor-parallel ranks (engine/distributed): one process and one device each
+    # False: serve from the moment the model is loaded, eagerly (not_yet_captured) until each step's
+    # bucket is captured, capturing between steps. True: capture every graph before the constructor
+    # returns (benchmarks: every step measures graphs, not eager warm-up).
+    capture_before_serving: bool = False
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 

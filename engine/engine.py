@@ -8,6 +8,12 @@ Threading: ``step()`` is the whole hot loop and runs on one thread (the caller's
 after ``start_background()``). Other threads talk to it only through the command queue drained
 between steps (submit, cancel, recapture) and read results through thread-safe ``RequestHandle``s and
 the event bus. The engine publishes events without blocking and without extra device syncs.
+
+Startup: the engine serves from the moment the model is loaded. The constructor starts the graph
+capture and returns; the step loop captures between steps (flat out while idle), each bucket serves
+the moment it is captured, and until then a step runs eagerly with ``FallbackReason.NOT_YET_CAPTURED``.
+``wait_for_capture()`` waits for every graph; ``EngineConfig.capture_before_serving`` makes the
+constructor capture everything before it returns (benchmarks).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -23,7 +29,7 @@ import torch
 
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
-from .commands import Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
+from .commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .device import EngineError, device_name, resolve_device, resolve_dtype
@@ -31,6 +37,7 @@ from .distributed.errors import TensorParallelError
 from .distributed.group import TensorParallelGroup
 from .distributed.setup import RankSetup
 from .engine_events import EngineEvents
+from .engine_info import EngineInfo, started_events
 from .graphs.config import resolve_graph_config
 from .kernel_config import resolve_kernel_config
 from .kv_pool import KVLayout, KVPool
@@ -51,26 +58,6 @@ from .telemetry.capture import BucketCost
 __all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
 
 log = logging.getLogger("graphtop.engine")
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    model: str
-    architecture: str
-    device: str
-    device_name: str
-    dtype: str
-    attention_backend: str
-    attention_backend_note: str
-    decode_graph_backend: str
-    prefill_graph_backend: str
-    emulated: bool
-    kv_capacity_tokens: int
-    max_running: int
-    max_context_len: int
-    page_size: int
-    demo: bool
-    tp_size: int = 1
 
 
 class Engine:
@@ -143,9 +130,11 @@ class Engine:
                                     tolerance=config.parity_tolerance)
         self.info = self._describe(attention_note)
         self._publish_started()
-        self.model_runner.capture_initial()
         if config.parity_every and tp is not None:
             raise EngineError("parity checks do not run with tensor parallelism (--tp > 1)")
+        self.model_runner.start_capture()
+        if config.capture_before_serving:
+            self.model_runner.advance_capture(to_the_end=True)
         if config.parity_every:  # before anything reads the pool's capacity: scratch comes out of it
             problem = self.parity.set_every(config.parity_every)
             if problem:
@@ -248,19 +237,8 @@ class Engine:
         )
 
     def _publish_started(self) -> None:
-        i, resolved = self.info, self.model_runner.resolved
-        # kept: a viewer attaching later gets it in its snapshot (telemetry_link.py)
-        self.started_event = ev.EngineStarted(
-            model=i.model, architecture=i.architecture, device=i.device, device_name=i.device_name,
-            dtype=i.dtype, attention_backend=i.attention_backend,
-            attention_backend_note=i.attention_backend_note, decode_graph_backend=i.decode_graph_backend,
-            prefill_graph_backend=i.prefill_graph_backend, emulated=i.emulated,
-            graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=i.demo,
-            tp_size=i.tp_size,
-        )
-        self.bus.publish(self.started_event)
-        for d in resolved.downgrades:
-            self.bus.publish(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason))
+        for event in started_events(self.info, self.model_runner.resolved):
+            self.bus.publish(event)
 
     # --- public API ----------------------------------------------------------------------------
     def submit(
@@ -297,7 +275,7 @@ class Engine:
             for h in handles:
                 h.wait()
         else:
-            self.run_until_idle()
+            self.run_until_done(handles)
         return handles
 
     def cancel(self, request_id: str) -> None:
@@ -334,6 +312,28 @@ class Engine:
         self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
         return self.telemetry
 
+    def wait_for_capture(self, timeout: Optional[float] = None) -> bool:
+        """Block until every graph asked for so far (the first capture, and any recapture requested
+        before this call) is captured or failed. With the background thread this waits; otherwise it
+        drives ``step()`` itself (requests in flight are served meanwhile). False on timeout."""
+        done = threading.Event()
+        self.commands.put(AwaitCapture(done))
+        if self.background_running:
+            return done.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.step()  # the first one applies the command
+            if done.is_set():
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    @property
+    def capture_pending(self) -> bool:
+        """Graphs are still being captured (between steps); steps whose bucket is not captured yet run
+        eagerly. Read from another thread, it is a snapshot."""
+        return self.model_runner.capture_pending
+
     @property
     def decode_buckets(self) -> list[int]:
         return self.model_runner.decode_buckets
@@ -365,8 +365,19 @@ class Engine:
 
     # --- the loop and its commands ---------------------------------------------------------------
     def run_until_idle(self) -> None:
+        """Step until nothing is left to do: every request served, and any pending capture finished."""
         while self.step():
             pass
+
+    def run_until_done(self, handles: Iterable[RequestHandle]) -> None:
+        """Step until every one of ``handles`` has finished; a capture still pending carries on at
+        later steps (or ``wait_for_capture``)."""
+        remaining = [h for h in handles if not h.finished]
+        while remaining:
+            if not self.step():
+                break
+            while remaining and remaining[-1].finished:  # each handle is looked at once it finished
+                remaining.pop()
 
     def step(self) -> bool:
         """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do.
@@ -396,6 +407,8 @@ class Engine:
                 self.bus.publish(ev.ErrorEvent(message=problem, where="parity"))
             self.output.kv_capacity_tokens = self.pool.capacity_tokens  # scratch pages come and go
             self.events.kv(force=True)
+        elif isinstance(command, AwaitCapture):
+            self.model_runner.notify_when_captured(command.done)
         else:
             self.parity.wait_idle()  # capture forbids other CUDA work while it runs
             self.model_runner.recapture(command.decode_bs, command.prefill_num_tokens)

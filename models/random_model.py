@@ -1,6 +1,6 @@
 """Random-weight models of published architecture shapes, built straight on the target device.
 
-Benchmarks need real shapes (Qwen3-0.6B, Llama-3.1-8B) but no weights can be downloaded: the
+Benchmarks need real shapes (Qwen3-0.6B, Llama-3.1-8B, SmolLM2-135M) but no weights can be downloaded: the
 configs below are written from the published numbers, the weights are seeded noise.
 """
 
@@ -21,6 +21,12 @@ SHAPES: dict[str, dict[str, Any]] = {
         num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
         vocab_size=151936, max_position_embeddings=40960, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
         tie_word_embeddings=True, attention_bias=False, eos_token_id=151645, bos_token_id=151643,
+    ),
+    "smollm2-135m": dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=576, intermediate_size=1536,
+        num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
+        max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        attention_bias=False, mlp_bias=False, eos_token_id=2, bos_token_id=1,
     ),
     "llama-3.1-8b": dict(
         model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,

@@ -308,6 +308,26 @@ def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
     assert_usage_error(rc, out, err, "OUT", "missing", "does not exist")
 
 
+def test_headless_serves_while_capturing_unless_asked_to_capture_first(ckpt, tmp_path, capsys, monkeypatch):
+    import graphtop.engine.model_runner as model_runner_mod
+
+    monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)  # one bucket per step boundary
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello world\nOnce upon a time\nThe quick brown fox jumps over the lazy dog\n")
+    runs = {}
+    for flags in ((), ("--capture-before-serving",)):
+        out_file, trace_file = tmp_path / f"out{len(flags)}.jsonl", tmp_path / f"trace{len(flags)}.jsonl"
+        rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace_file,
+                           "--max-new-tokens", 12, *ENGINE_ARGS, *flags)
+        assert rc == 0, err
+        steps = [e for e in read_trace(trace_file).events if isinstance(e, ev.StepEvent)]
+        runs[flags] = ([r["token_ids"] for r in _read_results(out_file)], {s.fallback_reason for s in steps})
+    (tokens, reasons), (strict_tokens, strict_reasons) = runs[()], runs[("--capture-before-serving",)]
+    assert tokens == strict_tokens and all(len(t) == 12 for t in tokens)
+    assert "not_yet_captured" in reasons and None in reasons  # eager until each bucket is live, then graphs
+    assert strict_reasons == {None}
+
+
 # --- the real console script ---------------------------------------------------------------------
 
 

@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
     g.add_argument("--no-graph-emulation", dest="graph_emulation", action="store_false",
                    help="without CUDA, serve eagerly (reason no_cuda_graphs) instead of emulating graphs")
+    g.add_argument("--capture-before-serving", action="store_true",
+                   help="capture every graph before serving the first request (benchmarks); by default the "
+                        "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured")
     h = p.add_argument_group("headless")
     h.add_argument("--prompts", metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", metavar="OUT.jsonl", help="one result line per request")
@@ -194,6 +197,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         parity_tolerance=args.parity_tolerance,
         allow_external_weights=args.allow_external_weights,
         tp_size=args.tp,
+        capture_before_serving=args.capture_before_serving,
         graphs=graphs,
     )
     try:

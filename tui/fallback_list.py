@@ -17,6 +17,9 @@ class FallbackList(Static):
 
     def update_view(self, state: DashboardState) -> None:
         total = sum(state.fallbacks.values())
+        if not state.total_steps:
+            set_content(self, Content.from_markup("[$text-muted]eager fallbacks[/]\n[$text-muted]no steps yet[/]"))
+            return
         if not total:
             set_content(self, Content.from_markup("[$text-muted]eager fallbacks[/]\n[$success]none — every step hit a graph[/]"))
             return

@@ -164,7 +164,7 @@ def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: 
                               "finish_reason": "rejected", "error": pl.error})
             else:
                 slots.append(engine.submit(pl.prompt, _sampling(args, pl), request_id=pl.request_id))
-        engine.run_until_idle()
+        engine.run_until_done([s for s in slots if not isinstance(s, dict)])
     else:
         pending = list(synthetic)
         start = time.perf_counter()

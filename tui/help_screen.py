@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 PANELS = (
-    ("graph capture", "model load, then per phase/bucket capture progress with time and memory"),
+    ("graph capture", "model load, then per phase/bucket capture progress with time and memory; the engine serves while it captures"),
     ("memory ledger", "weights, KV pool, decode/prefill graphs, reserve, free (c: per-bucket costs)"),
     ("KV pool", "tokens used of capacity, running/queued requests, usage trend"),
     ("graph parity", "graph steps re-run eagerly and compared (palette or --parity-every); red on a mismatch"),

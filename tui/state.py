@@ -99,6 +99,25 @@ class DashboardState:
         return self._captures.latest
 
     @property
+    def graphs_planned(self) -> bool:
+        """The engine means to capture graphs (some phase has buckets after limits and downgrades)."""
+        config = (self.info.graph_config or {}) if self.info else {}
+        if not config.get("available", True):
+            return False
+        return bool(config.get("decode", {}).get("bs") or config.get("prefill", {}).get("num_tokens"))
+
+    @property
+    def capturing(self) -> bool:
+        """A capture pass is running (the engine serves meanwhile: steps whose bucket is still to
+        come run eagerly)."""
+        return any(cap.finished is None for cap in self.capture.values())
+
+    def buckets_live(self) -> tuple[int, int]:
+        """(captured, asked for) over each phase's latest pass: how much of the graph set serves now."""
+        passes = self.capture.values()
+        return sum(len(c.captured) for c in passes), sum(c.total for c in passes)
+
+    @property
     def total_steps(self) -> int:
         return self.hits.steps
 
@@ -202,7 +221,12 @@ class DashboardState:
 
     def _on_capture_started(self, ev: CaptureStarted) -> None:
         self._captures.apply(ev)
+        if ev.rank == 0:
+            # the phase's old graphs are gone: their hits no longer describe the graphs in use (hits
+            # while this pass captures are on its own buckets, and stay)
+            self.bucket_stats = {k: v for k, v in self.bucket_stats.items() if k[0] != ev.phase}
         self.revs["capture"] += 1
+        self.revs["hist"] += 1
 
     def _on_capture_progress(self, ev: CaptureProgress) -> None:
         cap = self._captures.apply(ev)
@@ -212,9 +236,6 @@ class DashboardState:
 
     def _on_capture_finished(self, ev: CaptureFinished) -> None:
         self._captures.apply(ev)
-        if ev.rank == 0:  # hits on buckets of a previous capture no longer describe the graphs in use
-            self.bucket_stats = {k: v for k, v in self.bucket_stats.items() if k[0] != ev.phase}
-            self.revs["hist"] += 1
         self.revs["capture"] += 1
 
     def _on_ledger(self, ev: MemoryLedger) -> None:

@@ -1,11 +1,11 @@
 """Model runners that capture and serve in step with the other ranks of a tensor-parallel group.
 
 Every rank runs the same model-runner calls in the same order (rank 0 sends its workers each call it
-makes): a forward, a capture, a recapture slice. Two things a lone runner decides from local facts
+makes): a forward, a capture, a capture slice. Two things a lone runner decides from local facts
 must be decided the same way everywhere, because captured graphs and eager steps contain collectives
 that pair up across ranks:
 
-- how much of a pending recapture a step boundary captures: one bucket per phase, not a time budget
+- how much of a pending capture a step boundary captures: one bucket per phase, not a time budget
   (the ranks' clocks differ);
 - which captured buckets a phase keeps: those every rank captured (a bucket that failed on one rank
   runs eagerly on all of them, ``capture_failed``; that rank's ``capture_progress`` names it).
@@ -28,13 +28,15 @@ T = TypeVar("T")
 
 
 class LockstepModelRunner(ModelRunner):
-    recapture_slice: tuple[Optional[float], Optional[int]] = (None, 1)
-
     def __init__(self, *args: Any, group: RankGroup, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group = group
         for runner in self._runners():
             runner.agree_buckets = _agreement(group, runner)  # type: ignore[method-assign]
+
+    def capture_slice(self, to_the_end: bool) -> tuple[Optional[float], Optional[int]]:
+        """One bucket per phase and step boundary, on every rank alike (not a time budget)."""
+        return (None, None) if to_the_end else (None, 1)
 
 
 def _agreement(group: RankGroup, runner: BucketedGraphRunner) -> Callable[[list[int]], list[int]]:
@@ -74,8 +76,8 @@ class MirroredModelRunner(LockstepModelRunner):
         self.link.in_call = False
         return result
 
-    def capture_initial(self) -> None:
-        self._mirrored(encode_control("capture_initial"), super().capture_initial)
+    def start_capture(self) -> None:
+        self._mirrored(encode_control("start_capture"), super().start_capture)
 
     def recapture(self, decode_bs: Any, prefill_tokens: Any) -> None:
         self._inside_recapture = True  # its first slice is part of the call the workers mirror
@@ -85,10 +87,11 @@ class MirroredModelRunner(LockstepModelRunner):
         finally:
             self._inside_recapture = False
 
-    def advance_recapture(self) -> bool:
-        if self.recapture_pending and not self._inside_recapture:
-            return self._mirrored(encode_control("advance_recapture"), super().advance_recapture)
-        return super().advance_recapture()
+    def advance_capture(self, *, to_the_end: bool = False) -> bool:
+        if self.capture_pending and not self._inside_recapture:
+            return self._mirrored(encode_control("advance_capture", to_the_end),
+                                  lambda: super(MirroredModelRunner, self).advance_capture(to_the_end=to_the_end))
+        return super().advance_capture(to_the_end=to_the_end)
 
     def forward(self, batch: ForwardBatch) -> StepOutput:
         self.forward_seq += 1

@@ -186,9 +186,9 @@ class RankServer:
         self.events = EngineEvents(self.outbox, self.device, None, self.pool, self.plan,  # type: ignore[arg-type]
                                    self.runner, 0)
 
-    def on_capture_initial(self) -> None:
+    def on_start_capture(self) -> None:
         assert self.runner is not None and self.events is not None
-        self.runner.capture_initial()
+        self.runner.start_capture()
         self.events.memory_ledger()
 
     def on_recapture(self, decode_bs: Any, prefill_tokens: Any) -> None:
@@ -196,9 +196,9 @@ class RankServer:
         self.runner.recapture(decode_bs, prefill_tokens)
         self.events.memory_ledger()
 
-    def on_advance_recapture(self) -> None:
+    def on_advance_capture(self, to_the_end: bool) -> None:
         assert self.runner is not None and self.events is not None
-        if self.runner.advance_recapture():
+        if self.runner.advance_capture(to_the_end=to_the_end):
             self.events.memory_ledger()
 
     def on_release(self) -> None:

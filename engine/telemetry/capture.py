@@ -76,7 +76,7 @@ class CapturePass:
     reason: str = "initial"
     backend: str = ""
     planned: tuple[int, ...] = ()
-    costs: list[BucketCost] = field(default_factory=list)  # in capture order (largest bucket first)
+    costs: list[BucketCost] = field(default_factory=list)  # in capture order (CUDA: largest bucket first)
     finished: Optional[CaptureFinished] = None  # None: still capturing, or the run ended mid-capture
     rank: int = 0
 
