@@ -104,7 +104,9 @@ def test_a_bucket_one_rank_failed_is_dropped_on_every_rank(tiny_ckpt, make_engin
         decode.agree_buckets = other_rank_lost_8
         eng.recapture(decode_bs=[1, 2, 4, 8])
         eng.run_until_idle()  # the recapture finishes between polls
-        assert group.masks == [[1, 1, 1, 1]]  # this rank captured all four: one flag per configured bucket
+        # the ranks agree as each capture slice is adopted (every rank adopts in step): first nothing yet,
+        # finally all four captured here, one flag per configured bucket
+        assert group.masks[0] == [0, 0, 0, 0] and group.masks[-1] == [1, 1, 1, 1]
         assert eng.decode_buckets == [1, 2, 4]
         assert not decode.backend.can_run(ShapeKey("decode", 8))  # its graph was released here too
         batch = ForwardBatch(mode=ForwardMode.DECODE, requests=[None] * 6, input_ids=[1] * 6, positions=[0] * 6,
