@@ -26,7 +26,7 @@ def prompts(tmp_path):
 FLAG_CASES = {
     "synthetic-rate nan": (["--synthetic", "2", "--synthetic-rate", "nan"], "--synthetic-rate", "not a finite"),
     "synthetic-rate inf": (["--synthetic", "2", "--synthetic-rate", "inf"], "--synthetic-rate", "not a finite"),
-    "synthetic-rate 0": (["--synthetic", "2", "--synthetic-rate", "0"], "--synthetic-rate", "must be > 0"),
+    "synthetic-rate 0": (["--synthetic", "2", "--synthetic-rate", "0"], "--synthetic-rate", "must be positive"),
     "synthetic count": (["--synthetic", "100000000"], "--synthetic", "over the limit of 100000"),
     "lognormal sigma": (["--synthetic", "2", "--synthetic-prompt-len", "lognormal:100:1e6"], "SIGMA must be in"),
     "padding waste nan": (["--prompts", "P", "--cuda-graph-max-padding-waste", "nan"], "--cuda-graph-max-padding-waste"),

@@ -159,7 +159,8 @@ def _events_at(int_value: int, float_value: float) -> list:
 async def test_values_at_the_limits_replay_in_the_dashboard(tmp_path, int_value, float_value):
     """What the reader accepts, every reader shows: the summary, Perfetto and the dashboard's panels."""
     from graphtop.engine.telemetry.perfetto import write_perfetto
-    from graphtop.engine.telemetry.report import format_summary, summarize
+    from graphtop.engine.telemetry.report import format_summary
+    from graphtop.engine.telemetry.summary import summarize
     from graphtop.tui.app import GraphtopApp
     from graphtop.tui.replay_session import ReplaySession
     from graphtop.tui.testing import FIXED_DEVICE, screen_text, settle

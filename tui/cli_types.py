@@ -58,7 +58,8 @@ def finite_float(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_o
         if not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"{short_repr(text)} is not a finite number")
         if lo is not None and (v <= lo if lo_open else v < lo):
-            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be {'>' if lo_open else '>='} {lo:g}")
+            rule = "positive" if lo_open and lo == 0 else f"{'>' if lo_open else '>='} {lo:g}"
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be {rule}")
         if hi is not None and v > hi:
             raise argparse.ArgumentTypeError(f"{short_repr(text)} must be <= {hi:g}")
         return v
