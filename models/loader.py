@@ -26,6 +26,7 @@ from .checkpoint_files import (
 )
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
+from .gguf import gguf_folder, is_gguf
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple
 
@@ -159,12 +160,15 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
 def load_checkpoint(
     path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None
 ) -> LoadedCheckpoint:
-    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
+    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder, or a ``.gguf`` file of one
+    (dequantized once into a cached folder, models/gguf.py).
 
     Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
     problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
     """
-    path = Path(path).expanduser()
+    source = path = Path(path).expanduser()
+    if is_gguf(path):
+        path = gguf_folder(path)
     check_folder(path)
     resolve(architecture_name(read_config_json(path)), str(path))  # before AutoConfig: clearer error
     hf_config = _load_hf_config(path)
@@ -178,4 +182,4 @@ def load_checkpoint(
     _copy_weights(model, locations, device_str, path)
     model.eval().requires_grad_(False)
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return LoadedCheckpoint(model, tokenizer, spec, path, hf_config, weights_bytes)
+    return LoadedCheckpoint(model, tokenizer, spec, source, hf_config, weights_bytes)

@@ -54,7 +54,7 @@ def _nonneg_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphtop", description="LLM inference with CUDA graphs you can watch.")
-    p.add_argument("--model", help="Hugging Face checkpoint folder (default: the built-in demo model)")
+    p.add_argument("--model", help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)")
@@ -218,8 +218,10 @@ def _main(argv: Sequence[str]) -> int:
 
         return run_headless(args, config)
     if args.model is not None and not os.path.isdir(args.model):
-        raise UsageError(f"model folder {args.model} does not exist" if not os.path.exists(args.model)
-                         else f"model path {args.model} is not a folder")
+        if not os.path.exists(args.model):
+            raise UsageError(f"model folder {args.model} does not exist")
+        if not (os.path.isfile(args.model) and args.model.lower().endswith(".gguf")):
+            raise UsageError(f"model path {args.model} is not a folder (nor a .gguf file)")
     if args.device != "auto" or args.attention_backend == "flashinfer":
         # An explicit device or backend that cannot work fails here, not inside the dashboard.
         from graphtop.engine.attention.select import flashinfer_problem
