@@ -99,6 +99,8 @@ class TorchNativeBackend(AttentionBackend):
         m: DecodeMeta = self.meta
         kc.index_copy_(0, m.out_cache_loc, k.to(kc.dtype))
         vc.index_copy_(0, m.out_cache_loc, v.to(vc.dtype))
+        if q.device.type == "cpu":
+            return self._decode_sdpa(q, kc, vc)
         bs, hq, d = q.shape
         hkv = self.shape.num_kv_heads
         keys = kc[m.slot_table].float()  # [bs, W, hkv, d]
@@ -109,6 +111,17 @@ class TorchNativeBackend(AttentionBackend):
         probs = torch.softmax(scores, dim=-1)
         out = torch.einsum("bhgw,bwhd->bhgd", probs, vals)
         return out.reshape(bs, hq, d).to(q.dtype)
+
+    def _decode_sdpa(self, q, kc, vc) -> torch.Tensor:
+        """CPU decode: one fused SDPA call (GQA and the length mask inside) instead of the einsum,
+        mask, softmax, einsum chain, whose per-op host cost dominates a small model's CPU step."""
+        m: DecodeMeta = self.meta
+        keys = kc[m.slot_table].transpose(1, 2).to(q.dtype)  # [bs, hkv, W, d]
+        vals = vc[m.slot_table].transpose(1, 2).to(q.dtype)
+        o = F.scaled_dot_product_attention(
+            q.unsqueeze(2), keys, vals, attn_mask=m.valid[:, None, None, :], scale=self.shape.scale, enable_gqa=True
+        )
+        return o.squeeze(2)
 
     def _extend(self, q, k, v, kc, vc) -> torch.Tensor:
         m: ExtendMeta = self.meta
