@@ -110,6 +110,12 @@ class RotaryEmbedding(nn.Module):
         freqs = positions[:, None] * inv_freq[None, :]
         self.cos_sin_cache = torch.cat((freqs.cos() * scale, freqs.sin() * scale), dim=-1)
 
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [T, 1, D/2] at ``positions``: looked up once per forward and shared by every layer
+        (per layer, the lookup and cast are a measurable share of a small model's CPU step)."""
+        cos, sin = self.cos_sin_cache[positions].to(dtype).unsqueeze(1).chunk(2, dim=-1)
+        return cos, sin
+
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.cos_sin_cache[positions].to(q.dtype).unsqueeze(1).chunk(2, dim=-1)
+        cos, sin = self.cos_sin(positions, q.dtype)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin)

@@ -30,6 +30,7 @@ class DecodeMeta:
     seq_lens: torch.Tensor  # [bs] int64
     slot_table: Optional[torch.Tensor] = None  # [bs, P * page_size], derived in prepare_in_graph
     valid: Optional[torch.Tensor] = None  # [bs, P * page_size] bool
+    bias: Optional[torch.Tensor] = None  # [bs, 1, 1, P * page_size]: 0 or -inf (CPU decode only)
 
 
 @dataclass
@@ -87,6 +88,9 @@ class TorchNativeBackend(AttentionBackend):
         j = torch.arange(width, device=meta.page_table.device)
         meta.slot_table = meta.page_table[:, j // ps] * ps + (j % ps)
         meta.valid = j[None, :] < meta.seq_lens[:, None]
+        if j.device.type == "cpu":  # SDPA would turn a bool mask into this in every layer
+            bias = torch.zeros(meta.valid.shape, dtype=self.pool.layout.dtype, device=j.device)
+            meta.bias = bias.masked_fill_(~meta.valid, float("-inf"))[:, None, None, :]
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
         kc = self.pool.k_cache[layer_id].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
@@ -119,7 +123,7 @@ class TorchNativeBackend(AttentionBackend):
         keys = kc[m.slot_table].transpose(1, 2).to(q.dtype)  # [bs, hkv, W, d]
         vals = vc[m.slot_table].transpose(1, 2).to(q.dtype)
         o = F.scaled_dot_product_attention(
-            q.unsqueeze(2), keys, vals, attn_mask=m.valid[:, None, None, :], scale=self.shape.scale, enable_gqa=True
+            q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale, enable_gqa=True
         )
         return o.squeeze(2)
 
