@@ -113,6 +113,10 @@ def run_headless(args: Any, config: Any) -> int:
             recorder = TraceRecorder(args.record, bus, header_meta=meta)
         except RecorderError as e:
             raise UsageError(str(e)) from None
+    from .progress import start_headless_progress
+
+    total = args.synthetic or sum(1 for pl in lines if not pl.error)
+    progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
     try:
         engine = _load_engine(args, config, bus)
         if args.synthetic:
@@ -129,6 +133,8 @@ def run_headless(args: Any, config: Any) -> int:
         results = _serve(engine, args, lines, synthetic)
         wall = time.perf_counter() - t0
     finally:
+        if progress is not None:
+            progress.stop()
         rec_result = recorder.close() if recorder is not None else None
     if args.output:
         _write_output(args.output, results)
