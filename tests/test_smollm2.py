@@ -86,11 +86,16 @@ def reference(folder):
     eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
     gen = GenerationConfig(max_new_tokens=MAX_NEW, do_sample=False, num_beams=1, eos_token_id=eos, pad_token_id=eos)
     out = []
-    with torch.no_grad():
-        for ids in prompts:
-            x = torch.tensor([ids])
-            seq = model.generate(x, attention_mask=torch.ones_like(x), generation_config=gen)
-            out.append(seq[0, len(ids):].tolist())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # module-scoped: the torch_one_thread fixture is not active yet
+    try:
+        with torch.no_grad():
+            for ids in prompts:
+                x = torch.tensor([ids])
+                seq = model.generate(x, attention_mask=torch.ones_like(x), generation_config=gen)
+                out.append(seq[0, len(ids):].tolist())
+    finally:
+        torch.set_num_threads(threads)
     return prompts, out, [tok.decode(t, skip_special_tokens=True) for t in out]
 
 
