@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (tui/cli.py)
 
 import torch  # noqa: E402
 
@@ -157,7 +158,8 @@ def run_speed(args: argparse.Namespace) -> dict:
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1].wall:.1f}" for n, v in rates.items()),
               flush=True)
     print(f"\nSmolLM2 decode, median of {args.rounds} interleaved rounds, torch threads {torch.get_num_threads()}, "
-          f"prompt {len(one[0])} tokens, {args.new_tokens} new tokens, load average {os.getloadavg()[0]:.1f}")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, prompt {len(one[0])} tokens, {args.new_tokens} new tokens, "
+          f"load average {os.getloadavg()[0]:.1f}")
     result: dict = {"threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "prompt_tokens": len(one[0]),
                     "inflight": args.inflight, "rounds": {n: [vars(x) for x in v] for n, v in rates.items()}}
     for metric in ("wall", "cpu"):

@@ -21,6 +21,10 @@ from typing import Any, NoReturn, Optional, Sequence
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# Read once, when torch loads OpenMP (torch is imported only later). OpenMP's default makes idle
+# threads spin; on a small or busy CPU a spinning thread holds the core its team-mate needs, and a
+# CPU decode step (hundreds of small parallel ops) then ran ~10x slower. Passive threads sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 class UsageError(Exception):
