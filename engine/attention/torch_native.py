@@ -120,8 +120,10 @@ class TorchNativeBackend(AttentionBackend):
         """CPU decode: one fused SDPA call (GQA and the length mask inside) instead of the einsum,
         mask, softmax, einsum chain, whose per-op host cost dominates a small model's CPU step."""
         m: DecodeMeta = self.meta
-        keys = kc[m.slot_table].transpose(1, 2).to(q.dtype)  # [bs, hkv, W, d]
-        vals = vc[m.slot_table].transpose(1, 2).to(q.dtype)
+        shape = (*m.slot_table.shape, *kc.shape[1:])  # [bs, W, hkv, d]
+        slots = m.slot_table.reshape(-1)  # index_select: ~4x faster than a 2-D advanced index on a CPU
+        keys = kc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)  # [bs, hkv, W, d]
+        vals = vc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)
         o = F.scaled_dot_product_attention(
             q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale, enable_gqa=True
         )
