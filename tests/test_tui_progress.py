@@ -49,7 +49,7 @@ def test_events_drive_loading_capture_and_requests():
         publish(ev.RequestQueued(request_id=rid, prompt_tokens=3, max_new_tokens=4))
     for rid in ("a", "b"):
         publish(ev.RequestFirstToken(request_id=rid, ttft_ms=1.0))
-    for _ in range(3):
+    for _ in range(4):  # the last step's rows are dropped: both requests ended one step earlier
         publish(ev.StepEvent(phase="decode", batch_size=2, num_tokens=2))
     for rid in ("a", "b"):
         publish(ev.RequestFinished(request_id=rid, output_tokens=4, finish_reason="length"))
@@ -57,7 +57,7 @@ def test_events_drive_loading_capture_and_requests():
     shown = "\n".join(final_lines(buf.getvalue()))
     assert "loaded smollm2" in shown and "CPU · float32" in shown
     assert re.search(r"capture decode .*2/2 .*0\.8 s", shown)
-    assert re.search(r"requests .*2/2 .*8 tokens · [0-9.]+ tok/s", shown)  # 2 first tokens + 3 steps of 2
+    assert re.search(r"requests .*2/2 .*8 tokens · [0-9.]+ tok/s", shown)  # as the finished requests say
     assert not bus.has_subscribers  # stop() unsubscribed
 
 

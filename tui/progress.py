@@ -42,7 +42,9 @@ class HeadlessProgress:
         self._loading = self.progress.add_task("loading model", total=None, note="")
         self._capture: dict[str, TaskID] = {}
         self._requests: Optional[TaskID] = None
-        self._tokens = 0
+        self._tokens = 0  # first tokens + decode rows: live, may count a row a finished request drops
+        self._finished = 0
+        self._finished_tokens = 0  # exact, from each request's finish
         self._first_queued: Optional[float] = None
         self._note_at = 0.0
         self._stop = threading.Event()
@@ -96,6 +98,8 @@ class HeadlessProgress:
             if event.phase == "decode":
                 self._tokens += event.batch_size
         elif isinstance(event, ev.RequestFinished):
+            self._finished += 1
+            self._finished_tokens += event.output_tokens
             if self._requests is not None:
                 p.advance(self._requests)
 
@@ -104,9 +108,11 @@ class HeadlessProgress:
         if self._requests is None or self._first_queued is None or (not force and now - self._note_at < NOTE_INTERVAL_S):
             return
         self._note_at = now
+        done = self.total_requests and self._finished >= self.total_requests
+        tokens = self._finished_tokens if done else max(self._tokens, self._finished_tokens)
         elapsed = now - self._first_queued
-        rate = self._tokens / elapsed if elapsed > 0 else 0.0
-        self.progress.update(self._requests, note=f"{self._tokens} tokens · {rate:.1f} tok/s")
+        rate = tokens / elapsed if elapsed > 0 else 0.0
+        self.progress.update(self._requests, note=f"{tokens} tokens · {rate:.1f} tok/s")
 
 
 def start_headless_progress(bus: Any, total_requests: int, stream: Optional[TextIO] = None,
