@@ -10,6 +10,7 @@ graph wants (no host work, no value-dependent shapes).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -121,12 +122,13 @@ class RotaryEmbedding(nn.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
+@dataclass(frozen=True)
 class RopeFactors:
     """cos and sign-folded sin at full head width [T, 1, D]: ``apply`` rotates in 5 ops instead of
     ``apply_rope``'s 8, with the same result bit for bit (x2 * -sin is exactly -(x2 * sin))."""
 
-    def __init__(self, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
-        self.cos, self.signed_sin = cos, signed_sin
+    cos: torch.Tensor
+    signed_sin: torch.Tensor
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         x1, x2 = x.chunk(2, dim=-1)
