@@ -30,7 +30,7 @@ def check_folder(path: Path) -> None:
     if not path.exists():
         raise CheckpointError(f"checkpoint folder not found: {path}")
     if not path.is_dir():
-        raise CheckpointError(f"checkpoint path is not a folder: {path}")
+        raise CheckpointError(f"checkpoint path is not a folder (nor a .gguf file): {path}")
 
 
 def _refuse_constant(name: str) -> Any:

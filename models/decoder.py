@@ -19,7 +19,7 @@ from torch import nn
 from . import triton_gemv as tg
 from . import triton_kernels as tk
 from .layers import RMSNorm, SwiGLUMLP
-from .rope import RotaryEmbedding
+from .rope import RopeFactors, RotaryEmbedding
 from .spec import ModelSpec
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
@@ -88,15 +88,14 @@ class Attention(nn.Module):
                       attn: AttentionFn) -> torch.Tensor:
         return self.o_proj(self.attend_fused(self.qkv_proj(x), positions, rope, attn))
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
+        """``rope``: the step's RoPE factors (``RotaryEmbedding.factors``), shared by all layers."""
         q = self.q_proj(x).view(-1, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(-1, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope(positions, q, k)
+        q, k = rope.apply(q), rope.apply(k)
         o = attn(q, k, v, self.layer_id)
         return self.o_proj(o.reshape(-1, self.num_heads * self.head_dim))
 
@@ -110,10 +109,8 @@ class DecoderLayer(nn.Module):
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
         self.gemv_pdl: tuple[bool, ...] = (False, False, False, False)  # qkv, o, gate_up, down (set_pdl)
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, attn)
+    def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
@@ -187,8 +184,9 @@ class DecoderModel(nn.Module):
             for layer in self.layers:
                 x, residual = layer.forward_fused(x, residual, positions, self.rotary_emb, attn)
             return tk.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
+        rope = self.rotary_emb.factors(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, positions, self.rotary_emb, attn)
+            x = layer(x, rope, attn)
         return self.norm(x)
 
 

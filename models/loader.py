@@ -29,6 +29,7 @@ from .checkpoint_files import (
 from .config_check import check_architecture_fields, check_config_fields, check_model_fits, check_spec
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
+from .gguf import gguf_folder, is_gguf
 from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
@@ -187,6 +188,7 @@ class CheckpointMeta:
     locations: dict[str, Path]  # tensor name -> safetensors file
     tokenizer: Any
     allow_external_weights: bool = False
+    source: Optional[Path] = None  # what the user named: the folder, or the .gguf file it came from
 
 
 def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -> CheckpointMeta:
@@ -194,7 +196,9 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     so a bad path fails in milliseconds with one clear line. Files must resolve inside the folder
     (``allow_external_weights`` admits symbolic links out of it) and config.json values are validated
     (config_check)."""
-    path = Path(path).expanduser()
+    source = path = Path(path).expanduser()
+    if is_gguf(path):  # dequantized once into a cached folder (models/gguf.py), read from there
+        path = gguf_folder(path)
     check_folder(path)
     raw_config = read_config_json(path, allow_external_weights)
     check_architecture_fields(raw_config, str(path))
@@ -207,7 +211,7 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     check_tokenizer_files(path, allow_external_weights)
     tokenizer = _load_tokenizer(path)
     spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer, allow_external_weights))
-    return CheckpointMeta(path, hf_config, spec, locations, tokenizer, allow_external_weights)
+    return CheckpointMeta(path, hf_config, spec, locations, tokenizer, allow_external_weights, source)
 
 
 def load_checkpoint(
@@ -215,7 +219,8 @@ def load_checkpoint(
     tp: Optional[TensorParallel] = None, meta: Optional[CheckpointMeta] = None, *,
     allow_external_weights: bool = False,
 ) -> LoadedCheckpoint:
-    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
+    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder, or a ``.gguf`` file of one
+    (dequantized once into a cached folder, models/gguf.py).
 
     ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
     whole model's, ``model.spec`` is the rank's (its heads, KV heads and MLP features). ``meta``: what
@@ -230,7 +235,8 @@ def load_checkpoint(
     meta = meta if meta is not None else read_checkpoint(path, allow_external_weights=allow_external_weights)
     model = load_weights(meta.path, meta.spec, device, resolve_dtype(dtype, meta.hf_config), tp, meta.locations)
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.path, meta.hf_config, weights_bytes)
+    return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.source or meta.path, meta.hf_config,
+                            weights_bytes)
 
 
 def load_weights(

@@ -28,6 +28,10 @@ from .cli_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_f
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# Read once, when torch loads OpenMP (torch is imported only later). OpenMP's default makes idle
+# threads spin; on a small or busy CPU a spinning thread holds the core its team-mate needs, and a
+# CPU decode step (hundreds of small parallel ops) then ran ~10x slower. Passive threads sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .usage import UsageError  # noqa: E402
 
@@ -51,7 +55,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphtop", description="LLM inference with CUDA graphs you can watch.")
-    p.add_argument("--model", help="Hugging Face checkpoint folder (default: the built-in demo model)")
+    p.add_argument("--model", help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
     p.add_argument("--allow-external-weights", action="store_true",
                    help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
@@ -287,8 +291,10 @@ def _main(argv: Sequence[str]) -> int:
 
         return run_headless(args, config)
     if args.model is not None and not os.path.isdir(args.model):
-        raise UsageError(f"model folder {args.model} does not exist" if not os.path.exists(args.model)
-                         else f"model path {args.model} is not a folder")
+        if not os.path.exists(args.model):
+            raise UsageError(f"model folder {args.model} does not exist")
+        if not (os.path.isfile(args.model) and args.model.lower().endswith(".gguf")):
+            raise UsageError(f"model path {args.model} is not a folder (nor a .gguf file)")
     if args.device != "auto" or args.attention_backend == "flashinfer":
         # An explicit device or backend that cannot work fails here, not inside the dashboard.
         from graphtop.engine.attention.select import flashinfer_problem

@@ -103,6 +103,10 @@ def run_headless(args: Any, config: Any) -> int:
     server = None
     engine = None
     failure: Optional[str] = None
+    from .progress import start_headless_progress
+
+    total = args.synthetic or sum(1 for pl in lines if not pl.error)
+    progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
     try:
         if args.telemetry:  # an endpoint viewers can attach to from before the model loads
             from .endpoint import open_endpoint
@@ -129,6 +133,8 @@ def run_headless(args: Any, config: Any) -> int:
             server.close("the headless run finished")
         if engine is not None:
             engine.close(failure or "engine closed")  # stops tensor-parallel workers, too
+        if progress is not None:
+            progress.stop()
         rec_result = recorder.close() if recorder is not None else None
     if args.output:
         _write_output(args.output, results)
