@@ -83,7 +83,8 @@ class StepLoop:
                 batch.input_ids_device = pending.tokens_device
                 self.overlapped_steps += 1
                 t0 = time.perf_counter()
-                self.pending = self.readback.launch(batch, self.model_runner.forward(batch), t0)
+                # a step is in flight: no capture slice here (capture needs the device to itself)
+                self.pending = self.readback.launch(batch, self._forward(batch, may_capture=False), t0)
                 self._complete(pending, placeholders=True)
                 return True
             self._complete(pending, placeholders=False)
@@ -106,9 +107,11 @@ class StepLoop:
         if self.model_runner.advance_capture():
             self.events.memory_ledger()
 
-    def _forward(self, batch: ForwardBatch) -> StepOutput:
-        """Nothing is in flight here: capture a slice first, then run the step."""
-        self._advance_capture()
+    def _forward(self, batch: ForwardBatch, *, may_capture: bool = True) -> StepOutput:
+        """Capture a slice first when nothing is in flight (``may_capture``), run the step, and let the
+        parity checker see its graph output."""
+        if may_capture:
+            self._advance_capture()
         out = self.model_runner.forward(batch)
         if self.parity is not None:
             self.parity.after_forward(batch, out, allowed=not self.model_runner.capture_pending)

@@ -12,6 +12,7 @@ import torch
 from graphtop.models import CheckpointError
 from graphtop.models.registry import spec_from_hf_config
 from graphtop.models.rope import RotaryEmbedding
+from graphtop.models.spec import ModelSpec
 from tiny_models import tiny_config
 
 ROPES = {
