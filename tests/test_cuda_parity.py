@@ -48,7 +48,7 @@ def _attention(name: str) -> str:
 def _engine(ckpt, attention: str, bus: EventBus, **kw) -> Engine:
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, max_context_len=1024,
                        max_total_tokens=32 * 1024, max_running_requests=8, chunked_prefill_size=256,
-                       graphs=build_graph_config(None, GRAPHS), **kw)
+                       graphs=build_graph_config(None, GRAPHS), capture_before_serving=True, **kw)
     return Engine(ckpt, cfg, bus)
 
 
