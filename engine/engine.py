@@ -32,16 +32,18 @@ from .attention.select import select_attention_backend
 from .commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .device import EngineError, device_name, resolve_device, resolve_dtype
+from .device import EngineError, resolve_device
 from .distributed.errors import TensorParallelError
+from .background import BackgroundServer
 from .distributed.group import TensorParallelGroup
 from .distributed.setup import RankSetup
 from .engine_events import EngineEvents
-from .engine_info import EngineInfo, started_events
-from .graphs.config import resolve_graph_config
+from .engine_info import EngineInfo, describe, started_events
+from .engine_loading import load_engine
 from .kernel_config import resolve_kernel_config
+from .graphs.config import resolve_graph_config
 from .kv_pool import KVLayout, KVPool
-from .memory_plan import MiB, check_graph_buffers_fit, plan_kv_pool
+from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
 from .model_runner import ModelRunner
 from .output import OutputProcessor
 from .overlap import TokenReadback
@@ -88,7 +90,7 @@ class Engine:
             mem_fraction_static=config.mem_fraction_static,
             cpu_kv_budget_bytes=config.cpu_kv_budget_mb * MiB,
             activation_reserve_bytes=config.activation_reserve_mb * MiB,
-            graph_reserve_bytes=_graph_reserve_estimate(self.device),
+            graph_reserve_bytes=graph_reserve_estimate(self.device),
             max_total_tokens=config.max_total_tokens,
         )
         self.memory_plan = plan_kv_pool(device=self.device, weights_bytes=checkpoint.weights_bytes, **plan_inputs)
@@ -128,7 +130,8 @@ class Engine:
         self.parity = ParityChecker(self.model, self.attention, self.pool, self.device, self.bus.publish,
                                     scratch_pages=scratch_pages(self.model_runner, self.pool, self.max_running),
                                     tolerance=config.parity_tolerance)
-        self.info = self._describe(attention_note)
+        self.info = describe(checkpoint, attention_note, self.attention, self.model_runner, self.pool,
+                             self.max_running, self.max_context_len, demo, config.tp_size)
         self._publish_started()
         if config.parity_every and tp is not None:
             raise EngineError("parity checks do not run with tensor parallelism (--tp > 1)")
@@ -150,9 +153,7 @@ class Engine:
         self.loop = StepLoop(self.scheduler, self.pool, self.model_runner, self.output, self.events, self.commands,
                              self._apply, TokenReadback(self.device, self.max_running), self.max_context_len,
                              config.overlap_schedule, self.parity)
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self.last_error: Optional[str] = None
+        self.background = BackgroundServer(self.step, self.commands.wake, self._fail_running, self.bus.publish)
         self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
         self._closed = False
 
@@ -169,41 +170,7 @@ class Engine:
 
         Keyword overrides set EngineConfig fields, e.g. ``device="cuda", dtype="bfloat16"``.
         """
-        from graphtop.models import DEMO_NOTE, ensure_demo_model, load_checkpoint
-
-        config = config or EngineConfig()
-        for k, v in overrides.items():
-            if not hasattr(config, k):
-                raise TypeError(f"unknown engine option {k!r}")
-            setattr(config, k, v)
-        config.validate()
-        device = resolve_device(config.device)
-        dtype = resolve_dtype(config.dtype, device)
-        demo = path is None
-        if demo:
-            path = ensure_demo_model()
-            log.warning(DEMO_NOTE)
-        if config.tp_size == 1:
-            ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
-                                   allow_external_weights=config.allow_external_weights)
-            return cls(ckpt, config, bus, demo=demo)
-        from graphtop.models import CheckpointError, read_checkpoint
-        from graphtop.models.parallel import TensorParallel, tp_problem
-
-        meta = read_checkpoint(path, allow_external_weights=config.allow_external_weights)
-        problem = tp_problem(meta.spec, config.tp_size)
-        if problem:  # before any process is spawned
-            raise CheckpointError(f"{problem} in {meta.path}")
-        bus = bus if bus is not None else EventBus()  # the workers' events are relayed onto it
-        tp = TensorParallelGroup.start(config.tp_size, device, dtype, meta, resolve_kernel_config(config.kernels),
-                                       bus.publish)
-        try:
-            with tp.step_guard():  # a worker that fails to load or capture ends this with its reason
-                ckpt = load_checkpoint(path, str(tp.device), dtype, TensorParallel(0, tp.size, tp.comm), meta)
-                return cls(ckpt, config, bus, demo=demo, tp=tp)
-        except BaseException:
-            tp.close()
-            raise
+        return load_engine(cls, path, config, bus, overrides)
 
     def _enable_model_kernels(self) -> str:
         """Switch the model to its fused kernels where the device allows; the note says what happened."""
@@ -215,26 +182,6 @@ class Engine:
         if self.model.fused_gemv_rows:
             note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
         return note
-
-    def _describe(self, attention_note: str) -> EngineInfo:
-        return EngineInfo(
-            model=str(self.checkpoint.path),
-            architecture=self.spec.architecture,
-            device=str(self.device),
-            device_name=device_name(self.device),
-            dtype=str(self.dtype).replace("torch.", ""),
-            attention_backend=self.attention.describe(),
-            attention_backend_note=attention_note,
-            decode_graph_backend=self.model_runner.decode_backend_label,
-            prefill_graph_backend=self.model_runner.prefill_backend_label,
-            emulated=self.model_runner.emulated,
-            kv_capacity_tokens=self.pool.capacity_tokens,
-            max_running=self.max_running,
-            max_context_len=self.max_context_len,
-            page_size=self.pool.page_size,
-            demo=self.demo,
-            tp_size=self.config.tp_size,
-        )
 
     def _publish_started(self) -> None:
         for event in started_events(self.info, self.model_runner.resolved):
@@ -421,33 +368,15 @@ class Engine:
     # --- background thread ---------------------------------------------------------------------
     @property
     def background_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self.background.running
 
     def start_background(self) -> None:
-        if self.background_running:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._serve, name="graphtop-engine", daemon=True)
-        self._thread.start()
+        self.background.start()
 
-    def _serve(self) -> None:
-        wake = self.commands.wake
-        while not self._stop.is_set():
-            try:
-                worked = self.step()
-            except TensorParallelError as e:  # a rank is gone: nothing can be served any more
-                self.last_error = str(e)
-                self._fail_running(self.last_error)
-                return
-            except Exception as e:  # keep serving what can be served; say what broke
-                log.exception("engine step failed")
-                self.last_error = f"{type(e).__name__}: {e}"
-                self.bus.publish(ev.ErrorEvent(message=self.last_error, where="step", fatal=False))
-                self._fail_running(self.last_error)
-                continue
-            if not worked:
-                wake.wait(0.05)
-                wake.clear()
+    @property
+    def last_error(self) -> Optional[str]:
+        """Why the last step that raised failed (the background thread keeps serving after it)."""
+        return self.background.last_error
 
     def _fail_running(self, message: str) -> None:
         self.loop.pending = None  # a launched step's tokens are not delivered to failed requests
@@ -455,11 +384,7 @@ class Engine:
             self.output.finish(req, FinishReason.CANCELLED, error=message)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self.commands.wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self.background.stop(timeout)
 
     def close(self, reason: str = "engine closed") -> None:
         """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC;
@@ -487,8 +412,3 @@ class Engine:
         if self.device.type == "cuda" and healthy:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
-
-
-def _graph_reserve_estimate(device: torch.device) -> int:
-    """Room kept for graph pools before they are measured (replaced by measurements after capture)."""
-    return 1024 * MiB if device.type == "cuda" else 0

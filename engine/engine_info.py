@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
+from .device import device_name
 from .graphs.config import ResolvedGraphConfig
 from .telemetry import events as ev
 
@@ -44,3 +47,28 @@ def started_events(info: EngineInfo, resolved: ResolvedGraphConfig) -> list[ev.E
     ]
     out.extend(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason) for d in resolved.downgrades)
     return out
+
+
+def describe(checkpoint: Any, attention_note: str, attention: Any, model_runner: Any, pool: Any, max_running: int,
+             max_context_len: int, demo: bool, tp_size: int) -> EngineInfo:
+    """The engine's ``info``, from the parts it was built from."""
+    model = checkpoint.model
+    param = next(model.parameters())
+    return EngineInfo(
+        model=str(checkpoint.path),
+        architecture=checkpoint.spec.architecture,
+        device=str(param.device),
+        device_name=device_name(param.device),
+        dtype=str(param.dtype).replace("torch.", ""),
+        attention_backend=attention.describe(),
+        attention_backend_note=attention_note,
+        decode_graph_backend=model_runner.decode_backend_label,
+        prefill_graph_backend=model_runner.prefill_backend_label,
+        emulated=model_runner.emulated,
+        kv_capacity_tokens=pool.capacity_tokens,
+        max_running=max_running,
+        max_context_len=max_context_len,
+        page_size=pool.page_size,
+        demo=demo,
+        tp_size=tp_size,
+    )

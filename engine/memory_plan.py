@@ -106,3 +106,8 @@ def check_graph_buffers_fit(spec: Any, dtype: torch.dtype, device: torch.device,
     problem = fit_problem(what, need, device)
     if problem:
         raise MemoryPlanError(f"{problem}; use smaller buckets")
+
+
+def graph_reserve_estimate(device: torch.device) -> int:
+    """Room kept for graph pools before they are measured (replaced by measurements after capture)."""
+    return 1024 * MiB if device.type == "cuda" else 0

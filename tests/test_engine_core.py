@@ -287,7 +287,7 @@ def test_background_thread_serves_other_threads_and_shutdown_joins(llama, make_e
     want = [h.token_ids for h in make_engine(llama).generate(PROMPTS[:4], params)]
     engine = make_engine(llama)
     engine.start_background()
-    thread = engine._thread
+    thread = engine.background._thread
     assert engine.background_running and thread is not None and thread.is_alive()
     results: dict[int, list[int]] = {}
     errors: list[BaseException] = []
@@ -311,7 +311,7 @@ def test_background_thread_serves_other_threads_and_shutdown_joins(llama, make_e
     streamed = engine.submit(PROMPTS[2], params)
     assert "".join(streamed.stream()) == streamed.text and streamed.token_ids == want[2]
     engine.shutdown()
-    assert not engine.background_running and not thread.is_alive() and engine._thread is None
+    assert not engine.background_running and not thread.is_alive() and engine.background._thread is None
     assert engine.last_error is None and engine.pool.used_pages == 0
 
 
