@@ -30,7 +30,7 @@ from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
-# A CPU-sized Qwen3: the emulated capture runs every bucket's forward once, eagerly.
+# A CPU-sized Qwen3 (the emulated capture records each bucket's contract and runs one forward per phase).
 CPU_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=64, vocab_size=8192)
 
@@ -41,7 +41,8 @@ def capture_seconds(ckpt: Any, device: str, freeze_gc: bool, max_running: int, c
     graphs = GraphConfig(freeze_gc=freeze_gc)
     cfg = EngineConfig(device=device, dtype="bfloat16" if device == "cuda" else "float32", page_size=1,
                        max_running_requests=max_running, chunked_prefill_size=chunk, max_context_len=2048,
-                       max_total_tokens=max_running * 256 + chunk, graphs=graphs)
+                       max_total_tokens=max_running * 256 + chunk, graphs=graphs,
+                       capture_before_serving=True)
     engine = Engine(ckpt, cfg, bus)
     engine.recapture(engine.decode_buckets, engine.prefill_buckets)
     engine.run_until_idle()

@@ -108,9 +108,9 @@ def attached_round(engine: Any, bs: int, tokens: int, seed: int, runtime: Path, 
         line = viewer.stdout.readline().strip()  # type: ignore[union-attr]
         if line != "ready":
             raise RuntimeError(f"the viewer did not start: {line!r}")
-        steps0 = engine._step_no
+        steps0 = engine.loop.step_no
         rate = workload(engine, bs, tokens, seed)
-        steps = engine._step_no - steps0
+        steps = engine.loop.step_no - steps0
         viewer.stdin.write("done\n")  # type: ignore[union-attr]
         viewer.stdin.flush()  # type: ignore[union-attr]
         report = json.loads(viewer.stdout.readline())  # type: ignore[union-attr]

@@ -31,12 +31,13 @@ from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 
 def build(device: str, shape: str) -> Engine:
     if device == "cpu":
-        return Engine.from_pretrained(None, config=EngineConfig(device="cpu"), bus=EventBus())
+        return Engine.from_pretrained(None, config=EngineConfig(device="cpu", capture_before_serving=True),
+                                       bus=EventBus())
     from graphtop.models.random_model import hf_config_for, random_checkpoint
 
     ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
     return Engine(ckpt, EngineConfig(device="cuda", dtype="bfloat16", max_context_len=4096,
-                                     max_total_tokens=65536), EventBus())
+                                     max_total_tokens=65536, capture_before_serving=True), EventBus())
 
 
 def timed(engine: Engine, steps: int, sync) -> float:

@@ -63,7 +63,7 @@ def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus]
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, page_size=page_size,
                        chunked_prefill_size=1024, max_running_requests=max_running,
                        max_context_len=MAX_CONTEXT, max_total_tokens=max_running * 400 + 4096, graphs=gcfg,
-                       fused_gemv_max_rows=gemv_rows, **overrides)
+                       fused_gemv_max_rows=gemv_rows, capture_before_serving=True, **overrides)
     return Engine(ckpt, cfg, bus)
 
 

@@ -1,7 +1,7 @@
 """graphtop.engine: the in-process inference engine (never imports textual).
 
 Public API: ``Engine`` (``from_pretrained``, ``submit``, ``generate``, ``step``, ``recapture``,
-``start_background``, ``shutdown``), ``EngineConfig`` (with ``GraphConfig`` and ``KernelConfig``),
+``wait_for_capture``, ``start_background``, ``shutdown``), ``EngineConfig`` (with ``GraphConfig`` and ``KernelConfig``),
 ``SamplingParams``, ``RequestHandle``,
 ``FinishReason``, ``EventBus`` and the event types in ``graphtop.engine.telemetry.events``.
 
@@ -15,7 +15,7 @@ from typing import Any
 _EXPORTS = {
     "Engine": ".engine",
     "EngineError": ".device",
-    "EngineInfo": ".engine",
+    "EngineInfo": ".engine_info",
     "EngineConfig": ".config",
     "KernelConfig": ".kernel_config",
     "EventBus": ".telemetry.bus",

@@ -1,8 +1,9 @@
 """Commands: the one way other threads change what the engine does.
 
-``submit``, ``cancel``, ``recapture`` and ``set_parity_every`` may be called from any thread while the step loop runs on
-another; each becomes a command in one queue that the loop drains between steps, so the scheduler,
-the KV pool and the graphs are only ever touched by the loop's own thread.
+``submit``, ``cancel``, ``recapture``, ``set_parity_every`` and ``wait_for_capture`` may be called from
+any thread while the step loop runs on another; each becomes a command in one queue that the loop
+drains between steps, so the scheduler, the KV pool and the graphs are only ever touched by the loop's
+own thread.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ class SetParityEvery:
     every: int  # check one graph step in this many; 0: off
 
 
-Command = Union[Submit, Cancel, Recapture, SetParityEvery]
+@dataclass(frozen=True)
+class AwaitCapture:
+    """Set ``done`` once every capture asked for before this command has finished."""
+
+    done: threading.Event
+
+
+Command = Union[Submit, Cancel, Recapture, SetParityEvery, AwaitCapture]
 
 
 class CommandQueue:

@@ -28,10 +28,18 @@ class EngineConfig:
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
     parity_every: int = 0  # re-run one graph step in N eagerly and compare logits (engine/parity.py); 0: off
     parity_tolerance: Optional[float] = None  # relative error over which a check is a mismatch; None: by dtype
+    allow_external_weights: bool = False  # checkpoint files may be symbolic links out of the folder
+    tp_size: int = 1  # tensor-parallel ranks (engine/distributed): one process and one device each
+    # False: serve from the moment the model is loaded, eagerly (not_yet_captured) until each step's
+    # bucket is captured, capturing between steps. True: capture every graph before the constructor
+    # returns (benchmarks: every step measures graphs, not eager warm-up).
+    capture_before_serving: bool = False
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 
     def validate(self) -> None:
+        if self.tp_size < 1:
+            raise ValueError(f"tensor-parallel size must be >= 1, got {self.tp_size}")
         if self.page_size < 1:
             raise ValueError(f"page size must be >= 1, got {self.page_size}")
         if self.fused_gemv_max_rows < 0:

@@ -8,6 +8,12 @@ Threading: ``step()`` is the whole hot loop and runs on one thread (the caller's
 after ``start_background()``). Other threads talk to it only through the command queue drained
 between steps (submit, cancel, recapture) and read results through thread-safe ``RequestHandle``s and
 the event bus. The engine publishes events without blocking and without extra device syncs.
+
+Startup: the engine serves from the moment the model is loaded. The constructor starts the graph
+capture and returns; the step loop captures between steps (flat out while idle), each bucket serves
+the moment it is captured, and until then a step runs eagerly with ``FallbackReason.NOT_YET_CAPTURED``.
+``wait_for_capture()`` waits for every graph; ``EngineConfig.capture_before_serving`` makes the
+constructor capture everything before it returns (benchmarks).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -23,15 +29,21 @@ import torch
 
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
-from .commands import Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
+from .commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .device import EngineError, device_name, resolve_device, resolve_dtype
+from .device import EngineError, resolve_device
+from .distributed.errors import TensorParallelError
+from .background import BackgroundServer
+from .distributed.group import TensorParallelGroup
+from .distributed.setup import RankSetup
 from .engine_events import EngineEvents
-from .graphs.config import resolve_graph_config
+from .engine_info import EngineInfo, describe, started_events
+from .engine_loading import load_engine
 from .kernel_config import resolve_kernel_config
+from .graphs.config import resolve_graph_config
 from .kv_pool import KVLayout, KVPool
-from .memory_plan import MiB, plan_kv_pool
+from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
 from .model_runner import ModelRunner
 from .output import OutputProcessor
 from .overlap import TokenReadback
@@ -45,32 +57,19 @@ from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
 
-__all__ = ["Engine", "EngineError", "EngineInfo", "resolve_device"]
+__all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
 
 log = logging.getLogger("graphtop.engine")
 
 
-@dataclass(frozen=True)
-class EngineInfo:
-    model: str
-    architecture: str
-    device: str
-    device_name: str
-    dtype: str
-    attention_backend: str
-    attention_backend_note: str
-    decode_graph_backend: str
-    prefill_graph_backend: str
-    emulated: bool
-    kv_capacity_tokens: int
-    max_running: int
-    max_context_len: int
-    page_size: int
-    demo: bool
-
-
 class Engine:
-    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False):
+    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False,
+                 tp: Optional[TensorParallelGroup] = None):
+        """``tp``: the tensor-parallel group (``from_pretrained`` starts it when ``config.tp_size`` > 1);
+        ``checkpoint`` is then rank 0's shard."""
+        if (tp.size if tp is not None else 1) != config.tp_size:
+            raise EngineError(f"tp_size={config.tp_size} needs Engine.from_pretrained (it starts the worker ranks)")
+        self.tp = tp
         self.config = config
         self.bus = bus if bus is not None else EventBus()
         self.checkpoint = checkpoint
@@ -83,21 +82,23 @@ class Engine:
         self.kernels = resolve_kernel_config(config.kernels)
 
         self.max_context_len = min(config.max_context_len or spec.max_position_embeddings, spec.max_position_embeddings)
-        layout = KVLayout(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype)
-        self.memory_plan = plan_kv_pool(
-            device=self.device,
-            weights_bytes=checkpoint.weights_bytes,
+        local = self.model.spec  # this rank's heads and KV heads (the whole model's without tensor parallelism)
+        layout = KVLayout(local.num_layers, local.num_kv_heads, local.head_dim, self.dtype)
+        plan_inputs = dict(
             bytes_per_token=layout.bytes_per_token,
             page_size=config.page_size,
             mem_fraction_static=config.mem_fraction_static,
             cpu_kv_budget_bytes=config.cpu_kv_budget_mb * MiB,
             activation_reserve_bytes=config.activation_reserve_mb * MiB,
-            graph_reserve_bytes=_graph_reserve_estimate(self.device),
+            graph_reserve_bytes=graph_reserve_estimate(self.device),
             max_total_tokens=config.max_total_tokens,
         )
+        self.memory_plan = plan_kv_pool(device=self.device, weights_bytes=checkpoint.weights_bytes, **plan_inputs)
+        if tp is not None:
+            self.memory_plan = tp.plan_kv_pool(plan_inputs, self.memory_plan)
         self.pool = KVPool(layout, self.memory_plan.num_pages, config.page_size, self.device)
         self.max_running = min(config.max_running_requests or 256, self.pool.capacity_pages)
-        shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.softmax_scale)
+        shape = AttentionShape(local.num_heads, local.num_kv_heads, local.head_dim, local.softmax_scale)
         self.attention, attention_note = select_attention_backend(
             config.attention_backend, self.pool, shape, self.device, self.kernels
         )
@@ -113,17 +114,30 @@ class Engine:
             cuda_graphs_available=self.device.type == "cuda",
             attention_supports_decode_graph=self.attention.supports_decode_graph,
         )
-        self.model_runner = ModelRunner(self.model, self.attention, self.device, resolved,
-                                        self.pool.pages_for(self.max_context_len), self.bus.publish,
-                                        freeze_gc=config.graphs.freeze_gc)
+        max_pages = self.pool.pages_for(self.max_context_len)
+        if resolved.available:  # static buffers that would not fit: refused before allocating them
+            check_graph_buffers_fit(self.model.spec, self.dtype, self.device, max(resolved.decode_bs, default=0),
+                                    max_pages, max(resolved.prefill_num_tokens, default=0))
+        runner_args = (self.model, self.attention, self.device, resolved, max_pages, self.bus.publish)
+        if tp is None:
+            self.model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc)
+        else:
+            setup = RankSetup(self.attention.name, self.kernels, config.fused_kernels, config.fused_gemv_max_rows,
+                              resolved, max_pages, config.graphs.freeze_gc)
+            self.model_runner = tp.model_runner(*runner_args, freeze_gc=config.graphs.freeze_gc, setup=setup)
         self.events = EngineEvents(self.bus, self.device, self.scheduler, self.pool, self.memory_plan,
                                    self.model_runner, self.max_running)
         self.parity = ParityChecker(self.model, self.attention, self.pool, self.device, self.bus.publish,
                                     scratch_pages=scratch_pages(self.model_runner, self.pool, self.max_running),
                                     tolerance=config.parity_tolerance)
-        self.info = self._describe(attention_note)
+        self.info = describe(checkpoint, attention_note, self.attention, self.model_runner, self.pool,
+                             self.max_running, self.max_context_len, demo, config.tp_size)
         self._publish_started()
-        self.model_runner.capture_initial()
+        if config.parity_every and tp is not None:
+            raise EngineError("parity checks do not run with tensor parallelism (--tp > 1)")
+        self.model_runner.start_capture()
+        if config.capture_before_serving:
+            self.model_runner.advance_capture(to_the_end=True)
         if config.parity_every:  # before anything reads the pool's capacity: scratch comes out of it
             problem = self.parity.set_every(config.parity_every)
             if problem:
@@ -139,10 +153,9 @@ class Engine:
         self.loop = StepLoop(self.scheduler, self.pool, self.model_runner, self.output, self.events, self.commands,
                              self._apply, TokenReadback(self.device, self.max_running), self.max_context_len,
                              config.overlap_schedule, self.parity)
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self.last_error: Optional[str] = None
+        self.background = BackgroundServer(self.step, self.commands.wake, self._fail_running, self.bus.publish)
         self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
+        self._closed = False
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -157,22 +170,7 @@ class Engine:
 
         Keyword overrides set EngineConfig fields, e.g. ``device="cuda", dtype="bfloat16"``.
         """
-        from graphtop.models import DEMO_NOTE, ensure_demo_model, load_checkpoint
-
-        config = config or EngineConfig()
-        for k, v in overrides.items():
-            if not hasattr(config, k):
-                raise TypeError(f"unknown engine option {k!r}")
-            setattr(config, k, v)
-        config.validate()
-        device = resolve_device(config.device)
-        dtype = resolve_dtype(config.dtype, device)
-        demo = path is None
-        if demo:
-            path = ensure_demo_model()
-            log.warning(DEMO_NOTE)
-        ckpt = load_checkpoint(path, device=str(device), dtype=dtype)
-        return cls(ckpt, config, bus, demo=demo)
+        return load_engine(cls, path, config, bus, overrides)
 
     def _enable_model_kernels(self) -> str:
         """Switch the model to its fused kernels where the device allows; the note says what happened."""
@@ -185,38 +183,9 @@ class Engine:
             note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
         return note
 
-    def _describe(self, attention_note: str) -> EngineInfo:
-        return EngineInfo(
-            model=str(self.checkpoint.path),
-            architecture=self.spec.architecture,
-            device=str(self.device),
-            device_name=device_name(self.device),
-            dtype=str(self.dtype).replace("torch.", ""),
-            attention_backend=self.attention.describe(),
-            attention_backend_note=attention_note,
-            decode_graph_backend=self.model_runner.decode_backend_label,
-            prefill_graph_backend=self.model_runner.prefill_backend_label,
-            emulated=self.model_runner.emulated,
-            kv_capacity_tokens=self.pool.capacity_tokens,
-            max_running=self.max_running,
-            max_context_len=self.max_context_len,
-            page_size=self.pool.page_size,
-            demo=self.demo,
-        )
-
     def _publish_started(self) -> None:
-        i, resolved = self.info, self.model_runner.resolved
-        # kept: a viewer attaching later gets it in its snapshot (telemetry_link.py)
-        self.started_event = ev.EngineStarted(
-            model=i.model, architecture=i.architecture, device=i.device, device_name=i.device_name,
-            dtype=i.dtype, attention_backend=i.attention_backend,
-            attention_backend_note=i.attention_backend_note, decode_graph_backend=i.decode_graph_backend,
-            prefill_graph_backend=i.prefill_graph_backend, emulated=i.emulated,
-            graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=i.demo,
-        )
-        self.bus.publish(self.started_event)
-        for d in resolved.downgrades:
-            self.bus.publish(ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason))
+        for event in started_events(self.info, self.model_runner.resolved):
+            self.bus.publish(event)
 
     # --- public API ----------------------------------------------------------------------------
     def submit(
@@ -253,7 +222,7 @@ class Engine:
             for h in handles:
                 h.wait()
         else:
-            self.run_until_idle()
+            self.run_until_done(handles)
         return handles
 
     def cancel(self, request_id: str) -> None:
@@ -273,6 +242,8 @@ class Engine:
         thread-safe. A problem (too little free KV for the scratch pages) is an ``error`` event."""
         if every < 0:
             raise ValueError(f"parity every must be >= 0, got {every}")
+        if every and self.tp is not None:
+            raise ValueError("parity checks do not run with tensor parallelism (--tp > 1)")
         self.commands.put(SetParityEvery(every))
 
     @property
@@ -287,6 +258,28 @@ class Engine:
 
         self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
         return self.telemetry
+
+    def wait_for_capture(self, timeout: Optional[float] = None) -> bool:
+        """Block until every graph asked for so far (the first capture, and any recapture requested
+        before this call) is captured or failed. With the background thread this waits; otherwise it
+        drives ``step()`` itself (requests in flight are served meanwhile). False on timeout."""
+        done = threading.Event()
+        self.commands.put(AwaitCapture(done))
+        if self.background_running:
+            return done.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.step()  # the first one applies the command
+            if done.is_set():
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    @property
+    def capture_pending(self) -> bool:
+        """Graphs are still being captured (between steps); steps whose bucket is not captured yet run
+        eagerly. Read from another thread, it is a snapshot."""
+        return self.model_runner.capture_pending
 
     @property
     def decode_buckets(self) -> list[int]:
@@ -319,12 +312,29 @@ class Engine:
 
     # --- the loop and its commands ---------------------------------------------------------------
     def run_until_idle(self) -> None:
+        """Step until nothing is left to do: every request served, and any pending capture finished."""
         while self.step():
             pass
 
+    def run_until_done(self, handles: Iterable[RequestHandle]) -> None:
+        """Step until every one of ``handles`` has finished; a capture still pending carries on at
+        later steps (or ``wait_for_capture``)."""
+        remaining = [h for h in handles if not h.finished]
+        while remaining:
+            if not self.step():
+                break
+            while remaining and remaining[-1].finished:  # each handle is looked at once it finished
+                remaining.pop()
+
     def step(self) -> bool:
-        """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do."""
-        return self.loop.step()
+        """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do.
+
+        With tensor parallelism a failed rank (or a step that failed half-way) raises
+        ``TensorParallelError``: fatal, its message one line."""
+        if self.tp is None:
+            return self.loop.step()
+        with self.tp.step_guard():
+            return self.loop.step()
 
     def _apply(self, command: Command) -> None:
         """Carry out one command, on the step loop's thread, between steps."""
@@ -344,6 +354,8 @@ class Engine:
                 self.bus.publish(ev.ErrorEvent(message=problem, where="parity"))
             self.output.kv_capacity_tokens = self.pool.capacity_tokens  # scratch pages come and go
             self.events.kv(force=True)
+        elif isinstance(command, AwaitCapture):
+            self.model_runner.notify_when_captured(command.done)
         else:
             self.parity.wait_idle()  # capture forbids other CUDA work while it runs
             self.model_runner.recapture(command.decode_bs, command.prefill_num_tokens)
@@ -356,29 +368,15 @@ class Engine:
     # --- background thread ---------------------------------------------------------------------
     @property
     def background_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self.background.running
 
     def start_background(self) -> None:
-        if self.background_running:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._serve, name="graphtop-engine", daemon=True)
-        self._thread.start()
+        self.background.start()
 
-    def _serve(self) -> None:
-        wake = self.commands.wake
-        while not self._stop.is_set():
-            try:
-                worked = self.step()
-            except Exception as e:  # keep serving what can be served; say what broke
-                log.exception("engine step failed")
-                self.last_error = f"{type(e).__name__}: {e}"
-                self.bus.publish(ev.ErrorEvent(message=self.last_error, where="step", fatal=False))
-                self._fail_running(self.last_error)
-                continue
-            if not worked:
-                wake.wait(0.05)
-                wake.clear()
+    @property
+    def last_error(self) -> Optional[str]:
+        """Why the last step that raised failed (the background thread keeps serving after it)."""
+        return self.background.last_error
 
     def _fail_running(self, message: str) -> None:
         self.loop.pending = None  # a launched step's tokens are not delivered to failed requests
@@ -386,31 +384,31 @@ class Engine:
             self.output.finish(req, FinishReason.CANCELLED, error=message)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self.commands.wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self.background.stop(timeout)
 
-    def close(self) -> None:
-        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC."""
+    def close(self, reason: str = "engine closed") -> None:
+        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC;
+        requests still in flight finish with ``reason`` as their error. Stops the worker ranks.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         self.shutdown()
         if self.telemetry is not None:
             self.telemetry.close()
-        self._fail_running("engine closed")
+        self._fail_running(reason)
         self.parity.close()
-        if self.device.type == "cuda":  # a launched step may still be using graphs and pool
+        # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.
+        healthy = self.tp is None or self.tp.failure is None
+        if self.device.type == "cuda" and healthy:  # a launched step may still be using graphs and pool
             torch.cuda.synchronize(self.device)
-        self.model_runner.release()
+        self.model_runner.release()  # every rank's graphs (they hold collectives) before the group goes
+        if self.tp is not None:
+            self.tp.close()
         release = getattr(self.attention, "release", None)
         if release is not None:
             release()
         self.pool.release()
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and healthy:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
-
-
-def _graph_reserve_estimate(device: torch.device) -> int:
-    """Room kept for graph pools before they are measured (replaced by measurements after capture)."""
-    return 1024 * MiB if device.type == "cuda" else 0

@@ -29,6 +29,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # programmatic dependent launch for the fused-GEMV and Triton decode kernels on Hopper+:
     # "auto" = kernels streaming <= 16 MiB of weights, "on" = all of them, "off" = none
     "pdl": ("auto", "on", "off"),
+    # tensor-parallel all-reduce on CUDA: "auto" = torch's symmetric-memory one-shot kernel for small
+    # messages (decode) when it passes its self-test, NCCL otherwise; "nccl" = NCCL for every size
+    "all_reduce": ("auto", "nccl"),
 }
 
 #: field -> the environment variable that overrides it
@@ -37,6 +40,7 @@ ENV: dict[str, str] = {
     "decode_kernel": "GRAPHTOP_FLASHINFER_DECODE",
     "prefill_backend": "GRAPHTOP_FLASHINFER_PREFILL_BACKEND",
     "pdl": "GRAPHTOP_PDL",
+    "all_reduce": "GRAPHTOP_ALL_REDUCE",
 }
 
 
@@ -48,6 +52,7 @@ class KernelConfig:
     decode_kernel: str = "auto"
     prefill_backend: str = "fa2"
     pdl: str = "auto"
+    all_reduce: str = "auto"
 
     @property
     def gemv_layers(self) -> bool:

@@ -7,8 +7,11 @@ each byte went; graph capture later replaces the graph estimate with measured nu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from graphtop.models.capacity import fit_problem
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -67,6 +70,10 @@ def plan_kv_pool(
             f"no room for a KV pool on {device}: budget {budget / MiB:.1f} MiB after weights "
             f"({weights_bytes / MiB:.1f} MiB) and reserves; raise --mem-fraction-static or lower reserves"
         )
+    if device.type != "cuda":  # on CUDA the budget came from free memory; a host budget is just a number
+        problem = fit_problem(f"a KV pool of {tokens:,} tokens", num_pages * page_size * bytes_per_token, device)
+        if problem:
+            raise MemoryPlanError(f"{problem}; lower --kv-budget-mb or --max-total-tokens")
     return MemoryPlan(
         device=str(device),
         total_bytes=int(total),
@@ -78,3 +85,29 @@ def plan_kv_pool(
         page_size=page_size,
         bytes_per_token=bytes_per_token,
     )
+
+
+def graph_buffers_estimate(spec: Any, dtype: torch.dtype, decode_max_bs: int, max_pages: int,
+                           prefill_max_tokens: int) -> int:
+    """Bytes the graph runners' static buffers take before any capture: decode logits (float32) and page
+    table rows; prefill bridge buffers (q, k, v, attention out), hidden output and the MLP's widest
+    activation. An estimate to refuse the impossible early, not a measurement."""
+    size = torch.empty((), dtype=dtype).element_size()
+    decode = decode_max_bs * (spec.vocab_size * 4 + max_pages * 8)
+    per_token = ((2 * spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim + spec.hidden_size
+                 + 2 * spec.intermediate_size) * size
+    return decode + prefill_max_tokens * per_token
+
+
+def check_graph_buffers_fit(spec: Any, dtype: torch.dtype, device: torch.device, decode_max_bs: int,
+                            max_pages: int, prefill_max_tokens: int) -> None:
+    need = graph_buffers_estimate(spec, dtype, decode_max_bs, max_pages, prefill_max_tokens)
+    what = f"graph buffers for decode bs {decode_max_bs:,} and prefill {prefill_max_tokens:,} tokens"
+    problem = fit_problem(what, need, device)
+    if problem:
+        raise MemoryPlanError(f"{problem}; use smaller buckets")
+
+
+def graph_reserve_estimate(device: torch.device) -> int:
+    """Room kept for graph pools before they are measured (replaced by measurements after capture)."""
+    return 1024 * MiB if device.type == "cuda" else 0

@@ -1,13 +1,15 @@
 """Routes each batch to a graph runner or the eager runner, and owns graph (re)capture.
 
 Graphs are a fast path, never the only path: a batch a graph cannot take runs eagerly and the step
-record carries the named ``FallbackReason``. The model runner is built from parts (model, attention,
+record carries the named ``FallbackReason``. Capture, the first one and every recapture, runs in
+slices between steps (``advance_capture``), and each bucket serves the moment it is captured. The model runner is built from parts (model, attention,
 resolved graph config, a ``publish`` callable) and answers with results; it knows nothing of the
 engine that composes it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, Optional, Sequence
 
@@ -27,7 +29,7 @@ from .runners.prefill_graph import PrefillGraphRunner
 from .telemetry import events as ev
 from .telemetry.capture import BucketCost
 
-RECAPTURE_SLICE_S = 0.05  # capture time per step boundary while a recapture is running
+RECAPTURE_SLICE_S = 0.05  # capture time per runner and step boundary while a capture is running
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -61,6 +63,7 @@ class ModelRunner:
                                               r.prefill_max_padding_waste, publish)
         self._recapture_started: Optional[float] = None
         self._recapture_memory_before = 0
+        self._capture_waiters: list[threading.Event] = []
 
     def _label(self, runner: Optional[BucketedGraphRunner]) -> str:
         if runner is None:
@@ -99,11 +102,12 @@ class ModelRunner:
         return out
 
     # --- capture -------------------------------------------------------------------------------
-    def capture_initial(self) -> None:
+    def start_capture(self) -> None:
+        """Begin capturing the configured lists; ``advance_capture`` does the work, between steps (or
+        all at once, for an engine that captures before serving)."""
         for runner, buckets in ((self.decode, self.resolved.decode_bs), (self.prefill, self.resolved.prefill_num_tokens)):
             if runner is not None:
                 runner.start_capture(buckets, "initial")
-                runner.advance_capture(None)
 
     def validate_buckets(self, phase: str, sizes: Sequence[int]) -> list[int]:
         runner = self.decode if phase == "decode" else self.prefill
@@ -114,7 +118,7 @@ class ModelRunner:
 
     def recapture(self, decode_bs: Optional[Sequence[int]], prefill_tokens: Optional[Sequence[int]]) -> None:
         """Validate, release the old graphs, and start capturing; the rest happens between steps
-        (``advance_recapture``). A bad list is answered with a failed ``recapture_finished``."""
+        (``advance_capture``). A bad list is answered with a failed ``recapture_finished``."""
         try:
             lists = {}
             if decode_bs is not None:
@@ -135,23 +139,44 @@ class ModelRunner:
             runner = self.decode if phase == "decode" else self.prefill
             assert runner is not None
             runner.start_capture(sizes, "recapture")
-        self.advance_recapture()
+        self.advance_capture()
 
     @property
-    def recapture_pending(self) -> bool:
-        return self._recapture_started is not None
+    def capture_pending(self) -> bool:
+        """A capture (the first one or a recapture) has buckets left to capture."""
+        return any(r.capturing for r in self._runners())
 
-    def advance_recapture(self) -> bool:
-        """Capture one more slice of a pending recapture; True when this call finished it (the graphs'
-        memory changed: the caller republishes its ledger)."""
-        if self._recapture_started is None:
+    def notify_when_captured(self, done: threading.Event) -> None:
+        """Set ``done`` once nothing is left to capture (at once when nothing is)."""
+        if self.capture_pending:
+            self._capture_waiters.append(done)
+        else:
+            done.set()
+
+    def advance_capture(self, *, to_the_end: bool = False) -> bool:
+        """Capture one more slice (``RECAPTURE_SLICE_S`` per runner; everything with ``to_the_end``);
+        True when this call finished the capture (the graphs' memory changed: the caller republishes
+        its ledger)."""
+        if not self.capture_pending:
             return False
-        done = True
         for runner in self._runners():
-            if runner.recapturing:
-                done = runner.advance_capture(RECAPTURE_SLICE_S) and done
-        if not done:
+            if runner.capturing:
+                runner.advance_capture(*self.capture_slice(to_the_end))
+        if self.capture_pending:
             return False
+        if self._recapture_started is not None:
+            self._recapture_finished()
+        self._wake_waiters()
+        return True
+
+    def capture_slice(self, to_the_end: bool) -> tuple[Optional[float], Optional[int]]:
+        """(seconds, buckets) one ``advance_capture`` may spend per runner: ``RECAPTURE_SLICE_S``
+        seconds here; nothing is limited ``to_the_end``. A tensor-parallel runner slices by count
+        (engine/distributed/lockstep.py): the ranks' clocks differ."""
+        return (None, None) if to_the_end else (RECAPTURE_SLICE_S, None)
+
+    def _recapture_finished(self) -> None:
+        assert self._recapture_started is not None
         after = sum(self.graph_memory())
         failed = [b for r in self._runners() for b in r.configured if b not in r.buckets]
         msg = "recaptured" if not failed else f"captured with failures: buckets {failed} run eagerly"
@@ -163,7 +188,11 @@ class ModelRunner:
             )
         )
         self._recapture_started = None
-        return True
+
+    def _wake_waiters(self) -> None:
+        waiters, self._capture_waiters = self._capture_waiters, []
+        for done in waiters:
+            done.set()
 
     # --- forward -------------------------------------------------------------------------------
     def fallback_reason(self, batch: ForwardBatch) -> Optional[FallbackReason]:
@@ -194,3 +223,4 @@ class ModelRunner:
         for runner in self._runners():
             runner.release()
         self.decode = self.prefill = None
+        self._wake_waiters()  # nothing is left to capture

@@ -9,7 +9,8 @@ the overlap scheduler.
 
 When it applies: step N was a greedy decode step, and N+1 is certain to be a decode step of exactly
 the same requests: nothing queued or cancelled, no request that N's token could end by length or
-context, enough free pages that no one is preempted, no recapture under way. A request that N's
+context, enough free pages that no one is preempted, no capture under way (capture runs between steps only
+when nothing is in flight). A request that N's
 token ends by EOS or a stop string has computed one extra row in N+1, which is dropped (its KV slot
 is freed with the request; later users of the slot run after N+1 on the same stream). Anything else
 completes N first and schedules as usual, so outputs are token-for-token those of the plain loop.
@@ -84,9 +85,9 @@ def launchable(batch: ForwardBatch) -> bool:
 
 
 def can_chain(pending: InFlightStep, scheduler: Scheduler, pool: KVPool, max_context_len: int,
-              recapture_pending: bool) -> bool:
+              capture_pending: bool) -> bool:
     """True when the step after ``pending`` is certain to decode exactly ``pending``'s requests."""
-    if scheduler.waiting or recapture_pending:
+    if scheduler.waiting or capture_pending:
         return False
     reqs = pending.batch.requests
     running = scheduler.running

@@ -10,6 +10,8 @@ import torch
 
 from .request import Request
 
+_MIN_TEMPERATURE = 1e-30  # below this every temperature samples the same way: the top logit
+
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     if top_k > 0 and top_k < logits.shape[-1]:
@@ -39,7 +41,12 @@ def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
         p = req.params
         if p.greedy:
             continue
-        row = _filter_logits(logits[i].float() / p.temperature, p.top_k, p.top_p)
+        row = logits[i].float()
+        # Shift before scaling: softmax is unchanged, and a tiny temperature sends the other logits to
+        # -inf instead of sending the largest to +inf (inf - inf = NaN in softmax). The floor keeps the
+        # divisor a float32 normal number (1e-300 would round to 0, and 0 / 0 = NaN).
+        row = (row - row.max()) / max(p.temperature, _MIN_TEMPERATURE)
+        row = _filter_logits(row, p.top_k, p.top_p)
         probs = torch.softmax(row, dim=-1)
         gen = None
         if p.seed is not None:

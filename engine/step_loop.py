@@ -3,8 +3,9 @@
 Each step applies the commands queued since the last one, schedules a batch, runs it through the
 model runner (a graph or eagerly), samples, and hands the tokens to output processing. Under the
 overlap schedule (engine/overlap.py) a greedy decode step is launched here and read back in the next
-call, after that call has launched its own step. Between steps, a pending recapture captures one
-more slice of graphs.
+call, after that call has launched its own step. Between steps, a pending capture (the first one,
+while the engine already serves, or a recapture) captures one more slice of graphs, never while a
+step is in flight; an idle engine captures slice after slice, draining commands between slices.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class StepLoop:
         self.apply_commands()
         if pending is not None:
             if can_chain(pending, self.scheduler, self.pool, self.max_context_len,
-                         self.model_runner.recapture_pending):
+                         self.model_runner.capture_pending):
                 for req in pending.batch.requests:  # the token in flight counts for the next step
                     req.output_ids.append(PLACEHOLDER_TOKEN)
                 batch = self.scheduler.schedule()
@@ -82,14 +83,15 @@ class StepLoop:
                 batch.input_ids_device = pending.tokens_device
                 self.overlapped_steps += 1
                 t0 = time.perf_counter()
-                self.pending = self.readback.launch(batch, self._forward(batch), t0)
+                # a step is in flight: no capture slice here (capture needs the device to itself)
+                self.pending = self.readback.launch(batch, self._forward(batch, may_capture=False), t0)
                 self._complete(pending, placeholders=True)
                 return True
             self._complete(pending, placeholders=False)
         batch = self.scheduler.schedule()
         if batch is None:
-            if self.model_runner.recapture_pending:  # idle: finish the recapture between polls
-                self._advance_recapture()
+            if self.model_runner.capture_pending:  # idle: capture flat out, a slice per call
+                self._advance_capture()
                 return True
             return worked
         t0 = time.perf_counter()
@@ -101,15 +103,18 @@ class StepLoop:
         self._deliver(batch, out, tokens, (time.perf_counter() - t0) * 1e3)
         return True
 
-    def _advance_recapture(self) -> None:
-        if self.model_runner.advance_recapture():
+    def _advance_capture(self) -> None:
+        if self.model_runner.advance_capture():
             self.events.memory_ledger()
 
-    def _forward(self, batch: ForwardBatch) -> StepOutput:
-        self._advance_recapture()
+    def _forward(self, batch: ForwardBatch, *, may_capture: bool = True) -> StepOutput:
+        """Capture a slice first when nothing is in flight (``may_capture``), run the step, and let the
+        parity checker see its graph output."""
+        if may_capture:
+            self._advance_capture()
         out = self.model_runner.forward(batch)
         if self.parity is not None:
-            self.parity.after_forward(batch, out, allowed=not self.model_runner.recapture_pending)
+            self.parity.after_forward(batch, out, allowed=not self.model_runner.capture_pending)
         return out
 
     def _complete(self, step: InFlightStep, placeholders: bool) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from .engine_info import started_events
 from .sampling_params import SamplingParams
 from .telemetry import events as ev
 from .telemetry.protocol import EngineStatus, Sampling
@@ -34,9 +35,7 @@ class EngineLink:
 
     def state_events(self) -> list[ev.Event]:
         e = self.engine
-        out: list[ev.Event] = [e.started_event]
-        out += [ev.ConfigDowngrade(key=d.key, old=d.old, new=d.new, reason=d.reason)
-                for d in e.model_runner.resolved.downgrades]
+        out: list[ev.Event] = started_events(e.info, e.model_runner.resolved)
         by_phase: dict[str, list] = {}
         for rec in e.capture_ledger():
             by_phase.setdefault(rec.phase, []).append(rec)

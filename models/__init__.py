@@ -8,13 +8,14 @@ The engine calls `model(input_ids, positions, attn)` on a flat ragged batch and
 from .decoder import AttentionFn, DecoderForCausalLM
 from .demo import DEMO_NOTE, ensure_demo_model
 from .errors import CheckpointError
-from .loader import LoadedCheckpoint, load_checkpoint
+from .loader import CheckpointMeta, LoadedCheckpoint, load_checkpoint, read_checkpoint
 from .registry import SUPPORTED_ARCHITECTURES
 from .spec import ModelSpec
 
 __all__ = [
     "AttentionFn",
     "CheckpointError",
+    "CheckpointMeta",
     "DEMO_NOTE",
     "DecoderForCausalLM",
     "LoadedCheckpoint",
@@ -22,4 +23,5 @@ __all__ = [
     "SUPPORTED_ARCHITECTURES",
     "ensure_demo_model",
     "load_checkpoint",
+    "read_checkpoint",
 ]

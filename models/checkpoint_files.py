@@ -2,6 +2,9 @@
 
 Every problem becomes a one-line CheckpointError naming it and the path. Pickle weights
 are refused outright: unpickling runs arbitrary code, and safetensors is memory-mapped.
+Every file read must resolve inside the folder: an index naming ``../x`` or ``/etc/passwd`` is
+refused, and so is a symbolic link that leaves the folder unless the caller allows external files
+(``--allow-external-weights``; a Hugging Face cache snapshot links into ``../../blobs``).
 """
 
 from __future__ import annotations
@@ -19,34 +22,79 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+TOKENIZER_EXTRAS = ("merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                    "chat_template.json")
 
 
 def check_folder(path: Path) -> None:
     if not path.exists():
         raise CheckpointError(f"checkpoint folder not found: {path}")
     if not path.is_dir():
-        raise CheckpointError(f"checkpoint path is not a folder: {path}")
+        raise CheckpointError(f"checkpoint path is not a folder (nor a .gguf file): {path}")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+class _NonFinite(ValueError):
+    pass
 
 
 def read_json(file: Path, what: str) -> dict[str, Any]:
-    """Parse a JSON object, reporting syntax errors with line and column."""
+    """Parse a JSON object, reporting syntax errors with line and column; NaN/Infinity are refused."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(file.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except json.JSONDecodeError as err:
         where = f"line {err.lineno} column {err.colno}"
         raise CheckpointError(f"malformed {what}: {err.msg} at {where} in {file}") from None
+    except _NonFinite as err:
+        raise CheckpointError(f"malformed {what}: {err.args[0]} is not a finite number in {file}") from None
+    except RecursionError:
+        raise CheckpointError(f"malformed {what}: nested too deeply in {file}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise CheckpointError(f"unreadable {what}: {err} in {file}") from None
+    except ValueError as err:  # an integer literal of more than 4300 digits
+        raise CheckpointError(f"malformed {what}: {str(err).splitlines()[0][:80]} in {file}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"malformed {what}: top level is not a JSON object in {file}")
     return data
 
 
-def read_config_json(path: Path) -> dict[str, Any]:
+def inside(folder: Path, name: str, allow_external: bool = False, what: str = "file") -> Path:
+    """``folder / name``, refused unless it resolves inside ``folder``.
+
+    A relative name without ``..`` is required whatever ``allow_external`` says: the index names files
+    *of* the folder. A symbolic link that leaves the folder is refused unless ``allow_external``.
+    """
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise CheckpointError(f"bad {what} name {name!r} in {folder}")
+    parts = Path(name).parts
+    if Path(name).is_absolute() or ".." in parts:
+        raise CheckpointError(f"{what} '{name}' is outside the checkpoint folder {folder}: refused")
+    path = folder / name
+    if not allow_external:
+        real, root = path.resolve(), folder.resolve()
+        if real != root and root not in real.parents:
+            raise CheckpointError(
+                f"{what} '{name}' is a link to {real}, outside the checkpoint folder {folder}: refused "
+                "(--allow-external-weights allows it, e.g. for a Hugging Face cache snapshot)"
+            )
+    return path
+
+
+def check_tokenizer_files(path: Path, allow_external: bool = False) -> None:
+    """The tokenizer files transformers will open must stay inside the folder too."""
+    for name in TOKENIZER_FILES + TOKENIZER_EXTRAS:
+        if (path / name).exists() or (path / name).is_symlink():
+            inside(path, name, allow_external, "tokenizer file")
+
+
+def read_config_json(path: Path, allow_external: bool = False) -> dict[str, Any]:
     file = path / "config.json"
     if not file.is_file():
         raise CheckpointError(f"no config.json in {path}")
-    return read_json(file, "config.json")
+    return read_json(inside(path, "config.json", allow_external), "config.json")
 
 
 class SafetensorsReader:
@@ -70,23 +118,41 @@ class SafetensorsReader:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._guard(lambda: self._handle.get_slice(name).get_shape()))
 
+    def dtype(self, name: str) -> str:
+        """The stored dtype as safetensors spells it (``F32``, ``BF16``, ``I16``, ...)."""
+        return str(self._guard(lambda: self._handle.get_slice(name).get_dtype()))
+
     def tensor(self, name: str) -> torch.Tensor:
         return self._guard(self._handle.get_tensor, name)
 
+    def slice(self, name: str, dim: int, start: int, stop: int) -> torch.Tensor:
+        """Rows (``dim`` 0) or columns (``dim`` 1) ``[start, stop)`` of a tensor, reading only those
+        (a tensor-parallel rank's shard)."""
 
-def tensor_locations(path: Path) -> dict[str, Path]:
+        def read() -> torch.Tensor:
+            part = self._handle.get_slice(name)
+            return part[start:stop] if dim == 0 else part[:, start:stop]
+
+        return self._guard(read)
+
+
+def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path]:
     """Map every tensor name to the safetensors file holding it (sharded or single)."""
     index = path / INDEX_FILE
     if index.is_file():
-        weight_map = read_json(index, INDEX_FILE).get("weight_map")
+        weight_map = read_json(inside(path, INDEX_FILE, allow_external), INDEX_FILE).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"malformed {INDEX_FILE}: no 'weight_map' object in {path}")
-        for shard in sorted(set(weight_map.values())):
-            if not (path / shard).is_file():
+        if not all(isinstance(shard, str) for shard in weight_map.values()):
+            raise CheckpointError(f"malformed {INDEX_FILE}: 'weight_map' values must be file names in {path}")
+        shards = {shard: inside(path, shard, allow_external, "shard") for shard in sorted(set(weight_map.values()))}
+        for shard, file in shards.items():
+            if not file.is_file():
                 raise CheckpointError(f"{INDEX_FILE} names missing shard '{shard}' in {path}")
-        return {name: path / shard for name, shard in weight_map.items()}
+        return {name: shards[shard] for name, shard in weight_map.items()}
     single = path / SINGLE_FILE
     files = [single] if single.is_file() else sorted(path.glob("*.safetensors"))
+    files = [inside(path, file.name, allow_external, "weights file") for file in files]
     if not files:
         pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
         if pickles:

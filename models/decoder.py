@@ -19,7 +19,7 @@ from torch import nn
 from . import triton_gemv as tg
 from . import triton_kernels as tk
 from .layers import RMSNorm, SwiGLUMLP
-from .rope import RotaryEmbedding
+from .rope import RopeFactors, RotaryEmbedding
 from .spec import ModelSpec
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
@@ -88,15 +88,14 @@ class Attention(nn.Module):
                       attn: AttentionFn) -> torch.Tensor:
         return self.o_proj(self.attend_fused(self.qkv_proj(x), positions, rope, attn))
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
+        """``rope``: the step's RoPE factors (``RotaryEmbedding.factors``), shared by all layers."""
         q = self.q_proj(x).view(-1, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(-1, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope(positions, q, k)
+        q, k = rope.apply(q), rope.apply(k)
         o = attn(q, k, v, self.layer_id)
         return self.o_proj(o.reshape(-1, self.num_heads * self.head_dim))
 
@@ -110,10 +109,8 @@ class DecoderLayer(nn.Module):
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
         self.gemv_pdl: tuple[bool, ...] = (False, False, False, False)  # qkv, o, gate_up, down (set_pdl)
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, attn)
+    def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
@@ -148,10 +145,20 @@ class DecoderLayer(nn.Module):
         pdl_qkv, pdl_o, pdl_gu, pdl_down = self.gemv_pdl
         qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps, pdl=pdl_qkv)
         o = sa.attend_fused(qkv, positions, rope, attn)
-        tg.gemv(o, sa.o_proj.weight, sa.o_proj.bias, residual=h, out=h, pdl=pdl_o)
+        _gemv_add(sa.o_proj, o, h, pdl_o)
         gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps,
                      pdl=pdl_gu)
-        tg.gemv(gu, mlp.down_proj.weight, mlp.down_proj.bias, silu_mul=True, residual=h, out=h, pdl=pdl_down)
+        _gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
+
+
+def _gemv_add(proj: nn.Linear, x: torch.Tensor, h: torch.Tensor, pdl: bool, silu_mul: bool = False) -> None:
+    """``h += proj(x)`` in place, the residual add in the GEMV's epilogue. A projection may bring its
+    own (a tensor-parallel row shard adds its partial sum and all-reduces: models/parallel/layers.py)."""
+    own = getattr(proj, "gemv_add", None)
+    if own is not None:
+        own(x, h, pdl, silu_mul)
+    else:
+        tg.gemv(x, proj.weight, proj.bias, silu_mul=silu_mul, residual=h, out=h, pdl=pdl)
 
 
 class DecoderModel(nn.Module):
@@ -177,8 +184,9 @@ class DecoderModel(nn.Module):
             for layer in self.layers:
                 x, residual = layer.forward_fused(x, residual, positions, self.rotary_emb, attn)
             return tk.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
+        rope = self.rotary_emb.factors(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, positions, self.rotary_emb, attn)
+            x = layer(x, rope, attn)
         return self.norm(x)
 
 

@@ -3,51 +3,29 @@
 It lets graphtop run end to end (load, prefill, decode, graphs, TUI) on any machine with
 no download. The weights are random, so the text is noise; the shapes exercise the
 interesting paths (GQA, Qwen3 q/k norm, head_dim != hidden/heads, tied embeddings, bf16).
-Built once per cache folder, atomically: the folder only ever appears complete.
+Built once per cache folder, atomically (models/cache.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
+from .cache import CACHE_ENV, build_once, cache_root, no_progress_bars
 from .demo_corpus import CORPUS
+from .errors import CheckpointError
 from .tokenizer_train import CHAT_TOKENS, EOS_TOKEN, train_byte_level_bpe
 
 DEMO_NOTE = "demo model: tiny Qwen3-family model with random weights — output is gibberish by design"
 DEMO_DIRNAME = "demo-qwen3-v1"  # bump when anything below changes the files
 DEMO_SEED = 0
-CACHE_ENV = "GRAPHTOP_CACHE_DIR"
 
 
 def demo_cache_root(cache_dir: Path | str | None = None) -> Path:
     """Explicit argument, else $GRAPHTOP_CACHE_DIR, else the platform user cache dir."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("graphtop"))
-
-
-@contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
+    return cache_root(cache_dir)
 
 
 def _build(folder: Path) -> None:
@@ -76,9 +54,33 @@ def _build(folder: Path) -> None:
         model = Qwen3ForCausalLM(config)
     model = model.to(torch.bfloat16)
     model.config.dtype = torch.bfloat16
-    with _no_progress_bars():  # the TUI owns the terminal
+    with no_progress_bars():  # the TUI owns the terminal
         model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+def _cache_label(root: Path, cache_dir: Path | str | None) -> str:
+    if cache_dir is None and os.environ.get(CACHE_ENV):
+        return f"{CACHE_ENV}={os.environ[CACHE_ENV]}"
+    return f"cache folder {root}"
+
+
+def check_demo_cache(cache_dir: Path | str | None = None) -> None:
+    """Raise CheckpointError (one line) unless the demo model is built or can be built in its cache folder.
+
+    A cache that already holds the model only has to be readable (a read-only mount is fine).
+    """
+    root = demo_cache_root(cache_dir)
+    if (root / DEMO_DIRNAME / "config.json").is_file():
+        return
+    label = _cache_label(root, cache_dir)
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CheckpointError(f"{label}: {existing} is not a folder, so the demo model cannot be built there")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CheckpointError(f"{label}: {existing} is not writable (read-only?), so the demo model cannot be built")
 
 
 def ensure_demo_model(cache_dir: Path | str | None = None) -> Path:
@@ -87,17 +89,9 @@ def ensure_demo_model(cache_dir: Path | str | None = None) -> Path:
     target = root / DEMO_DIRNAME
     if (target / "config.json").is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{DEMO_DIRNAME}.building-", dir=root))
+    check_demo_cache(cache_dir)
     try:
-        _build(staging)
-        if target.exists() and not (target / "config.json").is_file():
-            shutil.rmtree(target, ignore_errors=True)  # not ours to trust: incomplete
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise  # a concurrent builder that won the race leaves an identical folder
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        return build_once(target, _build)
+    except OSError as err:  # e.g. a disk that fills up or turns read-only mid-build
+        raise CheckpointError(f"{_cache_label(root, cache_dir)}: cannot build the demo model: "
+                              f"{err.strerror or err}") from None

@@ -12,22 +12,29 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from .checkpoint_files import (
     SafetensorsReader,
     check_folder,
+    check_tokenizer_files,
     has_tokenizer_files,
+    inside,
     read_config_json,
     read_json,
     tensor_locations,
 )
+from .config_check import check_architecture_fields, check_config_fields, check_model_fits, check_spec
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
+from .gguf import gguf_folder, is_gguf
+from .parallel.layout import TensorParallel, tp_problem
+from .parallel.loading import ShardLoader, build_sharded
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
-from .spec import ModelSpec, as_int_tuple
+from .spec import ModelSpec, as_int_tuple, located
+from .weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +112,7 @@ def _load_tokenizer(path: Path) -> Any:
         raise CheckpointError(f"tokenizer failed to load ({type(err).__name__}: {err}) in {path}") from None
 
 
-def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]:
+def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bool = False) -> tuple[int, ...]:
     """Union of config, generation_config.json and tokenizer EOS ids, config order first.
 
     Instruct checkpoints often list their turn-end token only in generation_config.json.
@@ -114,6 +121,7 @@ def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]
     gen = path / "generation_config.json"
     if gen.is_file():
         try:
+            gen = inside(path, gen.name, allow_external)
             ids += as_int_tuple(read_json(gen, "generation_config.json").get("eos_token_id"))
         except (CheckpointError, TypeError, ValueError):
             log.warning("ignoring unreadable generation_config.json in %s", path)
@@ -122,10 +130,12 @@ def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any) -> tuple[int, ...]
     return tuple(dict.fromkeys(ids))
 
 
-def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype) -> DecoderForCausalLM:
-    """Build without allocating or initialising, then get uninitialised storage on `device`."""
+def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
+                 tp: Optional[TensorParallel] = None) -> DecoderForCausalLM:
+    """Build without allocating or initialising, then get uninitialised storage on `device`
+    (a tensor-parallel rank builds only its shard)."""
     with torch.device("meta"):
-        model = model_class(spec)(spec)
+        model = model_class(spec)(spec) if tp is None or tp.size == 1 else build_sharded(spec, tp)
     model = model.to(dtype=dtype).to_empty(device=device)
     model.tie_weights()  # to_empty re-creates parameters, which unties them
     model.model.rotary_emb.reset_cache(device)  # non-persistent, float32
@@ -133,7 +143,9 @@ def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype
 
 
 @torch.no_grad()
-def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path) -> None:
+def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path,
+                  shard: Optional[ShardLoader] = None) -> None:
+    """Every parameter from its safetensors file, by HF name; ``shard``: this rank's slices only."""
     params = dict(model.named_parameters())  # deduplicated: a tied lm_head is not listed
     missing = [name for name in params if name not in locations]
     if missing:
@@ -142,40 +154,112 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
     by_file: dict[Path, list[str]] = defaultdict(list)
     for name in params:
         by_file[locations[name]].append(name)
-    for file, names in by_file.items():
-        reader = SafetensorsReader(file, device)
-        for name in names:
-            if name not in reader.names:
-                raise CheckpointError(f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
-            got, want = reader.shape(name), tuple(params[name].shape)
-            if got != want:
-                raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
-            params[name].copy_(reader.tensor(name))
+    with FiniteChecks() as finite:
+        for file, names in by_file.items():
+            reader = SafetensorsReader(file, device if shard is None else "cpu")
+            for name in names:
+                if name not in reader.names:
+                    raise CheckpointError(
+                        f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
+                got = reader.shape(name)
+                want = shard.full_shape(name) if shard is not None else tuple(params[name].shape)
+                if got != want:
+                    raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
+                check_float_dtype(name, reader.dtype(name), file)
+                if shard is None:
+                    source = reader.tensor(name)
+                    params[name].copy_(source)
+                    finite.submit(name, tensor_to_check(source, params[name]), file)
+                else:  # this rank's slice only: the rank checks what it loaded
+                    shard.copy(reader, name, params[name])
+                    finite.submit(name, params[name], file)
     unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
     if unused:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
 
 
+@dataclass
+class CheckpointMeta:
+    """Everything of a checkpoint folder but its weights (cheap to read)."""
+
+    path: Path
+    hf_config: Any  # transformers PretrainedConfig
+    spec: ModelSpec
+    locations: dict[str, Path]  # tensor name -> safetensors file
+    tokenizer: Any
+    allow_external_weights: bool = False
+    source: Optional[Path] = None  # what the user named: the folder, or the .gguf file it came from
+
+
+def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -> CheckpointMeta:
+    """The cheap checks and reads (folder, config, architecture, weight files, tokenizer), in that order,
+    so a bad path fails in milliseconds with one clear line. Files must resolve inside the folder
+    (``allow_external_weights`` admits symbolic links out of it) and config.json values are validated
+    (config_check)."""
+    source = path = Path(path).expanduser()
+    if is_gguf(path):  # dequantized once into a cached folder (models/gguf.py), read from there
+        path = gguf_folder(path)
+    check_folder(path)
+    raw_config = read_config_json(path, allow_external_weights)
+    check_architecture_fields(raw_config, str(path))
+    resolve(architecture_name(raw_config), str(path))  # before AutoConfig: clearer error
+    check_config_fields(raw_config, str(path))
+    hf_config = _load_hf_config(path)
+    spec = spec_from_hf_config(hf_config, str(path))
+    check_spec(spec, str(path))
+    locations = tensor_locations(path, allow_external_weights)
+    check_tokenizer_files(path, allow_external_weights)
+    tokenizer = _load_tokenizer(path)
+    spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer, allow_external_weights))
+    return CheckpointMeta(path, hf_config, spec, locations, tokenizer, allow_external_weights, source)
+
+
 def load_checkpoint(
-    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None
+    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None,
+    tp: Optional[TensorParallel] = None, meta: Optional[CheckpointMeta] = None, *,
+    allow_external_weights: bool = False,
 ) -> LoadedCheckpoint:
-    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder.
+    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder, or a ``.gguf`` file of one
+    (dequantized once into a cached folder, models/gguf.py).
+
+    ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
+    whole model's, ``model.spec`` is the rank's (its heads, KV heads and MLP features). ``meta``: what
+    ``read_checkpoint`` already read of ``path``.
 
     Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
     problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
+    Files must resolve inside the folder (``allow_external_weights`` admits symbolic links out of it),
+    config.json values are validated (config_check) and the model must fit before it is allocated;
+    weights must be floating point and finite.
     """
-    path = Path(path).expanduser()
-    check_folder(path)
-    resolve(architecture_name(read_config_json(path)), str(path))  # before AutoConfig: clearer error
-    hf_config = _load_hf_config(path)
-    spec = spec_from_hf_config(hf_config, str(path))
-    locations = tensor_locations(path)
-    tokenizer = _load_tokenizer(path)
-    spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer))
-    target_dtype = resolve_dtype(dtype, hf_config)
-    device_str = _device_str(device)
-    model = _materialise(spec, device_str, target_dtype)
-    _copy_weights(model, locations, device_str, path)
-    model.eval().requires_grad_(False)
+    meta = meta if meta is not None else read_checkpoint(path, allow_external_weights=allow_external_weights)
+    model = load_weights(meta.path, meta.spec, device, resolve_dtype(dtype, meta.hf_config), tp, meta.locations)
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return LoadedCheckpoint(model, tokenizer, spec, path, hf_config, weights_bytes)
+    return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.source or meta.path, meta.hf_config,
+                            weights_bytes)
+
+
+def load_weights(
+    path: Path, spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
+    tp: Optional[TensorParallel] = None, locations: Optional[dict[str, Path]] = None, *,
+    allow_external_weights: bool = False,
+) -> DecoderForCausalLM:
+    """The decoder of ``spec`` (a tensor-parallel rank: its shard) with its weights from ``path``.
+
+    What ``load_checkpoint`` does once the config is read; a worker rank, handed the spec, calls only
+    this (no transformers import, no tokenizer)."""
+    path = Path(path)
+    sharded = tp is not None and tp.size > 1
+    if sharded:
+        problem = tp_problem(spec, tp.size)
+        if problem:
+            raise CheckpointError(located(problem, str(path)))
+    device_str = _device_str(device)
+    if not sharded:  # a rank's shard is a fraction of this; each rank's allocation says if it fits
+        check_model_fits(spec, dtype, device_str, str(path))
+    model = _materialise(spec, device_str, dtype, tp)
+    if locations is None:
+        locations = tensor_locations(path, allow_external_weights)
+    _copy_weights(model, locations, device_str, path,
+                  ShardLoader(spec, tp) if sharded else None)
+    return model.eval().requires_grad_(False)

@@ -1,6 +1,6 @@
 """Random-weight models of published architecture shapes, built straight on the target device.
 
-Benchmarks need real shapes (Qwen3-0.6B, Llama-3.1-8B) but no weights can be downloaded: the
+Benchmarks need real shapes (Qwen3-0.6B, Llama-3.1-8B, SmolLM2-135M) but no weights can be downloaded: the
 configs below are written from the published numbers, the weights are seeded noise.
 """
 
@@ -21,6 +21,12 @@ SHAPES: dict[str, dict[str, Any]] = {
         num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
         vocab_size=151936, max_position_embeddings=40960, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
         tie_word_embeddings=True, attention_bias=False, eos_token_id=151645, bos_token_id=151643,
+    ),
+    "smollm2-135m": dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=576, intermediate_size=1536,
+        num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
+        max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        attention_bias=False, mlp_bias=False, eos_token_id=2, bos_token_id=1,
     ),
     "llama-3.1-8b": dict(
         model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
@@ -61,6 +67,14 @@ def hf_config_for(shape: str, **overrides: Any) -> Any:
     return AutoConfig.for_model(model_type, **kw)
 
 
+def _fill_random(name: str, p: torch.Tensor, gen: torch.Generator, std: float) -> None:
+    """The one init rule: matrices N(0, std), norm weights 1, biases 0."""
+    if p.dim() == 1:
+        p.fill_(1.0 if name.endswith("norm.weight") else 0.0)
+    else:
+        p.normal_(0.0, std, generator=gen)
+
+
 @torch.no_grad()
 def random_checkpoint(hf_config: Any, device: str = "cuda", dtype: torch.dtype = torch.bfloat16,
                       seed: int = 0, std: float = 0.02) -> LoadedCheckpoint:
@@ -70,11 +84,68 @@ def random_checkpoint(hf_config: Any, device: str = "cuda", dtype: torch.dtype =
     model = _materialise(spec, device, dtype)
     gen = torch.Generator(device=device).manual_seed(seed)
     for name, p in model.named_parameters():
-        if p.dim() == 1:  # norms (weights 1) and biases (0)
-            p.fill_(1.0 if name.endswith("norm.weight") else 0.0)
-        else:
-            p.normal_(0.0, std, generator=gen)
+        _fill_random(name, p, gen, std)
     model.eval().requires_grad_(False)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     return LoadedCheckpoint(model, IdsTokenizer(int(eos or 0)), spec, Path(f"<random {spec.architecture}>"),
                             hf_config, weights)
+
+
+SHARD_BYTES = 4 << 30
+
+
+@torch.no_grad()
+def save_random_checkpoint(shape: str, folder: str | Path, dtype: torch.dtype = torch.bfloat16, seed: int = 0,
+                           std: float = 0.02, device: str = "cpu", **overrides: Any) -> Path:
+    """A random-weight checkpoint folder of a published shape (config.json, sharded safetensors with
+    their index, a small local tokenizer), for what needs a checkpoint on disk: a tensor-parallel rank
+    loads its slices from the files. Reused when the folder already holds the same one."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from .decoder import DecoderForCausalLM
+    from .demo_corpus import CORPUS
+    from .tokenizer_train import train_byte_level_bpe
+
+    folder = Path(folder)
+    stamp = {"shape": shape, "dtype": str(dtype), "seed": seed, "std": std, "overrides": overrides}
+    marker = folder / "graphtop-random.json"
+    if marker.is_file() and json.loads(marker.read_text()) == stamp:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.safetensors"):
+        old.unlink()
+    hf_config = hf_config_for(shape, **overrides)
+    spec = spec_from_hf_config(hf_config, "<random>")
+    with torch.device("meta"):
+        names = [(n, tuple(p.shape)) for n, p in DecoderForCausalLM(spec).named_parameters()]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    weight_map: dict[str, str] = {}
+    shard: dict[str, torch.Tensor] = {}
+    shard_bytes, files = 0, []
+
+    def flush() -> None:
+        nonlocal shard, shard_bytes
+        name = f"model-{len(files) + 1:05d}.safetensors"
+        save_file(shard, str(folder / name), metadata={"format": "pt"})
+        files.append(name)
+        weight_map.update(dict.fromkeys(shard, name))
+        shard, shard_bytes = {}, 0
+
+    for name, shape_ in names:
+        t = torch.empty(shape_, dtype=dtype, device=device)
+        _fill_random(name, t, gen, std)
+        shard[name] = t.cpu()
+        shard_bytes += t.numel() * t.element_size()
+        if shard_bytes >= SHARD_BYTES:
+            flush()
+    if shard:
+        flush()
+    total = sum(int(torch.Size(s).numel()) * dtype.itemsize for _, s in names)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
+    hf_config.save_pretrained(str(folder))
+    train_byte_level_bpe(CORPUS, vocab_size=512).save_pretrained(str(folder))
+    marker.write_text(json.dumps(stamp))
+    return folder

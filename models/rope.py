@@ -10,6 +10,7 @@ graph wants (no host work, no value-dependent shapes).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -110,6 +111,25 @@ class RotaryEmbedding(nn.Module):
         freqs = positions[:, None] * inv_freq[None, :]
         self.cos_sin_cache = torch.cat((freqs.cos() * scale, freqs.sin() * scale), dim=-1)
 
+    def factors(self, positions: torch.Tensor, dtype: torch.dtype) -> "RopeFactors":
+        """The factors at ``positions``, for every layer of one forward (per layer, the lookup and
+        cast are a measurable share of a small model's CPU step)."""
+        cos, sin = self.cos_sin_cache[positions].to(dtype).unsqueeze(1).chunk(2, dim=-1)
+        return RopeFactors(torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1))
+
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.cos_sin_cache[positions].to(q.dtype).unsqueeze(1).chunk(2, dim=-1)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
+@dataclass(frozen=True)
+class RopeFactors:
+    """cos and sign-folded sin at full head width [T, 1, D]: ``apply`` rotates in 5 ops instead of
+    ``apply_rope``'s 8, with the same result bit for bit (x2 * -sin is exactly -(x2 * sin))."""
+
+    cos: torch.Tensor
+    signed_sin: torch.Tensor
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * self.cos + torch.cat((x2, x1), dim=-1) * self.signed_sin

@@ -6,9 +6,13 @@
 # The dashboard benchmark needs textual, pyzmq and msgspec: wheels in .whl/ (README, GPU workflow) are
 # installed here without network.
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
-#      graph,events,dashboard (default) and gemv,profile,attn,ab,capture,parity (GEMV_ARGS, PROFILE_ARGS, ATTN_ARGS,
-#      AB_ARGS, CAPTURE_ARGS, PARITY_ARGS); BENCH_ARGS / EVENTS_ARGS / DASH_ARGS add flags to bench/graph_bench.py /
-#      bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS adds pytest flags.
+#      graph,events,dashboard (default) and gemv,profile,attn,ab,capture,parity,finite,tp (GEMV_ARGS, PROFILE_ARGS,
+#      ATTN_ARGS, AB_ARGS, CAPTURE_ARGS, PARITY_ARGS, FINITE_ARGS, TP_ARGS; tp needs 2 GPUs); BENCH_ARGS / EVENTS_ARGS /
+#      DASH_ARGS add flags to bench/graph_bench.py / bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS
+#      adds pytest flags; GPU_TEST_FILES replaces the list of test files (default: every tests/test_cuda_*.py and
+#      tests/test_flashinfer_cuda.py).
+#   tensor parallel on 2 GPUs only:
+#      GPU_TEST_FILES=tests/test_cuda_tp.py GPU_BENCHES=tp bash scripts/gpu_check.sh $OUT
 set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
 mkdir -p "$out"
@@ -35,7 +39,7 @@ fi
 
 rc=0
 if [ "${GPU_TESTS:-1}" = 1 ]; then
-  files=$(cd "$here" && ls tests/test_cuda_*.py tests/test_flashinfer_cuda.py 2>/dev/null)
+  files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/test_cuda_*.py tests/test_flashinfer_cuda.py 2>/dev/null)}
   (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 ${PYTEST_ARGS:-} $files 2>&1) \
     | tee "$out/cuda-tests.log"
   rc=${PIPESTATUS[0]}
@@ -57,5 +61,8 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,profile,* ]] && run_bench profile.log python3 bench/profile_decode.py --out "$out" ${PROFILE_ARGS:-}
   [[ $benches == *,capture,* ]] && run_bench capture.log python3 bench/capture_bench.py --device cuda ${CAPTURE_ARGS:-}
   [[ $benches == *,parity,* ]] && run_bench parity.log python3 bench/parity_bench.py --device cuda ${PARITY_ARGS:-}
+  [[ $benches == *,finite,* ]] && run_bench finite.log python3 bench/finite_check_bench.py --device cuda \
+    --dtype bfloat16 ${FINITE_ARGS:-}
+  [[ $benches == *,tp,* ]] && run_bench tp.log python3 bench/tp_bench.py --out "$out" ${TP_ARGS:-}
 fi
 exit "$rc"

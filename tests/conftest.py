@@ -36,7 +36,9 @@ def make_engine() -> Callable[..., Any]:
 
     Defaults keep construction cheap: a 4096-token pool, at most 8 running requests and 64-token
     prefill chunks (so the default lists are decode [1, 2, 4, 8] and prefill 4..32 step 4, 48, 64).
-    ``graphs`` is a GraphConfig, or False for eager only.
+    ``graphs`` is a GraphConfig, or False for eager only. Graphs are captured before the engine
+    serves (``capture_before_serving``), so tests about graphs see them from the first step; tests of
+    serving while capturing pass ``capture_before_serving=False``.
     """
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
@@ -46,7 +48,7 @@ def make_engine() -> Callable[..., Any]:
         if graphs is False:
             graphs = GraphConfig(decode_backend="disabled", prefill_backend="disabled")
         kwargs: dict[str, Any] = dict(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
-                                     chunked_prefill_size=64)
+                                     chunked_prefill_size=64, capture_before_serving=True)
         kwargs.update(overrides)
         config = EngineConfig(graphs=graphs if graphs is not None else GraphConfig(), **kwargs)
         return Engine.from_pretrained(path, config=config, bus=bus)

@@ -20,21 +20,11 @@ from safetensors.torch import load_file, save_file
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.trace import read_trace
-from graphtop.tui import headless
-from graphtop.tui.cli import main
+from cli_support import ENGINE_ARGS, assert_usage_error, private_cache_dir, run  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-# Small engine: no 512 MiB CPU pool, few buckets to capture.
-ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
-               "--chunked-prefill-size", "64"]
 RESULT_KEYS = {"id", "prompt", "text", "token_ids", "finish_reason"}
-
-
-@pytest.fixture(autouse=True)
-def private_cache_dir(tmp_path, monkeypatch):
-    """Anything that falls back to the demo model builds it in a temp folder, never the user's cache."""
-    monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "graphtop-cache"))
 
 
 @pytest.fixture(scope="module")
@@ -47,23 +37,6 @@ def prompts_file(tmp_path):
     path = tmp_path / "prompts.txt"
     path.write_text("hello world\n" + json.dumps({"prompt": "Once upon a time", "max_new_tokens": 5}) + "\n")
     return path
-
-
-def run(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_usage_error(rc, out, err, *needles):
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith("graphtop: error: ") and "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0]
-    assert out == ""
-    return lines[0]
 
 
 # --- bad checkpoints ----------------------------------------------------------------------------
@@ -154,7 +127,7 @@ def test_unwritable_output_paths(ckpt, tmp_path, prompts_file, capsys, monkeypat
     locked_dir.mkdir()
     real_access = os.access
     # chmod cannot stop root, so the permission check is made to see a read-only folder
-    monkeypatch.setattr(headless.os, "access", lambda p, mode: False if Path(p) == locked_dir else real_access(p, mode))
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked_dir else real_access(p, mode))
     rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", locked_dir / "o.jsonl",
                        *ENGINE_ARGS)
     assert_usage_error(rc, out, err, "is not writable")
@@ -332,7 +305,27 @@ def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
     rc, out, err = run(capsys, "trace", "summary", out_file)  # not a trace
     assert_usage_error(rc, out, err, str(out_file))
     rc, out, err = run(capsys, "trace", "export", "--perfetto", trace_file, tmp_path / "missing" / "x.json")
-    assert_usage_error(rc, out, err, "cannot write")
+    assert_usage_error(rc, out, err, "OUT", "missing", "does not exist")
+
+
+def test_headless_serves_while_capturing_unless_asked_to_capture_first(ckpt, tmp_path, capsys, monkeypatch):
+    import graphtop.engine.model_runner as model_runner_mod
+
+    monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)  # one bucket per step boundary
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello world\nOnce upon a time\nThe quick brown fox jumps over the lazy dog\n")
+    runs = {}
+    for flags in ((), ("--capture-before-serving",)):
+        out_file, trace_file = tmp_path / f"out{len(flags)}.jsonl", tmp_path / f"trace{len(flags)}.jsonl"
+        rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace_file,
+                           "--max-new-tokens", 12, *ENGINE_ARGS, *flags)
+        assert rc == 0, err
+        steps = [e for e in read_trace(trace_file).events if isinstance(e, ev.StepEvent)]
+        runs[flags] = ([r["token_ids"] for r in _read_results(out_file)], {s.fallback_reason for s in steps})
+    (tokens, reasons), (strict_tokens, strict_reasons) = runs[()], runs[("--capture-before-serving",)]
+    assert tokens == strict_tokens and all(len(t) == 12 for t in tokens)
+    assert "not_yet_captured" in reasons and None in reasons  # eager until each bucket is live, then graphs
+    assert strict_reasons == {None}
 
 
 # --- the real console script ---------------------------------------------------------------------

@@ -54,6 +54,7 @@ def _close_engines():
 
 
 def _engine(ckpt, graphs: bool, attention: str = "torch", **kw) -> Engine:
+    kw.setdefault("capture_before_serving", True)  # graphs from the first step unless a test says otherwise
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, max_context_len=1024,
                        max_total_tokens=64 * 1024, chunked_prefill_size=512, graphs=_graphs(graphs), **kw)
     eng = Engine(ckpt, cfg, EventBus())
@@ -78,7 +79,8 @@ def test_fp32_parity_with_transformers_on_cuda(tmp_path, family):
     for graphs in (False, True):
         eng = Engine.from_pretrained(path, config=EngineConfig(device="cuda", dtype="float32",
                                                                attention_backend="torch", max_total_tokens=4096,
-                                                               chunked_prefill_size=16, graphs=_graphs(graphs)))
+                                                               chunked_prefill_size=16, graphs=_graphs(graphs),
+                                                               capture_before_serving=True))
         params = SamplingParams(max_new_tokens=24, ignore_eos=True)
         handles = eng.generate(PROMPTS, params)
         for prompt, h in zip(PROMPTS, handles):
@@ -240,4 +242,73 @@ def test_overlap_schedule_gives_the_plain_loops_tokens(qwen3_shape, attention):
     overlapped, n_over = run(True)
     assert n_plain == 0 and n_over >= 20
     assert [len(t) for t in overlapped] == max_new
+    assert overlapped == plain
+
+
+def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkeypatch):
+    """Requests submitted at construction run while the first capture proceeds one bucket per step
+    boundary: steps before their bucket is live are eager (not_yet_captured), later ones replay it,
+    and the predictions agree with an engine that captured first (teacher-forced)."""
+    from token_agreement import Recorder, _assert_agree
+
+    import graphtop.engine.model_runner as model_runner_mod
+    import graphtop.engine.step_loop as engine_mod  # where the step samples
+    from graphtop.engine.telemetry import events as ev
+
+    monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
+    vocab = qwen3_shape.spec.vocab_size
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True, detokenize=False)
+    prompts = [_ids(20 + 7 * i, 10 + i, vocab) for i in range(6)]
+    ref = Recorder()
+    monkeypatch.setattr(engine_mod, "sample", ref)
+    base = _engine(qwen3_shape, graphs=True, overlap_schedule=False)
+    for i, p in enumerate(prompts):
+        base.submit(p, params, request_id=f"r{i}")
+    base.run_until_idle()
+    got = Recorder(reference=ref)
+    monkeypatch.setattr(engine_mod, "sample", got)
+    bus = EventBus()
+    sub = bus.subscribe("t", types={"step"})
+    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend="torch", max_context_len=1024,
+                       max_total_tokens=64 * 1024, chunked_prefill_size=512, overlap_schedule=False)
+    eng = Engine(qwen3_shape, cfg, bus)
+    _open.append(eng)
+    handles = [eng.submit(p, params, request_id=f"r{i}") for i, p in enumerate(prompts)]
+    eng.run_until_done(handles)
+    assert [len(h.token_ids) for h in handles] == [40] * 6
+    _assert_agree(ref, got, "serving while capturing vs capturing first", logits_tol=1e-2)
+    steps = [e for e in sub.drain() if isinstance(e, ev.StepEvent)]
+    assert steps[0].fallback_reason == "not_yet_captured"  # the prefill: its bucket comes late (largest first)
+    assert any(s.path == "graph" for s in steps)  # buckets went live while the requests ran
+    assert eng.wait_for_capture(timeout=300) and not eng.capture_pending
+
+
+@pytest.mark.parametrize("attention", ["torch", "flashinfer"])
+def test_capture_between_overlapped_steps_keeps_the_plain_loops_tokens(qwen3_shape, monkeypatch, attention):
+    """Serving while capturing with the overlap schedule on: a capture slice runs only once the launched
+    step was read back, so the tokens are those of the plain loop, and overlap resumes after capture."""
+    if attention == "flashinfer":
+        pytest.importorskip("flashinfer")
+    import graphtop.engine.model_runner as model_runner_mod
+
+    monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
+    vocab = qwen3_shape.spec.vocab_size
+    prompts = [_ids(10 + 13 * i, 300 + i, vocab) for i in range(5)]
+    max_new = [33, 8, 21, 40, 15]
+
+    def run(overlap: bool) -> tuple[list[list[int]], int]:
+        eng = _engine(qwen3_shape, graphs=True, attention=attention, overlap_schedule=overlap,
+                      capture_before_serving=False)
+        hs = [eng.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False))
+              for p, m in zip(prompts, max_new)]
+        eng.run_until_done(hs)
+        assert eng.wait_for_capture(timeout=300)
+        more = eng.submit(prompts[0], SamplingParams(max_new_tokens=30, ignore_eos=True, detokenize=False))
+        eng.run_until_done([more])
+        assert eng.pool.used_pages == 0
+        return [h.token_ids for h in hs + [more]], eng.overlapped_steps
+
+    plain, n_plain = run(False)
+    overlapped, n_over = run(True)
+    assert n_plain == 0 and n_over >= 20
     assert overlapped == plain

@@ -48,7 +48,7 @@ def _attention(name: str) -> str:
 def _engine(ckpt, attention: str, bus: EventBus, **kw) -> Engine:
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, max_context_len=1024,
                        max_total_tokens=32 * 1024, max_running_requests=8, chunked_prefill_size=256,
-                       graphs=build_graph_config(None, GRAPHS), **kw)
+                       graphs=build_graph_config(None, GRAPHS), capture_before_serving=True, **kw)
     return Engine(ckpt, cfg, bus)
 
 
@@ -107,9 +107,14 @@ def test_a_stale_static_buffer_is_caught(ckpt, attention, phase, slot, how) -> N
     registry = (engine.model_runner.decode if phase == "decode" else engine.model_runner.prefill).registry
     if how == "contents":  # the runner stops refreshing it: the graph reads what capture left there
         registry.slots[slot] = dataclasses.replace(registry.slots[slot], policy=PaddingPolicy.FILL_ONCE)
-    else:  # the runner writes a new tensor; the captured graph still reads the old address
-        registry.buffers[slot] = torch.zeros_like(registry.buffers[slot])
+    else:  # the runner writes a new tensor; the captured graph still reads the old one, whose contents
+        # stay what they were (kept alive here: a freed buffer could be reused, and the graph would read
+        # whatever lands there, e.g. positions past the RoPE table)
+        stale = registry.buffers[slot]
+        registry.buffers[slot] = torch.zeros_like(stale)
     _serve(engine, settle=True)
     engine.close()
+    if how == "address":
+        del stale
     bad = [c for c in _checks(sub) if c.mismatch]
     assert bad and {c.phase for c in bad} == {phase}

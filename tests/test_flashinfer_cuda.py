@@ -324,7 +324,7 @@ def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch):
         cfg = EngineConfig(
             device="cuda", dtype="bfloat16", attention_backend="flashinfer", page_size=16, chunked_prefill_size=512,
             max_context_len=1024, max_total_tokens=32768, max_running_requests=16,
-            graphs=_graphs(graphs, [1, 2, 4, 8], [64, 128, 144, 256, 512]),
+            graphs=_graphs(graphs, [1, 2, 4, 8], [64, 128, 144, 256, 512]), capture_before_serving=True,
         )
         return Engine.from_pretrained(path, cfg)
 
@@ -407,6 +407,7 @@ def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypat
             device="cuda", dtype="bfloat16", attention_backend=attention, page_size=1, max_context_len=2048,
             max_total_tokens=32768, max_running_requests=16,
             graphs=_graphs(True, [1, 2, 4, 8], [64, 256, 1024, 1536]), kernels=KernelConfig(decode_kernel=kernel),
+            capture_before_serving=True,
         )
         return Engine(qwen3_06b, cfg, EventBus())
 

@@ -116,11 +116,11 @@ def test_clamp_buckets():
 
 
 def test_locked_keys_are_never_downgraded():
-    cfg = build_graph_config(None, {"decode.bs": [1, 2, 64], "decode.max_bs": 64, "prefill.num_tokens": [8, 4096],
-                                    "prefill.max_num_tokens": 4096})
+    cfg = build_graph_config(None, {"decode.bs": [1, 2, 64], "decode.max_bs": 64, "prefill.num_tokens": [8, 1024],
+                                    "prefill.max_num_tokens": 1024})
     assert cfg.locked == {"decode.bs", "decode.max_bs", "prefill.num_tokens", "prefill.max_num_tokens"}
     r = resolve(cfg, max_running=8, pool_tokens=1024, chunk=256)
-    assert r.decode_bs == [1, 2, 64] and r.prefill_num_tokens == [8, 4096]
+    assert r.decode_bs == [1, 2, 64] and r.prefill_num_tokens == [8, 1024]
     assert r.downgrades == [] and r.locked == frozenset(cfg.locked)
 
 
@@ -175,7 +175,12 @@ def test_json_beats_flags_and_both_lock():
         ('{"decode": {"max_bs": 0}}', "decode.max_bs must be positive"),
         ('{"prefill": {"num_tokens": [64, -1]}}', "prefill.num_tokens -1 must be positive"),
         ('{"prefill": {"max_num_tokens": "lots"}}', "must be an integer"),
-        ('{"prefill": {"max_padding_waste": -0.1}}', "max_padding_waste must be a number >= 0"),
+        ('{"prefill": {"max_padding_waste": -0.1}}', "max_padding_waste must be a finite number >= 0"),
+        ('{"prefill": {"max_padding_waste": NaN}}', "NaN is not a finite number"),
+        ('{"prefill": {"max_padding_waste": 1e400}}', "max_padding_waste must be a finite number >= 0"),
+        ('{"decode": {"bs": [' + ",".join(map(str, range(1, 15001))) + "]}}", "15,000 buckets, over the limit of 512"),
+        ('{"decode": {"bs": 1' + "0" * 5000 + "}}", "cuda graph config: "),
+        ('{"decode": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply"),
         ('{"decode": {"colour": 1}}', "unknown key 'decode.colour'"),
         ('{"mixed": {}}', "unknown phase 'mixed'"),
         ('{"decode": [1, 2]}', "decode must be a JSON object"),
@@ -281,3 +286,29 @@ def test_data_that_does_not_fit_is_refused():
         reg.fill(_batch(5), padded=5)
     with pytest.raises(ValueError, match="declared twice"):
         reg.declare(BufferSlot("keep", lambda n: (n,), torch.int64, PaddingPolicy.KEEP_PAD))
+
+
+def test_bucket_over_the_pool_is_refused_even_when_locked():
+    """The issue's example: --cuda-graph-bs-decode 1000000000 was killed by the OOM killer at 22.9 GB."""
+    for key, flags in (("decode.bs", {"decode.bs": [1, 1_000_000_000]}),
+                       ("prefill.num_tokens", {"prefill.num_tokens": [16, 4097]})):
+        with pytest.raises(GraphConfigError) as info:
+            resolve(build_graph_config(None, flags), max_running=8, pool_tokens=4096, chunk=256)
+        assert f"{key} bucket" in str(info.value) and "over the KV pool's 4,096 tokens" in str(info.value)
+    disabled = build_graph_config(None, {"decode.bs": [10**9], "decode.backend": "disabled"})
+    assert resolve(disabled, pool_tokens=4096).decode_bs == []
+
+
+def test_locked_maximum_over_the_pool_is_refused():
+    for key in ("decode.max_bs", "prefill.max_num_tokens"):
+        with pytest.raises(GraphConfigError, match=f"{key} 1,000,000,000 is over the KV pool's 4,096 tokens"):
+            resolve(build_graph_config(None, {key: 10**9}), max_running=8, pool_tokens=4096, chunk=256)
+
+
+def test_large_locked_decode_maximum_resolves_without_building_millions_of_defaults():
+    """Defaults are built only up to the limit they are clamped to; the result is the same list."""
+    for running in (8, 600, 100_000):
+        a = resolve(build_graph_config(None, {"decode.max_bs": 10**7}), max_running=running, pool_tokens=10**7)
+        b = resolve(build_graph_config(None, {"decode.max_bs": 10**5 + 1000}), max_running=running,
+                    pool_tokens=10**7)
+        assert a.decode_bs == b.decode_bs and a.decode_bs[-1] == min(running, 10**5 + 1000)

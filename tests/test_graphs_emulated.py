@@ -335,10 +335,11 @@ def test_no_cuda_graphs_without_emulation(llama, make_engine, eager_reference):
 
 
 def test_every_reason_has_a_guard():
-    """Each FallbackReason is produced by some test above: no reason is dead."""
+    """Each FallbackReason is produced by some test (above, or not_yet_captured in
+    test_serve_while_capturing.py): no reason is dead."""
     produced = {"phase_disabled", "exceeds_max_bucket", "prefill_tokens_over_max_bucket", "prefill_padding_over_cap",
                 "context_exceeds_graph", "capture_failed", "recapture_in_progress", "no_graphs_captured",
-                "no_cuda_graphs"}
+                "no_cuda_graphs", "not_yet_captured"}
     assert produced == {r.value for r in FallbackReason}
 
 
@@ -479,6 +480,37 @@ def test_reallocated_static_buffer_is_caught(llama, make_engine, phase, buffer):
         runner.registry.buffers[buffer] = runner.registry.buffers[buffer].clone()
     with pytest.raises(StaticBufferError, match=f"static buffer '{buffer}' moved"):
         engine.step()
+
+
+def test_output_outside_the_static_output_buffer_is_caught(llama, make_engine, monkeypatch):
+    engine = make_engine(llama)
+    engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=5, ignore_eos=True))
+    engine.step()  # the prefill; the next step is a decode
+    runner = engine.model_runner.decode
+    real = runner._forward
+    monkeypatch.setattr(runner, "_forward", lambda bs: real(bs).clone())  # a fresh tensor every replay
+    with pytest.raises(StaticBufferError, match="is not the static output buffer"):
+        engine.step()
+
+
+def test_emulated_capture_runs_each_runner_once_and_records_every_bucket(llama, make_engine, monkeypatch):
+    """An emulated replay re-runs the function, so capture records the contract (static buffer addresses,
+    where the output lives) and runs the function once per runner, at its smallest bucket."""
+    from graphtop.engine.runners.prefill_graph import PrefillGraphRunner
+
+    ran: list[tuple[str, int]] = []
+    for cls in (DecodeGraphRunner, PrefillGraphRunner):
+        real = cls._forward
+        monkeypatch.setattr(cls, "_forward", lambda self, n, real=real: ran.append((self.phase, n)) or real(self, n))
+    engine = make_engine(llama)
+    assert ran == [("decode", 1), ("prefill", 4)]  # no eager warm-up either: nothing to compile on a CPU
+    for runner in (engine.model_runner.decode, engine.model_runner.prefill):
+        assert sorted(k.size for k in runner.backend.keys()) == runner.buckets == runner.configured
+        assert set(runner.backend.addresses[max(runner.backend.keys())]) >= set(runner.registry.buffers)
+    ran.clear()
+    engine.recapture(decode_bs=[2, 8])
+    engine.run_until_idle()
+    assert ran == [("decode", 2)] and engine.decode_buckets == [2, 8]
 
 
 # --- capture with the GC frozen ------------------------------------------------------------------

@@ -12,6 +12,7 @@ import torch
 from graphtop.models import CheckpointError
 from graphtop.models.registry import spec_from_hf_config
 from graphtop.models.rope import RotaryEmbedding
+from graphtop.models.spec import ModelSpec
 from tiny_models import tiny_config
 
 ROPES = {
@@ -66,3 +67,19 @@ def test_transformers4_config_layout():
     assert spec.rope_theta == 1e6 and spec.head_dim == 16 and spec.eos_token_ids == (1, 2)
     assert spec.rope_scaling == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
     assert spec.qkv_bias and not spec.o_bias and spec.max_context_len == 4096
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rope_factors_rotate_exactly_like_apply_rope(dtype):
+    """The per-forward factors (full-width cos, sign-folded sin) give apply_rope's result bit for bit."""
+    from graphtop.models.rope import apply_rope
+
+    spec = ModelSpec(architecture="LlamaForCausalLM", vocab_size=32, hidden_size=64, intermediate_size=128,
+                     num_layers=1, num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-6,
+                     rope_theta=10000.0, rope_scaling=None, max_position_embeddings=64, tie_word_embeddings=False,
+                     qkv_bias=False, qk_norm=False, eos_token_ids=(0,), bos_token_id=None)
+    rope = RotaryEmbedding(spec)
+    positions = torch.tensor([0, 3, 17, 63])
+    x = torch.randn(4, 4, 16).to(dtype)
+    cos, sin = rope.cos_sin_cache[positions].to(dtype).unsqueeze(1).chunk(2, dim=-1)
+    assert torch.equal(rope.factors(positions, dtype).apply(x), apply_rope(x, cos, sin))

@@ -160,8 +160,8 @@ def test_viewer_attaching_mid_run_gets_a_snapshot_then_the_live_stream(serve) ->
     seen.apply_all(snapshot)
     full.apply_all(before)
     assert seen.info == full.info and seen.ledger == full.ledger and seen.kv == full.kv
-    assert {k: (c.buckets, c.captured) for k, c in seen.capture.items()} == \
-        {k: (c.buckets, c.captured) for k, c in full.capture.items()}
+    assert {k: (c.planned, c.captured) for k, c in seen.capture.items()} == \
+        {k: (c.planned, c.captured) for k, c in full.capture.items()}
     assert list(seen.steps) == list(full.steps)
 
     after = step_events(30, start_step=61)

@@ -8,7 +8,7 @@ import pytest
 from textual.widgets import Button, DataTable, Input
 
 from graphtop.engine.telemetry.events import (
-    CaptureProgress, CaptureStarted, ConfigDowngrade, EngineStarted, ErrorEvent,
+    CaptureFinished, CaptureProgress, CaptureStarted, ConfigDowngrade, EngineStarted, ErrorEvent, StepEvent,
 )
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.bucket_editor import BucketEditorScreen
@@ -75,6 +75,56 @@ async def test_opens_at_once_and_shows_capture_progress_live() -> None:
         assert "failed: 4 (OOM)" in screen_text(app)
         session.release.set()
         await wait_until(pilot, lambda: app.engine_ready)
+
+
+PLANNED = {"decode": {"backend": "full", "bs": [1, 2, 4, 8]}, "prefill": {"backend": "breakable", "num_tokens": [64]},
+           "emulated": False, "available": True}
+
+
+async def test_states_before_any_step_and_while_capture_is_pending() -> None:
+    """No 'every step hit a graph' before a step, no 'eager only' while capture is pending, and the
+    engine serving while it captures is said plainly."""
+    session = SlowStartSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await pump(pilot)
+        text = screen_text(app)
+        assert "no steps yet" in text and "every step hit a graph" not in text
+        assert "prompts typed now run once it is loaded" in text
+        session.publish(EngineStarted(model="tiny", decode_graph_backend="full", prefill_graph_backend="breakable",
+                                      graph_config=PLANNED))
+        await pump(pilot)
+        text = screen_text(app)
+        assert "graph capture starting" in text and "eager" not in text.split("steps")[0]
+        session.publish(CaptureStarted(phase="decode", buckets=(1, 2, 4, 8), backend="full"),
+                        CaptureProgress(phase="decode", bucket=1, index=1, total=4, seconds=0.1),
+                        StepEvent(step=1, phase="decode", batch_size=3, num_tokens=3, path="eager",
+                                  fallback_reason="not_yet_captured"))
+        await pump(pilot)
+        text = screen_text(app)
+        assert "serving while capturing: 1/4 buckets live" in text
+        assert "steps of the rest: eager (not_yet_captured)" in text
+        assert "not_yet_captured" in text and "every step hit a graph" not in text
+        session.publish(CaptureProgress(phase="decode", bucket=2, index=2, total=4, seconds=0.1),
+                        CaptureProgress(phase="decode", bucket=4, index=3, total=4, seconds=0.1),
+                        CaptureProgress(phase="decode", bucket=8, index=4, total=4, seconds=0.1),
+                        CaptureFinished(phase="decode", captured=(1, 2, 4, 8), seconds=0.4))
+        await pump(pilot)
+        assert "serving while capturing" not in screen_text(app)
+        session.release.set()
+        await wait_until(pilot, lambda: app.engine_ready)
+
+
+async def test_eager_only_is_said_only_when_no_graph_is_planned() -> None:
+    session = FakeSession(script=[EngineStarted(model="tiny", decode_graph_backend="disabled",
+                                                prefill_graph_backend="disabled",
+                                                graph_config={**PLANNED, "available": False})])
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine_ready)
+        await pump(pilot)
+        text = screen_text(app)
+        assert "no graphs configured: every step runs eagerly" in text and "capture starting" not in text
 
 
 async def test_ui_timer_drains_events_and_streams_without_help() -> None:

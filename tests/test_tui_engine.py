@@ -6,6 +6,9 @@ emits them, streamed text from real RequestHandles, and a recapture at a step bo
 
 from __future__ import annotations
 
+import threading
+from typing import Iterator
+
 import pytest
 from textual.widgets import Input
 
@@ -25,10 +28,10 @@ def _app(session: EngineSession) -> GraphtopApp:
     return GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=20)
 
 
-async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
-    import threading
-
-    # Hold the load until the UI has been seen: the dashboard must be up before the model.
+@pytest.fixture
+def load_gate(monkeypatch) -> Iterator[threading.Event]:
+    """``Engine.from_pretrained`` waits until the test sets the event (at most 60 s): the model
+    "loads" for as long as the test needs to look at the dashboard before it."""
     gate = threading.Event()
     real_load = engine_mod.Engine.from_pretrained.__func__
 
@@ -37,6 +40,13 @@ async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
         return real_load(cls, *args, **kwargs)
 
     monkeypatch.setattr(engine_mod.Engine, "from_pretrained", classmethod(gated_load))
+    yield gate
+    gate.set()
+
+
+async def test_real_engine_capture_prompt_and_recapture(load_gate) -> None:
+    # Hold the load until the UI has been seen: the dashboard must be up before the model.
+    gate = load_gate
     config = engine_mod.EngineConfig(device="cpu")
     session = EngineSession(None, config)
     app = _app(session)
@@ -54,7 +64,9 @@ async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
             text = screen_text(app)
             assert "EMULATED" in text  # … and the dashboard says so
             assert "demo-qwen3" in text
-            assert state.capture["decode"].finished is not None and state.capture["prefill"].finished is not None
+            # the engine serves at once and captures between steps (flat out while idle)
+            await wait_until(pilot, lambda: all(p in state.capture and state.capture[p].finished is not None
+                                                for p in ("decode", "prefill")), timeout=60)
             assert len(state.capture["decode"].costs) == len(session.buckets()[0])
 
             # a prompt streams through the real handle
@@ -79,6 +91,27 @@ async def test_real_engine_capture_prompt_and_recapture(monkeypatch) -> None:
             assert session.buckets()[0] == [1, 2, 4, 8]
             await pilot.pause(0.2)
             assert "last recapture ok" in screen_text(app)
+    finally:
+        session.shutdown()
+
+
+async def test_prompt_typed_while_the_model_loads_is_queued_then_answered(load_gate) -> None:
+    gate = load_gate
+    session = EngineSession(None, engine_mod.EngineConfig(device="cpu"))
+    app = _app(session)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            assert "loading demo model" in screen_text(app)
+            await pilot.press("slash", *"early bird", "enter")
+            await pilot.pause(0.2)
+            view = app.query_one(RequestView)
+            assert "queued — runs once the model is loaded" in screen_text(app) and not view.done
+            gate.set()
+            await wait_until(pilot, lambda: view.done, timeout=120)
+            assert view.handle.error is None and view.text
+            await pilot.pause(0.2)
+            assert "#req-0 early bird" in screen_text(app) and "done (" in screen_text(app)
     finally:
         session.shutdown()
 

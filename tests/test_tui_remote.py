@@ -30,17 +30,23 @@ def _app(session: RemoteSession, **kwargs: Any) -> GraphtopApp:
     return GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=20, **kwargs)
 
 
-def _footer(app: GraphtopApp) -> str:
-    return screen_text(app).rstrip().splitlines()[-1]
-
-
-async def test_dashboard_attached_to_a_real_engine(tiny_ckpt, make_engine, tmp_path: Path, torch_one_thread) -> None:
+def _attach_to_tiny_engine(tiny_ckpt, make_engine, tmp_path: Path) -> tuple[Any, TelemetryServer, RemoteSession,
+                                                                             GraphtopApp]:
+    """A tiny engine serving in the background with an endpoint, and a dashboard attached to it."""
     engine = make_engine(tiny_ckpt("qwen3"))
     server = engine.serve_telemetry(runtime_dir=tmp_path / "rt")
     engine.start_background()
     session = RemoteSession(server.endpoint, server.token, label="tiny")
     session.connect()
-    app = _app(session)
+    return engine, server, session, _app(session)
+
+
+def _footer(app: GraphtopApp) -> str:
+    return screen_text(app).rstrip().splitlines()[-1]
+
+
+async def test_dashboard_attached_to_a_real_engine(tiny_ckpt, make_engine, tmp_path: Path, torch_one_thread) -> None:
+    engine, server, session, app = _attach_to_tiny_engine(tiny_ckpt, make_engine, tmp_path)
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await wait_until(pilot, lambda: app.engine_ready or app.engine_error is not None, timeout=60)
@@ -156,12 +162,7 @@ async def test_parity_toggle_reaches_the_engine_over_the_endpoint(tiny_ckpt, mak
                                                                    torch_one_thread) -> None:
     """The palette's parity toggle in an attached dashboard switches the engine's checks on and off;
     the checks' events come back and fill the parity panel."""
-    engine = make_engine(tiny_ckpt("qwen3"))
-    server = engine.serve_telemetry(runtime_dir=tmp_path / "rt")
-    engine.start_background()
-    session = RemoteSession(server.endpoint, server.token, label="tiny")
-    session.connect()
-    app = _app(session)
+    engine, server, session, app = _attach_to_tiny_engine(tiny_ckpt, make_engine, tmp_path)
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await wait_until(pilot, lambda: app.engine_ready or app.engine_error is not None, timeout=60)

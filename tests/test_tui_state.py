@@ -53,9 +53,19 @@ def test_recapture_resets_bucket_hits_of_that_phase() -> None:
     st = DashboardState()
     st.apply_all(boot_events() + step_events(30))
     assert any(k[0] == "decode" for k in st.bucket_stats)
-    st.apply(CaptureFinished(phase="decode", captured=(4, 8)))
+    st.apply(CaptureStarted(phase="decode", buckets=(4, 8), reason="recapture"))
     assert not any(k[0] == "decode" for k in st.bucket_stats)
     assert any(k[0] == "prefill" for k in st.bucket_stats)
+
+
+def test_hits_while_the_first_capture_runs_are_kept() -> None:
+    """The engine serves while it captures: steps on buckets already live count for this very pass."""
+    st = DashboardState()
+    st.apply(CaptureStarted(phase="decode", buckets=(1, 2), reason="initial"))
+    st.apply(CaptureProgress(phase="decode", bucket=1, index=1, total=2, seconds=0.1))
+    st.apply(StepEvent(step=1, phase="decode", batch_size=1, num_tokens=1, bucket=1, path="graph"))
+    st.apply(CaptureFinished(phase="decode", captured=(1, 2)))
+    assert ("decode", 1) in st.bucket_stats
 
 
 def test_fatal_error_marks_failed() -> None:

@@ -171,8 +171,9 @@ def request_state(screen: str, prompt: str) -> tuple[bool, bool, Optional[str]]:
     return finished, bool(body), header
 
 
-def start_graphtop(tmp_path: Path, width: int, height: int) -> tuple[Tmux, Path]:
-    """``graphtop`` (the demo model) in a private tmux server at ``width`` x ``height``."""
+def start_graphtop(tmp_path: Path, width: int = WIDTH, height: int = HEIGHT) -> tuple[Tmux, Path]:
+    """``graphtop`` on the demo model (built into a fresh cache folder) in a private tmux server at
+    ``width`` x ``height``."""
     exit_file = tmp_path / "exit-status"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
     env.update(
@@ -187,9 +188,60 @@ def start_graphtop(tmp_path: Path, width: int, height: int) -> tuple[Tmux, Path]
     return term, exit_file
 
 
+def quit_with_status_0(term: Tmux, exit_file: Path) -> None:
+    term.keys("q")
+    deadline = time.monotonic() + EXIT_TIMEOUT
+    while not exit_file.exists() or not exit_file.read_text().strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"graphtop did not exit within {EXIT_TIMEOUT:.0f}s of q\n--- screen ---\n{term.screen()}")
+        time.sleep(0.2)
+    assert exit_file.read_text().strip() == "EXIT=0", f"{exit_file.read_text()!r}\n--- last screen ---\n{term.last}"
+
+
+def type_prompt(term: Tmux, prompt: str) -> None:
+    """"/" focuses the input, type, enter. A key bound on the app or on a focused widget runs once its
+    event has bubbled back up to the app, so keys sent in one burst can overtake it: wait for each
+    key's visible effect before sending keys that depend on it. Focus in an input hides the
+    single-key shortcuts from the footer."""
+    wait_for(term, "the footer's shortcuts", lambda s: "b Buckets" in footer(s), 15, interval=0.05)
+    term.keys("/")
+    wait_for(term, "the prompt input to take focus", lambda s: "b Buckets" not in footer(s), 15, interval=0.05)
+    term.keys(prompt, literal=True)
+    wait_for(term, "the typed prompt in the input", lambda s: prompt in s, 15, interval=0.05)
+    term.keys("Enter")
+
+
+def test_prompt_typed_at_start_is_answered(tmp_path: Path) -> None:
+    """The first thing a new user does: start graphtop and type a prompt at once. The dashboard is up
+    long before the model (the demo model is even built first here): the prompt is queued while the
+    model loads, then answered, while the graphs are still being captured or just after."""
+    t0 = time.monotonic()
+    term, exit_file = start_graphtop(tmp_path)
+    try:
+        wait_for(term, "the dashboard's first frame", lambda s: "─ prompt console ─" in s, STARTUP_TIMEOUT,
+                 fail=engine_failed, interval=0.05)
+        type_prompt(term, PROMPT)
+        typed_at = time.monotonic() - t0
+        screen = wait_for(term, "the prompt to be queued", lambda s: "queued — runs once" in s, 15, fail=engine_failed,
+                          interval=0.05)
+        assert "loading" in screen.splitlines()[0], screen  # typed before the engine existed
+        screen = wait_for(term, "the queued request to be answered", lambda s: request_state(s, PROMPT)[0],
+                          STARTUP_TIMEOUT + STREAM_TIMEOUT, fail=engine_failed)
+        _, streamed, header = request_state(screen, PROMPT)
+        assert streamed, f"no streamed text in the prompt console\n{screen}"
+        assert header is None or "error:" not in header, header
+        answered_at = time.monotonic() - t0
+        term.keys("Escape")
+        wait_for(term, "the input to lose focus", lambda s: "b Buckets" in footer(s), 15)
+        quit_with_status_0(term, exit_file)
+        print(f"typed at {typed_at:.1f}s, answered at {answered_at:.1f}s")
+    finally:
+        term.kill()
+
+
 def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    term, exit_file = start_graphtop(tmp_path, WIDTH, HEIGHT)
+    term, exit_file = start_graphtop(tmp_path)
     try:
 
         # 1. model built and loaded, both phases captured (a ✓ on each phase line)
@@ -215,15 +267,7 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
         wait_for(term, "the PAUSED badge to go", lambda s: "PAUSED" not in s.splitlines()[0], 15)
 
         # 4. a prompt: "/" focuses the input, type, enter; the completion streams until done
-        # A key bound on the app or on a focused widget runs once its event has bubbled back up
-        # to the app, so keys sent in one burst can overtake it: wait for each key's visible
-        # effect before sending keys that depend on it. Focus in an input hides the single-key
-        # shortcuts from the footer.
-        term.keys("/")
-        wait_for(term, "the prompt input to take focus", lambda s: "b Buckets" not in footer(s), 15)
-        term.keys(PROMPT, literal=True)
-        wait_for(term, "the typed prompt in the input", lambda s: PROMPT in s, 15)
-        term.keys("Enter")
+        type_prompt(term, PROMPT)
         wait_for(term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30,
                  fail=engine_failed)
         screen = wait_for(term, "the request to finish streaming", lambda s: request_state(s, PROMPT)[0],
@@ -255,8 +299,7 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
             wait_for(term, "the bucket editor to close", lambda s: "graph buckets" not in s, 15)
 
         # 7. q quits, exit status 0
-        term.keys("q")
-        assert exit_status(term, exit_file, "graphtop") == "EXIT=0", f"--- last screen ---\n{term.last}"
+        quit_with_status_0(term, exit_file)
         print(f"startup {startup:.1f}s, total {time.monotonic() - t0:.1f}s")
     finally:
         term.kill()
@@ -336,12 +379,7 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
 
         # 2. "/" brings the prompt view with the input focused; a prompt streams to the end (watched
         # from the steps view, whose bar says how many requests are still streaming)
-        term.keys("/")
-        wait_for(term, "the prompt view with the input focused",
-                 lambda s: "─ prompt console ─" in s and "b Buckets" not in footer(s), 15)
-        term.keys(PROMPT, literal=True)
-        wait_for(term, "the typed prompt in the input", lambda s: PROMPT in s, 15)
-        term.keys("Enter")
+        type_prompt(term, PROMPT)  # "/" brings the prompt view
         wait_for(term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30,
                  fail=engine_failed)
         term.keys("Escape")
@@ -393,7 +431,6 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
                  and re.search(r"decode\s+[█░]+ 3/3", s) is not None, RECAPTURE_TIMEOUT, fail=recapture_failed)
 
         # 6. q quits, exit status 0
-        term.keys("q")
-        assert exit_status(term, exit_file, "graphtop") == "EXIT=0", f"--- last screen ---\n{term.last}"
+        quit_with_status_0(term, exit_file)
     finally:
         term.kill()

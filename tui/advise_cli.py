@@ -16,7 +16,7 @@ import re
 import shlex
 from typing import Any, Optional, Sequence
 
-from .arg_types import nonneg_int, positive_float
+from .cli_types import nonneg_int, positive_float
 from .usage import UsageError
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")

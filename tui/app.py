@@ -2,8 +2,9 @@
 
 Data flow, deliberately one-way and pull-based (like memray's live view):
 
-* the session starts in a thread worker (model load + graph capture can take a minute; the UI is
-  up and showing capture progress the whole time);
+* the session starts in a thread worker (the UI is up and showing load and capture progress the
+  whole time; prompts typed meanwhile are held by the session and run once the engine is ready, and
+  the engine serves while it captures graphs);
 * a UI timer (15 Hz; 4 Hz while the engine is busy) drains the session's bounded subscription —
   never blocking, never ``call_from_thread`` from the engine's hot loop — folds the events into a
   :class:`~graphtop.tui.state.DashboardState`, and re-renders changed panels inside one
@@ -315,12 +316,11 @@ class GraphtopApp(GraphActions, FileActions):
     @on(PromptConsole.PromptSubmitted)
     def _submit_prompt(self, message: PromptConsole.PromptSubmitted) -> None:
         session = self.live_session
-        if session is None or not session.can_submit:
-            self.notify("the engine is still loading", severity="warning")
+        if session is None:
+            self.notify("a replayed trace takes no prompts", severity="warning")
             return
-        chat = message.chat and session.chat_available
-        try:
-            handle = session.submit(message.prompt, message.settings, chat)
+        try:  # held by the session while the model loads; it applies the chat template if there is one
+            handle = session.submit(message.prompt, message.settings, message.chat)
         except Exception as exc:
             self.notify(str(exc), title="prompt refused", severity="error")
             return

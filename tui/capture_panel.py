@@ -1,7 +1,9 @@
 """Model load and graph capture, live: per phase, per bucket, with time and memory.
 
 Capture is where a graph engine spends its startup and its memory; watching it bucket by bucket
-tells you at once which bucket is slow or expensive, and which one failed and why.
+tells you at once which bucket is slow or expensive, and which one failed and why. The engine serves
+while it captures, and the panel says so: how many buckets are live, and that the others' steps run
+eagerly until theirs is.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class CapturePanel(Panel):
             lines.append(Content.from_markup("[$error]engine failed:[/] $e", e=state.failed))
         elif state.info is None:
             lines.append(Content.from_markup("[$warning]●[/] loading $m…", m=self.session_label))
-            lines.append(Content.from_markup("[$text-muted]graphs are captured once the model is in memory[/]"))
+            lines.append(Content.from_markup("[$text-muted]prompts typed now run once it is loaded[/]"))
         for phase in ("decode", "prefill"):
             cap = state.capture.get(phase)
             if cap is None:
@@ -81,10 +83,39 @@ class CapturePanel(Panel):
             if cap.failed:
                 failed = ", ".join(f"{b} ({r or 'failed'})" for b, r in sorted(cap.failed.items()))
                 lines.append(Content.from_markup("  [$error]failed:[/] $f", f=failed))
+        if state.capturing and any(c.reason == "initial" and c.finished is None for c in state.capture.values()):
+            live, total = state.buckets_live()
+            lines.append(Content.from_markup(
+                "[$warning]●[/] serving while capturing: $live/$total buckets live", live=str(live), total=str(total)))
+            lines.append(Content.from_markup("  [$text-muted]steps of the rest: eager (not_yet_captured)[/]"))
+        if state.tp_size > 1:
+            lines.extend(rank_lines(state))
         lines.extend(recapture_lines(state))
         if state.info is not None and not state.capture:
-            lines.append(Content.from_markup("[$text-muted]no graphs captured (eager only)[/]"))
+            if state.graphs_planned:  # started, its first CaptureStarted not folded in yet
+                lines.append(Content.from_markup("[$warning]●[/] graph capture starting…"))
+            else:
+                lines.append(Content.from_markup("[$text-muted]no graphs configured: every step runs eagerly[/]"))
         set_content(self.query_one("#capture-body", Static), Content("\n").join(lines))
+
+
+def rank_lines(state: DashboardState) -> list[Content]:
+    """Tensor parallel: each worker rank's capture next to rank 0's lines above, then any rank that
+    died or failed a bucket, by name."""
+    lines: list[Content] = []
+    for rank, phases in sorted(state.rank_captures.items()):
+        if rank == 0:
+            continue
+        parts = []
+        for phase in ("decode", "prefill"):
+            cap = phases.get(phase)
+            if cap is not None:
+                done = "✓" if cap.finished is not None and not cap.failed else ("✗" if cap.failed else "…")
+                parts.append(f"{phase} {len(cap.costs)}/{cap.total or len(cap.costs)} {done}")
+        lines.append(Content.from_markup("[$text-muted]rank $r[/] $p", r=str(rank), p="  ".join(parts)))
+    for alert in state.rank_alerts():
+        lines.append(Content.from_markup("[$error]$a[/]", a=alert))
+    return lines
 
 
 def _est(seconds: Optional[float]) -> str:

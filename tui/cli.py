@@ -19,18 +19,35 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Any, NoReturn, Optional, Sequence
+
+from .cli_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_float, int_in, nonneg_int,
+                        positive_float, positive_int)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# Read once, when torch loads OpenMP (torch is imported only later). OpenMP's default makes idle
+# threads spin; on a small or busy CPU a spinning thread holds the core its team-mate needs, and a
+# CPU decode step (hundreds of small parallel ops) then ran ~10x slower. Passive threads sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .arg_types import nonneg_float as _nonneg_float  # noqa: E402
-from .arg_types import nonneg_int, positive_float  # noqa: E402
-from .arg_types import positive_int as _positive_int  # noqa: E402
 from .cli_help import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .usage import UsageError  # noqa: E402
+
+
+MAX_MESSAGE_CHARS = 400
+
+
+def one_line(message: str) -> str:
+    """A message as the CLI prints it: one line, and short even when it quotes a huge input."""
+    message = re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    half = MAX_MESSAGE_CHARS // 2 - 2
+    return f"{message[:half]} … {message[-half:]}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,20 +58,22 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphtop", usage=USAGE, description="LLM inference with CUDA graphs you can watch.",
                 epilog=commands_epilog(), formatter_class=HelpFormatter)
-    p.add_argument("--model", help="Hugging Face checkpoint folder (default: the built-in demo model)")
+    p.add_argument("--model", help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
+    p.add_argument("--allow-external-weights", action="store_true",
+                   help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--attention-backend", choices=["auto", "flashinfer", "torch"], default="auto")
-    p.add_argument("--page-size", type=_positive_int, default=1, help="KV page size in tokens")
-    p.add_argument("--chunked-prefill-size", type=_positive_int, default=2048,
+    p.add_argument("--page-size", type=positive_int, default=1, help="KV page size in tokens")
+    p.add_argument("--chunked-prefill-size", type=positive_int, default=2048,
                    help="max tokens one prefill step takes (longer prompts are chunked)")
-    p.add_argument("--max-running-requests", type=_positive_int)
-    p.add_argument("--max-total-tokens", type=_positive_int, help="cap on the KV pool size in tokens")
-    p.add_argument("--max-context-len", type=_positive_int)
-    p.add_argument("--mem-fraction-static", type=float, default=0.85,
+    p.add_argument("--max-running-requests", type=positive_int)
+    p.add_argument("--max-total-tokens", type=positive_int, help="cap on the KV pool size in tokens")
+    p.add_argument("--max-context-len", type=positive_int)
+    p.add_argument("--mem-fraction-static", type=finite_float(0.0, 1.0, lo_open=True), default=0.85,
                    help="CUDA: fraction of device memory for weights + KV pool")
-    p.add_argument("--kv-budget-mb", type=_positive_int, default=512, help="CPU: KV pool budget in MiB")
+    p.add_argument("--kv-budget-mb", type=positive_int, default=512, help="CPU: KV pool budget in MiB")
     p.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                    help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
     p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
@@ -63,35 +82,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-run one graph step in N eagerly and compare logits (default 0: off)")
     p.add_argument("--parity-tolerance", type=positive_float, metavar="F",
                    help="relative logit error over which a parity check is a mismatch (default: by dtype)")
+    p.add_argument("--tp", type=positive_int, default=1, metavar="N",
+                   help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)")
     g = p.add_argument_group("CUDA graphs")
     g.add_argument("--cuda-graph-config", metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
                         '"prefill": {"backend": "breakable", "num_tokens": [64,256]}}\' (beats the flags)')
     g.add_argument("--cuda-graph-backend-decode", choices=["full", "disabled"])
     g.add_argument("--cuda-graph-bs-decode", metavar="LIST", help="decode buckets, e.g. 1,2,4,8-64:8")
-    g.add_argument("--cuda-graph-max-bs-decode", type=_positive_int)
+    g.add_argument("--cuda-graph-max-bs-decode", type=positive_int)
     g.add_argument("--cuda-graph-backend-prefill", choices=["breakable", "disabled"])
     g.add_argument("--cuda-graph-num-tokens-prefill", metavar="LIST", help="prefill token buckets")
-    g.add_argument("--cuda-graph-max-num-tokens-prefill", type=_positive_int)
-    g.add_argument("--cuda-graph-max-padding-waste", type=_nonneg_float,
+    g.add_argument("--cuda-graph-max-num-tokens-prefill", type=positive_int)
+    g.add_argument("--cuda-graph-max-padding-waste", type=finite_float(0.0),
                    help="refuse a prefill graph when padding exceeds this fraction of the bucket")
     g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
     g.add_argument("--no-graph-emulation", dest="graph_emulation", action="store_false",
                    help="without CUDA, serve eagerly (reason no_cuda_graphs) instead of emulating graphs")
+    g.add_argument("--capture-before-serving", action="store_true",
+                   help="capture every graph before serving the first request (benchmarks); by default the "
+                        "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured")
     h = p.add_argument_group("headless")
     h.add_argument("--prompts", metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", metavar="OUT.jsonl", help="one result line per request")
     h.add_argument("--record", metavar="TRACE.jsonl", help="save the event trace")
-    h.add_argument("--synthetic", type=_positive_int, metavar="N", help="N seeded synthetic requests")
+    h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
+                   help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
     h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
     h.add_argument("--synthetic-output-len", default="uniform:16:128", metavar="DIST")
-    h.add_argument("--synthetic-rate", type=float, metavar="REQ_PER_S",
+    h.add_argument("--synthetic-rate", type=finite_float(0.0, lo_open=True), metavar="REQ_PER_S",
                    help="Poisson arrival rate (default: all at once)")
-    h.add_argument("--seed", type=int, default=0)
-    h.add_argument("--max-new-tokens", type=_positive_int, default=128)
-    h.add_argument("--temperature", type=_nonneg_float, default=0.0)
-    h.add_argument("--top-p", type=float, default=1.0)
-    h.add_argument("--top-k", type=int, default=0)
+    h.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
+    h.add_argument("--max-new-tokens", type=positive_int, default=128)
+    h.add_argument("--temperature", type=finite_float(0.0), default=0.0)
+    h.add_argument("--top-p", type=finite_float(), default=1.0)
+    h.add_argument("--top-k", type=int_in(-MAX_FLAG_INT), default=0)
     u = p.add_argument_group("dashboard")
     u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     u.add_argument("--replay", metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
@@ -192,6 +217,9 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         overlap_schedule=args.overlap_schedule,
         parity_every=args.parity_every,
         parity_tolerance=args.parity_tolerance,
+        allow_external_weights=args.allow_external_weights,
+        tp_size=args.tp,
+        capture_before_serving=args.capture_before_serving,
         graphs=graphs,
     )
     try:
@@ -201,14 +229,32 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
     return cfg
 
 
+def _check_demo_cache() -> None:
+    """The demo model's cache folder (GRAPHTOP_CACHE_DIR) is usable, before anything loads."""
+    from graphtop.models import CheckpointError
+    from graphtop.models.demo import check_demo_cache
+
+    try:
+        check_demo_cache()
+    except CheckpointError as e:
+        raise UsageError(str(e)) from None
+
+
 def _run_trace(argv: Sequence[str]) -> int:
     parser = build_trace_parser()
     args = parser.parse_args(argv)
     if args.cmd is None:  # "graphtop trace" alone: say what it can do
         parser.print_help()
         return 0
+    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
     from graphtop.engine.telemetry.trace import TraceError, read_trace
 
+    if args.cmd == "export":
+        try:  # before reading: a wrong OUT costs nothing, and OUT can never be the trace itself
+            check_output(args.out, "OUT")
+            check_distinct([("OUT", args.out)], [("TRACE", args.trace)])
+        except OutputPathError as e:
+            raise UsageError(str(e)) from None
     try:
         trace = read_trace(args.trace)
     except TraceError as e:
@@ -225,6 +271,8 @@ def _run_trace(argv: Sequence[str]) -> int:
         out = write_perfetto(trace, args.out)
     except OSError as e:
         raise UsageError(f"cannot write {args.out}: {e.strerror or e}") from None
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
     print(f"wrote {out} ({len(trace.events)} events); open it at ui.perfetto.dev")
     return 0
 
@@ -260,12 +308,16 @@ def _main(argv: Sequence[str]) -> int:
     headless = bool(args.prompts or args.synthetic or args.record or args.output)
     config = engine_config_from_args(args)
     if headless:
+        if args.model is None:
+            _check_demo_cache()  # (the dashboard shows the same one-line error, without paying for torch first)
         from graphtop.tui.headless import run_headless
 
         return run_headless(args, config)
     if args.model is not None and not os.path.isdir(args.model):
-        raise UsageError(f"model folder {args.model} does not exist" if not os.path.exists(args.model)
-                         else f"model path {args.model} is not a folder")
+        if not os.path.exists(args.model):
+            raise UsageError(f"model folder {args.model} does not exist")
+        if not (os.path.isfile(args.model) and args.model.lower().endswith(".gguf")):
+            raise UsageError(f"model path {args.model} is not a folder (nor a .gguf file)")
     if args.device != "auto" or args.attention_backend == "flashinfer":
         # An explicit device or backend that cannot work fails here, not inside the dashboard.
         from graphtop.engine.attention.select import flashinfer_problem
@@ -288,7 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _main(argv)
     except UsageError as e:
-        print(f"graphtop: error: {e}", file=sys.stderr)
+        print(f"graphtop: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("graphtop: interrupted", file=sys.stderr)

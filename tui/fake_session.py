@@ -217,6 +217,7 @@ class FakeSession:
         return self._chat
 
     def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> FakeHandle:
+        chat = chat and self._chat  # as the engine session: the template only when there is one
         self.submitted.append((prompt, settings, chat))
         rid = f"req-{len(self.submitted)}"
         words = self.reply.split(" ")

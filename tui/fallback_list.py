@@ -20,6 +20,10 @@ class FallbackList(TippedLines):
 
     def update_view(self, state: DashboardState) -> None:
         total = sum(state.fallbacks.values())
+        if not state.total_steps:
+            self.show([Content.from_markup("[$text-muted]eager fallbacks[/]"),
+                       Content.from_markup("[$text-muted]no steps yet[/]")])
+            return
         if not total:
             self.show([Content.from_markup("[$text-muted]eager fallbacks[/]"),
                        Content.from_markup("[$success]none — every step hit a graph[/]")])

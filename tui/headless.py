@@ -1,35 +1,34 @@
 """Headless runs: a prompts file or a synthetic workload, results to JSONL, events to a trace.
 
 Every check that can fail because of the user's input (paths, prompts, config) runs before the model
-loads, so a typo costs no load time. Output is written to a temporary file beside the target and
-renamed at the end: an interrupted run never leaves a half-written OUT.jsonl over an older one.
+loads, so a typo costs no load time. Output goes through ``safe_write``: an output that names the
+prompts file or the trace is refused, and OUT.jsonl is written to a temporary file beside the target
+and renamed at the end, so an interrupted run never leaves a half-written OUT.jsonl over an older one.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 from .usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 
 
-def check_writable(path: str, flag: str) -> None:
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{flag} {path} is a directory")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.exists():
-        raise UsageError(f"{flag} {path}: folder {parent} does not exist")
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise UsageError(f"{flag} {path} is not writable")
+def check_output_paths(args: Any) -> None:
+    """--output and --record: writable, and neither the prompts file nor each other."""
+    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
+
+    outputs = [("--output", args.output), ("--record", args.record)]
+    try:
+        for flag, path in outputs:
+            if path is not None:
+                check_output(path, flag)
+        check_distinct(outputs, [("--prompts", args.prompts)])
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
 
 
 def _load_engine(args: Any, config: Any, bus: Any) -> Any:
@@ -51,9 +50,7 @@ def _sampling(args: Any, line: Optional[PromptLine]) -> Any:
     base = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                 top_k=args.top_k)
     if line is not None:
-        base.update(line.sampling)
-        if "stop" in base and isinstance(base["stop"], list):
-            base["stop"] = tuple(base["stop"])
+        base.update(line.sampling)  # checked by read_prompts: merging valid values cannot fail
     return SamplingParams(**base)
 
 
@@ -85,19 +82,10 @@ def run_headless(args: Any, config: Any) -> int:
             Dist.parse(args.synthetic_output_len)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        if args.synthetic_rate is not None and args.synthetic_rate <= 0:
-            raise UsageError("--synthetic-rate must be positive")
-    if args.output:
-        check_writable(args.output, "--output")
+    check_output_paths(args)
     for pl in lines:
         if pl.error:
             print_error(f"{args.prompts}:{pl.error}")
-        else:
-            try:
-                _sampling(args, pl)
-            except (TypeError, ValueError) as e:
-                pl.error = f"line {pl.line}: {e}"
-                print_error(f"{args.prompts}:{pl.error}")
 
     from graphtop.engine.telemetry.bus import EventBus
 
@@ -106,7 +94,6 @@ def run_headless(args: Any, config: Any) -> int:
     if args.record:
         from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
 
-        check_writable(args.record, "--record")
         meta = {"argv": sys.argv[1:], "model": args.model or "demo", "workload":
                 f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
         try:
@@ -114,6 +101,12 @@ def run_headless(args: Any, config: Any) -> int:
         except RecorderError as e:
             raise UsageError(str(e)) from None
     server = None
+    engine = None
+    failure: Optional[str] = None
+    from .progress import start_headless_progress
+
+    total = args.synthetic or sum(1 for pl in lines if not pl.error)
+    progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
     try:
         if args.telemetry:  # an endpoint viewers can attach to from before the model loads
             from .endpoint import open_endpoint
@@ -133,32 +126,51 @@ def run_headless(args: Any, config: Any) -> int:
                 max_total_tokens=engine.max_context_len - 1,
             )
         t0 = time.perf_counter()
-        results = _serve(engine, args, lines, synthetic)
+        results, failure = _serve(engine, args, lines, synthetic)
         wall = time.perf_counter() - t0
     finally:
         if server is not None:
             server.close("the headless run finished")
+        if engine is not None:
+            engine.close(failure or "engine closed")  # stops tensor-parallel workers, too
+        if progress is not None:
+            progress.stop()
         rec_result = recorder.close() if recorder is not None else None
     if args.output:
         _write_output(args.output, results)
     _print_summary(args, results, wall, rec_result)
+    if failure:  # the engine cannot go on (e.g. a tensor-parallel rank died): what was done is written
+        print_error(failure)
+        return 1
     bad = sum(1 for r in results if r.get("error"))
     return 1 if bad else 0
 
 
-def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> list[dict]:
-    from graphtop.engine.sampling_params import SamplingParams
+def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> tuple[list[dict], Optional[str]]:
+    """Results in input order, and the error that stopped the engine (None when it served them all)."""
+    from graphtop.engine.engine import TensorParallelError
 
     slots: list[Any] = []  # dict (already-failed line) or RequestHandle, in input order
+    try:
+        _submit_and_run(engine, args, lines, synthetic, slots)
+        failure = None
+    except TensorParallelError as e:
+        failure = str(e)
+        engine.close(failure)  # every request still in flight finishes with the reason
+    return [s if isinstance(s, dict) else s.result() for s in slots], failure
+
+
+def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, slots: list[Any]) -> None:
+    from graphtop.engine.sampling_params import SamplingParams
+
     if synthetic is None:
         for pl in lines:
             if pl.error:
-                slots.append({"id": pl.id or f"line-{pl.line}", "prompt": None, "text": "", "token_ids": [],
+                slots.append({"id": pl.request_id, "prompt": None, "text": "", "token_ids": [],
                               "finish_reason": "rejected", "error": pl.error})
             else:
-                slots.append(engine.submit(pl.prompt, _sampling(args, pl),
-                                           request_id=pl.id or f"line-{pl.line}"))
-        engine.run_until_idle()
+                slots.append(engine.submit(pl.prompt, _sampling(args, pl), request_id=pl.request_id))
+        engine.run_until_done([s for s in slots if not isinstance(s, dict)])
     else:
         pending = list(synthetic)
         start = time.perf_counter()
@@ -172,26 +184,30 @@ def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> l
                 slots.append(engine.submit(r.prompt_token_ids, params, request_id=f"syn-{r.index}"))
             if not engine.step() and pending:
                 time.sleep(min(0.01, max(0.0, pending[0].arrival_s - (time.perf_counter() - start))))
-    out = []
-    for s in slots:
-        out.append(s if isinstance(s, dict) else s.result())
-    return out
+
+
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""Characters str.splitlines (and some editors) break at that json.dumps leaves raw: escaped, so one
+result is one line for every reader."""
+
+
+def _result_line(result: dict) -> bytes:
+    """One output line; text that is not valid Unicode (a lone surrogate) is escaped, not lost."""
+    try:
+        return (json.dumps(result, ensure_ascii=False).translate(_LINE_BREAKS) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(result) + "\n").encode("ascii")
 
 
 def _write_output(path: str, results: list[dict]) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent or "."))
+    from graphtop.engine.telemetry.safe_write import OutputPathError, write_atomic
+
+    data = b"".join(_result_line(r) for r in results)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for r in results:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        os.replace(tmp, target)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        print_error(f"cannot write {path}: {e.strerror or e}")
+        write_atomic(path, lambda f: f.write(data), "--output")
+    except (OSError, OutputPathError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        print_error(f"cannot write {path}: {reason}")
         raise SystemExit(1) from None
 
 

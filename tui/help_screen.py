@@ -16,7 +16,8 @@ from textual.widgets import Label, Static
 from .explain import FALLBACK_REASONS, LEDGER_ROWS, STATUS_ITEMS
 
 PANELS = (
-    ("graph capture", "model load, then per phase/bucket capture progress with time and memory"),
+    ("graph capture", "model load, then per phase/bucket capture progress with time and memory; the engine "
+                      "serves while it captures"),
     ("memory ledger", "weights, KV pool, decode/prefill graphs, reserve, free (c: per-bucket costs)"),
     ("KV pool", "tokens used of capacity, running/queued requests, use over time on a 0-100 % scale"),
     ("graph parity", "graph steps re-run eagerly and compared (palette or --parity-every); red on a mismatch"),

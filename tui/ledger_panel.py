@@ -42,6 +42,10 @@ class LedgerPanel(Panel):
         if led is None:
             body.show([Content.from_markup("[$text-muted]waiting for the memory plan…[/]")])
             return
+        if len(state.ledgers) > 1:
+            body.show(rank_columns(state), [None, *(explain_ledger_row(n, device=led.device).line(n)
+                                                    for n, _, _ in ROWS)])
+            return
         cpu = led.device.startswith("cpu")
         total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
         lines, tips = [], []
@@ -63,3 +67,21 @@ class LedgerPanel(Panel):
                                          w=where, t=human_bytes(led.total)))
         tips.append("c opens each captured bucket's capture time and memory")
         body.show(lines, tips)
+
+
+def rank_columns(state: DashboardState) -> list[Content]:
+    """Tensor parallel: the ledger of every rank side by side, one column per rank (free on a CPU rank
+    reads n/a, as in the single-device view)."""
+    ranks = sorted(state.ledgers)
+    header = [Content.from_markup("[b]$r[/b]", r=f"{'rank ' + str(r):>9}") for r in ranks]
+    lines = [Content(" " * 14) + Content(" ").join(header)]
+    for name, attr, style in ROWS:
+        cells = []
+        for r in ranks:
+            led = state.ledgers[r]
+            value = "n/a" if name == "free" and led.device.startswith("cpu") else human_bytes(getattr(led, attr))
+            cells.append(Content.from_markup(f"[{style}]$v[/]", v=f"{value:>9}"))
+        lines.append(Content(f"{name:<14}") + Content(" ").join(cells))
+    lines.append(Content.from_markup("[$text-muted]$n ranks, one device each · [b]c[/b] per-bucket costs[/]",
+                                     n=str(len(ranks))))
+    return lines

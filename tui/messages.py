@@ -12,7 +12,7 @@ from .device_probe import DeviceSample
 
 
 class EngineReady(Message):
-    """The session finished loading the model and capturing graphs."""
+    """The session loaded the model; the engine serves (it captures graphs between steps)."""
 
 
 class EngineFailed(Message):

@@ -1,6 +1,10 @@
 """Reading a prompts file: JSON objects or plain text lines, one prompt per line.
 
-A malformed line is reported with its number and skipped; the other lines still run.
+The one parser for prompt lines. A line that cannot be served is rejected alone, with its number and
+the reason, and the other lines still run; nothing a line holds can raise out of here. Lines end at
+``\\n`` only: U+2028, U+0085 and the other characters ``str.splitlines`` breaks at are legal inside a
+JSON string and inside a prompt. Sampling values are checked by ``SamplingParams`` itself, so a line
+accepted here cannot fail later inside sampling.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 SAMPLING_FIELDS = {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "ignore_eos"}
+MAX_ID_CHARS = 256
 
 
 class PromptsFileError(ValueError):
@@ -25,6 +30,10 @@ class PromptLine:
     id: Optional[str] = None
     error: Optional[str] = None
 
+    @property
+    def request_id(self) -> str:
+        return self.id or f"line-{self.line}"
+
 
 def read_prompts(path: str) -> list[PromptLine]:
     p = Path(path)
@@ -33,36 +42,109 @@ def read_prompts(path: str) -> list[PromptLine]:
     if p.is_dir():
         raise PromptsFileError(f"prompts file {path} is a directory")
     try:
-        text = p.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) must not hide line 1's JSON
-    except (OSError, UnicodeDecodeError) as e:
-        raise PromptsFileError(f"cannot read prompts file {path}: {e}") from None
+        data = p.read_bytes()
+    except OSError as e:
+        raise PromptsFileError(f"cannot read prompts file {path}: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a BOM (Windows editors) must not hide line 1's JSON
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise PromptsFileError(f"prompts file {path} is not UTF-8 (line {line}: {e.reason})") from None
     out: list[PromptLine] = []
-    for n, raw in enumerate(text.splitlines(), 1):
+    for n, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
-        if not line:
-            continue
-        out.append(_parse_line(n, line))
+        if line:
+            out.append(parse_line(n, line))
     if not out:
         raise PromptsFileError(f"prompts file {path} has no prompts")
+    _reject_duplicate_ids(out)
     return out
 
 
-def _parse_line(n: int, line: str) -> PromptLine:
-    if not line.startswith("{"):
-        return PromptLine(n, line)
+def _reject_duplicate_ids(lines: list[PromptLine]) -> None:
+    """Results are matched to prompts by id: a second line with an id already used is rejected."""
+    first: dict[str, int] = {}
+    for pl in lines:  # a rejected line keeps its id (line-N) in the output too
+        seen = first.setdefault(pl.request_id, pl.line)
+        if seen != pl.line and not pl.error:
+            pl.error = f"line {pl.line}: id {pl.request_id!r} is already used by line {seen}"
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _load_json(line: str) -> tuple[Any, Optional[str]]:
+    """(object, None) or (None, why the line is not acceptable JSON)."""
     try:
-        obj = json.loads(line)
+        return json.loads(line, parse_constant=_refuse_constant), None
     except json.JSONDecodeError as e:
-        return PromptLine(n, None, error=f"line {n}: malformed JSON ({e.msg} at column {e.colno})")
+        return None, f"malformed JSON ({e.msg} at column {e.colno})"
+    except _NonFinite as e:
+        return None, f"{e.args[0]} is not a finite number"
+    except RecursionError:
+        return None, "JSON nested too deeply"
+    except ValueError as e:  # an integer literal of more than 4300 digits
+        return None, f"number out of range ({str(e).splitlines()[0][:60]})"
+
+
+def _text_problem(name: str, value: str) -> Optional[str]:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"'{name}' is not valid Unicode (lone surrogate)"
+    return None
+
+
+def _request_id(value: Any) -> tuple[Optional[str], Optional[str]]:
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None, f"'id' must be a string or an integer, got {type(value).__name__}"
+    text = str(value)
+    if not text or len(text) > MAX_ID_CHARS:
+        return None, f"'id' must have 1 to {MAX_ID_CHARS} characters"
+    return text, _text_problem("id", text)
+
+
+def _sampling_problem(values: dict[str, Any]) -> Optional[str]:
+    from graphtop.engine.sampling_params import SamplingParams
+
+    try:
+        SamplingParams(**values)
+    except (TypeError, ValueError) as e:
+        return str(e)
+    return None
+
+
+def parse_line(n: int, line: str) -> PromptLine:
+    """One non-blank, stripped line -> a servable PromptLine, or one whose ``error`` says why not."""
+    if not line.startswith("{"):
+        problem = _text_problem("prompt", line)  # cannot happen for decoded UTF-8; kept for callers
+        return PromptLine(n, line) if problem is None else PromptLine(n, None, error=f"line {n}: {problem}")
+
+    def bad(why: str) -> PromptLine:
+        return PromptLine(n, None, error=f"line {n}: {why}")
+
+    obj, problem = _load_json(line)
+    if problem:
+        return bad(problem)
     if not isinstance(obj, dict):
-        return PromptLine(n, None, error=f"line {n}: expected a JSON object")
+        return bad("expected a JSON object")
     prompt = obj.get("prompt")
     if not isinstance(prompt, str):
-        return PromptLine(n, None, error=f"line {n}: 'prompt' must be a string")
+        return bad("'prompt' must be a string")
     unknown = set(obj) - SAMPLING_FIELDS - {"prompt", "id"}
     if unknown:
-        return PromptLine(n, None, error=f"line {n}: unknown field(s) {', '.join(sorted(unknown))}")
-    rid = obj.get("id")
-    return PromptLine(n, prompt, {k: v for k, v in obj.items() if k in SAMPLING_FIELDS},
-                      id=str(rid) if rid is not None else None)
-
+        return bad(f"unknown field(s) {', '.join(sorted(unknown))}")
+    rid, problem = _request_id(obj.get("id"))
+    problem = problem or _text_problem("prompt", prompt)
+    sampling = {k: v for k, v in obj.items() if k in SAMPLING_FIELDS}
+    problem = problem or _sampling_problem(sampling)
+    if problem:
+        return bad(problem)
+    return PromptLine(n, prompt, sampling, id=rid)

@@ -27,6 +27,7 @@ import zmq
 
 from graphtop.engine.telemetry import protocol as p
 
+from .prompt_queue import PromptQueue
 from .session import Limits, SamplingSettings, SessionError
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class RemoteSession:
         self.welcome: Optional[p.Welcome] = None
         self.status = p.EngineStatus()
         self._parity_every: Optional[int] = None
+        self.prompts = PromptQueue()  # prompts typed before the engine is ready
         self._events: deque[Event] = deque()
         self._logs: deque[tuple[int, str]] = deque(maxlen=200)
         self._handles: dict[str, RemoteHandle] = {}
@@ -179,14 +181,19 @@ class RemoteSession:
     def ended(self) -> Optional[str]:
         return self._ended
 
-    def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> RemoteHandle:
-        if not self.can_submit:
-            raise RuntimeError(self._ended or "the engine is still loading")
+    def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> Any:
+        """Send ``prompt`` to the engine; before the engine is ready it is held (``PromptQueue``) and
+        sent, in order, once the engine says it is ready. Raises only when it never will be."""
+        return self.prompts.submit(prompt, settings, chat)
+
+    def _submit_now(self, prompt: str, settings: SamplingSettings, chat: bool) -> RemoteHandle:
+        if self._ended is not None:
+            raise RuntimeError(self._ended)
         handle = RemoteHandle(f"{self.name}-{next(self._ids)}", self)
         self._handles[handle.request_id] = handle
         sampling = p.Sampling(settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k,
                               settings.seed)
-        self._send(p.Submit(handle.request_id, prompt, sampling, chat))
+        self._send(p.Submit(handle.request_id, prompt, sampling, chat and self.chat_available))
         return handle
 
     def cancel(self, request_id: str) -> None:
@@ -275,6 +282,7 @@ class RemoteSession:
             self._ended = self._ended or f"connection to {self.endpoint} failed: {exc}"
         finally:
             self._welcomed.set()  # a connect() still waiting learns that it failed
+            self.prompts.fail(self._ended or "the dashboard detached")  # held prompts will never go now
             sock.close()
             ctx.term()
 
@@ -314,13 +322,14 @@ class RemoteSession:
             if msg.done:
                 self.snapshot_done.set()
         elif isinstance(msg, p.Welcome):
-            self.welcome, self.status = msg, msg.status
+            self.welcome = msg
             self._expected_seq = msg.next_seq
             self._bus_base = self._bus_now = msg.bus_dropped
             self._logs.extend(msg.logs)
+            self._on_status(msg.status)
             self._welcomed.set()
         elif isinstance(msg, p.Status):
-            self.status = msg.status
+            self._on_status(msg.status)
         elif isinstance(msg, p.Result):
             if not msg.ok:
                 self._logs.append((logging.ERROR, f"command refused: {msg.message}"))
@@ -339,6 +348,15 @@ class RemoteSession:
                 self._logs.append((logging.WARNING, f"the engine refused a message: {msg.reason}"))
         elif isinstance(msg, p.Closing):
             self._ended = msg.reason
+            self.prompts.fail(msg.reason)
+
+    def _on_status(self, status: p.EngineStatus) -> None:
+        """Held prompts go out once the engine is ready, and fail if it never will be."""
+        self.status = status
+        if status.failed:
+            self.prompts.fail(status.failed)
+        elif status.ready and self._ended is None:
+            self.prompts.release(self._submit_now)
 
     def _on_events(self, msg: p.RawEvents) -> None:
         self._bus_now = msg.bus_dropped

@@ -23,6 +23,11 @@ class RequestView(Static):
         self.text = ""
         self.trimmed = False
         self.done = False
+        self._queued = self._held()
+
+    def _held(self) -> bool:
+        """Held by the session until the engine is ready (``prompt_queue.QueuedHandle``)."""
+        return bool(getattr(self.handle, "queued", False))
 
     def on_mount(self) -> None:
         self._redraw()
@@ -44,13 +49,18 @@ class RequestView(Static):
         if self.handle.finished and not self.done:
             self.done = True
             changed = True
+        if self._queued and not self._held():  # sent: the engine's request id and status from now on
+            self._queued = False
+            changed = True
         if changed:
             self._redraw()
         return changed
 
     def _redraw(self) -> None:
         h = self.handle
-        if not self.done:
+        if self._queued:
+            status = Content.from_markup("[$warning]queued — runs once the model is loaded[/]")
+        elif not self.done:
             status = Content.from_markup("[$warning]streaming…[/]")
         elif h.error:
             status = Content.from_markup("[$error]error: $e[/]", e=str(h.error))

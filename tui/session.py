@@ -8,7 +8,8 @@ engine behind this adapter is what lets the whole dashboard be tested without a 
 
 Threading contract: ``start`` is blocking and runs in a textual thread worker; ``drain``,
 ``submit``, ``recapture`` are called from the UI thread and never block (the engine's own calls
-are thread-safe and return at once).
+are thread-safe and return at once). ``submit`` works from the first frame: a prompt typed while
+the model loads is held (``prompt_queue``) and sent once the engine is ready.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
+
+from .prompt_queue import PromptQueue
 
 if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
     from graphtop.engine.telemetry.events import Event
@@ -113,12 +116,17 @@ class Session(Protocol):
     @property
     def dropped(self) -> int: ...
     @property
-    def can_submit(self) -> bool: ...
+    def can_submit(self) -> bool:
+        """The engine is ready (a recapture needs it; prompts are held by ``submit`` until then)."""
+        ...
     @property
     def chat_available(self) -> bool: ...
     @property
     def ended(self) -> Optional[str]: ...
-    def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle: ...
+    def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle:
+        """Run ``prompt`` (``chat``: through the chat template, when the tokenizer has one). Before the
+        engine is ready the prompt is held and sent once it is; raises only when it never will be."""
+        ...
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
     def buckets(self) -> tuple[Optional[list[int]], Optional[list[int]]]: ...
     def limits(self) -> Limits: ...
@@ -160,7 +168,8 @@ class EngineSession:
 
     The bus and subscription are created inside ``start`` (in the worker) because importing the
     engine pulls in torch, which would otherwise delay the first frame by seconds. Until then
-    ``drain`` simply returns nothing.
+    ``drain`` simply returns nothing and ``submit`` holds prompts. The engine serves as soon as the
+    model is loaded: graphs are captured between steps (``EngineConfig.capture_before_serving``).
     """
 
     kind = "live"
@@ -189,28 +198,37 @@ class EngineSession:
         self.logs = LogCapture()
         self._logger = logging.getLogger("graphtop")
         self._propagate = self._logger.propagate
+        self.prompts = PromptQueue()
 
     def start(self) -> None:
-        """Load the model and capture graphs (blocking), then start the serve loop."""
+        """Load the model (blocking), start the serve loop (it captures graphs between steps), and
+        send the prompts typed meanwhile."""
         self._logger.addHandler(self.logs)
         self._logger.propagate = False  # keep engine logs off the terminal the TUI is drawing on
         from graphtop.engine.telemetry.bus import EventBus
 
         self._bus = EventBus()
         self._sub = self._bus.subscribe("tui", maxsize=self.queue_size)
-        factory = self._engine_factory
-        if factory is None:
-            from graphtop.engine import Engine, EngineConfig
-
-            config = self.engine_config if self.engine_config is not None else EngineConfig()
-            engine = Engine.from_pretrained(self.model_path, config=config, bus=self._bus)
-        else:
-            engine = factory(self.model_path, self.engine_config, self._bus)
+        try:
+            engine = self._load()
+        except BaseException as exc:
+            self.prompts.fail(f"the engine failed to start: {type(exc).__name__}: {exc}")
+            raise
         if self._closed.is_set():  # the app quit while we were loading
             engine.shutdown()
             return
         self.engine = engine
         engine.start_background()
+        self.prompts.release(self._submit_now)
+
+    def _load(self) -> Any:
+        factory = self._engine_factory
+        if factory is None:
+            from graphtop.engine import Engine, EngineConfig
+
+            config = self.engine_config if self.engine_config is not None else EngineConfig()
+            return Engine.from_pretrained(self.model_path, config=config, bus=self._bus)
+        return factory(self.model_path, self.engine_config, self._bus)
 
     def drain(self, max_items: Optional[int] = None) -> list[Event]:
         sub = self._sub
@@ -231,10 +249,11 @@ class EngineSession:
         return bool(getattr(tok, "chat_template", None))
 
     def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle:
+        return self.prompts.submit(prompt, settings, chat)
+
+    def _submit_now(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle:
         from graphtop.engine import SamplingParams
 
-        if self.engine is None:
-            raise RuntimeError("the engine is still loading")
         params = SamplingParams(
             max_new_tokens=settings.max_new_tokens,
             temperature=settings.temperature,
@@ -242,7 +261,7 @@ class EngineSession:
             top_p=settings.top_p,
             seed=settings.seed,
         )
-        return self.engine.submit(prompt, params, chat=chat)
+        return self.engine.submit(prompt, params, chat=chat and self.chat_available)
 
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None:
         if self.engine is None:
@@ -278,6 +297,7 @@ class EngineSession:
 
     def shutdown(self) -> None:
         self._closed.set()
+        self.prompts.fail("the dashboard is closing")
         if self.logs in self._logger.handlers:
             self._logger.removeHandler(self.logs)
             self._logger.propagate = self._propagate

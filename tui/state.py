@@ -23,6 +23,7 @@ from graphtop.engine.telemetry.events import (
     KVPoolState,
     MemoryLedger,
     ParityCheck,
+    RankReplay,
     RecaptureFinished,
     RecaptureRequested,
     RequestFinished,
@@ -37,6 +38,8 @@ from .whatif import WhatIfInputs
 
 CAPTURE_HISTORY = 8
 """Capture passes kept (the latest of each phase is what the panels show)."""
+RANK_WINDOW = 64
+"""Recent replay times per tensor-parallel rank that 'slowest rank' compares."""
 
 
 class DashboardState:
@@ -54,7 +57,10 @@ class DashboardState:
         self.info: Optional[EngineStarted] = None
         self._captures = CaptureTracker(history=CAPTURE_HISTORY)
         self.costs: dict[tuple[str, int], BucketCost] = {}
-        self.ledger: Optional[MemoryLedger] = None
+        self.ledger: Optional[MemoryLedger] = None  # rank 0's (the engine's own device)
+        self.ledgers: dict[int, MemoryLedger] = {}  # every tensor-parallel rank's latest
+        self.rank_replay_ms: dict[int, deque[float]] = {}  # worker ranks' recent replay times
+        self.rank_deaths: dict[int, str] = {}  # rank -> the fatal error that named it
         self.kv: Optional[KVPoolState] = None
         self.kv_used: deque[float] = deque(maxlen=spark_history)
         self.steps: deque[StepEvent] = deque(maxlen=step_history)
@@ -93,6 +99,25 @@ class DashboardState:
     def capture(self) -> dict[str, CapturePass]:
         """Each phase's latest capture pass (initial or recapture)."""
         return self._captures.latest
+
+    @property
+    def graphs_planned(self) -> bool:
+        """The engine means to capture graphs (some phase has buckets after limits and downgrades)."""
+        config = (self.info.graph_config or {}) if self.info else {}
+        if not config.get("available", True):
+            return False
+        return bool(config.get("decode", {}).get("bs") or config.get("prefill", {}).get("num_tokens"))
+
+    @property
+    def capturing(self) -> bool:
+        """A capture pass is running (the engine serves meanwhile: steps whose bucket is still to
+        come run eagerly)."""
+        return any(cap.finished is None for cap in self.capture.values())
+
+    def buckets_live(self) -> tuple[int, int]:
+        """(captured, asked for) over each phase's latest pass: how much of the graph set serves now."""
+        passes = self.capture.values()
+        return sum(len(c.captured) for c in passes), sum(c.total for c in passes)
 
     @property
     def total_steps(self) -> int:
@@ -139,6 +164,42 @@ class DashboardState:
         self.parity_setting = every
         self.revs["parity"] += 1
 
+    # ------------------------------------------------------------------ tensor parallel
+    @property
+    def tp_size(self) -> int:
+        return max(self.info.tp_size if self.info else 1, len(self.ledgers), len(self._captures.ranks))
+
+    @property
+    def rank_captures(self) -> dict[int, dict[str, CapturePass]]:
+        """Every rank's latest capture pass per phase."""
+        return self._captures.ranks
+
+    def slowest_rank(self) -> Optional[tuple[int, float]]:
+        """(rank, mean replay ms over its last ``RANK_WINDOW`` replays) of the slowest rank; None
+        without tensor parallelism or before every rank replayed. A step takes as long as its slowest
+        rank: the collectives inside make the others wait for it."""
+        if self.tp_size < 2:
+            return None
+        windows = {0: list(self.replay_ms)[-RANK_WINDOW:], **{r: list(d) for r, d in self.rank_replay_ms.items()}}
+        means = {r: sum(w) / len(w) for r, w in windows.items() if w}
+        if len(means) < self.tp_size:
+            return None
+        rank = max(means, key=lambda r: (means[r], -r))
+        return rank, means[rank]
+
+    def rank_alerts(self) -> list[str]:
+        """One line per rank that died, or whose capture failed a bucket (every rank then runs that
+        bucket eagerly: a step replays the same graph on every rank or on none)."""
+        lines = [msg for _, msg in sorted(self.rank_deaths.items())]  # "tensor-parallel rank N died (...)"
+        for rank, phases in sorted(self.rank_captures.items()):
+            if self.tp_size < 2:
+                break
+            for phase, cap in phases.items():
+                for bucket, why in sorted(cap.failed.items()):
+                    lines.append(f"rank {rank}: {phase} bucket {bucket} failed ({why or 'no reason'}); "
+                                 "every rank runs it eagerly")
+        return lines
+
     # ------------------------------------------------------------------ folding
     def apply_all(self, events: Iterable[Event]) -> int:
         n = 0
@@ -162,26 +223,38 @@ class DashboardState:
 
     def _on_capture_started(self, ev: CaptureStarted) -> None:
         self._captures.apply(ev)
-        self.recapture.capture_started(ev)
+        if ev.rank == 0:
+            self.recapture.capture_started(ev)
+            # the phase's old graphs are gone: their hits no longer describe the graphs in use (hits
+            # while this pass captures are on its own buckets, and stay)
+            self.bucket_stats = {k: v for k, v in self.bucket_stats.items() if k[0] != ev.phase}
         self.revs["capture"] += 1
+        self.revs["hist"] += 1
 
     def _on_capture_progress(self, ev: CaptureProgress) -> None:
         cap = self._captures.apply(ev)
-        self.recapture.capture_progress(ev)
-        if ev.ok:  # failed captures are no basis for estimates
+        if ev.rank == 0:  # rank 0 stands for all
+            self.recapture.capture_progress(ev)
+        if ev.ok and ev.rank == 0:  # failed captures are no basis for estimates; rank 0 stands for all
             self.costs[(ev.phase, ev.bucket)] = cap.costs[-1]
         self.revs["capture"] += 1
 
     def _on_capture_finished(self, ev: CaptureFinished) -> None:
         self._captures.apply(ev)
-        # hits on buckets of a previous capture no longer describe the graphs in use
-        self.bucket_stats = {k: v for k, v in self.bucket_stats.items() if k[0] != ev.phase}
         self.revs["capture"] += 1
-        self.revs["hist"] += 1
 
     def _on_ledger(self, ev: MemoryLedger) -> None:
-        self.ledger = ev
+        self.ledgers[ev.rank] = ev
+        if ev.rank == 0:
+            self.ledger = ev
         self.revs["ledger"] += 1
+
+    def _on_rank_replay(self, ev: RankReplay) -> None:
+        window = self.rank_replay_ms.get(ev.rank)
+        if window is None:
+            window = self.rank_replay_ms[ev.rank] = deque(maxlen=RANK_WINDOW)
+        window.extend(ev.replay_ms)
+        self.revs["steps"] += 1
 
     def _on_kv(self, ev: KVPoolState) -> None:
         self.kv = ev
@@ -244,6 +317,9 @@ class DashboardState:
         self.errors.append(ev)
         if ev.fatal:
             self.failed = ev.message
+            if ev.rank is not None:
+                self.rank_deaths[ev.rank] = ev.message
+                self.revs["capture"] += 1
         self.revs["alerts"] += 1
 
 
@@ -255,6 +331,7 @@ _HANDLERS = {  # keyed by the events' ``type`` tags (see graphtop.engine.telemet
     "memory_ledger": DashboardState._on_ledger,
     "kv_pool": DashboardState._on_kv,
     "step": DashboardState._on_step,
+    "rank_replay": DashboardState._on_rank_replay,
     "request_queued": DashboardState._on_request_queued,
     "request_first_token": DashboardState._on_first_token,
     "request_finished": DashboardState._on_request_finished,

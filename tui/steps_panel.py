@@ -60,15 +60,16 @@ class StepsPanel(Panel):
             self._summary_at = now
         replay = list(state.replay_ms)
         if replay:
-            set_content(
-                caption,
-                Content.from_markup(
-                    "replay ms [$text-muted](last $n)[/] p50 [b]$p50[/b] · p99 [b]$p99[/b] · mean $mean · "
-                    "graph hits [$success]$hit[/] of $steps steps",
-                    n=str(len(replay)), p50=ms(percentile(replay, 0.5)), p99=ms(percentile(replay, 0.99)),
-                    mean=ms(statistics.fmean(replay)), hit=pct(state.hit_rate()), steps=f"{state.total_steps:,}",
-                ),
+            text = Content.from_markup(
+                "replay ms [$text-muted](last $n)[/] p50 [b]$p50[/b] · p99 [b]$p99[/b] · mean $mean · "
+                "graph hits [$success]$hit[/] of $steps steps",
+                n=str(len(replay)), p50=ms(percentile(replay, 0.5)), p99=ms(percentile(replay, 0.99)),
+                mean=ms(statistics.fmean(replay)), hit=pct(state.hit_rate()), steps=f"{state.total_steps:,}",
             )
+            slowest = state.slowest_rank()
+            if slowest is not None:  # a step waits for its slowest rank
+                text += Content.from_markup(" · slowest rank [b]$r[/b] $m", r=str(slowest[0]), m=ms(slowest[1]))
+            set_content(caption, text)
         else:
             set_content(caption, Content.from_markup("[$text-muted]replay ms — no graph replays yet[/]"))
         spark.data = replay  # a reactive: an equal list does not repaint

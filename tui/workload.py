@@ -16,6 +16,8 @@ from typing import AbstractSet, Iterable, Iterator, Optional, Union
 __all__ = ["Dist", "SyntheticRequest", "SyntheticWorkload"]
 
 _FORMS = "uniform:LO:HI, fixed:N, lognormal:MEAN:SIGMA or choice:A,B,..."
+MAX_SIGMA = 10.0  # already a tail of e**10 times the median: anything larger is a typo
+_MAX_LOG_LENGTH = 64.0  # e**64 tokens: past every context length, and exp() stays finite
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,8 @@ class Dist:
                 raise bad("MEAN and SIGMA must be numbers") from None
             if not (math.isfinite(mean) and mean > 0):
                 raise bad("MEAN must be > 0")
-            if not (math.isfinite(sigma) and sigma >= 0):
-                raise bad("SIGMA must be >= 0")
+            if not (math.isfinite(sigma) and 0 <= sigma <= MAX_SIGMA):
+                raise bad(f"SIGMA must be in [0, {MAX_SIGMA:g}]")
             return cls("lognormal", (mean, sigma))
         if kind == "choice":
             values = [v for v in rest.split(",") if v.strip()] if rest else []
@@ -98,7 +100,9 @@ class Dist:
         if self.kind == "lognormal":
             mean, sigma = p
             mu = math.log(mean) - sigma * sigma / 2.0  # so that E[X] == mean
-            return max(1, round(rng.lognormvariate(mu, sigma)))
+            # lognormvariate is exp(normalvariate); capping the exponent keeps a far tail draw finite
+            # (lengths are clipped to the context anyway) and leaves every other draw unchanged.
+            return max(1, round(math.exp(min(rng.normalvariate(mu, sigma), _MAX_LOG_LENGTH))))
         if self.kind == "choice":
             return int(rng.choice(p))
         raise ValueError(f"unknown distribution kind {self.kind!r}")

@@ -30,6 +30,7 @@ class DecodeMeta:
     seq_lens: torch.Tensor  # [bs] int64
     slot_table: Optional[torch.Tensor] = None  # [bs, P * page_size], derived in prepare_in_graph
     valid: Optional[torch.Tensor] = None  # [bs, P * page_size] bool
+    bias: Optional[torch.Tensor] = None  # [bs, 1, 1, P * page_size]: 0 or -inf (CPU decode only)
 
 
 @dataclass
@@ -86,6 +87,9 @@ class TorchNativeBackend(AttentionBackend):
         j = torch.arange(width, device=meta.page_table.device)
         meta.slot_table = meta.page_table[:, j // ps] * ps + (j % ps)
         meta.valid = j[None, :] < meta.seq_lens[:, None]
+        if j.device.type == "cpu":  # SDPA would turn a bool mask into this in every layer
+            bias = torch.zeros(meta.valid.shape, dtype=self.pool.layout.dtype, device=j.device)
+            meta.bias = bias.masked_fill_(~meta.valid, float("-inf"))[:, None, None, :]
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
         kc = self.pool.k_cache[layer_id].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
@@ -98,6 +102,8 @@ class TorchNativeBackend(AttentionBackend):
         m: DecodeMeta = self.meta
         kc.index_copy_(0, m.out_cache_loc, k.to(kc.dtype))
         vc.index_copy_(0, m.out_cache_loc, v.to(vc.dtype))
+        if q.device.type == "cpu":
+            return self._decode_sdpa(q, kc, vc)
         bs, hq, d = q.shape
         hkv = self.shape.num_kv_heads
         keys = kc[m.slot_table].float()  # [bs, W, hkv, d]
@@ -108,6 +114,19 @@ class TorchNativeBackend(AttentionBackend):
         probs = torch.softmax(scores, dim=-1)
         out = torch.einsum("bhgw,bwhd->bhgd", probs, vals)
         return out.reshape(bs, hq, d).to(q.dtype)
+
+    def _decode_sdpa(self, q, kc, vc) -> torch.Tensor:
+        """CPU decode: one fused SDPA call (GQA and the length mask inside) instead of the einsum,
+        mask, softmax, einsum chain, whose per-op host cost dominates a small model's CPU step."""
+        m: DecodeMeta = self.meta
+        shape = (*m.slot_table.shape, *kc.shape[1:])  # [bs, W, hkv, d]
+        slots = m.slot_table.reshape(-1)  # index_select: ~4x faster than a 2-D advanced index on a CPU
+        keys = kc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)  # [bs, hkv, W, d]
+        vals = vc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)
+        o = F.scaled_dot_product_attention(
+            q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale, enable_gqa=True
+        )
+        return o.squeeze(2)
 
     def _extend(self, q, k, v, kc, vc) -> torch.Tensor:
         m: ExtendMeta = self.meta

@@ -1,8 +1,8 @@
 """Graph backends: capture/replay mechanics only. A backend never chooses buckets (runners do).
 
 ``capture_one`` returns the static output of the captured function; ``replay`` re-runs the graph and
-returns that same tensor. All graphs of a backend share one memory pool, captured largest first, so
-smaller graphs reuse the blocks the larger ones freed.
+returns that same tensor. All CUDA graphs of a backend share one memory pool, captured largest first,
+so smaller graphs reuse the blocks the larger ones freed (``capture_order``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import gc
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only; this module needs no torch
     from .buffers import BridgeBuffers, BufferRegistry
@@ -39,6 +39,7 @@ class GraphBackend(ABC):
     """
 
     name: str = "abstract"
+    warms_up: bool = True  # run the function eagerly before capture (JIT, autotune, workspaces)
     freeze_gc: bool = True  # capture_session freezes the GC; off only to measure what freezing saves
     registry: Optional["BufferRegistry"] = None
     bridges: Optional["BridgeBuffers"] = None
@@ -53,6 +54,21 @@ class GraphBackend(ABC):
         """How wide a replay's metadata (e.g. a page table) may be: None when the graph's shapes were
         fixed at capture; a backend whose replay re-runs the captured function returns ``live``."""
         return None
+
+    @property
+    def runs_at_capture(self) -> bool:
+        """Whether the next ``capture_one`` runs its function (a real capture always does), so the
+        caller must first put the static buffers and metadata in their capture state."""
+        return True
+
+    def capture_order(self, buckets: Iterable[int]) -> list[int]:
+        """Largest first. The graphs share one memory pool: a graph captured after a larger one
+        reuses the blocks the larger one's capture freed, while captured smallest first each larger
+        graph needs fresh, larger blocks beside the small ones already held, and the pool grows well
+        past what the largest graph alone needs (SGLang and vLLM capture largest first for the same
+        reason). While the engine serves during capture this puts the small buckets, the ones a
+        first request needs, last; keeping the pool small wins on a GPU, where capture takes seconds."""
+        return sorted(set(buckets), reverse=True)
 
     @contextmanager
     def capture_session(self) -> Iterator[None]:

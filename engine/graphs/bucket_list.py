@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
+
 MAX_BUCKETS = 512
-"""More graphs than this is never what anyone meant (and would take minutes to capture)."""
+"""Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
+more emulated), so a longer list is never what anyone meant. The README documents this number."""
 
 _INT = re.compile(r"[+]?\d+")
 _RANGE = re.compile(r"(?P<a>[^-:]*)-(?P<b>[^:]*)(?::(?P<s>.*))?")
@@ -33,14 +35,19 @@ class BucketSpecError(ValueError):
         self.token = token
 
 
+def _short(text: str) -> str:
+    """A token as a message quotes it: whole when short, cut when someone pasted a megabyte."""
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _int(token: str, part: str, item: str) -> int:
     part = part.strip()
     if part.startswith("-") and _INT.fullmatch(part[1:]):
-        raise BucketSpecError(f"'{item}': buckets must be ≥ 1", item)
+        raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
     if not _INT.fullmatch(part):
         if part == "":
-            raise BucketSpecError(f"'{item}': bad range, write A-B or A-B:STEP", item)
-        raise BucketSpecError(f"'{part}' is not an integer", item)
+            raise BucketSpecError(f"'{_short(item)}': bad range, write A-B or A-B:STEP", item)
+        raise BucketSpecError(f"'{_short(part)}' is not an integer", item)
     return int(part)
 
 
@@ -58,6 +65,8 @@ def parse_buckets(
     there for ``name``, ``maximum``, ``maximum_label`` and ``max_count``).
     """
     items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
+    if len(items) > max_count:  # refused before anything is built
+        raise BucketSpecError(f"{name} list has {len(items):,} items, over the limit of {max_count} buckets")
     if not items:
         raise BucketSpecError("empty: enter at least one bucket, e.g. 1,2,4,8-64:8")
     out: set[int] = set()
@@ -65,27 +74,27 @@ def parse_buckets(
         if _INT.fullmatch(item):
             values: Iterable[int] = [int(item)]
             if int(item) <= 0:
-                raise BucketSpecError(f"'{item}': buckets must be ≥ 1", item)
+                raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
         elif re.fullmatch(r"-\d+", item):
-            raise BucketSpecError(f"'{item}': buckets must be ≥ 1", item)
+            raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
         else:
             m = _RANGE.fullmatch(item)
             if m is None:
                 if ":" in item:
-                    raise BucketSpecError(f"'{item}': a step needs a range, write A-B:STEP", item)
-                raise BucketSpecError(f"'{item}' is not an integer", item)
+                    raise BucketSpecError(f"'{_short(item)}': a step needs a range, write A-B:STEP", item)
+                raise BucketSpecError(f"'{_short(item)}' is not an integer", item)
             a = _int(item, m.group("a"), item)
             b = _int(item, m.group("b"), item)
             s = 1 if m.group("s") is None else _int(item, m.group("s"), item)
             if a <= 0:
-                raise BucketSpecError(f"'{item}': buckets must be ≥ 1", item)
+                raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
             if s <= 0:
-                raise BucketSpecError(f"'{item}': the step must be ≥ 1", item)
+                raise BucketSpecError(f"'{_short(item)}': the step must be ≥ 1", item)
             if b < a:
-                raise BucketSpecError(f"'{item}': bad range, {b} is below {a}", item)
+                raise BucketSpecError(f"'{_short(item)}': bad range, {b} is below {a}", item)
             if (b - a) // s + 1 > max_count:
                 raise BucketSpecError(
-                    f"'{item}' expands to {(b - a) // s + 1} buckets, over the limit of {max_count}", item
+                    f"'{_short(item)}' expands to {(b - a) // s + 1} buckets, over the limit of {max_count}", item
                 )
             values = range(a, b + 1, s)
         try:  # the values so far, so a message names the item that broke a rule
@@ -113,6 +122,8 @@ def check_buckets(
     values = list(values)
     if not values:
         raise BucketSpecError(f"{name} list is empty")
+    if len(values) > max_count:  # counted before de-duplication: refused before anything is built
+        raise BucketSpecError(f"{name} list has {len(values):,} buckets, over the limit of {max_count}")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int):
             raise BucketSpecError(f"{name} {v!r} is not an integer")
@@ -122,8 +133,7 @@ def check_buckets(
     if maximum is not None and out[-1] > maximum:
         first = next(v for v in out if v > maximum)
         raise BucketSpecError(f"{name} {first} is over {maximum_label} ({maximum})")
-    if len(out) > max_count:
-        raise BucketSpecError(f"{len(out)} {name}s is over the limit of {max_count}")
+
     return out
 
 

@@ -8,7 +8,11 @@ against a candidate bucket list, so a prediction follows exactly the rules the e
   ``prefill_tokens_over_max_bucket``), unless a larger bucket was asked for and failed to capture
   (``capture_failed``);
 * a prefill step whose padding would exceed the cap (``max_padding_waste``, a fraction of the bucket)
-  runs eagerly (``prefill_padding_over_cap``): a big pad costs more than the eager step saves.
+  runs eagerly (``prefill_padding_over_cap``): a big pad costs more than the eager step saves;
+* while a capture runs, a step is decided against the list being captured, and runs eagerly
+  (``not_yet_captured``, or ``recapture_in_progress`` for a recapture) when the bucket that list gives
+  it is not captured yet: a step never borrows a larger bucket that happens to be captured first, so
+  each step replays exactly the bucket it will replay once capture is done, with the same padding.
 
 Pure (no torch), so the dashboard can import it without loading the inference stack.
 """
@@ -16,7 +20,7 @@ Pure (no torch), so the dashboard can import it without loading the inference st
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from .fallback import FallbackReason
@@ -85,11 +89,15 @@ class BucketPolicy:
     buckets: tuple[int, ...]  # captured and replayable, ascending
     configured: tuple[int, ...] = ()  # asked for, ascending; those not in ``buckets`` failed to capture
     max_padding_waste: Optional[float] = None  # prefill: refuse a bucket padded beyond this fraction
+    pending: tuple[int, ...] = ()  # asked for and not attempted yet: a capture is running
+    pending_reason: FallbackReason = FallbackReason.NOT_YET_CAPTURED
 
     @classmethod
     def of(cls, phase: str, buckets: Sequence[int], configured: Sequence[int] = (),
-           max_padding_waste: Optional[float] = None) -> "BucketPolicy":
-        return cls(phase, tuple(sorted(set(buckets))), tuple(sorted(set(configured))), max_padding_waste)
+           max_padding_waste: Optional[float] = None, pending: Sequence[int] = (),
+           pending_reason: FallbackReason = FallbackReason.NOT_YET_CAPTURED) -> "BucketPolicy":
+        return cls(phase, tuple(sorted(set(buckets))), tuple(sorted(set(configured))), max_padding_waste,
+                   tuple(sorted(set(pending))), pending_reason)
 
     @property
     def over_max_reason(self) -> FallbackReason:
@@ -101,6 +109,12 @@ class BucketPolicy:
         return pick_bucket(self.buckets, size)
 
     def decide(self, size: int) -> BucketDecision:
+        if self.pending:  # decide as the finished capture will, then see whether that bucket is live yet
+            done = replace(self, buckets=tuple(sorted(set(self.buckets) | set(self.pending))), pending=())
+            decision = done.decide(size)
+            if decision.graph and decision.bucket in self.pending:
+                return BucketDecision(reason=self.pending_reason)
+            return decision
         if not self.buckets:
             return BucketDecision(reason=FallbackReason.CAPTURE_FAILED if self.configured
                                   else FallbackReason.NO_GRAPHS_CAPTURED)

@@ -9,15 +9,18 @@ and each downgrade is reported with a reason.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .bucket_list import BucketSpecError, check_buckets, parse_buckets
+from ..short_repr import short_repr
+from .bucket_list import MAX_BUCKETS, BucketSpecError, check_buckets, parse_buckets  # noqa: F401 (MAX_BUCKETS re-exported)
 
 DECODE_BACKENDS = ("full", "disabled")
 PREFILL_BACKENDS = ("breakable", "disabled")
 DEFAULT_DECODE_MAX_BS = 256
 DEFAULT_PREFILL_PADDING_CAP = 0.25  # refuse a prefill graph when padding exceeds 25 % of real tokens
+_MAX_DEFAULT_STEP = 512  # the widest gap between two neighbours of a default bucket list
 
 KEYS = (
     "decode.backend",
@@ -95,9 +98,9 @@ class GraphConfig:
 
 def _positive_int(key: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise GraphConfigError(f"cuda graph config: {key} must be an integer, got {v!r}")
+        raise GraphConfigError(f"cuda graph config: {key} must be an integer, got {short_repr(v)}")
     if v <= 0:
-        raise GraphConfigError(f"cuda graph config: {key} must be positive, got {v}")
+        raise GraphConfigError(f"cuda graph config: {key} must be positive, got {short_repr(v)}")
     return v
 
 
@@ -113,9 +116,32 @@ def _size_list(key: str, v: Any) -> list[int]:
         raise GraphConfigError(str(e)) from None
 
 
+def check_buckets_fit_pool(key: str, sizes: list[int], pool_tokens: int, what: str = " bucket") -> None:
+    """A bucket larger than the KV pool can never run (a batch or a prefill step holds at most the
+    pool's tokens) and its static buffers alone could exhaust memory: refused even when locked."""
+    too_big = [s for s in sizes if s > pool_tokens]
+    if too_big:
+        raise GraphConfigError(
+            f"cuda graph config: {key}{what} {too_big[0]:,} is over the KV pool's {pool_tokens:,} tokens; "
+            "a graph that large can never run"
+        )
+
+
+def _check_locked_maxima(cfg: "GraphConfig", pool_tokens: int) -> None:
+    for key in ("decode.max_bs", "prefill.max_num_tokens"):
+        if key in cfg.locked and cfg.get(key) is not None:
+            check_buckets_fit_pool(key, [cfg.get(key)], pool_tokens, what="")
+
+
+def _defaults_within(make: Any, span: int, limit: int) -> list[int]:
+    """``make(span)`` restricted to what matters under ``limit``: the same list after clamping, built
+    without materialising millions of sizes for a huge (locked) maximum."""
+    return make(min(span, limit + _MAX_DEFAULT_STEP))
+
+
 def _backend(key: str, v: Any, allowed: tuple[str, ...]) -> str:
     if v not in allowed:
-        raise GraphConfigError(f"cuda graph config: unknown {key} {v!r}; choose {' or '.join(allowed)}")
+        raise GraphConfigError(f"cuda graph config: unknown {key} {short_repr(v)}; choose {' or '.join(allowed)}")
     return v
 
 
@@ -129,10 +155,14 @@ def _apply(cfg: GraphConfig, key: str, value: Any) -> None:
     elif key in ("decode.max_bs", "prefill.max_num_tokens"):
         value = _positive_int(key, value)
     elif key == "prefill.max_padding_waste":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise GraphConfigError(f"cuda graph config: {key} must be a number >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise GraphConfigError(f"cuda graph config: {key} must be a finite number >= 0, got {short_repr(value)}")
         value = float(value)
     cfg.set(key, value)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
 
 
 def build_graph_config(json_text: Optional[str], flags: dict[str, Any]) -> GraphConfig:
@@ -143,20 +173,24 @@ def build_graph_config(json_text: Optional[str], flags: dict[str, Any]) -> Graph
             _apply(cfg, key, value)
     if json_text:
         try:
-            data = json.loads(json_text)
+            data = json.loads(json_text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as e:
             raise GraphConfigError(f"cuda graph config is not valid JSON: {e.msg} at column {e.colno}") from None
+        except RecursionError:
+            raise GraphConfigError("cuda graph config is nested too deeply") from None
+        except ValueError as e:  # NaN/Infinity, or an integer of more than 4300 digits
+            raise GraphConfigError(f"cuda graph config: {str(e).splitlines()[0][:80]}") from None
         if not isinstance(data, dict):
             raise GraphConfigError("cuda graph config must be a JSON object with 'decode' and/or 'prefill'")
         for phase, body in data.items():
             if phase not in ("decode", "prefill"):
-                raise GraphConfigError(f"cuda graph config: unknown phase {phase!r}; use 'decode' or 'prefill'")
+                raise GraphConfigError(f"cuda graph config: unknown phase {short_repr(phase)}; use 'decode' or 'prefill'")
             if not isinstance(body, dict):
                 raise GraphConfigError(f"cuda graph config: {phase} must be a JSON object")
             for name, value in body.items():
                 key = f"{phase}.{name}"
                 if key not in KEYS:
-                    raise GraphConfigError(f"cuda graph config: unknown key {key!r}")
+                    raise GraphConfigError(f"cuda graph config: unknown key {short_repr(key)}")
                 _apply(cfg, key, value)
     return cfg
 
@@ -206,6 +240,7 @@ def resolve_graph_config(
     attention_supports_decode_graph: bool,
 ) -> ResolvedGraphConfig:
     downgrades: list[Downgrade] = []
+    _check_locked_maxima(cfg, pool_tokens)
 
     def downgrade(key: str, new: Any, reason: str) -> Any:
         old = cfg.get(key)
@@ -234,7 +269,8 @@ def resolve_graph_config(
     if cfg.decode_bs is not None:
         decode_bs = list(cfg.decode_bs)
     else:
-        decode_bs = default_decode_buckets(cfg.decode_max_bs or DEFAULT_DECODE_MAX_BS)
+        decode_bs = _defaults_within(default_decode_buckets, cfg.decode_max_bs or DEFAULT_DECODE_MAX_BS,
+                                     min(max_bs, bs_limit))
     if "decode.bs" not in cfg.locked:
         limit = min(max_bs, bs_limit)
         clamped = clamp_buckets(decode_bs, limit)
@@ -253,7 +289,8 @@ def resolve_graph_config(
     if cfg.prefill_num_tokens is not None:
         prefill_tokens = list(cfg.prefill_num_tokens)
     else:  # up to the step maximum; clamping then appends the pool size when the pool is smaller
-        prefill_tokens = default_prefill_buckets(cfg.prefill_max_num_tokens or chunked_prefill_size)
+        prefill_tokens = _defaults_within(default_prefill_buckets,
+                                          cfg.prefill_max_num_tokens or chunked_prefill_size, max_tokens)
     if "prefill.num_tokens" not in cfg.locked:
         clamped = clamp_buckets(prefill_tokens, max_tokens)
         if clamped != sorted(set(prefill_tokens)) and cfg.prefill_num_tokens is not None:
@@ -261,6 +298,10 @@ def resolve_graph_config(
                                         f"a prefill step never exceeds {max_tokens} tokens"))
         prefill_tokens = clamped
 
+    if decode_backend != "disabled":
+        check_buckets_fit_pool("decode.bs", decode_bs, pool_tokens)
+    if cfg.prefill_backend != "disabled":
+        check_buckets_fit_pool("prefill.num_tokens", prefill_tokens, pool_tokens)
     return ResolvedGraphConfig(
         decode_backend=decode_backend,
         decode_bs=decode_bs if decode_backend != "disabled" else [],

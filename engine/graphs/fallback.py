@@ -21,6 +21,9 @@ class FallbackReason(str, enum.Enum):
     CAPTURE_FAILED = "capture_failed"
     """The bucket this batch needs failed to capture (e.g. out of memory) and was dropped."""
     RECAPTURE_IN_PROGRESS = "recapture_in_progress"
-    """Graphs are being replaced; the step runs eagerly until the new set is ready."""
+    """Graphs are being replaced and this step's new bucket is not captured yet."""
+    NOT_YET_CAPTURED = "not_yet_captured"
+    """The engine serves while its first capture runs (between steps) and this step's bucket is
+    not captured yet; it goes live the moment it is, so later steps of the same request replay it."""
     NO_GRAPHS_CAPTURED = "no_graphs_captured"
     """The phase is enabled but its bucket list is empty after limits and failures."""

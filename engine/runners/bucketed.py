@@ -1,4 +1,5 @@
-"""What decode and prefill graph runners share: a bucket list, capture jobs, recapture, the ledger."""
+"""What decode and prefill graph runners share: a bucket list, capture jobs whose buckets go live as they
+are captured, recapture, the ledger."""
 
 from __future__ import annotations
 
@@ -47,43 +48,60 @@ class BucketedGraphRunner(GraphRunner):
 
     # --- capture -------------------------------------------------------------------------------
     def start_capture(self, buckets: list[int], reason: str) -> CaptureJob:
-        """Release current graphs and begin capturing ``buckets`` (largest first)."""
+        """Release current graphs and begin capturing ``buckets`` in the backend's order; nothing is
+        captured until ``advance_capture``. ``reason``: initial | recapture."""
         self.backend.cleanup()
-        self._set_buckets([], buckets)
         self.ledger = {}
-        self.warmup(max(buckets) if buckets else 0)
-        self.job = CaptureJob(self.phase, buckets, self.backend.name, self.device, self._capture_bucket,
-                              self.publish, reason)
-        if self.job.done:
-            self._adopt(self.job)
+        self.job = None
+        self._set_buckets([], buckets)
+        if self.backend.warms_up:
+            self.warmup(max(buckets) if buckets else 0)
+        self.job = CaptureJob(self.phase, self.backend.capture_order(buckets), self.backend.name, self.device,
+                              self._capture_bucket, self.publish, reason)
+        self._adopt(self.job)
         return self.job
 
-    def advance_capture(self, budget_s: Optional[float]) -> bool:
-        """Capture more of the running job (all of it when ``budget_s`` is None) with the GC frozen
-        (``GraphBackend.capture_session``); True once nothing is pending."""
+    def advance_capture(self, budget_s: Optional[float], max_buckets: Optional[int] = None) -> bool:
+        """Capture more of the running job (all of it when both limits are None) with the GC frozen
+        (``GraphBackend.capture_session``); what it captured is live at once. True once nothing is
+        pending."""
         if self.job is None:
             return True
         with self.backend.capture_session():
-            done = self.job.run(budget_s)
-        if done:
-            self._adopt(self.job)
+            self.job.run(budget_s, max_buckets)
+        self._adopt(self.job)
         return self.job is None
 
     def _adopt(self, job: CaptureJob) -> None:
+        """Make the buckets captured so far replayable; steps whose bucket is still to come run
+        eagerly with the job's reason (graphs/bucket_policy.py)."""
         for c in job.ledger:
             self.ledger[c.bucket] = c
         replayable = [b for b in job.captured if self.backend.can_run(ShapeKey(self.phase, b))]
-        self._set_buckets(replayable, self.configured)
-        self.job = None
+        kept = self.agree_buckets(replayable)
+        for b in set(replayable) - set(kept):  # captured here, failed on another rank
+            self.backend.release(ShapeKey(self.phase, b))
+        reason = FallbackReason.NOT_YET_CAPTURED if job.reason == "initial" else FallbackReason.RECAPTURE_IN_PROGRESS
+        self.policy = BucketPolicy.of(self.phase, kept, self.configured, self.max_padding_waste,
+                                      job.remaining, reason)
+        if job.done:
+            self.job = None
+
+    def agree_buckets(self, replayable: list[int]) -> list[int]:
+        """The buckets to keep of those captured here. Alone: all of them; a tensor-parallel rank
+        replaces this with the buckets every rank captured (engine/distributed/lockstep.py), since a
+        step replays the same graph on every rank or runs eagerly on all of them."""
+        return replayable
 
     @property
-    def recapturing(self) -> bool:
+    def capturing(self) -> bool:
         return self.job is not None
 
     def memory_bytes(self) -> int:
         return sum(c.memory_bytes for c in self.ledger.values() if c.ok)
 
     def release(self) -> None:
+        self.job = None
         self.backend.cleanup()
         self._set_buckets([], self.configured)
 
@@ -106,9 +124,10 @@ class BucketedGraphRunner(GraphRunner):
 
     @torch.inference_mode()
     def _capture_bucket(self, size: int) -> None:
-        self._prepare_capture(size)
-        if self.device.type == "cuda":
-            self._forward(size)  # per-shape warmup outside capture
+        if self.backend.runs_at_capture:  # an emulated capture that records addresses only needs neither
+            self._prepare_capture(size)
+            if self.backend.warms_up:
+                self._forward(size)  # per-shape warmup outside capture
         self.backend.capture_one(ShapeKey(self.phase, size), lambda: self._forward(size))
 
     # --- bucket choice (graphs/bucket_policy.py decides; the runner adds what only it knows) ----------
@@ -116,6 +135,4 @@ class BucketedGraphRunner(GraphRunner):
         return self.policy.pick(size)
 
     def decide(self, size: int) -> BucketDecision:
-        if self.recapturing:
-            return BucketDecision(reason=FallbackReason.RECAPTURE_IN_PROGRESS)
         return self.policy.decide(size)

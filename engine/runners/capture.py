@@ -1,7 +1,8 @@
-"""Capturing a bucket list: largest first, per-bucket time and memory, failures dropped and reported.
+"""Capturing a bucket list in the backend's order, per-bucket time and memory, failures dropped and reported.
 
-A ``CaptureJob`` can run to completion (initial capture) or a slice at a time between engine steps
-(live recapture), so requests in flight keep streaming while new graphs are built.
+A ``CaptureJob`` runs a slice at a time between engine steps (the initial capture while the engine
+already serves, and live recapture), so requests keep streaming while graphs are built; an engine
+that captures before serving runs it to completion at once.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ class CaptureJob:
     def __init__(
         self,
         phase: str,
-        buckets: list[int],
+        order: list[int],
         backend_name: str,
         device: torch.device,
         capture: Callable[[int], None],
         publish: PublishFn,
         reason: str = "initial",
     ):
+        """``order``: the buckets in the order to capture them (``GraphBackend.capture_order``)."""
         self.phase = phase
-        self.order = sorted(set(buckets), reverse=True)
+        self.reason = reason
+        self.order = list(dict.fromkeys(order))
         self.device = device
         self.capture = capture
         self.publish = publish
@@ -52,16 +55,26 @@ class CaptureJob:
     def done(self) -> bool:
         return self._next >= len(self.order)
 
-    def run(self, budget_s: Optional[float] = None) -> bool:
-        """Capture buckets until done or ``budget_s`` has passed (at least one). Returns done."""
+    @property
+    def remaining(self) -> list[int]:
+        """Buckets not attempted yet."""
+        return self.order[self._next:]
+
+    def run(self, budget_s: Optional[float] = None, max_buckets: Optional[int] = None) -> bool:
+        """Capture buckets until done, ``budget_s`` has passed or ``max_buckets`` are captured (at least
+        one). Returns done. (Ranks of a tensor-parallel group slice by count: their clocks differ.)"""
         start = time.perf_counter()
+        count = 0
         while not self.done:
             self._capture_one(self.order[self._next])
             self._next += 1
+            count += 1
             if self.done:
                 self._finish()
                 break
             if budget_s is not None and time.perf_counter() - start >= budget_s:
+                break
+            if max_buckets is not None and count >= max_buckets:
                 break
         return self.done
 
@@ -100,7 +113,8 @@ class CaptureJob:
         failed = self.failed
         reason = None
         if failed:
-            reason = f"{len(failed)} bucket(s) failed; largest {failed[0].bucket}: {failed[0].failure_reason}"
+            largest = max(failed, key=lambda c: c.bucket)
+            reason = f"{len(failed)} bucket(s) failed; largest {largest.bucket}: {largest.failure_reason}"
         self.publish(
             ev.CaptureFinished(
                 phase=self.phase, captured=tuple(self.captured), failed=tuple(sorted(c.bucket for c in failed)),

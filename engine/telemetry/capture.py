@@ -70,14 +70,15 @@ def estimate_cost(points: Mapping[int, float], bucket: int) -> Optional[float]:
 
 @dataclass
 class CapturePass:
-    """One capture pass (initial or recapture) of one phase."""
+    """One capture pass (initial or recapture) of one phase, on one tensor-parallel rank."""
 
     phase: str
     reason: str = "initial"
     backend: str = ""
     planned: tuple[int, ...] = ()
-    costs: list[BucketCost] = field(default_factory=list)  # in capture order (largest bucket first)
+    costs: list[BucketCost] = field(default_factory=list)  # in capture order (CUDA: largest bucket first)
     finished: Optional[CaptureFinished] = None  # None: still capturing, or the run ended mid-capture
+    rank: int = 0
 
     @property
     def total(self) -> int:
@@ -117,28 +118,35 @@ class CapturePass:
 class CaptureTracker:
     """Folds capture events into passes.
 
-    ``latest`` is each phase's most recent pass; ``passes`` keeps the last ``history`` passes of all
-    phases (all of them when None). A progress event with no pass open (a trace that starts
-    mid-capture) opens one whose reason is "unknown".
+    ``latest`` is each phase's most recent pass and ``passes`` keeps the last ``history`` passes of all
+    phases (all of them when None), both of rank 0 (the engine's own process); ``ranks`` has every
+    rank's latest pass per phase (tensor-parallel workers capture the same buckets in their own pools).
+    A progress event with no pass open (a trace that starts mid-capture) opens one whose reason is
+    "unknown".
     """
 
     def __init__(self, history: Optional[int] = None) -> None:
         self.passes: deque[CapturePass] = deque(maxlen=history)
         self.latest: dict[str, CapturePass] = {}
-        self._open: dict[str, CapturePass] = {}
+        self.ranks: dict[int, dict[str, CapturePass]] = {}
+        self._open: dict[tuple[int, str], CapturePass] = {}
 
     def apply(self, ev: CaptureEvent) -> CapturePass:
-        cap = self._open.get(ev.phase)
+        key = (ev.rank, ev.phase)
+        cap = self._open.get(key)
         if isinstance(ev, CaptureStarted) or cap is None:
             if isinstance(ev, CaptureStarted):
-                cap = CapturePass(ev.phase, ev.reason, ev.backend, tuple(ev.buckets))
+                cap = CapturePass(ev.phase, ev.reason, ev.backend, tuple(ev.buckets), rank=ev.rank)
             else:
-                cap = CapturePass(ev.phase, "unknown")
-            self._open[ev.phase] = self.latest[ev.phase] = cap
-            self.passes.append(cap)
+                cap = CapturePass(ev.phase, "unknown", rank=ev.rank)
+            self._open[key] = cap
+            self.ranks.setdefault(ev.rank, {})[ev.phase] = cap
+            if ev.rank == 0:
+                self.latest[ev.phase] = cap
+                self.passes.append(cap)
         if isinstance(ev, CaptureProgress):
             cap.costs.append(BucketCost.of(ev))
         elif isinstance(ev, CaptureFinished):
             cap.finished = ev
-            del self._open[ev.phase]
+            del self._open[key]
         return cap

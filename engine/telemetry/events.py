@@ -15,7 +15,17 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
+from .value_limits import SchemaError, check_free, check_range, check_text, short_repr
+
 SCHEMA_VERSION = 1
+
+ADDED = {"added": True}
+"""Field metadata of a field added after schema version 1 shipped: a trace written before it may lack
+the field, and reading such a trace gives the field its default (no version bump for an addition)."""
+
+
+def _added(default: Any) -> Any:
+    return field(default=default, metadata=ADDED)
 
 
 def _now() -> float:
@@ -93,6 +103,7 @@ class EngineStarted(Event):
     graph_config: dict = field(default_factory=dict)
     locked_keys: tuple[str, ...] = ()
     demo: bool = False
+    tp_size: int = _added(1)
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,7 @@ class CaptureStarted(Event):
     buckets: tuple[int, ...] = ()
     backend: str = ""
     reason: str = "initial"  # initial | recapture
+    rank: int = _added(0)
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,7 @@ class CaptureProgress(Event):
     memory_bytes: int = 0
     ok: bool = True
     failure_reason: Optional[str] = None
+    rank: int = _added(0)
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,7 @@ class CaptureFinished(Event):
     memory_bytes: int = 0
     ok: bool = True
     failure_reason: Optional[str] = None
+    rank: int = _added(0)
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,7 @@ class MemoryLedger(Event):
     prefill_graphs: int = 0
     activation_reserve: int = 0
     free: int = 0
+    rank: int = _added(0)
 
 
 @dataclass(frozen=True)
@@ -200,6 +215,17 @@ class ParityCheck(Event):
     every: int = 0
     skipped: int = 0
     discarded: int = 0
+
+
+@dataclass(frozen=True)
+class RankReplay(Event):
+    """Replay times of a tensor-parallel worker rank (rank 0's are in its ``step`` events), sent in
+    batches: the steps it replayed a graph for since its last batch."""
+
+    type: ClassVar[str] = "rank_replay"
+    rank: int = 0
+    steps: tuple[int, ...] = ()
+    replay_ms: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -263,6 +289,7 @@ class ErrorEvent(Event):
     message: str = ""
     where: str = ""
     fatal: bool = False
+    rank: Optional[int] = _added(None)
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -277,6 +304,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         KVPoolState,
         StepEvent,
         ParityCheck,
+        RankReplay,
         RequestQueued,
         RequestFirstToken,
         RequestFinished,
@@ -286,10 +314,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ErrorEvent,
     )
 }
-
-
-class SchemaError(ValueError):
-    """A trace line does not match the event schema."""
 
 
 _JSON_TYPES: dict[Any, tuple[type, ...]] = {
@@ -305,6 +329,7 @@ def _check_value(name: str, annotation: Any, value: Any) -> None:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if annotation is Any:
+        check_free(name, value)
         return
     if origin is typing.Union:
         if value is None and type(None) in args:
@@ -327,6 +352,12 @@ def _check_value(name: str, annotation: Any, value: Any) -> None:
         raise SchemaError(f"field {name!r} should be {annotation.__name__}, got bool")
     if not isinstance(value, allowed):
         raise SchemaError(f"field {name!r} should be {annotation.__name__}, got {type(value).__name__}")
+    if annotation is str:
+        check_text(name, value)
+    elif annotation is dict:
+        check_free(name, value)
+    else:
+        check_range(name, annotation, value)
 
 
 @functools.lru_cache(maxsize=None)
@@ -340,16 +371,18 @@ def validate_event_dict(obj: Any) -> type[Event]:
     if not isinstance(obj, dict):
         raise SchemaError("event is not a JSON object")
     tag = obj.get("type")
-    cls = EVENT_TYPES.get(tag)  # type: ignore[arg-type]
+    cls = EVENT_TYPES.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        raise SchemaError(f"unknown event type {tag!r}")
+        raise SchemaError(f"unknown event type {short_repr(tag)}")
     hints = _type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in obj:
         if key != "type" and key not in names:
-            raise SchemaError(f"{tag}: unexpected field {key!r}")
+            raise SchemaError(f"{tag}: unexpected field {short_repr(key)}")
     for f in dataclasses.fields(cls):
         if f.name not in obj:
+            if f.metadata.get("added"):
+                continue
             raise SchemaError(f"{tag}: missing field {f.name!r}")
         _check_value(f"{tag}.{f.name}", hints[f.name], obj[f.name])
     return cls
@@ -361,6 +394,8 @@ def event_from_dict(obj: dict[str, Any]) -> Event:
     hints = _type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
+        if f.name not in obj:  # a field added after this trace was written: its default
+            continue
         v = obj[f.name]
         if typing.get_origin(hints[f.name]) is tuple or (
             typing.get_origin(hints[f.name]) is typing.Union and isinstance(v, list)

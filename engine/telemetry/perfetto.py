@@ -42,6 +42,7 @@ from .events import (
     RequestQueued,
     StepEvent,
 )
+from .safe_write import write_atomic
 from .trace import Trace
 
 __all__ = ["export_perfetto", "write_perfetto", "PID", "TID_GRAPH", "TID_EAGER", "TID_CAPTURE"]
@@ -70,6 +71,9 @@ def _clean(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): _clean(x) for k, x in v.items()}
     return v
+
+
+_PER_RANK = (CaptureStarted, CaptureProgress, CaptureFinished, MemoryLedger)
 
 
 class _Exporter:
@@ -136,6 +140,8 @@ class _Exporter:
 
     def run(self) -> dict[str, Any]:
         for ev in self.trace.events:
+            if isinstance(ev, _PER_RANK) and ev.rank:
+                continue  # the tracks show rank 0 (a worker's capture passes would overlap its slices)
             if isinstance(ev, StepEvent):
                 self.step(ev)
             elif isinstance(ev, KVPoolState):
@@ -312,10 +318,13 @@ def export_perfetto(trace: Trace) -> dict[str, Any]:
     return _Exporter(trace).run()
 
 
-def write_perfetto(trace: Trace, out_path: Union[str, "os.PathLike[str]"]) -> Path:
-    """Write ``export_perfetto(trace)`` to ``out_path`` (strict JSON: no NaN); return the path."""
+def write_perfetto(trace: Trace, out_path: Union[str, "os.PathLike[str]"], label: str = "OUT") -> Path:
+    """Write ``export_perfetto(trace)`` to ``out_path`` (strict JSON: no NaN); return the path.
+
+    The JSON is built completely before anything is written, then goes through ``write_atomic``
+    (temporary file + rename): OUT is a whole, valid export or is left as it was.
+    """
     out = Path(out_path)
-    data = export_perfetto(trace)
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(data, f, separators=(",", ":"), allow_nan=False)
+    data = json.dumps(export_perfetto(trace), separators=(",", ":"), allow_nan=False).encode("utf-8")
+    write_atomic(out, lambda f: f.write(data), label)
     return out

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Callable, Optional, Union
 from .bus import EventBus, Subscription
 from .codec import encode_event, encode_lines
 from .events import Event, TraceHeader
+from .safe_write import OutputPathError, open_streaming
 
 __all__ = ["RecorderError", "RecorderResult", "TraceRecorder"]
 
@@ -75,8 +76,10 @@ def _describe_oserror(exc: OSError) -> str:
 
 
 def _open_trace(path: Path) -> BinaryIO:
-    # Unbuffered: each write() is one syscall carrying only whole lines.
-    return open(path, "wb", buffering=0)
+    # Unbuffered: each write() is one syscall carrying only whole lines. In place (not a temporary
+    # file) so the trace is readable at its path during the run and after a kill; safe_write's rules
+    # for links, devices and file modes still apply.
+    return open_streaming(path, "trace")
 
 
 class TraceRecorder:
@@ -111,6 +114,8 @@ class TraceRecorder:
             self._file = (opener or _open_trace)(self.path)
         except OSError as exc:
             raise RecorderError(f"cannot write trace {self.path}: {_describe_oserror(exc)}") from None
+        except OutputPathError as exc:
+            raise RecorderError(f"cannot write {exc}") from None
         header = TraceHeader(meta=dict(header_meta or {}))
         try:
             self._write(encode_event(header), 1)

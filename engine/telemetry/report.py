@@ -180,6 +180,15 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
         out.append(f"  lowest argmax agreement {_pct(p.min_argmax_agree)}"
                    f"  lowest top-5 overlap {_pct(p.min_top5_overlap)}")
 
+    if s.ranks:
+        out.append("")
+        out.append(f"Tensor parallel ({len(s.ranks)} ranks)")
+        for r in s.ranks.values():
+            caps = "  ".join(f"{phase} {len(c.captured)}/{c.total or len(c.costs)}"
+                             + (f" failed {sorted(c.failed)}" if c.failed else "") for phase, c in r.captures.items())
+            mem = f"  weights {_bytes(r.memory.weights)}  kv {_bytes(r.memory.kv_pool)}" if r.memory else ""
+            out.append(f"  rank {r.rank}  {caps or 'no captures'}  replay p50 {_ms(r.replay_ms.p50)} ms{mem}")
+
     if s.downgrades:
         out.append("")
         out.append("Config downgrades")

@@ -98,7 +98,7 @@ class BucketTally:
     @property
     def waste(self) -> float:
         """Padded tokens over bucket tokens (the same definition as ``HitTally.padding_waste``)."""
-        return self.padded_tokens / self.bucket_tokens if self.count else 0.0
+        return self.padded_tokens / self.bucket_tokens if self.bucket_tokens else 0.0
 
     @property
     def mean_waste(self) -> float:

@@ -33,6 +33,7 @@ from .events import (
     KVPoolState,
     MemoryLedger,
     ParityCheck,
+    RankReplay,
     RecaptureFinished,
     RequestFinished,
     RequestFirstToken,
@@ -43,7 +44,7 @@ from .events import (
 from .stats import BucketTally, HitTally, ParityTally, Percentiles
 from .trace import Trace
 
-__all__ = ["PhaseStats", "SummaryBuilder", "TraceSummary", "UNSPECIFIED", "summarize"]
+__all__ = ["PhaseStats", "RankSummary", "SummaryBuilder", "TraceSummary", "UNSPECIFIED", "summarize"]
 
 UNSPECIFIED = "(unspecified)"
 
@@ -57,6 +58,17 @@ class PhaseStats(HitTally):
     buckets: dict[int, BucketTally] = field(default_factory=dict)
     replay_ms: Percentiles = field(default_factory=Percentiles)
     host_ms: Percentiles = field(default_factory=Percentiles)
+
+
+@dataclass
+class RankSummary:
+    """One tensor-parallel rank: its latest capture pass per phase, last ledger and replay times (rank
+    0's replay times are its graph steps'; a worker's come in ``rank_replay`` events)."""
+
+    rank: int
+    captures: dict[str, CapturePass] = field(default_factory=dict)
+    memory: Optional[MemoryLedger] = None
+    replay_ms: Percentiles = field(default_factory=Percentiles)
 
 
 @dataclass
@@ -101,6 +113,7 @@ class TraceSummary(HitTally):
     downgrades: list[ConfigDowngrade] = field(default_factory=list)
     errors: list[ErrorEvent] = field(default_factory=list)
     parity: ParityTally = field(default_factory=ParityTally)  # graph-vs-eager checks (--parity-every)
+    ranks: dict[int, RankSummary] = field(default_factory=dict)  # tensor parallel: every rank; else empty
 
 
 class SummaryBuilder:
@@ -124,6 +137,8 @@ class SummaryBuilder:
         self._host: dict[str, list[float]] = {}
         self._step_numbers: set[int] = set()
         self._captures = CaptureTracker()
+        self._rank_memory: dict[int, MemoryLedger] = {}
+        self._rank_replay: dict[int, list[float]] = {}
 
     def add(self, event: Event) -> None:
         s = self._s
@@ -160,7 +175,11 @@ class SummaryBuilder:
         elif isinstance(event, (CaptureStarted, CaptureProgress, CaptureFinished)):
             self._captures.apply(event)
         elif isinstance(event, MemoryLedger):
-            s.memory = event
+            self._rank_memory[event.rank] = event
+            if event.rank == 0:
+                s.memory = event
+        elif isinstance(event, RankReplay):
+            self._rank_replay.setdefault(event.rank, []).extend(event.replay_ms)
         elif isinstance(event, EngineStarted):
             s.engine = event
             s.emulated = s.emulated or event.emulated
@@ -221,6 +240,11 @@ class SummaryBuilder:
             ph.buckets = dict(sorted(ph.buckets.items()))
         s.replay_ms = Percentiles.of(v for vals in self._replay.values() for v in vals)
         s.host_ms = Percentiles.of(v for vals in self._host.values() for v in vals)
+        if len(self._captures.ranks) > 1 or len(self._rank_memory) > 1 or self._rank_replay:
+            replay = {**self._rank_replay, 0: [v for vals in self._replay.values() for v in vals]}
+            for rank in sorted(set(self._captures.ranks) | set(self._rank_memory) | set(replay)):
+                s.ranks[rank] = RankSummary(rank, dict(self._captures.ranks.get(rank, {})),
+                                            self._rank_memory.get(rank), Percentiles.of(replay.get(rank, [])))
         if self._step_numbers:
             lo, hi = min(self._step_numbers), max(self._step_numbers)
             s.missing_steps = (hi - lo + 1) - len(self._step_numbers)

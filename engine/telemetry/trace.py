@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
-from .events import SCHEMA_VERSION, Event, SchemaError, TraceHeader, event_from_dict, validate_event_dict
 from .codec import encode_event
+from .events import SCHEMA_VERSION, Event, TraceHeader, event_from_dict, validate_event_dict
+from .value_limits import MAX_DEPTH, SchemaError, short_repr
 
 __all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace", "write_trace"]
 
@@ -79,12 +80,15 @@ class TraceDicts:
                 if not raw.strip():
                     continue
                 obj = self._parse(raw, lineno, complete)
-                if obj is None:  # truncated final line
+                if obj is _TRUNCATED:
                     self.truncated_tail = True
                     break
                 if not seen_header:
                     self._check_header(obj, lineno)
                     seen_header = True
+                elif not isinstance(obj, dict):
+                    raise self._error(lineno, f"an event line must be a JSON object, got a JSON {_json_kind(obj)}"
+                                      " (not a JSON object)")
                 elif obj.get("type") == TraceHeader.type:
                     raise self._error(lineno, "unexpected second trace header (concatenated traces?)")
                 else:
@@ -98,25 +102,33 @@ class TraceDicts:
                 raise self._error(max(lineno, 1), what)
 
     def _parse(self, raw: bytes, lineno: int, complete: bool) -> Any:
-        """Parse one line; None means 'truncated final line' (no newline and not valid JSON)."""
+        """Parse one line; _TRUNCATED means 'truncated final line' (no newline and not valid JSON)."""
+        if raw.count(b"[") + raw.count(b"{") > 2 * MAX_DEPTH and _depth(raw) > MAX_DEPTH:
+            raise self._error(lineno, f"nested deeper than {MAX_DEPTH} levels")
         try:
-            return json.loads(raw)
+            return json.loads(raw, parse_constant=_refuse_constant)
         except UnicodeDecodeError as exc:
             if not complete:
-                return None
+                return _TRUNCATED
             raise self._error(lineno, f"not UTF-8: {exc.reason}") from None
         except json.JSONDecodeError as exc:
             if not complete:
-                return None  # only the last line can lack a newline
+                return _TRUNCATED  # only the last line can lack a newline
             raise self._error(lineno, f"bad JSON: {exc.msg} (column {exc.colno})") from None
+        except _NonFinite as exc:
+            raise self._error(lineno, f"non-finite number {exc.args[0]} (traces hold finite numbers only)") from None
+        except ValueError as exc:  # an integer of more than 4300 digits (int-from-string limit)
+            raise self._error(lineno, f"number out of range ({str(exc).splitlines()[0][:80]})") from None
+        except RecursionError:
+            raise self._error(lineno, f"nested deeper than {MAX_DEPTH} levels") from None
 
     def _check_header(self, obj: Any, lineno: int) -> None:
         if not isinstance(obj, dict) or obj.get("type") != TraceHeader.type:
-            got = obj.get("type") if isinstance(obj, dict) else type(obj).__name__
-            raise self._error(lineno, f"first line is not a trace header (got type {got!r})")
+            got = short_repr(obj.get("type")) if isinstance(obj, dict) else f"a JSON {_json_kind(obj)}"
+            raise self._error(lineno, f"first line is not a trace header (got type {got})")
         version = obj.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise self._error(lineno, f"bad header: schema_version should be int, got {version!r}")
+            raise self._error(lineno, f"bad header: schema_version should be int, got {short_repr(version)}")
         if version > SCHEMA_VERSION:
             raise self._error(
                 lineno,
@@ -126,6 +138,44 @@ class TraceDicts:
             validate_event_dict(obj)
         except SchemaError as exc:
             raise self._error(lineno, f"bad header: {exc}") from None
+
+
+_TRUNCATED = object()  # _parse's answer for a cut-off final line (a line can hold JSON null)
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    """json's hook for NaN, Infinity and -Infinity, which strict JSON (and every trace) lacks."""
+    raise _NonFinite(name)
+
+
+def _depth(raw: bytes) -> int:
+    """Deepest bracket nesting outside strings; only called for lines with many brackets."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def _json_kind(obj: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(obj), "number")
 
 
 def iter_trace_dicts(path: PathLike) -> TraceDicts:
@@ -149,20 +199,29 @@ def read_trace(path: PathLike) -> Trace:
     return Trace(path=str(path), header=header, events=events, truncated_tail=lines.truncated_tail)
 
 
-def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = None) -> int:
+def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = None,
+                source: Optional[PathLike] = None) -> int:
     """Header line + one line per event (the recorder's encoding); returns the number of events written.
 
-    Written to ``path.tmp`` and renamed, so a failed export never leaves a half trace behind. Used for
-    the dashboard's "export trace" and the endpoint's export command.
+    Written through ``safe_write.write_atomic`` (temporary file + rename, the target's mode kept, links
+    never replaced), so a failed export never leaves a half trace behind. ``source`` is the trace being
+    replayed, if any: exporting over it is refused (the replay may not have read it all). Used for the
+    dashboard's "export trace" and the endpoint's export command. Raises ``OSError`` or
+    ``OutputPathError`` (one line).
     """
-    tmp = f"{os.fspath(path)}.tmp"
-    n = 0
-    with open(tmp, "wb") as f:
+    from .safe_write import check_distinct, write_atomic
+
+    check_distinct([("export", path)], [("the open trace", source)])
+    count = 0
+
+    def write(f: BinaryIO) -> None:
+        nonlocal count
         f.write(encode_event(TraceHeader(meta=dict(meta or {}))))
         for ev in events:
             if ev.type == TraceHeader.type:
                 continue
             f.write(encode_event(ev))
-            n += 1
-    os.replace(tmp, path)
-    return n
+            count += 1
+
+    write_atomic(path, write, "export")
+    return count

@@ -1,0 +1,185 @@
+"""Writing output files without destroying what is already there.
+
+The one home for how graphtop writes a file the user named (``--output``, ``--record``, the Perfetto
+export, the dashboard's trace export):
+
+* an output path that names an input, or another output of the same run, is refused before anything
+  runs (``check_distinct``): ``--prompts X --output X`` would otherwise overwrite the prompts;
+* a regular file (or a new one) is written to a temporary file in the same folder and renamed over the
+  target at the end (``write_atomic``), so an interrupted or failed write leaves the old file or the
+  complete new one, never half of either; an existing file keeps its permission bits;
+* a target that is not a regular file (a character device such as ``/dev/null``, a FIFO) is written
+  straight through: a rename would replace the device node with a plain file;
+* a symbolic link is never replaced and never followed to replace what it points at: a link to a
+  device or FIFO (``/dev/stdout``) is written through, a link to a regular file, a folder or nothing
+  is refused (give the file's own path).
+
+A live trace (``open_streaming``) cannot use a temporary file: it must be readable at its path while
+the run goes on and after a kill, so it is opened in place under the same rules.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Optional, Sequence, Union
+
+__all__ = ["OutputPathError", "OutputTarget", "check_distinct", "check_output", "open_streaming", "write_atomic"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+NEW_FILE_MODE = 0o666  # the kernel applies the umask, as for any new file
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written safely; the message is one line."""
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """What is at an output path now, and so how it must be written."""
+
+    path: Path
+    kind: str  # "new" | "regular" | "stream" (device, FIFO, socket: written straight through)
+    mode: Optional[int] = None  # permission bits of an existing regular file
+
+    @property
+    def streams(self) -> bool:
+        return self.kind == "stream"
+
+
+def _lstat(path: Path, label: str) -> Optional[os.stat_result]:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a missing parent is reported by check_output, naming it
+    except OSError as exc:
+        raise OutputPathError(f"{label} {path}: {exc.strerror or exc}") from None
+
+
+def _check_link(path: Path, label: str) -> OutputTarget:
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise OutputPathError(f"{label} {path} is a symbolic link to nothing; give a real file path") from None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        raise OutputPathError(
+            f"{label} {path} is a symbolic link (to {os.readlink(path)}); graphtop never replaces a link "
+            "or writes through it: give the file's own path"
+        )
+    if not os.access(path, os.W_OK):
+        raise OutputPathError(f"{label} {path} is not writable")
+    return OutputTarget(path, "stream")
+
+
+def check_output(path: PathLike, label: str) -> OutputTarget:
+    """Classify ``path`` for writing, or raise :class:`OutputPathError` naming ``label`` (the flag)."""
+    p = Path(path)
+    st = _lstat(p, label)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        return _check_link(p, label)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise OutputPathError(f"{label} {path} is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if not os.access(p, os.W_OK):
+            raise OutputPathError(f"{label} {path} is not writable")
+        return OutputTarget(p, "stream")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise OutputPathError(f"{label} {path}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputPathError(f"{label} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK) or (st is not None and not os.access(p, os.W_OK)):
+        raise OutputPathError(f"{label} {path} is not writable")
+    if st is None:
+        return OutputTarget(p, "new")
+    return OutputTarget(p, "regular", stat.S_IMODE(st.st_mode))
+
+
+def _identity(path: PathLike) -> tuple:
+    """Same tuple for two names of one file: (device, inode) when it exists, else the real path."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", st.st_dev, st.st_ino)
+
+
+def check_distinct(
+    outputs: Sequence[tuple[str, Optional[PathLike]]], inputs: Sequence[tuple[str, Optional[PathLike]]] = ()
+) -> None:
+    """Refuse an output that is an input or another output (links and hard links included).
+
+    Each entry is ``(label, path)``; entries whose path is None are ignored.
+    """
+    seen_inputs = [(label, path, _identity(path)) for label, path in inputs if path is not None]
+    seen_outputs: list[tuple[str, PathLike, tuple]] = []
+    for label, path in outputs:
+        if path is None:
+            continue
+        ident = _identity(path)
+        for in_label, in_path, in_ident in seen_inputs:
+            if ident == in_ident:
+                raise OutputPathError(
+                    f"{label} {path} is the same file as {in_label} {in_path}: writing it would destroy the input"
+                )
+        for out_label, out_path, out_ident in seen_outputs:
+            if ident == out_ident:
+                raise OutputPathError(f"{label} {path} and {out_label} {out_path} name the same file")
+        seen_outputs.append((label, path, ident))
+
+
+def _temp_beside(target: Path) -> tuple[int, Path]:
+    parent = target.parent if str(target.parent) else Path(".")
+    for _ in range(100):
+        tmp = parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), NEW_FILE_MODE)
+        except FileExistsError:
+            continue
+        return fd, tmp
+    raise FileExistsError(f"no free temporary name beside {target}")
+
+
+def write_atomic(path: PathLike, write: Callable[[BinaryIO], None], label: str = "output") -> None:
+    """Write ``path`` through ``write(binary_file)`` under the rules in the module docstring.
+
+    The target is classified again here (a long run may have given it time to change). ``OSError``
+    from the writing itself propagates; the temporary file is removed first.
+    """
+    target = check_output(path, label)
+    if target.streams:
+        with open(target.path, "wb") as f:
+            write(f)
+        return
+    fd, tmp = _temp_beside(target.path)
+    try:
+        if target.mode is not None:
+            os.fchmod(fd, target.mode)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target.path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def open_streaming(path: PathLike, label: str = "output") -> BinaryIO:
+    """Open ``path`` for a live, unbuffered stream of whole lines (the trace recorder).
+
+    In place, because the file must be valid at its own path while being written and after a kill:
+    a regular file is truncated (keeping its mode) without following a link at the last component.
+    """
+    target = check_output(path, label)
+    flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+    if not target.streams:
+        flags |= os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(target.path, flags, NEW_FILE_MODE)
+    return os.fdopen(fd, "wb", buffering=0)

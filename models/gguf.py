@@ -1,0 +1,105 @@
+"""GGUF files: dequantized through transformers' GGUF support into a cached safetensors folder.
+
+Why a folder: reading a GGUF through transformers parses its metadata several times and dequantizes
+every tensor (tens of seconds even for a 135M model on two cores); the folder it produces loads like
+any checkpoint (memory-mapped, well under a second). So a GGUF file is converted once, into the user
+cache, keyed by the file's path, size and modification time, and every later load reads the folder.
+
+What the conversion fixes up (transformers 5.x): a config read from GGUF has no ``architectures``
+(set from ``model_type``) and carries a ``quantization_config`` that would make the folder look
+quantized (dropped); ``save_pretrained`` refuses GGUF-loaded models, so the state dict is written
+with safetensors directly, minus a tied ``lm_head.weight``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from .cache import build_once, cache_root, no_progress_bars
+from .errors import CheckpointError
+from .registry import architecture_name, spec_from_hf_config
+
+GGUF_SUFFIX = ".gguf"
+GGUF_EXTRA = "pip install 'graphtop[gguf]'"
+SOURCE_FILE = "gguf_source.json"  # what a cached folder was converted from
+
+
+def is_gguf(path: Path) -> bool:
+    return path.suffix.lower() == GGUF_SUFFIX
+
+
+def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> Path:
+    """The checkpoint folder converted from ``gguf_file``, converting it on first use."""
+    file = Path(gguf_file).expanduser().resolve()
+    if not file.exists():
+        raise CheckpointError(f"GGUF file not found: {gguf_file}")
+    if not file.is_file():
+        raise CheckpointError(f"GGUF path is not a file: {gguf_file}")
+    st = file.stat()
+    key = hashlib.sha1(f"{file}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_root(cache_dir) / "gguf" / f"{file.stem}-{key}"
+    return build_once(target, lambda staging: convert_gguf(file, staging))
+
+
+def convert_gguf(gguf_file: Path, folder: Path) -> None:
+    """Write an HF safetensors checkpoint (config, weights, tokenizer) of ``gguf_file`` into ``folder``."""
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CheckpointError(f"reading GGUF needs the package(s) {', '.join(missing)}: {GGUF_EXTRA} ({gguf_file})")
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    where, name = str(gguf_file.parent), gguf_file.name
+    config = _read(lambda: AutoConfig.from_pretrained(where, gguf_file=name), "metadata", gguf_file)
+    arch = architecture_name(config)
+    config.architectures = [arch]
+    spec_from_hf_config(config, str(gguf_file))  # refuses what graphtop cannot run, before the slow part
+    tokenizer = _read(lambda: AutoTokenizer.from_pretrained(where, gguf_file=name), "tokenizer", gguf_file)
+    with no_progress_bars(), _quiet_dequantize():
+        model = _read(lambda: AutoModelForCausalLM.from_pretrained(where, gguf_file=name), "tensors", gguf_file)
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    weights = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    data = model.config.to_dict()
+    data.pop("quantization_config", None)
+    data["architectures"] = [arch]
+    (folder / "generation_config.json").write_text(model.generation_config.to_json_string())
+    tokenizer.save_pretrained(folder)
+    st = gguf_file.stat()
+    source = {"gguf_file": str(gguf_file), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    (folder / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _read(load: Any, what: str, file: Path) -> Any:
+    try:
+        return load()
+    except CheckpointError:
+        raise
+    except Exception as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"GGUF {what} not readable by transformers ({type(err).__name__}: {msg}) in {file}") from None
+
+
+@contextmanager
+def _quiet_dequantize() -> Iterator[None]:
+    """transformers' dequantization loop draws a plain tqdm bar on stderr, outside its own progress-bar
+    switch; a stray bar would tear the dashboard or the headless progress display."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as mod
+
+    bar = getattr(mod, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    mod.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        mod.tqdm = bar

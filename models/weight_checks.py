@@ -1,0 +1,92 @@
+"""What a loaded weight tensor must be: stored as floating point, and finite after conversion.
+
+Both checks guard against checkpoints that load without a word and then serve nonsense: an integer
+tensor copied into a float parameter is converted value by value (an ``I16`` embedding becomes small
+integers), and a NaN or infinity anywhere makes every request end at once with empty text.
+
+The finiteness check is one extra read of every weight. ``FiniteChecks`` runs it on a helper thread
+(one intra-op thread) while the loading thread copies the next tensors, so on a host it overlaps the
+copy instead of adding to it; on a GPU the reduction is negligible either way.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Optional
+
+import torch
+
+from .errors import CheckpointError
+
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
+"""safetensors dtype names whose values are weights."""
+
+
+def check_float_dtype(name: str, stored: str, file: Path) -> None:
+    if stored not in FLOAT_DTYPES:
+        raise CheckpointError(
+            f"tensor '{name}' is stored as {stored}, not floating point: refusing to convert it into weights in {file}"
+        )
+
+
+@torch.no_grad()
+def check_finite(name: str, tensor: torch.Tensor, file: Path) -> None:
+    """Refuse a tensor holding NaN or infinity.
+
+    One vectorised pass that allocates nothing: min and max propagate NaN and are infinite exactly when
+    an infinity is there (a sum could also overflow, and a float32 sum of bf16 is an order of magnitude
+    slower on a CPU). Only a failing tensor is counted element-wise, for the message.
+    """
+    if tensor.numel() == 0 or bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
+        return
+    bad = int((~torch.isfinite(tensor)).sum())
+    raise CheckpointError(f"tensor '{name}' holds {bad:,} non-finite values (NaN or infinity) in {file}")
+
+
+_EXACT_WIDENING = {
+    (torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float64), (torch.bfloat16, torch.float64), (torch.float32, torch.float64),
+}
+
+
+def tensor_to_check(source: torch.Tensor, loaded: torch.Tensor) -> torch.Tensor:
+    """The smaller of the two when that is exact: a widening conversion (bf16 -> float32) creates no
+    NaN or infinity, so the stored tensor (half the bytes) decides; any other conversion can overflow
+    (float32 -> float16, or rounding up to infinity), so the loaded tensor is checked."""
+    return source if (source.dtype, loaded.dtype) in _EXACT_WIDENING else loaded
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)  # per thread (OpenMP): the loading thread keeps its own count
+
+
+class FiniteChecks:
+    """``check_finite`` for each submitted tensor, on a helper thread; ``__exit__`` waits for all of
+    them and raises the first CheckpointError (after the load's own error, if it had one)."""
+
+    MAX_PENDING = 8  # a checked source tensor stays alive until checked: bounded extra memory
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="graphtop-finite-check", initializer=_one_thread)
+        self._pending: list[Future[None]] = []
+
+    def submit(self, name: str, tensor: torch.Tensor, file: Path) -> None:
+        for done in [f for f in self._pending if f.done()]:  # fail early once a check has failed
+            done.result()
+            self._pending.remove(done)
+        while len(self._pending) >= self.MAX_PENDING:
+            self._pending.pop(0).result()
+        self._pending.append(self._pool.submit(check_finite, name, tensor, file))
+
+    def __enter__(self) -> "FiniteChecks":
+        return self
+
+    def __exit__(self, kind: Optional[type], error: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        try:
+            if kind is None:
+                for future in self._pending:
+                    future.result()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)

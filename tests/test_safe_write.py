@@ -1,0 +1,137 @@
+"""safe_write: outputs never destroy inputs, links, device nodes, file modes or an older file."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from graphtop.engine.telemetry.safe_write import (
+    OutputPathError,
+    check_distinct,
+    check_output,
+    open_streaming,
+    write_atomic,
+)
+
+
+def _write(data: bytes):
+    return lambda f: f.write(data)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_new_file_gets_the_usual_mode_and_no_temp_is_left(tmp_path):
+    target = tmp_path / "out.jsonl"
+    write_atomic(target, _write(b"new\n"))
+    assert target.read_bytes() == b"new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~_umask()
+    assert os.listdir(tmp_path) == ["out.jsonl"]
+
+
+def test_existing_file_keeps_its_mode(tmp_path):
+    target = tmp_path / "out.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    write_atomic(target, _write(b"new\n"))
+    assert target.read_bytes() == b"new\n" and stat.S_IMODE(target.stat().st_mode) == 0o640
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
+    target = tmp_path / "out.jsonl"
+    target.write_text("old\n")
+
+    def fail(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomic(target, fail)
+    assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["out.jsonl"]
+
+
+def test_symlink_to_a_regular_file_is_refused_and_left_alone(tmp_path):
+    real = tmp_path / "real.jsonl"
+    real.write_text("precious\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    with pytest.raises(OutputPathError, match="symbolic link") as info:
+        write_atomic(link, _write(b"x"))
+    assert "\n" not in str(info.value)
+    assert link.is_symlink() and real.read_text() == "precious\n"
+    with pytest.raises(OutputPathError, match="symbolic link"):
+        open_streaming(link)
+    assert real.read_text() == "precious\n"
+
+
+def test_dangling_symlink_is_refused(tmp_path):
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "missing")
+    with pytest.raises(OutputPathError, match="link to nothing"):
+        check_output(link, "--output")
+    assert link.is_symlink() and not (tmp_path / "missing").exists()
+
+
+def test_device_node_is_written_through_not_replaced(tmp_path):
+    write_atomic(os.devnull, _write(b"discarded\n"))
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    link = tmp_path / "null-link"
+    link.symlink_to(os.devnull)  # like /dev/stdout -> /proc/self/fd/1
+    assert check_output(link, "--output").streams
+    write_atomic(link, _write(b"discarded\n"))
+    assert link.is_symlink()
+    with open_streaming(link) as f:
+        f.write(b"line\n")
+    assert link.is_symlink() and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifo_is_written_through(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_atomic(fifo, _write(b"through the pipe\n"))
+    reader.join(10)
+    assert got == [b"through the pipe\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_streaming_truncates_in_place_and_keeps_the_mode(tmp_path):
+    target = tmp_path / "trace.jsonl"
+    target.write_text("an older, longer trace\n")
+    target.chmod(0o600)
+    with open_streaming(target) as f:
+        f.write(b"{}\n")
+    assert target.read_bytes() == b"{}\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("case", ["dir", "no-parent", "parent-is-file"])
+def test_unusable_paths_are_one_line_errors(tmp_path, case):
+    (tmp_path / "f").write_text("x")
+    path = {"dir": tmp_path, "no-parent": tmp_path / "nope" / "o", "parent-is-file": tmp_path / "f" / "o"}[case]
+    with pytest.raises(OutputPathError) as info:
+        check_output(path, "--output")
+    assert str(info.value).startswith(f"--output {path}") and "\n" not in str(info.value)
+
+
+def test_distinct_refuses_every_name_of_the_same_file(tmp_path, monkeypatch):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hi\n")
+    (tmp_path / "alias").symlink_to(prompts)
+    os.link(prompts, tmp_path / "hard")
+    monkeypatch.chdir(tmp_path)
+    for name in (prompts, "prompts.txt", "./prompts.txt", tmp_path / "alias", tmp_path / "hard"):
+        with pytest.raises(OutputPathError, match="same file as --prompts"):
+            check_distinct([("--output", name)], [("--prompts", prompts)])
+    with pytest.raises(OutputPathError, match="name the same file"):
+        check_distinct([("--output", "new.jsonl"), ("--record", tmp_path / "new.jsonl")])
+    check_distinct([("--output", "a.jsonl"), ("--record", "b.jsonl"), ("x", None)], [("--prompts", prompts)])
+    assert not Path("new.jsonl").exists()

@@ -1,0 +1,71 @@
+"""Value types of the command-line flags: the range and finiteness checks argparse runs per flag.
+
+Every number a flag takes is checked here, before anything loads: ``nan`` and ``inf`` parse as floats
+in Python and would otherwise pass a ``< 0`` test and fail minutes later, after the model loaded.
+Integer flags stop at ``MAX_FLAG_INT``: every size the engine takes fits in 31 bits, and the sizes
+that must also fit in memory are checked against the machine where they are allocated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable, Optional
+
+from graphtop.engine.short_repr import short_repr
+
+MAX_FLAG_INT = 2**31 - 1
+MAX_SYNTHETIC_REQUESTS = 100_000
+"""``--synthetic N`` builds every request up front (prompt token ids included)."""
+MAX_SEED = 2**63 - 1
+"""Request i of a synthetic run is seeded ``seed + i``, which must stay a 64-bit torch seed."""
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # also for more than 4300 digits (int-from-string limit)
+        raise argparse.ArgumentTypeError(f"{short_repr(text)} is not an integer (or has too many digits)") from None
+
+
+def int_in(lo: int, hi: int = MAX_FLAG_INT) -> Callable[[str], int]:
+    """An integer flag in [lo, hi]."""
+
+    def parse(text: str) -> int:
+        v = _int(text)
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be positive" if lo == 1
+                                             else f"{short_repr(text)} must be >= {lo}")
+        if v > hi:
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} is over the limit of {hi}")
+        return v
+
+    return parse
+
+
+positive_int = int_in(1)
+nonneg_int = int_in(0)
+
+
+def finite_float(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_open: bool = False) -> Callable[[str], float]:
+    """A finite float flag with optional bounds (``lo_open``: strictly above ``lo``)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} is not a number") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} is not a finite number")
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            rule = "positive" if lo_open and lo == 0 else f"{'>' if lo_open else '>='} {lo:g}"
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be {rule}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be <= {hi:g}")
+        return v
+
+    return parse
+
+
+positive_float = finite_float(0.0, lo_open=True)
+nonneg_float = finite_float(0.0)
