@@ -99,11 +99,17 @@ class FileActions(AppActions):
     @work(thread=True, group="export", exit_on_error=False)
     def _export_worker(self, path: str, events: list["Event"]) -> None:
         """Writing a large trace takes a while; do it off the UI thread and report once."""
+        from graphtop.engine.telemetry.safe_write import OutputPathError
+
+        source = self.session.label if self.session.kind == "replay" else None
         try:
-            n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label})
+            n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label},
+                            source=source)
         except OSError as exc:
             self.call_from_thread(self.notify, f"{path}: {exc.strerror or exc}", title="export failed",
                                   severity="error")
+        except OutputPathError as exc:
+            self.call_from_thread(self.notify, str(exc), title="export failed", severity="error")
         else:
             self.call_from_thread(self.notify, f"{n:,} events → {path}", title="trace exported")
 

@@ -103,10 +103,16 @@ class DashboardState:
     @property
     def graphs_planned(self) -> bool:
         """The engine means to capture graphs (some phase has buckets after limits and downgrades)."""
+        return bool(self.planned_phases())
+
+    def planned_phases(self) -> list[str]:
+        """The phases the engine said it will capture (its resolved graph config): a phase without a
+        capture pass yet means capture is not over, even when the other phase's pass has finished."""
         config = (self.info.graph_config or {}) if self.info else {}
         if not config.get("available", True):
-            return False
-        return bool(config.get("decode", {}).get("bs") or config.get("prefill", {}).get("num_tokens"))
+            return []
+        return [phase for phase, key in (("decode", "bs"), ("prefill", "num_tokens"))
+                if (config.get(phase) or {}).get("backend") != "disabled" and (config.get(phase) or {}).get(key)]
 
     @property
     def capturing(self) -> bool:

@@ -34,16 +34,6 @@ class ViewHints:
     streaming: int = 0
 
 
-def planned_phases(state: DashboardState) -> list[str]:
-    """Phases the engine said it will capture (its resolved graph config): one still without a pass
-    means capture is not over, even when the other phase's pass has finished."""
-    config = (state.info.graph_config or {}) if state.info else {}
-    if not config.get("available", True):
-        return []
-    return [phase for phase, key in (("decode", "bs"), ("prefill", "num_tokens"))
-            if (config.get(phase) or {}).get("backend", "disabled") != "disabled" and (config.get(phase) or {}).get(key)]
-
-
 def view_headline(name: str, state: DashboardState, hints: ViewHints) -> str:
     """The one number a hidden view would show first."""
     if name == "steps":
@@ -61,7 +51,7 @@ def view_headline(name: str, state: DashboardState, hints: ViewHints) -> str:
             return "loading"
         passes = list(state.capture.values())
         if state.recapture_pending is not None or any(c.finished is None for c in passes) \
-                or any(phase not in state.capture for phase in planned_phases(state)):
+                or any(phase not in state.capture for phase in state.planned_phases()):
             done = sum(len(c.costs) for c in passes)
             return f"capturing {done}/{sum(c.total for c in passes)}"
         if any(c.failed for c in passes):
