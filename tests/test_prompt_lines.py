@@ -111,5 +111,5 @@ def test_every_bad_line_is_written_with_its_reason_and_the_others_are_served(tin
     for r in results:
         if r["id"] not in rejected:
             assert r["finish_reason"] in ("length", "eos") and r["token_ids"], r
-    assert len(err.strip().splitlines()) == 4 and all(e.startswith(f"graphtop: {prompts}:line ")
+    assert len(err.strip().splitlines()) == 4 and all(e.startswith(f"graphtop: error: {prompts}:line ")
                                                       for e in err.strip().splitlines())

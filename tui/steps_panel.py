@@ -61,14 +61,16 @@ class StepsPanel(Panel):
         replay = list(state.replay_ms)
         if replay:
             text = Content.from_markup(
-                "replay ms [$text-muted](last $n)[/] p50 [b]$p50[/b] · p99 [b]$p99[/b] · mean $mean · "
-                "graph hits [$success]$hit[/] of $steps steps",
+                "replay ms [$text-muted](last $n)[/] p50 [b]$p50[/b] · p99 [b]$p99[/b]",
                 n=str(len(replay)), p50=ms(percentile(replay, 0.5)), p99=ms(percentile(replay, 0.99)),
-                mean=ms(statistics.fmean(replay)), hit=pct(state.hit_rate()), steps=f"{state.total_steps:,}",
             )
             slowest = state.slowest_rank()
-            if slowest is not None:  # a step waits for its slowest rank
+            if slowest is not None:  # a step waits for its slowest rank: ahead of what the header repeats
                 text += Content.from_markup(" · slowest rank [b]$r[/b] $m", r=str(slowest[0]), m=ms(slowest[1]))
+            text += Content.from_markup(
+                " · mean $mean · graph hits [$success]$hit[/] of $steps steps",
+                mean=ms(statistics.fmean(replay)), hit=pct(state.hit_rate()), steps=f"{state.total_steps:,}",
+            )
             set_content(caption, text)
         else:
             set_content(caption, Content.from_markup("[$text-muted]replay ms — no graph replays yet[/]"))
