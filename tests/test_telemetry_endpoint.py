@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
