@@ -7,7 +7,7 @@ both alike. Prints the median decode tokens/s of each and the ratio with ÷ with
 H200 is >= 0.97 at N = 64), and what the checks found (run, skipped, mismatches, worst relative error).
 
     python bench/parity_bench.py --device cuda [--shape qwen3-0.6b] [--batch-sizes 1,64] [--every 64]
-        [--rounds 8] [--steps 256] [--attention auto]
+        [--rounds 8] [--steps 256] [--attention auto] [--compare-pacing]
     python bench/parity_bench.py --device cpu   # smoke check: a CPU-sized Qwen3, emulated graphs
 """
 
@@ -75,27 +75,38 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
     context = PROMPT_LEN + new_tokens + 16
     engines = {"without": make_engine(ckpt, args.device, bs, context, 0, args.attention),
                "with": make_engine(ckpt, args.device, bs, context, args.every, args.attention)}
+    if args.compare_pacing:  # the same checks with the re-run's pacing off (engine/parity.py)
+        engines["unpaced"] = make_engine(ckpt, args.device, bs, context, args.every, args.attention)
+        engines["unpaced"].parity.pacing = False
     handles = {name: fill_decode(eng, bs, new_tokens) for name, eng in engines.items()}
     for eng in engines.values():  # warm up, checks included (the first eager re-run compiles its kernels)
         tokens_per_s(eng, bs, args.steps, args.device)
-    checker = engines["with"].parity
-    checker.wait_idle()
-    before = (checker.checks, checker.skipped)
+    checkers = {name: eng.parity for name, eng in engines.items() if name != "without"}
+    before = {}
+    for name, checker in checkers.items():
+        checker.wait_idle()
+        before[name] = (checker.checks, checker.skipped)
     rates: dict[str, list[float]] = {name: [] for name in engines}
     for r in range(args.rounds):
         order = list(engines) if r % 2 == 0 else list(reversed(engines))
         for name in order:
             rates[name].append(tokens_per_s(engines[name], bs, args.steps, args.device))
-    checker.wait_idle()
-    checks, skipped = checker.checks - before[0], checker.skipped - before[1]
     out = {name: statistics.median(v) for name, v in rates.items()}
-    ratio = out["with"] / out["without"]
-    print(f"bs {bs:>3}: without {out['without']:10.1f} tok/s   with (1 in {args.every}) {out['with']:10.1f} tok/s"
-          f"   with ÷ without {ratio:.3f}   (medians of {args.rounds} rounds × {args.steps} steps;"
-          f" rounds {min(rates['with']) / max(rates['without']):.3f}–{max(rates['with']) / min(rates['without']):.3f})",
-          flush=True)
-    print(f"        checks run {checks}, skipped {skipped} (one still running), mismatches {checker.mismatches},"
-          f" worst rel err {checker.worst_rel_err:.3g} (tolerance {checker.tolerance:g})", flush=True)
+    result: dict[str, float] = {"bs": bs, "without_tok_s": out["without"]}
+    for name, checker in checkers.items():
+        checker.wait_idle()
+        checks, skipped = checker.checks - before[name][0], checker.skipped - before[name][1]
+        ratio = out[name] / out["without"]
+        label = f"with (1 in {args.every})" if name == "with" else f"{name} (1 in {args.every})"
+        print(f"bs {bs:>3}: without {out['without']:10.1f} tok/s   {label} {out[name]:10.1f} tok/s"
+              f"   {name} ÷ without {ratio:.3f}   (medians of {args.rounds} rounds × {args.steps} steps;"
+              f" rounds {min(rates[name]) / max(rates['without']):.3f}–{max(rates[name]) / min(rates['without']):.3f})",
+              flush=True)
+        print(f"        checks run {checks}, skipped {skipped} (one still running), mismatches {checker.mismatches},"
+              f" worst rel err {checker.worst_rel_err:.3g} (tolerance {checker.tolerance:g})", flush=True)
+        result[f"{name}_tok_s"], result[f"{name}_ratio"] = out[name], ratio
+        if name == "with":
+            result.update(with_tok_s=out[name], ratio=ratio, checks=checks, skipped=skipped)
     for name, eng in engines.items():
         for h in handles[name]:
             eng.cancel(h.request_id)
@@ -105,8 +116,7 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
     gc.collect()
     if args.device == "cuda":
         torch.cuda.empty_cache()
-    return {"bs": bs, "without_tok_s": out["without"], "with_tok_s": out["with"], "ratio": ratio,
-            "checks": checks, "skipped": skipped}
+    return result
 
 
 def main() -> int:
@@ -118,6 +128,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None, help="default 8 (CUDA) or 3 (CPU)")
     ap.add_argument("--steps", type=int, default=None, help="steps per timing round; default 256 (CUDA) or 64 (CPU)")
     ap.add_argument("--attention", default="auto", choices=["auto", "flashinfer", "torch"])
+    ap.add_argument("--compare-pacing", action="store_true",
+                    help="also time an engine whose parity re-run is not paced (its Python competes freely)")
     args = ap.parse_args()
     cuda = args.device == "cuda"
     args.rounds = args.rounds or (8 if cuda else 3)

@@ -33,7 +33,10 @@ Why a check cannot change what the requests get:
 The worker shares the GIL with the step loop. While checks are on, the interpreter's switch interval
 is at most ``SWITCH_INTERVAL_S`` (as the dashboard sets it): a step loop that wants the GIL back from
 the worker's Python then waits a fraction of a millisecond, not CPython's default 5 ms, which is
-longer than a graph decode step.
+longer than a graph decode step. On a GPU the worker also paces itself: before each layer of its
+re-run it waits (up to ``PACE_WAIT_S``) until the step loop blocks on the device (reading a step's
+tokens back), so its Python, which launches every kernel of an eager forward one by one, runs while
+the step loop has nothing to do instead of stretching the step loop's host time past the GPU's.
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ from .telemetry import events as ev
 PublishFn = Callable[[ev.Event], None]
 
 SWITCH_INTERVAL_S = 0.0002
+
+PACE_WAIT_S = 0.002
+"""Longest a paced re-run waits before a layer for the step loop to block on the device: an engine
+that stopped stepping (idle, or sampling on the host) delays a check by at most this per layer."""
 
 DEFAULT_TOLERANCE = {torch.float32: 1e-3, torch.float16: 0.1, torch.bfloat16: 0.1}
 """Relative error (per row: max |graph - eager| / max |eager|) above which a check is a mismatch. Two
@@ -116,6 +123,9 @@ class ParityChecker:
         self._queue: "queue.SimpleQueue[Optional[_Check]]" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self._switch_interval: Optional[float] = None  # the interpreter's, while checks lowered it
+        self.pacing = device.type == "cuda"  # a CPU forward has no device wait to fill
+        self._step_loop_waits = threading.Event()  # set while the step loop blocks on the device
+        self._worker_ident: Optional[int] = None
 
     # --- switching on and off (step loop's thread, between steps) ----------------------------------
     def set_every(self, n: int) -> Optional[str]:
@@ -134,11 +144,16 @@ class ParityChecker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="graphtop-parity", daemon=True)
                 self._thread.start()
+                self._worker_ident = self._thread.ident
+            decoder = getattr(self.model, "model", None)
+            if hasattr(decoder, "before_layer"):
+                decoder.before_layer = self._pace
             if sys.getswitchinterval() > SWITCH_INTERVAL_S + 1e-6:
                 self._switch_interval = sys.getswitchinterval()
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
         if not n and self._scratch:
             self.wait_idle()
+            self._unhook()
             self.pool.unreserve(self._scratch)
             self._scratch = []
             self._restore_switch_interval()
@@ -163,8 +178,14 @@ class ParityChecker:
             job.finished.wait()
         self.poll()
 
+    def _unhook(self) -> None:
+        decoder = getattr(self.model, "model", None)
+        if getattr(decoder, "before_layer", None) == self._pace:
+            decoder.before_layer = None
+
     def close(self) -> None:
         self.wait_idle()
+        self._unhook()
         self._finished.clear()
         self._restore_switch_interval()
         if self._thread is not None:
@@ -173,6 +194,23 @@ class ParityChecker:
             self._thread = None
 
     # --- the step loop's hooks -------------------------------------------------------------------
+    def while_device_busy(self, wait: Callable[[], Any]) -> Any:
+        """Run ``wait`` (the step loop blocking on the device) with the window open in which a running
+        check's re-run proceeds; returns what ``wait`` returns."""
+        if self._running is None:
+            return wait()
+        self._step_loop_waits.set()
+        try:
+            return wait()
+        finally:
+            self._step_loop_waits.clear()
+
+    def _pace(self) -> None:
+        """Before each layer of a forward: the worker's re-run waits for the step loop's next device
+        wait (any other thread's forward passes straight through)."""
+        if self.pacing and threading.get_ident() == self._worker_ident:
+            self._step_loop_waits.wait(PACE_WAIT_S)
+
     def after_forward(self, batch: ForwardBatch, out: StepOutput, allowed: bool = True) -> None:
         """Right after a step's forward: start a check if one is due (graph steps with sampled rows)."""
         if not self.every or out.path != "graph" or not batch.sample_rows:

@@ -99,7 +99,10 @@ class StepLoop:
         if self.overlap_schedule and launchable(batch):
             self.pending = self.readback.launch(batch, out, t0)
             return True
-        tokens = sample(out.logits, batch.sample_requests)  # .tolist(): the step's one sync
+        if self.parity is not None:
+            tokens = self.parity.while_device_busy(lambda: sample(out.logits, batch.sample_requests))
+        else:
+            tokens = sample(out.logits, batch.sample_requests)  # .tolist(): the step's one sync
         self._deliver(batch, out, tokens, (time.perf_counter() - t0) * 1e3)
         return True
 
@@ -119,7 +122,8 @@ class StepLoop:
 
     def _complete(self, step: InFlightStep, placeholders: bool) -> None:
         """Read a launched step's tokens back and deliver them."""
-        self._deliver(step.batch, step.out, step.tokens(), step.host_ms, placeholders)
+        tokens = step.tokens() if self.parity is None else self.parity.while_device_busy(step.tokens)
+        self._deliver(step.batch, step.out, tokens, step.host_ms, placeholders)
 
     def _deliver(self, batch: ForwardBatch, out: StepOutput, tokens: list[int], host_ms: float,
                  placeholders: bool = False) -> None:

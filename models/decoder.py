@@ -11,7 +11,7 @@ Parameter names equal HF checkpoint names, so loading is a name -> parameter cop
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -172,20 +172,30 @@ class DecoderModel(nn.Module):
         self.rotary_emb = RotaryEmbedding(spec)
         self.fused = False
         self.gemv_max_rows = 0  # fused path: batches up to this many tokens take the Triton GEMV layers
+        self.before_layer: Optional[Callable[[], None]] = None
+        """Called before each layer when set: lets a background forward (the engine's parity re-run)
+        pace itself between layers; it decides itself which threads it holds back."""
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
+        pace = self.before_layer
         if self.fused and x.shape[0] <= self.gemv_max_rows:
             for layer in self.layers:
+                if pace is not None:
+                    pace()
                 layer.forward_small(x, positions, self.rotary_emb, attn)
             return tk.rms_norm(x, self.norm.weight, self.norm.eps)
         if self.fused:
             residual = None
             for layer in self.layers:
+                if pace is not None:
+                    pace()
                 x, residual = layer.forward_fused(x, residual, positions, self.rotary_emb, attn)
             return tk.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
         rope = self.rotary_emb.factors(positions, x.dtype)
         for layer in self.layers:
+            if pace is not None:
+                pace()
             x = layer(x, rope, attn)
         return self.norm(x)
 

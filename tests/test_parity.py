@@ -161,6 +161,46 @@ def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:
     engine.close()
 
 
+def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_device(
+        tiny_ckpt, make_engine, monkeypatch) -> None:
+    """As on a GPU: the worker's re-run waits before each layer for a device wait of the step loop, so
+    its Python does not compete with the step loop's; the step loop's own forwards pass straight on."""
+    import time
+
+    import graphtop.engine.parity as parity_mod
+
+    monkeypatch.setattr(parity_mod, "PACE_WAIT_S", 30.0)  # no timeout lets a layer through in this test
+    bus = EventBus()
+    sub = bus.subscribe("t")
+    engine = _engine(tiny_ckpt, make_engine, bus, overlap_schedule=False, capture_before_serving=True)
+    checker, decoder = engine.parity, engine.model.model
+    checker.pacing = True
+    engine.set_parity_every(1)
+    engine.run_until_idle()
+    assert decoder.before_layer == checker._pace
+    engine.submit(list(range(10, 25)), SamplingParams(max_new_tokens=3, ignore_eos=True, detokenize=False))
+    waits: list[float] = []
+    monkeypatch.setattr(checker, "while_device_busy", lambda wait: waits.append(0.0) or wait())  # shut the window
+    engine.step()  # the prefill (bucket 16): a graph step, checked; its sampling opens no window
+    job = checker._running
+    assert job is not None and waits
+    time.sleep(0.3)
+    assert not job.finished.is_set()  # held before its first layer
+    monkeypatch.undo()
+    n_layers = len(decoder.layers)
+    for _ in range(n_layers + 5):
+        if job.finished.is_set():
+            break
+        checker.while_device_busy(lambda: time.sleep(0.05))  # the step loop blocking on the device
+    assert job.finished.wait(5.0) and job.error is None
+    engine.parity.wait_idle()
+    assert [c.mismatch for c in _checks(sub.drain())] == [False]
+    engine.set_parity_every(0)
+    engine.run_until_idle()
+    assert decoder.before_layer is None
+    engine.close()
+
+
 def test_too_little_free_kv_for_scratch_is_an_error_event(tiny_ckpt, make_engine) -> None:
     bus = EventBus()
     sub = bus.subscribe("t")
