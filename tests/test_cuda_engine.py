@@ -276,7 +276,9 @@ def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkey
     handles = [eng.submit(p, params, request_id=f"r{i}") for i, p in enumerate(prompts)]
     eng.run_until_done(handles)
     assert [len(h.token_ids) for h in handles] == [40] * 6
-    _assert_agree(ref, got, "serving while capturing vs capturing first", logits_tol=1e-2)
+    # eager steps (before their bucket is live) against graph steps, torch-native attention: the 2e-2 of
+    # ATTENTION_TOL's torch entry (the graph reduces over the full page-table width, eager the live one)
+    _assert_agree(ref, got, "serving while capturing vs capturing first", logits_tol=2e-2)
     steps = [e for e in sub.drain() if isinstance(e, ev.StepEvent)]
     assert steps[0].fallback_reason == "not_yet_captured"  # the prefill: its bucket comes late (largest first)
     assert any(s.path == "graph" for s in steps)  # buckets went live while the requests ran
