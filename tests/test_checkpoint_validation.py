@@ -221,3 +221,19 @@ def test_links_that_stay_inside_the_folder_are_fine(ckpt):
     (ckpt / "model.safetensors").rename(ckpt / "blobs" / "w")
     (ckpt / "model.safetensors").symlink_to("blobs/w")
     assert load_checkpoint(ckpt).spec.num_layers == 2
+
+
+def test_device_weights_are_checked_together_and_the_culprit_named(tmp_path):
+    """The GPU path's one multi-tensor pass (run here on host tensors: it is device-agnostic): finite
+    weights pass, an L1 sum that overflows is not mistaken for a non-finite weight, and a NaN is
+    reported with its tensor's name."""
+    from graphtop.models.weight_checks import check_finite_on_device
+
+    f = tmp_path / "model.safetensors"
+    fine = [("a", torch.randn(8, 8), f), ("b", torch.randn(5).to(torch.bfloat16), f), ("empty", torch.empty(0), f)]
+    check_finite_on_device(fine)
+    check_finite_on_device(fine + [("huge", torch.full((4,), 3e38), f)])  # its L1 norm overflows to inf
+    bad = torch.randn(6).to(torch.bfloat16)
+    bad[3] = float("inf")
+    with pytest.raises(CheckpointError, match=r"tensor 'bad' holds 1 non-finite values"):
+        check_finite_on_device(fine + [("bad", bad, f)])
