@@ -3,7 +3,8 @@
 Three engines share one random-weight checkpoint and serve ``bs`` greedy requests, timed in
 interleaved rounds: without checks; with checks every ``--every`` graph steps; and with checks whose
 eager re-run is replaced by a copy of the graph's logits ("no re-run": the snapshot, hand-off, compare
-and publish machinery without the eager forward). For the checking engine it also prints the step
+and publish machinery without the eager forward); "python only" (the re-run replaced by
+``--burn-ms`` of pure Python: the GIL's share); "switch 50us" (checks with a shorter switch interval). For the checking engine it also prints the step
 wall time while a check is in flight against while none is, and how the worker's time splits
 (attention planning, launching the forward's kernels, waiting for the comparison).
 
@@ -13,6 +14,7 @@ wall time while a check is in flight against while none is, and how the worker's
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -46,6 +48,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=256)
     ap.add_argument("--attention", default="auto")
+    ap.add_argument("--burn-ms", type=float, default=9.0, help="the 'python only' variant's host time per check")
     args = ap.parse_args()
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     extra = {} if args.device == "cuda" else dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
@@ -55,7 +58,8 @@ def main() -> int:
     new_tokens = (args.rounds + 1) * args.steps + 8
     context = 128 + new_tokens + 16
     engines = {name: make_engine(ckpt, args.device, args.bs, context, 0 if name == "without" else args.every,
-                                 args.attention) for name in ("without", "with", "no re-run")}
+                                 args.attention) for name in ("without", "with", "no re-run", "python only",
+                                                              "switch 50us")}
     split: dict[str, list[float]] = {"plan": [], "forward launch": [], "run": []}
     eager = engines["with"].parity._eager
     eager.attention.prepare = timed(split["plan"], eager.attention.prepare)
@@ -63,11 +67,24 @@ def main() -> int:
     eager.run = timed(split["run"], eager.run)
     lazy = engines["no re-run"].parity
     lazy._eager.run = lambda batch: StepOutput(logits=lazy._logits_buf[: len(batch.sample_rows)].clone(), path="eager")
+    burner = engines["python only"].parity
+
+    def burn(batch: Any) -> StepOutput:  # the re-run's host time in pure Python (the GIL), no device work
+        end = time.perf_counter() + args.burn_ms / 1e3
+        while time.perf_counter() < end:
+            sum(range(200))
+        return StepOutput(logits=burner._logits_buf[: len(batch.sample_rows)].clone(), path="eager")
+
+    burner._eager.run = burn
     handles = {name: fill_decode(eng, args.bs, new_tokens) for name, eng in engines.items()}
+    subs = {name: eng.bus.subscribe("parity-cost", types={"step"}) for name, eng in engines.items()}
     step_ms: dict[str, list[tuple[float, bool]]] = {name: [] for name in engines}
     for warm in (True,) + (False,) * args.rounds:
         for name, eng in engines.items():
             checker = eng.parity
+            interval = sys.getswitchinterval()
+            if name == "switch 50us":
+                sys.setswitchinterval(5e-5)
             sync(args.device)
             t_all = time.perf_counter()
             for _ in range(args.steps):
@@ -77,7 +94,11 @@ def main() -> int:
                 if not warm:
                     step_ms[name].append(((time.perf_counter() - t) * 1e3, busy))
             sync(args.device)
+            sys.setswitchinterval(interval)
+            paths = collections.Counter(f"{e.path}" + (f" ({e.fallback_reason})" if e.fallback_reason else "")
+                                        for e in subs[name].drain() if getattr(e, "path", None))
             if not warm:
+                print(f"  {name:>10}: steps {dict(paths)}", flush=True)
                 print(f"  {name:>10}: {args.bs * args.steps / (time.perf_counter() - t_all):9.1f} tok/s", flush=True)
     base = statistics.median(v for v, _ in step_ms["without"])
     for name, rows in step_ms.items():

@@ -30,10 +30,13 @@ Why a check cannot change what the requests get:
 * Capture: no check starts while a recapture is pending, and the engine waits for a running check
   before it captures (capturing forbids CUDA work from other threads).
 
-The worker shares the GIL with the step loop. While checks are on, the interpreter's switch interval
-is at most ``SWITCH_INTERVAL_S`` (as the dashboard sets it): a step loop that wants the GIL back from
-the worker's Python then waits a fraction of a millisecond, not CPython's default 5 ms, which is
-longer than a graph decode step. On a GPU the worker also paces itself: before each layer of its
+The worker shares the GIL with the step loop, and its eager forward is mostly Python (every kernel
+launched one by one). While checks are on, the interpreter's switch interval is at most
+``SWITCH_INTERVAL_S``: the step loop re-takes the GIL many times a step (each torch call releases it),
+and each time it may wait up to that interval for the worker; at CPython's default 5 ms, or even at
+0.2 ms, those waits add up to more than a small graph decode step (``bench/parity_cost.py`` measures
+this directly: a re-run replaced by pure Python slows the steps it overlaps as much as the real one).
+On a GPU the worker also paces itself: before each layer of its
 re-run it waits (up to ``PACE_WAIT_S``) until the step loop blocks on the device (reading a step's
 tokens back), so its Python, which launches every kernel of an eager forward one by one, runs while
 the step loop has nothing to do instead of stretching the step loop's host time past the GPU's.
@@ -61,7 +64,7 @@ from .telemetry import events as ev
 
 PublishFn = Callable[[ev.Event], None]
 
-SWITCH_INTERVAL_S = 0.0002
+SWITCH_INTERVAL_S = 0.00005
 
 PACE_WAIT_S = 0.002
 """Longest a paced re-run waits before a layer for the step loop to block on the device: an engine
