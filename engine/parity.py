@@ -70,6 +70,17 @@ PACE_WAIT_S = 0.002
 """Longest a paced re-run waits before a layer for the step loop to block on the device: an engine
 that stopped stepping (idle, or sampling on the host) delays a check by at most this per layer."""
 
+_PACED: dict[int, "ParityChecker"] = {}
+"""Worker thread ident -> its checker: engines sharing one model each pace their own worker."""
+
+
+def _pace_current_thread() -> None:
+    """The model's ``before_layer`` while checks are on: a parity worker's re-run waits for its step
+    loop's next device wait; any other thread's forward passes straight through."""
+    checker = _PACED.get(threading.get_ident())
+    if checker is not None and checker.pacing:
+        checker._step_loop_waits.wait(PACE_WAIT_S)
+
 DEFAULT_TOLERANCE = {torch.float32: 1e-3, torch.float16: 0.1, torch.bfloat16: 0.1}
 """Relative error (per row: max |graph - eager| / max |eager|) above which a check is a mismatch. Two
 correct paths differ by rounding (other kernels, other batch shapes); a broken graph is off by O(1)."""
@@ -149,8 +160,9 @@ class ParityChecker:
                 self._thread.start()
                 self._worker_ident = self._thread.ident
             decoder = getattr(self.model, "model", None)
-            if hasattr(decoder, "before_layer"):
-                decoder.before_layer = self._pace
+            if hasattr(decoder, "before_layer") and self._worker_ident is not None:
+                _PACED[self._worker_ident] = self
+                decoder.before_layer = _pace_current_thread
             if sys.getswitchinterval() > SWITCH_INTERVAL_S + 1e-6:
                 self._switch_interval = sys.getswitchinterval()
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -182,8 +194,11 @@ class ParityChecker:
         self.poll()
 
     def _unhook(self) -> None:
+        if _PACED.get(self._worker_ident) is self:
+            del _PACED[self._worker_ident]
         decoder = getattr(self.model, "model", None)
-        if getattr(decoder, "before_layer", None) == self._pace:
+        if getattr(decoder, "before_layer", None) is _pace_current_thread and \
+                not any(c.model is self.model for c in _PACED.values()):
             decoder.before_layer = None
 
     def close(self) -> None:
@@ -207,12 +222,6 @@ class ParityChecker:
             return wait()
         finally:
             self._step_loop_waits.clear()
-
-    def _pace(self) -> None:
-        """Before each layer of a forward: the worker's re-run waits for the step loop's next device
-        wait (any other thread's forward passes straight through)."""
-        if self.pacing and threading.get_ident() == self._worker_ident:
-            self._step_loop_waits.wait(PACE_WAIT_S)
 
     def after_forward(self, batch: ForwardBatch, out: StepOutput, allowed: bool = True) -> None:
         """Right after a step's forward: start a check if one is due (graph steps with sampled rows)."""

@@ -177,7 +177,7 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     checker.pacing = True
     engine.set_parity_every(1)
     engine.run_until_idle()
-    assert decoder.before_layer == checker._pace
+    assert decoder.before_layer is parity_mod._pace_current_thread
     engine.submit(list(range(10, 25)), SamplingParams(max_new_tokens=3, ignore_eos=True, detokenize=False))
     waits: list[float] = []
     monkeypatch.setattr(checker, "while_device_busy", lambda wait: waits.append(0.0) or wait())  # shut the window
@@ -197,8 +197,32 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     assert [c.mismatch for c in _checks(sub.drain())] == [False]
     engine.set_parity_every(0)
     engine.run_until_idle()
-    assert decoder.before_layer is None
+    assert decoder.before_layer is None and not parity_mod._PACED
     engine.close()
+
+
+def test_engines_sharing_a_model_each_pace_their_own_worker(tiny_ckpt) -> None:
+    import graphtop.engine.parity as parity_mod
+    from graphtop.engine.config import EngineConfig
+    from graphtop.engine.engine import Engine
+    from graphtop.models import load_checkpoint
+
+    ckpt = load_checkpoint(tiny_ckpt("qwen3"))
+    config = EngineConfig(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
+                          chunked_prefill_size=64, graphs=build_graph_config(None, GRAPHS))
+    first, second = Engine(ckpt, config, EventBus()), Engine(ckpt, config, EventBus())
+    assert first.model is second.model  # one checkpoint, one module
+    for engine in (first, second):
+        engine.set_parity_every(4)
+        engine.run_until_idle()
+    paced = {first.parity._worker_ident: first.parity, second.parity._worker_ident: second.parity}
+    assert parity_mod._PACED == paced and first.model.model.before_layer is parity_mod._pace_current_thread
+    first.set_parity_every(0)
+    first.run_until_idle()
+    assert first.model.model.before_layer is parity_mod._pace_current_thread  # the second still checks
+    second.close()
+    assert first.model.model.before_layer is None and not parity_mod._PACED
+    first.close()
 
 
 def test_too_little_free_kv_for_scratch_is_an_error_event(tiny_ckpt, make_engine) -> None:
