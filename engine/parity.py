@@ -36,10 +36,8 @@ launched one by one). While checks are on, the interpreter's switch interval is 
 and each time it may wait up to that interval for the worker; at CPython's default 5 ms, or even at
 0.2 ms, those waits add up to more than a small graph decode step (``bench/parity_cost.py`` measures
 this directly: a re-run replaced by pure Python slows the steps it overlaps as much as the real one).
-On a GPU the worker also paces itself: before each layer of its
-re-run it waits (up to ``PACE_WAIT_S``) until the step loop blocks on the device (reading a step's
-tokens back), so its Python, which launches every kernel of an eager forward one by one, runs while
-the step loop has nothing to do instead of stretching the step loop's host time past the GPU's.
+On a GPU the worker also paces itself, one layer per device wait of the step loop
+(``parity_pacing``), so its Python runs while the step loop has nothing to do.
 """
 
 from __future__ import annotations
@@ -58,6 +56,7 @@ import torch
 from .attention.base import AttentionBackend
 from .batch import ForwardBatch
 from .kv_pool import KVPool
+from .parity_pacing import DeviceWaits, Paced
 from .runners.base import StepOutput
 from .runners.eager import EagerRunner
 from .telemetry import events as ev
@@ -65,21 +64,6 @@ from .telemetry import events as ev
 PublishFn = Callable[[ev.Event], None]
 
 SWITCH_INTERVAL_S = 0.00005
-
-PACE_WAIT_S = 0.002
-"""Longest a paced re-run waits before a layer for the step loop to block on the device: an engine
-that stopped stepping (idle, or sampling on the host) delays a check by at most this per layer."""
-
-_PACED: dict[int, "ParityChecker"] = {}
-"""Worker thread ident -> its checker: engines sharing one model each pace their own worker."""
-
-
-def _pace_current_thread() -> None:
-    """The model's ``before_layer`` while checks are on: a parity worker's re-run waits for its step
-    loop's next device wait; any other thread's forward passes straight through."""
-    checker = _PACED.get(threading.get_ident())
-    if checker is not None and checker.pacing:
-        checker._step_loop_waits.wait(PACE_WAIT_S)
 
 DEFAULT_TOLERANCE = {torch.float32: 1e-3, torch.float16: 0.1, torch.bfloat16: 0.1}
 """Relative error (per row: max |graph - eager| / max |eager|) above which a check is a mismatch. Two
@@ -137,8 +121,7 @@ class ParityChecker:
         self._queue: "queue.SimpleQueue[Optional[_Check]]" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self._switch_interval: Optional[float] = None  # the interpreter's, while checks lowered it
-        self.pacing = device.type == "cuda"  # a CPU forward has no device wait to fill
-        self._step_loop_waits = threading.Event()  # set while the step loop blocks on the device
+        self._device_waits = DeviceWaits(enabled=device.type == "cuda")  # a CPU forward has no device wait
         self._worker_ident: Optional[int] = None
 
     # --- switching on and off (step loop's thread, between steps) ----------------------------------
@@ -161,8 +144,8 @@ class ParityChecker:
                 self._worker_ident = self._thread.ident
             decoder = getattr(self.model, "model", None)
             if hasattr(decoder, "before_layer") and self._worker_ident is not None:
-                _PACED[self._worker_ident] = self
-                decoder.before_layer = _pace_current_thread
+                Paced.register(self._worker_ident, self._device_waits)
+                decoder.before_layer = Paced.before_layer
             if sys.getswitchinterval() > SWITCH_INTERVAL_S + 1e-6:
                 self._switch_interval = sys.getswitchinterval()
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -181,6 +164,16 @@ class ParityChecker:
         self._switch_interval = None
 
     @property
+    def pacing(self) -> bool:
+        """The re-run takes one layer per device wait of the step loop (``parity_pacing``): on by
+        default on a GPU; off, its Python competes with the step loop's freely."""
+        return self._device_waits.enabled
+
+    @pacing.setter
+    def pacing(self, on: bool) -> None:
+        self._device_waits.enabled = on
+
+    @property
     def busy(self) -> bool:
         """A check is running (its snapshot buffers are in use)."""
         self._collect()
@@ -194,11 +187,9 @@ class ParityChecker:
         self.poll()
 
     def _unhook(self) -> None:
-        if _PACED.get(self._worker_ident) is self:
-            del _PACED[self._worker_ident]
+        Paced.unregister(self._worker_ident)
         decoder = getattr(self.model, "model", None)
-        if getattr(decoder, "before_layer", None) is _pace_current_thread and \
-                not any(c.model is self.model for c in _PACED.values()):
+        if getattr(decoder, "before_layer", None) == Paced.before_layer and not Paced.registered():
             decoder.before_layer = None
 
     def close(self) -> None:
@@ -215,13 +206,9 @@ class ParityChecker:
     def while_device_busy(self, wait: Callable[[], Any]) -> Any:
         """Run ``wait`` (the step loop blocking on the device) with the window open in which a running
         check's re-run proceeds; returns what ``wait`` returns."""
-        if self._running is None:
+        if self._running is None or not self.pacing:
             return wait()
-        self._step_loop_waits.set()
-        try:
-            return wait()
-        finally:
-            self._step_loop_waits.clear()
+        return self._device_waits.during(wait)
 
     def after_forward(self, batch: ForwardBatch, out: StepOutput, allowed: bool = True) -> None:
         """Right after a step's forward: start a check if one is due (graph steps with sampled rows)."""

@@ -167,9 +167,9 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     its Python does not compete with the step loop's; the step loop's own forwards pass straight on."""
     import time
 
-    import graphtop.engine.parity as parity_mod
+    import graphtop.engine.parity_pacing as pacing
 
-    monkeypatch.setattr(parity_mod, "PACE_WAIT_S", 30.0)  # no timeout lets a layer through in this test
+    monkeypatch.setattr(pacing, "PACE_WAIT_S", 30.0)  # no timeout lets a layer through in this test
     bus = EventBus()
     sub = bus.subscribe("t")
     engine = _engine(tiny_ckpt, make_engine, bus, overlap_schedule=False, capture_before_serving=True)
@@ -177,7 +177,7 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     checker.pacing = True
     engine.set_parity_every(1)
     engine.run_until_idle()
-    assert decoder.before_layer is parity_mod._pace_current_thread
+    assert decoder.before_layer == pacing.Paced.before_layer
     engine.submit(list(range(10, 25)), SamplingParams(max_new_tokens=3, ignore_eos=True, detokenize=False))
     waits: list[float] = []
     monkeypatch.setattr(checker, "while_device_busy", lambda wait: waits.append(0.0) or wait())  # shut the window
@@ -197,14 +197,14 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     assert [c.mismatch for c in _checks(sub.drain())] == [False]
     engine.set_parity_every(0)
     engine.run_until_idle()
-    assert decoder.before_layer is None and not parity_mod._PACED
+    assert decoder.before_layer is None and not pacing.Paced.registered()
     engine.close()
 
 
 def test_engines_sharing_a_model_each_pace_their_own_worker(tiny_ckpt) -> None:
-    import graphtop.engine.parity as parity_mod
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
+    from graphtop.engine.parity_pacing import Paced
     from graphtop.models import load_checkpoint
 
     ckpt = load_checkpoint(tiny_ckpt("qwen3"))
@@ -215,14 +215,44 @@ def test_engines_sharing_a_model_each_pace_their_own_worker(tiny_ckpt) -> None:
     for engine in (first, second):
         engine.set_parity_every(4)
         engine.run_until_idle()
-    paced = {first.parity._worker_ident: first.parity, second.parity._worker_ident: second.parity}
-    assert parity_mod._PACED == paced and first.model.model.before_layer is parity_mod._pace_current_thread
+    assert Paced.registered() == {first.parity._worker_ident: first.parity._device_waits,
+                                  second.parity._worker_ident: second.parity._device_waits}
+    assert first.model.model.before_layer == Paced.before_layer
     first.set_parity_every(0)
     first.run_until_idle()
-    assert first.model.model.before_layer is parity_mod._pace_current_thread  # the second still checks
+    assert first.model.model.before_layer == Paced.before_layer  # the second still checks
     second.close()
-    assert first.model.model.before_layer is None and not parity_mod._PACED
+    assert first.model.model.before_layer is None and not Paced.registered()
     first.close()
+
+
+def test_device_waits_let_one_layer_through_per_wait() -> None:
+    """A worker that finished a layer waits for the step loop's next device wait, not the one still
+    open; with none coming, the timeout lets the layer go ahead."""
+    import time
+
+    from graphtop.engine.parity_pacing import DeviceWaits
+
+    waits = DeviceWaits()
+    assert not waits.next_layer(0.01)  # no device wait at all: goes ahead after the timeout
+    layers: list[bool] = []
+    first_taken = threading.Event()
+
+    def worker() -> None:
+        layers.append(waits.next_layer(5.0))  # the first wait
+        first_taken.set()
+        layers.append(waits.next_layer(0.05))  # the same wait, still open: times out
+        layers.append(waits.next_layer(5.0))  # the next wait
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    waits.during(lambda: first_taken.wait(5.0) and time.sleep(0.2))  # one long device wait
+    time.sleep(0.05)
+    waits.during(lambda: time.sleep(0.05))
+    thread.join(5.0)
+    assert layers == [True, False, True]
+    waits.enabled = False
+    assert not waits.next_layer(10.0)  # off: never waits
 
 
 def test_too_little_free_kv_for_scratch_is_an_error_event(tiny_ckpt, make_engine) -> None:
