@@ -54,9 +54,13 @@ _EXACT_WIDENING = {
 
 
 def tensor_to_check(source: torch.Tensor, loaded: torch.Tensor) -> torch.Tensor:
-    """The smaller of the two when that is exact: a widening conversion (bf16 -> float32) creates no
-    NaN or infinity, so the stored tensor (half the bytes) decides; any other conversion can overflow
-    (float32 -> float16, or rounding up to infinity), so the loaded tensor is checked."""
+    """On a host, the smaller of the two when that is exact: a widening conversion (bf16 -> float32)
+    creates no NaN or infinity, so the stored tensor (half the bytes) decides; any other conversion can
+    overflow (float32 -> float16, or rounding up to infinity), so the loaded tensor is checked. On a
+    device always the loaded tensor: device checks wait until the end of the load, and holding every
+    read-in source tensor until then would cost their memory."""
+    if loaded.device.type != "cpu":
+        return loaded
     return source if (source.dtype, loaded.dtype) in _EXACT_WIDENING else loaded
 
 

@@ -154,6 +154,9 @@ def test_the_smaller_tensor_is_checked_only_when_the_conversion_is_exact():
                      (torch.float32, torch.float32)):
         s, d = pair(src, dst)
         assert tensor_to_check(s, d) is d
+    # loaded onto a device: the loaded tensor (device checks run at the end; no source is kept till then)
+    s, d = torch.zeros(2, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.float32, device="meta")
+    assert tensor_to_check(s, d) is d
 
 
 def test_non_finite_weight_is_refused_after_conversion_to_half(ckpt):
