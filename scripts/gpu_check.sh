@@ -40,7 +40,10 @@ fi
 rc=0
 if [ "${GPU_TESTS:-1}" = 1 ]; then
   files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/test_cuda_*.py tests/test_flashinfer_cuda.py 2>/dev/null)}
-  (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 ${PYTEST_ARGS:-} $files 2>&1) \
+  # a test still running after GPU_TEST_STACKS_S seconds gets every thread's stack printed (a hang shows
+  # where it waits, even when the device call's time limit ends the run)
+  (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 \
+      -o faulthandler_timeout="${GPU_TEST_STACKS_S:-240}" ${PYTEST_ARGS:-} $files 2>&1) \
     | tee "$out/cuda-tests.log"
   rc=${PIPESTATUS[0]}
 fi

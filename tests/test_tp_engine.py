@@ -69,9 +69,14 @@ def test_tp2_greedy_tokens_equal_tp1(tiny_ckpt, make_engine, torch_one_thread, f
     assert replayed and set(replayed) <= graph_steps
 
 
-def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine, torch_one_thread, monkeypatch):
-    """Spawned workers inherit NVLink multicast switched off; an error in sampling (outside any call the
-    workers mirror) fails that step only, and the group serves on."""
+def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine, torch_one_thread, monkeypatch,
+                                                          capfd):
+    """Spawned workers inherit NVLink multicast switched off and print their stacks on SIGUSR1 (and
+    carry on); an error in sampling (outside any call the workers mirror) fails that step only, and
+    the group serves on."""
+    import signal
+    import time
+
     import graphtop.engine.step_loop as step_loop
 
     eng = make_engine(tiny_ckpt("llama"), tp_size=2, **SMALL)
@@ -80,6 +85,13 @@ def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine,
         env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
         assert env["NCCL_NVLS_ENABLE"] == "0"
         assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        err = ""
+        while "worker.py" not in err and time.monotonic() < deadline:
+            time.sleep(0.1)
+            err += capfd.readouterr().err
+        assert "worker.py" in err and "serve" in err  # the worker's stack, waiting for rank 0's next call
 
         def broken(logits, requests):
             raise RuntimeError("sampling broke")

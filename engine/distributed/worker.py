@@ -13,8 +13,10 @@ calls (``plan_kv_pool``, ``select_attention_backend``, the runners).
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -66,7 +68,11 @@ class ParentGone(Exception):
 
 
 def worker_main(args: WorkerArgs, conn: Any, queue: Any) -> None:
-    """Entry point of a spawned worker process (``torch.multiprocessing``, spawn context)."""
+    """Entry point of a spawned worker process (``torch.multiprocessing``, spawn context).
+
+    ``kill -USR1`` on a worker prints its threads' stacks to stderr: where a rank waits when a run
+    hangs (the worker has no terminal of its own to interrupt)."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     group: Optional[RankGroup] = None
     server: Optional[RankServer] = None
     threading.Thread(target=_exit_with_parent, name="graphtop-tp-orphan-watch", daemon=True).start()
