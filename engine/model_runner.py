@@ -44,7 +44,7 @@ class ModelRunner:
         max_pages: int,
         publish: PublishFn,
         *,
-        freeze_gc: bool = True,
+        freeze_gc: bool = False,
     ):
         """``max_pages``: pages of the longest context a decode graph must cover."""
         self.resolved = resolved

@@ -40,7 +40,7 @@ class GraphBackend(ABC):
 
     name: str = "abstract"
     warms_up: bool = True  # run the function eagerly before capture (JIT, autotune, workspaces)
-    freeze_gc: bool = True  # capture_session freezes the GC; off only to measure what freezing saves
+    freeze_gc: bool = False  # capture_session freezes the GC (GraphConfig.freeze_gc: opt-in)
     registry: Optional["BufferRegistry"] = None
     bridges: Optional["BridgeBuffers"] = None
 
@@ -77,8 +77,9 @@ class GraphBackend(ABC):
         allocated, not the whole heap of a long-lived process, and no collection finalizes objects
         (tensors, CUDA events) in the middle of a capture.
 
-        No ``gc.collect()`` first: on the H200 a collection per capture job cost more than freezing
-        saved (bench/capture_bench.py). Garbage alive at the freeze is merely kept until the thaw."""
+        Opt-in (``GraphConfig.freeze_gc``): on the H200 (bench/capture_bench.py) capture with the GC
+        frozen was slower than with it on, with and without a large heap, and a ``gc.collect()``
+        first cost more still. Garbage alive at the freeze is merely kept until the thaw."""
         if not self.freeze_gc:
             yield
             return

@@ -71,8 +71,9 @@ class GraphConfig:
     # Without CUDA, run the graph logic through the emulated backend (True) or serve eagerly with
     # FallbackReason.NO_CUDA_GRAPHS (False: no per-step emulation cost on a CPU).
     emulate: bool = True
-    # Capture with the GC frozen (GraphBackend.capture_session); False only to measure what it saves.
-    freeze_gc: bool = True
+    # Capture with the GC frozen (GraphBackend.capture_session). Off by default: on the H200 freezing
+    # made capture slower, with a small heap and with 3 million extra objects (README, Benchmarks).
+    freeze_gc: bool = False
     locked: set[str] = field(default_factory=set)
 
     def set(self, key: str, value: Any, lock: bool = True) -> None:

@@ -14,9 +14,9 @@ from .emulated import EmulatedGraphBackend
 KINDS = ("full", "breakable")
 
 
-def graph_backend(kind: str, device: torch.device, *, emulated: bool, freeze_gc: bool = True) -> GraphBackend:
-    """A fresh backend of ``kind`` for ``device``; ``freeze_gc=False`` captures without freezing the GC
-    (only to measure what freezing saves)."""
+def graph_backend(kind: str, device: torch.device, *, emulated: bool, freeze_gc: bool = False) -> GraphBackend:
+    """A fresh backend of ``kind`` for ``device``; ``freeze_gc`` captures with the GC frozen
+    (``GraphConfig.freeze_gc``)."""
     if kind not in KINDS:
         raise ValueError(f"unknown graph backend {kind!r}; choose {' or '.join(KINDS)}")
     backend: GraphBackend
