@@ -121,7 +121,9 @@ class ParityChecker:
         self._queue: "queue.SimpleQueue[Optional[_Check]]" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self._switch_interval: Optional[float] = None  # the interpreter's, while checks lowered it
-        self._device_waits = DeviceWaits(enabled=device.type == "cuda")  # a CPU forward has no device wait
+        self._pacing = device.type == "cuda"  # a CPU forward has no device wait to fill
+        self._layers = len(getattr(getattr(model, "model", None), "layers", ()))
+        self._device_waits = DeviceWaits(enabled=False)
         self._worker_ident: Optional[int] = None
 
     # --- switching on and off (step loop's thread, between steps) ----------------------------------
@@ -156,6 +158,7 @@ class ParityChecker:
             self._scratch = []
             self._restore_switch_interval()
         self.every, self._graph_steps = n, 0
+        self._device_waits.enabled = self.paces
         return None
 
     def _restore_switch_interval(self) -> None:
@@ -165,13 +168,21 @@ class ParityChecker:
 
     @property
     def pacing(self) -> bool:
-        """The re-run takes one layer per device wait of the step loop (``parity_pacing``): on by
-        default on a GPU; off, its Python competes with the step loop's freely."""
-        return self._device_waits.enabled
+        """Whether the re-run may take one layer per device wait of the step loop (``parity_pacing``):
+        on by default on a GPU; off, its Python competes with the step loop's freely. It paces only
+        when checks are rarer than one per ``layers`` steps: a paced check spans about that many
+        steps, and a user who asks for more checks gets them, at their cost."""
+        return self._pacing
 
     @pacing.setter
     def pacing(self, on: bool) -> None:
-        self._device_waits.enabled = on
+        self._pacing = on
+        self._device_waits.enabled = self.paces
+
+    @property
+    def paces(self) -> bool:
+        """Pacing applies now (see ``pacing``)."""
+        return self._pacing and self.every > self._layers
 
     @property
     def busy(self) -> bool:
@@ -206,7 +217,7 @@ class ParityChecker:
     def while_device_busy(self, wait: Callable[[], Any]) -> Any:
         """Run ``wait`` (the step loop blocking on the device) with the window open in which a running
         check's re-run proceeds; returns what ``wait`` returns."""
-        if self._running is None or not self.pacing:
+        if self._running is None or not self._device_waits.enabled:
             return wait()
         return self._device_waits.during(wait)
 

@@ -175,19 +175,24 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     engine = _engine(tiny_ckpt, make_engine, bus, overlap_schedule=False, capture_before_serving=True)
     checker, decoder = engine.parity, engine.model.model
     checker.pacing = True
-    engine.set_parity_every(1)
+    n_layers = len(decoder.layers)
+    engine.set_parity_every(n_layers)
     engine.run_until_idle()
-    assert decoder.before_layer == pacing.Paced.before_layer
-    engine.submit(list(range(10, 25)), SamplingParams(max_new_tokens=3, ignore_eos=True, detokenize=False))
+    assert not checker.paces  # a check due every `layers` steps or more often runs unpaced
+    engine.set_parity_every(n_layers + 1)
+    engine.run_until_idle()
+    assert checker.paces and decoder.before_layer == pacing.Paced.before_layer
+    engine.submit(list(range(10, 25)), SamplingParams(max_new_tokens=n_layers + 4, ignore_eos=True,
+                                                       detokenize=False))
     waits: list[float] = []
     monkeypatch.setattr(checker, "while_device_busy", lambda wait: waits.append(0.0) or wait())  # shut the window
-    engine.step()  # the prefill (bucket 16): a graph step, checked; its sampling opens no window
+    for _ in range(n_layers + 1):  # the prefill (bucket 16) and decode steps: graph steps, the last one checked
+        engine.step()  # its sampling opens no window
     job = checker._running
     assert job is not None and waits
     time.sleep(0.3)
     assert not job.finished.is_set()  # held before its first layer
     monkeypatch.undo()
-    n_layers = len(decoder.layers)
     for _ in range(n_layers + 5):
         if job.finished.is_set():
             break
