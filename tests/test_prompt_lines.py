@@ -79,6 +79,7 @@ def test_duplicate_ids_reject_the_later_line(tmp_path):
                                               "line 4: id 'line-3' is already used by line 3"]
     assert lines[4].error.startswith("line 5: malformed JSON")
     assert lines[5].error == "line 6: id 'line-5' is already used by line 5"
+    assert [pl.prompt for pl in lines] == ["a", None, "line-4 text", None, None, None]  # rejected: nothing to submit
 
 
 def test_not_utf8_file_is_one_line_error(tmp_path, capsys):

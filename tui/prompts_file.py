@@ -68,6 +68,7 @@ def _reject_duplicate_ids(lines: list[PromptLine]) -> None:
         seen = first.setdefault(pl.request_id, pl.line)
         if seen != pl.line and not pl.error:
             pl.error = f"line {pl.line}: id {pl.request_id!r} is already used by line {seen}"
+            pl.prompt = None  # a rejected line has nothing to submit, as every other rejected line
 
 
 class _NonFinite(ValueError):
