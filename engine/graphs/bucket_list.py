@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
+from ..short_repr import short_repr, short_text
+
 
 MAX_BUCKETS = 512
 """Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
@@ -35,19 +37,14 @@ class BucketSpecError(ValueError):
         self.token = token
 
 
-def _short(text: str) -> str:
-    """A token as a message quotes it: whole when short, cut when someone pasted a megabyte."""
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _int(token: str, part: str, item: str) -> int:
     part = part.strip()
     if part.startswith("-") and _INT.fullmatch(part[1:]):
-        raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
+        raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
     if not _INT.fullmatch(part):
         if part == "":
-            raise BucketSpecError(f"'{_short(item)}': bad range, write A-B or A-B:STEP", item)
-        raise BucketSpecError(f"'{_short(part)}' is not an integer", item)
+            raise BucketSpecError(f"'{short_text(item)}': bad range, write A-B or A-B:STEP", item)
+        raise BucketSpecError(f"'{short_text(part)}' is not an integer", item)
     return int(part)
 
 
@@ -74,27 +71,27 @@ def parse_buckets(
         if _INT.fullmatch(item):
             values: Iterable[int] = [int(item)]
             if int(item) <= 0:
-                raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
+                raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
         elif re.fullmatch(r"-\d+", item):
-            raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
+            raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
         else:
             m = _RANGE.fullmatch(item)
             if m is None:
                 if ":" in item:
-                    raise BucketSpecError(f"'{_short(item)}': a step needs a range, write A-B:STEP", item)
-                raise BucketSpecError(f"'{_short(item)}' is not an integer", item)
+                    raise BucketSpecError(f"'{short_text(item)}': a step needs a range, write A-B:STEP", item)
+                raise BucketSpecError(f"'{short_text(item)}' is not an integer", item)
             a = _int(item, m.group("a"), item)
             b = _int(item, m.group("b"), item)
             s = 1 if m.group("s") is None else _int(item, m.group("s"), item)
             if a <= 0:
-                raise BucketSpecError(f"'{_short(item)}': buckets must be ≥ 1", item)
+                raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
             if s <= 0:
-                raise BucketSpecError(f"'{_short(item)}': the step must be ≥ 1", item)
+                raise BucketSpecError(f"'{short_text(item)}': the step must be ≥ 1", item)
             if b < a:
-                raise BucketSpecError(f"'{_short(item)}': bad range, {b} is below {a}", item)
+                raise BucketSpecError(f"'{short_text(item)}': bad range, {b} is below {a}", item)
             if (b - a) // s + 1 > max_count:
                 raise BucketSpecError(
-                    f"'{_short(item)}' expands to {(b - a) // s + 1} buckets, over the limit of {max_count}", item
+                    f"'{short_text(item)}' expands to {(b - a) // s + 1} buckets, over the limit of {max_count}", item
                 )
             values = range(a, b + 1, s)
         try:  # the values so far, so a message names the item that broke a rule
@@ -126,7 +123,7 @@ def check_buckets(
         raise BucketSpecError(f"{name} list has {len(values):,} buckets, over the limit of {max_count}")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int):
-            raise BucketSpecError(f"{name} {v!r} is not an integer")
+            raise BucketSpecError(f"{name} {short_repr(v)} is not an integer")
         if v <= 0:
             raise BucketSpecError(f"{name} {v} must be positive")
     out = sorted(set(values))
