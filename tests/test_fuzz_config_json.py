@@ -79,7 +79,8 @@ def test_config_json_loads_or_is_one_line(folder, small_device, changes):
     except CheckpointError as e:
         assert_one_line(str(e))
         assert str(folder) in str(e)
-        event(f"refused: {str(e).split(':')[0][:40]}")
+        # hypothesis's statistics must be UTF-8: a key with a lone surrogate is shown escaped
+        event(f"refused: {str(e).split(':')[0][:40]}".encode("utf-8", "backslashreplace").decode("utf-8"))
     else:
         assert loaded.weights_bytes <= 256 << 20
         event("loaded")
