@@ -7,7 +7,7 @@ and the file actions (traces, screenshots) have modules of their own.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from textual.app import App
 from textual.screen import ModalScreen
@@ -17,7 +17,7 @@ from .help_screen import HelpScreen
 
 if TYPE_CHECKING:
     from .dashboard_screen import DashboardScreen
-    from .session import Session
+    from .session import ReplayControls, Session
     from .state import DashboardState
 
 
@@ -104,23 +104,21 @@ class AppActions(App[int]):
         self.render_all(force=True)
 
     # ------------------------------------------------------------------ replay keys
-    def action_seek(self, seconds: float) -> None:
+    def _seek(self, move: Callable[["ReplayControls"], object]) -> None:
+        """Move a replay (a live session has none) and show where it is now."""
         replay = self.session.replay
         if replay is not None:
-            replay.seek(seconds)
+            move(replay)
             self.pump()
+
+    def action_seek(self, seconds: float) -> None:
+        self._seek(lambda replay: replay.seek(seconds))
 
     def action_seek_to(self, position: float) -> None:
-        replay = self.session.replay
-        if replay is not None:
-            replay.seek_to(position)
-            self.pump()
+        self._seek(lambda replay: replay.seek_to(position))
 
     def action_seek_events(self, n: int) -> None:
-        replay = self.session.replay
-        if replay is not None:
-            replay.seek_events(n)
-            self.pump()
+        self._seek(lambda replay: replay.seek_events(n))
 
     def action_speed(self, direction: int) -> None:
         replay = self.session.replay
