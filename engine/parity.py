@@ -144,16 +144,14 @@ class ParityChecker:
                 self._thread = threading.Thread(target=self._serve, name="graphtop-parity", daemon=True)
                 self._thread.start()
                 self._worker_ident = self._thread.ident
-            decoder = getattr(self.model, "model", None)
-            if hasattr(decoder, "before_layer") and self._worker_ident is not None:
-                Paced.register(self._worker_ident, self._device_waits)
-                decoder.before_layer = Paced.before_layer
+            if self._worker_ident is not None:
+                Paced.attach(getattr(self.model, "model", None), self._worker_ident, self._device_waits)
             if sys.getswitchinterval() > SWITCH_INTERVAL_S + 1e-6:
                 self._switch_interval = sys.getswitchinterval()
                 sys.setswitchinterval(SWITCH_INTERVAL_S)
         if not n and self._scratch:
             self.wait_idle()
-            self._unhook()
+            Paced.detach(self._worker_ident)
             self.pool.unreserve(self._scratch)
             self._scratch = []
             self._restore_switch_interval()
@@ -197,15 +195,9 @@ class ParityChecker:
             job.finished.wait()
         self.poll()
 
-    def _unhook(self) -> None:
-        Paced.unregister(self._worker_ident)
-        decoder = getattr(self.model, "model", None)
-        if getattr(decoder, "before_layer", None) == Paced.before_layer and not Paced.registered():
-            decoder.before_layer = None
-
     def close(self) -> None:
         self.wait_idle()
-        self._unhook()
+        Paced.detach(self._worker_ident)
         self._finished.clear()
         self._restore_switch_interval()
         if self._thread is not None:

@@ -51,26 +51,33 @@ class DeviceWaits:
 
 
 class Paced:
-    """What the model's ``before_layer`` calls while checks are on: the registered worker threads
-    pace themselves; any other thread's forward passes straight through. Engines sharing one model
-    each register their own worker."""
+    """Puts the model's ``before_layer`` hook on and takes it off: while a checker uses a model, the
+    hook paces that checker's worker thread, and any other thread's forward passes straight through.
+    Engines sharing one model each register their own worker; the hook leaves the model with the
+    last of them."""
 
-    _workers: dict[int, DeviceWaits] = {}
-
-    @classmethod
-    def register(cls, ident: int, waits: DeviceWaits) -> None:
-        cls._workers[ident] = waits
+    _workers: dict[int, tuple[DeviceWaits, Any]] = {}  # worker thread ident -> (its waits, the decoder)
 
     @classmethod
-    def unregister(cls, ident: Optional[int]) -> None:
-        cls._workers.pop(ident, None)  # type: ignore[arg-type]
+    def attach(cls, decoder: Any, ident: int, waits: DeviceWaits) -> None:
+        """Pace thread ``ident`` through ``waits`` in ``decoder``'s forwards (a decoder without the
+        hook, another architecture, is left alone)."""
+        if hasattr(decoder, "before_layer"):
+            cls._workers[ident] = (waits, decoder)
+            decoder.before_layer = cls.before_layer
+
+    @classmethod
+    def detach(cls, ident: Optional[int]) -> None:
+        entry = cls._workers.pop(ident, None)  # type: ignore[arg-type]
+        if entry is not None and not any(d is entry[1] for _, d in cls._workers.values()):
+            entry[1].before_layer = None
 
     @classmethod
     def registered(cls) -> dict[int, DeviceWaits]:
-        return dict(cls._workers)
+        return {ident: waits for ident, (waits, _) in cls._workers.items()}
 
     @staticmethod
     def before_layer() -> None:
-        waits = Paced._workers.get(threading.get_ident())
-        if waits is not None:
-            waits.next_layer(PACE_WAIT_S)
+        entry = Paced._workers.get(threading.get_ident())
+        if entry is not None:
+            entry[0].next_layer(PACE_WAIT_S)

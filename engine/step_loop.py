@@ -99,10 +99,7 @@ class StepLoop:
         if self.overlap_schedule and launchable(batch):
             self.pending = self.readback.launch(batch, out, t0)
             return True
-        if self.parity is not None:
-            tokens = self.parity.while_device_busy(lambda: sample(out.logits, batch.sample_requests))
-        else:
-            tokens = sample(out.logits, batch.sample_requests)  # .tolist(): the step's one sync
+        tokens = self._wait_on_device(lambda: sample(out.logits, batch.sample_requests))  # the step's one sync
         self._deliver(batch, out, tokens, (time.perf_counter() - t0) * 1e3)
         return True
 
@@ -122,8 +119,11 @@ class StepLoop:
 
     def _complete(self, step: InFlightStep, placeholders: bool) -> None:
         """Read a launched step's tokens back and deliver them."""
-        tokens = step.tokens() if self.parity is None else self.parity.while_device_busy(step.tokens)
-        self._deliver(step.batch, step.out, tokens, step.host_ms, placeholders)
+        self._deliver(step.batch, step.out, self._wait_on_device(step.tokens), step.host_ms, placeholders)
+
+    def _wait_on_device(self, wait: Callable[[], list[int]]) -> list[int]:
+        """Block on the device for a step's tokens; a parity check's re-run uses the wait."""
+        return wait() if self.parity is None else self.parity.while_device_busy(wait)
 
     def _deliver(self, batch: ForwardBatch, out: StepOutput, tokens: list[int], host_ms: float,
                  placeholders: bool = False) -> None:

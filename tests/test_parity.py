@@ -231,6 +231,28 @@ def test_engines_sharing_a_model_each_pace_their_own_worker(tiny_ckpt) -> None:
     first.close()
 
 
+def test_the_hook_leaves_a_model_with_its_last_checker() -> None:
+    """Two checkers on one model and one on another: each model keeps the hook while one of its own
+    checkers runs, whatever the other model's checkers do."""
+    from types import SimpleNamespace
+
+    from graphtop.engine.parity_pacing import DeviceWaits, Paced
+
+    shared, other = SimpleNamespace(before_layer=None), SimpleNamespace(before_layer=None)
+    Paced.attach(shared, 101, DeviceWaits())
+    Paced.attach(shared, 102, DeviceWaits())
+    Paced.attach(other, 103, DeviceWaits())
+    Paced.attach(SimpleNamespace(), 104, DeviceWaits())  # no hook on this architecture: not registered
+    assert sorted(Paced.registered()) == [101, 102, 103]
+    Paced.detach(101)
+    assert shared.before_layer == Paced.before_layer  # 102 still checks on it
+    Paced.detach(102)
+    assert shared.before_layer is None and other.before_layer == Paced.before_layer
+    Paced.detach(103)
+    Paced.detach(None)  # a checker that never started its worker
+    assert other.before_layer is None and not Paced.registered()
+
+
 def test_device_waits_let_one_layer_through_per_wait() -> None:
     """A worker that finished a layer waits for the step loop's next device wait, not the one still
     open; with none coming, the timeout lets the layer go ahead."""
