@@ -150,3 +150,22 @@ async def test_escape_closes_the_palette_key_panel() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not app.screen.query("HelpPanel")
+
+
+async def test_exporting_over_the_trace_being_replayed_is_refused(tmp_path: Path) -> None:
+    """The replay may not have read its file to the end: the export says why and leaves it whole."""
+    from graphtop.engine.telemetry.trace import write_trace
+    from graphtop.tui.fake_session import boot_events, step_events
+    from graphtop.tui.replay_session import ReplaySession
+
+    trace = tmp_path / "run.jsonl"
+    write_trace(str(trace), boot_events() + step_events(20))
+    before = trace.read_bytes()
+    app = make_app(ReplaySession.from_path(str(trace), paused=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await _open(pilot, "export_trace")
+        dialog.query_one(Input).value = str(trace)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: any("same file as the open trace" in m for m in messages(app)))
+    assert trace.read_bytes() == before

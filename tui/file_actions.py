@@ -16,6 +16,7 @@ from textual import work
 from textual.app import SystemCommand
 from textual.screen import Screen
 
+from graphtop.engine.telemetry.safe_write import OutputPathError
 from graphtop.engine.telemetry.trace import write_trace
 
 from .app_actions import AppActions
@@ -99,9 +100,8 @@ class FileActions(AppActions):
     @work(thread=True, group="export", exit_on_error=False)
     def _export_worker(self, path: str, events: list["Event"]) -> None:
         """Writing a large trace takes a while; do it off the UI thread and report once."""
-        from graphtop.engine.telemetry.safe_write import OutputPathError
-
-        source = self.session.label if self.session.kind == "replay" else None
+        replay = self.session.replay
+        source = replay.path if replay is not None else None  # never export over the trace being played
         try:
             n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label},
                             source=source)

@@ -33,6 +33,7 @@ class ReplaySession:
         *,
         header: Optional[TraceHeader] = None,
         label: str = "trace",
+        path: Optional[str] = None,
         clock: Callable[[], float] = time.monotonic,
         paused: bool = False,
     ) -> None:
@@ -40,6 +41,7 @@ class ReplaySession:
         self.events = sorted(evs, key=lambda e: e.ts)  # stable: equal stamps keep file order
         self.header = header
         self.label = label
+        self.path = path  # the file it was read from, if any: an export must not overwrite it
         self._clock = clock
         self._t0 = self.events[0].ts if self.events else 0.0
         self._offsets = [e.ts - self._t0 for e in self.events]
@@ -56,7 +58,8 @@ class ReplaySession:
         from graphtop.engine.telemetry.trace import read_trace
 
         trace = read_trace(path)
-        return cls(trace.events, header=trace.header, label=str(path), **kwargs)  # type: ignore[arg-type]
+        return cls(trace.events, header=trace.header, label=str(path), path=str(path),  # type: ignore[arg-type]
+                   **kwargs)
 
     # -- clock ---------------------------------------------------------------------------------
     @property

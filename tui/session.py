@@ -75,6 +75,7 @@ class ReplayControls(Protocol):
 
     paused: bool
     speed: float
+    path: Optional[str]  # the trace file it plays, if it came from one
 
     @property
     def position(self) -> float: ...
