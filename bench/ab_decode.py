@@ -8,7 +8,8 @@ graph step and its ratio to the HBM floor (bench/floor.py).
 
 A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
 (decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
-the Triton decode launch shape (tuning=block_t/min_chunk/warps/stages) for the engines built under it.
+the Triton decode launch shape (tuning=block_t/min_chunk/warps/stages[/prefetch 0 or 1]) for the engines
+built under it.
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def check_decode_graph(device: torch.device, page_size: int, heads: tuple[int, i
 
     with torch.inference_mode():
         registry.reset()
-        fib.bind_graph_meta(registry, bucket, None)
+        fib.bind_graph_meta(registry, bucket)
         fib.prepare_capture(bucket)
         step()  # per-shape warmup outside capture, as the runner does
         if device.type == "cuda":
@@ -216,7 +216,7 @@ def check_decode_graph(device: torch.device, page_size: int, heads: tuple[int, i
             qs[:bs], ks[:bs], vs[:bs] = q, k, v
             before = pool.k_cache[0].clone()
             registry.fill(batch, bucket)
-            fib.bind_graph_meta(registry, bucket, None)
+            fib.bind_graph_meta(registry, bucket)
             fib.prepare_replay(batch, bucket)
             got = replay()[:bs].clone()
             # padded rows wrote only the dummy page; the real rows wrote exactly their slots

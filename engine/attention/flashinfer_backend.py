@@ -307,8 +307,8 @@ class FlashInferBackend(AttentionBackend):
             ),
         ]
 
-    def bind_graph_meta(self, registry: Any, bucket: int, live_pages: Optional[int] = None) -> None:
-        # live_pages trims emulated (CPU) graphs only; FlashInfer never runs there.
+    def bind_graph_meta(self, registry: Any, bucket: int, width: int = 0) -> None:
+        # one graph per bucket (graph_widths): the page lists are as long as the batch needs
         self.meta = FlashInferMeta(
             registry.view("out_cache_loc", bucket), self._graph_wrappers.get(bucket), decode=True
         )

@@ -21,6 +21,8 @@ from .base import AttentionBackend
 
 
 GRAPH_MAX_CONTEXT = 4096
+#: the narrowest page table a decode graph is captured with; each next one is twice as wide
+GRAPH_MIN_CONTEXT = 256
 
 
 @dataclass
@@ -153,6 +155,18 @@ class TorchNativeBackend(AttentionBackend):
         limit = -(-GRAPH_MAX_CONTEXT // self.pool.page_size)
         self.graph_max_pages = min(max_pages_per_req, limit)
 
+    def graph_widths(self) -> list[int]:
+        """Tables of 256, 512, ... tokens up to ``graph_max_pages``: every layer gathers and masks the
+        whole table, so a step replays the narrowest that holds its longest row, never reading more
+        than twice the columns it needs (one width for all would read 4096 tokens a row at any context:
+        slower than the eager step from batch 64 on)."""
+        ps, top = self.pool.page_size, self.graph_max_pages
+        widths, tokens = [], GRAPH_MIN_CONTEXT
+        while -(-tokens // ps) < top:
+            widths.append(-(-tokens // ps))
+            tokens *= 2
+        return sorted(set(widths) | {top}, reverse=True)
+
     def graph_buffer_slots(self) -> list[BufferSlot]:
         pages = self.graph_max_pages
         fill = self.seq_len_fill_value()
@@ -171,12 +185,12 @@ class TorchNativeBackend(AttentionBackend):
             ),
         ]
 
-    def bind_graph_meta(self, registry, bucket: int, live_pages: Optional[int] = None) -> None:
-        """``live_pages`` (emulated graphs only) trims the page table to the columns in use: the
-        masked tail is pure waste on a CPU, and emulation has no fixed kernel shapes to keep."""
+    def bind_graph_meta(self, registry, bucket: int, width: int = 0) -> None:
+        """The graph reads the first ``width`` columns of the static page table (a view: the same
+        address for every width)."""
         table = registry.view("page_table", bucket)
-        if live_pages is not None:
-            table = table[:, : max(1, live_pages)]
+        if width:
+            table = table[:, :width]
         self.meta = DecodeMeta(registry.view("out_cache_loc", bucket), table, registry.view("seq_lens", bucket))
 
 

@@ -53,37 +53,74 @@ if HAVE_TRITON:
     from graphtop.models.triton_kernels import rms_scale
 
     @triton.jit
+    def _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t0, t_hi, hk, slot_stride, d, PAGE: tl.constexpr,
+                 D: tl.constexpr, BLOCK_T: tl.constexpr):
+        """K and V rows t0 .. t0 + BLOCK_T of one KV head, through the page list; rows at or past
+        ``t_hi`` are masked (zero, no memory traffic)."""
+        t = t0 + tl.arange(0, BLOCK_T)
+        tm = t < t_hi
+        page = tl.load(indices_ptr + p0 + t // PAGE, mask=tm, other=0).to(tl.int64)
+        off = (page * PAGE + t % PAGE) * slot_stride + hk * D
+        k = tl.load(k_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
+        v = tl.load(v_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
+        return k, v
+
+    @triton.jit
+    def _attend_tile(q, k, v, t0, t_hi, m_i, l_i, acc, scale, BLOCK_T: tl.constexpr):
+        """One tile of online softmax: the running max, sum and output after rows t0 .. t0 + BLOCK_T."""
+        tm = t0 + tl.arange(0, BLOCK_T) < t_hi
+        sc = tl.dot(q, tl.trans(k)) * scale
+        sc = tl.where(tm[None, :], sc, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(sc - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        return m_new, l_i, acc
+
+    @triton.jit
     def _decode_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, last_ptr, o_ptr,
                        po_ptr, pml_ptr, ticket_ptr, scale,
                        q_stride_b, q_stride_h, o_stride_b, o_stride_h, n_kv_heads,
                        kn_ptr, vn_ptr, new_stride_b, pos_ptr, cs_ptr, qw_ptr, kw_ptr, eps,
                        PAGE: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                        BLOCK_T: tl.constexpr, MIN_CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                       NEW_KV: tl.constexpr, HAS_NORM: tl.constexpr, USE_PDL: tl.constexpr):
+                       NEW_KV: tl.constexpr, HAS_NORM: tl.constexpr, USE_PDL: tl.constexpr,
+                       PREFETCH: tl.constexpr):
         b = tl.program_id(0)
         hk = tl.program_id(1)
         s = tl.program_id(2)
+        # the page lists came from the host before the graph: readable before the PDL wait
         p0 = tl.load(indptr_ptr + b)
         p1 = tl.load(indptr_ptr + b + 1)
         last = tl.load(last_ptr + b)
         seq = (p1 - p0 - 1) * PAGE + last
-        if USE_PDL:  # the page lists came from the host before the graph; q, k, v from the last kernel
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
         if NEW_KV:
             n_ctx = seq - 1  # the step's own token comes from registers, not the cache
         else:
             n_ctx = seq
         chunk = tl.maximum(MIN_CHUNK, tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_T) * BLOCK_T)
         n_act = tl.maximum(1, tl.cdiv(n_ctx, chunk))
+        d = tl.arange(0, D)
+        slot_stride = n_kv_heads * D
+        t_lo = s * chunk
+        t_hi = tl.minimum(n_ctx, t_lo + chunk)
+        # With the step's K/V coming from registers (NEW_KV), the cache rows a program reads were all
+        # written by earlier steps, so its first tile is requested before the PDL wait and arrives while
+        # the q|k|v projection still runs. Otherwise the step's own row was stored by the kernel before.
+        if PREFETCH and NEW_KV:
+            k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
+        if USE_PDL:  # q, k, v (and, without NEW_KV, the step's cache row) come from the last kernel
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        if not (PREFETCH and NEW_KV):
+            k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
         if s < n_act:
             g = tl.arange(0, GP)
-            d = tl.arange(0, D)
             gm = g < G
             heads = hk * G + g
             q_rows = q_ptr + b * q_stride_b + heads[:, None] * q_stride_h
             q = tl.load(q_rows + d[None, :], mask=gm[:, None], other=0.0)
-            slot_stride = n_kv_heads * D
             if NEW_KV:
                 # q/k RMSNorm (Qwen3) and NeoX RoPE with the rounding points of _qk_norm_rope_kernel.
                 # Rotation as x * cos + swap(x) * (-sin | +sin): swap exchanges the two halves.
@@ -125,23 +162,11 @@ if HAVE_TRITON:
                 m_i = tl.full([GP], float("-inf"), dtype=tl.float32)
                 l_i = tl.zeros([GP], dtype=tl.float32)
                 acc = tl.zeros([GP, D], dtype=tl.float32)
-            t_lo = s * chunk
-            t_hi = tl.minimum(n_ctx, t_lo + chunk)
-            for t0 in range(t_lo, t_hi, BLOCK_T):
-                t = t0 + tl.arange(0, BLOCK_T)
-                tm = t < t_hi
-                page = tl.load(indices_ptr + p0 + t // PAGE, mask=tm, other=0).to(tl.int64)
-                off = (page * PAGE + t % PAGE) * slot_stride + hk * D
-                k = tl.load(k_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
-                v = tl.load(v_ptr + off[:, None] + d[None, :], mask=tm[:, None], other=0.0)
-                sc = tl.dot(q, tl.trans(k)) * scale
-                sc = tl.where(tm[None, :], sc, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-                alpha = tl.exp(m_i - m_new)
-                p = tl.exp(sc - m_new[:, None])
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-                m_i = m_new
+            if t_lo < t_hi:  # the first tile, loaded above
+                m_i, l_i, acc = _attend_tile(q, k, v, t_lo, t_hi, m_i, l_i, acc, scale, BLOCK_T)
+            for t0 in range(t_lo + BLOCK_T, t_hi, BLOCK_T):  # the rest, as Triton pipelines them
+                k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t0, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
+                m_i, l_i, acc = _attend_tile(q, k, v, t0, t_hi, m_i, l_i, acc, scale, BLOCK_T)
 
             o_rows = o_ptr + b * o_stride_b + heads[:, None] * o_stride_h + d[None, :]
             if n_act == 1:
@@ -184,6 +209,7 @@ class DecodeTuning:
     min_chunk: int = 256
     num_warps: int = 4
     num_stages: int = 2
+    prefetch: bool = True  # request the first K/V tile before the PDL wait (fused path only)
 
 
 #: what a PagedDecode built without ``tuning`` uses (head_dim <= 128; wider heads halve block_t)
@@ -243,7 +269,7 @@ class PagedDecode:
             kn, vn, new_stride, pos, cs, qw, kw, eps,
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+            USE_PDL=self.pdl, PREFETCH=bool(tu.prefetch), num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
         )
         return out
 

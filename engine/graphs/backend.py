@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only; this module needs no t
 class ShapeKey:
     phase: str  # decode | prefill
     size: int  # requests (decode) or tokens (prefill)
+    width: int = 0  # page-table columns a fixed-width decode graph reads; 0: the one graph of its bucket
 
 
 @dataclass

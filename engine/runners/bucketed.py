@@ -77,10 +77,11 @@ class BucketedGraphRunner(GraphRunner):
         eagerly with the job's reason (graphs/bucket_policy.py)."""
         for c in job.ledger:
             self.ledger[c.bucket] = c
-        replayable = [b for b in job.captured if self.backend.can_run(ShapeKey(self.phase, b))]
+        replayable = [b for b in job.captured if all(self.backend.can_run(k) for k in self.graph_keys(b))]
         kept = self.agree_buckets(replayable)
         for b in set(replayable) - set(kept):  # captured here, failed on another rank
-            self.backend.release(ShapeKey(self.phase, b))
+            for key in self.graph_keys(b):
+                self.backend.release(key)
         reason = FallbackReason.NOT_YET_CAPTURED if job.reason == "initial" else FallbackReason.RECAPTURE_IN_PROGRESS
         self.policy = BucketPolicy.of(self.phase, kept, self.configured, self.max_padding_waste,
                                       job.remaining, reason)
@@ -105,10 +106,16 @@ class BucketedGraphRunner(GraphRunner):
         self.backend.cleanup()
         self._set_buckets([], self.configured)
 
+    def graph_keys(self, size: int) -> list[ShapeKey]:
+        """The graphs one bucket holds, in capture order: one, unless the runner captures variants of
+        a bucket (decode over a fixed-width page table: one graph per table width). A bucket is live
+        once all of them are captured, and its ledger entry covers them all."""
+        return [ShapeKey(self.phase, size)]
+
     @abstractmethod
-    def _prepare_capture(self, size: int) -> None:
-        """Static buffers back to their pad values and capture-time attention metadata for ``size``,
-        so a warmup or capture run can only touch the dummy KV page."""
+    def _prepare_capture(self, key: ShapeKey) -> None:
+        """Static buffers back to their pad values and capture-time attention metadata for the graph
+        ``key``, so a warmup or capture run can only touch the dummy KV page."""
 
     @abstractmethod
     def _forward(self, size: int) -> torch.Tensor:
@@ -119,16 +126,17 @@ class BucketedGraphRunner(GraphRunner):
         """Run the forward once eagerly outside capture (JIT, autotune, workspaces)."""
         if size <= 0:
             return
-        self._prepare_capture(size)
+        self._prepare_capture(self.graph_keys(size)[0])
         self._forward(size)
 
     @torch.inference_mode()
     def _capture_bucket(self, size: int) -> None:
-        if self.backend.runs_at_capture:  # an emulated capture that records addresses only needs neither
-            self._prepare_capture(size)
-            if self.backend.warms_up:
-                self._forward(size)  # per-shape warmup outside capture
-        self.backend.capture_one(ShapeKey(self.phase, size), lambda: self._forward(size))
+        for key in self.graph_keys(size):
+            if self.backend.runs_at_capture:  # an emulated capture that records addresses only needs neither
+                self._prepare_capture(key)
+                if self.backend.warms_up:
+                    self._forward(size)  # per-shape warmup outside capture
+            self.backend.capture_one(key, lambda: self._forward(size))
 
     # --- bucket choice (graphs/bucket_policy.py decides; the runner adds what only it knows) ----------
     def pick_bucket(self, size: int) -> Optional[int]:

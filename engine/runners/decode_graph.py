@@ -2,7 +2,9 @@
 
 Per step: pick the smallest captured bucket ≥ batch size, copy the live batch into the static
 buffers (padded rows point at the dummy KV slot), let the attention backend plan on the host, replay,
-and slice logits to the real rows.
+and slice logits to the real rows. A backend whose graph reads a fixed-width page table has each
+bucket captured at several widths (``AttentionBackend.graph_widths``); a step replays the narrowest
+that holds its longest row.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..attention.base import AttentionBackend
+from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
@@ -45,6 +47,7 @@ class DecodeGraphRunner(BucketedGraphRunner):
             registry.declare(slot)
         self.registry = registry
         self.max_pages = getattr(attention, "graph_max_pages", max_pages)
+        self.widths = attention.graph_widths()
         vocab = model.spec.vocab_size
         self.logits_out = torch.zeros(max_bs, vocab, dtype=torch.float32, device=device)
         backend.bind(registry)
@@ -60,10 +63,19 @@ class DecodeGraphRunner(BucketedGraphRunner):
         out.copy_(self.model.compute_logits(hidden))
         return out
 
-    def _prepare_capture(self, bs: int) -> None:
+    def graph_keys(self, size: int) -> list[ShapeKey]:
+        return [ShapeKey(self.phase, size, w) for w in self.widths]
+
+    def _meta_width(self, graph_width: int, live_pages: int) -> int:
+        """Columns the attention metadata spans: the graph's, unless the backend re-runs the function
+        at replay (emulated graphs), where the live batch's suffice (its masked tail is pure waste)."""
+        live = self.backend.live_width(live_pages)
+        return graph_width if live is None else max(1, live)
+
+    def _prepare_capture(self, key: ShapeKey) -> None:
         self.registry.reset()
-        self.attention.bind_graph_meta(self.registry, bs, self.backend.live_width(1))
-        self.attention.prepare_capture(bs)
+        self.attention.bind_graph_meta(self.registry, key.size, self._meta_width(key.width, 1))
+        self.attention.prepare_capture(key.size)
 
     def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
         reason = self.decide(batch.batch_size).reason
@@ -81,7 +93,8 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.registry.fill(batch, bucket)
         if batch.input_ids_device is not None:  # overlap schedule: ids from the previous step, on device
             self.registry.view("input_ids", bs).copy_(batch.input_ids_device)
-        self.attention.bind_graph_meta(self.registry, bucket, self.backend.live_width(batch.max_pages))
+        width = pick_graph_width(self.widths, batch.max_pages)
+        self.attention.bind_graph_meta(self.registry, bucket, self._meta_width(width, batch.max_pages))
         self.attention.prepare_replay(batch, bucket)
-        logits, timing = self.backend.replay(ShapeKey("decode", bucket))
+        logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
         return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing)

@@ -77,9 +77,9 @@ class PrefillGraphRunner(BucketedGraphRunner):
             prefix_lens=[0], req_pages=[pages], page_size=self.attention.pool.page_size,
         )
 
-    def _prepare_capture(self, n: int) -> None:
+    def _prepare_capture(self, key: ShapeKey) -> None:
         self.registry.reset()
-        self.attention.prepare(self._dummy_batch(n))
+        self.attention.prepare(self._dummy_batch(key.size))
 
     def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
         return self.decide(batch.num_tokens).reason
