@@ -127,6 +127,9 @@ def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int, rounds: int) -
             out["replay_gpu_ms"] = statistics.mean(e.replay_ms for e in evs)
             out["host_ms"] = statistics.mean(e.host_ms for e in evs)
     out["eager"] = statistics.median(eager_t)
+    out["eager_rounds"] = eager_t
+    if graph_t:  # the same round's contexts: the worst round says whether a graph ever lost
+        out["worst_eager_over_graph"] = min(e / g for g, e in zip(graph_t, eager_t))
     out["context"] = statistics.median(contexts) if contexts else PROMPT_LEN + len(handles[0]._token_ids)
     drain(eng, handles)
     return out
@@ -309,9 +312,9 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| shape | attention | bs | context | graph ms | eager ms | eager/graph | HBM floor ms | graph/floor "
-             "| transformers ms | transformers in a CUDA graph ms | transformers-graph/graph |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| shape | attention | bs | context | graph ms | eager ms | eager/graph | worst round | HBM floor ms "
+             "| graph/floor | transformers ms | transformers in a CUDA graph ms | transformers-graph/graph |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         for attn, by_bs in r["decode"].items():
             for bs, d in by_bs.items():
@@ -319,7 +322,7 @@ def table(results: list[dict[str, Any]]) -> str:
                 hf, hfg = r["transformers"].get(bs), r["transformers_graph"].get(bs)
                 lines.append(
                     f"| {r['shape']} | {attn} | {bs} | {int(d['context'])} | {_f(g)} | {_f(e)} | {_r(e, g)} | "
-                    f"{floor:.3f} | {_r(g, floor)} | {_f(hf)} | {_f(hfg)} | {_r(hfg, g)} |"
+                    f"{_x(d.get('worst_eager_over_graph'))} | {floor:.3f} | {_r(g, floor)} | {_f(hf)} | {_f(hfg)} | {_r(hfg, g)} |"
                 )
     lines += ["", "| shape | attention | prefill tokens | breakable ms (= TTFT, idle engine) | eager ms | "
               "eager/breakable |",
@@ -345,6 +348,10 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def _f(v: Optional[float]) -> str:
     return "–" if v is None else f"{v:.3f}"
+
+
+def _x(v: Optional[float]) -> str:
+    return "–" if v is None else f"{v:.2f}×"
 
 
 def _r(a: Optional[float], b: Optional[float]) -> str:

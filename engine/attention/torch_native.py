@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..batch import ForwardBatch, ForwardMode
 from ..graphs.buffers import BufferSlot, PaddingPolicy
@@ -21,6 +22,9 @@ from .base import AttentionBackend
 
 
 GRAPH_MAX_CONTEXT = 4096
+#: SDPA kernels for CUDA decode: not cuDNN's, which builds an execution plan for every new shape (an
+#: eager step's width changes every step), nor flash, which takes no mask
+CUDA_DECODE_SDPA = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 #: the narrowest page table a decode graph is captured with; each next one is twice as wide
 GRAPH_MIN_CONTEXT = 256
 
@@ -32,7 +36,7 @@ class DecodeMeta:
     seq_lens: torch.Tensor  # [bs] int64
     slot_table: Optional[torch.Tensor] = None  # [bs, P * page_size], derived in prepare_in_graph
     valid: Optional[torch.Tensor] = None  # [bs, P * page_size] bool
-    bias: Optional[torch.Tensor] = None  # [bs, 1, 1, P * page_size]: 0 or -inf (CPU decode only)
+    bias: Optional[torch.Tensor] = None  # [bs, 1, 1, P * page_size]: 0 or -inf, derived in prepare_in_graph
 
 
 @dataclass
@@ -89,9 +93,9 @@ class TorchNativeBackend(AttentionBackend):
         j = torch.arange(width, device=meta.page_table.device)
         meta.slot_table = meta.page_table[:, j // ps] * ps + (j % ps)
         meta.valid = j[None, :] < meta.seq_lens[:, None]
-        if j.device.type == "cpu":  # SDPA would turn a bool mask into this in every layer
-            bias = torch.zeros(meta.valid.shape, dtype=self.pool.layout.dtype, device=j.device)
-            meta.bias = bias.masked_fill_(~meta.valid, float("-inf"))[:, None, None, :]
+        # an additive mask, built once a step (SDPA would turn a bool mask into this in every layer)
+        bias = torch.zeros(meta.valid.shape, dtype=self.pool.layout.dtype, device=j.device)
+        meta.bias = bias.masked_fill_(~meta.valid, float("-inf"))[:, None, None, :]
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
         kc = self.pool.k_cache[layer_id].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
@@ -104,31 +108,24 @@ class TorchNativeBackend(AttentionBackend):
         m: DecodeMeta = self.meta
         kc.index_copy_(0, m.out_cache_loc, k.to(kc.dtype))
         vc.index_copy_(0, m.out_cache_loc, v.to(vc.dtype))
-        if q.device.type == "cpu":
-            return self._decode_sdpa(q, kc, vc)
-        bs, hq, d = q.shape
-        hkv = self.shape.num_kv_heads
-        keys = kc[m.slot_table].float()  # [bs, W, hkv, d]
-        vals = vc[m.slot_table].float()
-        qg = q.float().view(bs, hkv, hq // hkv, d)
-        scores = torch.einsum("bhgd,bwhd->bhgw", qg, keys) * self.shape.scale
-        scores = scores.masked_fill(~m.valid[:, None, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.einsum("bhgw,bwhd->bhgd", probs, vals)
-        return out.reshape(bs, hq, d).to(q.dtype)
-
-    def _decode_sdpa(self, q, kc, vc) -> torch.Tensor:
-        """CPU decode: one fused SDPA call (GQA and the length mask inside) instead of the einsum,
-        mask, softmax, einsum chain, whose per-op host cost dominates a small model's CPU step."""
-        m: DecodeMeta = self.meta
         shape = (*m.slot_table.shape, *kc.shape[1:])  # [bs, W, hkv, d]
         slots = m.slot_table.reshape(-1)  # index_select: ~4x faster than a 2-D advanced index on a CPU
         keys = kc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)  # [bs, hkv, W, d]
         vals = vc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)
-        o = F.scaled_dot_product_attention(
-            q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale, enable_gqa=True
-        )
-        return o.squeeze(2)
+        if q.device.type == "cpu":
+            # one fused SDPA call, GQA and the length mask inside: on a CPU the per-op host cost of
+            # anything longer dominates a small model's step
+            o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype),
+                                               scale=self.shape.scale, enable_gqa=True)
+            return o.squeeze(2)
+        # CUDA: each KV head's group of query heads as its query rows, so a fused kernel (fp32
+        # softmax and accumulation) serves GQA without copying K/V per query head
+        bs, hq, d = q.shape
+        hkv = keys.shape[1]
+        qg = q.view(bs, hkv, hq // hkv, d)
+        with sdpa_kernel(CUDA_DECODE_SDPA):
+            o = F.scaled_dot_product_attention(qg, keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale)
+        return o.reshape(bs, hq, d)
 
     def _extend(self, q, k, v, kc, vc) -> torch.Tensor:
         m: ExtendMeta = self.meta
