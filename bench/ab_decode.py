@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from floor import copy_bandwidth, floor_ms  # noqa: E402
-from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
+from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402,F401
 
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
@@ -53,20 +53,20 @@ def apply(variant: str) -> dict:
     return {"kernels": KernelConfig(**kernel), **overrides}
 
 
-def compare(shape: str, ckpt, bs: int, variants: list[str], args: argparse.Namespace, bw: float) -> None:
+def compare(shape: str, ckpt, bs: int, prompt: int, variants: list[str], args: argparse.Namespace, bw: float) -> None:
     engines, handles = [], []
     for v in variants:
         eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=max(8, bs), decode_bs=[bs],
                           prefill_graphs=False, **apply(v))
         engines.append(eng)
-        handles.append(fill_decode(eng, bs))
+        handles.append(fill_decode(eng, bs, prompt_len=prompt))
         time_steps(eng, 5)
     apply("")
     times: list[list[float]] = [[] for _ in variants]
     for _ in range(args.rounds):
         for i, eng in enumerate(engines):
             times[i].append(time_steps(eng, args.steps))
-    ctx = PROMPT_LEN + 5 + args.rounds * args.steps // 2  # the middle of the timed steps
+    ctx = prompt + 5 + args.rounds * args.steps // 2  # the middle of the timed steps
     floor = floor_ms(ckpt.model, [ctx] * bs, bw)
     base = statistics.median(times[0])
     for v, t in zip(variants, times):
@@ -88,14 +88,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--bs", default="1", help="batch sizes, comma list")
+    ap.add_argument("--prompt", default=str(PROMPT_LEN), help="prompt tokens, comma list (context = prompt + steps)")
     args = ap.parse_args()
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     variants = args.variants.split(";")
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
-        for bs in map(int, args.bs.split(",")):
-            compare(shape, ckpt, bs, variants, args, bw)
+        for prompt in map(int, args.prompt.split(",")):
+            for bs in map(int, args.bs.split(",")):
+                compare(shape, ckpt, bs, prompt, variants, args, bw)
         del ckpt
         torch.cuda.empty_cache()
     return 0

@@ -67,11 +67,11 @@ def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus]
     return Engine(ckpt, cfg, bus)
 
 
-def fill_decode(eng: Engine, bs: int, seed: int = 0) -> list:
+def fill_decode(eng: Engine, bs: int, seed: int = 0, prompt_len: int = PROMPT_LEN) -> list:
     g = torch.Generator().manual_seed(seed)
     vocab = eng.spec.vocab_size
-    params = SamplingParams(max_new_tokens=MAX_CONTEXT - PROMPT_LEN - 2, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(torch.randint(10, vocab - 10, (PROMPT_LEN,), generator=g).tolist(), params)
+    params = SamplingParams(max_new_tokens=MAX_CONTEXT - prompt_len - 2, ignore_eos=True, detokenize=False)
+    handles = [eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params)
                for _ in range(bs)]
     while any(len(h._token_ids) == 0 for h in handles):
         eng.step()
