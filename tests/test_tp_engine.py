@@ -85,12 +85,15 @@ def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine,
         env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
         assert env["NCCL_NVLS_ENABLE"] == "0"
         assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
-        os.kill(pid, signal.SIGUSR1)
-        deadline = time.monotonic() + 10
+        # Each try asks for a fresh dump and reads the capture once it is written: a read that lands in
+        # the middle of a dump can lose its tail (the capture is truncated after each read, while the
+        # worker writes to the same file), so a try never joins pieces of two dumps.
+        deadline = time.monotonic() + 30
         err = ""
-        while "worker.py" not in err and time.monotonic() < deadline:
-            time.sleep(0.1)
-            err += capfd.readouterr().err
+        while not ("worker.py" in err and "serve" in err) and time.monotonic() < deadline:
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(0.5)
+            err = capfd.readouterr().err
         assert "worker.py" in err and "serve" in err  # the worker's stack, waiting for rank 0's next call
 
         def broken(logits, requests):
