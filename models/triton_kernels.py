@@ -38,9 +38,9 @@ def use_pdl(device: torch.device, weight_bytes: int = 0, policy: str = "auto") -
     launch gap and the memory-pipeline ramp, which is most of a short kernel. Needs Hopper or newer.
 
     ``policy`` (the engine's ``KernelConfig.pdl``, checked there): "on" for every such kernel, "off"
-    for none, "auto" for kernels of at most ``PDL_AUTO_MAX_BYTES`` of weights. Measured on an H200
-    (bench/ab_decode.py, bs 1): PDL on every kernel took Qwen3-0.6B (2-13 MB GEMVs) from 0.935 to
-    0.905 ms a step but Llama-3.1-8B (33-235 MB GEMVs) from 4.147 to 4.215 ms."""
+    for none, "auto" for kernels of at most ``PDL_AUTO_MAX_BYTES`` of weights: in bench/ab_decode.py
+    PDL sped up the small model's short kernels but slowed the long GEMVs of the 8B shape (README,
+    Benchmarks: targets at bs 1)."""
     if policy == "off" or not HAVE_TRITON or device.type != "cuda":
         return False
     if policy == "auto" and weight_bytes > PDL_AUTO_MAX_BYTES:

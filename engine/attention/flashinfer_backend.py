@@ -48,9 +48,9 @@ CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 #: The decode kernel (``KernelConfig.decode_kernel``, engine/kernel_config.py): "auto" takes the Triton kernel
 #: (engine/attention/triton_decode.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one
 #: launch) up to TRITON_AUTO_MAX_ROWS rows and FlashInfer's above; "triton" takes it at every size.
-#: "auto" decodes batches of at most this many rows with the Triton kernel. Measured on an H200
-#: (bench/decode_attn_bench.py): it wins at bs 1-64 on both benchmark shapes and loses at bs 256 on
-#: Qwen3-0.6B (79 vs 70 µs per layer at context 220; on Llama-3.1-8B it still wins there).
+#: "auto" decodes batches of at most this many rows with the Triton kernel: in
+#: bench/decode_attn_bench.py it wins at bs 1-64 on both benchmark shapes and loses at bs 256 on the
+#: Qwen3-0.6B shape (figures: README, Benchmarks).
 TRITON_AUTO_MAX_ROWS = 64
 _EVERY_SIZE = 1 << 30  # triton_max_rows of "triton"
 

@@ -13,13 +13,13 @@ planning: the kernel reads the same indptr / indices / last_page_len page lists 
 
 Grid is (rows, KV heads, splits), fixed per graph bucket; splits past the context exit at once. The
 query heads of one KV head (the GQA group) are padded to 16 rows so both products run on tensor cores.
+With programmatic dependent launch a program requests its first K/V tile before waiting for the
+projection (those cache rows were written by earlier steps), so the tile streams while the projection
+drains.
 
-Measured on an H200 (bench/decode_attn_bench.py, per layer inside a CUDA graph, L2-warm caches): 8.9
-vs 10.7 µs (Qwen3-0.6B shape) and 8.7 vs 12.7 µs (Llama-3.1-8B shape) at bs 1 and context 220; 11.5 vs
-15.1 and 11.0 vs 16.4 at bs 8; 22 vs 31 and 22 vs 42 at bs 64. At bs 256 it lost on the 0.6B shape
-(79 vs 70 µs), hence FlashInfer above ``TRITON_AUTO_MAX_ROWS`` (flashinfer_backend.py). In the whole
-model (HBM-cold KV) it takes 11.7-13.8 µs at contexts of 140-540 tokens against FlashInfer's
-10.1 + 2.4 µs plus 3.3 µs of norm/RoPE/store kernels and three launch gaps.
+It beats FlashInfer's four launches from bs 1 to 64 on both benchmark shapes and loses at bs 256 on
+the Qwen3-0.6B shape, hence FlashInfer above ``TRITON_AUTO_MAX_ROWS`` (flashinfer_backend.py); the
+figures are in the README (Benchmarks: decode attention per layer).
 """
 
 from __future__ import annotations
@@ -199,11 +199,12 @@ if HAVE_TRITON:
 @dataclass(frozen=True)
 class DecodeTuning:
     """Launch shape: tokens per loop step, the smallest share of context worth a split of its own
-    (shorter contexts stay in one program: no partials, no merge), warps, pipeline stages.
+    (shorter contexts stay in one program: no partials, no merge), warps, pipeline stages, and whether
+    the first K/V tile is requested before the PDL wait.
 
-    Defaults: the best mean of ``bench/decode_attn_bench.py --sweep`` on an H200 over bs 1 and 8 at
-    contexts 220 and 1000, both benchmark shapes (8-25 % over each case's best, 15 % on average;
-    block 256 with 8 warps was best at context 220 but 31-36 % over the best at 1000)."""
+    Defaults: the best mean of ``bench/decode_attn_bench.py --sweep`` over bs 1 and 8 at contexts 220
+    and 1000, both benchmark shapes; in the whole model (``bench/ab_decode.py``) neither smaller nor
+    larger split chunks did better (README: the issue #17 sweep)."""
 
     block_t: int = 128
     min_chunk: int = 256
