@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from floor import copy_bandwidth, floor_ms  # noqa: E402
-from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402,F401
+from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
