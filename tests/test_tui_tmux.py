@@ -409,8 +409,15 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
         wait_for(term, "the Export trace command", lambda s: "Export trace" in s, 15)
         term.keys("Enter")
         wait_for(term, "the export dialog", lambda s: "Export trace (JSONL)" in s and "escape cancels" in s, 15)
-        term.keys("C-u")
+        # The dialog can show before its input has focus, and keys sent then are lost: clear the
+        # suggested name until the input has taken it (focus is there), then type, and press Enter
+        # only once the path shows.
+        deadline = time.monotonic() + 15
+        while "graphtop-" in term.screen() and time.monotonic() < deadline:
+            term.keys("C-u")
+            time.sleep(0.25)
         term.keys(str(target), literal=True)
+        wait_for(term, "the typed path", lambda s: "palette.jsonl" in s, 15)
         term.keys("Enter")
         deadline = time.monotonic() + 30
         while not target.exists() and time.monotonic() < deadline:
