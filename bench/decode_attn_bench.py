@@ -4,9 +4,11 @@ store, FlashInfer decode, its merge: four launches) against the one-launch Trito
 so launch gaps count. Every layer has its own KV cache, so the caches are not all sitting in L2.
 
     python bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
-        [--ctx 220,1000,4000] [--sweep] [--out DIR]
+        [--ctx 220,1000,4000] [--sweep] [--sweep-bs 1,8] [--sweep-ctx 220,1000] [--out DIR]
 
---sweep also tries a grid of launch shapes (DecodeTuning) at bs 1 and 8 and prints the best.
+--sweep also tries a grid of launch shapes (DecodeTuning) at the --sweep-bs batch sizes and prints the
+best; batches of 64 rows and more get a grid with pipeline depth and split waves (their split count
+comes from ``waves``, not the context).
 """
 
 from __future__ import annotations
@@ -134,6 +136,8 @@ def main() -> int:
     ap.add_argument("--bs", default="1,8,64,256")
     ap.add_argument("--ctx", default="220,1000,4000")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-bs", default="1,8")
+    ap.add_argument("--sweep-ctx", default="220,1000")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     rows = []
@@ -153,14 +157,15 @@ def main() -> int:
             del case
             torch.cuda.empty_cache()
     if args.sweep:
-        grid = [(bt, mc, nw, 2) for bt in (16, 32, 64, 128, 256) for mc in (16, 32, 64, 128, 256, 512)
-                for nw in (4, 8) if mc >= bt]
+        small = [DecodeTuning(bt, mc, nw, 2) for bt in (16, 32, 64, 128, 256) for mc in (16, 32, 64, 128, 256, 512)
+                 for nw in (4, 8) if mc >= bt]
+        large = [DecodeTuning(bt, mc, nw, ns, True, w) for bt in (64, 128, 32) for nw in (4, 8) for ns in (2, 3)
+                 for w, mc in ((2, 256), (8, 64), (8, 128), (16, 64))]
         for shape in args.shapes.split(","):
-            for bs, ctx in itertools.product((1, 8), (220, 1000)):
+            for bs, ctx in itertools.product(map(int, args.sweep_bs.split(",")), map(int, args.sweep_ctx.split(","))):
                 case = Case(SHAPES[shape], bs, ctx)
                 res = []
-                for bt, mc, nw, ns in grid:
-                    t = DecodeTuning(bt, mc, nw, ns)
+                for t in (large if bs >= 64 else small):
                     try:
                         res.append((graph_us(case, triton_layer(case, t), reps=10), t))
                     except Exception as exc:  # a shape the compiler refuses: report, go on

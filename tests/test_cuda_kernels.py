@@ -177,12 +177,15 @@ def test_argmax_rows_matches_torch_with_ties():
 
 @pytest.mark.parametrize("heads", [(16, 8), (32, 8), (20, 4)], ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-@pytest.mark.parametrize("splits,min_chunk", [(None, 256), (1, 256), (16, 16)])
-def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk):
+@pytest.mark.parametrize("splits,min_chunk,large", [(None, 256, False), (1, 256, False), (16, 16, False),
+                                                    (None, 256, True), (16, 32, True)])
+def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, large):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
     (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches);
     both entries: q over stored K/V, and straight from q|k|v (norm, RoPE and the K/V store inside)."""
-    from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode
+    from dataclasses import replace
+
+    from graphtop.engine.attention.triton_decode import LARGE_ROWS, LARGE_TUNING, DecodeTuning, PagedDecode
     from graphtop.models.layers import RMSNorm
     from graphtop.models.rope import apply_rope
 
@@ -200,7 +203,10 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         idx += perm[len(idx) : len(idx) + p]
         indptr.append(len(idx))
         last.append(n - (p - 1) * page_size)
-    kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), DecodeTuning(min_chunk=min_chunk))
+    # "large": the launch shape of batches of LARGE_ROWS rows and more, on these rows
+    tuning = replace(LARGE_TUNING, min_chunk=min_chunk) if large else DecodeTuning(min_chunk=min_chunk)
+    kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), tuning)
+    assert kern.tuning_for(1) == kern.tuning_for(LARGE_ROWS) == tuning  # a given tuning serves every size
     i32 = dict(dtype=torch.int32, device=dev)
     args = (torch.tensor(indptr, **i32), torch.tensor(idx, **i32), torch.tensor(last, **i32))
 

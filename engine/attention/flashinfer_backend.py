@@ -39,7 +39,7 @@ from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
 from .flashinfer_support import FlashInferUnsupported, kv_cache_problem
 from .page_lists import host_ints, page_lists
-from .triton_decode import HAVE_TRITON, PagedDecode, TritonDecodeWrapper, num_splits
+from .triton_decode import HAVE_TRITON, PagedDecode, TritonDecodeWrapper
 
 WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shared by every wrapper
 #: GQA group sizes the CUDA-core decode kernel is instantiated for (DISPATCH_GQA_GROUP_SIZE, minus 16,
@@ -323,7 +323,7 @@ class FlashInferBackend(AttentionBackend):
             indptr, indices, last = self._graph_bufs
             if self._use_triton(bucket):
                 w = TritonDecodeWrapper(self._triton, indptr[: bucket + 1], indices, last[:bucket],
-                                        splits=num_splits(bucket, self.shape.num_kv_heads, self._triton.sms))
+                                        splits=self._triton.splits_for(bucket))
                 self._graph_wrappers[bucket] = w
                 return w
             w = self._fi.BatchDecodeWithPagedKVCacheWrapper(

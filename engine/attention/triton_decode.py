@@ -25,7 +25,7 @@ figures are in the README (Benchmarks: decode attention per layer).
 from __future__ import annotations
 
 from array import array
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import torch
@@ -43,9 +43,9 @@ except Exception:  # pragma: no cover - CPU builds of torch ship no triton
 MAX_SPLITS = 16
 
 
-def num_splits(rows: int, kv_heads: int, sms: int) -> int:
-    """Enough programs for ~2 waves over the SMs, at most MAX_SPLITS, a power of two."""
-    want = max(1, (2 * sms) // max(1, rows * kv_heads))
+def num_splits(rows: int, kv_heads: int, sms: int, waves: int = 2) -> int:
+    """Enough programs for ~``waves`` programs per SM, at most MAX_SPLITS, a power of two."""
+    want = max(1, (waves * sms) // max(1, rows * kv_heads))
     return min(MAX_SPLITS, 1 << (want.bit_length() - 1))
 
 
@@ -211,10 +211,21 @@ class DecodeTuning:
     num_warps: int = 4
     num_stages: int = 2
     prefetch: bool = True  # request the first K/V tile before the PDL wait (fused path only)
+    waves: int = 2  # programs per SM the split count aims for (num_splits)
 
 
-#: what a PagedDecode built without ``tuning`` uses (head_dim <= 128; wider heads halve block_t)
+#: what a PagedDecode built without ``tuning`` uses below LARGE_ROWS rows (head_dim <= 128; wider heads
+#: halve block_t)
 DEFAULT_TUNING = DecodeTuning()
+#: from this many rows on: short tiles, one more stage (``bench/decode_attn_bench.py --sweep --sweep-bs
+#: 64,256``: the best at 64 rows, context 220, on both benchmark shapes, and within 1 % of the best at 1000)
+LARGE_ROWS = 64
+LARGE_TUNING = DecodeTuning(block_t=32, num_stages=3)
+
+
+def _for_head_dim(tuning: DecodeTuning, head_dim: int) -> DecodeTuning:
+    """Heads wider than 128 halve the tile (registers), down to 16 tokens."""
+    return tuning if head_dim <= 128 else replace(tuning, block_t=max(16, tuning.block_t // 2))
 
 
 class PagedDecode:
@@ -232,15 +243,23 @@ class PagedDecode:
         self.group_pad = max(16, triton.next_power_of_2(self.group))
         self.page_size, self.scale, self.device = page_size, scale, device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-        self.tuning = tuning or (DEFAULT_TUNING if head_dim <= 128 else
-                                 DecodeTuning(max(16, DEFAULT_TUNING.block_t // 2), *astuple(DEFAULT_TUNING)[1:]))
+        self.tuning = tuning or _for_head_dim(DEFAULT_TUNING, head_dim)
+        self.large_tuning = tuning or _for_head_dim(LARGE_TUNING, head_dim)
         self.pdl = use_pdl(torch.device(device)) if pdl is None else pdl
         self._retired: list[tuple[torch.Tensor, ...]] = []
         self._parts = self._rows = -1
         # partials only exist where a launch splits: batches big enough for one split fill the GPU alone
-        worst = max((r * num_splits(r, num_kv_heads, self.sms) for r in range(1, max_rows + 1)
-                     if num_splits(r, num_kv_heads, self.sms) > 1), default=0)
+        worst = max((r * self.splits_for(r) for r in range(1, max_rows + 1) if self.splits_for(r) > 1),
+                    default=0)
         self._ensure(max_rows, worst * num_kv_heads * self.group)
+
+    def tuning_for(self, rows: int) -> DecodeTuning:
+        """The launch shape of a ``rows``-row launch (one given to the constructor is used for all)."""
+        return self.large_tuning if rows >= LARGE_ROWS else self.tuning
+
+    def splits_for(self, rows: int) -> int:
+        """How many programs share one (row, KV head)'s context in a launch of ``rows`` rows."""
+        return num_splits(rows, self.num_kv_heads, self.sms, self.tuning_for(rows).waves)
 
     def _ensure(self, rows: int, parts: int) -> None:
         """Workspace for ``rows`` rows and ``parts`` partial rows; grown outside graphs only (buckets
@@ -258,12 +277,12 @@ class PagedDecode:
                 v_cache: torch.Tensor, pages: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
                 out: Optional[torch.Tensor], splits: Optional[int], new: tuple) -> torch.Tensor:
         rows = q.shape[0]
-        splits = splits or num_splits(rows, self.num_kv_heads, self.sms)
+        splits = splits or self.splits_for(rows)
         self._ensure(rows, rows * self.num_kv_heads * splits * self.group if splits > 1 else 0)
         if out is None:
             out = torch.empty((rows, self.num_heads, self.head_dim), dtype=q.dtype, device=q.device)
         kn, vn, new_stride, pos, cs, qw, kw, eps, new_kv, has_norm = new
-        tu = self.tuning
+        tu = self.tuning_for(rows)
         _decode_kernel[(rows, self.num_kv_heads, splits)](
             q, k_cache, v_cache, *pages, out, self._po, self._pml, self._tickets,
             self.scale, q_stride_b, q_stride_h, out.stride(0), out.stride(1), self.num_kv_heads,
