@@ -8,8 +8,9 @@ graph step and its ratio to the HBM floor (bench/floor.py).
 
 A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
 (decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
-the Triton decode launch shape (tuning=block_t/min_chunk/warps/stages[/prefetch 0 or 1]) for the engines
-built under it.
+the Triton decode launch shape below and from ``LARGE_ROWS`` rows (tuning=... / large=...:
+block_t/min_chunk/warps/stages[/prefetch 0 or 1[/waves]]) and the skinny GEMM (skinny=auto|off,
+``KernelConfig.skinny_gemm``) for the engines built under it.
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
+SHIPPED_TUNING = (td.DEFAULT_TUNING, td.LARGE_TUNING)
+
+
 def apply(variant: str) -> dict:
     """The variant's engine overrides (kernel config, page size); its launch shape (a module default)
     is set for the engines built next."""
     kernel: dict[str, str] = {}
     overrides: dict = {}
-    td.DEFAULT_TUNING = td.DecodeTuning()
+    td.DEFAULT_TUNING, td.LARGE_TUNING = SHIPPED_TUNING
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -48,6 +52,10 @@ def apply(variant: str) -> dict:
             overrides["page_size"] = int(value)
         elif key == "tuning":
             td.DEFAULT_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+        elif key == "large":
+            td.LARGE_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+        elif key == "skinny":
+            kernel["skinny_gemm"] = value
         else:
             raise SystemExit(f"unknown variant key {key!r}")
     return {"kernels": KernelConfig(**kernel), **overrides}

@@ -176,7 +176,8 @@ class Engine:
         """Switch the model to its fused kernels where the device allows; the note says what happened."""
         k = self.kernels
         if not (self.config.fused_kernels and
-                self.model.enable_fused_kernels(self.config.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl)):
+                self.model.enable_fused_kernels(self.config.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl,
+                                                skinny=k.skinny_gemm != "off")):
             return ""
         note = " · model kernels: triton-fused"
         if self.model.fused_gemv_rows:

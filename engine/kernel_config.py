@@ -20,6 +20,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # the fused-GEMV decoder layers for steps of <= EngineConfig.fused_gemv_max_rows tokens;
     # "auto" = on wherever the fused kernels run (CUDA bf16/fp16 with Triton), like "on"
     "fused_gemv": ("auto", "on", "off"),
+    # the skinny Triton GEMM for steps of 2-64 tokens, on the projections where it measured faster than
+    # cuBLAS (models/triton_skinny.py TUNED); "off" keeps cuBLAS for every projection
+    "skinny_gemm": ("auto", "off"),
     # decode attention with the FlashInfer backend: "auto" = graphtop's one-launch Triton kernel up to
     # 64 rows and FlashInfer's own above; "triton" = the Triton kernel at every size; "flashinfer" =
     # FlashInfer's own (CUDA or tensor cores by GQA group); the other three force one of FlashInfer's
@@ -37,6 +40,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 #: field -> the environment variable that overrides it
 ENV: dict[str, str] = {
     "fused_gemv": "GRAPHTOP_FUSED_GEMV",
+    "skinny_gemm": "GRAPHTOP_SKINNY_GEMM",
     "decode_kernel": "GRAPHTOP_FLASHINFER_DECODE",
     "prefill_backend": "GRAPHTOP_FLASHINFER_PREFILL_BACKEND",
     "pdl": "GRAPHTOP_PDL",
@@ -53,6 +57,7 @@ class KernelConfig:
     prefill_backend: str = "fa2"
     pdl: str = "auto"
     all_reduce: str = "auto"
+    skinny_gemm: str = "auto"
 
     @property
     def gemv_layers(self) -> bool:

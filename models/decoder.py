@@ -18,6 +18,7 @@ from torch import nn
 
 from . import triton_gemv as tg
 from . import triton_kernels as tk
+from . import triton_skinny as ts
 from .layers import RMSNorm, SwiGLUMLP
 from .rope import RopeFactors, RotaryEmbedding
 from .spec import ModelSpec
@@ -84,10 +85,6 @@ class Attention(nn.Module):
             q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache)
         return attn(q, k, v, self.layer_id).reshape(-1, self.num_heads * self.head_dim)
 
-    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
-                      attn: AttentionFn) -> torch.Tensor:
-        return self.o_proj(self.attend_fused(self.qkv_proj(x), positions, rope, attn))
-
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         """``rope``: the step's RoPE factors (``RotaryEmbedding.factors``), shared by all layers."""
         q = self.q_proj(x).view(-1, self.num_heads, self.head_dim)
@@ -108,6 +105,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
         self.gemv_pdl: tuple[bool, ...] = (False, False, False, False)  # qkv, o, gate_up, down (set_pdl)
+        # qkv, o, gate_up, down: row class -> skinny-GEMM config where it beat cuBLAS (set_skinny)
+        self.skinny: tuple[dict[int, ts.Config], ...] = ({}, {}, {}, {})
+        self.skinny_pdl = False
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -121,12 +121,39 @@ class DecoderLayer(nn.Module):
             residual = x
             h = tk.rms_norm(x, ln.weight, ln.eps)
         else:
-            h = tk.add_rms_norm(x, residual, ln.weight, ln.eps)
-        a = self.self_attn.forward_fused(h, positions, rope, attn)
+            h = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl)
+        sa, mlp, (qkv, o, gate_up, down) = self.self_attn, self.mlp, self.skinny
+        cls = ts.row_class(h.shape[0])
+        a = self._project(sa.o_proj, sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls), positions, rope, attn),
+                          o, cls)
         pln = self.post_attention_layernorm
-        h = tk.add_rms_norm(a, residual, pln.weight, pln.eps)
-        mlp = self.mlp
-        return mlp.down_proj(tk.silu_and_mul(mlp.gate_up_proj(h))), residual
+        h = tk.add_rms_norm(a, residual, pln.weight, pln.eps, self.skinny_pdl)
+        return self._project(mlp.down_proj, self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True), down,
+                             cls), residual
+
+    def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
+                 silu_mul: bool = False) -> torch.Tensor:
+        """``proj(x)`` (then SiLU·mul of its [gate | up] halves): on the skinny GEMM where it won at
+        this many rows, else cuBLAS (and the SiLU·mul kernel)."""
+        cfg = configs.get(cls) if cls is not None else None
+        if cfg is not None:
+            return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl)
+        y = proj(x)
+        return tk.silu_and_mul(y) if silu_mul else y
+
+    def set_skinny(self, enabled: bool, policy: str) -> None:
+        """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a
+        tensor-parallel row shard all-reduces in its forward) whose shape has a measured win in
+        ``ts.TUNED``. It launches with PDL unless the policy is "off": its weight tile is requested
+        before the wait whatever the weight size (bench/skinny_bench.py measured it with PDL); so do
+        the layer's add+RMSNorms, which let the projection after them launch at once."""
+        sa, mlp = self.self_attn, self.mlp
+        projs = ((sa.qkv_proj, False), (sa.o_proj, False), (mlp.gate_up_proj, True), (mlp.down_proj, False))
+        self.skinny = tuple(
+            ts.configs_for(*p.weight.shape, silu) if enabled and type(p) is nn.Linear and p.bias is None else {}
+            for p, silu in projs
+        )
+        self.skinny_pdl = enabled and tk.use_pdl(sa.qkv_proj.weight.device, 0, policy)
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL
@@ -227,12 +254,14 @@ class DecoderForCausalLM(nn.Module):
         """Steps of at most this many tokens run the fused-GEMV layers (0: never)."""
         return self.model.gemv_max_rows if self.model.fused else 0
 
-    def enable_fused_kernels(self, gemv_max_rows: int = 1, *, gemv: bool = True, pdl: str = "auto") -> bool:
+    def enable_fused_kernels(self, gemv_max_rows: int = 1, *, gemv: bool = True, pdl: str = "auto",
+                             skinny: bool = True) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
         Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on. Batches of at
         most ``gemv_max_rows`` tokens (0 = never) use the fused-GEMV layers, unless ``gemv`` is False;
-        ``pdl`` is their launch policy (the engine's ``KernelConfig``). Calling it again only updates
+        ``pdl`` is their launch policy (the engine's ``KernelConfig``); ``skinny``: batches of 2-64
+        tokens may take the skinny GEMM (``DecoderLayer.set_skinny``). Calling it again only updates
         those settings.
         """
         p = self.model.embed_tokens.weight
@@ -246,6 +275,7 @@ class DecoderForCausalLM(nn.Module):
             self.model.fused = True
         for layer in self.model.layers:
             layer.set_pdl(pdl)
+            layer.set_skinny(skinny, pdl)
         return True
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:

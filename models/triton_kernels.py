@@ -74,10 +74,13 @@ if HAVE_TRITON:
 
     @triton.jit
     def _add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, x_stride, res_stride, out_stride, D, eps,
-                            BLOCK: tl.constexpr):
+                            BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
+        if USE_PDL:  # everything it reads but the weight comes from the kernels before
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
         r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
         s = (r.to(tl.float32) + x.to(tl.float32)).to(res_ptr.dtype.element_ty)  # HF: residual + x in dtype
@@ -170,13 +173,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out.view(x.shape)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``residual += x`` (in place, in the activation dtype), return RMSNorm(residual)."""
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                 pdl: bool = False) -> torch.Tensor:
+    """``residual += x`` (in place, in the activation dtype), return RMSNorm(residual).
+
+    ``pdl``: launch with programmatic dependent launch and let the next kernel launch at once, so a
+    PDL-launched projection after it streams its first weight tile while the norm runs."""
     out = torch.empty_like(residual)
     D = residual.shape[-1]
     _add_rmsnorm_kernel[(residual.shape[0],)](x, residual, weight, out, x.stride(0), residual.stride(0),
-                                              out.stride(0), D, eps, BLOCK=triton.next_power_of_2(D),
-                                              num_warps=4 if D <= 2048 else 8)
+                                              out.stride(0), D, eps, BLOCK=triton.next_power_of_2(D), USE_PDL=pdl,
+                                              num_warps=4 if D <= 2048 else 8, launch_pdl=pdl)
     return out
 
 

@@ -6,7 +6,7 @@
 # The dashboard benchmark needs textual, pyzmq and msgspec: wheels in .whl/ (README, GPU workflow) are
 # installed here without network.
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
-#      graph,events,dashboard (default) and gemv,profile,attn,ab,capture,parity,finite,tp (GEMV_ARGS, PROFILE_ARGS,
+#      graph,events,dashboard (default) and gemv,skinny,profile,attn,ab,capture,parity,finite,tp (GEMV_ARGS, SKINNY_ARGS, PROFILE_ARGS,
 #      ATTN_ARGS, AB_ARGS, CAPTURE_ARGS, PARITY_ARGS, FINITE_ARGS, TP_ARGS; tp needs 2 GPUs); BENCH_ARGS / EVENTS_ARGS /
 #      DASH_ARGS add flags to bench/graph_bench.py / bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS
 #      adds pytest flags; GPU_TEST_FILES replaces the list of test files (default: every tests/test_cuda_*.py and
@@ -59,6 +59,7 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,events,* ]] && run_bench events.log python3 bench/events_bench.py --device cuda ${EVENTS_ARGS:-}
   [[ $benches == *,dashboard,* ]] && run_bench dashboard.log python3 bench/dashboard_bench.py --out "$out" ${DASH_ARGS:-}
   [[ $benches == *,gemv,* ]] && run_bench gemv.log python3 bench/gemv_bench.py ${GEMV_ARGS:-}
+  [[ $benches == *,skinny,* ]] && run_bench skinny.log python3 bench/skinny_bench.py ${SKINNY_ARGS:-}
   [[ $benches == *,attn,* ]] && run_bench attn.log python3 bench/decode_attn_bench.py --out "$out" ${ATTN_ARGS:-}
   [[ $benches == *,ab,* ]] && run_bench ab.log python3 bench/ab_decode.py ${AB_ARGS:-}
   [[ $benches == *,profile,* ]] && run_bench profile.log python3 bench/profile_decode.py --out "$out" ${PROFILE_ARGS:-}

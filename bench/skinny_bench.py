@@ -1,0 +1,122 @@
+"""Decode projections at 2-64 rows: cuBLAS (plus the SiLU·mul kernel after gate|up, as the fused-kernel
+path runs them today) against the split-K skinny Triton GEMM (models/triton_skinny.py), per launch
+config, measured as a decode graph runs them (bench/gemv_bench.py's harness: one graph over a distinct
+weight copy per layer, so weights stream from HBM).
+
+    python bench/skinny_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--m 8,64] [--sweep] [--budget-s 300]
+        [--tuned-out FILE]
+
+``--sweep`` tries the config grid (best-first order, stopping at the time budget) and prints the best
+per (N, K, row class, silu) as a ``TUNED`` dict, with the per-layer sum against cuBLAS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from typing import Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from floor import copy_bandwidth  # noqa: E402
+from gemv_bench import graph_us, ops_for  # noqa: E402
+
+from graphtop.models import triton_kernels as tk  # noqa: E402
+from graphtop.models import triton_skinny as ts  # noqa: E402
+from graphtop.models.random_model import SHAPES  # noqa: E402
+
+# (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages), likeliest first so a cut-off sweep has tried them
+GRID = [(bn, bk, sp, 4, st) for st in (4, 3, 6) for bk in (128, 256, 64) for bn in (64, 32, 16, 128)
+        for sp in (1, 2, 4, 8, 16)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
+    ap.add_argument("--m", default="8,64")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="wall time for the whole sweep")
+    ap.add_argument("--per-op-s", type=float, default=0.0, help="cap per op (default: budget / ops)")
+    ap.add_argument("--ops", default="qkv,o,gate_up,down")
+    ap.add_argument("--tuned-out", help="write the best config per (N, K, row class, silu) here as JSON")
+    args = ap.parse_args()
+    bw = copy_bandwidth(torch.device("cuda"))
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    dt, dev = torch.bfloat16, "cuda"
+    cases = [(shape, m, op) for shape, m in itertools.product(args.shapes.split(","), map(int, args.m.split(",")))
+             for op in ops_for(shape) if op[0] in args.ops.split(",")]
+    per_op = args.per_op_s or args.budget_s / max(1, len(cases))
+    tuned: dict[tuple[int, int, int, bool], tuple] = {}
+    totals: dict[tuple[str, int], list[float]] = {}
+    for shape, m, (name, n, k, _kind) in cases:
+        silu = name == "gate_up"
+        layers = max(SHAPES[shape]["num_hidden_layers"], -(-(256 << 20) // (n * k * 2)))
+        ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(layers)]
+        x = torch.randn(m, k, dtype=dt, device=dev)
+
+        def cublas(l: int) -> None:
+            y = F.linear(x, ws[l])
+            if silu:
+                tk.silu_and_mul(y)
+
+        def sk(cfg: tuple, pdl: bool) -> Callable[[int], None]:
+            return lambda l: ts.skinny(x, ws[l], silu_mul=silu, config=cfg, pdl=pdl)
+
+        cls = ts.row_class(m)
+        t_cub = graph_us(cublas, layers)
+        configs = [c for c in (GRID if args.sweep else [ts.TUNED.get((n, k, cls, silu))]) if c
+                   and ts.config_ok(n, k, c, silu) and 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096]
+        best = None
+        t0 = time.time()
+        for cfg in configs:
+            if time.time() - t0 > per_op:
+                print(f"  time cap: {configs.index(cfg)} of {len(configs)} configs tried", flush=True)
+                break
+            try:
+                t = graph_us(sk(cfg, True), layers)
+            except Exception as exc:  # a config that does not compile or fit is skipped
+                print(f"  {cfg}: {type(exc).__name__} {str(exc)[:80]}", flush=True)
+                continue
+            if best is None or t < best[0]:
+                best = (t, cfg)
+        if best is None:
+            print(f"{shape} M={m} {name}: no config ran", flush=True)
+            continue
+        t_nopdl = graph_us(sk(best[1], False), layers)
+        ref = F.linear(x, ws[0])
+        if silu:
+            ref = tk.silu_and_mul(ref)
+        got = ts.skinny(x, ws[0], silu_mul=silu, config=best[1])
+        again = ts.skinny(x, ws[0], silu_mul=silu, config=best[1])
+        err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+        same = bool(torch.equal(got, again))
+        tuned[(n, k, cls, silu)] = best[1]
+        byts = n * k * 2
+        tot = totals.setdefault((shape, m), [0.0, 0.0])
+        tot[0] += t_cub
+        tot[1] += min(best[0], t_cub)
+        print(f"{shape:14s} M={m:3d} {name:8s} N={n:6d} K={k:6d}: cuBLAS{'+silu' if silu else ''} {t_cub:7.2f} us "
+              f"({byts / t_cub * 1e8 / bw:5.1f}% bw), skinny {best[0]:7.2f} us ({byts / best[0] * 1e8 / bw:5.1f}% bw, "
+              f"no PDL {t_nopdl:7.2f}) cfg {best[1]} rel err {err:.1e} deterministic {same}", flush=True)
+        ws.clear()
+        torch.cuda.empty_cache()
+    for (shape, m), (cub, sk_) in totals.items():
+        print(f"{shape} M={m}: one layer's projections cuBLAS {cub:.1f} us, best of each {sk_:.1f} us "
+              f"({sk_ / cub:.3f})", flush=True)
+    print("TUNED = {" + ", ".join(f"{key}: {c}" for key, c in tuned.items()) + "}")
+    if args.tuned_out:
+        with open(args.tuned_out, "w") as f:
+            json.dump([[list(key), list(c)] for key, c in tuned.items()], f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Skinny GEMM (Triton, tensor cores) for decode batches of a few to 64 rows: ``x @ w.T`` with the
+weight as the tall operand, K split across programs where N alone gives too few, and SiLU·mul
+optionally fused into the gate|up projection's epilogue.
+
+Why: between one row (the fused GEMV) and prefill-sized batches a projection still reads its whole
+weight once and does little arithmetic, so its time is how well the weight streams. cuBLAS picks
+tiles made for square problems there: few programs for the small-N projections (o, down) and a
+ramp-up that is most of a short kernel. Here the weight tile is the MMA's tall side (``w_tile @ x.T``:
+the handful of rows is the narrow side, padded to 16), K may be split so every SM streams, and a
+split's partial sums are merged by whichever program of a column slab finishes last, in split order,
+so the result is deterministic (graph replay must equal eager bit for bit). With programmatic
+dependent launch the first weight tile is requested before waiting for the previous kernel (no kernel
+writes weights). SiLU·mul in the gate|up epilogue saves a launch and a round trip per layer and keeps
+HF's rounding points (gate and up rounded to the activation dtype, SiLU rounded, then the product).
+
+Used for CUDA bf16/fp16 with Triton where bench/skinny_bench.py measured it faster than cuBLAS; the
+shapes and launch configs it won are in ``TUNED``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .triton_kernels import HAVE_TRITON, use_pdl
+
+MIN_M, MAX_M = 2, 64
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _skinny_tile(w_rows, x_cols, k0, xm):
+        """One K step: the weight tile [BLOCK_N, BLOCK_K] times the activations' tile [BLOCK_K, BLOCK_M]."""
+        return tl.load(w_rows + k0), tl.load(x_cols + k0, mask=xm, other=0.0)
+
+    @triton.jit
+    def _skinny_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, M, N_OUT, K, k_len, x_stride, out_stride,
+                       up_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr):
+        """out[m, n] = sum_k x[m, k] * w[n, k] over this program's K share [pid_k * k_len, +k_len).
+
+        SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
+        SPLIT: the K shares' fp32 partials go to ``part_ptr``; the last program of a column slab (an
+        acq_rel ticket says which) sums them in split order and writes the output.
+        """
+        pid_n = tl.program_id(0)
+        pid_k = tl.program_id(1)
+        n_k = tl.num_programs(1)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rm = tl.arange(0, BLOCK_M)
+        rk = tl.arange(0, BLOCK_K)
+        k_lo = pid_k * k_len
+        xm = rm[None, :] < M
+        g_rows = w_ptr + rn[:, None].to(tl.int64) * K + (k_lo + rk)[None, :]
+        u_rows = w_ptr + (rn[:, None] + up_off).to(tl.int64) * K + (k_lo + rk)[None, :]
+        x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        # first tile: the weight before the PDL wait (nothing writes weights), the activations after
+        wg = tl.load(g_rows)
+        if SILU:
+            wu = tl.load(u_rows)
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        xt = tl.load(x_cols, mask=xm, other=0.0)
+        acc = tl.dot(wg, xt, acc)
+        if SILU:
+            acc_u = tl.dot(wu, xt, acc_u)
+        for k0 in range(BLOCK_K, k_len, BLOCK_K):
+            wg, xt = _skinny_tile(g_rows, x_cols, k0, xm)
+            acc = tl.dot(wg, xt, acc)
+            if SILU:
+                wu = tl.load(u_rows + k0)
+                acc_u = tl.dot(wu, xt, acc_u)
+        dt = out_ptr.dtype.element_ty
+        om = xm & (rn[:, None] < N_OUT)
+        o_ptrs = out_ptr + rm[None, :] * out_stride + rn[:, None]
+        if SPLIT:
+            tile = (pid_n * n_k + pid_k) * (BLOCK_N * BLOCK_M)
+            cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rm[None, :]
+            tl.store(part_ptr + tile + cell, acc)
+            if SILU:
+                tl.store(part_ptr + tile + cell + n_k * tl.num_programs(0) * (BLOCK_N * BLOCK_M), acc_u)
+            tl.debug_barrier()  # every thread's partials written before the ticket publishes them
+            ticket = tl.atomic_add(ticket_ptr + pid_n, 1)
+            if ticket == n_k - 1:
+                acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+                acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+                for s in range(0, n_k):  # split order, whoever came last: deterministic
+                    t = (pid_n * n_k + s) * (BLOCK_N * BLOCK_M)
+                    acc += tl.load(part_ptr + t + cell, cache_modifier=".cg")
+                    if SILU:
+                        acc_u += tl.load(part_ptr + t + cell + n_k * tl.num_programs(0) * (BLOCK_N * BLOCK_M),
+                                         cache_modifier=".cg")
+                if SILU:
+                    g = acc.to(dt).to(tl.float32)
+                    act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+                    y = (act * acc_u.to(dt).to(tl.float32)).to(dt)
+                else:
+                    y = acc.to(dt)
+                tl.store(o_ptrs, y, mask=om)
+                tl.store(ticket_ptr + pid_n, 0)  # ready for the next launch / replay
+        else:
+            if SILU:
+                g = acc.to(dt).to(tl.float32)
+                act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+                y = (act * acc_u.to(dt).to(tl.float32)).to(dt)
+            else:
+                y = acc.to(dt)
+            tl.store(o_ptrs, y, mask=om)
+
+
+# (N, K, row class, silu) -> (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): the best of
+# bench/skinny_bench.py --sweep on an H200 (row classes 16 and 64: measured at 8 and 64 rows), kept only
+# where it beat cuBLAS (plus the SiLU·mul kernel for gate|up) at the same rows. Everything absent keeps
+# cuBLAS: the Qwen3-0.6B and Llama-3.1-8B projections are what was measured.
+TUNED: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int]] = {
+    # Qwen3-0.6B: qkv, o, gate|up, down
+    (4096, 1024, 16, False): (64, 128, 1, 4, 6), (1024, 2048, 16, False): (32, 256, 4, 4, 6),
+    (6144, 1024, 16, True): (32, 128, 1, 4, 4), (1024, 3072, 16, False): (64, 256, 4, 4, 3),
+    (4096, 1024, 64, False): (64, 128, 1, 4, 4), (1024, 3072, 64, False): (16, 128, 4, 4, 3),
+    # Llama-3.1-8B
+    (6144, 4096, 16, False): (64, 128, 1, 4, 4), (4096, 4096, 16, False): (32, 256, 1, 4, 6),
+    (4096, 14336, 16, False): (32, 256, 1, 4, 6),
+    (28672, 4096, 64, True): (128, 64, 1, 4, 4), (4096, 14336, 64, False): (64, 128, 2, 4, 4),
+}
+
+Config = tuple[int, int, int, int, int]
+
+
+def row_class(m: int) -> Optional[int]:
+    """The ``TUNED`` row class of an m-row batch, None outside the kernel's range."""
+    if m < MIN_M or m > MAX_M:
+        return None
+    return 16 if m <= 16 else 64
+
+
+def configs_for(n: int, k: int, silu: bool = False) -> dict[int, Config]:
+    """Row class -> launch config for an (N, K) weight, for the classes where the kernel won."""
+    return {c: cfg for c in (16, 64) if (cfg := TUNED.get((n, k, c, silu))) is not None}
+
+
+def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
+    """Whether a launch config tiles (N, K) exactly: whole column slabs, whole K tiles per split."""
+    block_n, block_k, split, _, _ = cfg
+    n_out = n // 2 if silu else n
+    return n_out % block_n == 0 and k % (split * block_k) == 0 and k // split >= block_k
+
+
+class SkinnyWorkspace:
+    """Split partials and tickets, grown on demand outside graphs; a graph keeps the buffers it was
+    captured with (older ones are retired, not freed, while they may still be referenced)."""
+
+    def __init__(self) -> None:
+        self._parts: dict[torch.device, torch.Tensor] = {}
+        self._tickets: dict[torch.device, torch.Tensor] = {}
+        self._retired: list[torch.Tensor] = []
+
+    def get(self, device: torch.device, parts: int, tickets: int) -> tuple[torch.Tensor, torch.Tensor]:
+        p, t = self._parts.get(device), self._tickets.get(device)
+        if p is None or p.numel() < parts:
+            if p is not None:
+                self._retired.append(p)
+            p = self._parts[device] = torch.empty(max(parts, 1 << 16), dtype=torch.float32, device=device)
+        if t is None or t.numel() < tickets:
+            if t is not None:
+                self._retired.append(t)
+            t = self._tickets[device] = torch.zeros(max(tickets, 1024), dtype=torch.int32, device=device)
+        return p, t
+
+
+WORKSPACE = SkinnyWorkspace()
+
+
+def skinny(x: torch.Tensor, weight: torch.Tensor, *, silu_mul: bool = False, out: Optional[torch.Tensor] = None,
+           config: Optional[Config] = None, pdl: Optional[bool] = None) -> torch.Tensor:
+    """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
+    is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I].
+
+    ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages) must satisfy ``config_ok``; default ``TUNED``.
+    """
+    m, k = x.shape
+    n, kw = weight.shape
+    assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
+    block_m = max(16, triton.next_power_of_2(m))
+    if config is None:
+        config = TUNED[(n, k, row_class(m) or 0, silu_mul)]
+    assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
+    block_n, block_k, split, warps, stages = config
+    n_out = n // 2 if silu_mul else n
+    if out is None:
+        out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
+    if pdl is None:
+        pdl = use_pdl(weight.device)
+    slabs = n_out // block_n
+    parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
+                                   slabs) if split > 1 else (out, out)
+    _skinny_kernel[(slabs, split)](
+        x, weight, out, parts, tickets, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split > 1, SILU=silu_mul, USE_PDL=pdl,
+        num_warps=warps, num_stages=stages, launch_pdl=pdl)
+    return out

@@ -1,0 +1,91 @@
+"""Where the skinny GEMM is used: its measured configs tile their shapes, row classes, and which
+projections a decoder layer hands it (CPU: the policy, not the kernel; the kernel is in
+tests/test_cuda_skinny.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from graphtop.engine.kernel_config import KernelConfig, resolve_kernel_config
+from graphtop.models import triton_skinny as ts
+from graphtop.models.decoder import DecoderLayer
+from graphtop.models.random_model import SHAPES, hf_config_for
+from graphtop.models.registry import spec_from_hf_config
+
+
+def test_every_tuned_config_tiles_its_shape() -> None:
+    for (n, k, cls, silu), cfg in ts.TUNED.items():
+        assert cls in (16, 64)
+        assert ts.config_ok(n, k, cfg, silu), ((n, k, cls, silu), cfg)
+
+
+def test_tuned_shapes_are_the_measured_models_projections() -> None:
+    """Every entry is a real projection of a benchmark shape (a typo'd key would silently never match)."""
+    shapes = set()
+    for name in ("qwen3-0.6b", "llama-3.1-8b"):
+        c = SHAPES[name]
+        h, i = c["hidden_size"], c["intermediate_size"]
+        hd = c.get("head_dim") or h // c["num_attention_heads"]
+        q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+        shapes |= {(q + 2 * kv, h, False), (h, q, False), (2 * i, h, True), (h, i, False)}
+    assert {(n, k, silu) for n, k, _, silu in ts.TUNED} <= shapes
+
+
+def test_row_classes() -> None:
+    assert [ts.row_class(m) for m in (0, 1, 2, 16, 17, 64, 65)] == [None, None, 16, 16, 64, 64, None]
+    assert ts.configs_for(4096, 1024) == {16: ts.TUNED[(4096, 1024, 16, False)],
+                                          64: ts.TUNED[(4096, 1024, 64, False)]}
+    assert ts.configs_for(6144, 1024, silu=True) == {16: ts.TUNED[(6144, 1024, 16, True)]}
+    assert ts.configs_for(123, 456) == {}
+
+
+def test_config_ok_rejects_partial_tiles() -> None:
+    assert ts.config_ok(1024, 2048, (32, 128, 4, 4, 3))
+    assert not ts.config_ok(1000, 2048, (32, 128, 1, 4, 3))  # N not whole slabs
+    assert not ts.config_ok(1024, 2048, (32, 256, 16, 4, 3))  # a split shorter than one K tile
+    assert not ts.config_ok(1024, 2000, (32, 128, 1, 4, 3))
+
+
+def _fused_layer(shape: str, **overrides) -> DecoderLayer:
+    spec = spec_from_hf_config(hf_config_for(shape, num_hidden_layers=1, **overrides), "<test>")
+    with torch.device("meta"):
+        layer = DecoderLayer(spec, 0)
+    layer.self_attn.fuse()
+    layer.mlp.fuse()
+    return layer
+
+
+def test_a_layer_hands_the_skinny_gemm_only_its_measured_plain_projections() -> None:
+    layer = _fused_layer("qwen3-0.6b")
+    layer.set_skinny(True, "auto")
+    qkv, o, gate_up, down = layer.skinny
+    assert set(qkv) == {16, 64} and set(o) == {16} and set(gate_up) == {16} and set(down) == {16, 64}
+    layer.set_skinny(False, "auto")
+    assert layer.skinny == ({}, {}, {}, {})
+    # a shape nobody measured keeps cuBLAS everywhere
+    other = _fused_layer("qwen3-0.6b", hidden_size=512)
+    other.set_skinny(True, "auto")
+    assert other.skinny == ({}, {}, {}, {})
+
+
+def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
+    class RowShard(nn.Linear):  # stands for a projection whose forward does more than the GEMM
+        pass
+
+    layer = _fused_layer("qwen3-0.6b")
+    w = layer.self_attn.o_proj.weight
+    with torch.device("meta"):
+        layer.self_attn.o_proj = RowShard(w.shape[1], w.shape[0], bias=False)
+        layer.mlp.down_proj = nn.Linear(layer.mlp.down_proj.in_features, layer.mlp.down_proj.out_features, bias=True)
+    layer.set_skinny(True, "auto")
+    qkv, o, gate_up, down = layer.skinny
+    assert qkv and gate_up and not o and not down
+
+
+def test_the_kernel_config_switch() -> None:
+    assert KernelConfig().skinny_gemm == "auto"
+    assert resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "off"}).skinny_gemm == "off"
+    with pytest.raises(ValueError, match="GRAPHTOP_SKINNY_GEMM='on'"):
+        resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "on"})
