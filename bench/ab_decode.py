@@ -10,12 +10,14 @@ A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decod
 (decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
 the Triton decode launch shape below and from ``LARGE_ROWS`` rows (tuning=... / large=...:
 block_t/min_chunk/warps/stages[/prefetch 0 or 1[/waves]]) and the skinny GEMM (skinny=auto|off,
-``KernelConfig.skinny_gemm``) for the engines built under it.
+``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
+the shipped ones) for the engines built under it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -30,10 +32,12 @@ from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps 
 
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
+from graphtop.models import triton_skinny as ts  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
 SHIPPED_TUNING = (td.DEFAULT_TUNING, td.LARGE_TUNING)
+SHIPPED_SKINNY = dict(ts.TUNED)
 
 
 def apply(variant: str) -> dict:
@@ -42,6 +46,8 @@ def apply(variant: str) -> dict:
     kernel: dict[str, str] = {}
     overrides: dict = {}
     td.DEFAULT_TUNING, td.LARGE_TUNING = SHIPPED_TUNING
+    ts.TUNED.clear()
+    ts.TUNED.update(SHIPPED_SKINNY)
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -54,6 +60,8 @@ def apply(variant: str) -> dict:
             td.DEFAULT_TUNING = td.DecodeTuning(*map(int, value.split("/")))
         elif key == "large":
             td.LARGE_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+        elif key == "tuned":  # skinny configs from bench/skinny_bench.py --tuned-out, over the shipped ones
+            ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
         elif key == "skinny":
             kernel["skinny_gemm"] = value
         else:
