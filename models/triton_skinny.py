@@ -19,6 +19,7 @@ shapes and launch configs it won are in ``TUNED``.
 
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -155,24 +156,32 @@ def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
 
 
 class SkinnyWorkspace:
-    """Split partials and tickets, grown on demand outside graphs; a graph keeps the buffers it was
-    captured with (older ones are retired, not freed, while they may still be referenced)."""
+    """Split partials and tickets, one set per (device, thread), grown on demand outside graphs.
+
+    Per thread because the split merge hands partials between programs through them: two launches
+    running at once must not share a set, and the engine's parity check re-runs the model eagerly on
+    its own thread and stream while the serving thread replays graphs. One thread's launches are
+    ordered on its stream (captures happen on it between steps, after an eager warmup that grows the
+    set outside the capture). A graph keeps the buffers it was captured with: sets are never freed,
+    only retired when they grow, and keyed by the thread object (never reused, unlike thread ids).
+    """
 
     def __init__(self) -> None:
-        self._parts: dict[torch.device, torch.Tensor] = {}
-        self._tickets: dict[torch.device, torch.Tensor] = {}
+        self._sets: dict[tuple[torch.device, threading.Thread], tuple[torch.Tensor, torch.Tensor]] = {}
         self._retired: list[torch.Tensor] = []
 
     def get(self, device: torch.device, parts: int, tickets: int) -> tuple[torch.Tensor, torch.Tensor]:
-        p, t = self._parts.get(device), self._tickets.get(device)
+        key = (device, threading.current_thread())
+        p, t = self._sets.get(key, (None, None))
         if p is None or p.numel() < parts:
             if p is not None:
                 self._retired.append(p)
-            p = self._parts[device] = torch.empty(max(parts, 1 << 16), dtype=torch.float32, device=device)
+            p = torch.empty(max(parts, 1 << 16), dtype=torch.float32, device=device)
         if t is None or t.numel() < tickets:
             if t is not None:
                 self._retired.append(t)
-            t = self._tickets[device] = torch.zeros(max(tickets, 1024), dtype=torch.int32, device=device)
+            t = torch.zeros(max(tickets, 1024), dtype=torch.int32, device=device)
+        self._sets[key] = (p, t)
         return p, t
 
 

@@ -88,3 +88,32 @@ def test_skinny_layers_match_cublas_layers():
         ulp = torch.exp2(torch.floor(torch.log2(top2[:, 0].abs())) - 7)
         decided = (top2[:, 0] - top2[:, 1]) > 3 * ulp
         assert (la.argmax(-1) == lb.argmax(-1))[decided].all()
+
+
+def test_concurrent_threads_do_not_mix_split_partials():
+    """Two threads on their own streams (the serving thread and the parity re-run) launching split-K
+    GEMMs at once each get eager's bits every time."""
+    import threading
+
+    from graphtop.models import triton_skinny as ts
+
+    torch.manual_seed(1)
+    w = torch.randn(1024, 3072, device="cuda", dtype=torch.bfloat16) * 0.05
+    xs = [torch.randn(8, 3072, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    cfg = (16, 128, 4, 4, 3)
+    want = [ts.skinny(x, w, config=cfg) for x in xs]
+    bad: list[int] = []
+
+    def run(i: int) -> None:
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            outs = [ts.skinny(xs[i], w, config=cfg) for _ in range(200)]
+        s.synchronize()
+        bad.extend(j for j, o in enumerate(outs) if not torch.equal(o, want[i]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad

@@ -89,3 +89,22 @@ def test_the_kernel_config_switch() -> None:
     assert resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "off"}).skinny_gemm == "off"
     with pytest.raises(ValueError, match="GRAPHTOP_SKINNY_GEMM='on'"):
         resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "on"})
+
+
+def test_each_thread_gets_its_own_split_workspace() -> None:
+    """Concurrent launches (the parity re-run's thread beside the serving thread) must not share the
+    partials and tickets a split merge hands between programs; a grown set retires, never frees."""
+    import threading
+
+    ws = ts.SkinnyWorkspace()
+    dev = torch.device("cpu")
+    mine = ws.get(dev, 10, 4)
+    assert ws.get(dev, 10, 4)[0] is mine[0] and ws.get(dev, 10, 4)[1] is mine[1]
+    other: list = []
+    t = threading.Thread(target=lambda: other.append(ws.get(dev, 10, 4)))
+    t.start()
+    t.join()
+    assert other[0][0].data_ptr() != mine[0].data_ptr() and other[0][1].data_ptr() != mine[1].data_ptr()
+    grown = ws.get(dev, (1 << 16) + 1, 4)
+    assert grown[0].numel() > mine[0].numel() and grown[1] is mine[1]
+    assert any(r is mine[0] for r in ws._retired)  # a captured graph may still point at it
