@@ -38,6 +38,15 @@ if HAVE_TRITON:
         return tl.load(w_rows + k0), tl.load(x_cols + k0, mask=xm, other=0.0)
 
     @triton.jit
+    def _skinny_out(acc, acc_u, dt, SILU: tl.constexpr):
+        """The output tile from the fp32 sums: as is, or silu(gate) * up with HF's rounding points."""
+        if SILU:
+            g = acc.to(dt).to(tl.float32)
+            act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+            return (act * acc_u.to(dt).to(tl.float32)).to(dt)
+        return acc.to(dt)
+
+    @triton.jit
     def _skinny_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, M, N_OUT, K, k_len, x_stride, out_stride,
                        up_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr):
@@ -83,9 +92,10 @@ if HAVE_TRITON:
         if SPLIT:
             tile = (pid_n * n_k + pid_k) * (BLOCK_N * BLOCK_M)
             cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rm[None, :]
+            up_part = n_k * tl.num_programs(0) * (BLOCK_N * BLOCK_M)  # the up partials follow the gate's
             tl.store(part_ptr + tile + cell, acc)
             if SILU:
-                tl.store(part_ptr + tile + cell + n_k * tl.num_programs(0) * (BLOCK_N * BLOCK_M), acc_u)
+                tl.store(part_ptr + tile + cell + up_part, acc_u)
             tl.debug_barrier()  # every thread's partials written before the ticket publishes them
             ticket = tl.atomic_add(ticket_ptr + pid_n, 1)
             if ticket == n_k - 1:
@@ -95,24 +105,11 @@ if HAVE_TRITON:
                     t = (pid_n * n_k + s) * (BLOCK_N * BLOCK_M)
                     acc += tl.load(part_ptr + t + cell, cache_modifier=".cg")
                     if SILU:
-                        acc_u += tl.load(part_ptr + t + cell + n_k * tl.num_programs(0) * (BLOCK_N * BLOCK_M),
-                                         cache_modifier=".cg")
-                if SILU:
-                    g = acc.to(dt).to(tl.float32)
-                    act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
-                    y = (act * acc_u.to(dt).to(tl.float32)).to(dt)
-                else:
-                    y = acc.to(dt)
-                tl.store(o_ptrs, y, mask=om)
+                        acc_u += tl.load(part_ptr + t + cell + up_part, cache_modifier=".cg")
+                tl.store(o_ptrs, _skinny_out(acc, acc_u, dt, SILU), mask=om)
                 tl.store(ticket_ptr + pid_n, 0)  # ready for the next launch / replay
         else:
-            if SILU:
-                g = acc.to(dt).to(tl.float32)
-                act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
-                y = (act * acc_u.to(dt).to(tl.float32)).to(dt)
-            else:
-                y = acc.to(dt)
-            tl.store(o_ptrs, y, mask=om)
+            tl.store(o_ptrs, _skinny_out(acc, acc_u, dt, SILU), mask=om)
 
 
 # (N, K, row class, silu) -> (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): the best of
