@@ -177,7 +177,7 @@ class Engine:
         k = self.kernels
         if not (self.config.fused_kernels and
                 self.model.enable_fused_kernels(self.config.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl,
-                                                skinny=k.skinny_gemm != "off")):
+                                                skinny=k.skinny_layers)):
             return ""
         note = " · model kernels: triton-fused"
         if self.model.fused_gemv_rows:

@@ -64,6 +64,11 @@ class KernelConfig:
         """Whether the fused-GEMV layers may be used (the device decides the rest)."""
         return self.fused_gemv != "off"
 
+    @property
+    def skinny_layers(self) -> bool:
+        """Whether steps of 2-64 tokens may run projections on the skinny GEMM (its table decides which)."""
+        return self.skinny_gemm != "off"
+
 
 def resolve_kernel_config(config: KernelConfig, environ: Mapping[str, str] = os.environ) -> KernelConfig:
     """``config`` with each set ``GRAPHTOP_*`` variable in place of its field, every value checked.

@@ -124,8 +124,8 @@ class DecoderLayer(nn.Module):
             h = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl)
         sa, mlp, (qkv, o, gate_up, down) = self.self_attn, self.mlp, self.skinny
         cls = ts.row_class(h.shape[0])
-        a = self._project(sa.o_proj, sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls), positions, rope, attn),
-                          o, cls)
+        attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls), positions, rope, attn)
+        a = self._project(sa.o_proj, attended, o, cls)
         pln = self.post_attention_layernorm
         h = tk.add_rms_norm(a, residual, pln.weight, pln.eps, self.skinny_pdl)
         return self._project(mlp.down_proj, self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True), down,
@@ -135,7 +135,7 @@ class DecoderLayer(nn.Module):
                  silu_mul: bool = False) -> torch.Tensor:
         """``proj(x)`` (then SiLU·mul of its [gate | up] halves): on the skinny GEMM where it won at
         this many rows, else cuBLAS (and the SiLU·mul kernel)."""
-        cfg = configs.get(cls) if cls is not None else None
+        cfg = configs.get(cls)  # no config for None: outside the skinny GEMM's rows
         if cfg is not None:
             return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl)
         y = proj(x)

@@ -185,24 +185,22 @@ class SkinnyWorkspace:
 WORKSPACE = SkinnyWorkspace()
 
 
-def skinny(x: torch.Tensor, weight: torch.Tensor, *, silu_mul: bool = False, out: Optional[torch.Tensor] = None,
-           config: Optional[Config] = None, pdl: Optional[bool] = None) -> torch.Tensor:
+def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
+           pdl: Optional[bool] = None) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I].
 
-    ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages) must satisfy ``config_ok``; default ``TUNED``.
+    ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``configs_for`` gives the measured ones) must
+    satisfy ``config_ok``.
     """
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
     block_m = max(16, triton.next_power_of_2(m))
-    if config is None:
-        config = TUNED[(n, k, row_class(m) or 0, silu_mul)]
     assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
     block_n, block_k, split, warps, stages = config
     n_out = n // 2 if silu_mul else n
-    if out is None:
-        out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
+    out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
     if pdl is None:
         pdl = use_pdl(weight.device)
     slabs = n_out // block_n

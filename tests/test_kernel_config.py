@@ -17,6 +17,7 @@ def test_defaults_and_config_values_resolve_as_given() -> None:
     chosen = KernelConfig(fused_gemv="off", decode_kernel="triton", prefill_backend="fa3", pdl="on")
     assert resolve_kernel_config(chosen, {}) == chosen
     assert not chosen.gemv_layers and KernelConfig().gemv_layers
+    assert not KernelConfig(skinny_gemm="off").skinny_layers and KernelConfig().skinny_layers
 
 
 def test_environment_overrides_each_field() -> None:
