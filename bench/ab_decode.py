@@ -8,10 +8,12 @@ graph step and its ratio to the HBM floor (bench/floor.py).
 
 A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
 (decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
-the Triton decode launch shape below and from ``LARGE_ROWS`` rows (tuning=... / large=...:
+the Triton decode launch shape below, from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (tuning=... /
+large=... / huge=...:
 block_t/min_chunk/warps/stages[/prefetch 0 or 1[/waves]]) and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
-the shipped ones) for the engines built under it.
+the shipped ones) for the engines built under it. logits=float32 captures the decode graphs the way they
+were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer).
 """
 
 from __future__ import annotations
@@ -32,12 +34,25 @@ from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps 
 
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
+from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
 from graphtop.models import triton_skinny as ts  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
-SHIPPED_TUNING = (td.DEFAULT_TUNING, td.LARGE_TUNING)
+SHIPPED_TUNING = (td.DEFAULT_TUNING, td.LARGE_TUNING, td.HUGE_TUNING)
 SHIPPED_SKINNY = dict(ts.TUNED)
+SHIPPED_FORWARD = DecodeGraphRunner._forward
+
+
+def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
+    """The decode graph's body before logits stayed in the model's dtype (variant logits=float32)."""
+    self.attention.prepare_in_graph()
+    hidden = self.model(self.registry.view("input_ids", bs), self.registry.view("positions", bs), self.attention)
+    if getattr(self, "_float_out", None) is None:
+        self._float_out = torch.zeros(self.logits_out.shape, dtype=torch.float32, device=self.logits_out.device)
+    out = self._float_out[:bs]
+    out.copy_(self.model.lm_head(hidden).float())
+    return out
 
 
 def apply(variant: str) -> dict:
@@ -45,9 +60,10 @@ def apply(variant: str) -> dict:
     is set for the engines built next."""
     kernel: dict[str, str] = {}
     overrides: dict = {}
-    td.DEFAULT_TUNING, td.LARGE_TUNING = SHIPPED_TUNING
+    td.DEFAULT_TUNING, td.LARGE_TUNING, td.HUGE_TUNING = SHIPPED_TUNING
     ts.TUNED.clear()
     ts.TUNED.update(SHIPPED_SKINNY)
+    DecodeGraphRunner._forward = SHIPPED_FORWARD
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -60,10 +76,14 @@ def apply(variant: str) -> dict:
             td.DEFAULT_TUNING = td.DecodeTuning(*map(int, value.split("/")))
         elif key == "large":
             td.LARGE_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+        elif key == "huge":
+            td.HUGE_TUNING = td.DecodeTuning(*map(int, value.split("/")))
         elif key == "tuned":  # skinny configs from bench/skinny_bench.py --tuned-out, over the shipped ones
             ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
         elif key == "skinny":
             kernel["skinny_gemm"] = value
+        elif key == "logits" and value == "float32":
+            DecodeGraphRunner._forward = _float_logits_forward
         else:
             raise SystemExit(f"unknown variant key {key!r}")
     return {"kernels": KernelConfig(**kernel), **overrides}

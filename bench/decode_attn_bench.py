@@ -7,8 +7,8 @@ so launch gaps count. Every layer has its own KV cache, so the caches are not al
         [--ctx 220,1000,4000] [--sweep] [--sweep-bs 1,8] [--sweep-ctx 220,1000] [--out DIR]
 
 --sweep also tries a grid of launch shapes (DecodeTuning) at the --sweep-bs batch sizes and prints the
-best; batches of 64 rows and more get a grid with pipeline depth and split waves (their split count
-comes from ``waves``, not the context).
+best; batches of 64 rows and more get a grid of tile, warps and pipeline depth (no splits: rows x KV
+heads fill the SMs).
 """
 
 from __future__ import annotations
@@ -157,15 +157,18 @@ def main() -> int:
             del case
             torch.cuda.empty_cache()
     if args.sweep:
-        small = [DecodeTuning(bt, mc, nw, 2) for bt in (16, 32, 64, 128, 256) for mc in (16, 32, 64, 128, 256, 512)
-                 for nw in (4, 8) if mc >= bt]
-        large = [DecodeTuning(bt, mc, nw, ns, True, w) for bt in (64, 128, 32) for nw in (4, 8) for ns in (2, 3)
-                 for w, mc in ((2, 256), (8, 64), (8, 128), (16, 64))]
+        small = [DecodeTuning(bt, mc, nw, 2) for bt in (32, 64, 128) for mc in (128, 256, 512)
+                 for nw in (2, 4) if mc >= bt]
+        # from 64 rows on, rows x KV heads fill the SMs and splitting the context never won (README):
+        # only the tile's shape
+        large = [DecodeTuning(bt, 256, nw, ns) for bt in (16, 32, 64, 128) for nw in (2, 4, 8) for ns in (2, 3, 4)
+                 if bt * ns <= 256]
         for shape in args.shapes.split(","):
             for bs, ctx in itertools.product(map(int, args.sweep_bs.split(",")), map(int, args.sweep_ctx.split(","))):
                 case = Case(SHAPES[shape], bs, ctx)
                 res = []
-                for t in (large if bs >= 64 else small):
+                grid = small if bs < 64 else large
+                for t in grid:
                     try:
                         res.append((graph_us(case, triton_layer(case, t), reps=10), t))
                     except Exception as exc:  # a shape the compiler refuses: report, go on

@@ -290,8 +290,8 @@ class ParityChecker:
     def _snapshot_logits(self, logits: torch.Tensor) -> torch.Tensor:
         rows, vocab = logits.shape
         buf = self._logits_buf
-        if buf is None or buf.shape[0] < rows or buf.shape[1] != vocab:
-            buf = self._logits_buf = torch.empty(rows, vocab, dtype=torch.float32, device=logits.device)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != vocab or buf.dtype != logits.dtype:
+            buf = self._logits_buf = torch.empty(rows, vocab, dtype=logits.dtype, device=logits.device)
         view = buf[:rows]
         view.copy_(logits)
         return view

@@ -28,7 +28,7 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
 
 
 def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
-    """``logits`` is [len(requests), vocab] float32; returns one token id per request."""
+    """``logits`` is [len(requests), vocab] in the model's dtype; returns one token id per request."""
     if not requests:
         return []
     # .cpu() before .tolist(): the device wait happens inside a torch op, which releases the GIL, so

@@ -228,7 +228,8 @@ class DecoderModel(nn.Module):
 
 
 class DecoderForCausalLM(nn.Module):
-    """forward(input_ids [T], positions [T], attn) -> hidden [T, hidden]; compute_logits -> float32."""
+    """forward(input_ids [T], positions [T], attn) -> hidden [T, hidden]; compute_logits -> logits in the
+    model's dtype."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -281,6 +282,15 @@ class DecoderForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         return self.model(input_ids, positions, attn)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits for the rows of `hidden` the caller selected (usually each request's last token)."""
-        return self.lm_head(hidden).float()
+    def compute_logits(self, hidden: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits for the rows of `hidden` the caller selected (usually each request's last token), in
+        the model's dtype (as transformers returns them), into ``out`` when given.
+
+        Not upcast: an argmax of bf16 logits is the argmax of their float copy, and samplers upcast the
+        one row they filter. At a few hundred rows the float copy of a 150k vocabulary (a conversion
+        kernel, then a copy into a graph's output buffer) was a measurable slice of a decode step.
+        """
+        if out is not None and type(self.lm_head) is nn.Linear:  # a vocab-parallel head gathers first
+            return torch.mm(hidden, self.lm_head.weight.t(), out=out)
+        logits = self.lm_head(hidden)
+        return logits if out is None else out.copy_(logits)

@@ -177,15 +177,22 @@ def test_argmax_rows_matches_torch_with_ties():
 
 @pytest.mark.parametrize("heads", [(16, 8), (32, 8), (20, 4)], ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-@pytest.mark.parametrize("splits,min_chunk,large", [(None, 256, False), (1, 256, False), (16, 16, False),
-                                                    (None, 256, True), (16, 32, True)])
-def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, large):
+@pytest.mark.parametrize("splits,min_chunk,tier", [(None, 256, "default"), (1, 256, "default"), (16, 16, "default"),
+                                                   (None, 256, "large"), (16, 32, "large"),
+                                                   (None, 256, "huge"), (16, 32, "huge")])
+def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
     (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches);
     both entries: q over stored K/V, and straight from q|k|v (norm, RoPE and the K/V store inside)."""
     from dataclasses import replace
 
-    from graphtop.engine.attention.triton_decode import LARGE_ROWS, LARGE_TUNING, DecodeTuning, PagedDecode
+    from graphtop.engine.attention.triton_decode import (
+        HUGE_TUNING,
+        LARGE_ROWS,
+        LARGE_TUNING,
+        DecodeTuning,
+        PagedDecode,
+    )
     from graphtop.models.layers import RMSNorm
     from graphtop.models.rope import apply_rope
 
@@ -203,8 +210,9 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         idx += perm[len(idx) : len(idx) + p]
         indptr.append(len(idx))
         last.append(n - (p - 1) * page_size)
-    # "large": the launch shape of batches of LARGE_ROWS rows and more, on these rows
-    tuning = replace(LARGE_TUNING, min_chunk=min_chunk) if large else DecodeTuning(min_chunk=min_chunk)
+    # "large" / "huge": the launch shapes of batches of LARGE_ROWS / HUGE_ROWS rows and more, on these rows
+    base = {"default": DecodeTuning(), "large": LARGE_TUNING, "huge": HUGE_TUNING}[tier]
+    tuning = replace(base, min_chunk=min_chunk)
     kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), tuning)
     assert kern.tuning_for(1) == kern.tuning_for(LARGE_ROWS) == tuning  # a given tuning serves every size
     i32 = dict(dtype=torch.int32, device=dev)
@@ -252,3 +260,15 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         want = torch.einsum("ht,thd->hd", att, vv)
         _close(outs[0][b], want, tol=1e-2)
         _close(outs_qkv[0][b], want, tol=1e-2)
+
+
+def test_triton_paged_decode_launch_shape_by_rows():
+    """Without a given tuning, the launch shape follows the batch's rows: the default below LARGE_ROWS,
+    LARGE_TUNING up to HUGE_ROWS, HUGE_TUNING from there (head_dim 128: the tiles as declared)."""
+    from graphtop.engine.attention import triton_decode as td
+
+    kern = td.PagedDecode(32, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))
+    assert kern.tuning_for(1) == kern.tuning_for(td.LARGE_ROWS - 1) == td.DEFAULT_TUNING
+    assert kern.tuning_for(td.LARGE_ROWS) == kern.tuning_for(td.HUGE_ROWS - 1) == td.LARGE_TUNING
+    assert kern.tuning_for(td.HUGE_ROWS) == kern.tuning_for(4 * td.HUGE_ROWS) == td.HUGE_TUNING
+    assert kern.splits_for(td.HUGE_ROWS) == 1  # 256 rows x 8 KV heads fill the SMs without splits

@@ -48,11 +48,24 @@ CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 #: The decode kernel (``KernelConfig.decode_kernel``, engine/kernel_config.py): "auto" takes the Triton kernel
 #: (engine/attention/triton_decode.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one
 #: launch) up to TRITON_AUTO_MAX_ROWS rows and FlashInfer's above; "triton" takes it at every size.
-#: "auto" decodes batches of at most this many rows with the Triton kernel: in
-#: bench/decode_attn_bench.py it wins at bs 1-64 on both benchmark shapes and loses at bs 256 on the
-#: Qwen3-0.6B shape (figures: README, Benchmarks).
+#: "auto" decodes batches of at most this many rows with the Triton kernel when the GQA group is
+#: smaller than TRITON_AUTO_GROUP: in bench/decode_attn_bench.py it wins at bs 1-64 on both benchmark
+#: shapes and loses at bs 256 on the Qwen3-0.6B shape (group 2; figures: README, Benchmarks).
 TRITON_AUTO_MAX_ROWS = 64
+#: from this GQA group on, "auto" takes the Triton kernel at every size: FlashInfer's CUDA-core decode
+#: does a group's dot products one query head at a time, so its cost grows with the group, while the
+#: Triton kernel runs a whole group (padded to 16 rows) as one tensor-core product. On the
+#: Llama-3.1-8B shape (group 4) Triton won at 256 rows in the whole model (README, Benchmarks).
+TRITON_AUTO_GROUP = 4
 _EVERY_SIZE = 1 << 30  # triton_max_rows of "triton"
+
+
+def triton_rows_for(kernel: str, group: int) -> int:
+    """Decode batches of at most this many rows take the Triton kernel (0: never): the one home of
+    the Triton-or-FlashInfer choice of ``KernelConfig.decode_kernel``."""
+    if kernel == "triton" or (kernel == "auto" and group >= TRITON_AUTO_GROUP):
+        return _EVERY_SIZE
+    return TRITON_AUTO_MAX_ROWS if kernel == "auto" else 0
 
 
 def _store_kv(k: torch.Tensor, v: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, loc: torch.Tensor) -> None:
@@ -121,7 +134,7 @@ class FlashInferBackend(AttentionBackend):
         if kernel == "triton" and not HAVE_TRITON:
             raise AttentionBackendError("decode kernel triton: triton is not installed")
         #: decode batches of at most this many rows take the Triton kernel
-        self.triton_max_rows = {"triton": _EVERY_SIZE, "auto": TRITON_AUTO_MAX_ROWS}.get(kernel, 0) if HAVE_TRITON else 0
+        self.triton_max_rows = triton_rows_for(kernel, group) if HAVE_TRITON else 0
         if self.triton_max_rows:
             self._triton = PagedDecode(shape.num_heads, shape.num_kv_heads, shape.head_dim, pool.page_size,
                                        shape.scale, 256, device, pdl=tk.use_pdl(device, 0, pdl))

@@ -17,9 +17,9 @@ With programmatic dependent launch a program requests its first K/V tile before 
 projection (those cache rows were written by earlier steps), so the tile streams while the projection
 drains.
 
-It beats FlashInfer's four launches from bs 1 to 64 on both benchmark shapes and loses at bs 256 on
-the Qwen3-0.6B shape, hence FlashInfer above ``TRITON_AUTO_MAX_ROWS`` (flashinfer_backend.py); the
-figures are in the README (Benchmarks: decode attention per layer).
+It beats FlashInfer's four launches from bs 1 to 64 on both benchmark shapes, and at bs 256 on the
+Llama-3.1-8B shape (GQA group 4), but loses at bs 256 on the Qwen3-0.6B shape (group 2); the choice is
+``triton_rows_for`` (flashinfer_backend.py), the figures are in the README (Benchmarks).
 """
 
 from __future__ import annotations
@@ -221,6 +221,11 @@ DEFAULT_TUNING = DecodeTuning()
 #: 64,256``: the best at 64 rows, context 220, on both benchmark shapes, and within 1 % of the best at 1000)
 LARGE_ROWS = 64
 LARGE_TUNING = DecodeTuning(block_t=32, num_stages=3)
+#: from this many rows on: two warps a program. Rows x KV heads fill the SMs many times over (no context
+#: splits), so more, leaner programs in flight beat wider ones (``--sweep --sweep-bs 256``: within 7 %
+#: of the best at contexts 220 and 1000 on both benchmark shapes, 5-8 % faster than LARGE_TUNING)
+HUGE_ROWS = 256
+HUGE_TUNING = DecodeTuning(block_t=32, num_warps=2, num_stages=3)
 
 
 def _for_head_dim(tuning: DecodeTuning, head_dim: int) -> DecodeTuning:
@@ -245,6 +250,7 @@ class PagedDecode:
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
         self.tuning = tuning or _for_head_dim(DEFAULT_TUNING, head_dim)
         self.large_tuning = tuning or _for_head_dim(LARGE_TUNING, head_dim)
+        self.huge_tuning = tuning or _for_head_dim(HUGE_TUNING, head_dim)
         self.pdl = use_pdl(torch.device(device)) if pdl is None else pdl
         self._retired: list[tuple[torch.Tensor, ...]] = []
         self._parts = self._rows = -1
@@ -255,6 +261,8 @@ class PagedDecode:
 
     def tuning_for(self, rows: int) -> DecodeTuning:
         """The launch shape of a ``rows``-row launch (one given to the constructor is used for all)."""
+        if rows >= HUGE_ROWS:
+            return self.huge_tuning
         return self.large_tuning if rows >= LARGE_ROWS else self.tuning
 
     def splits_for(self, rows: int) -> int:

@@ -49,7 +49,8 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.max_pages = getattr(attention, "graph_max_pages", max_pages)
         self.widths = attention.graph_widths()
         vocab = model.spec.vocab_size
-        self.logits_out = torch.zeros(max_bs, vocab, dtype=torch.float32, device=device)
+        # the lm_head writes straight into it, in the model's dtype (``compute_logits``)
+        self.logits_out = torch.zeros(max_bs, vocab, dtype=model.lm_head.weight.dtype, device=device)
         backend.bind(registry)
         super().__init__(backend, device, publish, max_bs)
 
@@ -59,9 +60,7 @@ class DecodeGraphRunner(BucketedGraphRunner):
         pos = self.registry.view("positions", bs)
         self.attention.prepare_in_graph()
         hidden = self.model(ids, pos, self.attention)
-        out = self.logits_out[:bs]
-        out.copy_(self.model.compute_logits(hidden))
-        return out
+        return self.model.compute_logits(hidden, out=self.logits_out[:bs])
 
     def graph_keys(self, size: int) -> list[ShapeKey]:
         return [ShapeKey(self.phase, size, w) for w in self.widths]
