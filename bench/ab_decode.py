@@ -13,7 +13,8 @@ large=... / huge=...:
 block_t/min_chunk/warps/stages[/prefetch 0 or 1[/waves]]) and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones) for the engines built under it. logits=float32 captures the decode graphs the way they
-were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer).
+were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
+group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch  # noqa: E402
 from floor import copy_bandwidth, floor_ms  # noqa: E402
 from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
 
+from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
@@ -42,6 +44,7 @@ from graphtop.models.random_model import hf_config_for, random_checkpoint  # noq
 SHIPPED_TUNING = (td.DEFAULT_TUNING, td.LARGE_TUNING, td.HUGE_TUNING)
 SHIPPED_SKINNY = dict(ts.TUNED)
 SHIPPED_FORWARD = DecodeGraphRunner._forward
+SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
 
 
 def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
@@ -64,6 +67,7 @@ def apply(variant: str) -> dict:
     ts.TUNED.clear()
     ts.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
+    fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -82,6 +86,8 @@ def apply(variant: str) -> dict:
             ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
         elif key == "skinny":
             kernel["skinny_gemm"] = value
+        elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
+            fb.TRITON_AUTO_GROUP = int(value)
         elif key == "logits" and value == "float32":
             DecodeGraphRunner._forward = _float_logits_forward
         else:

@@ -217,13 +217,14 @@ class DecodeTuning:
 #: what a PagedDecode built without ``tuning`` uses below LARGE_ROWS rows (head_dim <= 128; wider heads
 #: halve block_t)
 DEFAULT_TUNING = DecodeTuning()
-#: from this many rows on: short tiles, one more stage (``bench/decode_attn_bench.py --sweep --sweep-bs
-#: 64,256``: the best at 64 rows, context 220, on both benchmark shapes, and within 1 % of the best at 1000)
+#: from this many rows on: two warps a program, one more stage. Rows x KV heads fill the SMs (no context
+#: splits), so more, leaner programs in flight beat wider ones (``bench/decode_attn_bench.py --sweep
+#: --sweep-bs 64,128``: within 1 % of the best at 64 rows and 11 % at 128, contexts 220 and 1000, both
+#: benchmark shapes)
 LARGE_ROWS = 64
-LARGE_TUNING = DecodeTuning(block_t=32, num_stages=3)
-#: from this many rows on: two warps a program. Rows x KV heads fill the SMs many times over (no context
-#: splits), so more, leaner programs in flight beat wider ones (``--sweep --sweep-bs 256``: within 7 %
-#: of the best at contexts 220 and 1000 on both benchmark shapes, 5-8 % faster than LARGE_TUNING)
+LARGE_TUNING = DecodeTuning(block_t=64, num_warps=2, num_stages=3)
+#: from this many rows on, shorter tiles (``--sweep --sweep-bs 256``: within 7 % of the best at
+#: contexts 220 and 1000 on both shapes, where LARGE_TUNING's tile is up to 13 % off)
 HUGE_ROWS = 256
 HUGE_TUNING = DecodeTuning(block_t=32, num_warps=2, num_stages=3)
 
