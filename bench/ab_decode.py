@@ -15,8 +15,7 @@ block_t/min_chunk/warps/stages[/prefetch 0 or 1[/waves]]) and the skinny GEMM (s
 the shipped ones) for the engines built under it. logits=float32 captures the decode graphs the way they
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
-norms=off (or norms=16, norms=64) keeps the add+RMSNorm kernels between skinny projections at every
-row class (or fuses them at that class only; ``decoder.FUSE_NORMS``).
+norms=off keeps the add+RMSNorm kernels between skinny projections (``decoder.FUSE_NORMS``).
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ SHIPPED_TUNING = (td.DEFAULT_TUNING, td.LARGE_TUNING, td.HUGE_TUNING)
 SHIPPED_SKINNY = dict(ts.TUNED)
 SHIPPED_FORWARD = DecodeGraphRunner._forward
 SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
-SHIPPED_NORMS = dec.FUSE_NORMS
 
 
 def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
@@ -72,7 +70,7 @@ def apply(variant: str) -> dict:
     ts.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
     fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
-    dec.FUSE_NORMS = SHIPPED_NORMS
+    dec.FUSE_NORMS = True
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -91,8 +89,8 @@ def apply(variant: str) -> dict:
             ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
         elif key == "skinny":
             kernel["skinny_gemm"] = value
-        elif key == "norms":  # row classes with the norms in the skinny GEMM ("off": none), e.g. norms=16/64
-            dec.FUSE_NORMS = () if value == "off" else tuple(map(int, value.split("/")))
+        elif key == "norms" and value == "off":  # the add+RMSNorm kernels between skinny projections
+            dec.FUSE_NORMS = False
         elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
             fb.TRITON_AUTO_GROUP = int(value)
         elif key == "logits" and value == "float32":

@@ -23,10 +23,9 @@ from .layers import RMSNorm, SwiGLUMLP
 from .rope import RopeFactors, RotaryEmbedding
 from .spec import ModelSpec
 
-#: the skinny GEMM's row classes (``ts.row_class``) at which the residual adds ride in the projections'
-#: epilogues and the RMSNorms in the next one's (``DecoderLayer.fuse_norms``); bench/ab_decode.py's A/B
-#: sets it (variant norms=)
-FUSE_NORMS: tuple[int, ...] = (16, 64)
+#: where a layer's projections run on the skinny GEMM, the residual adds ride in their epilogues and the
+#: RMSNorms in the next one's epilogue (``DecoderLayer.fuse_norms``); bench/ab_decode.py's A/B turns it off
+FUSE_NORMS = True
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
 """attn(q [T, H, D], k [T, KVH, D], v [T, KVH, D], layer_id) -> o [T, H, D].
@@ -113,9 +112,9 @@ class DecoderLayer(nn.Module):
         # qkv, o, gate_up, down: row class -> skinny-GEMM config where it beat cuBLAS (set_skinny)
         self.skinny: tuple[dict[int, ts.Config], ...] = ({}, {}, {}, {})
         self.skinny_pdl = False
-        #: row classes at which skinny projections add into the residual stream and leave what the
-        #: skinny projection after an RMSNorm needs to normalise by itself (set_skinny)
-        self.fuse_norms: frozenset[int] = frozenset()
+        #: skinny projections add into the residual stream and leave its sums of squares, so the skinny
+        #: projection after an RMSNorm normalises on load (set_skinny)
+        self.fuse_norms = False
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -157,7 +156,7 @@ class DecoderLayer(nn.Module):
         """``proj(x)``, for the caller to add to ``residual``; or, on the skinny GEMM, added in its
         epilogue, returning what the skinny GEMM after ``norm`` needs to normalise by itself."""
         cfg = configs.get(cls)
-        if cfg is not None and cls in self.fuse_norms:
+        if cfg is not None and self.fuse_norms:
             return ts.skinny_add(x, proj.weight, residual, norm.weight, config=cfg, pdl=self.skinny_pdl)
         return self._project(proj, x, configs, cls)
 
@@ -188,7 +187,7 @@ class DecoderLayer(nn.Module):
             for p, silu in projs
         )
         self.skinny_pdl = enabled and tk.use_pdl(sa.qkv_proj.weight.device, 0, policy)
-        self.fuse_norms = frozenset(FUSE_NORMS if enabled else ())
+        self.fuse_norms = enabled and FUSE_NORMS
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL

@@ -64,12 +64,12 @@ if HAVE_TRITON:
         return acc.to(dt)
 
     @triton.jit
-    def _skinny_store(o_ptrs, om, tile, r, ss_out, sc_ptrs, nw, rm, ADD: tl.constexpr):
-        """Store the output tile [BLOCK_N, BLOCK_M]; ADD: into the residual stream it points at (``r``,
-        its tile before: HF's ``residual + out`` in the activation dtype), and leave for the next
-        RMSNorm the slab's per-row sums of squares of the new residual and the new residual times the
-        norm weight ``nw``."""
+    def _skinny_store(o_ptrs, om, tile, ss_out, sc_ptrs, nw, rm, ADD: tl.constexpr):
+        """Store the output tile [BLOCK_N, BLOCK_M]; ADD: into the residual stream it points at (HF's
+        ``residual + out`` in the activation dtype), and leave for the next RMSNorm the slab's per-row
+        sums of squares of the new residual and the new residual times the norm weight ``nw``."""
         if ADD:
+            r = tl.load(o_ptrs, mask=om, other=0.0)
             tile = (r.to(tl.float32) + tile.to(tl.float32)).to(r.dtype)
             sf = tl.where(om, tile.to(tl.float32), 0.0)
             tl.store(ss_out + rm, tl.sum(sf * sf, axis=0))
@@ -115,18 +115,6 @@ if HAVE_TRITON:
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-        # what the epilogue reads besides the sums, requested now so it arrives during the K loop
-        dt = out_ptr.dtype.element_ty
-        om = xm & (rn[:, None] < N_OUT)
-        o_ptrs = out_ptr + rm[None, :] * out_stride + rn[:, None]
-        r_tile = tl.zeros([BLOCK_N, BLOCK_M], dtype=dt)
-        nw = tl.zeros([BLOCK_N], dtype=tl.float32)
-        if ADD:
-            r_tile = tl.load(o_ptrs, mask=om, other=0.0)
-            nw = tl.load(nw_ptr + rn).to(tl.float32)
-        rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if NORM:
-            rstd = _row_rstd(ss_in_ptr, n_ss, K, eps, rm, BLOCK_M)
         xt = tl.load(x_cols, mask=xm, other=0.0)
         acc = tl.dot(wg, xt, acc)
         if SILU:
@@ -137,7 +125,16 @@ if HAVE_TRITON:
             if SILU:
                 wu = tl.load(u_rows + k0)
                 acc_u = tl.dot(wu, xt, acc_u)
+        dt = out_ptr.dtype.element_ty
+        om = xm & (rn[:, None] < N_OUT)
+        o_ptrs = out_ptr + rm[None, :] * out_stride + rn[:, None]
         sc_ptrs = sc_ptr + rm[None, :] * sc_stride + rn[:, None]
+        nw = tl.zeros([BLOCK_N], dtype=tl.float32)
+        if ADD:
+            nw = tl.load(nw_ptr + rn).to(tl.float32)
+        rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if NORM:
+            rstd = _row_rstd(ss_in_ptr, n_ss, K, eps, rm, BLOCK_M)
         if SPLIT:
             tile = (pid_n * n_k + pid_k) * (BLOCK_N * BLOCK_M)
             cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rm[None, :]
@@ -155,12 +152,12 @@ if HAVE_TRITON:
                     acc += tl.load(part_ptr + t + cell, cache_modifier=".cg")
                     if SILU:
                         acc_u += tl.load(part_ptr + t + cell + up_part, cache_modifier=".cg")
-                _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, rstd, SILU, NORM), r_tile,
-                              ss_out_ptr + pid_n * 64, sc_ptrs, nw, rm, ADD)
+                _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, rstd, SILU, NORM), ss_out_ptr + pid_n * 64,
+                              sc_ptrs, nw, rm, ADD)
                 tl.store(ticket_ptr + pid_n, 0)  # ready for the next launch / replay
         else:
-            _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, rstd, SILU, NORM), r_tile,
-                          ss_out_ptr + pid_n * 64, sc_ptrs, nw, rm, ADD)
+            _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, rstd, SILU, NORM), ss_out_ptr + pid_n * 64,
+                          sc_ptrs, nw, rm, ADD)
 
 
 # (N, K, row class, silu) -> (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): the best of
