@@ -24,7 +24,7 @@ from .rope import RopeFactors, RotaryEmbedding
 from .spec import ModelSpec
 
 #: where a layer's projections run on the skinny GEMM, the residual adds ride in their epilogues and the
-#: RMSNorms in the next one's epilogue (``DecoderLayer.fuse_norms``); bench/ab_decode.py's A/B turns it off
+#: RMSNorms in the next one's loads (``DecoderLayer.fuse_norms``); bench/ab_decode.py's A/B turns it off
 FUSE_NORMS = True
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
@@ -121,13 +121,11 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def forward_fused(self, x: torch.Tensor | ts.RowSquares, residual: torch.Tensor | None, positions: torch.Tensor,
-                      rope: RotaryEmbedding, attn: AttentionFn,
-                      next_norm: RMSNorm) -> tuple[torch.Tensor | ts.RowSquares, torch.Tensor]:
+                      rope: RotaryEmbedding, attn: AttentionFn) -> tuple[torch.Tensor | ts.RowSquares, torch.Tensor]:
         """Residual stream kept separately so each add fuses into the next RMSNorm (same rounding).
 
         ``x``: what the layer before left to add to ``residual``, or ``RowSquares`` where its last
-        projection added it already (the skinny GEMM's epilogue); returned the same way, for
-        ``next_norm`` (the next layer's input norm, or the final one)."""
+        projection added it already (the skinny GEMM's epilogue); returned the same way."""
         sa, mlp, (qkv, o, gate_up, down) = self.self_attn, self.mlp, self.skinny
         cls = ts.row_class((x if residual is None else residual).shape[0])
         if residual is None:
@@ -137,9 +135,9 @@ class DecoderLayer(nn.Module):
         else:
             q = self._norm_project(sa.qkv_proj, x, residual, self.input_layernorm, qkv, cls)
         attended = sa.attend_fused(q, positions, rope, attn)
-        a = self._project_add(sa.o_proj, attended, residual, self.post_attention_layernorm, o, cls)
+        a = self._project_add(sa.o_proj, attended, residual, o, cls)
         h = self._norm_project(mlp.gate_up_proj, a, residual, self.post_attention_layernorm, gate_up, cls, silu_mul=True)
-        return self._project_add(mlp.down_proj, h, residual, next_norm, down, cls), residual
+        return self._project_add(mlp.down_proj, h, residual, down, cls), residual
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
                  silu_mul: bool = False) -> torch.Tensor:
@@ -151,24 +149,24 @@ class DecoderLayer(nn.Module):
         y = proj(x)
         return tk.silu_and_mul(y) if silu_mul else y
 
-    def _project_add(self, proj: nn.Linear, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm,
-                     configs: dict[int, ts.Config], cls: Optional[int]) -> torch.Tensor | ts.RowSquares:
+    def _project_add(self, proj: nn.Linear, x: torch.Tensor, residual: torch.Tensor, configs: dict[int, ts.Config],
+                     cls: Optional[int]) -> torch.Tensor | ts.RowSquares:
         """``proj(x)``, for the caller to add to ``residual``; or, on the skinny GEMM, added in its
-        epilogue, returning what the skinny GEMM after ``norm`` needs to normalise by itself."""
+        epilogue, returning the rows' sums of squares for the RMSNorm after it."""
         cfg = configs.get(cls)
         if cfg is not None and self.fuse_norms:
-            return ts.skinny_add(x, proj.weight, residual, norm.weight, config=cfg, pdl=self.skinny_pdl)
+            return ts.skinny_add(x, proj.weight, residual, config=cfg, pdl=self.skinny_pdl)
         return self._project(proj, x, configs, cls)
 
     def _norm_project(self, proj: nn.Linear, x: torch.Tensor | ts.RowSquares, residual: torch.Tensor, norm: RMSNorm,
                       configs: dict[int, ts.Config], cls: Optional[int], silu_mul: bool = False) -> torch.Tensor:
         """``proj(RMSNorm(residual += x))``: with ``x`` already added (``RowSquares``) the skinny GEMM
-        normalises by itself; otherwise one add+RMSNorm (or RMSNorm) kernel first."""
+        normalises on load; otherwise one add+RMSNorm (or RMSNorm) kernel first."""
         if isinstance(x, ts.RowSquares):
             cfg = configs.get(cls)
             if cfg is not None:
-                return ts.skinny(x.scaled, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl,
-                                 norm=(norm.eps, x))
+                return ts.skinny(residual, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl,
+                                 norm=(norm.weight, norm.eps, x))
             h = tk.rms_norm(residual, norm.weight, norm.eps)
         else:
             h = tk.add_rms_norm(x, residual, norm.weight, norm.eps, self.skinny_pdl)
@@ -249,11 +247,10 @@ class DecoderModel(nn.Module):
         if self.fused:
             residual = None
             pending: torch.Tensor | ts.RowSquares = x
-            norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
-            for layer, next_norm in zip(self.layers, norms):
+            for layer in self.layers:
                 if pace is not None:
                     pace()
-                pending, residual = layer.forward_fused(pending, residual, positions, self.rotary_emb, attn, next_norm)
+                pending, residual = layer.forward_fused(pending, residual, positions, self.rotary_emb, attn)
             if isinstance(pending, ts.RowSquares):
                 return tk.rms_norm(residual, self.norm.weight, self.norm.eps)
             return tk.add_rms_norm(pending, residual, self.norm.weight, self.norm.eps)

@@ -34,9 +34,15 @@ if HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _skinny_tile(w_rows, x_cols, k0, xm):
-        """One K step: the weight tile [BLOCK_N, BLOCK_K] times the activations' tile [BLOCK_K, BLOCK_M]."""
-        return tl.load(w_rows + k0), tl.load(x_cols + k0, mask=xm, other=0.0)
+    def _skinny_x(x_cols, k0, xm, rstd, nw_rows, NORM: tl.constexpr):
+        """The activations' tile [BLOCK_K, BLOCK_M] at K offset k0; NORM: RMSNorm'd on load with HF's
+        rounding points (normalise, round, scale by the norm weight, round)."""
+        xt = tl.load(x_cols + k0, mask=xm, other=0.0)
+        if NORM:
+            dt = xt.dtype
+            y = (xt.to(tl.float32) * rstd[None, :]).to(dt).to(tl.float32)
+            xt = (tl.load(nw_rows + k0).to(tl.float32)[:, None] * y).to(dt)
+        return xt
 
     @triton.jit
     def _row_rstd(ss_ptr, n_ss, K, eps, rm, BLOCK_M: tl.constexpr):
@@ -50,13 +56,8 @@ if HAVE_TRITON:
         return tl.rsqrt(acc / K + eps)
 
     @triton.jit
-    def _skinny_out(acc, acc_u, dt, rstd, SILU: tl.constexpr, NORM: tl.constexpr):
-        """The output tile from the fp32 sums: as is, or silu(gate) * up with HF's rounding points;
-        NORM: each row's sums scaled by its 1/RMS first (the activations came in scaled by the norm
-        weight only)."""
-        if NORM:
-            acc = acc * rstd[None, :]
-            acc_u = acc_u * rstd[None, :]
+    def _skinny_out(acc, acc_u, dt, SILU: tl.constexpr):
+        """The output tile from the fp32 sums: as is, or silu(gate) * up with HF's rounding points."""
         if SILU:
             g = acc.to(dt).to(tl.float32)
             act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
@@ -64,21 +65,20 @@ if HAVE_TRITON:
         return acc.to(dt)
 
     @triton.jit
-    def _skinny_store(o_ptrs, om, tile, ss_out, sc_ptrs, nw, rm, ADD: tl.constexpr):
+    def _skinny_store(o_ptrs, om, tile, ss_out, rm, ADD: tl.constexpr):
         """Store the output tile [BLOCK_N, BLOCK_M]; ADD: into the residual stream it points at (HF's
-        ``residual + out`` in the activation dtype), and leave for the next RMSNorm the slab's per-row
-        sums of squares of the new residual and the new residual times the norm weight ``nw``."""
+        ``residual + out`` in the activation dtype), and leave the slab's per-row sums of squares of
+        the new residual for the next RMSNorm."""
         if ADD:
             r = tl.load(o_ptrs, mask=om, other=0.0)
             tile = (r.to(tl.float32) + tile.to(tl.float32)).to(r.dtype)
             sf = tl.where(om, tile.to(tl.float32), 0.0)
             tl.store(ss_out + rm, tl.sum(sf * sf, axis=0))
-            tl.store(sc_ptrs, (sf * nw[:, None]).to(r.dtype), mask=om)
         tl.store(o_ptrs, tile, mask=om)
 
     @triton.jit
     def _skinny_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, M, N_OUT, K, k_len, x_stride, out_stride,
-                       up_off, nw_ptr, sc_ptr, sc_stride, ss_in_ptr, n_ss, ss_out_ptr, eps,
+                       up_off, nw_ptr, ss_in_ptr, n_ss, ss_out_ptr, eps,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr,
                        NORM: tl.constexpr, ADD: tl.constexpr):
@@ -87,13 +87,10 @@ if HAVE_TRITON:
         SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
         SPLIT: the K shares' fp32 partials go to ``part_ptr``; the last program of a column slab (an
         acq_rel ticket says which) sums them in split order and writes the output.
+        NORM: x is the residual stream, RMSNorm'd (weight ``nw_ptr``) on load; its rows' sums of
+        squares are the ``n_ss`` slab partials at ``ss_in_ptr`` an ADD launch left.
         ADD: out is the residual stream, added to in place; each column slab's per-row sums of squares
-        of the result go to ``ss_out_ptr`` (slab-major, 64 rows a slab), and the result times the next
-        RMSNorm's weight ``nw_ptr`` to ``sc_ptr``.
-        NORM: x is such a weighted residual; each output row is scaled by the row's 1/RMS from the
-        ``n_ss`` slab sums at ``ss_in_ptr``. So RMSNorm needs no launch of its own, and the loop's
-        operands stay plain loads (an elementwise op on the activations' tile would sit between its
-        load and the tensor cores in every K step).
+        of the result go to ``ss_out_ptr`` (slab-major, 64 rows a slab).
         """
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -106,6 +103,7 @@ if HAVE_TRITON:
         g_rows = w_ptr + rn[:, None].to(tl.int64) * K + (k_lo + rk)[None, :]
         u_rows = w_ptr + (rn[:, None] + up_off).to(tl.int64) * K + (k_lo + rk)[None, :]
         x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
+        nw_rows = nw_ptr + k_lo + rk
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         # first tile: the weight before the PDL wait (nothing writes weights), the activations after
@@ -115,12 +113,16 @@ if HAVE_TRITON:
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-        xt = tl.load(x_cols, mask=xm, other=0.0)
+        rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if NORM:
+            rstd = _row_rstd(ss_in_ptr, n_ss, K, eps, rm, BLOCK_M)
+        xt = _skinny_x(x_cols, 0, xm, rstd, nw_rows, NORM)
         acc = tl.dot(wg, xt, acc)
         if SILU:
             acc_u = tl.dot(wu, xt, acc_u)
         for k0 in range(BLOCK_K, k_len, BLOCK_K):
-            wg, xt = _skinny_tile(g_rows, x_cols, k0, xm)
+            wg = tl.load(g_rows + k0)
+            xt = _skinny_x(x_cols, k0, xm, rstd, nw_rows, NORM)
             acc = tl.dot(wg, xt, acc)
             if SILU:
                 wu = tl.load(u_rows + k0)
@@ -128,13 +130,6 @@ if HAVE_TRITON:
         dt = out_ptr.dtype.element_ty
         om = xm & (rn[:, None] < N_OUT)
         o_ptrs = out_ptr + rm[None, :] * out_stride + rn[:, None]
-        sc_ptrs = sc_ptr + rm[None, :] * sc_stride + rn[:, None]
-        nw = tl.zeros([BLOCK_N], dtype=tl.float32)
-        if ADD:
-            nw = tl.load(nw_ptr + rn).to(tl.float32)
-        rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if NORM:
-            rstd = _row_rstd(ss_in_ptr, n_ss, K, eps, rm, BLOCK_M)
         if SPLIT:
             tile = (pid_n * n_k + pid_k) * (BLOCK_N * BLOCK_M)
             cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rm[None, :]
@@ -152,12 +147,10 @@ if HAVE_TRITON:
                     acc += tl.load(part_ptr + t + cell, cache_modifier=".cg")
                     if SILU:
                         acc_u += tl.load(part_ptr + t + cell + up_part, cache_modifier=".cg")
-                _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, rstd, SILU, NORM), ss_out_ptr + pid_n * 64,
-                              sc_ptrs, nw, rm, ADD)
+                _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, SILU), ss_out_ptr + pid_n * 64, rm, ADD)
                 tl.store(ticket_ptr + pid_n, 0)  # ready for the next launch / replay
         else:
-            _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, rstd, SILU, NORM), ss_out_ptr + pid_n * 64,
-                          sc_ptrs, nw, rm, ADD)
+            _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, SILU), ss_out_ptr + pid_n * 64, rm, ADD)
 
 
 # (N, K, row class, silu) -> (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): the best of
@@ -207,18 +200,12 @@ MAX_SLABS = 1024
 
 @dataclass(frozen=True)
 class RowSquares:
-    """What an ADD launch leaves for the next RMSNorm: per column slab, each new residual row's sum of
-    squares (fp32, ``[slabs, SQUARE_ROWS]`` at the start of ``buf``), and the new residual times the
-    norm's weight (``scaled``, [M, hidden]). A NORM launch takes ``scaled`` as its activations and
-    scales each output row by the row's 1/RMS (the slab sums added in slab order), so the projection
-    after an RMSNorm needs no add+RMSNorm kernel before it.
-
-    Rounding: HF rounds the normalised row, then its product with the weight; here the weighted row
-    is rounded and the 1/RMS applied to the fp32 sums (as the fused GEMV applies it, triton_gemv.py)."""
+    """What an ADD launch leaves for the next RMSNorm: per column slab, each residual row's sum of
+    squares (fp32, ``[slabs, SQUARE_ROWS]`` at the start of ``buf``). A NORM launch sums them in slab
+    order, so the projection after it needs no separate add+RMSNorm kernel."""
 
     buf: torch.Tensor
     slabs: int
-    scaled: torch.Tensor
 
 
 class SkinnyWorkspace:
@@ -266,42 +253,38 @@ WORKSPACE = SkinnyWorkspace()
 
 
 def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
-           pdl: Optional[bool] = None, norm: Optional[tuple[float, RowSquares]] = None) -> torch.Tensor:
+           pdl: Optional[bool] = None, norm: Optional[tuple[torch.Tensor, float, RowSquares]] = None,
+           out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I].
 
     ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``configs_for`` gives the measured ones) must
-    satisfy ``config_ok``. ``norm`` (eps, squares): the product is ``linear(RMSNorm(residual), weight)``
-    for the residual ``skinny_add`` left in ``squares``; x must be ``squares.scaled``.
+    satisfy ``config_ok``. ``norm`` (weight, eps, squares): x is the residual stream and the product
+    is ``linear(RMSNorm(x), weight)``, with the row sums of squares ``skinny_add`` left.
     """
-    return _launch(x, weight, config, silu_mul, pdl, norm, None, None)
+    return _launch(x, weight, config, silu_mul, pdl, norm, out, add=False)
 
 
-def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, *,
-               config: Config, pdl: Optional[bool] = None) -> RowSquares:
+def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, config: Config,
+               pdl: Optional[bool] = None) -> RowSquares:
     """``residual += linear(x, weight)`` in place (HF's rounding: the product rounded, then the add),
-    returning what a ``skinny(..., norm=...)`` for the RMSNorm of weight ``norm_weight`` after it needs."""
-    return _launch(x, weight, config, False, pdl, None, residual, norm_weight)
+    returning the new residual rows' sums of squares for a ``skinny(..., norm=...)`` after it."""
+    return _launch(x, weight, config, False, pdl, None, residual, add=True)
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, config: Config, silu_mul: bool, pdl: Optional[bool],
-            norm: Optional[tuple[float, RowSquares]], residual: Optional[torch.Tensor],
-            norm_weight: Optional[torch.Tensor]):
+            norm: Optional[tuple[torch.Tensor, float, RowSquares]], out: Optional[torch.Tensor], add: bool):
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
     block_m = max(16, triton.next_power_of_2(m))
     assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
+    assert not (add and silu_mul)
     block_n, block_k, split, warps, stages = config
     n_out = n // 2 if silu_mul else n
-    add = residual is not None
-    if add:
-        assert not silu_mul and residual.shape == (m, n_out) and residual.stride(-1) == 1
-        assert norm_weight is not None and norm_weight.shape == (n_out,)
-        out = residual
-        scaled = torch.empty_like(residual)
-    else:
-        out = scaled = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
+    if out is None:
+        out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
+    assert out.shape == (m, n_out) and out.stride(-1) == 1 and out.dtype == weight.dtype
     if pdl is None:
         pdl = use_pdl(weight.device)
     slabs = n_out // block_n
@@ -309,14 +292,14 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, config: Config, silu_mul: boo
                                    slabs) if split > 1 else (out, out)
     squares = WORKSPACE.squares(weight.device) if add or norm is not None else out
     assert slabs <= MAX_SLABS
-    eps, n_ss = 0.0, 0
+    nw, eps, n_ss = weight, 0.0, 0
     if norm is not None:
-        eps, given = norm
-        assert given.buf is squares and x is given.scaled, "a NORM launch takes this thread's last skinny_add"
+        nw, eps, given = norm
+        assert given.buf is squares and nw.shape == (k,), "norm squares come from this thread's skinny_add"
         n_ss = given.slabs
     _skinny_kernel[(slabs, split)](
         x, weight, out, parts, tickets, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
-        norm_weight if add else weight, scaled, scaled.stride(0), squares, n_ss, squares, eps,
+        nw, squares, n_ss, squares, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split > 1, SILU=silu_mul, USE_PDL=pdl,
         NORM=norm is not None, ADD=add, num_warps=warps, num_stages=stages, launch_pdl=pdl)
-    return RowSquares(squares, slabs, scaled) if add else out
+    return RowSquares(squares, slabs) if add else out

@@ -69,12 +69,9 @@ def test_skinny_replays_in_a_graph():
 @pytest.mark.parametrize("add_cfg,norm_cfg,silu", [((32, 128, 1, 4, 4), (64, 128, 1, 4, 4), False),
                                                    ((16, 128, 4, 4, 3), (16, 64, 2, 4, 3), True)])
 def test_skinny_add_then_norm_equals_the_separate_kernels(m, add_cfg, norm_cfg, silu):
-    """``skinny_add`` adds into the residual rows exactly as the add+RMSNorm kernel would, and leaves
-    the new rows' sums of squares and the rows times the norm weight; the NORM launch after it is
-    RMSNorm then the projection (with RowSquares' rounding, and within bf16 noise of the separate
-    kernels), bit-identical run to run."""
-    import torch.nn.functional as F
-
+    """``skinny_add`` adds into the residual rows exactly as the add+RMSNorm kernel would, its sums of
+    squares are the new rows'; the NORM launch after it equals RMSNorm then the plain skinny GEMM
+    (ulps of the 1/RMS aside), bit-identical run to run."""
     from graphtop.models import triton_kernels as tk
     from graphtop.models import triton_skinny as ts
 
@@ -86,24 +83,17 @@ def test_skinny_add_then_norm_equals_the_separate_kernels(m, add_cfg, norm_cfg, 
     nw = torch.rand(hid, device="cuda", dtype=torch.bfloat16) + 0.5
     r = torch.randn(m, hid, device="cuda", dtype=torch.bfloat16)
     r_sep = r.clone()
-    squares = ts.skinny_add(x, w, r, nw, config=add_cfg)
+    squares = ts.skinny_add(x, w, r, config=add_cfg)
     h_sep = tk.add_rms_norm(ts.skinny(x, w, config=add_cfg), r_sep, nw, 1e-6)
     assert torch.equal(r, r_sep)
     ss = squares.buf[: squares.slabs * ts.SQUARE_ROWS].view(squares.slabs, -1)[:, :m].sum(0)
     want_ss = r.float().pow(2).sum(-1)
     assert ((ss - want_ss).abs() / want_ss).max() < 1e-5
-    assert torch.equal(squares.scaled, (r.float() * nw.float()).to(torch.bfloat16))
-    got = ts.skinny(squares.scaled, w2, config=norm_cfg, silu_mul=silu, norm=(1e-6, squares))
-    rstd = torch.rsqrt(want_ss / hid + 1e-6)[:, None]
-    want = (squares.scaled.float() @ w2.float().T) * rstd
-    if silu:
-        g, u = want.to(torch.bfloat16).float().chunk(2, dim=-1)
-        want = F.silu(g).to(torch.bfloat16).float() * u
-    assert _rel(got, want) < 4e-3
+    got = ts.skinny(r, w2, config=norm_cfg, silu_mul=silu, norm=(nw, 1e-6, squares))
     sep = ts.skinny(h_sep, w2, config=norm_cfg, silu_mul=silu)
-    assert _rel(got, sep) < 1.5e-2
+    assert _rel(got, sep) < 2e-3 and (got == sep).float().mean() > 0.98
     for _ in range(3):
-        assert torch.equal(ts.skinny(squares.scaled, w2, config=norm_cfg, silu_mul=silu, norm=(1e-6, squares)), got)
+        assert torch.equal(ts.skinny(r, w2, config=norm_cfg, silu_mul=silu, norm=(nw, 1e-6, squares)), got)
 
 
 def test_skinny_layers_match_cublas_layers():
@@ -131,7 +121,7 @@ def test_skinny_layers_match_cublas_layers():
         decided = (top2[:, 0] - top2[:, 1]) > 3 * ulp
         assert (la.argmax(-1) == lb.argmax(-1))[decided].all()
 
-    # the same model with the separate add+RMSNorm kernels: bf16 noise apart (RowSquares' rounding)
+    # the same model with the separate add+RMSNorm kernels: the 1/RMS sums differ in order only
     def logits(fuse: bool, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         for lay in b.model.layers:
             lay.fuse_norms = fuse
@@ -142,7 +132,7 @@ def test_skinny_layers_match_cublas_layers():
         ids = torch.randint(10, 1000, (t,), device="cuda")
         pos = torch.arange(t, device="cuda")
         on, off = logits(True, ids, pos), logits(False, ids, pos)
-        assert _rel(on, off) < 2e-2
+        assert _rel(on, off) < 5e-3
         top2 = off.topk(2, dim=-1).values
         decided = (top2[:, 0] - top2[:, 1]) > 3 * torch.exp2(torch.floor(torch.log2(top2[:, 0].abs())) - 7)
         assert (on.argmax(-1) == off.argmax(-1))[decided].all()
