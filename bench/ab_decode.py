@@ -14,8 +14,7 @@ block_t/min_chunk/warps/stages[/prefetch 0 or 1[/waves]]) and the skinny GEMM (s
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones) for the engines built under it. logits=float32 captures the decode graphs the way they
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
-group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
-norms=off keeps the add+RMSNorm kernels between skinny projections (``decoder.FUSE_NORMS``).
+group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
-from graphtop.models import decoder as dec  # noqa: E402
 from graphtop.models import triton_skinny as ts  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
@@ -70,7 +68,6 @@ def apply(variant: str) -> dict:
     ts.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
     fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
-    dec.FUSE_NORMS = True
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -89,8 +86,6 @@ def apply(variant: str) -> dict:
             ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
         elif key == "skinny":
             kernel["skinny_gemm"] = value
-        elif key == "norms" and value == "off":  # the add+RMSNorm kernels between skinny projections
-            dec.FUSE_NORMS = False
         elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
             fb.TRITON_AUTO_GROUP = int(value)
         elif key == "logits" and value == "float32":

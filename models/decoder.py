@@ -23,10 +23,6 @@ from .layers import RMSNorm, SwiGLUMLP
 from .rope import RopeFactors, RotaryEmbedding
 from .spec import ModelSpec
 
-#: where a layer's projections run on the skinny GEMM, the residual adds ride in their epilogues and the
-#: RMSNorms in the next one's loads (``DecoderLayer.fuse_norms``); bench/ab_decode.py's A/B turns it off
-FUSE_NORMS = True
-
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
 """attn(q [T, H, D], k [T, KVH, D], v [T, KVH, D], layer_id) -> o [T, H, D].
 
@@ -112,32 +108,28 @@ class DecoderLayer(nn.Module):
         # qkv, o, gate_up, down: row class -> skinny-GEMM config where it beat cuBLAS (set_skinny)
         self.skinny: tuple[dict[int, ts.Config], ...] = ({}, {}, {}, {})
         self.skinny_pdl = False
-        #: skinny projections add into the residual stream and leave its sums of squares, so the skinny
-        #: projection after an RMSNorm normalises on load (set_skinny)
-        self.fuse_norms = False
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_fused(self, x: torch.Tensor | ts.RowSquares, residual: torch.Tensor | None, positions: torch.Tensor,
-                      rope: RotaryEmbedding, attn: AttentionFn) -> tuple[torch.Tensor | ts.RowSquares, torch.Tensor]:
-        """Residual stream kept separately so each add fuses into the next RMSNorm (same rounding).
-
-        ``x``: what the layer before left to add to ``residual``, or ``RowSquares`` where its last
-        projection added it already (the skinny GEMM's epilogue); returned the same way."""
-        sa, mlp, (qkv, o, gate_up, down) = self.self_attn, self.mlp, self.skinny
-        cls = ts.row_class((x if residual is None else residual).shape[0])
+    def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
+                      rope: RotaryEmbedding, attn: AttentionFn) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual stream kept separately so each add fuses into the next RMSNorm (same rounding)."""
+        ln = self.input_layernorm
         if residual is None:
             residual = x
-            x = tk.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
-            q = self._project(sa.qkv_proj, x, qkv, cls)
+            h = tk.rms_norm(x, ln.weight, ln.eps)
         else:
-            q = self._norm_project(sa.qkv_proj, x, residual, self.input_layernorm, qkv, cls)
-        attended = sa.attend_fused(q, positions, rope, attn)
-        a = self._project_add(sa.o_proj, attended, residual, o, cls)
-        h = self._norm_project(mlp.gate_up_proj, a, residual, self.post_attention_layernorm, gate_up, cls, silu_mul=True)
-        return self._project_add(mlp.down_proj, h, residual, down, cls), residual
+            h = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl)
+        sa, mlp, (qkv, o, gate_up, down) = self.self_attn, self.mlp, self.skinny
+        cls = ts.row_class(h.shape[0])
+        attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls), positions, rope, attn)
+        a = self._project(sa.o_proj, attended, o, cls)
+        pln = self.post_attention_layernorm
+        h = tk.add_rms_norm(a, residual, pln.weight, pln.eps, self.skinny_pdl)
+        return self._project(mlp.down_proj, self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True), down,
+                             cls), residual
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
                  silu_mul: bool = False) -> torch.Tensor:
@@ -148,29 +140,6 @@ class DecoderLayer(nn.Module):
             return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl)
         y = proj(x)
         return tk.silu_and_mul(y) if silu_mul else y
-
-    def _project_add(self, proj: nn.Linear, x: torch.Tensor, residual: torch.Tensor, configs: dict[int, ts.Config],
-                     cls: Optional[int]) -> torch.Tensor | ts.RowSquares:
-        """``proj(x)``, for the caller to add to ``residual``; or, on the skinny GEMM, added in its
-        epilogue, returning the rows' sums of squares for the RMSNorm after it."""
-        cfg = configs.get(cls)
-        if cfg is not None and self.fuse_norms:
-            return ts.skinny_add(x, proj.weight, residual, config=cfg, pdl=self.skinny_pdl)
-        return self._project(proj, x, configs, cls)
-
-    def _norm_project(self, proj: nn.Linear, x: torch.Tensor | ts.RowSquares, residual: torch.Tensor, norm: RMSNorm,
-                      configs: dict[int, ts.Config], cls: Optional[int], silu_mul: bool = False) -> torch.Tensor:
-        """``proj(RMSNorm(residual += x))``: with ``x`` already added (``RowSquares``) the skinny GEMM
-        normalises on load; otherwise one add+RMSNorm (or RMSNorm) kernel first."""
-        if isinstance(x, ts.RowSquares):
-            cfg = configs.get(cls)
-            if cfg is not None:
-                return ts.skinny(residual, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl,
-                                 norm=(norm.weight, norm.eps, x))
-            h = tk.rms_norm(residual, norm.weight, norm.eps)
-        else:
-            h = tk.add_rms_norm(x, residual, norm.weight, norm.eps, self.skinny_pdl)
-        return self._project(proj, h, configs, cls, silu_mul)
 
     def set_skinny(self, enabled: bool, policy: str) -> None:
         """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a
@@ -185,7 +154,6 @@ class DecoderLayer(nn.Module):
             for p, silu in projs
         )
         self.skinny_pdl = enabled and tk.use_pdl(sa.qkv_proj.weight.device, 0, policy)
-        self.fuse_norms = enabled and FUSE_NORMS
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL
@@ -246,14 +214,11 @@ class DecoderModel(nn.Module):
             return tk.rms_norm(x, self.norm.weight, self.norm.eps)
         if self.fused:
             residual = None
-            pending: torch.Tensor | ts.RowSquares = x
             for layer in self.layers:
                 if pace is not None:
                     pace()
-                pending, residual = layer.forward_fused(pending, residual, positions, self.rotary_emb, attn)
-            if isinstance(pending, ts.RowSquares):
-                return tk.rms_norm(residual, self.norm.weight, self.norm.eps)
-            return tk.add_rms_norm(pending, residual, self.norm.weight, self.norm.eps)
+                x, residual = layer.forward_fused(x, residual, positions, self.rotary_emb, attn)
+            return tk.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
         rope = self.rotary_emb.factors(positions, x.dtype)
         for layer in self.layers:
             if pace is not None:

@@ -20,7 +20,6 @@ shapes and launch configs it won are in ``TUNED``.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -34,26 +33,9 @@ if HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _skinny_x(x_cols, k0, xm, rstd, nw_rows, NORM: tl.constexpr):
-        """The activations' tile [BLOCK_K, BLOCK_M] at K offset k0; NORM: RMSNorm'd on load with HF's
-        rounding points (normalise, round, scale by the norm weight, round)."""
-        xt = tl.load(x_cols + k0, mask=xm, other=0.0)
-        if NORM:
-            dt = xt.dtype
-            y = (xt.to(tl.float32) * rstd[None, :]).to(dt).to(tl.float32)
-            xt = (tl.load(nw_rows + k0).to(tl.float32)[:, None] * y).to(dt)
-        return xt
-
-    @triton.jit
-    def _row_rstd(ss_ptr, n_ss, K, eps, rm, BLOCK_M: tl.constexpr):
-        """1 / RMS of each row from the per-slab sums of squares the producing projection left
-        ([slab, 64] fp32), summed in slab order: the same rows give the same scale, bit for bit."""
-        acc = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for s0 in range(0, n_ss, 32):
-            sl = s0 + tl.arange(0, 32)
-            acc += tl.sum(tl.load(ss_ptr + sl[:, None] * 64 + rm[None, :], mask=sl[:, None] < n_ss, other=0.0),
-                          axis=0)
-        return tl.rsqrt(acc / K + eps)
+    def _skinny_tile(w_rows, x_cols, k0, xm):
+        """One K step: the weight tile [BLOCK_N, BLOCK_K] times the activations' tile [BLOCK_K, BLOCK_M]."""
+        return tl.load(w_rows + k0), tl.load(x_cols + k0, mask=xm, other=0.0)
 
     @triton.jit
     def _skinny_out(acc, acc_u, dt, SILU: tl.constexpr):
@@ -65,32 +47,14 @@ if HAVE_TRITON:
         return acc.to(dt)
 
     @triton.jit
-    def _skinny_store(o_ptrs, om, tile, ss_out, rm, ADD: tl.constexpr):
-        """Store the output tile [BLOCK_N, BLOCK_M]; ADD: into the residual stream it points at (HF's
-        ``residual + out`` in the activation dtype), and leave the slab's per-row sums of squares of
-        the new residual for the next RMSNorm."""
-        if ADD:
-            r = tl.load(o_ptrs, mask=om, other=0.0)
-            tile = (r.to(tl.float32) + tile.to(tl.float32)).to(r.dtype)
-            sf = tl.where(om, tile.to(tl.float32), 0.0)
-            tl.store(ss_out + rm, tl.sum(sf * sf, axis=0))
-        tl.store(o_ptrs, tile, mask=om)
-
-    @triton.jit
     def _skinny_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, M, N_OUT, K, k_len, x_stride, out_stride,
-                       up_off, nw_ptr, ss_in_ptr, n_ss, ss_out_ptr, eps,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr,
-                       NORM: tl.constexpr, ADD: tl.constexpr):
+                       up_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr):
         """out[m, n] = sum_k x[m, k] * w[n, k] over this program's K share [pid_k * k_len, +k_len).
 
         SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
         SPLIT: the K shares' fp32 partials go to ``part_ptr``; the last program of a column slab (an
         acq_rel ticket says which) sums them in split order and writes the output.
-        NORM: x is the residual stream, RMSNorm'd (weight ``nw_ptr``) on load; its rows' sums of
-        squares are the ``n_ss`` slab partials at ``ss_in_ptr`` an ADD launch left.
-        ADD: out is the residual stream, added to in place; each column slab's per-row sums of squares
-        of the result go to ``ss_out_ptr`` (slab-major, 64 rows a slab).
         """
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -103,7 +67,6 @@ if HAVE_TRITON:
         g_rows = w_ptr + rn[:, None].to(tl.int64) * K + (k_lo + rk)[None, :]
         u_rows = w_ptr + (rn[:, None] + up_off).to(tl.int64) * K + (k_lo + rk)[None, :]
         x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
-        nw_rows = nw_ptr + k_lo + rk
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         # first tile: the weight before the PDL wait (nothing writes weights), the activations after
@@ -113,16 +76,12 @@ if HAVE_TRITON:
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-        rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if NORM:
-            rstd = _row_rstd(ss_in_ptr, n_ss, K, eps, rm, BLOCK_M)
-        xt = _skinny_x(x_cols, 0, xm, rstd, nw_rows, NORM)
+        xt = tl.load(x_cols, mask=xm, other=0.0)
         acc = tl.dot(wg, xt, acc)
         if SILU:
             acc_u = tl.dot(wu, xt, acc_u)
         for k0 in range(BLOCK_K, k_len, BLOCK_K):
-            wg = tl.load(g_rows + k0)
-            xt = _skinny_x(x_cols, k0, xm, rstd, nw_rows, NORM)
+            wg, xt = _skinny_tile(g_rows, x_cols, k0, xm)
             acc = tl.dot(wg, xt, acc)
             if SILU:
                 wu = tl.load(u_rows + k0)
@@ -147,10 +106,10 @@ if HAVE_TRITON:
                     acc += tl.load(part_ptr + t + cell, cache_modifier=".cg")
                     if SILU:
                         acc_u += tl.load(part_ptr + t + cell + up_part, cache_modifier=".cg")
-                _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, SILU), ss_out_ptr + pid_n * 64, rm, ADD)
+                tl.store(o_ptrs, _skinny_out(acc, acc_u, dt, SILU), mask=om)
                 tl.store(ticket_ptr + pid_n, 0)  # ready for the next launch / replay
         else:
-            _skinny_store(o_ptrs, om, _skinny_out(acc, acc_u, dt, SILU), ss_out_ptr + pid_n * 64, rm, ADD)
+            tl.store(o_ptrs, _skinny_out(acc, acc_u, dt, SILU), mask=om)
 
 
 # (N, K, row class, silu) -> (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): the best of
@@ -193,21 +152,6 @@ def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
     return n_out % block_n == 0 and k % (split * block_k) == 0 and k // split >= block_k
 
 
-#: a residual row's sums of squares, per column slab: slabs x this many rows (the kernel's MAX_M)
-SQUARE_ROWS = 64
-MAX_SLABS = 1024
-
-
-@dataclass(frozen=True)
-class RowSquares:
-    """What an ADD launch leaves for the next RMSNorm: per column slab, each residual row's sum of
-    squares (fp32, ``[slabs, SQUARE_ROWS]`` at the start of ``buf``). A NORM launch sums them in slab
-    order, so the projection after it needs no separate add+RMSNorm kernel."""
-
-    buf: torch.Tensor
-    slabs: int
-
-
 class SkinnyWorkspace:
     """Split partials and tickets, one set per (device, thread), grown on demand outside graphs.
 
@@ -221,18 +165,7 @@ class SkinnyWorkspace:
 
     def __init__(self) -> None:
         self._sets: dict[tuple[torch.device, threading.Thread], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._squares: dict[tuple[torch.device, threading.Thread], torch.Tensor] = {}
         self._retired: list[torch.Tensor] = []
-
-    def squares(self, device: torch.device) -> torch.Tensor:
-        """This thread's buffer of row sums of squares (fixed size: graphs keep its address). One is
-        enough: a layer's projections run in order, each NORM launch reading what the ADD launch
-        before it wrote."""
-        key = (device, threading.current_thread())
-        buf = self._squares.get(key)
-        if buf is None:
-            buf = self._squares[key] = torch.zeros(MAX_SLABS * SQUARE_ROWS, dtype=torch.float32, device=device)
-        return buf
 
     def get(self, device: torch.device, parts: int, tickets: int) -> tuple[torch.Tensor, torch.Tensor]:
         key = (device, threading.current_thread())
@@ -253,53 +186,28 @@ WORKSPACE = SkinnyWorkspace()
 
 
 def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
-           pdl: Optional[bool] = None, norm: Optional[tuple[torch.Tensor, float, RowSquares]] = None,
-           out: Optional[torch.Tensor] = None) -> torch.Tensor:
+           pdl: Optional[bool] = None) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I].
 
     ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``configs_for`` gives the measured ones) must
-    satisfy ``config_ok``. ``norm`` (weight, eps, squares): x is the residual stream and the product
-    is ``linear(RMSNorm(x), weight)``, with the row sums of squares ``skinny_add`` left.
+    satisfy ``config_ok``.
     """
-    return _launch(x, weight, config, silu_mul, pdl, norm, out, add=False)
-
-
-def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, config: Config,
-               pdl: Optional[bool] = None) -> RowSquares:
-    """``residual += linear(x, weight)`` in place (HF's rounding: the product rounded, then the add),
-    returning the new residual rows' sums of squares for a ``skinny(..., norm=...)`` after it."""
-    return _launch(x, weight, config, False, pdl, None, residual, add=True)
-
-
-def _launch(x: torch.Tensor, weight: torch.Tensor, config: Config, silu_mul: bool, pdl: Optional[bool],
-            norm: Optional[tuple[torch.Tensor, float, RowSquares]], out: Optional[torch.Tensor], add: bool):
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
     block_m = max(16, triton.next_power_of_2(m))
     assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
-    assert not (add and silu_mul)
     block_n, block_k, split, warps, stages = config
     n_out = n // 2 if silu_mul else n
-    if out is None:
-        out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
-    assert out.shape == (m, n_out) and out.stride(-1) == 1 and out.dtype == weight.dtype
+    out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
     if pdl is None:
         pdl = use_pdl(weight.device)
     slabs = n_out // block_n
     parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
                                    slabs) if split > 1 else (out, out)
-    squares = WORKSPACE.squares(weight.device) if add or norm is not None else out
-    assert slabs <= MAX_SLABS
-    nw, eps, n_ss = weight, 0.0, 0
-    if norm is not None:
-        nw, eps, given = norm
-        assert given.buf is squares and nw.shape == (k,), "norm squares come from this thread's skinny_add"
-        n_ss = given.slabs
     _skinny_kernel[(slabs, split)](
         x, weight, out, parts, tickets, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
-        nw, squares, n_ss, squares, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split > 1, SILU=silu_mul, USE_PDL=pdl,
-        NORM=norm is not None, ADD=add, num_warps=warps, num_stages=stages, launch_pdl=pdl)
-    return RowSquares(squares, slabs) if add else out
+        num_warps=warps, num_stages=stages, launch_pdl=pdl)
+    return out
