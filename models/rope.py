@@ -10,6 +10,7 @@ graph wants (no host work, no value-dependent shapes).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -53,7 +54,10 @@ def _yarn(base: float, dim: int, p: dict, max_pos: int) -> tuple[torch.Tensor, f
     beta_slow = p.get("beta_slow") or 1
 
     def correction_dim(rotations: float) -> float:
-        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+        # HF's formula; a beta so small that the ratio overflows (a denormal beta_slow) puts the dim
+        # past the ramp's end like any huge ratio, instead of ceil(inf) raising
+        ratio = min(original / (rotations * 2 * math.pi), sys.float_info.max)
+        return (dim * math.log(ratio)) / (2 * math.log(base))
 
     low, high = correction_dim(beta_fast), correction_dim(beta_slow)
     if p.get("truncate", True):

@@ -46,6 +46,17 @@ def test_cos_sin_equal_transformers(family, name):
     assert torch.equal(ours[:, half:], sin[0, :, :half])
 
 
+def test_yarn_denormal_beta_is_the_ramps_end():
+    """A beta_slow so small that HF's ratio overflows (found by tests/test_fuzz_config_json.py) gives the
+    same table as any huge ratio, not an OverflowError."""
+    tables = []
+    for beta_slow in (5e-324, 1e-300):
+        rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_slow": beta_slow}
+        spec = spec_from_hf_config(tiny_config("llama", rope_scaling=rope))
+        tables.append(RotaryEmbedding(spec).cos_sin_cache)
+    assert torch.isfinite(tables[0]).all() and torch.equal(tables[0], tables[1])
+
+
 def test_unsupported_rope_type_is_refused():
     config = tiny_config("llama", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(CheckpointError, match="unsupported rope_type 'dynamic'"):
