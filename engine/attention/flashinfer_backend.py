@@ -47,7 +47,8 @@ WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shar
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 #: The decode kernel (``KernelConfig.decode_kernel``, engine/kernel_config.py): "auto" takes the Triton kernel
 #: (engine/attention/triton_decode.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one
-#: launch) up to TRITON_AUTO_MAX_ROWS rows and FlashInfer's above; "triton" takes it at every size.
+#: launch) up to TRITON_AUTO_MAX_ROWS rows and FlashInfer's above, or at every size from a GQA group
+#: of TRITON_AUTO_GROUP (``triton_rows_for``); "triton" takes it at every size.
 #: "auto" decodes batches of at most this many rows with the Triton kernel when the GQA group is
 #: smaller than TRITON_AUTO_GROUP: in bench/decode_attn_bench.py it wins at bs 1-64 on both benchmark
 #: shapes and loses at bs 256 on the Qwen3-0.6B shape (group 2; figures: README, Benchmarks).
