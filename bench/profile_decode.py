@@ -14,15 +14,19 @@ import cProfile
 import io
 import os
 import pstats
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import kernel_timeline  # noqa: E402
 import torch  # noqa: E402
 from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
 
+from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
@@ -45,7 +49,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--variants", default="", help="comma list of variant indices (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--tuning", default="", help="Triton decode launch shape below LARGE_ROWS rows: "
+                    "block_t/min_chunk/warps/stages[/prefetch[/waves]] (bench/ab_decode.py's tuning=)")
     args = ap.parse_args()
+    if args.tuning:
+        td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.DecodeTuning(*map(int, args.tuning.split("/")))
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
         for bs in (int(b) for b in args.bs.split(",")):
@@ -55,11 +63,14 @@ def main() -> int:
     return 0
 
 
+TRACE_STEPS = 10
+
+
 def kernel_table(eng, rows: int):
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as p:
-        time_steps(eng, 10)
+        time_steps(eng, TRACE_STEPS)
     return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60), p
 
 
@@ -87,8 +98,14 @@ def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace) -> None:
               f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})", flush=True)
         table, prof = kernel_table(eng, 14)
         print(table, flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(trace))  # a profile exports once: the last variant's is kept
+            print(f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py)\n"
+                  f"{kernel_timeline.report(trace, TRACE_STEPS)}", flush=True)
+            if n == len(picked) - 1:
+                shutil.copyfile(trace, Path(args.out) / f"profile_{shape}_bs{bs}.json")
         if n == len(picked) - 1:
-            prof.export_chrome_trace(str(Path(args.out) / f"profile_{shape}_bs{bs}.json"))
             cp = cProfile.Profile()
             cp.enable()
             time_steps(eng, args.steps)

@@ -1,0 +1,98 @@
+"""Which kernels a decode step's wall time is spent in, from a torch.profiler Chrome trace: each GPU
+kernel is charged the busy time by which it pushed the stream's frontier (the latest end seen so far)
+forward, and the idle time before it started (the GPU running nothing) is reported as its gap.
+
+Why: with programmatic dependent launch a kernel starts before its predecessor ends and waits inside,
+so the profiler's per-kernel durations overlap and add up to more than the step; what a kernel costs
+the step is how far it moves the end of the work. Kernels are told apart by name, grid and their
+place after the step's attention kernel, so the four projections of a layer (one GEMV kernel with
+different grids and places) get a row each.
+
+    python bench/kernel_timeline.py TRACE.json [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ATTENTION_MARKERS = ("_decode_kernel", "BatchDecode", "decode_attention")
+
+
+@dataclass
+class Row:
+    """One kernel kind's totals over the trace."""
+
+    count: int = 0
+    busy_us: float = 0.0
+    gap_us: float = 0.0
+    advance_us: float = 0.0
+    overlap_us: list[float] = field(default_factory=list)
+
+
+def short(name: str) -> str:
+    for cut in ("(", "<"):
+        name = name.split(cut)[0]
+    return name[:48]
+
+
+def kernels(trace: dict) -> list[dict]:
+    evs = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    return sorted(evs, key=lambda e: e["ts"])
+
+
+def attribute(evs: list[dict]) -> dict[str, Row]:
+    rows: dict[str, Row] = defaultdict(Row)
+    frontier = None
+    since_attn = -1
+    for e in evs:
+        name = short(e["name"])
+        if any(m in e["name"] for m in ATTENTION_MARKERS):
+            since_attn = 0
+        elif since_attn >= 0:
+            since_attn += 1
+        grid = tuple(e.get("args", {}).get("grid", ()))
+        key = f"{name} grid={list(grid)} @attn+{since_attn}" if since_attn >= 0 else f"{name} grid={list(grid)}"
+        start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        r = rows[key]
+        r.count += 1
+        r.busy_us += end - start
+        if frontier is None:
+            frontier = start
+        r.gap_us += max(0.0, start - frontier)
+        r.overlap_us.append(max(0.0, frontier - start))
+        r.advance_us += max(0.0, end - max(frontier, start))
+        frontier = max(frontier, end)
+    return rows
+
+
+def report(trace_path: Path, steps: int) -> str:
+    rows = attribute(kernels(json.loads(trace_path.read_text())))
+    total = sum(r.advance_us for r in rows.values())
+    lines = [f"{'kernel (grid, place after attention)':80s} {'n/step':>6s} {'dur us':>7s} {'gap us':>7s} "
+             f"{'early us':>8s} {'charged us/step':>15s} {'share':>6s}"]
+    for key, r in sorted(rows.items(), key=lambda kv: -kv[1].advance_us):
+        n = r.count
+        lines.append(f"{key:80s} {n / steps:6.1f} {r.busy_us / n:7.2f} {r.gap_us / n:7.2f} "
+                     f"{sum(r.overlap_us) / n:8.2f} {r.advance_us / steps:15.1f} {r.advance_us / total:6.1%}")
+    gaps = sum(r.gap_us for r in rows.values())
+    lines.append(f"{'total busy (charged) / idle (gaps) per step':80s} {'':6s} {'':7s} {gaps / steps:7.1f} "
+                 f"{'':8s} {total / steps:15.1f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--steps", type=int, default=10, help="decode steps the trace holds")
+    args = ap.parse_args()
+    print(report(args.trace, args.steps))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
