@@ -8,13 +8,15 @@ graph step and its ratio to the HBM floor (bench/floor.py).
 
 A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
 (decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
-the Triton decode launch shape below, from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (tuning=... /
-large=... / huge=...:
-block_t/min_chunk/warps/stages[/prefetch 0 or 1[/waves]]) and the skinny GEMM (skinny=auto|off,
+the Triton decode launch shape below ``LARGE_ROWS`` rows (tuning=..., for every GQA group; small=...,
+for groups up to ``SMALL_GROUP`` only), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
+huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves]] and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones) for the engines built under it. logits=float32 captures the decode graphs the way they
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
-group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group).
+group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
+pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
+gemv=N:K:block_n:block_k:warps:stages[+...] replaces fused-GEMV launch configs.
 """
 
 from __future__ import annotations
@@ -37,14 +39,18 @@ from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
+from graphtop.models import triton_gemv as tg  # noqa: E402
+from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models import triton_skinny as ts  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
-SHIPPED_TUNING = (td.DEFAULT_TUNING, td.LARGE_TUNING, td.HUGE_TUNING)
+SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING)
 SHIPPED_SKINNY = dict(ts.TUNED)
 SHIPPED_FORWARD = DecodeGraphRunner._forward
 SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
+SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
+SHIPPED_GEMV = dict(tg.TUNED)
 
 
 def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
@@ -63,11 +69,14 @@ def apply(variant: str) -> dict:
     is set for the engines built next."""
     kernel: dict[str, str] = {}
     overrides: dict = {}
-    td.DEFAULT_TUNING, td.LARGE_TUNING, td.HUGE_TUNING = SHIPPED_TUNING
+    td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING = SHIPPED_TUNING
     ts.TUNED.clear()
     ts.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
     fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
+    tk.PDL_AUTO_MAX_BYTES = SHIPPED_PDL_MAX
+    tg.TUNED.clear()
+    tg.TUNED.update(SHIPPED_GEMV)
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -76,8 +85,10 @@ def apply(variant: str) -> dict:
             kernel["decode_kernel"] = value
         elif key == "page":
             overrides["page_size"] = int(value)
-        elif key == "tuning":
-            td.DEFAULT_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+        elif key == "tuning":  # below LARGE_ROWS, whatever the GQA group
+            td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+        elif key == "small":  # below LARGE_ROWS for GQA groups up to SMALL_GROUP only
+            td.SMALL_GROUP_TUNING = td.DecodeTuning(*map(int, value.split("/")))
         elif key == "large":
             td.LARGE_TUNING = td.DecodeTuning(*map(int, value.split("/")))
         elif key == "huge":
@@ -88,6 +99,12 @@ def apply(variant: str) -> dict:
             kernel["skinny_gemm"] = value
         elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
             fb.TRITON_AUTO_GROUP = int(value)
+        elif key == "pdl_max":  # pdl=auto's weight limit in MiB (fused GEMVs of at most this many get PDL)
+            tk.PDL_AUTO_MAX_BYTES = int(value) << 20
+        elif key == "gemv":  # N:K:block_n:block_k:warps:stages[+...], over the shipped GEMV configs
+            for entry in value.split("+"):
+                n, k, *cfg = map(int, entry.split(":"))
+                tg.TUNED[(n, k)] = tuple(cfg)
         elif key == "logits" and value == "float32":
             DecodeGraphRunner._forward = _float_logits_forward
         else:

@@ -31,7 +31,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # FlashInfer's prefill kernels: "fa2" is prebuilt; "fa3" and "auto" may compile on first use
     "prefill_backend": ("fa2", "fa3", "auto"),
     # programmatic dependent launch for the fused-GEMV and Triton decode kernels on Hopper+:
-    # "auto" = kernels streaming <= 16 MiB of weights, "on" = all of them, "off" = none
+    # "auto" = kernels streaming <= 128 MiB of weights, "on" = all of them, "off" = none
     "pdl": ("auto", "on", "off"),
     # tensor-parallel all-reduce on CUDA: "auto" = torch's symmetric-memory one-shot kernel for small
     # messages (decode) when it passes its self-test, NCCL otherwise; "nccl" = NCCL for every size

@@ -27,7 +27,7 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 #: "auto" launches a kernel with PDL when it streams at most this many weight bytes
-PDL_AUTO_MAX_BYTES = 16 << 20
+PDL_AUTO_MAX_BYTES = 128 << 20
 _pdl: dict[int, bool] = {}
 
 
@@ -39,8 +39,8 @@ def use_pdl(device: torch.device, weight_bytes: int = 0, policy: str = "auto") -
 
     ``policy`` (the engine's ``KernelConfig.pdl``, checked there): "on" for every such kernel, "off"
     for none, "auto" for kernels of at most ``PDL_AUTO_MAX_BYTES`` of weights: in bench/ab_decode.py
-    PDL sped up the small model's short kernels but slowed the long GEMVs of the 8B shape (README,
-    Benchmarks: targets at bs 1)."""
+    (variants pdl_max=...) PDL sped up every projection of the 8B shape but its gate|up, whose long
+    multi-wave GEMV ran slower with it (README, Benchmarks)."""
     if policy == "off" or not HAVE_TRITON or device.type != "cuda":
         return False
     if policy == "auto" and weight_bytes > PDL_AUTO_MAX_BYTES:
