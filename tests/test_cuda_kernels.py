@@ -178,6 +178,8 @@ def test_argmax_rows_matches_torch_with_ties():
 @pytest.mark.parametrize("heads", [(16, 8), (32, 8), (20, 4)], ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("splits,min_chunk,tier", [(None, 256, "default"), (1, 256, "default"), (16, 16, "default"),
+                                                   (None, 256, "prefetch1"), (16, 16, "prefetch0"),
+                                                   (None, 64, "smallgroup"), (16, 64, "smallgroup"),
                                                    (None, 256, "large"), (16, 32, "large"),
                                                    (None, 256, "huge"), (16, 32, "huge")])
 def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier):
@@ -190,6 +192,7 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         HUGE_TUNING,
         LARGE_ROWS,
         LARGE_TUNING,
+        SMALL_GROUP_TUNING,
         DecodeTuning,
         PagedDecode,
     )
@@ -210,8 +213,10 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         idx += perm[len(idx) : len(idx) + p]
         indptr.append(len(idx))
         last.append(n - (p - 1) * page_size)
-    # "large" / "huge": the launch shapes of batches of LARGE_ROWS / HUGE_ROWS rows and more, on these rows
-    base = {"default": DecodeTuning(), "large": LARGE_TUNING, "huge": HUGE_TUNING}[tier]
+    # "large" / "huge": the launch shapes of batches of LARGE_ROWS / HUGE_ROWS rows and more, on these rows;
+    # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's
+    base = {"default": DecodeTuning(), "prefetch0": DecodeTuning(prefetch=0), "prefetch1": DecodeTuning(prefetch=1),
+            "smallgroup": SMALL_GROUP_TUNING, "large": LARGE_TUNING, "huge": HUGE_TUNING}[tier]
     tuning = replace(base, min_chunk=min_chunk)
     kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), tuning)
     assert kern.tuning_for(1) == kern.tuning_for(LARGE_ROWS) == tuning  # a given tuning serves every size
@@ -263,12 +268,16 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
 
 
 def test_triton_paged_decode_launch_shape_by_rows():
-    """Without a given tuning, the launch shape follows the batch's rows: the default below LARGE_ROWS,
-    LARGE_TUNING up to HUGE_ROWS, HUGE_TUNING from there (head_dim 128: the tiles as declared)."""
+    """Without a given tuning, the launch shape follows the batch's rows: the default below LARGE_ROWS
+    (SMALL_GROUP_TUNING for GQA groups up to SMALL_GROUP), LARGE_TUNING up to HUGE_ROWS, HUGE_TUNING from
+    there (head_dim 128: the tiles as declared)."""
     from graphtop.engine.attention import triton_decode as td
 
     kern = td.PagedDecode(32, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))
     assert kern.tuning_for(1) == kern.tuning_for(td.LARGE_ROWS - 1) == td.DEFAULT_TUNING
+    small = td.PagedDecode(16, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))  # GQA group 2
+    assert small.tuning_for(1) == small.tuning_for(td.LARGE_ROWS - 1) == td.SMALL_GROUP_TUNING
+    assert small.tuning_for(td.LARGE_ROWS) == td.LARGE_TUNING
     assert kern.tuning_for(td.LARGE_ROWS) == kern.tuning_for(td.HUGE_ROWS - 1) == td.LARGE_TUNING
     assert kern.tuning_for(td.HUGE_ROWS) == kern.tuning_for(4 * td.HUGE_ROWS) == td.HUGE_TUNING
     assert kern.splits_for(td.HUGE_ROWS) == 1  # 256 rows x 8 KV heads fill the SMs without splits

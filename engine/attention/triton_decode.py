@@ -79,6 +79,27 @@ if HAVE_TRITON:
         return m_new, l_i, acc
 
     @triton.jit
+    def _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D: tl.constexpr, HAS_NORM: tl.constexpr):
+        """Row b's cos and signed sin (-sin on the first half, +sin on the second) in fp32 after rounding
+        to the activation dtype, and the q/k-norm weights at each lane and its partner (fp32; ones
+        without a norm). Nothing here is written by a kernel of the step."""
+        pos = tl.load(pos_ptr + b)
+        cf = tl.load(cs_ptr + pos * D + d % (D // 2)).to(dt).to(tl.float32)
+        sf = tl.load(cs_ptr + pos * D + D // 2 + d % (D // 2)).to(dt).to(tl.float32)
+        sf = tl.where(d < D // 2, -sf, sf)
+        if HAS_NORM:
+            qw = tl.load(qw_ptr + d).to(tl.float32)
+            qwsw = tl.load(qw_ptr + dsw).to(tl.float32)
+            kw = tl.load(kw_ptr + d).to(tl.float32)
+            kwsw = tl.load(kw_ptr + dsw).to(tl.float32)
+        else:
+            qw = tl.full([D], 1.0, tl.float32)
+            qwsw = qw
+            kw = qw
+            kwsw = qw
+        return cf, sf, qw, qwsw, kw, kwsw
+
+    @triton.jit
     def _decode_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, last_ptr, o_ptr,
                        po_ptr, pml_ptr, ticket_ptr, scale,
                        q_stride_b, q_stride_h, o_stride_b, o_stride_h, n_kv_heads,
@@ -105,15 +126,19 @@ if HAVE_TRITON:
         slot_stride = n_kv_heads * D
         t_lo = s * chunk
         t_hi = tl.minimum(n_ctx, t_lo + chunk)
+        dsw = (d + D // 2) % D  # the RoPE partner of each lane: the two halves swapped
         # With the step's K/V coming from registers (NEW_KV), the cache rows a program reads were all
         # written by earlier steps, so its first tile is requested before the PDL wait and arrives while
         # the q|k|v projection still runs. Otherwise the step's own row was stored by the kernel before.
-        if PREFETCH and NEW_KV:
+        if PREFETCH >= 1 and NEW_KV:
             k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
+        if PREFETCH >= 2 and NEW_KV:  # the position came from the host, the tables are weights
+            cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw,
+                                                      q_ptr.dtype.element_ty, D, HAS_NORM)
         if USE_PDL:  # q, k, v (and, without NEW_KV, the step's cache row) come from the last kernel
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-        if not (PREFETCH and NEW_KV):
+        if not (PREFETCH >= 1 and NEW_KV):
             k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
         if s < n_act:
             g = tl.arange(0, GP)
@@ -124,12 +149,10 @@ if HAVE_TRITON:
             if NEW_KV:
                 # q/k RMSNorm (Qwen3) and NeoX RoPE with the rounding points of _qk_norm_rope_kernel.
                 # Rotation as x * cos + swap(x) * (-sin | +sin): swap exchanges the two halves.
-                dsw = (d + D // 2) % D
                 dt = q.dtype
-                pos = tl.load(pos_ptr + b)
-                cf = tl.load(cs_ptr + pos * D + d % (D // 2)).to(dt).to(tl.float32)
-                sf = tl.load(cs_ptr + pos * D + D // 2 + d % (D // 2)).to(dt).to(tl.float32)
-                sf = tl.where(d < D // 2, -sf, sf)
+                if PREFETCH < 2:
+                    cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D,
+                                                              HAS_NORM)
                 a = q.to(tl.float32)
                 asw = tl.load(q_rows + dsw[None, :], mask=gm[:, None], other=0.0).to(tl.float32)
                 k_row = kn_ptr + b * new_stride_b + hk * D
@@ -137,13 +160,9 @@ if HAVE_TRITON:
                 kasw = tl.load(k_row + dsw).to(tl.float32)
                 if HAS_NORM:
                     rq = tl.rsqrt(tl.sum(a * a, axis=1) / D + eps)[:, None]
-                    w = tl.load(qw_ptr + d).to(tl.float32)[None, :]
-                    wsw = tl.load(qw_ptr + dsw).to(tl.float32)[None, :]
-                    a = rms_scale(a, rq, w, dt)
-                    asw = rms_scale(asw, rq, wsw, dt)
+                    a = rms_scale(a, rq, qw[None, :], dt)
+                    asw = rms_scale(asw, rq, qwsw[None, :], dt)
                     rk = tl.rsqrt(tl.sum(ka * ka, axis=0) / D + eps)
-                    kw = tl.load(kw_ptr + d).to(tl.float32)
-                    kwsw = tl.load(kw_ptr + dsw).to(tl.float32)
                     ka = rms_scale(ka, rk, kw, dt)
                     kasw = rms_scale(kasw, rk, kwsw, dt)
                 q = (a * cf[None, :] + asw * sf[None, :]).to(dt)
@@ -210,13 +229,21 @@ class DecodeTuning:
     min_chunk: int = 256
     num_warps: int = 4
     num_stages: int = 2
-    prefetch: bool = True  # request the first K/V tile before the PDL wait (fused path only)
+    # what a program requests before the PDL wait (fused path only): 0 nothing, 1 its first K/V tile,
+    # 2 also the RoPE table row and the q/k-norm weights
+    prefetch: int = 2
     waves: int = 2  # programs per SM the split count aims for (num_splits)
 
 
 #: what a PagedDecode built without ``tuning`` uses below LARGE_ROWS rows (head_dim <= 128; wider heads
 #: halve block_t)
 DEFAULT_TUNING = DecodeTuning()
+#: below LARGE_ROWS rows for GQA groups of at most SMALL_GROUP query heads a KV head: 64-token tiles
+#: and splits, two warps. With so few query rows a program's work is short, and short contexts spread
+#: over more, leaner programs (``bench/ab_decode.py``: Qwen3-0.6B, group 2, faster at 1 and 8 rows; the
+#: group-4 Llama-3.1-8B shape was not, so it keeps the default)
+SMALL_GROUP = 2
+SMALL_GROUP_TUNING = DecodeTuning(block_t=64, min_chunk=64, num_warps=2)
 #: from this many rows on: two warps a program, one more stage. Rows x KV heads fill the SMs (no context
 #: splits), so more, leaner programs in flight beat wider ones (``bench/decode_attn_bench.py --sweep
 #: --sweep-bs 64,128``: within 1 % of the best at 64 rows and 11 % at 128, contexts 220 and 1000, both
@@ -249,7 +276,8 @@ class PagedDecode:
         self.group_pad = max(16, triton.next_power_of_2(self.group))
         self.page_size, self.scale, self.device = page_size, scale, device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-        self.tuning = tuning or _for_head_dim(DEFAULT_TUNING, head_dim)
+        small = SMALL_GROUP_TUNING if self.group <= SMALL_GROUP else DEFAULT_TUNING
+        self.tuning = tuning or _for_head_dim(small, head_dim)
         self.large_tuning = tuning or _for_head_dim(LARGE_TUNING, head_dim)
         self.huge_tuning = tuning or _for_head_dim(HUGE_TUNING, head_dim)
         self.pdl = use_pdl(torch.device(device)) if pdl is None else pdl
@@ -298,7 +326,7 @@ class PagedDecode:
             kn, vn, new_stride, pos, cs, qw, kw, eps,
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, PREFETCH=bool(tu.prefetch), num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+            USE_PDL=self.pdl, PREFETCH=int(tu.prefetch), num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
         )
         return out
 
