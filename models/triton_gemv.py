@@ -121,9 +121,12 @@ if HAVE_TRITON:
 
 
 # (N, K) -> (BLOCK_N, BLOCK_K, num_warps, num_stages): the best of bench/gemv_bench.py --sweep on an
-# H200 (M = 1); other shapes use pick_config's rule.
+# H200 (M = 1); other shapes use pick_config's rule. Qwen3-0.6B's qkv and gate|up (K = 1024) take half-K
+# tiles instead: alone they were no faster, but inside the model's PDL chain (bench/ab_decode.py) the
+# step was. Each program holds half the registers, so the whole grid is resident in one wave with room
+# left for the next kernel's programs to start and issue their loads before their PDL wait.
 TUNED: dict[tuple[int, int], tuple[int, int, int, int]] = {
-    (4096, 1024): (8, 1024, 4, 2), (1024, 2048): (8, 1024, 4, 4), (6144, 1024): (8, 1024, 4, 2),
+    (4096, 1024): (8, 512, 4, 2), (1024, 2048): (8, 1024, 4, 4), (6144, 1024): (8, 512, 4, 2),
     (1024, 3072): (8, 1024, 4, 4), (6144, 4096): (8, 1024, 4, 4), (4096, 4096): (8, 1024, 4, 4),
     (28672, 4096): (8, 1024, 4, 2), (4096, 14336): (8, 1024, 4, 2),
 }
