@@ -106,8 +106,11 @@ def test_fused_model_matches_unfused():
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("kind", ["plain", "norm", "silu_res", "res_bias"])
-def test_fused_gemv_matches_torch(m, kind):
-    """The small-batch GEMV with its fused prologue/epilogue equals the torch ops it replaces."""
+@pytest.mark.parametrize("config", [None, (8, 512, 4, 2)], ids=["picked", "half-k"])
+def test_fused_gemv_matches_torch(m, kind, config):
+    """The small-batch GEMV with its fused prologue/epilogue equals the torch ops it replaces, with the
+    launch config picked for the shape (one K tile) and with two K tiles (the RMSNorm's sum of squares
+    and the SiLU·mul prologue carried across them), the launch of Qwen3-0.6B's qkv and gate|up."""
     import torch.nn.functional as F
 
     from graphtop.models import triton_gemv as tg
@@ -120,20 +123,20 @@ def test_fused_gemv_matches_torch(m, kind):
     res = torch.randn(m, n, device=dev, dtype=dt)
     if kind == "plain":
         x = torch.randn(m, 2 * k, device=dev, dtype=dt)[:, :k]  # strided rows
-        ref, got = F.linear(x, w), tg.gemv(x, w)
+        ref, got = F.linear(x, w), tg.gemv(x, w, config=config)
     elif kind == "norm":
         x = torch.randn(m, k, device=dev, dtype=dt) * 3
         ln = RMSNorm(k, 1e-6).to(dev, dt)
         ln.weight.data.normal_(1.0, 0.1)
-        ref, got = F.linear(ln(x), w, b), tg.gemv(x, w, b, norm_weight=ln.weight, eps=1e-6)
+        ref, got = F.linear(ln(x), w, b), tg.gemv(x, w, b, norm_weight=ln.weight, eps=1e-6, config=config)
     elif kind == "silu_res":
         x = torch.randn(m, 2 * k, device=dev, dtype=dt)
         ref = res + F.linear(F.silu(x[:, :k]) * x[:, k:], w)
-        got = tg.gemv(x, w, silu_mul=True, residual=res, out=res)
+        got = tg.gemv(x, w, silu_mul=True, residual=res, out=res, config=config)
         assert got.data_ptr() == res.data_ptr()  # in place on the residual stream
     else:
         x = torch.randn(m, k, device=dev, dtype=dt)
-        ref, got = res + F.linear(x, w, b), tg.gemv(x, w, b, residual=res)
+        ref, got = res + F.linear(x, w, b), tg.gemv(x, w, b, residual=res, config=config)
     assert got.shape == ref.shape
     _close(got, ref, tol=4e-3)
 
