@@ -13,9 +13,9 @@ planning: the kernel reads the same indptr / indices / last_page_len page lists 
 
 Grid is (rows, KV heads, splits), fixed per graph bucket; splits past the context exit at once. The
 query heads of one KV head (the GQA group) are padded to 16 rows so both products run on tensor cores.
-With programmatic dependent launch a program requests its first K/V tile before waiting for the
-projection (those cache rows were written by earlier steps), so the tile streams while the projection
-drains.
+With programmatic dependent launch a program requests its first K/V tile (those cache rows were written
+by earlier steps), its row's RoPE table entry and the q/k-norm weights before waiting for the
+projection, so they stream while the projection drains and only q|k|v itself is read after the wait.
 
 It beats FlashInfer's four launches from bs 1 to 64 on both benchmark shapes, and at bs 256 on the
 Llama-3.1-8B shape (GQA group 4), but loses at bs 256 on the Qwen3-0.6B shape (group 2); the choice is
@@ -218,8 +218,8 @@ if HAVE_TRITON:
 @dataclass(frozen=True)
 class DecodeTuning:
     """Launch shape: tokens per loop step, the smallest share of context worth a split of its own
-    (shorter contexts stay in one program: no partials, no merge), warps, pipeline stages, and whether
-    the first K/V tile is requested before the PDL wait.
+    (shorter contexts stay in one program: no partials, no merge), warps, pipeline stages, what is
+    requested before the PDL wait, and how many programs per SM the split count aims for.
 
     Defaults: the best mean of ``bench/decode_attn_bench.py --sweep`` over bs 1 and 8 at contexts 220
     and 1000, both benchmark shapes; in the whole model (``bench/ab_decode.py``) neither smaller nor
