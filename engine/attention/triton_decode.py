@@ -127,14 +127,14 @@ if HAVE_TRITON:
         t_lo = s * chunk
         t_hi = tl.minimum(n_ctx, t_lo + chunk)
         dsw = (d + D // 2) % D  # the RoPE partner of each lane: the two halves swapped
+        dt = q_ptr.dtype.element_ty
         # With the step's K/V coming from registers (NEW_KV), the cache rows a program reads were all
         # written by earlier steps, so its first tile is requested before the PDL wait and arrives while
         # the q|k|v projection still runs. Otherwise the step's own row was stored by the kernel before.
         if PREFETCH >= 1 and NEW_KV:
             k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
         if PREFETCH >= 2 and NEW_KV:  # the position came from the host, the tables are weights
-            cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw,
-                                                      q_ptr.dtype.element_ty, D, HAS_NORM)
+            cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D, HAS_NORM)
         if USE_PDL:  # q, k, v (and, without NEW_KV, the step's cache row) come from the last kernel
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
@@ -149,7 +149,6 @@ if HAVE_TRITON:
             if NEW_KV:
                 # q/k RMSNorm (Qwen3) and NeoX RoPE with the rounding points of _qk_norm_rope_kernel.
                 # Rotation as x * cos + swap(x) * (-sin | +sin): swap exchanges the two halves.
-                dt = q.dtype
                 if PREFETCH < 2:
                     cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D,
                                                               HAS_NORM)
@@ -326,7 +325,7 @@ class PagedDecode:
             kn, vn, new_stride, pos, cs, qw, kw, eps,
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, PREFETCH=int(tu.prefetch), num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+            USE_PDL=self.pdl, PREFETCH=tu.prefetch, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
         )
         return out
 
