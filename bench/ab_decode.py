@@ -64,6 +64,11 @@ def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
     return out
 
 
+def parse_tuning(text: str) -> td.DecodeTuning:
+    """A Triton decode launch shape written block_t/min_chunk/warps/stages[/prefetch[/waves]]."""
+    return td.DecodeTuning(*map(int, text.split("/")))
+
+
 def apply(variant: str) -> dict:
     """The variant's engine overrides (kernel config, page size); its launch shape (a module default)
     is set for the engines built next."""
@@ -86,13 +91,13 @@ def apply(variant: str) -> dict:
         elif key == "page":
             overrides["page_size"] = int(value)
         elif key == "tuning":  # below LARGE_ROWS, whatever the GQA group
-            td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+            td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = parse_tuning(value)
         elif key == "small":  # below LARGE_ROWS for GQA groups up to SMALL_GROUP only
-            td.SMALL_GROUP_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+            td.SMALL_GROUP_TUNING = parse_tuning(value)
         elif key == "large":
-            td.LARGE_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+            td.LARGE_TUNING = parse_tuning(value)
         elif key == "huge":
-            td.HUGE_TUNING = td.DecodeTuning(*map(int, value.split("/")))
+            td.HUGE_TUNING = parse_tuning(value)
         elif key == "tuned":  # skinny configs from bench/skinny_bench.py --tuned-out, over the shipped ones
             ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
         elif key == "skinny":

@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ATTENTION_MARKERS = ("_decode_kernel", "BatchDecode", "decode_attention")
@@ -31,7 +31,7 @@ class Row:
     busy_us: float = 0.0
     gap_us: float = 0.0
     advance_us: float = 0.0
-    overlap_us: list[float] = field(default_factory=list)
+    early_us: float = 0.0  # how long it ran before the frontier (inside its predecessor, PDL)
 
 
 def short(name: str) -> str:
@@ -55,8 +55,9 @@ def attribute(evs: list[dict]) -> dict[str, Row]:
             since_attn = 0
         elif since_attn >= 0:
             since_attn += 1
-        grid = tuple(e.get("args", {}).get("grid", ()))
-        key = f"{name} grid={list(grid)} @attn+{since_attn}" if since_attn >= 0 else f"{name} grid={list(grid)}"
+        key = f"{name} grid={list(e.get('args', {}).get('grid', []))}"
+        if since_attn >= 0:
+            key += f" @attn+{since_attn}"
         start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         r = rows[key]
         r.count += 1
@@ -64,7 +65,7 @@ def attribute(evs: list[dict]) -> dict[str, Row]:
         if frontier is None:
             frontier = start
         r.gap_us += max(0.0, start - frontier)
-        r.overlap_us.append(max(0.0, frontier - start))
+        r.early_us += max(0.0, frontier - start)
         r.advance_us += max(0.0, end - max(frontier, start))
         frontier = max(frontier, end)
     return rows
@@ -78,7 +79,7 @@ def report(trace_path: Path, steps: int) -> str:
     for key, r in sorted(rows.items(), key=lambda kv: -kv[1].advance_us):
         n = r.count
         lines.append(f"{key:80s} {n / steps:6.1f} {r.busy_us / n:7.2f} {r.gap_us / n:7.2f} "
-                     f"{sum(r.overlap_us) / n:8.2f} {r.advance_us / steps:15.1f} {r.advance_us / total:6.1%}")
+                     f"{r.early_us / n:8.2f} {r.advance_us / steps:15.1f} {r.advance_us / total:6.1%}")
     gaps = sum(r.gap_us for r in rows.values())
     lines.append(f"{'total busy (charged) / idle (gaps) per step':80s} {'':6s} {'':7s} {gaps / steps:7.1f} "
                  f"{'':8s} {total / steps:15.1f}")

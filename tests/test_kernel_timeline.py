@@ -27,7 +27,7 @@ def test_overlap_is_not_charged_twice_and_idle_time_is_a_gap():
     by = {k.split(" ")[0] + k.split(" ", 1)[1].split(" ")[0]: r for k, r in rows.items()}
     assert by["_gemv_kernelgrid=[512,"].advance_us == 10
     assert by["_decode_kernelgrid=[1,"].advance_us == 6
-    assert by["_decode_kernelgrid=[1,"].overlap_us == [4.0]
+    assert by["_decode_kernelgrid=[1,"].early_us == 4.0
     assert by["_gemv_kernelgrid=[128,"].gap_us == 4 and by["_gemv_kernelgrid=[128,"].advance_us == 5
     assert sum(r.advance_us + r.gap_us for r in rows.values()) == 25  # the span, split exactly
 
