@@ -16,7 +16,8 @@ the shipped ones) for the engines built under it. logits=float32 captures the de
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
-gemv=N:K:block_n:block_k:warps:stages[+...] replaces fused-GEMV launch configs.
+gemv=N:K:block_n:block_k:warps:stages[+...] replaces fused-GEMV launch configs; upload=separate replays
+decode graphs the way they were before one upload a step (separate copies, the argmax after the graph).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from types import MethodType
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,9 +37,13 @@ import torch  # noqa: E402
 from floor import copy_bandwidth, floor_ms  # noqa: E402
 from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
 
+from graphtop.engine.argmax import argmax_rows  # noqa: E402
 from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
+from graphtop.engine.attention.base import pick_graph_width  # noqa: E402
+from graphtop.engine.graphs.backend import ShapeKey  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
+from graphtop.engine.runners.base import StepOutput  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
 from graphtop.models import triton_gemv as tg  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
@@ -48,6 +54,7 @@ from graphtop.models.random_model import hf_config_for, random_checkpoint  # noq
 SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING)
 SHIPPED_SKINNY = dict(ts.TUNED)
 SHIPPED_FORWARD = DecodeGraphRunner._forward
+SHIPPED_RUN = DecodeGraphRunner.run
 SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
 SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
 SHIPPED_GEMV = dict(tg.TUNED)
@@ -61,7 +68,31 @@ def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
         self._float_out = torch.zeros(self.logits_out.shape, dtype=torch.float32, device=self.logits_out.device)
     out = self._float_out[:bs]
     out.copy_(self.model.lm_head(hidden).float())
+    argmax_rows(out, out=self.tokens_out[:bs])
     return out
+
+
+def _separate_copies_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
+    """The decode graph's body before it took the greedy tokens itself (variant upload=separate)."""
+    self.attention.prepare_in_graph()
+    hidden = self.model(self.registry.view("input_ids", bs), self.registry.view("positions", bs), self.attention)
+    return self.model.compute_logits(hidden, out=self.logits_out[:bs])
+
+
+def _separate_copies_run(self: DecodeGraphRunner, batch) -> StepOutput:
+    """A decode replay as before one upload a step (variant upload=separate): the static buffers' own
+    copy, the overlap schedule's ids copied device to device, the attention page lists uploaded by the
+    backend (three copies), and the greedy argmax launched after the graph (StepOutput.tokens unset)."""
+    bs = batch.batch_size
+    bucket = self.pick_bucket(bs)
+    self.registry.fill(batch, bucket)
+    if batch.input_ids_device is not None:
+        self.registry.view("input_ids", bs).copy_(batch.input_ids_device)
+    width = pick_graph_width(self.widths, batch.max_pages)
+    self.attention.bind_graph_meta(self.registry, bucket, self._meta_width(width, batch.max_pages))
+    self.attention.prepare_replay(batch, bucket)
+    logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
+    return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing)
 
 
 def parse_tuning(text: str) -> td.DecodeTuning:
@@ -78,6 +109,7 @@ def apply(variant: str) -> dict:
     ts.TUNED.clear()
     ts.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
+    DecodeGraphRunner.run = SHIPPED_RUN
     fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
     tk.PDL_AUTO_MAX_BYTES = SHIPPED_PDL_MAX
     tg.TUNED.clear()
@@ -110,6 +142,9 @@ def apply(variant: str) -> dict:
             for entry in value.split("+"):
                 n, k, *cfg = map(int, entry.split(":"))
                 tg.TUNED[(n, k)] = tuple(cfg)
+        elif key == "upload" and value == "separate":
+            DecodeGraphRunner._forward = _separate_copies_forward
+            DecodeGraphRunner.run = _separate_copies_run
         elif key == "logits" and value == "float32":
             DecodeGraphRunner._forward = _float_logits_forward
         else:
@@ -122,6 +157,9 @@ def compare(shape: str, ckpt, bs: int, prompt: int, variants: list[str], args: a
     for v in variants:
         eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=max(8, bs), decode_bs=[bs],
                           prefill_graphs=False, **apply(v))
+        if DecodeGraphRunner.run is not SHIPPED_RUN:  # per engine: the class's run is reset for the next
+            runner = eng.model_runner.decode
+            runner.run = MethodType(DecodeGraphRunner.run, runner)
         engines.append(eng)
         handles.append(fill_decode(eng, bs, prompt_len=prompt))
         time_steps(eng, 5)

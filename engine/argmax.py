@@ -8,6 +8,8 @@ full bandwidth. Ties go to the lowest index, as torch's do.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 try:
@@ -41,15 +43,18 @@ if HAVE_TRITON:
         tl.store(out_ptr + row, tl.load(idx_ptr + row * n_chunks + j))
 
 
-def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
-    """``torch.argmax(logits, dim=-1)`` for a 2-D CUDA tensor (falls back to torch elsewhere)."""
+def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``torch.argmax(logits, dim=-1)`` for a 2-D CUDA tensor (falls back to torch elsewhere), into
+    ``out`` (int64, one per row) when given; a CUDA graph may capture it."""
     if not HAVE_TRITON or logits.device.type != "cuda" or logits.dim() != 2 or logits.stride(-1) != 1:
-        return torch.argmax(logits, dim=-1)
+        top = torch.argmax(logits, dim=-1)
+        return top if out is None else out.copy_(top)
     rows, V = logits.shape
     n_chunks = triton.cdiv(V, CHUNK)
     vals = torch.empty(rows, n_chunks, dtype=torch.float32, device=logits.device)
     idx = torch.empty(rows, n_chunks, dtype=torch.int64, device=logits.device)
-    out = torch.empty(rows, dtype=torch.int64, device=logits.device)
+    if out is None:
+        out = torch.empty(rows, dtype=torch.int64, device=logits.device)
     _chunk_argmax[(rows, n_chunks)](logits, vals, idx, V, logits.stride(0), n_chunks, BLOCK=CHUNK, num_warps=8)
     _final_argmax[(rows,)](vals, idx, out, n_chunks, BLOCK=triton.next_power_of_2(n_chunks))
     return out

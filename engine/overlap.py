@@ -63,10 +63,11 @@ class TokenReadback:
         self._turn = 0
 
     def launch(self, batch: ForwardBatch, out: StepOutput, t0: float) -> InFlightStep:
-        """Greedy-sample ``out`` on the device and start copying the tokens to the host."""
-        tokens = argmax_rows(out.logits)
-        if self.device.type != "cuda":
-            return InFlightStep(batch, out, tokens, tokens, None, (time.perf_counter() - t0) * 1e3)
+        """Greedy-sample ``out`` on the device (unless its graph did) and start copying the tokens to
+        the host."""
+        tokens = out.tokens if out.tokens is not None else argmax_rows(out.logits)
+        if self.device.type != "cuda":  # a copy: a graph's token buffer is rewritten by the next step
+            return InFlightStep(batch, out, tokens, tokens.clone(), None, (time.perf_counter() - t0) * 1e3)
         n = tokens.shape[0]
         if not self._bufs or n > self._bufs[0].shape[0]:
             size = max(n, self.max_rows)

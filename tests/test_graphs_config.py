@@ -260,18 +260,40 @@ def test_addresses_never_change_and_views_alias_buffers():
     assert reg["keep"].eq(-1).all() and reg["zero"].eq(5.0).all() and reg["once"].eq(9).all()
 
 
-def test_fill_groups_copies_per_dtype(monkeypatch):
+def test_fill_is_one_transfer_and_one_scatter(monkeypatch):
+    """Every slot's live rows and padded tail, whatever its dtype, plus extra uploads and device-held
+    sources, go through one staged copy and one byte-wise ``_foreach_copy_`` (graphs/upload.py)."""
+    from graphtop.engine.graphs.upload import Upload
+
     reg = _registry()
     calls = []
     real = torch._foreach_copy_
 
     def spy(dsts, srcs, *args, **kwargs):
-        calls.append({d.dtype for d in dsts})
+        calls.append(({d.dtype for d in dsts}, len(dsts)))
         return real(dsts, srcs, *args, **kwargs)
 
     monkeypatch.setattr(torch, "_foreach_copy_", spy)
-    reg.fill(_batch(2), padded=4)
-    assert sorted(calls, key=str) == sorted([{torch.int64}, {torch.float32}], key=str)
+    extra = torch.zeros(3, dtype=torch.int32)
+    ids = torch.tensor([70, 71], dtype=torch.int64)  # a device source (the CPU is this test's device)
+    reg.fill(_batch(2), padded=4, extra=[Upload(extra, torch.tensor([4, 5, 6], dtype=torch.int32))],
+             device_sources={"keep": ids})
+    assert len(calls) == 1 and calls[0][0] == {torch.uint8}
+    assert extra.tolist() == [4, 5, 6] and reg["keep"][:2].tolist() == [70, 71]
+    assert reg["zero"][2:4].eq(0).all() and reg["sentinel"][2:4].eq(7).all() and reg["cols"][:, 2:4].eq(-3).all()
+
+
+def test_a_strided_view_gets_its_own_typed_copy():
+    from graphtop.engine.graphs.upload import StepUploader, Upload
+
+    table = torch.zeros(4, 6, dtype=torch.int64)
+    flat = torch.zeros(5, dtype=torch.int32)
+    StepUploader(torch.device("cpu")).send([Upload(table[:2, :3], torch.arange(6).view(2, 3)),
+                                            Upload(flat[:2], torch.tensor([8, 9], dtype=torch.int32))])
+    assert table[:2, :3].flatten().tolist() == list(range(6)) and table[2:].eq(0).all() and table[:, 3:].eq(0).all()
+    assert flat.tolist() == [8, 9, 0, 0, 0]
+    with pytest.raises(ValueError, match="upload of"):
+        StepUploader(torch.device("cpu")).send([Upload(flat[:2], torch.tensor([1, 2]))])  # int64 into int32
 
 
 def test_fill_only_named_slots():

@@ -99,8 +99,11 @@ class AttentionBackend(ABC):
         ``width`` page-table columns (0: all of them)."""
         raise NotImplementedError
 
-    def prepare_replay(self, batch: ForwardBatch, bucket: int) -> None:
-        """Host side, before a decode replay (after static buffers are filled): e.g. FlashInfer plan."""
+    def prepare_replay(self, batch: ForwardBatch, bucket: int, uploads: Optional[list[Any]] = None) -> None:
+        """Host side, before a decode replay: e.g. FlashInfer plan. Contents for the backend's own
+        device buffers go into ``uploads`` (engine.graphs.upload.Upload) when the caller gives a list:
+        it sends them with the static buffers' in one copy, before the replay; without a list the
+        backend copies them itself."""
 
     def prepare_capture(self, bucket: int) -> None:
         """Host side, before capturing a decode graph of ``bucket`` rows (dummy metadata)."""

@@ -35,6 +35,7 @@ from graphtop.models import triton_kernels as tk
 
 from ..batch import ForwardBatch, ForwardMode
 from ..graphs.buffers import BufferSlot, PaddingPolicy
+from ..graphs.upload import Upload
 from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
 from .flashinfer_support import FlashInferUnsupported, kv_cache_problem
@@ -372,8 +373,10 @@ class FlashInferBackend(AttentionBackend):
         if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
             self.meta.wrapper = w
 
-    def prepare_replay(self, batch: ForwardBatch, bucket: int) -> None:
-        """Re-plan the bucket's wrapper for the live batch; rows past ``batch_size`` are dummy rows."""
+    def prepare_replay(self, batch: ForwardBatch, bucket: int, uploads: Optional[list[Upload]] = None) -> None:
+        """Re-plan the bucket's wrapper for the live batch; rows past ``batch_size`` are dummy rows.
+        The Triton kernel's page lists join ``uploads`` when given (FlashInfer's ``plan`` copies its
+        own)."""
         w = self._graph_wrappers.get(bucket)
         if w is None:
             raise RuntimeError(f"no FlashInfer decode wrapper for bucket {bucket}: it was never captured")
@@ -390,7 +393,9 @@ class FlashInferBackend(AttentionBackend):
                 f"decode batch needs {len(indices)} page ids; the graph page buffer holds {self._graph_bufs[1].numel()}"
             )
         i32 = torch.int32
-        if isinstance(w, TritonDecodeWrapper):
+        if isinstance(w, TritonDecodeWrapper) and uploads is not None:
+            uploads.extend(w.uploads(host_ints(indptr, "i", i32), host_ints(indices, "i", i32), host_ints(last, "i", i32)))
+        elif isinstance(w, TritonDecodeWrapper):
             self._load_triton(w, indptr, indices, last)
         else:
             self._plan(

@@ -32,6 +32,8 @@ import torch
 
 from graphtop.models.triton_kernels import use_pdl
 
+from ..graphs.upload import Upload
+
 try:
     import triton
     import triton.language as tl
@@ -373,6 +375,12 @@ class TritonDecodeWrapper:
         self.indptr[:a].copy_(view[:a], non_blocking=True)
         self.last[: b - a].copy_(view[a:b], non_blocking=True)
         self.indices[:n].copy_(view[b:], non_blocking=True)
+
+    def uploads(self, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> list[Upload]:
+        """The page lists (host int32 tensors) as uploads into the device buffers: ``load``'s copies,
+        for a caller that sends all of a step's contents at once (graphs/upload.py)."""
+        return [Upload(self.indptr[: len(indptr)], indptr), Upload(self.last[: len(last)], last),
+                Upload(self.indices[: len(indices)], indices)]
 
     def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return self.kernel.run(q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits)

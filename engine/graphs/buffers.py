@@ -1,8 +1,8 @@
 """Static buffers: allocated once at max size, so every graph sees the same addresses forever.
 
-Each slot declares how its padded tail is treated. Per step only contents are copied in: host
-sources are packed per dtype into one staging tensor, moved with one host→device copy, and scattered
-into the static buffers with one ``torch._foreach_copy_`` per dtype group.
+Each slot declares how its padded tail is treated. Per step only contents are copied in: live rows
+and padded tails alike, with whatever else the step's replay needs, in one host→device copy and one
+scatter (graphs/upload.py).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+
+from .upload import StepUploader, Upload
 
 
 class PaddingPolicy(enum.Enum):
@@ -55,6 +57,7 @@ class BufferRegistry:
         self.max_size = max_size
         self.slots: dict[str, BufferSlot] = {}
         self.buffers: dict[str, torch.Tensor] = {}
+        self.uploader = StepUploader(device)
 
     def declare(self, slot: BufferSlot) -> torch.Tensor:
         if slot.name in self.slots:
@@ -81,50 +84,33 @@ class BufferRegistry:
     def addresses(self) -> dict[str, int]:
         return {name: buf.data_ptr() for name, buf in self.buffers.items()}
 
-    def fill(self, batch: Any, padded: int, names: Optional[Sequence[str]] = None) -> None:
-        """Copy each sourced slot's live data in and apply its tail policy up to ``padded`` rows."""
-        groups: dict[torch.dtype, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
-        tails: list[tuple[BufferSlot, torch.Tensor, int]] = []
+    def fill(self, batch: Any, padded: int, names: Optional[Sequence[str]] = None, extra: Sequence[Upload] = (),
+             device_sources: Optional[dict[str, torch.Tensor]] = None) -> None:
+        """Copy each sourced slot's live data in and apply its tail policy up to ``padded`` rows, plus
+        ``extra`` uploads (e.g. an attention backend's page lists), all in one transfer
+        (graphs/upload.py). ``device_sources``: slots whose live rows come from a device tensor
+        instead of their host source (the overlap schedule's token ids)."""
+        uploads = list(extra)
+        device_sources = device_sources or {}
         for name in names if names is not None else self.slots:
             slot = self.slots[name]
             if slot.source is None or slot.policy is PaddingPolicy.FILL_ONCE:
                 continue
-            data = slot.source(batch, padded)
+            data = device_sources[name] if name in device_sources else slot.source(batch, padded)
             src = data if isinstance(data, torch.Tensor) else torch.tensor(data, dtype=slot.dtype)
             buf = self.buffers[name]
             if src.dim() != buf.dim() or any(s > b for s, b in zip(src.shape, buf.shape)):
                 raise StaticBufferError(
                     f"{name}: data of shape {tuple(src.shape)} does not fit static buffer {tuple(buf.shape)}"
                 )
-            dst = buf[tuple(slice(0, s) for s in src.shape)]
-            dsts, srcs = groups.setdefault(src.dtype, ([], []))
-            dsts.append(dst)
-            srcs.append(src)
+            if src.dtype != slot.dtype:
+                src = src.to(slot.dtype)
+            uploads.append(Upload(buf[tuple(slice(0, s) for s in src.shape)], src))
             raw = src.shape[slot.axis]
             if raw < padded and slot.policy in (PaddingPolicy.ZERO, PaddingPolicy.FILL_SENTINEL):
-                tails.append((slot, buf, raw))
-        for dtype, (dsts, srcs) in groups.items():
-            srcs = _stage(srcs, self.device)
-            torch._foreach_copy_(dsts, srcs)
-        for slot, buf, raw in tails:
-            tail = buf.narrow(slot.axis, raw, padded - raw)
-            if slot.policy is PaddingPolicy.ZERO:
-                tail.zero_()
-            else:
-                tail.fill_(slot.pad_value)
+                tail = buf.narrow(slot.axis, raw, padded - raw)
+                value = 0 if slot.policy is PaddingPolicy.ZERO else slot.pad_value
+                uploads.append(Upload(tail, torch.full(tail.shape, value, dtype=slot.dtype)))
+        self.uploader.send(uploads)
 
 
-def _stage(srcs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """Move host tensors to the device with one copy: pack, transfer, split back into views."""
-    if device.type == "cpu" or all(s.device == device for s in srcs):
-        return srcs
-    flat = torch.cat([s.reshape(-1) for s in srcs])
-    if flat.device.type == "cpu":
-        flat = flat.pin_memory()
-    moved = flat.to(device, non_blocking=True)
-    out, off = [], 0
-    for s in srcs:
-        n = s.numel()
-        out.append(moved[off : off + n].view(s.shape))
-        off += n
-    return out

@@ -21,6 +21,8 @@ class StepOutput:
     padded: int = 0
     fallback_reason: Optional[FallbackReason] = None
     timing: Optional[ReplayTiming] = None
+    # each row's argmax (int64, on the device) when the step took it already (decode graphs do)
+    tokens: Optional[torch.Tensor] = None
 
     def read_timing(self) -> tuple[Optional[float], Optional[float], Optional[float]]:
         """(replay_ms, segment_ms, break_ms); call only after the step's own sync."""

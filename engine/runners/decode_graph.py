@@ -1,8 +1,8 @@
 """Decode through full graphs, bucketed by request count.
 
-Per step: pick the smallest captured bucket ≥ batch size, copy the live batch into the static
-buffers (padded rows point at the dummy KV slot), let the attention backend plan on the host, replay,
-and slice logits to the real rows. A backend whose graph reads a fixed-width page table has each
+Per step: pick the smallest captured bucket ≥ batch size, let the attention backend plan on the host,
+copy the live batch and the backend's page lists into the static buffers in one upload (padded rows
+point at the dummy KV slot), replay, and slice logits and greedy tokens to the real rows. A backend whose graph reads a fixed-width page table has each
 bucket captured at several widths (``AttentionBackend.graph_widths``); a step replays the narrowest
 that holds its longest row.
 """
@@ -13,11 +13,13 @@ from typing import Optional
 
 import torch
 
+from ..argmax import argmax_rows
 from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
 from ..graphs.fallback import FallbackReason
+from ..graphs.upload import Upload
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
 
@@ -51,6 +53,8 @@ class DecodeGraphRunner(BucketedGraphRunner):
         vocab = model.spec.vocab_size
         # the lm_head writes straight into it, in the model's dtype (``compute_logits``)
         self.logits_out = torch.zeros(max_bs, vocab, dtype=model.lm_head.weight.dtype, device=device)
+        # each row's greedy token, taken inside the graph: no sampling launches between two replays
+        self.tokens_out = torch.zeros(max_bs, dtype=torch.int64, device=device)
         backend.bind(registry)
         super().__init__(backend, device, publish, max_bs)
 
@@ -60,7 +64,9 @@ class DecodeGraphRunner(BucketedGraphRunner):
         pos = self.registry.view("positions", bs)
         self.attention.prepare_in_graph()
         hidden = self.model(ids, pos, self.attention)
-        return self.model.compute_logits(hidden, out=self.logits_out[:bs])
+        logits = self.model.compute_logits(hidden, out=self.logits_out[:bs])
+        argmax_rows(logits, out=self.tokens_out[:bs])
+        return logits
 
     def graph_keys(self, size: int) -> list[ShapeKey]:
         return [ShapeKey(self.phase, size, w) for w in self.widths]
@@ -89,11 +95,15 @@ class DecodeGraphRunner(BucketedGraphRunner):
         bs = batch.batch_size
         bucket = self.pick_bucket(bs)
         assert bucket is not None
-        self.registry.fill(batch, bucket)
-        if batch.input_ids_device is not None:  # overlap schedule: ids from the previous step, on device
-            self.registry.view("input_ids", bs).copy_(batch.input_ids_device)
         width = pick_graph_width(self.widths, batch.max_pages)
         self.attention.bind_graph_meta(self.registry, bucket, self._meta_width(width, batch.max_pages))
-        self.attention.prepare_replay(batch, bucket)
+        uploads: list[Upload] = []
+        self.attention.prepare_replay(batch, bucket, uploads)
+        # overlap schedule: the ids are the previous step's tokens, still on the device
+        ids = None if batch.input_ids_device is None else {"input_ids": batch.input_ids_device}
+        self.registry.fill(batch, bucket, extra=uploads, device_sources=ids)
+        if ids is not None:  # the previous tokens' buffer is rewritten by this replay: point at what it read
+            batch.input_ids_device = self.registry.view("input_ids", bs)
         logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
-        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing)
+        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing,
+                          tokens=self.tokens_out[:bs])
