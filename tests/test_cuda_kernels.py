@@ -106,11 +106,14 @@ def test_fused_model_matches_unfused():
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("kind", ["plain", "norm", "silu_res", "res_bias"])
-@pytest.mark.parametrize("config", [None, (8, 512, 4, 2)], ids=["picked", "half-k"])
+@pytest.mark.parametrize("config", [None, (8, 512, 4, 2), (8, 512, 4, 2, 2), (8, 256, 4, 2, 2)],
+                         ids=["picked", "half-k", "split2", "split2-2tiles"])
 def test_fused_gemv_matches_torch(m, kind, config):
     """The small-batch GEMV with its fused prologue/epilogue equals the torch ops it replaces, with the
     launch config picked for the shape (one K tile) and with two K tiles (the RMSNorm's sum of squares
-    and the SiLU·mul prologue carried across them), the launch of Qwen3-0.6B's qkv and gate|up."""
+    and the SiLU·mul prologue carried across them), the launch of Qwen3-0.6B's qkv and gate|up; and
+    split over K (one or two tiles a slice; the RMSNorm prologue does not split), its partials merged
+    by the last program of each block, which leaves the tickets at zero for the next launch."""
     import torch.nn.functional as F
 
     from graphtop.models import triton_gemv as tg
@@ -139,6 +142,20 @@ def test_fused_gemv_matches_torch(m, kind, config):
         ref, got = res + F.linear(x, w, b), tg.gemv(x, w, b, residual=res, config=config)
     assert got.shape == ref.shape
     _close(got, ref, tol=4e-3)
+    if config is not None and len(config) == 5 and kind != "norm":
+        assert int(tg._split_workspace[w.device][1].abs().sum()) == 0
+
+
+def test_split_k_gemv_is_deterministic():
+    """Whichever slice finishes last, the partials are added in slice order: bit-identical reruns."""
+    from graphtop.models import triton_gemv as tg
+
+    torch.manual_seed(3)
+    w = torch.randn(1024, 3072, device="cuda", dtype=torch.bfloat16) * 0.05
+    x = torch.randn(1, 6144, device="cuda", dtype=torch.bfloat16)
+    runs = [tg.gemv(x, w, silu_mul=True, config=(8, 1024, 4, 4, 3)) for _ in range(20)]
+    assert all(torch.equal(r, runs[0]) for r in runs)
+    _close(runs[0], tg.gemv(x, w, silu_mul=True, config=(8, 1024, 4, 4)), tol=1e-2)
 
 
 def test_fused_gemv_layers_match_cublas_layers():
