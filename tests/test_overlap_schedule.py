@@ -93,3 +93,28 @@ def test_submit_while_a_step_is_in_flight_reads_it_back_first(llama, make_engine
     engine.run_until_idle()
     assert [h.token_ids for h in handles] == want
     assert engine.pool.used_pages == 0
+
+
+def test_decode_graphs_take_the_greedy_tokens_themselves(llama, make_engine, monkeypatch):
+    """A decode replay returns each row's argmax (``StepOutput.tokens``, a view of the runner's static
+    token buffer), and the overlap schedule reads those instead of launching its own argmax."""
+    from graphtop.engine import overlap
+
+    engine = make_engine(llama)
+    runner = engine.model_runner.decode
+    outs = []
+    real = runner.run
+
+    def spy(batch):
+        out = real(batch)
+        outs.append((out.logits.argmax(-1).tolist(), out.tokens.tolist(), out.tokens.data_ptr()))
+        return out
+
+    monkeypatch.setattr(runner, "run", spy)
+    monkeypatch.setattr(overlap, "argmax_rows", lambda logits: pytest.fail("argmax launched after a graph"))
+    handles = [engine.submit(p, SamplingParams(max_new_tokens=6, ignore_eos=True)) for p in PROMPTS[:3]]
+    engine.run_until_idle()
+    assert outs and engine.overlapped_steps > 0
+    assert all(want == got for want, got, _ in outs)
+    assert {ptr for *_, ptr in outs} == {runner.tokens_out.data_ptr()}
+    assert all(len(h.token_ids) == 6 for h in handles)
