@@ -12,12 +12,15 @@ the Triton decode launch shape below ``LARGE_ROWS`` rows (tuning=..., for every 
 for groups up to ``SMALL_GROUP`` only), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
 huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves]] and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
-the shipped ones) for the engines built under it. logits=float32 captures the decode graphs the way they
+the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some, sk=N:K:row_class:silu
+puts one back on cuBLAS) for the engines built under it. logits=float32 captures the decode graphs the way they
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
 gemv=N:K:block_n:block_k:warps:stages[+...] replaces fused-GEMV launch configs; upload=separate replays
-decode graphs the way they were before one upload a step (separate copies, the argmax after the graph).
+decode graphs the way they were before one upload a step (separate copies, the argmax after the graph);
+blas=cublaslt|cublas captures the engine's graphs with that ``torch.backends.cuda.preferred_blas_library``
+(a graph keeps the GEMM kernels chosen at capture, so engines of either library can be interleaved).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ SHIPPED_RUN = DecodeGraphRunner.run
 SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
 SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
 SHIPPED_GEMV = dict(tg.TUNED)
+SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 
 
 def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
@@ -114,6 +118,7 @@ def apply(variant: str) -> dict:
     tk.PDL_AUTO_MAX_BYTES = SHIPPED_PDL_MAX
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
+    torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -132,6 +137,13 @@ def apply(variant: str) -> dict:
             td.HUGE_TUNING = parse_tuning(value)
         elif key == "tuned":  # skinny configs from bench/skinny_bench.py --tuned-out, over the shipped ones
             ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
+        elif key == "sk":  # N:K:row_class:silu:block_n:block_k:split:warps:stages[+...], over the shipped ones
+            for entry in value.split("+"):  # without a config: that projection back on cuBLAS
+                n, k, cls, silu, *cfg = map(int, entry.split(":"))
+                if cfg:
+                    ts.TUNED[(n, k, cls, bool(silu))] = tuple(cfg)
+                else:
+                    ts.TUNED.pop((n, k, cls, bool(silu)), None)
         elif key == "skinny":
             kernel["skinny_gemm"] = value
         elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
@@ -145,6 +157,8 @@ def apply(variant: str) -> dict:
         elif key == "upload" and value == "separate":
             DecodeGraphRunner._forward = _separate_copies_forward
             DecodeGraphRunner.run = _separate_copies_run
+        elif key == "blas":
+            torch.backends.cuda.preferred_blas_library(value)
         elif key == "logits" and value == "float32":
             DecodeGraphRunner._forward = _float_logits_forward
         else:

@@ -19,7 +19,8 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("m", [2, 8, 17, 64])
 @pytest.mark.parametrize("silu,cfg", [(False, (32, 128, 1, 4, 4)), (False, (16, 128, 4, 4, 3)),
-                                      (True, (32, 128, 1, 4, 4)), (True, (16, 64, 2, 4, 3))])
+                                      (False, (16, 256, 2, 4, 4)), (True, (32, 128, 1, 4, 4)),
+                                      (True, (16, 64, 2, 4, 3))])
 def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
     from graphtop.models import triton_kernels as tk
     from graphtop.models import triton_skinny as ts

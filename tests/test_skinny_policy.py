@@ -61,7 +61,7 @@ def test_a_layer_hands_the_skinny_gemm_only_its_measured_plain_projections() -> 
     layer = _fused_layer("qwen3-0.6b")
     layer.set_skinny(True, "auto")
     qkv, o, gate_up, down = layer.skinny
-    assert set(qkv) == {16, 64} and set(o) == {16} and set(gate_up) == {16} and set(down) == {16, 64}
+    assert set(qkv) == {16, 64} and set(o) == {16, 64} and set(gate_up) == {16} and set(down) == {16, 64}
     layer.set_skinny(False, "auto")
     assert layer.skinny == ({}, {}, {}, {})
     # a shape nobody measured keeps cuBLAS everywhere
