@@ -46,4 +46,6 @@ class ForwardBatch:
 
     @property
     def max_pages(self) -> int:
-        return max((len(p) for p in self.req_pages), default=0)
+        """Pages of the longest context this step reads (from ``seq_lens``: the requests' page arrays
+        are live and may already have grown for the next step)."""
+        return -(-max(self.seq_lens, default=0) // self.page_size)

@@ -9,6 +9,7 @@ real request's KV.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import MutableSequence, Sequence
 
 import torch
 
@@ -119,6 +120,29 @@ class KVPool:
         need = self.pages_for(num_tokens) - len(pages)
         if need > 0:
             pages.extend(self.alloc(need))
+
+    def grow_each(self, pages: Sequence[MutableSequence[int]], num_tokens: Sequence[int]) -> bool:
+        """``grow`` for many requests at once (a decode step): each list made to cover its count, with
+        the pages ``grow`` called on them in order would give, from one cut of the free list; or, when
+        the free pages do not cover them all, no list touched and False."""
+        ps = self.page_size
+        need = [-(-n // ps) - len(p) for p, n in zip(pages, num_tokens)]
+        total = sum(k for k in need if k > 0)
+        free = self._free
+        if total > len(free):
+            return False
+        if not total:
+            return True
+        end = len(free)
+        for p, k in zip(pages, need):  # each takes the free list's tail, reversed, as alloc does
+            if k == 1:
+                end -= 1
+                p.append(free[end])
+            elif k > 0:
+                p.extend(reversed(free[end - k : end]))
+                end -= k
+        del free[end:]
+        return True
 
     def slots(self, pages: list[int], start: int, end: int) -> list[int]:
         """Flat slot ids for token positions [start, end) of a request owning ``pages``."""

@@ -38,8 +38,9 @@ class OutputProcessor:
     def deliver(self, batch: ForwardBatch, tokens: list[int], placeholders: bool = False) -> None:
         """``placeholders``: each request's output_ids already ends with a stand-in for its token."""
         now = time.perf_counter()
+        finish_reason, finished = self.finish_reason, RequestStatus.FINISHED  # once, not per request
         for req, tok in zip(batch.sample_requests, tokens):
-            if req.status is RequestStatus.FINISHED:
+            if req.status is finished:
                 continue
             if placeholders:
                 req.output_ids[-1] = tok
@@ -49,14 +50,16 @@ class OutputProcessor:
                 req.first_token_time = now
                 self.publish(ev.RequestFirstToken(request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3))
             text = ""
-            if req.detok is not None:
-                req.detok.push(tok)
-                text = req.detok.text
-            reason = self.finish_reason(req, tok, text)
+            detok = req.detok
+            if detok is not None:
+                detok.push(tok)
+                text = detok.text
+            reason = finish_reason(req, tok, text)
+            stop = req.params.stop
             if reason is FinishReason.STOP:
-                text = cut_at_stop(text, req.params.stop)
-            elif req.params.stop:
-                text = text[: len(text) - stop_prefix_len(text, req.params.stop)]
+                text = cut_at_stop(text, stop)
+            elif stop:
+                text = text[: len(text) - stop_prefix_len(text, stop)]
             req.handle._push(tok, text)
             if reason is not None:
                 self.finish(req, reason)
@@ -67,12 +70,12 @@ class OutputProcessor:
             return FinishReason.EOS
         if p.stop and any(s in text for s in p.stop):
             return FinishReason.STOP
-        if len(req.output_ids) >= p.max_new_tokens:
+        produced = len(req.output_ids)
+        if produced >= p.max_new_tokens:
             return FinishReason.LENGTH
-        if len(req.prompt_ids) + len(req.output_ids) >= self.max_context_len:
-            return FinishReason.LENGTH
-        if len(req.prompt_ids) + len(req.output_ids) >= self.kv_capacity_tokens:
-            # The request alone would outgrow the whole KV pool: preempting it cannot help.
+        # the context limit, or the whole KV pool: a request alone outgrowing the pool cannot be helped
+        # by preempting it
+        if len(req.prompt_ids) + produced >= min(self.max_context_len, self.kv_capacity_tokens):
             return FinishReason.LENGTH
         return None
 

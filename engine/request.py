@@ -87,7 +87,9 @@ class RequestHandle:
         self.prompt = prompt
         self.prompt_ids = prompt_ids
         self._engine = engine
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._waiters = 0  # threads inside a wait on _cond: a push with none skips the notify
         self._token_ids: list[int] = []
         self._text = ""
         self._read_pos = 0
@@ -98,10 +100,13 @@ class RequestHandle:
 
     # --- engine side -------------------------------------------------------------------------
     def _push(self, token_id: int, text: str) -> None:
-        with self._cond:
+        """One token, from the step loop: at a few hundred requests a step this runs per request per
+        step, so it only notifies when a thread waits."""
+        with self._lock:  # the condition's own lock, without its Python-level wrapper
             self._token_ids.append(token_id)
             self._text = text
-            self._cond.notify_all()
+            if self._waiters:
+                self._cond.notify_all()
         if self.on_update is not None:
             self.on_update(self)
 
@@ -143,7 +148,11 @@ class RequestHandle:
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until finished. Only useful when the engine runs in its background thread."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._finished, timeout)
+            self._waiters += 1
+            try:
+                return self._cond.wait_for(lambda: self._finished, timeout)
+            finally:
+                self._waiters -= 1
 
     def stream(self) -> Iterator[str]:
         """Yield text deltas until the request finishes, driving the engine if nobody else does."""
@@ -153,7 +162,11 @@ class RequestHandle:
                     self._engine.step()
             else:
                 with self._cond:
-                    self._cond.wait(timeout=0.05)
+                    self._waiters += 1
+                    try:
+                        self._cond.wait(timeout=0.05)
+                    finally:
+                        self._waiters -= 1
             delta = self.new_text()
             if delta:
                 yield delta

@@ -71,17 +71,23 @@ class Scheduler:
     # --- scheduling ---------------------------------------------------------------------------
     def schedule(self) -> Optional[ForwardBatch]:
         while True:
-            batch = self._schedule_prefill() or self._schedule_decode()
+            # one pass over the running requests (at a few hundred, per-request checks add up)
+            prefilling: list[Request] = []
+            ready: list[Request] = []
+            for r in self.running:
+                (prefilling if r.in_prefill else ready).append(r)
+            batch = self._schedule_prefill(prefilling, len(ready)) or self._schedule_decode(ready)
             if batch is not None or not self.running:
                 return batch
             # Running requests exist but none can advance (partial prefills holding the pool).
             self._preempt(self.running[-1])
 
-    def _schedule_prefill(self) -> Optional[ForwardBatch]:
+    def _schedule_prefill(self, prefilling: list[Request], decoding: int) -> Optional[ForwardBatch]:
+        """``prefilling``: the running requests still in prefill; ``decoding``: how many others run.
+        Returning None, it has changed nothing (the decode step then sees the same split)."""
         budget = self.config.chunked_prefill_size
         chosen: list[tuple[Request, int]] = []
-        decoding = sum(1 for r in self.running if not r.in_prefill)
-        for req in [r for r in self.running if r.in_prefill]:
+        for req in prefilling:
             if budget == 0:
                 break
             chunk = min(req.prefill_target - req.num_computed, budget)
@@ -107,8 +113,13 @@ class Scheduler:
             return None
         return self._build(ForwardMode.PREFILL, chosen)
 
-    def _schedule_decode(self) -> Optional[ForwardBatch]:
-        ready = [r for r in self.running if not r.in_prefill]
+    def _schedule_decode(self, ready: list[Request]) -> Optional[ForwardBatch]:
+        """``ready``: the running requests past their prefill, in queue order."""
+        if not ready:
+            return None
+        if self.pool.grow_each([r.pages for r in ready], [r.num_computed + 1 for r in ready]):
+            return self._build_decode(self._new_batch(ForwardMode.DECODE), ready)
+        # short of pages: request by request, preempting from the back of the queue
         chosen: list[tuple[Request, int]] = []
         i = 0
         while i < len(ready):
@@ -131,11 +142,14 @@ class Scheduler:
             return None
         return self._build(ForwardMode.DECODE, chosen)
 
-    def _build(self, mode: ForwardMode, chosen: list[tuple[Request, int]]) -> ForwardBatch:
-        batch = ForwardBatch(
+    def _new_batch(self, mode: ForwardMode) -> ForwardBatch:
+        return ForwardBatch(
             mode=mode, requests=[], input_ids=[], positions=[], out_cache_loc=[], seq_lens=[],
             extend_lens=[], prefix_lens=[], req_pages=[], page_size=self.pool.page_size,
         )
+
+    def _build(self, mode: ForwardMode, chosen: list[tuple[Request, int]]) -> ForwardBatch:
+        batch = self._new_batch(mode)
         if mode is ForwardMode.DECODE:
             return self._build_decode(batch, [req for req, _ in chosen])
         for req, n in chosen:
