@@ -122,26 +122,21 @@ class KVPool:
             pages.extend(self.alloc(need))
 
     def grow_each(self, pages: Sequence[MutableSequence[int]], num_tokens: Sequence[int]) -> bool:
-        """``grow`` for many requests at once (a decode step): each list made to cover its count, with
-        the pages ``grow`` called on them in order would give, from one cut of the free list; or, when
-        the free pages do not cover them all, no list touched and False."""
+        """``grow`` for many requests at once (a decode step): one ``alloc`` for all of them, each list
+        taking the next run of its pages, which is what ``grow`` called on them in order would give;
+        or, when the free pages do not cover them all, no list touched and False."""
         ps = self.page_size
         need = [-(-n // ps) - len(p) for p, n in zip(pages, num_tokens)]
         total = sum(k for k in need if k > 0)
-        free = self._free
-        if total > len(free):
+        if total > len(self._free):
             return False
-        if not total:
-            return True
-        end = len(free)
-        for p, k in zip(pages, need):  # each takes the free list's tail, reversed, as alloc does
+        got, at = self.alloc(total), 0
+        for p, k in zip(pages, need):
             if k == 1:
-                end -= 1
-                p.append(free[end])
+                p.append(got[at])
             elif k > 0:
-                p.extend(reversed(free[end - k : end]))
-                end -= k
-        del free[end:]
+                p.extend(got[at : at + k])
+            at += max(k, 0)
         return True
 
     def slots(self, pages: list[int], start: int, end: int) -> list[int]:

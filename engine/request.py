@@ -6,6 +6,7 @@ import enum
 import threading
 import time
 from array import array
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Protocol
 
@@ -145,14 +146,19 @@ class RequestHandle:
             self._read_pos = len(self._text)
             return delta
 
+    @contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """Counts a thread waiting on ``_cond`` (the caller holds the lock), so ``_push`` notifies."""
+        self._waiters += 1
+        try:
+            yield
+        finally:
+            self._waiters -= 1
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until finished. Only useful when the engine runs in its background thread."""
-        with self._cond:
-            self._waiters += 1
-            try:
-                return self._cond.wait_for(lambda: self._finished, timeout)
-            finally:
-                self._waiters -= 1
+        with self._cond, self._waiting():
+            return self._cond.wait_for(lambda: self._finished, timeout)
 
     def stream(self) -> Iterator[str]:
         """Yield text deltas until the request finishes, driving the engine if nobody else does."""
@@ -161,12 +167,8 @@ class RequestHandle:
                 if not self._finished:
                     self._engine.step()
             else:
-                with self._cond:
-                    self._waiters += 1
-                    try:
-                        self._cond.wait(timeout=0.05)
-                    finally:
-                        self._waiters -= 1
+                with self._cond, self._waiting():
+                    self._cond.wait(timeout=0.05)
             delta = self.new_text()
             if delta:
                 yield delta
