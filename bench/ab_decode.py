@@ -20,7 +20,10 @@ pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto l
 gemv=N:K:block_n:block_k:warps:stages[+...] replaces fused-GEMV launch configs; upload=separate replays
 decode graphs the way they were before one upload a step (separate copies, the argmax after the graph);
 blas=cublaslt|cublas captures the engine's graphs with that ``torch.backends.cuda.preferred_blas_library``
-(a graph keeps the GEMM kernels chosen at capture, so engines of either library can be interleaved).
+(a graph keeps the GEMM kernels chosen at capture, so engines of either library can be interleaved);
+h2d=compute sends a step's upload on the compute stream, in line with its scatter, instead of on the
+uploader's copy stream; readback=copy copies the greedy tokens to the host after each decode replay
+instead of having the graph write them into a pinned ring.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ from graphtop.engine.argmax import argmax_rows  # noqa: E402
 from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
 from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.attention.base import pick_graph_width  # noqa: E402
+from graphtop.engine.graphs import upload as gu  # noqa: E402
 from graphtop.engine.graphs.backend import ShapeKey  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.runners.base import StepOutput  # noqa: E402
+from graphtop.engine.runners import decode_graph as dg  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
 from graphtop.models import triton_gemv as tg  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
@@ -62,6 +67,8 @@ SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
 SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
 SHIPPED_GEMV = dict(tg.TUNED)
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
+SHIPPED_COPY_STREAM = gu.COPY_STREAM
+SHIPPED_HOST_RING = dg.HOST_RING
 
 
 def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
@@ -72,7 +79,7 @@ def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
         self._float_out = torch.zeros(self.logits_out.shape, dtype=torch.float32, device=self.logits_out.device)
     out = self._float_out[:bs]
     out.copy_(self.model.lm_head(hidden).float())
-    argmax_rows(out, out=self.tokens_out[:bs])
+    argmax_rows(out, out=self.tokens_out[:bs], host_ring=self.host_ring)
     return out
 
 
@@ -119,6 +126,8 @@ def apply(variant: str) -> dict:
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
+    gu.COPY_STREAM = SHIPPED_COPY_STREAM
+    dg.HOST_RING = SHIPPED_HOST_RING
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -157,6 +166,10 @@ def apply(variant: str) -> dict:
         elif key == "upload" and value == "separate":
             DecodeGraphRunner._forward = _separate_copies_forward
             DecodeGraphRunner.run = _separate_copies_run
+        elif key == "h2d" and value == "compute":  # the step's upload on the compute stream, in line
+            gu.COPY_STREAM = False
+        elif key == "readback" and value == "copy":  # the tokens copied to the host after each replay
+            dg.HOST_RING = 0
         elif key == "blas":
             torch.backends.cuda.preferred_blas_library(value)
         elif key == "logits" and value == "float32":

@@ -68,6 +68,10 @@ class TokenReadback:
         tokens = out.tokens if out.tokens is not None else argmax_rows(out.logits)
         if self.device.type != "cuda":  # a copy: a graph's token buffer is rewritten by the next step
             return InFlightStep(batch, out, tokens, tokens.clone(), None, (time.perf_counter() - t0) * 1e3)
+        if out.tokens_host is not None:  # the graph writes them to the host itself: nothing to copy
+            ready = torch.cuda.Event()
+            ready.record()
+            return InFlightStep(batch, out, tokens, out.tokens_host, ready, (time.perf_counter() - t0) * 1e3)
         n = tokens.shape[0]
         if not self._bufs or n > self._bufs[0].shape[0]:
             size = max(n, self.max_rows)

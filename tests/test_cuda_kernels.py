@@ -195,6 +195,40 @@ def test_argmax_rows_matches_torch_with_ties():
         assert argmax_rows(x[:1]).tolist() == torch.argmax(x[:1], dim=-1).tolist()
 
 
+def test_argmax_rows_writes_the_host_ring_row_the_device_slot_picks():
+    """In a captured graph replayed with a new slot each time, every replay's tokens land in that row
+    of the pinned ring (and in ``out``), and the other rows keep what earlier replays wrote."""
+    from graphtop.engine.argmax import argmax_rows, host_ring_supported
+
+    torch.manual_seed(3)
+    rows, vocab = 6, 151936
+    x = torch.randn(rows, vocab, device="cuda", dtype=torch.bfloat16)
+    assert host_ring_supported(x)
+    ring = torch.full((4, 8), -1, dtype=torch.int64, pin_memory=True)
+    slot = torch.zeros(1, dtype=torch.int32, device="cuda")
+    out = torch.zeros(8, dtype=torch.int64, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        argmax_rows(x, out=out[:rows], host_ring=(ring, slot))
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        argmax_rows(x, out=out[:rows], host_ring=(ring, slot))
+    want = {}
+    for step in range(6):
+        x.copy_(torch.randn_like(x))
+        slot.fill_(step % 4)
+        g.replay()
+        done = torch.cuda.Event()
+        done.record()
+        done.synchronize()  # the host reads the ring after the step's event, as the overlap schedule does
+        want[step % 4] = torch.argmax(x.float(), dim=-1).tolist()
+        assert ring[step % 4, :rows].tolist() == want[step % 4] == out[:rows].tolist()
+        assert all(ring[r, :rows].tolist() == w for r, w in want.items())
+    assert ring[:, rows:].eq(-1).all()  # rows past the batch untouched
+
+
 @pytest.mark.parametrize("heads", [(16, 8), (32, 8), (20, 4)], ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("splits,min_chunk,tier", [(None, 256, "default"), (1, 256, "default"), (16, 16, "default"),

@@ -23,6 +23,9 @@ class StepOutput:
     timing: Optional[ReplayTiming] = None
     # each row's argmax (int64, on the device) when the step took it already (decode graphs do)
     tokens: Optional[torch.Tensor] = None
+    # the same tokens in pinned host memory, written by the step's own kernels (CUDA decode graphs):
+    # readable once the work queued so far has run, without a device-to-host copy
+    tokens_host: Optional[torch.Tensor] = None
 
     def read_timing(self) -> tuple[Optional[float], Optional[float], Optional[float]]:
         """(replay_ms, segment_ms, break_ms); call only after the step's own sync."""

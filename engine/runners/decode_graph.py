@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..argmax import argmax_rows
+from ..argmax import argmax_rows, host_ring_supported
 from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
@@ -22,6 +22,12 @@ from ..graphs.fallback import FallbackReason
 from ..graphs.upload import Upload
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
+
+
+HOST_RING = 4
+"""Host token rows a decode runner's graphs write in turn: a row is read back (engine/overlap.py) within
+two steps of its replay, at most two steps being in flight, so four never overwrite an unread one.
+0: no ring, the tokens are copied to the host after the replay (bench/ab_decode.py's readback=copy)."""
 
 
 class DecodeGraphRunner(BucketedGraphRunner):
@@ -55,6 +61,14 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.logits_out = torch.zeros(max_bs, vocab, dtype=model.lm_head.weight.dtype, device=device)
         # each row's greedy token, taken inside the graph: no sampling launches between two replays
         self.tokens_out = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        # ... and written by the graph into pinned host memory too, a ring row per replay picked by a
+        # device scalar uploaded with the step: no device-to-host copy between two replays
+        self.host_ring: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+        self._ring_rows = HOST_RING
+        if self._ring_rows and device.type == "cuda" and host_ring_supported(self.logits_out):
+            self.host_ring = (torch.zeros(self._ring_rows, max_bs, dtype=torch.int64, pin_memory=True),
+                              torch.zeros(1, dtype=torch.int32, device=device))
+        self._ring_turn = 0
         backend.bind(registry)
         super().__init__(backend, device, publish, max_bs)
 
@@ -65,7 +79,7 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.attention.prepare_in_graph()
         hidden = self.model(ids, pos, self.attention)
         logits = self.model.compute_logits(hidden, out=self.logits_out[:bs])
-        argmax_rows(logits, out=self.tokens_out[:bs])
+        argmax_rows(logits, out=self.tokens_out[:bs], host_ring=self.host_ring)
         return logits
 
     def graph_keys(self, size: int) -> list[ShapeKey]:
@@ -98,6 +112,12 @@ class DecodeGraphRunner(BucketedGraphRunner):
         width = pick_graph_width(self.widths, batch.max_pages)
         self.attention.bind_graph_meta(self.registry, bucket, self._meta_width(width, batch.max_pages))
         uploads: list[Upload] = []
+        tokens_host = None
+        if self.host_ring is not None:
+            ring, slot = self.host_ring
+            tokens_host = ring[self._ring_turn, :bs]
+            uploads.append(Upload(slot, torch.tensor([self._ring_turn], dtype=torch.int32)))
+            self._ring_turn = (self._ring_turn + 1) % self._ring_rows
         self.attention.prepare_replay(batch, bucket, uploads)
         # overlap schedule: the ids are the previous step's tokens, still on the device
         ids = None if batch.input_ids_device is None else {"input_ids": batch.input_ids_device}
@@ -106,4 +126,4 @@ class DecodeGraphRunner(BucketedGraphRunner):
             batch.input_ids_device = self.registry.view("input_ids", bs)
         logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
         return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing,
-                          tokens=self.tokens_out[:bs])
+                          tokens=self.tokens_out[:bs], tokens_host=tokens_host)
