@@ -108,6 +108,9 @@ class DecoderLayer(nn.Module):
         # qkv, o, gate_up, down: row class -> skinny-GEMM config where it beat cuBLAS (set_skinny)
         self.skinny: tuple[dict[int, ts.Config], ...] = ({}, {}, {}, {})
         self.skinny_pdl = False
+        self.silu_pdl = False
+        # row class -> plain skinny config of gate|up where it has no fused SiLU·mul one (SiLU·mul kernel after)
+        self.skinny_gate_up_plain: dict[int, ts.Config] = {}
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -138,8 +141,9 @@ class DecoderLayer(nn.Module):
         cfg = configs.get(cls)  # no config for None: outside the skinny GEMM's rows
         if cfg is not None:
             return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl)
-        y = proj(x)
-        return tk.silu_and_mul(y) if silu_mul else y
+        plain = self.skinny_gate_up_plain.get(cls) if silu_mul else None
+        y = proj(x) if plain is None else ts.skinny(x, proj.weight, config=plain, pdl=self.skinny_pdl)
+        return tk.silu_and_mul(y, self.silu_pdl) if silu_mul else y
 
     def set_skinny(self, enabled: bool, policy: str) -> None:
         """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a
@@ -154,6 +158,12 @@ class DecoderLayer(nn.Module):
             for p, silu in projs
         )
         self.skinny_pdl = enabled and tk.use_pdl(sa.qkv_proj.weight.device, 0, policy)
+        gu = mlp.gate_up_proj
+        self.skinny_gate_up_plain = {
+            c: cfg for c, cfg in ts.configs_for(*gu.weight.shape).items() if c not in self.skinny[2]
+        } if enabled and type(gu) is nn.Linear and gu.bias is None else {}
+        # the SiLU·mul kernel after a cuBLAS gate|up lets the skinny down projection start early too
+        self.silu_pdl = self.skinny_pdl and tk.SILU_MUL_PDL
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL

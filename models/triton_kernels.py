@@ -28,6 +28,9 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 
 #: "auto" launches a kernel with PDL when it streams at most this many weight bytes
 PDL_AUTO_MAX_BYTES = 128 << 20
+SILU_MUL_PDL = True
+"""Whether the SiLU·mul kernel between a cuBLAS gate|up and a PDL-launched skinny down projection
+launches with PDL itself (DecoderLayer; bench/ab_decode.py's silu_pdl=off measures it without)."""
 _pdl: dict[int, bool] = {}
 
 
@@ -151,11 +154,14 @@ if HAVE_TRITON:
         tl.store(vc_ptr + dst, v, mask=m)
 
     @triton.jit
-    def _silu_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, N_COLS, BLOCK: tl.constexpr):
+    def _silu_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, N_COLS, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
         row = tl.program_id(0)
         blk = tl.program_id(1)
         cols = blk * BLOCK + tl.arange(0, BLOCK)
         mask = cols < N_COLS
+        if USE_PDL:  # its input comes from the kernel before; the next may start streaming its weights
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         g = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
         u = tl.load(x_ptr + row * x_stride + N_COLS + cols, mask=mask, other=0.0)
         gf = g.to(tl.float32)
@@ -187,13 +193,17 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     return out
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """x [N, 2I] (gate | up) -> silu(gate) * up [N, I]."""
+def silu_and_mul(x: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+    """x [N, 2I] (gate | up) -> silu(gate) * up [N, I].
+
+    ``pdl``: launch with programmatic dependent launch and let the next kernel launch at once, so a
+    PDL-launched down projection after it requests its first weight tiles while this runs."""
     n, two_i = x.shape
     cols = two_i // 2
     out = torch.empty((n, cols), dtype=x.dtype, device=x.device)
     block = 1024
-    _silu_mul_kernel[(n, triton.cdiv(cols, block))](x, out, x.stride(0), out.stride(0), cols, BLOCK=block)
+    _silu_mul_kernel[(n, triton.cdiv(cols, block))](x, out, x.stride(0), out.stride(0), cols, BLOCK=block,
+                                                    USE_PDL=pdl, launch_pdl=pdl)
     return out
 
 

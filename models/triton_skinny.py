@@ -117,7 +117,9 @@ if HAVE_TRITON:
 # where it beat cuBLAS (plus the SiLU·mul kernel for gate|up) at the same rows, or where the whole sweep's
 # table made the model's step faster in bench/ab_decode.py (the 8B's gate|up at 8 rows, qkv and o at 64:
 # alone they lost, inside the layer's PDL chain they won). The 0.6B's o and down at 64 rows come from an
-# in-model sweep (bench/ab_decode.py sk=...): 16 x 256 tiles split two ways, 128 programs. Everything
+# in-model sweep (bench/ab_decode.py sk=...): 16 x 256 tiles split two ways, 128 programs. A gate|up
+# entry without SiLU (silu False) is for a row class where the fused epilogue lost: the plain GEMM here,
+# the SiLU·mul kernel after it (the 0.6B at 64 rows: in-model against cuBLAS, not in isolation). Everything
 # absent keeps cuBLAS: the Qwen3-0.6B and Llama-3.1-8B projections are what was measured.
 TUNED: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int]] = {
     # Qwen3-0.6B: qkv, o, gate|up, down
@@ -125,6 +127,7 @@ TUNED: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int]] = {
     (6144, 1024, 16, True): (32, 128, 1, 4, 4), (1024, 3072, 16, False): (64, 256, 4, 4, 3),
     (4096, 1024, 64, False): (64, 128, 1, 4, 4), (1024, 2048, 64, False): (16, 256, 2, 4, 4),
     (1024, 3072, 64, False): (16, 256, 2, 4, 4),
+    (6144, 1024, 64, False): (64, 128, 1, 4, 4),  # gate|up, then the SiLU·mul kernel (no fused config)
     # Llama-3.1-8B
     (6144, 4096, 16, False): (64, 128, 1, 4, 4), (4096, 4096, 16, False): (32, 256, 1, 4, 6),
     (28672, 4096, 16, True): (64, 128, 1, 4, 4), (4096, 14336, 16, False): (32, 256, 1, 4, 6),

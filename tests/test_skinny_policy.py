@@ -29,7 +29,8 @@ def test_tuned_shapes_are_the_measured_models_projections() -> None:
         h, i = c["hidden_size"], c["intermediate_size"]
         hd = c.get("head_dim") or h // c["num_attention_heads"]
         q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-        shapes |= {(q + 2 * kv, h, False), (h, q, False), (2 * i, h, True), (h, i, False)}
+        # gate|up: with SiLU·mul fused, or plain (the SiLU·mul kernel after it)
+        shapes |= {(q + 2 * kv, h, False), (h, q, False), (2 * i, h, True), (2 * i, h, False), (h, i, False)}
     assert {(n, k, silu) for n, k, _, silu in ts.TUNED} <= shapes
 
 
@@ -62,12 +63,35 @@ def test_a_layer_hands_the_skinny_gemm_only_its_measured_plain_projections() -> 
     layer.set_skinny(True, "auto")
     qkv, o, gate_up, down = layer.skinny
     assert set(qkv) == {16, 64} and set(o) == {16, 64} and set(gate_up) == {16} and set(down) == {16, 64}
+    # at 64 rows gate|up runs the plain skinny GEMM, the SiLU·mul kernel after it
+    assert layer.skinny_gate_up_plain == {64: ts.TUNED[(6144, 1024, 64, False)]}
     layer.set_skinny(False, "auto")
-    assert layer.skinny == ({}, {}, {}, {})
+    assert layer.skinny == ({}, {}, {}, {}) and layer.skinny_gate_up_plain == {}
     # a shape nobody measured keeps cuBLAS everywhere
     other = _fused_layer("qwen3-0.6b", hidden_size=512)
     other.set_skinny(True, "auto")
     assert other.skinny == ({}, {}, {}, {})
+
+
+def test_a_plain_gate_up_config_yields_to_a_fused_one(monkeypatch) -> None:
+    monkeypatch.setitem(ts.TUNED, (6144, 1024, 16, False), (64, 128, 1, 4, 4))
+    layer = _fused_layer("qwen3-0.6b")
+    layer.set_skinny(True, "auto")
+    assert 16 in layer.skinny[2] and 16 not in layer.skinny_gate_up_plain
+
+
+def test_the_silu_mul_kernel_launches_with_pdl_when_the_skinny_gemm_does(monkeypatch) -> None:
+    from graphtop.models import triton_kernels as tk
+
+    layer = _fused_layer("qwen3-0.6b")
+    monkeypatch.setattr(tk, "use_pdl", lambda device, weight_bytes=0, policy="auto": policy != "off")
+    layer.set_skinny(True, "auto")
+    assert layer.skinny_pdl and layer.silu_pdl
+    layer.set_skinny(True, "off")
+    assert not layer.skinny_pdl and not layer.silu_pdl
+    monkeypatch.setattr(tk, "SILU_MUL_PDL", False)
+    layer.set_skinny(True, "auto")
+    assert layer.skinny_pdl and not layer.silu_pdl
 
 
 def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
