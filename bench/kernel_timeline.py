@@ -1,4 +1,4 @@
-"""Which kernels a decode step's wall time is spent in, from a torch.profiler Chrome trace: each GPU
+"""Which kernels (and copies) a decode step's wall time is spent in, from a torch.profiler Chrome trace: each GPU
 kernel is charged the busy time by which it pushed the stream's frontier (the latest end seen so far)
 forward, and the idle time before it started (the GPU running nothing) is reported as its gap.
 
@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ATTENTION_MARKERS = ("_decode_kernel", "BatchDecode", "decode_attention")
+# device work the profiler records: kernels, and the copies and memsets a stream also runs in turn
+# (between two decode graphs those, and the launch gaps before them, were most of the idle time)
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 @dataclass
@@ -41,7 +44,8 @@ def short(name: str) -> str:
 
 
 def kernels(trace: dict) -> list[dict]:
-    evs = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    """The trace's device work (``DEVICE_CATS``), in start order."""
+    evs = [e for e in trace.get("traceEvents", []) if e.get("cat") in DEVICE_CATS and e.get("ph") == "X"]
     return sorted(evs, key=lambda e: e["ts"])
 
 

@@ -48,3 +48,20 @@ def test_kernels_of_one_name_are_keyed_by_their_place_after_attention(tmp_path):
     assert rows["_gemv_kernel grid=[128, 1, 1]"].count == 1  # the first qkv: no attention before it
     text = kt.report(path, steps=1)
     assert text.splitlines()[-1].split()[-1] == "10.0"
+
+
+def test_copies_between_graphs_are_charged_with_the_gap_before_them():
+    """A device-to-host copy after a graph's last kernel is device work of its own: its launch gap and
+    its duration land on its row, not on the next kernel's."""
+    evs = [
+        _k("_final_argmax", 0, 2),
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 7, "dur": 2, "args": {}},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Unknown)", "ts": 10, "dur": 1, "args": {}},
+        _k("_gemv_kernel", 12, 3, (512, 1, 1)),
+    ]
+    rows = kt.attribute(kt.kernels({"traceEvents": evs}))
+    copy = rows["Memcpy DtoH  grid=[]"]
+    assert copy.gap_us == 5 and copy.advance_us == 2
+    assert rows["Memset  grid=[]"].gap_us == 1 and rows["Memset  grid=[]"].advance_us == 1
+    assert rows["_gemv_kernel grid=[512, 1, 1]"].gap_us == 1
+    assert sum(r.advance_us + r.gap_us for r in rows.values()) == 15
