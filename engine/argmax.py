@@ -5,7 +5,7 @@ vocabulary is a measurable slice of a decode step. Splitting each row into chunk
 max and index per chunk, many programs) and reducing the chunk winners (stage 2) reads the row at
 full bandwidth. Ties go to the lowest index, as torch's do.
 
-Stage 2 may also write each row's token into pinned host memory (``host_out``, at the row of a ring
+Stage 2 may also write each row's token into pinned host memory (``host_ring``: the row of a ring
 that a device scalar picks): a decode graph's tokens then reach the host with the graph itself, with
 no device-to-host copy queued between two replays (engine/overlap.py reads them after the step's
 event).

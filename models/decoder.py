@@ -162,7 +162,7 @@ class DecoderLayer(nn.Module):
         self.skinny_gate_up_plain = {
             c: cfg for c, cfg in ts.configs_for(*gu.weight.shape).items() if c not in self.skinny[2]
         } if enabled and type(gu) is nn.Linear and gu.bias is None else {}
-        # the SiLU·mul kernel after a cuBLAS gate|up lets the skinny down projection start early too
+        # the SiLU·mul kernel after a gate|up without the fused epilogue lets the skinny down start early too
         self.silu_pdl = self.skinny_pdl and tk.SILU_MUL_PDL
 
     def set_pdl(self, policy: str) -> None:

@@ -118,8 +118,9 @@ class StepUploader:
         with torch.cuda.stream(stream):
             staging = self._staging[turn]
             if staging is None or staging.numel() < total:
-                # allocated on the copy stream and marked as used by the compute stream (its scatters):
-                # when it is replaced, the caching allocator reuses it only after both streams' work
+                # allocated on the stream that writes it and, if that is the copy stream, marked as used
+                # by the compute stream (its scatters): when it is replaced, the caching allocator reuses
+                # it only after both streams' work
                 staging = self._staging[turn] = torch.empty(max(total, 4096) * 2, dtype=torch.uint8,
                                                             device=self.device)
                 if stream is not compute:
