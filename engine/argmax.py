@@ -59,7 +59,7 @@ def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None,
 
     ``host_ring``: (ring, slot), a pinned int64 [R, >= rows] host tensor and an int32 device scalar;
     the tokens are also written into ``ring[slot]`` (CUDA with Triton only: ``host_ring_supported``)."""
-    if not HAVE_TRITON or logits.device.type != "cuda" or logits.dim() != 2 or logits.stride(-1) != 1:
+    if not host_ring_supported(logits):  # the Triton kernels' own conditions
         assert host_ring is None, "host_ring needs the Triton kernel"
         top = torch.argmax(logits, dim=-1)
         return top if out is None else out.copy_(top)
@@ -77,5 +77,6 @@ def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None,
 
 
 def host_ring_supported(logits: torch.Tensor) -> bool:
-    """Whether ``argmax_rows`` can write ``logits``' row tokens straight to pinned host memory."""
+    """Whether ``argmax_rows`` runs its Triton kernels on ``logits``, and so can write the row tokens
+    straight to pinned host memory."""
     return HAVE_TRITON and logits.device.type == "cuda" and logits.dim() == 2 and logits.stride(-1) == 1

@@ -152,16 +152,17 @@ class DecoderLayer(nn.Module):
         before the wait whatever the weight size (bench/skinny_bench.py measured it with PDL); so do
         the layer's add+RMSNorms, which let the projection after them launch at once."""
         sa, mlp = self.self_attn, self.mlp
+
+        def eligible(p: nn.Module) -> bool:
+            return enabled and type(p) is nn.Linear and p.bias is None
+
         projs = ((sa.qkv_proj, False), (sa.o_proj, False), (mlp.gate_up_proj, True), (mlp.down_proj, False))
-        self.skinny = tuple(
-            ts.configs_for(*p.weight.shape, silu) if enabled and type(p) is nn.Linear and p.bias is None else {}
-            for p, silu in projs
-        )
+        self.skinny = tuple(ts.configs_for(*p.weight.shape, silu) if eligible(p) else {} for p, silu in projs)
         self.skinny_pdl = enabled and tk.use_pdl(sa.qkv_proj.weight.device, 0, policy)
         gu = mlp.gate_up_proj
         self.skinny_gate_up_plain = {
             c: cfg for c, cfg in ts.configs_for(*gu.weight.shape).items() if c not in self.skinny[2]
-        } if enabled and type(gu) is nn.Linear and gu.bias is None else {}
+        } if eligible(gu) else {}
         # the SiLU·mul kernel after a gate|up without the fused epilogue lets the skinny down start early too
         self.silu_pdl = self.skinny_pdl and tk.SILU_MUL_PDL
 

@@ -85,7 +85,7 @@ class StepUploader:
             torch._foreach_copy_(dsts, srcs)
         for dst, src in typed:
             dst.copy_(src)
-        if moved is not None and self.device.type == "cuda":
+        if moved is not None and self._copy_stream is not None:  # only the copy stream waits for it
             if self._scattered[turn] is None:
                 self._scattered[turn] = torch.cuda.Event()
             self._scattered[turn].record()  # a wait queued on its last record keeps that record

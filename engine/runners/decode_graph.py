@@ -68,6 +68,8 @@ class DecodeGraphRunner(BucketedGraphRunner):
         if self._ring_rows and device.type == "cuda" and host_ring_supported(self.logits_out):
             self.host_ring = (torch.zeros(self._ring_rows, max_bs, dtype=torch.int64, pin_memory=True),
                               torch.zeros(1, dtype=torch.int32, device=device))
+        # each ring row's index as the slot scalar's upload source, made once instead of every step
+        self._ring_slots = [torch.tensor([i], dtype=torch.int32) for i in range(self._ring_rows)]
         self._ring_turn = 0
         backend.bind(registry)
         super().__init__(backend, device, publish, max_bs)
@@ -116,7 +118,7 @@ class DecodeGraphRunner(BucketedGraphRunner):
         if self.host_ring is not None:
             ring, slot = self.host_ring
             tokens_host = ring[self._ring_turn, :bs]
-            uploads.append(Upload(slot, torch.tensor([self._ring_turn], dtype=torch.int32)))
+            uploads.append(Upload(slot, self._ring_slots[self._ring_turn]))
             self._ring_turn = (self._ring_turn + 1) % self._ring_rows
         self.attention.prepare_replay(batch, bucket, uploads)
         # overlap schedule: the ids are the previous step's tokens, still on the device
