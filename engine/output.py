@@ -70,12 +70,7 @@ class OutputProcessor:
             return FinishReason.EOS
         if p.stop and any(s in text for s in p.stop):
             return FinishReason.STOP
-        produced = len(req.output_ids)
-        if produced >= p.max_new_tokens:
-            return FinishReason.LENGTH
-        # the context limit, or the whole KV pool: a request alone outgrowing the pool cannot be helped
-        # by preempting it
-        if len(req.prompt_ids) + produced >= min(self.max_context_len, self.kv_capacity_tokens):
+        if req.ends_by_length(len(req.output_ids), self.max_context_len, self.kv_capacity_tokens):
             return FinishReason.LENGTH
         return None
 

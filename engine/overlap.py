@@ -100,11 +100,10 @@ def can_chain(pending: InFlightStep, scheduler: Scheduler, pool: KVPool, max_con
         return False
     if pool.free_pages < len(reqs):  # growth could preempt someone
         return False
-    limit = min(max_context_len, pool.capacity_tokens)
     for r in reqs:
         if r.status is not RequestStatus.RUNNING:
             return False
-        produced = len(r.output_ids) + 1  # counting the token in flight
-        if produced >= r.params.max_new_tokens or len(r.prompt_ids) + produced + 1 >= limit:
-            return False  # the token in flight may end the request by length: no guessing
+        # the token in flight may end the request by length: no guessing, and a token of context spare
+        if r.ends_by_length(len(r.output_ids) + 1, max_context_len, pool.capacity_tokens, spare=1):
+            return False
     return True

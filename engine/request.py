@@ -75,6 +75,16 @@ class Request:
             return len(self.prompt_ids) + len(self.output_ids) - 1
         return len(self.prompt_ids)
 
+    def ends_by_length(self, produced: int, max_context_len: int, capacity_tokens: int, spare: int = 0) -> bool:
+        """Whether ``produced`` output tokens end this request by length: its ``max_new_tokens``, or its
+        context (plus ``spare`` tokens) reaching the context limit or the whole KV pool (a request alone
+        outgrowing the pool cannot be helped by preempting it).
+
+        The one home of the length policy: the output path asks it of the tokens a request has, the
+        overlap schedule of the token still in flight before it chains the next step."""
+        limit = min(max_context_len, capacity_tokens)
+        return produced >= self.params.max_new_tokens or len(self.prompt_ids) + produced + spare >= limit
+
     @property
     def in_prefill(self) -> bool:
         return self.num_computed < self.prefill_target

@@ -118,3 +118,19 @@ def test_decode_graphs_take_the_greedy_tokens_themselves(llama, make_engine, mon
     assert all(want == got for want, got, _ in outs)
     assert {ptr for *_, ptr in outs} == {runner.tokens_out.data_ptr()}
     assert all(len(h.token_ids) == 6 for h in handles)
+
+
+def test_length_policy_has_one_home_for_finishing_and_chaining():
+    """``Request.ends_by_length`` decides both when a request finishes by length and whether the overlap
+    schedule may chain past the token in flight: max_new_tokens, the context limit and the KV pool's
+    capacity, each at its exact boundary, and the token of context the chaining check keeps spare."""
+    from graphtop.engine.request import Request
+
+    req = Request("r", prompt_ids=[1] * 10, params=SamplingParams(max_new_tokens=5), handle=None)
+    assert not req.ends_by_length(4, max_context_len=100, capacity_tokens=100)
+    assert req.ends_by_length(5, max_context_len=100, capacity_tokens=100)  # max_new_tokens
+    assert not req.ends_by_length(3, max_context_len=14, capacity_tokens=100)
+    assert req.ends_by_length(4, max_context_len=14, capacity_tokens=100)  # prompt 10 + 4 = the context limit
+    assert req.ends_by_length(4, max_context_len=100, capacity_tokens=14)  # ... or the whole pool
+    assert not req.ends_by_length(2, max_context_len=14, capacity_tokens=100, spare=1)
+    assert req.ends_by_length(3, max_context_len=14, capacity_tokens=100, spare=1)  # one token earlier
