@@ -9,7 +9,7 @@ graph step and its ratio to the HBM floor (bench/floor.py).
 A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
 (decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
 the Triton decode launch shape below ``LARGE_ROWS`` rows (tuning=..., for every GQA group; small=...,
-for groups up to ``SMALL_GROUP`` only), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
+for groups up to ``SMALL_GROUP`` only; one=..., one row of the larger groups), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
 huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves]] and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some, sk=N:K:row_class:silu
@@ -60,7 +60,7 @@ from graphtop.models import triton_skinny as ts  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
-SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING)
+SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING)
 SHIPPED_SKINNY = dict(ts.TUNED)
 SHIPPED_FORWARD = DecodeGraphRunner._forward
 SHIPPED_RUN = DecodeGraphRunner.run
@@ -118,7 +118,7 @@ def apply(variant: str) -> dict:
     is set for the engines built next."""
     kernel: dict[str, str] = {}
     overrides: dict = {}
-    td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING = SHIPPED_TUNING
+    td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING = SHIPPED_TUNING
     ts.TUNED.clear()
     ts.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
@@ -140,9 +140,11 @@ def apply(variant: str) -> dict:
         elif key == "page":
             overrides["page_size"] = int(value)
         elif key == "tuning":  # below LARGE_ROWS, whatever the GQA group
-            td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = parse_tuning(value)
+            td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.ONE_ROW_TUNING = parse_tuning(value)
         elif key == "small":  # below LARGE_ROWS for GQA groups up to SMALL_GROUP only
             td.SMALL_GROUP_TUNING = parse_tuning(value)
+        elif key == "one":  # one row, GQA groups above SMALL_GROUP
+            td.ONE_ROW_TUNING = parse_tuning(value)
         elif key == "large":
             td.LARGE_TUNING = parse_tuning(value)
         elif key == "huge":

@@ -54,7 +54,7 @@ def main() -> int:
                     "block_t/min_chunk/warps/stages[/prefetch[/waves]] (bench/ab_decode.py's tuning=)")
     args = ap.parse_args()
     if args.tuning:
-        td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = parse_tuning(args.tuning)
+        td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.ONE_ROW_TUNING = parse_tuning(args.tuning)
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
         for bs in (int(b) for b in args.bs.split(",")):

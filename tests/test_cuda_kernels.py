@@ -235,7 +235,8 @@ def test_argmax_rows_writes_the_host_ring_row_the_device_slot_picks():
                                                    (None, 256, "prefetch1"), (16, 16, "prefetch0"),
                                                    (None, 64, "smallgroup"), (16, 64, "smallgroup"),
                                                    (None, 256, "large"), (16, 32, "large"),
-                                                   (None, 256, "huge"), (16, 32, "huge")])
+                                                   (None, 256, "huge"), (16, 32, "huge"),
+                                                   (None, 256, "onerow"), (16, 256, "onerow")])
 def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
     (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches);
@@ -246,6 +247,7 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         HUGE_TUNING,
         LARGE_ROWS,
         LARGE_TUNING,
+        ONE_ROW_TUNING,
         SMALL_GROUP_TUNING,
         DecodeTuning,
         PagedDecode,
@@ -270,7 +272,8 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
     # "large" / "huge": the launch shapes of batches of LARGE_ROWS / HUGE_ROWS rows and more, on these rows;
     # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's
     base = {"default": DecodeTuning(), "prefetch0": DecodeTuning(prefetch=0), "prefetch1": DecodeTuning(prefetch=1),
-            "smallgroup": SMALL_GROUP_TUNING, "large": LARGE_TUNING, "huge": HUGE_TUNING}[tier]
+            "smallgroup": SMALL_GROUP_TUNING, "large": LARGE_TUNING, "huge": HUGE_TUNING,
+            "onerow": ONE_ROW_TUNING}[tier]
     tuning = replace(base, min_chunk=min_chunk)
     kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), tuning)
     assert kern.tuning_for(1) == kern.tuning_for(LARGE_ROWS) == tuning  # a given tuning serves every size
@@ -324,11 +327,15 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
 def test_triton_paged_decode_launch_shape_by_rows():
     """Without a given tuning, the launch shape follows the batch's rows: the default below LARGE_ROWS
     (SMALL_GROUP_TUNING for GQA groups up to SMALL_GROUP), LARGE_TUNING up to HUGE_ROWS, HUGE_TUNING from
-    there (head_dim 128: the tiles as declared)."""
+    there, and ONE_ROW_TUNING for one row of a GQA group above SMALL_GROUP (head_dim 128: the tiles as
+    declared)."""
     from graphtop.engine.attention import triton_decode as td
 
     kern = td.PagedDecode(32, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))
-    assert kern.tuning_for(1) == kern.tuning_for(td.LARGE_ROWS - 1) == td.DEFAULT_TUNING
+    assert kern.tuning_for(1) == td.ONE_ROW_TUNING
+    assert kern.tuning_for(2) == kern.tuning_for(td.LARGE_ROWS - 1) == td.DEFAULT_TUNING
+    wide = td.PagedDecode(32, 8, 256, 1, 256**-0.5, 8, torch.device("cuda"))  # wider heads: half the tile
+    assert wide.tuning_for(1).block_t == td.ONE_ROW_TUNING.block_t // 2
     small = td.PagedDecode(16, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))  # GQA group 2
     assert small.tuning_for(1) == small.tuning_for(td.LARGE_ROWS - 1) == td.SMALL_GROUP_TUNING
     assert small.tuning_for(td.LARGE_ROWS) == td.LARGE_TUNING

@@ -245,6 +245,13 @@ DEFAULT_TUNING = DecodeTuning()
 #: group-4 Llama-3.1-8B shape was not, so it keeps the default)
 SMALL_GROUP = 2
 SMALL_GROUP_TUNING = DecodeTuning(block_t=64, min_chunk=64, num_warps=2)
+#: one row, GQA groups above SMALL_GROUP: 256-token tiles, eight warps. A program's first tile is
+#: requested before the PDL wait, so a context of up to 256 tokens (or a split of that many) is all in
+#: flight while the q|k|v projection drains, and nothing is loaded after the wait but q|k|v itself.
+#: At one row the grid (KV heads x splits) fits the SMs even at one program each (the tile's shared
+#: memory allows no more); at 8 rows it does not, and the default's smaller tiles stay
+#: (``bench/ab_decode.py``, Llama-3.1-8B at 1 and 8 rows, README: Benchmarks)
+ONE_ROW_TUNING = DecodeTuning(block_t=256, num_warps=8)
 #: from this many rows on: two warps a program, one more stage. Rows x KV heads fill the SMs (no context
 #: splits), so more, leaner programs in flight beat wider ones (``bench/decode_attn_bench.py --sweep
 #: --sweep-bs 64,128``: within 1 % of the best at 64 rows and 11 % at 128, contexts 220 and 1000, both
@@ -279,6 +286,8 @@ class PagedDecode:
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
         small = SMALL_GROUP_TUNING if self.group <= SMALL_GROUP else DEFAULT_TUNING
         self.tuning = tuning or _for_head_dim(small, head_dim)
+        self.one_row_tuning = tuning or (self.tuning if self.group <= SMALL_GROUP
+                                         else _for_head_dim(ONE_ROW_TUNING, head_dim))
         self.large_tuning = tuning or _for_head_dim(LARGE_TUNING, head_dim)
         self.huge_tuning = tuning or _for_head_dim(HUGE_TUNING, head_dim)
         self.pdl = use_pdl(torch.device(device)) if pdl is None else pdl
@@ -293,6 +302,8 @@ class PagedDecode:
         """The launch shape of a ``rows``-row launch (one given to the constructor is used for all)."""
         if rows >= HUGE_ROWS:
             return self.huge_tuning
+        if rows == 1:
+            return self.one_row_tuning
         return self.large_tuning if rows >= LARGE_ROWS else self.tuning
 
     def splits_for(self, rows: int) -> int:
