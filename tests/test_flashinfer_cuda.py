@@ -310,14 +310,16 @@ def _free(*engines: Any) -> None:
 
 
 # --- (b) decode/prefill graphs vs eager, both FlashInfer ---------------------------------------------
-def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch):
+@pytest.mark.parametrize("group", [2, 4], ids=lambda g: f"group{g}")
+def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch, group):
+    """Group 4: the one-row decode steps take the Triton kernel's one-row launch shape (ONE_ROW_TUNING)."""
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
     from tiny_models import build_tiny_checkpoint
 
     path = build_tiny_checkpoint(
-        tmp_path, "qwen3", hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=128, intermediate_size=512,
-        num_layers=3, max_position_embeddings=2048,
+        tmp_path, "qwen3", hidden_size=256, num_heads=2 * group, num_kv_heads=2, head_dim=128,
+        intermediate_size=512, num_layers=3, max_position_embeddings=2048,
     )
 
     def engine(graphs: bool) -> Engine:
@@ -344,6 +346,10 @@ def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch):
 
     graphed = engine(True)
     assert graphed.decode_buckets == [1, 2, 4, 8] and graphed.prefill_buckets
+    if group > 2:  # the Triton decode kernel answers every row count here, one row with its own shape
+        from graphtop.engine.attention.triton_decode import ONE_ROW_TUNING
+
+        assert graphed.attention._triton.tuning_for(1) == ONE_ROW_TUNING
     decode_calls: list[int] = []
     prefill_calls: list[int] = []
     _count_calls(graphed.model_runner.decode, "run", decode_calls)
