@@ -24,10 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import kernel_timeline  # noqa: E402
 import torch  # noqa: E402
-from ab_decode import parse_tuning  # noqa: E402
+from ab_decode import parse_tuning, set_below_large  # noqa: E402
 from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
 
-from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
@@ -54,7 +53,7 @@ def main() -> int:
                     "block_t/min_chunk/warps/stages[/prefetch[/waves]] (bench/ab_decode.py's tuning=)")
     args = ap.parse_args()
     if args.tuning:
-        td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.ONE_ROW_TUNING = parse_tuning(args.tuning)
+        set_below_large(parse_tuning(args.tuning))
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
         for bs in (int(b) for b in args.bs.split(",")):

@@ -284,10 +284,10 @@ class PagedDecode:
         self.group_pad = max(16, triton.next_power_of_2(self.group))
         self.page_size, self.scale, self.device = page_size, scale, device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-        small = SMALL_GROUP_TUNING if self.group <= SMALL_GROUP else DEFAULT_TUNING
+        small, one_row = ((SMALL_GROUP_TUNING, SMALL_GROUP_TUNING) if self.group <= SMALL_GROUP
+                          else (DEFAULT_TUNING, ONE_ROW_TUNING))
         self.tuning = tuning or _for_head_dim(small, head_dim)
-        self.one_row_tuning = tuning or (self.tuning if self.group <= SMALL_GROUP
-                                         else _for_head_dim(ONE_ROW_TUNING, head_dim))
+        self.one_row_tuning = tuning or _for_head_dim(one_row, head_dim)
         self.large_tuning = tuning or _for_head_dim(LARGE_TUNING, head_dim)
         self.huge_tuning = tuning or _for_head_dim(HUGE_TUNING, head_dim)
         self.pdl = use_pdl(torch.device(device)) if pdl is None else pdl
