@@ -24,7 +24,9 @@ blas=cublaslt|cublas captures the engine's graphs with that ``torch.backends.cud
 h2d=compute sends a step's upload on the compute stream, in line with its scatter, instead of on the
 uploader's copy stream; readback=copy copies the greedy tokens to the host after each decode replay
 instead of having the graph write them into a pinned ring; silu_pdl=off launches the SiLU·mul kernel
-(between a cuBLAS gate|up and a skinny down) without programmatic dependent launch.
+(between a cuBLAS gate|up and a skinny down) without programmatic dependent launch; norms=separate runs
+a layer's add+RMSNorms as their own kernels where the skinny GEMM would carry them
+(``triton_skinny.NORMS_IN_PROJECTIONS`` off).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ SHIPPED_RUN = DecodeGraphRunner.run
 SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
 SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
 SHIPPED_SILU_PDL = tk.SILU_MUL_PDL
+SHIPPED_NORMS = ts.NORMS_IN_PROJECTIONS
 SHIPPED_GEMV = dict(tg.TUNED)
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 SHIPPED_COPY_STREAM = gu.COPY_STREAM
@@ -132,6 +135,7 @@ def apply(variant: str) -> dict:
     fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
     tk.PDL_AUTO_MAX_BYTES = SHIPPED_PDL_MAX
     tk.SILU_MUL_PDL = SHIPPED_SILU_PDL
+    ts.NORMS_IN_PROJECTIONS = SHIPPED_NORMS
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
@@ -179,6 +183,8 @@ def apply(variant: str) -> dict:
             DecodeGraphRunner.run = _separate_copies_run
         elif key == "silu_pdl" and value == "off":  # the SiLU·mul kernel launched without PDL
             tk.SILU_MUL_PDL = False
+        elif key == "norms" and value == "separate":  # add+RMSNorm kernels between the skinny projections
+            ts.NORMS_IN_PROJECTIONS = False
         elif key == "h2d" and value == "compute":  # the step's upload on the compute stream, in line
             gu.COPY_STREAM = False
         elif key == "readback" and value == "copy":  # the tokens copied to the host after each replay

@@ -111,39 +111,73 @@ class DecoderLayer(nn.Module):
         self.silu_pdl = False
         # row class -> plain skinny config of gate|up where it has no fused SiLU·mul one (SiLU·mul kernel after)
         self.skinny_gate_up_plain: dict[int, ts.Config] = {}
+        # row classes whose add+RMSNorms ride in the skinny projections around them (set_skinny)
+        self.norms_in_projections: frozenset[int] = frozenset()
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
-                      rope: RotaryEmbedding, attn: AttentionFn) -> tuple[torch.Tensor, torch.Tensor]:
-        """Residual stream kept separately so each add fuses into the next RMSNorm (same rounding)."""
-        ln = self.input_layernorm
-        if residual is None:
-            residual = x
-            h = tk.rms_norm(x, ln.weight, ln.eps)
+    def forward_fused(self, x: Optional[torch.Tensor], residual: Optional[torch.Tensor], positions: torch.Tensor,
+                      rope: RotaryEmbedding, attn: AttentionFn, sumsq: Optional[torch.Tensor] = None
+                      ) -> tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+        """Residual stream kept separately so each add fuses into the next RMSNorm (same rounding).
+
+        The stream between layers is (x, residual, sumsq): x the last sublayer's output still to be
+        added to ``residual`` (None for the first layer's embeddings, which are ``x``), or, at row
+        classes in ``norms_in_projections``, x None and ``residual`` already summed by the down
+        projection, with its rows' squares as slab partials ``sumsq`` (``ts.skinny_add``)."""
+        ln, sa, mlp, pln = self.input_layernorm, self.self_attn, self.mlp, self.post_attention_layernorm
+        qkv, o, gate_up, down = self.skinny
+        rows = (residual if x is None else x).shape[0]
+        cls = ts.row_class(rows)
+        if sumsq is not None:
+            assert residual is not None
+            h, norm = residual, ts.NormInput(sumsq, ln.eps)
+        elif residual is None:
+            residual, h, norm = x, tk.rms_norm(x, ln.weight, ln.eps), None
         else:
-            h = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl)
-        sa, mlp, (qkv, o, gate_up, down) = self.self_attn, self.mlp, self.skinny
-        cls = ts.row_class(h.shape[0])
-        attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls), positions, rope, attn)
+            h, norm = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl), None
+        attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls, norm=norm), positions, rope, attn)
+        if cls in self.norms_in_projections:
+            sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl)
+            gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
+                               norm=ts.NormInput(sumsq, pln.eps))
+            sumsq = ts.skinny_add(gu, mlp.down_proj.weight, residual, config=down[cls], pdl=self.skinny_pdl)
+            return None, residual, sumsq
         a = self._project(sa.o_proj, attended, o, cls)
-        pln = self.post_attention_layernorm
         h = tk.add_rms_norm(a, residual, pln.weight, pln.eps, self.skinny_pdl)
         return self._project(mlp.down_proj, self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True), down,
-                             cls), residual
+                             cls), residual, None
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
-                 silu_mul: bool = False) -> torch.Tensor:
-        """``proj(x)`` (then SiLU·mul of its [gate | up] halves): on the skinny GEMM where it won at
-        this many rows, else cuBLAS (and the SiLU·mul kernel)."""
+                 silu_mul: bool = False, norm: Optional[ts.NormInput] = None) -> torch.Tensor:
+        """``proj(x)`` (then SiLU·mul of its [gate | up] halves), of RMSNorm(x) with ``norm`` (only at
+        ``norms_in_projections`` row classes): on the skinny GEMM where it won at this many rows, else
+        cuBLAS (and the SiLU·mul kernel)."""
         cfg = configs.get(cls)  # no config for None: outside the skinny GEMM's rows
         if cfg is not None:
-            return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl)
+            return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl, norm=norm)
         plain = self.skinny_gate_up_plain.get(cls) if silu_mul else None
-        y = proj(x) if plain is None else ts.skinny(x, proj.weight, config=plain, pdl=self.skinny_pdl)
+        assert norm is None or plain is not None, "a norm rides only in the skinny GEMM"
+        if plain is not None:
+            y = ts.skinny(x, proj.weight, config=plain, pdl=self.skinny_pdl, norm=norm)
+        else:
+            y = proj(x)
         return tk.silu_and_mul(y, self.silu_pdl) if silu_mul else y
+
+    @torch.no_grad()
+    def fold_norm_weights(self) -> None:
+        """Fold each RMSNorm's weight into the fused projection after it (its input columns), leaving
+        the norms' weights at one, so a projection can take RMSNorm(x) as x times a per-row scale
+        applied to its sums (``ts.NormInput``): the skinny GEMM's K loop stays the plain one. Every
+        fused path (GEMV, skinny, cuBLAS) runs on the folded weights, so their numerics agree with
+        each other; against HF's bf16 the rounding moves from the normalised activations to the
+        weights (one bf16 rounding of W * w instead of one of w * x), an ulp-level change of the same size."""
+        for norm, proj in ((self.input_layernorm, self.self_attn.qkv_proj),
+                           (self.post_attention_layernorm, self.mlp.gate_up_proj)):
+            proj.weight.mul_(norm.weight.to(proj.weight.dtype)[None, :])
+            norm.weight.fill_(1.0)
 
     def set_skinny(self, enabled: bool, policy: str) -> None:
         """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a
@@ -165,6 +199,14 @@ class DecoderLayer(nn.Module):
         } if eligible(gu) else {}
         # the SiLU·mul kernel after a gate|up without the fused epilogue lets the skinny down start early too
         self.silu_pdl = self.skinny_pdl and tk.SILU_MUL_PDL
+        # the norms ride in the projections where all four take the skinny GEMM (o and down add into the
+        # residual, q|k|v and gate|up normalise it) unless measured slower there (ts.NORMS_APART)
+        qkv, o, gate_up, down = self.skinny
+        hidden = sa.o_proj.weight.shape[0]
+        self.norms_in_projections = frozenset(
+            c for c in (16, 64)
+            if ts.NORMS_IN_PROJECTIONS and (hidden, c) not in ts.NORMS_APART and c in qkv and c in o
+            and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL
@@ -224,11 +266,15 @@ class DecoderModel(nn.Module):
                 layer.forward_small(x, positions, self.rotary_emb, attn)
             return tk.rms_norm(x, self.norm.weight, self.norm.eps)
         if self.fused:
-            residual = None
+            stream: tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]] = (x, None, None)
             for layer in self.layers:
                 if pace is not None:
                     pace()
-                x, residual = layer.forward_fused(x, residual, positions, self.rotary_emb, attn)
+                stream = layer.forward_fused(*stream[:2], positions, self.rotary_emb, attn, sumsq=stream[2])
+            x, residual, _ = stream
+            assert residual is not None
+            if x is None:  # the last down projection added into the residual already
+                return tk.rms_norm(residual, self.norm.weight, self.norm.eps)
             return tk.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
         rope = self.rotary_emb.factors(positions, x.dtype)
         for layer in self.layers:
@@ -284,6 +330,7 @@ class DecoderForCausalLM(nn.Module):
             for layer in self.model.layers:
                 layer.self_attn.fuse()
                 layer.mlp.fuse()
+                layer.fold_norm_weights()
             self.model.fused = True
         for layer in self.model.layers:
             layer.set_pdl(pdl)

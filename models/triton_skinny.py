@@ -13,6 +13,13 @@ dependent launch the first weight tile is requested before waiting for the previ
 writes weights). SiLU·mul in the gate|up epilogue saves a launch and a round trip per layer and keeps
 HF's rounding points (gate and up rounded to the activation dtype, SiLU rounded, then the product).
 
+The layer's add+RMSNorms ride in the projections around them, with the same rounding points: the o and
+down projections add into the residual stream in their epilogue (``skinny_add``) and leave each column
+slab's sum of squares per row; the q|k|v and gate|up projections after them (``norm=``) sum those
+partials in slab order (deterministic) and normalise the activation tiles as they load them. A layer
+then runs four dependent launches around its attention instead of six: at a few rows each launch in the
+chain is a few microseconds of latency, the norm's bytes are nothing.
+
 Used for CUDA bf16/fp16 with Triton where bench/skinny_bench.py measured it faster than cuBLAS; the
 shapes and launch configs it won are in ``TUNED``.
 """
@@ -20,13 +27,21 @@ shapes and launch configs it won are in ``TUNED``.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from .triton_kernels import HAVE_TRITON, use_pdl
 
+
 MIN_M, MAX_M = 2, 64
+NORMS_IN_PROJECTIONS = True
+"""Whether a decoder layer whose four projections take this kernel runs its add+RMSNorms inside them
+(``skinny_add``, ``NormInput``); bench/ab_decode.py's norms=separate measures it off."""
+NORMS_APART: frozenset[tuple[int, int]] = frozenset({(1024, 16)})
+"""(hidden size, row class) where bench/ab_decode.py measured the separate add+RMSNorm kernels faster
+than the norms in the projections: the Qwen3-0.6B at 2-16 rows (its o and down split K four ways)."""
 
 if HAVE_TRITON:
     import triton
@@ -38,8 +53,12 @@ if HAVE_TRITON:
         return tl.load(w_rows + k0), tl.load(x_cols + k0, mask=xm, other=0.0)
 
     @triton.jit
-    def _skinny_out(acc, acc_u, dt, SILU: tl.constexpr):
-        """The output tile from the fp32 sums: as is, or silu(gate) * up with HF's rounding points."""
+    def _skinny_out(acc, acc_u, rstd, dt, SILU: tl.constexpr, NORM: tl.constexpr):
+        """The output tile from the fp32 sums (NORM: times each row's RMSNorm scale ``rstd``): as is, or
+        silu(gate) * up with HF's rounding points."""
+        if NORM:
+            acc = acc * rstd[None, :]
+            acc_u = acc_u * rstd[None, :]
         if SILU:
             g = acc.to(dt).to(tl.float32)
             act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
@@ -47,14 +66,33 @@ if HAVE_TRITON:
         return acc.to(dt)
 
     @triton.jit
-    def _skinny_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, M, N_OUT, K, k_len, x_stride, out_stride,
-                       up_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr):
+    def _skinny_store(y, r, o_ptrs, om, ss_ptrs, ADD: tl.constexpr):
+        """Store the output tile [BLOCK_N, BLOCK_M]. ADD: it is added to the residual tile ``r`` (what
+        ``o_ptrs`` held, loaded early; in the activation dtype as HF adds) and the sum's squares per row
+        over this slab's columns go to ``ss_ptrs`` for the RMSNorm after it."""
+        if ADD:
+            h = (y.to(tl.float32) + r.to(tl.float32)).to(y.dtype)
+            tl.store(o_ptrs, h, mask=om)
+            hf = h.to(tl.float32)
+            tl.store(ss_ptrs, tl.sum(hf * hf, axis=0))
+        else:
+            tl.store(o_ptrs, y, mask=om)
+
+    @triton.jit
+    def _skinny_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, ss_out_ptr, ss_in_ptr, eps, n_ss_in,
+                       M, N_OUT, K, k_len, x_stride, out_stride, up_off,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr,
+                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr):
         """out[m, n] = sum_k x[m, k] * w[n, k] over this program's K share [pid_k * k_len, +k_len).
 
         SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
         SPLIT: the K shares' fp32 partials go to ``part_ptr``; the last program of a column slab (an
         acq_rel ticket says which) sums them in split order and writes the output.
+        ADD: out[m, n] += the product (in place) and ss_out[slab, m] = the slab's sum of out[m, :]².
+        NORM: the product is of RMSNorm(x) without its weight (folded into w), each row's scale from
+        its squares summed over ``n_ss_in`` slab partials [n_ss_in, BLOCK_M] at ``ss_in`` (SS_IN: their
+        count rounded up to a power of two) and applied to the fp32 sums, so the K loop is the plain one.
         """
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -66,9 +104,9 @@ if HAVE_TRITON:
         xm = rm[None, :] < M
         g_rows = w_ptr + rn[:, None].to(tl.int64) * K + (k_lo + rk)[None, :]
         u_rows = w_ptr + (rn[:, None] + up_off).to(tl.int64) * K + (k_lo + rk)[None, :]
-        x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
         # first tile: the weight before the PDL wait (nothing writes weights), the activations after
         wg = tl.load(g_rows)
         if SILU:
@@ -76,6 +114,15 @@ if HAVE_TRITON:
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
+        dt = out_ptr.dtype.element_ty
+        om = xm & (rn[:, None] < N_OUT)
+        o_ptrs = out_ptr + rm[None, :] * out_stride + rn[:, None]
+        r = tl.zeros([BLOCK_N, BLOCK_M], dtype=dt)
+        if ADD:  # the residual tile, requested now so the epilogue does not wait for it
+            r = tl.load(o_ptrs, mask=om, other=0.0)
+        if NORM:  # the producer's slab partials: requested now, summed (in slab order) after the K loop
+            sp = tl.arange(0, SS_IN)
+            ss = tl.load(ss_in_ptr + sp[:, None] * BLOCK_M + rm[None, :], mask=sp[:, None] < n_ss_in, other=0.0)
         xt = tl.load(x_cols, mask=xm, other=0.0)
         acc = tl.dot(wg, xt, acc)
         if SILU:
@@ -86,9 +133,10 @@ if HAVE_TRITON:
             if SILU:
                 wu = tl.load(u_rows + k0)
                 acc_u = tl.dot(wu, xt, acc_u)
-        dt = out_ptr.dtype.element_ty
-        om = xm & (rn[:, None] < N_OUT)
-        o_ptrs = out_ptr + rm[None, :] * out_stride + rn[:, None]
+        rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if NORM:
+            rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        ss_ptrs = ss_out_ptr + pid_n * BLOCK_M + rm
         if SPLIT:
             tile = (pid_n * n_k + pid_k) * (BLOCK_N * BLOCK_M)
             cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rm[None, :]
@@ -106,10 +154,10 @@ if HAVE_TRITON:
                     acc += tl.load(part_ptr + t + cell, cache_modifier=".cg")
                     if SILU:
                         acc_u += tl.load(part_ptr + t + cell + up_part, cache_modifier=".cg")
-                tl.store(o_ptrs, _skinny_out(acc, acc_u, dt, SILU), mask=om)
+                _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om, ss_ptrs, ADD)
                 tl.store(ticket_ptr + pid_n, 0)  # ready for the next launch / replay
         else:
-            tl.store(o_ptrs, _skinny_out(acc, acc_u, dt, SILU), mask=om)
+            _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om, ss_ptrs, ADD)
 
 
 # (N, K, row class, silu) -> (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): the best of
@@ -190,14 +238,45 @@ class SkinnyWorkspace:
 WORKSPACE = SkinnyWorkspace()
 
 
+@dataclass(frozen=True)
+class NormInput:
+    """RMSNorm of a projection's input, its weight folded into the projection's (``fold_norm_weight``):
+    the input rows' sums of squares as slab partials (what ``skinny_add`` returned for that input) and
+    the norm's epsilon."""
+
+    partials: torch.Tensor
+    eps: float
+
+
 def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
-           pdl: Optional[bool] = None) -> torch.Tensor:
+           pdl: Optional[bool] = None, norm: Optional[NormInput] = None) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
-    is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I].
+    is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I]; with ``norm`` the
+    input is RMSNorm(x).
 
     ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``configs_for`` gives the measured ones) must
     satisfy ``config_ok``.
     """
+    n = weight.shape[0] // 2 if silu_mul else weight.shape[0]
+    out = torch.empty((x.shape[0], n), dtype=weight.dtype, device=weight.device)
+    _launch(x, weight, out, config, silu_mul, pdl, norm, None)
+    return out
+
+
+def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, config: Config,
+               pdl: Optional[bool] = None) -> torch.Tensor:
+    """``residual += linear(x, weight)`` in place (the add rounded to the activation dtype, as HF adds),
+    returning the sums of squares of the new residual rows as column-slab partials, the
+    ``NormInput.partials`` of the projection that normalises it next."""
+    assert residual.is_contiguous() and residual.shape == (x.shape[0], weight.shape[0])
+    block_m = max(16, triton.next_power_of_2(x.shape[0]))
+    partials = torch.empty((weight.shape[0] // config[0], block_m), dtype=torch.float32, device=weight.device)
+    _launch(x, weight, residual, config, False, pdl, None, partials)
+    return partials
+
+
+def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
+            pdl: Optional[bool], norm: Optional[NormInput], ss_out: Optional[torch.Tensor]) -> None:
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
@@ -205,14 +284,18 @@ def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: b
     assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
     block_n, block_k, split, warps, stages = config
     n_out = n // 2 if silu_mul else n
-    out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
     if pdl is None:
         pdl = use_pdl(weight.device)
     slabs = n_out // block_n
     parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
                                    slabs) if split > 1 else (out, out)
+    n_ss_in = 0
+    if norm is not None:
+        n_ss_in = norm.partials.shape[0]
+        assert norm.partials.shape[1] == block_m
     _skinny_kernel[(slabs, split)](
-        x, weight, out, parts, tickets, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
+        x, weight, out, parts, tickets, out if ss_out is None else ss_out,
+        out if norm is None else norm.partials, 0.0 if norm is None else norm.eps, n_ss_in, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split > 1, SILU=silu_mul, USE_PDL=pdl,
+        ADD=ss_out is not None, NORM=norm is not None, SS_IN=max(1, triton.next_power_of_2(max(n_ss_in, 1))),
         num_warps=warps, num_stages=stages, launch_pdl=pdl)
-    return out

@@ -11,8 +11,12 @@ pytestmark = [
 ]
 
 
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-2) -> None:
-    rel = ((a.float() - b.float()).norm() / b.float().norm()).item()
+    rel = _rel(a, b)
     assert rel <= tol, rel
 
 
@@ -83,25 +87,37 @@ def test_qk_norm_rope_and_store_kv_match_torch(norm):
 
 
 def test_fused_model_matches_unfused():
+    """The fused bf16 model (norm weights folded into the projections after them) is as close to the
+    fp32 model as the unfused bf16 one (HF's ops), and its greedy choices flip against fp32 no more often."""
     from graphtop.models.reference_attention import ContiguousAttention
     from graphtop.models.random_model import hf_config_for, random_checkpoint
 
     cfg = hf_config_for("qwen3-0.6b", num_hidden_layers=4)
-    a = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model
-    b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model
+    a, b = (random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model for _ in range(2))
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for la, lb in zip(a.model.layers, b.model.layers):  # norm weights other than one: the fold shows
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            getattr(la, name).weight.data.normal_(1.0, 0.2, generator=g)
+            getattr(lb, name).weight.data.copy_(getattr(la, name).weight.data)
+    c = random_checkpoint(cfg, device="cuda", dtype=torch.float32, seed=3).model  # the same weights, in fp32
+    c.load_state_dict({k: v.float() for k, v in a.state_dict().items()})
     assert b.enable_fused_kernels()
-    ids = torch.randint(10, 1000, (50,), device="cuda")
-    pos = torch.arange(50, device="cuda")
-    with torch.inference_mode():
-        la = a.compute_logits(a(ids, pos, ContiguousAttention()))
-        lb = b.compute_logits(b(ids, pos, ContiguousAttention()))
-    _close(lb, la)
-    # Greedy choices agree wherever the unfused top-2 margin is wider than a few bf16 ulps.
-    top2 = la.topk(2, dim=-1).values
-    ulp = torch.exp2(torch.floor(torch.log2(top2[:, 0].abs())) - 7)
-    decided = (top2[:, 0] - top2[:, 1]) > 3 * ulp
-    assert decided.sum() >= 10
-    assert (la.argmax(-1) == lb.argmax(-1))[decided].all()
+    decided_rows, flips = 0, [0, 0]
+    for t in (8, 50):  # the skinny GEMM with the norms in it, and cuBLAS with the norm kernels
+        ids = torch.randint(10, 1000, (t,), device="cuda")
+        pos = torch.arange(t, device="cuda")
+        with torch.inference_mode():
+            la, lb, lc = (m.compute_logits(m(ids, pos, ContiguousAttention())).float() for m in (a, b, c))
+        _close(lb, la, tol=2e-2)
+        assert _rel(lb, lc) <= 1.2 * _rel(la, lc)
+        top2 = lc.topk(2, dim=-1).values
+        ulp = torch.exp2(torch.floor(torch.log2(top2[:, 0].abs())) - 7)
+        decided = (top2[:, 0] - top2[:, 1]) > 3 * ulp
+        decided_rows += int(decided.sum())
+        for i, m in enumerate((la, lb)):
+            flips[i] += int((m.argmax(-1) != lc.argmax(-1))[decided].sum())
+    assert decided_rows >= 10
+    assert flips[1] <= flips[0] + 1, flips
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4])

@@ -39,6 +39,51 @@ def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
         assert torch.equal(ts.skinny(x, w, silu_mul=silu, config=cfg), got)
 
 
+@pytest.mark.parametrize("m", [3, 8, 40, 64])
+@pytest.mark.parametrize("pair", ["o->gate_up", "down->qkv"])
+def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pair):
+    """With the Llama-3.1-8B's projections and their shipped configs: ``skinny_add`` leaves the residual
+    the add+RMSNorm kernel leaves, bit for bit, and its slab partials sum to the rows' squares; the
+    projection that takes them (the norm's weight folded into its own, the row scale applied to its
+    sums) is at least as close to the fp32 result as HF's rounding (add+RMSNorm kernel, then the
+    projection); both are deterministic."""
+    import torch.nn.functional as F
+
+    from graphtop.models import triton_kernels as tk
+    from graphtop.models import triton_skinny as ts
+
+    torch.manual_seed(m)
+    d = 4096
+    k, n = (4096, 28672) if pair == "o->gate_up" else (14336, 6144)
+    cls = ts.row_class(m)
+    silu = pair == "o->gate_up"  # the 8B's gate|up has SiLU·mul configs at both row classes
+    producer, consumer = ts.configs_for(d, k)[cls], ts.configs_for(n, d, silu)[cls]
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(d, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    wn = torch.randn(n, d, device="cuda", dtype=torch.bfloat16) * 0.02
+    residual = torch.randn(m, d, device="cuda", dtype=torch.bfloat16)
+    nw = torch.rand(d, device="cuda", dtype=torch.bfloat16) + 0.5
+    hf_res = residual.clone()
+    hf = ts.skinny(tk.add_rms_norm(ts.skinny(x, w, config=producer), hf_res, nw, 1e-5), wn, config=consumer,
+                   silu_mul=silu)
+    got_res = residual.clone()
+    partials = ts.skinny_add(x, w, got_res, config=producer)
+    assert torch.equal(got_res, hf_res)
+    sums = (got_res.float() ** 2).sum(1)
+    assert torch.allclose(partials.sum(0)[:m], sums, rtol=1e-5) and not partials[:, m:].any()
+    folded = wn * nw[None, :]
+    norm = ts.NormInput(partials, 1e-5)
+    got = ts.skinny(got_res, folded, config=consumer, silu_mul=silu, norm=norm)
+    h32 = got_res.float() * torch.rsqrt(sums[:, None] / d + 1e-5) * nw.float()
+    exact = F.linear(h32, wn.float())
+    if silu:
+        exact = F.silu(exact[:, :n // 2]) * exact[:, n // 2:]
+    assert _rel(got, exact) <= 1.1 * _rel(hf, exact) + 1e-4
+    again_res = residual.clone()
+    assert torch.equal(ts.skinny_add(x, w, again_res, config=producer), partials)
+    assert torch.equal(ts.skinny(again_res, folded, config=consumer, silu_mul=silu, norm=norm), got)
+
+
 def test_skinny_replays_in_a_graph():
     """Split tickets reset themselves: replay after replay gives eager's result, bit for bit."""
     from graphtop.models import triton_skinny as ts
@@ -69,6 +114,7 @@ def test_skinny_replays_in_a_graph():
 def test_skinny_layers_match_cublas_layers():
     """A Qwen3-0.6B-shaped model (4 layers) with the skinny GEMM on its tuned projections agrees with
     the same model on cuBLAS at 2-64 rows; greedy choices agree wherever the margin is decided."""
+    from graphtop.models import triton_skinny as ts
     from graphtop.models.random_model import hf_config_for, random_checkpoint
     from graphtop.models.reference_attention import ContiguousAttention
 
@@ -78,6 +124,9 @@ def test_skinny_layers_match_cublas_layers():
     assert a.enable_fused_kernels(gemv_max_rows=0, skinny=False) and b.enable_fused_kernels(gemv_max_rows=0)
     layer = b.model.layers[0]
     assert all(layer.skinny) and not any(a.model.layers[0].skinny)  # every 0.6B projection has a config
+    assert layer.norms_in_projections == {16, 64} - {c for h, c in ts.NORMS_APART if h == 1024}
+    for other in b.model.layers:  # the path the 0.6B keeps off at 16 rows agrees too
+        other.norms_in_projections = frozenset({16, 64})
     for t in (2, 8, 40, 64):
         ids = torch.randint(10, 1000, (t,), device="cuda")
         pos = torch.arange(t, device="cuda")

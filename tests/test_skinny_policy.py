@@ -106,6 +106,29 @@ def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
     layer.set_skinny(True, "auto")
     qkv, o, gate_up, down = layer.skinny
     assert qkv and gate_up and not o and not down
+    assert layer.norms_in_projections == frozenset()  # o and down cannot add into the residual
+
+
+def test_norms_ride_in_the_projections_where_all_four_take_the_skinny_gemm(monkeypatch) -> None:
+    layer = _fused_layer("llama-3.1-8b")
+    layer.set_skinny(True, "auto")
+    assert layer.norms_in_projections == {16, 64}
+    # the 0.6B's gate|up at 64 rows has a plain config (the SiLU·mul kernel after it): it still normalises;
+    # at 16 rows the separate norm kernels measured faster
+    small = _fused_layer("qwen3-0.6b")
+    small.set_skinny(True, "auto")
+    assert small.norms_in_projections == {64}
+    monkeypatch.setattr(ts, "NORMS_APART", frozenset())
+    small.set_skinny(True, "auto")
+    assert small.norms_in_projections == {16, 64}
+    monkeypatch.delitem(ts.TUNED, (4096, 4096, 64, False))  # the 8B's o back on cuBLAS at 64 rows
+    layer.set_skinny(True, "auto")
+    assert layer.norms_in_projections == {16}
+    monkeypatch.setattr(ts, "NORMS_IN_PROJECTIONS", False)
+    layer.set_skinny(True, "auto")
+    assert layer.norms_in_projections == frozenset()
+    layer.set_skinny(False, "auto")
+    assert layer.norms_in_projections == frozenset()
 
 
 def test_the_kernel_config_switch() -> None:
@@ -132,3 +155,30 @@ def test_each_thread_gets_its_own_split_workspace() -> None:
     grown = ws.get(dev, (1 << 16) + 1, 4)
     assert grown[0].numel() > mine[0].numel() and grown[1] is mine[1]
     assert any(r is mine[0] for r in ws._retired)  # a captured graph may still point at it
+
+
+def test_folding_the_norm_weights_keeps_what_the_projections_compute() -> None:
+    """RMSNorm(x; w) @ W.T == RMSNorm(x; 1) @ (W * w).T (fp32 here; in bf16 the rounding moves from the
+    normalised activations to the folded weights), for q|k|v after the input norm and gate|up after the
+    post-attention norm; the norms' weights are left at one."""
+    import torch.nn.functional as F
+
+    spec = spec_from_hf_config(hf_config_for("qwen3-0.6b", num_hidden_layers=1, hidden_size=64,
+                                             intermediate_size=96, num_attention_heads=2, num_key_value_heads=1,
+                                             head_dim=32), "<test>")
+    torch.manual_seed(0)
+    layer = DecoderLayer(spec, 0)
+    layer.self_attn.fuse()
+    layer.mlp.fuse()
+    pairs = ((layer.input_layernorm, layer.self_attn.qkv_proj), (layer.post_attention_layernorm, layer.mlp.gate_up_proj))
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        for norm, _ in pairs:
+            norm.weight.normal_(1.0, 0.3)
+        before = [F.linear(norm(x), proj.weight) for norm, proj in pairs]
+        layer.fold_norm_weights()
+        after = [F.linear(norm(x), proj.weight) for norm, proj in pairs]
+    for norm, _ in pairs:
+        assert torch.equal(norm.weight, torch.ones_like(norm.weight))
+    for b, a in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
