@@ -13,12 +13,15 @@ dependent launch the first weight tile is requested before waiting for the previ
 writes weights). SiLU·mul in the gate|up epilogue saves a launch and a round trip per layer and keeps
 HF's rounding points (gate and up rounded to the activation dtype, SiLU rounded, then the product).
 
-The layer's add+RMSNorms ride in the projections around them, with the same rounding points: the o and
-down projections add into the residual stream in their epilogue (``skinny_add``) and leave each column
-slab's sum of squares per row; the q|k|v and gate|up projections after them (``norm=``) sum those
-partials in slab order (deterministic) and normalise the activation tiles as they load them. A layer
-then runs four dependent launches around its attention instead of six: at a few rows each launch in the
-chain is a few microseconds of latency, the norm's bytes are nothing.
+The layer's add+RMSNorms can ride in the projections around them: the o and down projections add into
+the residual stream in their epilogue (``skinny_add``, HF's rounding of the add) and leave each column
+slab's sum of squares per row; the q|k|v and gate|up projections after them (``norm=``) run the plain K
+loop over the residual and multiply their fp32 sums by each row's 1/RMS, the slab partials summed in
+slab order (deterministic). The norm's weight must then be folded into theirs
+(``DecoderLayer.fold_norm_weights``): normalising the activation tiles inside the K loop, HF's rounding
+exactly, stalled the products on the tiles' trip through registers. A layer then runs four dependent
+launches around its attention instead of six: at a few rows each launch in the chain is microseconds of
+latency, the norm's bytes are nothing.
 
 Used for CUDA bf16/fp16 with Triton where bench/skinny_bench.py measured it faster than cuBLAS; the
 shapes and launch configs it won are in ``TUNED``.
