@@ -37,7 +37,6 @@ import torch
 
 from .triton_kernels import HAVE_TRITON, use_pdl
 
-
 MIN_M, MAX_M = 2, 64
 NORMS_IN_PROJECTIONS = True
 """Whether a decoder layer whose four projections take this kernel runs its add+RMSNorms inside them
@@ -107,9 +106,9 @@ if HAVE_TRITON:
         xm = rm[None, :] < M
         g_rows = w_ptr + rn[:, None].to(tl.int64) * K + (k_lo + rk)[None, :]
         u_rows = w_ptr + (rn[:, None] + up_off).to(tl.int64) * K + (k_lo + rk)[None, :]
+        x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
         # first tile: the weight before the PDL wait (nothing writes weights), the activations after
         wg = tl.load(g_rows)
         if SILU:
@@ -243,7 +242,7 @@ WORKSPACE = SkinnyWorkspace()
 
 @dataclass(frozen=True)
 class NormInput:
-    """RMSNorm of a projection's input, its weight folded into the projection's (``fold_norm_weight``):
+    """RMSNorm of a projection's input, its weight folded into the projection's (``DecoderLayer.fold_norm_weights``):
     the input rows' sums of squares as slab partials (what ``skinny_add`` returned for that input) and
     the norm's epsilon."""
 
@@ -262,7 +261,7 @@ def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: b
     """
     n = weight.shape[0] // 2 if silu_mul else weight.shape[0]
     out = torch.empty((x.shape[0], n), dtype=weight.dtype, device=weight.device)
-    _launch(x, weight, out, config, silu_mul, pdl, norm, None)
+    _launch(x, weight, out, config, silu_mul, pdl, norm, add=False)
     return out
 
 
@@ -272,14 +271,15 @@ def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *,
     returning the sums of squares of the new residual rows as column-slab partials, the
     ``NormInput.partials`` of the projection that normalises it next."""
     assert residual.is_contiguous() and residual.shape == (x.shape[0], weight.shape[0])
-    block_m = max(16, triton.next_power_of_2(x.shape[0]))
-    partials = torch.empty((weight.shape[0] // config[0], block_m), dtype=torch.float32, device=weight.device)
-    _launch(x, weight, residual, config, False, pdl, None, partials)
+    partials = _launch(x, weight, residual, config, False, pdl, None, add=True)
+    assert partials is not None
     return partials
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
-            pdl: Optional[bool], norm: Optional[NormInput], ss_out: Optional[torch.Tensor]) -> None:
+            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool) -> Optional[torch.Tensor]:
+    """One launch into ``out``; with ``add`` the product is added into it and the slab partials of its
+    rows' squares [slabs, BLOCK_M] are returned."""
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
@@ -292,13 +292,15 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
     slabs = n_out // block_n
     parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
                                    slabs) if split > 1 else (out, out)
+    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
     n_ss_in = 0
     if norm is not None:
         n_ss_in = norm.partials.shape[0]
-        assert norm.partials.shape[1] == block_m
+        assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
     _skinny_kernel[(slabs, split)](
-        x, weight, out, parts, tickets, out if ss_out is None else ss_out,
-        out if norm is None else norm.partials, 0.0 if norm is None else norm.eps, n_ss_in, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
+        x, weight, out, parts, tickets, out if ss_out is None else ss_out, out if norm is None else norm.partials,
+        0.0 if norm is None else norm.eps, n_ss_in, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split > 1, SILU=silu_mul, USE_PDL=pdl,
-        ADD=ss_out is not None, NORM=norm is not None, SS_IN=max(1, triton.next_power_of_2(max(n_ss_in, 1))),
+        ADD=add, NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)),
         num_warps=warps, num_stages=stages, launch_pdl=pdl)
+    return ss_out
