@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING, Iterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -22,6 +23,9 @@ from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.report import format_summary
 from graphtop.engine.telemetry.summary import summarize
 
+if TYPE_CHECKING:
+    from graphtop.engine.engine import Engine
+
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 GRAPHS = {"decode.bs": [1, 2, 4, 8], "prefill.num_tokens": [16, 32, 64]}
@@ -29,8 +33,23 @@ PROMPTS = [[10 + (i * 7 + j) % 50 for j in range(n)] for i, n in enumerate([5, 1
 MAX_NEW = [9, 14, 6, 11, 8, 12]
 
 
-def _engine(tiny_ckpt, make_engine, bus=None, **kw):
-    return make_engine(tiny_ckpt("qwen3"), bus=bus, graphs=build_graph_config(None, GRAPHS), **kw)
+_opened: list[Engine] = []  # engines this module's tests made, closed after each test (see _close_engines)
+
+
+@pytest.fixture(autouse=True)
+def _close_engines() -> Iterator[None]:
+    """Close every engine a test opened, also when the test fails: an engine left open keeps its parity
+    worker registered with ``Paced`` and the interpreter's switch interval lowered, which fails the
+    pacing tests after it. ``Engine.close`` is idempotent, so tests still close their own."""
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
+def _engine(tiny_ckpt, make_engine, bus=None, **kw) -> Engine:
+    engine = make_engine(tiny_ckpt("qwen3"), bus=bus, graphs=build_graph_config(None, GRAPHS), **kw)
+    _opened.append(engine)
+    return engine
 
 
 def _serve(engine, *, settle_checks: bool = False) -> list[list[int]]:
@@ -149,9 +168,15 @@ def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:
     assert engine.parity_every == 2 and engine.pool.capacity_tokens < capacity  # scratch reserved
     assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)  # the step loop gets the GIL back quickly
     assert engine.output.kv_capacity_tokens == engine.pool.capacity_tokens
-    engine.generate([PROMPTS[0], PROMPTS[1]], SamplingParams(max_new_tokens=6, ignore_eos=True))
-    engine.parity.wait_idle()
+    for prompt in PROMPTS[:2]:
+        engine.submit(prompt, SamplingParams(max_new_tokens=6, ignore_eos=True))
+    # Each check settles before the next step. Unsettled (``generate``), a check still running when
+    # its requests finish is discarded (their pages were freed under it) and the one due meanwhile is
+    # skipped: a worker slower than the 3 decode steps left after the first due one publishes nothing.
+    while engine.step():
+        engine.parity.wait_idle()
     assert {c.every for c in _checks(sub.drain())} == {2}
+    assert engine.parity.skipped == engine.parity.discarded == 0
     engine.set_parity_every(0)
     engine.run_until_idle()
     assert engine.parity_every == 0 and engine.pool.capacity_tokens == capacity
@@ -216,6 +241,7 @@ def test_engines_sharing_a_model_each_pace_their_own_worker(tiny_ckpt) -> None:
     config = EngineConfig(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
                           chunked_prefill_size=64, graphs=build_graph_config(None, GRAPHS))
     first, second = Engine(ckpt, config, EventBus()), Engine(ckpt, config, EventBus())
+    _opened.extend((first, second))
     assert first.model is second.model  # one checkpoint, one module
     for engine in (first, second):
         engine.set_parity_every(4)
