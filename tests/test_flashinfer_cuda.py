@@ -260,6 +260,39 @@ def test_prefill_with_prefix_hits_matches_torch_native(fi, page_size, heads, pad
     check_extend(torch.device("cuda"), page_size, heads, pad_rows)
 
 
+def test_back_to_back_prefill_plans_wait_for_the_last_schedule_copy(fi):
+    """Two prefills prepared back to back with no device wait between them, as the engine runs a
+    prefill chunk that samples no row (a middle chunk of a long prompt, a preempted request's
+    recompute). FlashInfer's plan() writes its schedule into one pinned host buffer and copies it to
+    the device asynchronously, so planning the second must wait until the first's copy has run
+    (``FlashInferBackend._staging``). The device is kept busy first, so that copy is still queued when
+    the host plans the second: unguarded, the first prefill ran on the second's schedule. The second
+    batch is the smaller one, so that failure computes wrong rows instead of reading past the end."""
+    device = torch.device("cuda")
+    hq, hkv = HEADS[0]
+    first, second = [(0, 200), (300, 120), (40, 64)], [(0, 32)]
+    rng = random.Random(17)
+    pool = _pool(device, 16, sum(-(-(p + e) // 16) for p, e in first + second) + 4, hkv)
+    ref, fib = _backends(device, pool, (hq, hkv))
+    batches = [_extend_batch(pool, cases, rng) for cases in (first, second)]
+    inputs = [tuple(_rand(device, b.num_tokens, heads, D, seed=10 * i + j) for j, heads in enumerate((hq, hkv, hkv)))
+              for i, b in enumerate(batches)]
+    with torch.inference_mode():
+        want = []
+        for b, (q, k, v) in zip(batches, inputs):
+            ref.prepare(b)
+            want.append(ref.forward(q, k, v, 0))
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of device work queued ahead of both prefills
+        got = []
+        for b, (q, k, v) in zip(batches, inputs):
+            fib.prepare(b)
+            got.append(fib.forward(q, k, v, 0))
+        torch.cuda.synchronize()
+    for g, w, cases in zip(got, want, (first, second)):
+        assert _rel(g, w) <= REL_TOL, f"prefill {cases}: rel err {_rel(g, w):.3g}"
+
+
 @pytest.mark.parametrize("kernel", DECODE_KERNELS)
 @pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])

@@ -212,11 +212,13 @@ class FlashInferBackend(AttentionBackend):
     @contextmanager
     def _staging(self) -> Iterator[None]:
         """Around every write of metadata through a reused pinned host buffer (``plan()``'s own, or
-        the Triton decode's ``_stage``), made safe for the overlap schedule.
+        the Triton decode's ``_stage``): safe when the host prepares a step before the last one ran.
 
         Those buffers are copied to the device asynchronously. When the host prepares step N+1 while
-        step N is in flight, N's copy may still be queued, so wait for it first (it is the first
-        thing N does on the GPU: ~no wait), then mark when this copy has run.
+        step N is in flight (the overlap schedule; a prefill chunk that samples no row, which ends its
+        step without waiting for the device), N's copy may still be queued, so wait for it first (it
+        is the first thing N does on the GPU), then mark when this copy has run. Unguarded, N's
+        kernels would read N+1's schedule: wrong attention, or an illegal memory access.
         """
         if self._staged is not None:
             self._staged.synchronize()
@@ -233,7 +235,7 @@ class FlashInferBackend(AttentionBackend):
             wrapper.load(indptr, indices, last, self._stage)
 
     def _plan(self, wrapper: Any, *args: Any, **kw: Any) -> None:
-        """``wrapper.plan`` made safe for the overlap schedule (see ``_staging``)."""
+        """``wrapper.plan``, safe while earlier steps still run (see ``_staging``); every plan goes here."""
         with self._staging():
             wrapper.plan(*args, **kw)
 
@@ -263,9 +265,12 @@ class FlashInferBackend(AttentionBackend):
             acc += e
             qo.append(acc)
         w = self._prefill_wrapper
-        w.plan(
-            host_ints(qo, "i", i32), host_ints(indptr, "i", i32), host_ints(indices, "i", i32), host_ints(last, "i", i32),
-            *self._dims, **self._prefill_kw,
+        # Guarded like every plan (``_staging``): a prefill chunk that samples no row (a middle chunk of
+        # a long prompt, a preempted request's recompute) ends its step without a device wait, so the
+        # host may plan the next chunk while this chunk's schedule is still queued for its copy.
+        self._plan(
+            w, host_ints(qo, "i", i32), host_ints(indptr, "i", i32), host_ints(indices, "i", i32),
+            host_ints(last, "i", i32), *self._dims, **self._prefill_kw,
         )
         self.meta = FlashInferMeta(loc, w, decode=False, num_tokens=batch.num_tokens)
 
@@ -364,8 +369,8 @@ class FlashInferBackend(AttentionBackend):
             self._load_triton(w, list(range(0, bucket * pages + 1, pages)), [DUMMY_PAGE] * (bucket * pages),
                               [last] * bucket)
         else:
-            w.plan(
-                torch.arange(0, bucket * pages + 1, pages, dtype=i32),
+            self._plan(
+                w, torch.arange(0, bucket * pages + 1, pages, dtype=i32),
                 torch.full((bucket * pages,), DUMMY_PAGE, dtype=i32, device=self.device),
                 torch.full((bucket,), last, dtype=i32),
                 *self._dims, **self._decode_kw,
