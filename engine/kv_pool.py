@@ -125,8 +125,8 @@ class KVPool:
         """``grow`` for many requests at once (a decode step): one ``alloc`` for all of them, each list
         taking the next run of its pages, which is what ``grow`` called on them in order would give;
         or, when the free pages do not cover them all, no list touched and False."""
-        ps = self.page_size
-        need = [-(-n // ps) - len(p) for p, n in zip(pages, num_tokens)]
+        pages_for = self.pages_for
+        need = [pages_for(n) - len(p) for p, n in zip(pages, num_tokens)]
         total = sum(k for k in need if k > 0)
         if total > len(self._free):
             return False
