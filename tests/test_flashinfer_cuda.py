@@ -266,8 +266,8 @@ def test_back_to_back_prefill_plans_wait_for_the_last_schedule_copy(fi):
     recompute). FlashInfer's plan() writes its schedule into one pinned host buffer and copies it to
     the device asynchronously, so planning the second must wait until the first's copy has run
     (``FlashInferBackend._staging``). The device is kept busy first, so that copy is still queued when
-    the host plans the second: unguarded, the first prefill ran on the second's schedule. The second
-    batch is the smaller one, so that failure computes wrong rows instead of reading past the end."""
+    the host plans the second: unguarded, the first prefill ran on the second's schedule (wrong rows,
+    or reads past its tensors)."""
     device = torch.device("cuda")
     hq, hkv = HEADS[0]
     first, second = [(0, 200), (300, 120), (40, 64)], [(0, 32)]
