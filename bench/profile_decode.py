@@ -3,6 +3,7 @@ variants (overlap schedule, fused-GEMV layers, one-launch decode attention, PDL)
 steps (torch.profiler) and the host functions (cProfile), for one batch size.
 
     python bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64] [--out DIR]
+        [--ab ";norms=separate"]  (profile each bench/ab_decode.py variant in turn)
 
 Writes ``profile_<shape>_bs<bs>.json`` (Chrome trace of the last variant; open in Perfetto) under --out.
 """
@@ -18,13 +19,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import kernel_timeline  # noqa: E402
 import torch  # noqa: E402
-from ab_decode import parse_tuning, set_below_large  # noqa: E402
+from ab_decode import apply, parse_tuning, set_below_large  # noqa: E402
 from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
@@ -51,15 +53,24 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tuning", default="", help="Triton decode launch shape below LARGE_ROWS rows: "
                     "block_t/min_chunk/warps/stages[/prefetch[/waves]] (bench/ab_decode.py's tuning=)")
+    ap.add_argument("--ab", default="", help="';'-separated bench/ab_decode.py variants, each profiled in turn with "
+                    "its launch settings (sk=, norms=, tuning=, large=, ...; the ladder above still picks the "
+                    "kernel config); the i-th one's trace is profile_<shape>_bs<bs>_ab<i>.json")
     args = ap.parse_args()
-    if args.tuning:
-        set_below_large(parse_tuning(args.tuning))
+    ab: list[Optional[str]] = list(args.ab.split(";")) if args.ab else [None]
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
         for bs in (int(b) for b in args.bs.split(",")):
-            profile_shape(shape, ckpt, bs, args)
+            for i, variant in enumerate(ab):
+                if variant is not None:
+                    apply(variant)  # module-level settings for the engines built next
+                if args.tuning:
+                    set_below_large(parse_tuning(args.tuning))
+                profile_shape(shape, ckpt, bs, args, "" if variant is None else f"_ab{i}", variant)
         del ckpt
         torch.cuda.empty_cache()
+    if args.ab:
+        apply("")
     return 0
 
 
@@ -74,8 +85,9 @@ def kernel_table(eng, rows: int):
     return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60), p
 
 
-def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace) -> None:
-    tag = f"{shape} bs {bs} {args.attention}"
+def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace, suffix: str = "",
+                  ab_variant: Optional[str] = None) -> None:
+    tag = f"{shape} bs {bs} {args.attention}" + (f" [{ab_variant or 'defaults'}]" if ab_variant is not None else "")
     picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     for n, (name, rows, overlap, kernel, gemv, pdl) in enumerate(picked):
         kernels = KernelConfig(fused_gemv=gemv, decode_kernel=kernel, pdl=pdl)
@@ -104,7 +116,7 @@ def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace) -> None:
             print(f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py)\n"
                   f"{kernel_timeline.report(trace, TRACE_STEPS)}", flush=True)
             if n == len(picked) - 1:
-                shutil.copyfile(trace, Path(args.out) / f"profile_{shape}_bs{bs}.json")
+                shutil.copyfile(trace, Path(args.out) / f"profile_{shape}_bs{bs}{suffix}.json")
         if n == len(picked) - 1:
             cp = cProfile.Profile()
             cp.enable()
