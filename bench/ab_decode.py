@@ -116,12 +116,6 @@ def parse_tuning(text: str) -> td.DecodeTuning:
     return td.DecodeTuning(*map(int, text.split("/")))
 
 
-def set_below_large(tuning: td.DecodeTuning) -> None:
-    """``tuning`` as the Triton decode launch shape below ``LARGE_ROWS`` rows, for every GQA group and
-    row count (what ``tuning=`` here and ``--tuning`` in bench/profile_decode.py mean)."""
-    td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.ONE_ROW_TUNING = tuning
-
-
 def apply(variant: str) -> dict:
     """The variant's engine overrides (kernel config, page size); its launch shape (a module default)
     is set for the engines built next."""
@@ -149,8 +143,8 @@ def apply(variant: str) -> dict:
             kernel["decode_kernel"] = value
         elif key == "page":
             overrides["page_size"] = int(value)
-        elif key == "tuning":  # below LARGE_ROWS, whatever the GQA group
-            set_below_large(parse_tuning(value))
+        elif key == "tuning":  # below LARGE_ROWS, whatever the GQA group and row count
+            td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.ONE_ROW_TUNING = parse_tuning(value)
         elif key == "small":  # below LARGE_ROWS for GQA groups up to SMALL_GROUP only
             td.SMALL_GROUP_TUNING = parse_tuning(value)
         elif key == "one":  # one row, GQA groups above SMALL_GROUP

@@ -26,7 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import kernel_timeline  # noqa: E402
 import torch  # noqa: E402
-from ab_decode import apply, parse_tuning, set_below_large  # noqa: E402
+from ab_decode import apply  # noqa: E402
 from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
@@ -51,21 +51,18 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--variants", default="", help="comma list of variant indices (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--tuning", default="", help="Triton decode launch shape below LARGE_ROWS rows: "
-                    "block_t/min_chunk/warps/stages[/prefetch[/waves]] (bench/ab_decode.py's tuning=)")
     ap.add_argument("--ab", default="", help="';'-separated bench/ab_decode.py variants, each profiled in turn with "
-                    "its launch settings (sk=, norms=, tuning=, large=, ...; the ladder above still picks the "
-                    "kernel config); the i-th one's trace is profile_<shape>_bs<bs>_ab<i>.json")
+                    "its launch settings (sk=, norms=, tuning=block_t/min_chunk/warps/stages[/prefetch[/waves]], "
+                    "large=, ...; the ladder above still picks the kernel config); the i-th one's trace is "
+                    "profile_<shape>_bs<bs>_ab<i>.json")
     args = ap.parse_args()
-    ab: list[Optional[str]] = list(args.ab.split(";")) if args.ab else [None]
+    ab: list[Optional[str]] = [*args.ab.split(";")] if args.ab else [None]
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
         for bs in (int(b) for b in args.bs.split(",")):
             for i, variant in enumerate(ab):
                 if variant is not None:
                     apply(variant)  # module-level settings for the engines built next
-                if args.tuning:
-                    set_below_large(parse_tuning(args.tuning))
                 profile_shape(shape, ckpt, bs, args, "" if variant is None else f"_ab{i}", variant)
         del ckpt
         torch.cuda.empty_cache()

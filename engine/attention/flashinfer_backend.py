@@ -265,9 +265,7 @@ class FlashInferBackend(AttentionBackend):
             acc += e
             qo.append(acc)
         w = self._prefill_wrapper
-        # Guarded like every plan (``_staging``): a prefill chunk that samples no row (a middle chunk of
-        # a long prompt, a preempted request's recompute) ends its step without a device wait, so the
-        # host may plan the next chunk while this chunk's schedule is still queued for its copy.
+        # through _plan like every plan: a prefill chunk that samples no row ends its step unsynchronised
         self._plan(
             w, host_ints(qo, "i", i32), host_ints(indptr, "i", i32), host_ints(indices, "i", i32),
             host_ints(last, "i", i32), *self._dims, **self._prefill_kw,
