@@ -260,17 +260,21 @@ def test_prefill_with_prefix_hits_matches_torch_native(fi, page_size, heads, pad
     check_extend(torch.device("cuda"), page_size, heads, pad_rows)
 
 
-def test_back_to_back_prefill_plans_wait_for_the_last_schedule_copy(fi):
+@pytest.mark.parametrize("order", ["many_then_one", "one_then_many"])
+def test_back_to_back_prefill_plans_wait_for_the_last_schedule_copy(fi, order):
     """Two prefills prepared back to back with no device wait between them, as the engine runs a
     prefill chunk that samples no row (a middle chunk of a long prompt, a preempted request's
     recompute). FlashInfer's plan() writes its schedule into one pinned host buffer and copies it to
     the device asynchronously, so planning the second must wait until the first's copy has run
     (``FlashInferBackend._staging``). The device is kept busy first, so that copy is still queued when
     the host plans the second: unguarded, the first prefill ran on the second's schedule (wrong rows,
-    or reads past its tensors)."""
+    or reads past its tensors). The schedules differ in size both ways: FlashInfer aligns each of its
+    arrays to 16 bytes, so two schedules of at most four tiles each share one layout and a mix-up of
+    those can go unseen."""
     device = torch.device("cuda")
     hq, hkv = HEADS[0]
-    first, second = [(0, 200), (300, 120), (40, 64)], [(0, 32)]
+    many, one = EXTEND, [(0, 32)]
+    first, second = (many, one) if order == "many_then_one" else (one, many)
     rng = random.Random(17)
     pool = _pool(device, 16, sum(-(-(p + e) // 16) for p, e in first + second) + 4, hkv)
     ref, fib = _backends(device, pool, (hq, hkv))
