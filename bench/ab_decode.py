@@ -26,7 +26,8 @@ uploader's copy stream; readback=copy copies the greedy tokens to the host after
 instead of having the graph write them into a pinned ring; silu_pdl=off launches the SiLU·mul kernel
 (between a cuBLAS gate|up and a skinny down) without programmatic dependent launch; norms=separate runs
 a layer's add+RMSNorms as their own kernels where the skinny GEMM would carry them
-(``triton_skinny.NORMS_IN_PROJECTIONS`` off).
+(``triton_skinny.NORMS_IN_PROJECTIONS`` off); post_norm=64 (16+64, none) sets the row classes where
+the post-attention add+RMSNorm alone runs as its own kernel (``triton_skinny.POST_NORM_APART``, both shapes).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
 SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
 SHIPPED_SILU_PDL = tk.SILU_MUL_PDL
 SHIPPED_NORMS = ts.NORMS_IN_PROJECTIONS
+SHIPPED_POST_NORM = ts.POST_NORM_APART
 SHIPPED_GEMV = dict(tg.TUNED)
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 SHIPPED_COPY_STREAM = gu.COPY_STREAM
@@ -130,6 +132,7 @@ def apply(variant: str) -> dict:
     tk.PDL_AUTO_MAX_BYTES = SHIPPED_PDL_MAX
     tk.SILU_MUL_PDL = SHIPPED_SILU_PDL
     ts.NORMS_IN_PROJECTIONS = SHIPPED_NORMS
+    ts.POST_NORM_APART = SHIPPED_POST_NORM
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
@@ -177,6 +180,9 @@ def apply(variant: str) -> dict:
             DecodeGraphRunner.run = _separate_copies_run
         elif key == "silu_pdl" and value == "off":  # the SiLU·mul kernel launched without PDL
             tk.SILU_MUL_PDL = False
+        elif key == "post_norm":  # row classes (16+64, or none) whose post-attention add+RMSNorm runs apart
+            ts.POST_NORM_APART = frozenset(
+                (h, int(c)) for h in (1024, 4096) for c in value.split("+") if value != "none")
         elif key == "norms" and value == "separate":  # add+RMSNorm kernels between the skinny projections
             ts.NORMS_IN_PROJECTIONS = False
         elif key == "h2d" and value == "compute":  # the step's upload on the compute stream, in line

@@ -113,6 +113,8 @@ class DecoderLayer(nn.Module):
         self.skinny_gate_up_plain: dict[int, ts.Config] = {}
         # row classes whose add+RMSNorms ride in the skinny projections around them (set_skinny)
         self.norms_in_projections: frozenset[int] = frozenset()
+        # of those, the classes whose post-attention add+RMSNorm runs as its own kernel (ts.POST_NORM_APART)
+        self.post_norm_apart: frozenset[int] = frozenset()
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -140,9 +142,14 @@ class DecoderLayer(nn.Module):
             h, norm = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl), None
         attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls, norm=norm), positions, rope, attn)
         if cls in self.norms_in_projections:
-            sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl)
-            gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
-                               norm=ts.NormInput(sumsq, pln.eps))
+            if cls in self.post_norm_apart:
+                h = tk.add_rms_norm(self._project(sa.o_proj, attended, o, cls), residual, pln.weight, pln.eps,
+                                    self.skinny_pdl)
+                gu = self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True)
+            else:
+                sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl)
+                gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
+                                   norm=ts.NormInput(sumsq, pln.eps))
             sumsq = ts.skinny_add(gu, mlp.down_proj.weight, residual, config=down[cls], pdl=self.skinny_pdl)
             return None, residual, sumsq
         a = self._project(sa.o_proj, attended, o, cls)
@@ -207,6 +214,7 @@ class DecoderLayer(nn.Module):
             c for c in (16, 64)
             if ts.NORMS_IN_PROJECTIONS and (hidden, c) not in ts.NORMS_APART and c in qkv and c in o
             and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
+        self.post_norm_apart = frozenset(c for c in self.norms_in_projections if (hidden, c) in ts.POST_NORM_APART)
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL

@@ -44,6 +44,13 @@ NORMS_IN_PROJECTIONS = True
 NORMS_APART: frozenset[tuple[int, int]] = frozenset({(1024, 16)})
 """(hidden size, row class) where bench/ab_decode.py measured the separate add+RMSNorm kernels faster
 than the norms in the projections: the Qwen3-0.6B at 2-16 rows (its o and down split K four ways)."""
+POST_NORM_APART: frozenset[tuple[int, int]] = frozenset({(4096, 64)})
+"""(hidden size, row class) of layers with the norms in the projections where the post-attention
+add+RMSNorm still runs as its own kernel between the o and gate|up projections (o plain, gate|up on
+the normalised rows); the down -> q|k|v norm stays in the projections. The Llama-3.1-8B at 17-64 rows:
+its o projection there fills an SM per program, and adding into the residual in its epilogue cost it
+more (bench/profile_decode.py) than the norm kernel it saves; bench/ab_decode.py post_norm=... measured
+the step faster so, and the 8B at 2-16 rows and the 0.6B at 64 rows slower."""
 
 if HAVE_TRITON:
     import triton

@@ -111,12 +111,13 @@ def test_skinny_replays_in_a_graph():
     assert torch.equal(out, ts.skinny(x, w, config=cfg))
 
 
-def test_skinny_layers_match_cublas_layers():
+@pytest.mark.parametrize("post_norm_apart", [False, True], ids=["norms_in", "post_norm_apart"])
+def test_skinny_layers_match_cublas_layers(post_norm_apart):
     """A Qwen3-0.6B-shaped model (4 layers) with the skinny GEMM on its tuned projections agrees with
-    the same model on cuBLAS at 2-64 rows; greedy choices agree wherever the margin is decided."""
+    the same model on cuBLAS at 2-64 rows; greedy choices agree wherever the margin is decided. Also
+    with the post-attention add+RMSNorm as its own kernel (``ts.POST_NORM_APART``)."""
     from graphtop.models import triton_skinny as ts
     from graphtop.models.random_model import hf_config_for, random_checkpoint
-    from graphtop.models.reference_attention import ContiguousAttention
 
     cfg = hf_config_for("qwen3-0.6b", num_hidden_layers=4)
     a = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=5).model
@@ -127,7 +128,30 @@ def test_skinny_layers_match_cublas_layers():
     assert layer.norms_in_projections == {16, 64} - {c for h, c in ts.NORMS_APART if h == 1024}
     for other in b.model.layers:  # the path the 0.6B keeps off at 16 rows agrees too
         other.norms_in_projections = frozenset({16, 64})
-    for t in (2, 8, 40, 64):
+        other.post_norm_apart = other.norms_in_projections if post_norm_apart else frozenset()
+    _assert_models_agree(a, b, (2, 8, 40, 64))
+
+
+def test_llama_8b_layers_as_shipped_match_cublas_layers():
+    """The Llama-3.1-8B shape (2 layers) as it ships: the norms in the projections at 2-64 rows, the
+    post-attention add+RMSNorm apart at 17-64 (``ts.POST_NORM_APART``), against cuBLAS."""
+    from graphtop.models.random_model import hf_config_for, random_checkpoint
+
+    cfg = hf_config_for("llama-3.1-8b", num_hidden_layers=2)
+    a = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=7).model
+    b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=7).model
+    assert a.enable_fused_kernels(gemv_max_rows=0, skinny=False) and b.enable_fused_kernels(gemv_max_rows=0)
+    layer = b.model.layers[0]
+    assert all(layer.skinny) and layer.norms_in_projections == {16, 64} and layer.post_norm_apart == {64}
+    _assert_models_agree(a, b, (2, 8, 40, 64))
+
+
+def _assert_models_agree(a, b, rows) -> None:
+    """b's logits within 2 % of a's at each row count; greedy choices agree wherever a's margin is
+    more than 3 ulp."""
+    from graphtop.models.reference_attention import ContiguousAttention
+
+    for t in rows:
         ids = torch.randint(10, 1000, (t,), device="cuda")
         pos = torch.arange(t, device="cuda")
         with torch.inference_mode():

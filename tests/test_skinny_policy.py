@@ -131,6 +131,23 @@ def test_norms_ride_in_the_projections_where_all_four_take_the_skinny_gemm(monke
     assert layer.norms_in_projections == frozenset()
 
 
+def test_the_post_attention_norm_runs_apart_only_where_measured_faster(monkeypatch) -> None:
+    """ts.POST_NORM_APART picks, among the row classes with the norms in the projections, those whose
+    post-attention add+RMSNorm stays a kernel of its own: the 8B at 64 rows, nothing on the 0.6B."""
+    layer, small = _fused_layer("llama-3.1-8b"), _fused_layer("qwen3-0.6b")
+    for lay in (layer, small):
+        lay.set_skinny(True, "auto")
+    assert layer.post_norm_apart == {64} and small.post_norm_apart == frozenset()
+    monkeypatch.setattr(ts, "POST_NORM_APART", frozenset({(4096, 16), (4096, 64), (1024, 16)}))
+    layer.set_skinny(True, "auto")
+    small.set_skinny(True, "auto")
+    assert layer.post_norm_apart == {16, 64}
+    assert small.post_norm_apart == frozenset()  # its norms are apart at 16 rows anyway: not in the projections
+    monkeypatch.setattr(ts, "NORMS_IN_PROJECTIONS", False)
+    layer.set_skinny(True, "auto")
+    assert layer.post_norm_apart == frozenset()
+
+
 def test_the_kernel_config_switch() -> None:
     assert KernelConfig().skinny_gemm == "auto"
     assert resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "off"}).skinny_gemm == "off"
