@@ -12,8 +12,8 @@ the Triton decode launch shape below ``LARGE_ROWS`` rows (tuning=..., for every 
 for groups up to ``SMALL_GROUP`` only; one=..., one row of the larger groups), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
 huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves]] and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
-the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some, sk=N:K:row_class:silu
-puts one back on cuBLAS) for the engines built under it. logits=float32 captures the decode graphs the way they
+the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some (split 0
+or -2: stream-K over one or two programs an SM), sk=N:K:row_class:silu puts one back on cuBLAS) for the engines built under it. logits=float32 captures the decode graphs the way they
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;

@@ -33,9 +33,10 @@ from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models import triton_skinny as ts  # noqa: E402
 from graphtop.models.random_model import SHAPES  # noqa: E402
 
-# (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages), likeliest first so a cut-off sweep has tried them
+# (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages), likeliest first so a cut-off sweep has tried them; SPLIT_K
+# 0 / -2: stream-K over one / two programs an SM
 GRID = [(bn, bk, sp, 4, st) for st in (4, 3, 6) for bk in (128, 256, 64) for bn in (64, 32, 16, 128)
-        for sp in (1, 2, 4, 8, 16)]
+        for sp in (1, 0, 2, -2, 4, 8, 16)]
 
 
 def main() -> int:
@@ -73,7 +74,7 @@ def main() -> int:
         cls = ts.row_class(m)
         t_cub = graph_us(cublas, layers)
         configs = [c for c in (GRID if args.sweep else [ts.TUNED.get((n, k, cls, silu))]) if c
-                   and ts.config_ok(n, k, c, silu) and 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096]
+                   and ts.config_ok(n, k, c, silu) and (c[2] <= 0 or 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096)]
         best = None
         t0 = time.time()
         for cfg in configs:

@@ -23,6 +23,10 @@ exactly, stalled the products on the tiles' trip through registers. A layer then
 launches around its attention instead of six: at a few rows each launch in the chain is microseconds of
 latency, the norm's bytes are nothing.
 
+A config may instead spread the work stream-K (split <= 0: a fixed number of programs, one or two an
+SM, each taking an equal share of the (column slab, K tile) units; ``_streamk_kernel``): a projection
+whose N / BLOCK_N leaves SMs idle (the 8B's q|k|v: 96 slabs on 132 SMs) then streams on all of them.
+
 Used for CUDA bf16/fp16 with Triton where bench/skinny_bench.py measured it faster than cuBLAS; the
 shapes and launch configs it won are in ``TUNED``.
 """
@@ -35,6 +39,7 @@ from typing import Optional
 
 import torch
 
+from .stream_k import stream_k_plan, stream_k_programs
 from .triton_kernels import HAVE_TRITON, use_pdl
 
 MIN_M, MAX_M = 2, 64
@@ -169,6 +174,100 @@ if HAVE_TRITON:
             _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om, ss_ptrs, ADD)
 
 
+    @triton.jit
+    def _streamk_flush(acc, acc_u, part_ptr, seg, cell, up_part, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+                       SILU: tl.constexpr):
+        """Store a segment's fp32 sums as partial ``seg`` and start the next segment from zero."""
+        tl.store(part_ptr + seg * (BLOCK_N * BLOCK_M) + cell, acc)
+        if SILU:
+            tl.store(part_ptr + up_part + seg * (BLOCK_N * BLOCK_M) + cell, acc_u)
+        return tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), seg + 1
+
+    @triton.jit
+    def _streamk_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, ss_out_ptr, ss_in_ptr, eps, n_ss_in,
+                        prog_ptr, slab_ptr, M, N_OUT, K, T, x_stride, out_stride, up_off, up_part,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        SILU: tl.constexpr, USE_PDL: tl.constexpr, ADD: tl.constexpr, NORM: tl.constexpr,
+                        SS_IN: tl.constexpr):
+        """``_skinny_kernel``'s product and epilogues with the work spread evenly over a fixed number of
+        programs (stream-K): the (column slab, K tile) units in slab-major order, program p taking the
+        units [u0, u1) of ``prog_ptr`` [p] = (u0, u1, its first segment). A program's units cut at slab
+        boundaries give segments, numbered in unit order; each is stored as an fp32 partial, and the
+        last program to finish a slab (an acq_rel ticket) sums that slab's segments in order
+        (``slab_ptr`` [slab] = (first segment, count)) and runs the epilogue. So every program streams
+        the same share of the weight whatever N / BLOCK_N is, and the result does not depend on which
+        program finishes first.
+        """
+        pid = tl.program_id(0)
+        u0 = tl.load(prog_ptr + 3 * pid)
+        u1 = tl.load(prog_ptr + 3 * pid + 1)
+        seg = tl.load(prog_ptr + 3 * pid + 2)
+        rb = tl.arange(0, BLOCK_N)
+        rm = tl.arange(0, BLOCK_M)
+        rk = tl.arange(0, BLOCK_K)
+        xm = rm[None, :] < M
+        cell = rb[:, None] * BLOCK_M + rm[None, :]
+        g_rows = w_ptr + rb[:, None].to(tl.int64) * K + rk[None, :]  # slab 0, K tile 0; a unit adds its offset
+        x_cols = x_ptr + rm[None, :] * x_stride + rk[:, None]
+        # first unit: the weight before the PDL wait (nothing writes weights), the activations after
+        slab = u0 // T
+        kt = u0 - slab * T
+        w_off = (slab * BLOCK_N).to(tl.int64) * K + kt * BLOCK_K
+        wg = tl.load(g_rows + w_off)
+        if SILU:
+            wu = tl.load(g_rows + up_off.to(tl.int64) * K + w_off)
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if NORM:  # the producer's slab partials, summed in slab order
+            sp = tl.arange(0, SS_IN)
+            ss = tl.load(ss_in_ptr + sp[:, None] * BLOCK_M + rm[None, :], mask=sp[:, None] < n_ss_in, other=0.0)
+            rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        xt = tl.load(x_cols + kt * BLOCK_K, mask=xm, other=0.0)
+        acc = tl.dot(wg, xt, acc)
+        if SILU:
+            acc_u = tl.dot(wu, xt, acc_u)
+        if (kt == T - 1) | (u0 + 1 == u1):
+            acc, acc_u, seg = _streamk_flush(acc, acc_u, part_ptr, seg, cell, up_part, BLOCK_N, BLOCK_M, SILU)
+        for u in range(u0 + 1, u1):
+            slab = u // T
+            kt = u - slab * T
+            w_off = (slab * BLOCK_N).to(tl.int64) * K + kt * BLOCK_K
+            wg = tl.load(g_rows + w_off)
+            xt = tl.load(x_cols + kt * BLOCK_K, mask=xm, other=0.0)
+            acc = tl.dot(wg, xt, acc)
+            if SILU:
+                wu = tl.load(g_rows + up_off.to(tl.int64) * K + w_off)
+                acc_u = tl.dot(wu, xt, acc_u)
+            if (kt == T - 1) | (u + 1 == u1):
+                acc, acc_u, seg = _streamk_flush(acc, acc_u, part_ptr, seg, cell, up_part, BLOCK_N, BLOCK_M, SILU)
+        tl.debug_barrier()  # every thread's partials written before a ticket publishes them
+        dt = out_ptr.dtype.element_ty
+        for s in range(u0 // T, (u1 - 1) // T + 1):
+            first = tl.load(slab_ptr + 2 * s)
+            count = tl.load(slab_ptr + 2 * s + 1)
+            ticket = tl.atomic_add(ticket_ptr + s, 1)
+            if ticket == count - 1:
+                acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+                acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+                for j in range(first, first + count):  # unit order, whoever came last: deterministic
+                    acc += tl.load(part_ptr + j * (BLOCK_N * BLOCK_M) + cell, cache_modifier=".cg")
+                    if SILU:
+                        acc_u += tl.load(part_ptr + up_part + j * (BLOCK_N * BLOCK_M) + cell, cache_modifier=".cg")
+                rn = s * BLOCK_N + rb
+                om = xm & (rn[:, None] < N_OUT)
+                o_ptrs = out_ptr + rm[None, :] * out_stride + rn[:, None]
+                r = tl.zeros([BLOCK_N, BLOCK_M], dtype=dt)
+                if ADD:
+                    r = tl.load(o_ptrs, mask=om, other=0.0)
+                _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om,
+                              ss_out_ptr + s * BLOCK_M + rm, ADD)
+                tl.store(ticket_ptr + s, 0)  # ready for the next launch / replay
+
+
 # (N, K, row class, silu) -> (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages): the best of
 # bench/skinny_bench.py --sweep on an H200 (row classes 16 and 64: measured at 8 and 64 rows), kept
 # where it beat cuBLAS (plus the SiLU·mul kernel for gate|up) at the same rows, or where the whole sweep's
@@ -208,10 +307,17 @@ def configs_for(n: int, k: int, silu: bool = False) -> dict[int, Config]:
 
 
 def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
-    """Whether a launch config tiles (N, K) exactly: whole column slabs, whole K tiles per split."""
+    """Whether a launch config tiles (N, K) exactly: whole column slabs, whole K tiles per split (a
+    stream-K config, split <= 0, needs whole K tiles only)."""
     block_n, block_k, split, _, _ = cfg
     n_out = n // 2 if silu else n
+    if split <= 0:
+        return n_out % block_n == 0 and k % block_k == 0
     return n_out % block_n == 0 and k % (split * block_k) == 0 and k // split >= block_k
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
 
 
 class SkinnyWorkspace:
@@ -297,6 +403,8 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
     if pdl is None:
         pdl = use_pdl(weight.device)
     slabs = n_out // block_n
+    if split <= 0:
+        return _launch_stream_k(x, weight, out, config, silu_mul, pdl, norm, add, block_m, slabs)
     parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
                                    slabs) if split > 1 else (out, out)
     ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
@@ -308,6 +416,32 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
         x, weight, out, parts, tickets, out if ss_out is None else ss_out, out if norm is None else norm.partials,
         0.0 if norm is None else norm.eps, n_ss_in, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split > 1, SILU=silu_mul, USE_PDL=pdl,
+        ADD=add, NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)),
+        num_warps=warps, num_stages=stages, launch_pdl=pdl)
+    return ss_out
+
+
+def _launch_stream_k(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
+                     pdl: bool, norm: Optional[NormInput], add: bool, block_m: int, slabs: int) -> Optional[torch.Tensor]:
+    """``_launch`` for a stream-K config (split <= 0): one launch of a fixed number of programs."""
+    m, k = x.shape
+    block_n, block_k, split, warps, stages = config
+    n_out = slabs * block_n
+    tiles = k // block_k
+    plan = stream_k_plan(weight.device, slabs, tiles, stream_k_programs(split, _sm_count(weight.device), slabs * tiles))
+    tile = block_n * block_m
+    up_part = plan.segments * tile
+    parts, tickets = WORKSPACE.get(weight.device, up_part * (2 if silu_mul else 1), slabs)
+    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
+    n_ss_in = 0
+    if norm is not None:
+        n_ss_in = norm.partials.shape[0]
+        assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
+    _streamk_kernel[(plan.programs.shape[0],)](
+        x, weight, out, parts, tickets, out if ss_out is None else ss_out, out if norm is None else norm.partials,
+        0.0 if norm is None else norm.eps, n_ss_in, plan.programs, plan.slabs, m, n_out, k, tiles, x.stride(0),
+        out.stride(0), n_out, up_part,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SILU=silu_mul, USE_PDL=pdl,
         ADD=add, NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)),
         num_warps=warps, num_stages=stages, launch_pdl=pdl)
     return ss_out

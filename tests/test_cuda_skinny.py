@@ -20,7 +20,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("m", [2, 8, 17, 64])
 @pytest.mark.parametrize("silu,cfg", [(False, (32, 128, 1, 4, 4)), (False, (16, 128, 4, 4, 3)),
                                       (False, (16, 256, 2, 4, 4)), (True, (32, 128, 1, 4, 4)),
-                                      (True, (16, 64, 2, 4, 3))])
+                                      (True, (16, 64, 2, 4, 3)),
+                                      (False, (32, 128, 0, 4, 4)), (True, (32, 128, 0, 4, 4)),
+                                      (False, (16, 128, -2, 4, 3))])  # stream-K: 1 and 2 programs an SM
 def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
     from graphtop.models import triton_kernels as tk
     from graphtop.models import triton_skinny as ts
@@ -41,12 +43,13 @@ def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
 
 @pytest.mark.parametrize("m", [3, 8, 40, 64])
 @pytest.mark.parametrize("pair", ["o->gate_up", "down->qkv"])
-def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pair):
+@pytest.mark.parametrize("stream_k", [False, True], ids=["shipped", "stream_k"])
+def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pair, stream_k):
     """With the Llama-3.1-8B's projections and their shipped configs: ``skinny_add`` leaves the residual
     the add+RMSNorm kernel leaves, bit for bit, and its slab partials sum to the rows' squares; the
     projection that takes them (the norm's weight folded into its own, the row scale applied to its
     sums) is at least as close to the fp32 result as HF's rounding (add+RMSNorm kernel, then the
-    projection); both are deterministic."""
+    projection); both are deterministic. Also with both on stream-K launches of the same tiles."""
     import torch.nn.functional as F
 
     from graphtop.models import triton_kernels as tk
@@ -58,6 +61,8 @@ def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pa
     cls = ts.row_class(m)
     silu = pair == "o->gate_up"  # the 8B's gate|up has SiLU·mul configs at both row classes
     producer, consumer = ts.configs_for(d, k)[cls], ts.configs_for(n, d, silu)[cls]
+    if stream_k:
+        producer, consumer = (c[:2] + (0,) + c[3:] for c in (producer, consumer))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(d, k, device="cuda", dtype=torch.bfloat16) * 0.02
     wn = torch.randn(n, d, device="cuda", dtype=torch.bfloat16) * 0.02
@@ -84,14 +89,14 @@ def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pa
     assert torch.equal(ts.skinny(again_res, folded, config=consumer, silu_mul=silu, norm=norm), got)
 
 
-def test_skinny_replays_in_a_graph():
+@pytest.mark.parametrize("cfg", [(16, 128, 4, 4, 3), (16, 128, 0, 4, 3)], ids=["split_k", "stream_k"])
+def test_skinny_replays_in_a_graph(cfg):
     """Split tickets reset themselves: replay after replay gives eager's result, bit for bit."""
     from graphtop.models import triton_skinny as ts
 
     torch.manual_seed(0)
     w = torch.randn(1024, 3072, device="cuda", dtype=torch.bfloat16) * 0.05
     x = torch.randn(8, 3072, device="cuda", dtype=torch.bfloat16)
-    cfg = (16, 128, 4, 4, 3)
     eager = ts.skinny(x, w, config=cfg)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
