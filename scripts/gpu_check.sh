@@ -10,7 +10,8 @@
 #      ATTN_ARGS, AB_ARGS, CAPTURE_ARGS, PARITY_ARGS, FINITE_ARGS, TP_ARGS; tp needs 2 GPUs); BENCH_ARGS / EVENTS_ARGS /
 #      DASH_ARGS add flags to bench/graph_bench.py / bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS
 #      adds pytest flags; GPU_TEST_FILES replaces the list of test files (default: every tests/test_cuda_*.py and
-#      tests/test_flashinfer_cuda.py).
+#      tests/test_flashinfer_cuda.py); GPU_TEST_PART=1 / 2 runs tests/test_cuda_kernels.py / the other files
+#      of the list (the whole suite is about one call's time limit).
 #   tensor parallel on 2 GPUs only:
 #      GPU_TEST_FILES=tests/test_cuda_tp.py GPU_BENCHES=tp bash scripts/gpu_check.sh $OUT
 set -uo pipefail
@@ -40,6 +41,12 @@ fi
 rc=0
 if [ "${GPU_TESTS:-1}" = 1 ]; then
   files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/test_cuda_*.py tests/test_flashinfer_cuda.py 2>/dev/null)}
+  # the whole suite takes about a device call's time limit: GPU_TEST_PART=1 runs tests/test_cuda_kernels.py,
+  # GPU_TEST_PART=2 every other file of the list, so two calls cover it
+  case "${GPU_TEST_PART:-}" in
+    1) files=$(printf '%s\n' $files | grep -x 'tests/test_cuda_kernels.py') ;;
+    2) files=$(printf '%s\n' $files | grep -vx 'tests/test_cuda_kernels.py') ;;
+  esac
   # a test still running after GPU_TEST_STACKS_S seconds gets every thread's stack printed (a hang shows
   # where it waits, even when the device call's time limit ends the run)
   (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 \
