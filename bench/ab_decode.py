@@ -13,7 +13,8 @@ for groups up to ``SMALL_GROUP`` only; one=..., one row of the larger groups), f
 huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves]] and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some (split 0
-or -2: stream-K over one or two programs an SM), sk=N:K:row_class:silu puts one back on cuBLAS) for the engines built under it. logits=float32 captures the decode graphs the way they
+or -2: stream-K over one or two programs an SM; streamk=0 or -2 turns every config so far into that),
+sk=N:K:row_class:silu puts one back on cuBLAS) for the engines built under it. logits=float32 captures the decode graphs the way they
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
@@ -165,6 +166,8 @@ def apply(variant: str) -> dict:
                     ts.TUNED[(n, k, cls, bool(silu))] = tuple(cfg)
                 else:
                     ts.TUNED.pop((n, k, cls, bool(silu)), None)
+        elif key == "streamk":  # every skinny config (shipped and sk= so far) on stream-K: 0 or -2
+            ts.TUNED.update({kk: c[:2] + (int(value),) + c[3:] for kk, c in ts.TUNED.items()})
         elif key == "skinny":
             kernel["skinny_gemm"] = value
         elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
