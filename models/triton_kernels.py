@@ -34,6 +34,12 @@ launches with PDL itself (DecoderLayer; bench/ab_decode.py's silu_pdl=off measur
 _pdl: dict[int, bool] = {}
 
 
+def sm_count(device: torch.device) -> int:
+    """The device's SM count, which launches size their grids by (work per SM); an H100/H200's 132 off
+    CUDA, so a launch planned on the CPU (the Triton interpreter, tests) splits work as it would there."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
 def use_pdl(device: torch.device, weight_bytes: int = 0, policy: str = "auto") -> bool:
     """Whether a decode-path kernel (fused GEMV, Triton decode attention) launches with programmatic
     dependent launch: it may start while its predecessor drains, stream its weights (which no kernel

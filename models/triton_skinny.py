@@ -40,7 +40,7 @@ from typing import Optional
 import torch
 
 from .stream_k import stream_k_plan, stream_k_programs
-from .triton_kernels import HAVE_TRITON, use_pdl
+from .triton_kernels import HAVE_TRITON, sm_count, use_pdl
 
 MIN_M, MAX_M = 2, 64
 NORMS_IN_PROJECTIONS = True
@@ -316,9 +316,6 @@ def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
     return n_out % block_n == 0 and k % (split * block_k) == 0 and k // split >= block_k
 
 
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-
 
 class SkinnyWorkspace:
     """Split partials and tickets, one set per (device, thread), grown on demand outside graphs.
@@ -428,7 +425,7 @@ def _launch_stream_k(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, c
     block_n, block_k, split, warps, stages = config
     n_out = slabs * block_n
     tiles = k // block_k
-    plan = stream_k_plan(weight.device, slabs, tiles, stream_k_programs(split, _sm_count(weight.device), slabs * tiles))
+    plan = stream_k_plan(weight.device, slabs, tiles, stream_k_programs(split, sm_count(weight.device), slabs * tiles))
     tile = block_n * block_m
     up_part = plan.segments * tile
     parts, tickets = WORKSPACE.get(weight.device, up_part * (2 if silu_mul else 1), slabs)

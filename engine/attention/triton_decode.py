@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import torch
 
-from graphtop.models.triton_kernels import use_pdl
+from graphtop.models.triton_kernels import sm_count, use_pdl
 
 from ..graphs.upload import Upload
 
@@ -283,7 +283,7 @@ class PagedDecode:
         self.group = num_heads // num_kv_heads
         self.group_pad = max(16, triton.next_power_of_2(self.group))
         self.page_size, self.scale, self.device = page_size, scale, device
-        self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+        self.sms = sm_count(torch.device(device))
         small, one_row = ((SMALL_GROUP_TUNING, SMALL_GROUP_TUNING) if self.group <= SMALL_GROUP
                           else (DEFAULT_TUNING, ONE_ROW_TUNING))
         self.tuning = tuning or _for_head_dim(small, head_dim)
