@@ -220,8 +220,12 @@ class ParityChecker:
         self._graph_steps += 1
         if self._graph_steps % self.every:
             return
-        if self.busy or not allowed or _pages_needed(batch) > len(self._scratch):
+        if self.busy:  # counted; the running check's event carries the count
             self.skipped += 1
+            return
+        if not allowed or _pages_needed(batch) > len(self._scratch):
+            self.skipped += 1
+            self._not_run(None, "capture_pending" if not allowed else "too_large")
             return
         with torch.inference_mode():
             logits = self._snapshot_logits(out.logits)
@@ -271,6 +275,7 @@ class ParityChecker:
             return
         if job.step_no is None or job.stats is None:
             self.discarded += 1
+            self._not_run(job.step_no, "discarded")
             return
         max_abs, max_rel, argmax_agree, top5 = job.stats
         mismatch = not max_rel <= self.tolerance
@@ -285,6 +290,10 @@ class ParityChecker:
             mismatch=mismatch, check_ms=round(job.check_ms, 3), every=self.every,
             skipped=self.skipped, discarded=self.discarded,
         ))
+
+    def _not_run(self, step: Optional[int], reason: str) -> None:
+        self.publish(ev.ParityNotRun(step=step, reason=reason, skipped=self.skipped, discarded=self.discarded,
+                                     every=self.every))
 
     # --- snapshot buffers (the graphs never own them) --------------------------------------------
     def _snapshot_logits(self, logits: torch.Tensor) -> torch.Tensor:

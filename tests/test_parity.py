@@ -155,7 +155,41 @@ def test_a_check_whose_context_is_freed_midway_compares_only_the_rows_still_held
     assert engine.parity.discarded == 0
     hold_a_check_then_cancel(b.request_id)  # b alone: nothing left to compare
     engine.close()
-    assert engine.parity.discarded == 1 and not _checks(sub.drain())
+    events = sub.drain()
+    assert engine.parity.discarded == 1 and not _checks(events)
+    # the stream says so at once, not only in a later check's counts (there is none here)
+    not_run = [e for e in events if isinstance(e, ev.ParityNotRun)]
+    assert [(e.reason, e.discarded, e.step is not None) for e in not_run] == [("discarded", 1, True)]
+    summary = summarize(events)
+    assert summary.parity.discarded == 1 and summary.parity.checks == 0
+    assert "none compared" in format_summary(summary) and "discarded 1" in format_summary(summary)
+
+
+@pytest.mark.parametrize("reason", ["too_large", "capture_pending"])
+def test_a_due_check_that_cannot_run_is_an_event_with_its_reason(tiny_ckpt, make_engine, monkeypatch, reason) -> None:
+    """A due check skipped for want of scratch KV, or while a recapture waits, is a ``parity_not_run``
+    event with the running counts; only a skip behind a running check is left to that check's event."""
+    import graphtop.engine.parity as parity_mod
+
+    bus = EventBus()
+    sub = bus.subscribe("t")
+    engine = _engine(tiny_ckpt, make_engine, bus, parity_every=1)
+    if reason == "too_large":
+        monkeypatch.setattr(parity_mod, "_pages_needed", lambda batch: 1 << 30)
+    else:
+        monkeypatch.setattr(type(engine.model_runner), "capture_pending", property(lambda self: True))
+    handle = engine.submit(PROMPTS[2], SamplingParams(max_new_tokens=5, ignore_eos=True, detokenize=False))
+    for _ in range(50):
+        if handle.finished:
+            break
+        engine.step()
+    engine.parity.wait_idle()
+    events = sub.drain()
+    not_run = [e for e in events if isinstance(e, ev.ParityNotRun)]
+    assert handle.token_ids and not _checks(events) and not_run
+    assert all(e.reason == reason and e.step is None and e.every == 1 for e in not_run)
+    assert [e.skipped for e in not_run] == list(range(1, len(not_run) + 1)) == [engine.parity.skipped - i for i in
+                                                                              range(len(not_run) - 1, -1, -1)]
 
 
 def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:

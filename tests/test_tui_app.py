@@ -478,7 +478,7 @@ async def test_bucket_editor_advice_stays_within_the_static_buffers() -> None:
 
 
 async def test_parity_panel_toggle_checks_and_red_state() -> None:
-    from graphtop.engine.telemetry.events import ParityCheck
+    from graphtop.engine.telemetry.events import ParityCheck, ParityNotRun
     from graphtop.tui.parity_panel import ParityPanel
 
     session = FakeSession()
@@ -493,6 +493,10 @@ async def test_parity_panel_toggle_checks_and_red_state() -> None:
         await pump(pilot)
         assert session.parity_every == app.PARITY_EVERY and panel.display
         assert "1 in 64 · waiting for the first check" in screen_text(app)
+        session.publish(ParityNotRun(step=70, reason="discarded", skipped=1, discarded=1, every=64, ts=T0 + 39))
+        await pump(pilot)  # no check compared yet, but the stream said one was dropped
+        assert "1 in 64 · waiting for the first check" in screen_text(app)
+        assert "skipped 1 · discarded 1" in screen_text(app)
 
         def check(step: int, rel: float, mismatch: bool) -> ParityCheck:
             return ParityCheck(step=step, phase="decode", batch_size=3, num_tokens=3, bucket=4, rows=3,

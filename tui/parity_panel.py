@@ -38,7 +38,11 @@ class ParityPanel(Panel):
         body = self.query_one("#parity-body", Static)
         rate = f"1 in {every}" if every else "off"
         if not p.checks:
-            set_content(body, Content.from_markup("$r · [$text-muted]waiting for the first check[/]", r=rate))
+            waiting = Content.from_markup("$r · [$text-muted]waiting for the first check[/]", r=rate)
+            if p.skipped or p.discarded:  # due checks that compared nothing (parity_not_run events)
+                waiting = Content("\n").join([waiting, Content.from_markup(
+                    "[$text-muted]skipped $s · discarded $d[/]", s=f"{p.skipped:,}", d=f"{p.discarded:,}")])
+            set_content(body, waiting)
             return
         verdict = "[$error b]$m mismatch(es)[/]" if p.failing else "[$success]all agree[/]"
         last = state.parity_last

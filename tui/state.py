@@ -23,6 +23,7 @@ from graphtop.engine.telemetry.events import (
     KVPoolState,
     MemoryLedger,
     ParityCheck,
+    ParityNotRun,
     RankReplay,
     RecaptureFinished,
     RecaptureRequested,
@@ -319,6 +320,10 @@ class DashboardState:
         self.parity_last = ev
         self.revs["parity"] += 1
 
+    def _on_parity_not_run(self, ev: ParityNotRun) -> None:
+        self.parity.not_run(ev)
+        self.revs["parity"] += 1
+
     def _on_error(self, ev: ErrorEvent) -> None:
         self.errors.append(ev)
         if ev.fatal:
@@ -346,4 +351,5 @@ _HANDLERS = {  # keyed by the events' ``type`` tags (see graphtop.engine.telemet
     "config_downgrade": DashboardState._on_downgrade,
     "error": DashboardState._on_error,
     "parity_check": DashboardState._on_parity,
+    "parity_not_run": DashboardState._on_parity_not_run,
 }

@@ -218,6 +218,22 @@ class ParityCheck(Event):
 
 
 @dataclass(frozen=True)
+class ParityNotRun(Event):
+    """A due parity check that gave no comparison, and why, so the stream shows it even when no later
+    check follows: ``discarded`` (its requests' KV was freed while it ran: inconclusive),
+    ``too_large`` (the step needs more scratch pages than are reserved), ``capture_pending`` (a
+    recapture waits for the step loop). A check skipped because another was running is only counted:
+    that one's event follows, with the counts."""
+
+    type: ClassVar[str] = "parity_not_run"
+    step: Optional[int] = None  # the step, when it was numbered (a skipped step is not yet)
+    reason: str = ""
+    skipped: int = 0
+    discarded: int = 0
+    every: int = 0
+
+
+@dataclass(frozen=True)
 class RankReplay(Event):
     """Replay times of a tensor-parallel worker rank (rank 0's are in its ``step`` events), sent in
     batches: the steps it replayed a graph for since its last batch."""
@@ -304,6 +320,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         KVPoolState,
         StepEvent,
         ParityCheck,
+        ParityNotRun,
         RankReplay,
         RequestQueued,
         RequestFirstToken,

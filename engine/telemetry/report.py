@@ -179,6 +179,11 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
                    f"  worst abs error {p.worst_abs_err:.3g}")
         out.append(f"  lowest argmax agreement {_pct(p.min_argmax_agree)}"
                    f"  lowest top-5 overlap {_pct(p.min_top5_overlap)}")
+    elif s.parity.skipped or s.parity.discarded:
+        p = s.parity
+        out.append("")
+        out.append(f"Parity checks (one graph step in {p.every}): none compared"
+                   f"  skipped {p.skipped}  discarded {p.discarded}")
 
     if s.ranks:
         out.append("")

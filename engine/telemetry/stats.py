@@ -117,6 +117,12 @@ class ParityCheckLike(Protocol):
     tolerance: float
 
 
+class ParityNotRunLike(Protocol):
+    skipped: int
+    discarded: int
+    every: int
+
+
 @dataclass
 class ParityTally:
     """Parity checks seen so far."""
@@ -141,6 +147,10 @@ class ParityTally:
         self.min_argmax_agree = _worst(self.min_argmax_agree, ev.argmax_agree, min)
         self.min_top5_overlap = _worst(self.min_top5_overlap, ev.top5_overlap, min)
         self.skipped, self.discarded, self.every, self.tolerance = ev.skipped, ev.discarded, ev.every, ev.tolerance
+
+    def not_run(self, ev: ParityNotRunLike) -> None:
+        """Take the counts of one ``parity_not_run`` event (a due check that compared nothing)."""
+        self.skipped, self.discarded, self.every = ev.skipped, ev.discarded, ev.every
 
     @property
     def failing(self) -> bool:

@@ -33,6 +33,7 @@ from .events import (
     KVPoolState,
     MemoryLedger,
     ParityCheck,
+    ParityNotRun,
     RankReplay,
     RecaptureFinished,
     RequestFinished,
@@ -193,6 +194,8 @@ class SummaryBuilder:
             s.errors.append(event)
         elif isinstance(event, ParityCheck):
             s.parity.add(event)
+        elif isinstance(event, ParityNotRun):
+            s.parity.not_run(event)
 
     def _add_step(self, ev: StepEvent) -> None:
         s = self._s
