@@ -141,21 +141,19 @@ class DecoderLayer(nn.Module):
         else:
             h, norm = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl), None
         attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls, norm=norm), positions, rope, attn)
-        if cls in self.norms_in_projections:
-            if cls in self.post_norm_apart:
-                h = tk.add_rms_norm(self._project(sa.o_proj, attended, o, cls), residual, pln.weight, pln.eps,
-                                    self.skinny_pdl)
-                gu = self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True)
-            else:
-                sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl)
-                gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
-                                   norm=ts.NormInput(sumsq, pln.eps))
-            sumsq = ts.skinny_add(gu, mlp.down_proj.weight, residual, config=down[cls], pdl=self.skinny_pdl)
-            return None, residual, sumsq
-        a = self._project(sa.o_proj, attended, o, cls)
-        h = tk.add_rms_norm(a, residual, pln.weight, pln.eps, self.skinny_pdl)
-        return self._project(mlp.down_proj, self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True), down,
-                             cls), residual, None
+        norms_in = cls in self.norms_in_projections
+        if norms_in and cls not in self.post_norm_apart:  # o adds into the residual, gate|up normalises it
+            sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl)
+            gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
+                               norm=ts.NormInput(sumsq, pln.eps))
+        else:
+            h = tk.add_rms_norm(self._project(sa.o_proj, attended, o, cls), residual, pln.weight, pln.eps,
+                                self.skinny_pdl)
+            gu = self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True)
+        if norms_in:  # down adds into the residual, the next layer's q|k|v normalises it
+            return None, residual, ts.skinny_add(gu, mlp.down_proj.weight, residual, config=down[cls],
+                                                 pdl=self.skinny_pdl)
+        return self._project(mlp.down_proj, gu, down, cls), residual, None
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
                  silu_mul: bool = False, norm: Optional[ts.NormInput] = None) -> torch.Tensor:

@@ -316,7 +316,6 @@ def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
     return n_out % block_n == 0 and k % (split * block_k) == 0 and k // split >= block_k
 
 
-
 class SkinnyWorkspace:
     """Split partials and tickets, one set per (device, thread), grown on demand outside graphs.
 
@@ -400,45 +399,31 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
     if pdl is None:
         pdl = use_pdl(weight.device)
     slabs = n_out // block_n
-    if split <= 0:
-        return _launch_stream_k(x, weight, out, config, silu_mul, pdl, norm, add, block_m, slabs)
+    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
+    n_ss_in = 0
+    if norm is not None:
+        n_ss_in = norm.partials.shape[0]
+        assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
+    # the pointer and scalar arguments both kernels take first, then the epilogue switches
+    common = (x, weight, out)
+    epilogue = (out if ss_out is None else ss_out, out if norm is None else norm.partials,
+                0.0 if norm is None else norm.eps, n_ss_in)
+    flags = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SILU=silu_mul, USE_PDL=pdl, ADD=add,
+                 NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)), num_warps=warps,
+                 num_stages=stages, launch_pdl=pdl)
+    if split <= 0:  # stream-K: a fixed number of programs, each an equal share of the units
+        tiles = k // block_k
+        plan = stream_k_plan(weight.device, slabs, tiles,
+                             stream_k_programs(split, sm_count(weight.device), slabs * tiles))
+        up_part = plan.segments * block_n * block_m
+        parts, tickets = WORKSPACE.get(weight.device, up_part * (2 if silu_mul else 1), slabs)
+        _streamk_kernel[(plan.programs.shape[0],)](
+            *common, parts, tickets, *epilogue, plan.programs, plan.slabs, m, n_out, k, tiles, x.stride(0),
+            out.stride(0), n_out, up_part, **flags)
+        return ss_out
     parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
                                    slabs) if split > 1 else (out, out)
-    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
-    n_ss_in = 0
-    if norm is not None:
-        n_ss_in = norm.partials.shape[0]
-        assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
     _skinny_kernel[(slabs, split)](
-        x, weight, out, parts, tickets, out if ss_out is None else ss_out, out if norm is None else norm.partials,
-        0.0 if norm is None else norm.eps, n_ss_in, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split > 1, SILU=silu_mul, USE_PDL=pdl,
-        ADD=add, NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)),
-        num_warps=warps, num_stages=stages, launch_pdl=pdl)
-    return ss_out
-
-
-def _launch_stream_k(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
-                     pdl: bool, norm: Optional[NormInput], add: bool, block_m: int, slabs: int) -> Optional[torch.Tensor]:
-    """``_launch`` for a stream-K config (split <= 0): one launch of a fixed number of programs."""
-    m, k = x.shape
-    block_n, block_k, split, warps, stages = config
-    n_out = slabs * block_n
-    tiles = k // block_k
-    plan = stream_k_plan(weight.device, slabs, tiles, stream_k_programs(split, sm_count(weight.device), slabs * tiles))
-    tile = block_n * block_m
-    up_part = plan.segments * tile
-    parts, tickets = WORKSPACE.get(weight.device, up_part * (2 if silu_mul else 1), slabs)
-    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
-    n_ss_in = 0
-    if norm is not None:
-        n_ss_in = norm.partials.shape[0]
-        assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
-    _streamk_kernel[(plan.programs.shape[0],)](
-        x, weight, out, parts, tickets, out if ss_out is None else ss_out, out if norm is None else norm.partials,
-        0.0 if norm is None else norm.eps, n_ss_in, plan.programs, plan.slabs, m, n_out, k, tiles, x.stride(0),
-        out.stride(0), n_out, up_part,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SILU=silu_mul, USE_PDL=pdl,
-        ADD=add, NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)),
-        num_warps=warps, num_stages=stages, launch_pdl=pdl)
+        *common, parts, tickets, *epilogue, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
+        SPLIT=split > 1, **flags)
     return ss_out
