@@ -19,7 +19,7 @@ import zmq
 
 from graphtop.engine.telemetry import protocol as p
 from graphtop.engine.telemetry.bus import EventBus
-from graphtop.engine.telemetry.events import ErrorEvent, Event, StepEvent
+from graphtop.engine.telemetry.events import ErrorEvent, Event, ParityNotRun, StepEvent
 from graphtop.engine.telemetry.runtime import EndpointError, list_entries, private_dir
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
 from graphtop.tui.fake_session import boot_events, step_events
@@ -491,9 +491,10 @@ def test_bad_address_is_a_one_line_error(runtime: Path) -> None:
 
 def test_protocol_messages_round_trip() -> None:
     step = StepEvent(step=3, phase="decode", bucket=4, replay_ms=0.5)
-    msg = p.server_decoder.decode(p.encoder.encode(p.Events(10, 2, p.event_pairs([step]))))
+    not_run = ParityNotRun(step=None, reason="too_large", skipped=2, discarded=0, every=8)  # a step-less event
+    msg = p.server_decoder.decode(p.encoder.encode(p.Events(10, 2, p.event_pairs([step, not_run]))))
     events, bad = p.decode_events(msg.events)
-    assert events == [step] and bad == 0
+    assert events == [step, not_run] and bad == 0
     assert p.decode_events([("no_such_type", msgspec.Raw(b"\x80"))]) == ([], 1)
     assert p.decode_events([("step", msgspec.Raw(p.encoder.encode({"step": "x"})))]) == ([], 1)
     for m in (p.Hello(1, "t", "n"), p.Submit("r", "x", p.Sampling(3, 0.5, 0.9, 4, 1), True), p.Cancel("r"),
