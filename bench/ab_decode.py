@@ -28,10 +28,7 @@ instead of having the graph write them into a pinned ring; silu_pdl=off launches
 (between a cuBLAS gate|up and a skinny down) without programmatic dependent launch; norms=separate runs
 a layer's add+RMSNorms as their own kernels where the skinny GEMM would carry them
 (``triton_skinny.NORMS_IN_PROJECTIONS`` off); post_norm=64 (16+64, none) sets the row classes where
-the post-attention add+RMSNorm alone runs as its own kernel (``triton_skinny.POST_NORM_APART``, both shapes);
-l2=o (o+qkv+gate_up+down, none) sets the projections whose PDL-launched GEMV / skinny GEMM asks its
-weights into L2 before the wait (``l2_prefetch.PROJECTIONS``); attn_l2=N gives every shipped decode
-attention launch shape prefetch level N (3 and up: the K/V rows of the next N - 2 tiles into L2).
+the post-attention add+RMSNorm alone runs as its own kernel (``triton_skinny.POST_NORM_APART``, both shapes).
 """
 
 from __future__ import annotations
@@ -40,7 +37,6 @@ import argparse
 import json
 import os
 import statistics
-from dataclasses import replace
 import sys
 from pathlib import Path
 from types import MethodType
@@ -62,7 +58,6 @@ from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.runners.base import StepOutput  # noqa: E402
 from graphtop.engine.runners import decode_graph as dg  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
-from graphtop.models import l2_prefetch as l2p  # noqa: E402
 from graphtop.models import triton_gemv as tg  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
 from graphtop.models import triton_skinny as ts  # noqa: E402
@@ -82,7 +77,6 @@ SHIPPED_GEMV = dict(tg.TUNED)
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 SHIPPED_COPY_STREAM = gu.COPY_STREAM
 SHIPPED_HOST_RING = dg.HOST_RING
-SHIPPED_L2 = l2p.PROJECTIONS
 
 
 def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
@@ -145,7 +139,6 @@ def apply(variant: str) -> dict:
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
     gu.COPY_STREAM = SHIPPED_COPY_STREAM
     dg.HOST_RING = SHIPPED_HOST_RING
-    l2p.PROJECTIONS = SHIPPED_L2
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -193,13 +186,6 @@ def apply(variant: str) -> dict:
         elif key == "post_norm":  # row classes (16+64, or none) whose post-attention add+RMSNorm runs apart
             ts.POST_NORM_APART = frozenset(
                 (h, int(c)) for h in (1024, 4096) for c in value.split("+") if value != "none")
-        elif key == "l2":  # projections (o+qkv+..., or none) asking their weights into L2 before the PDL wait
-            l2p.PROJECTIONS = frozenset() if value == "none" else frozenset(value.split("+"))
-            assert l2p.PROJECTIONS <= set(l2p.NAMES), value
-        elif key == "attn_l2":  # every shipped decode launch shape with this prefetch level (3+: tiles into L2)
-            td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING = (
-                replace(t, prefetch=int(value)) for t in (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING,
-                                                          td.HUGE_TUNING, td.ONE_ROW_TUNING))
         elif key == "norms" and value == "separate":  # add+RMSNorm kernels between the skinny projections
             ts.NORMS_IN_PROJECTIONS = False
         elif key == "h2d" and value == "compute":  # the step's upload on the compute stream, in line

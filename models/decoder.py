@@ -16,7 +16,6 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from . import l2_prefetch as l2p
 from . import triton_gemv as tg
 from . import triton_kernels as tk
 from . import triton_skinny as ts
@@ -106,8 +105,6 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
         self.gemv_pdl: tuple[bool, ...] = (False, False, False, False)  # qkv, o, gate_up, down (set_pdl)
-        # qkv, o, gate_up, down: whether its PDL launch asks its weights into L2 before the wait (set_pdl)
-        self.l2_prefetch: tuple[bool, ...] = (False, False, False, False)
         # qkv, o, gate_up, down: row class -> skinny-GEMM config where it beat cuBLAS (set_skinny)
         self.skinny: tuple[dict[int, ts.Config], ...] = ({}, {}, {}, {})
         self.skinny_pdl = False
@@ -134,7 +131,6 @@ class DecoderLayer(nn.Module):
         projection, with its rows' squares as slab partials ``sumsq`` (``ts.skinny_add``)."""
         ln, sa, mlp, pln = self.input_layernorm, self.self_attn, self.mlp, self.post_attention_layernorm
         qkv, o, gate_up, down = self.skinny
-        l2_qkv, l2_o, l2_gu, l2_down = self.l2_prefetch
         rows = (residual if x is None else x).shape[0]
         cls = ts.row_class(rows)
         if sumsq is not None:
@@ -144,36 +140,33 @@ class DecoderLayer(nn.Module):
             residual, h, norm = x, tk.rms_norm(x, ln.weight, ln.eps), None
         else:
             h, norm = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl), None
-        attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls, l2_qkv, norm=norm), positions, rope,
-                                   attn)
+        attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls, norm=norm), positions, rope, attn)
         norms_in = cls in self.norms_in_projections
         if norms_in and cls not in self.post_norm_apart:  # o adds into the residual, gate|up normalises it
-            sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl,
-                                  l2_prefetch=l2_o)
-            gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, l2_gu, silu_mul=True,
+            sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl)
+            gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
                                norm=ts.NormInput(sumsq, pln.eps))
         else:
-            h = tk.add_rms_norm(self._project(sa.o_proj, attended, o, cls, l2_o), residual, pln.weight, pln.eps,
+            h = tk.add_rms_norm(self._project(sa.o_proj, attended, o, cls), residual, pln.weight, pln.eps,
                                 self.skinny_pdl)
-            gu = self._project(mlp.gate_up_proj, h, gate_up, cls, l2_gu, silu_mul=True)
+            gu = self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True)
         if norms_in:  # down adds into the residual, the next layer's q|k|v normalises it
             return None, residual, ts.skinny_add(gu, mlp.down_proj.weight, residual, config=down[cls],
-                                                 pdl=self.skinny_pdl, l2_prefetch=l2_down)
-        return self._project(mlp.down_proj, gu, down, cls, l2_down), residual, None
+                                                 pdl=self.skinny_pdl)
+        return self._project(mlp.down_proj, gu, down, cls), residual, None
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
-                 l2: bool, silu_mul: bool = False, norm: Optional[ts.NormInput] = None) -> torch.Tensor:
+                 silu_mul: bool = False, norm: Optional[ts.NormInput] = None) -> torch.Tensor:
         """``proj(x)`` (then SiLU·mul of its [gate | up] halves), of RMSNorm(x) with ``norm`` (only at
-        ``norms_in_projections`` row classes): on the skinny GEMM where it won at this many rows (asking
-        its weights into L2 before its PDL wait with ``l2``), else cuBLAS (and the SiLU·mul kernel)."""
+        ``norms_in_projections`` row classes): on the skinny GEMM where it won at this many rows, else
+        cuBLAS (and the SiLU·mul kernel)."""
         cfg = configs.get(cls)  # no config for None: outside the skinny GEMM's rows
         if cfg is not None:
-            return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl, norm=norm,
-                             l2_prefetch=l2)
+            return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl, norm=norm)
         plain = self.skinny_gate_up_plain.get(cls) if silu_mul else None
         assert norm is None or plain is not None, "a norm rides only in the skinny GEMM"
         if plain is not None:
-            y = ts.skinny(x, proj.weight, config=plain, pdl=self.skinny_pdl, norm=norm, l2_prefetch=l2)
+            y = ts.skinny(x, proj.weight, config=plain, pdl=self.skinny_pdl, norm=norm)
         else:
             y = proj(x)
         return tk.silu_and_mul(y, self.silu_pdl) if silu_mul else y
@@ -229,7 +222,6 @@ class DecoderLayer(nn.Module):
             tk.use_pdl(w.device, w.numel() * w.element_size(), policy)
             for w in (sa.qkv_proj.weight, sa.o_proj.weight, mlp.gate_up_proj.weight, mlp.down_proj.weight)
         )
-        self.l2_prefetch = l2p.flags()
 
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
                       attn: AttentionFn) -> None:
@@ -237,25 +229,22 @@ class DecoderLayer(nn.Module):
         updated in place: RMSNorms ride in the GEMV prologues, residual adds in the epilogues."""
         ln, sa, pln, mlp = self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
         pdl_qkv, pdl_o, pdl_gu, pdl_down = self.gemv_pdl
-        l2_qkv, l2_o, l2_gu, l2_down = self.l2_prefetch
-        qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps, pdl=pdl_qkv,
-                      l2_prefetch=l2_qkv)
+        qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps, pdl=pdl_qkv)
         o = sa.attend_fused(qkv, positions, rope, attn)
-        _gemv_add(sa.o_proj, o, h, pdl_o, l2_o)
+        _gemv_add(sa.o_proj, o, h, pdl_o)
         gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps,
-                     pdl=pdl_gu, l2_prefetch=l2_gu)
-        _gemv_add(mlp.down_proj, gu, h, pdl_down, l2_down, silu_mul=True)
+                     pdl=pdl_gu)
+        _gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
 
 
-def _gemv_add(proj: nn.Linear, x: torch.Tensor, h: torch.Tensor, pdl: bool, l2: bool, silu_mul: bool = False) -> None:
+def _gemv_add(proj: nn.Linear, x: torch.Tensor, h: torch.Tensor, pdl: bool, silu_mul: bool = False) -> None:
     """``h += proj(x)`` in place, the residual add in the GEMV's epilogue. A projection may bring its
-    own (a tensor-parallel row shard adds its partial sum and all-reduces: models/parallel/layers.py;
-    it does not prefetch into L2)."""
+    own (a tensor-parallel row shard adds its partial sum and all-reduces: models/parallel/layers.py)."""
     own = getattr(proj, "gemv_add", None)
     if own is not None:
         own(x, h, pdl, silu_mul)
     else:
-        tg.gemv(x, proj.weight, proj.bias, silu_mul=silu_mul, residual=h, out=h, pdl=pdl, l2_prefetch=l2)
+        tg.gemv(x, proj.weight, proj.bias, silu_mul=silu_mul, residual=h, out=h, pdl=pdl)
 
 
 class DecoderModel(nn.Module):

@@ -19,7 +19,6 @@ from typing import Optional
 
 import torch
 
-from . import l2_prefetch as l2p
 from .triton_kernels import HAVE_TRITON, use_pdl
 
 MAX_M = 4
@@ -29,8 +28,6 @@ measured on an H200 at 4 rows it lost to cuBLAS + separate kernels on 7 of 8 pro
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from .l2_prefetch import prefetch_rows_l2
 
     @triton.jit
     def _gemv_weights(w_rows, rk, K, n_mask, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
@@ -88,8 +85,7 @@ if HAVE_TRITON:
     def _gemv_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, b_ptr, part_ptr, ticket_ptr, M, N, K, x_stride,
                      out_stride, res_stride, eps, PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, USE_PDL: tl.constexpr, SPLIT_K: tl.constexpr,
-                     L2_PREFETCH: tl.constexpr):
+                     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, USE_PDL: tl.constexpr, SPLIT_K: tl.constexpr):
         """out[m, n] = sum_k pro(x)[m, k] * w[n, k] (+ bias[n]) (+ res[m, n]).
 
         PROLOGUE 0: x as is; 1: RMSNorm(x) with weight nw (K columns); 2: silu(x[:, :K]) * x[:, K:2K].
@@ -99,8 +95,7 @@ if HAVE_TRITON:
         per iteration costs shuffles and serialises the loads).
 
         USE_PDL (launched with programmatic dependent launch): the first weight tile is requested
-        before waiting for the previous kernel, whose output (x, res) is only read after the wait;
-        with L2_PREFETCH the rest of the program's weights are asked into L2 then too (l2_prefetch.py).
+        before waiting for the previous kernel, whose output (x, res) is only read after the wait.
 
         SPLIT_K > 1 (no RMSNorm prologue; K a multiple of SPLIT_K * BLOCK_K): program (n, s) sums K
         slice s into an fp32 partial; the last of an n block to finish (an atomic ticket says which)
@@ -128,9 +123,6 @@ if HAVE_TRITON:
         ss = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
         rk = k_lo + tl.arange(0, BLOCK_K)
         wv = _gemv_weights(w_rows, rk, K, n_mask, EVEN_K, EVEN_N)
-        if USE_PDL and L2_PREFETCH:  # rows past N (a partial last block) are not asked for
-            prefetch_rows_l2(w_ptr + (pid * BLOCK_N).to(tl.int64) * K + k_lo,
-                             tl.minimum(BLOCK_N, N - pid * BLOCK_N), K, k_hi - k_lo)
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
@@ -206,8 +198,7 @@ def _workspace(device: torch.device, partials: int, blocks: int) -> tuple[torch.
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
          norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, silu_mul: bool = False,
          residual: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
-         config: Optional[tuple[int, ...]] = None, pdl: Optional[bool] = None,
-         l2_prefetch: bool = False) -> torch.Tensor:
+         config: Optional[tuple[int, ...]] = None, pdl: Optional[bool] = None) -> torch.Tensor:
     """``[residual +] linear(pro(x), weight, bias)`` for x [M <= MAX_M, K'] (rows may be strided).
 
     ``norm_weight``: pro = RMSNorm; ``silu_mul``: x is [gate | up] (2K columns) and pro = silu(gate) * up.
@@ -215,8 +206,6 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
     ``pdl``: launch with programmatic dependent launch (default: ``triton_kernels.use_pdl``'s "auto").
     ``config``: (block_n, block_k, warps, stages[, split_k]); split-K is skipped where it does not
     apply (an RMSNorm prologue, K not a multiple of split_k * block_k).
-    ``l2_prefetch``: with PDL, the program's weights are asked into L2 before the wait (l2_prefetch.py;
-    skipped where rows are not 16-byte multiples).
     """
     m = x.shape[0]
     n, k = weight.shape
@@ -243,7 +232,5 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
         m, n, k, x.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0, eps,
         PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-        EVEN_N=n % block_n == 0, USE_PDL=pdl, SPLIT_K=split,
-        L2_PREFETCH=l2_prefetch and pdl and l2p.fits(weight, k // split),
-        num_warps=warps, num_stages=stages, launch_pdl=pdl)
+        EVEN_N=n % block_n == 0, USE_PDL=pdl, SPLIT_K=split, num_warps=warps, num_stages=stages, launch_pdl=pdl)
     return out

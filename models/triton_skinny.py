@@ -39,7 +39,6 @@ from typing import Optional
 
 import torch
 
-from . import l2_prefetch as l2p
 from .stream_k import stream_k_plan, stream_k_programs
 from .triton_kernels import HAVE_TRITON, sm_count, use_pdl
 
@@ -61,8 +60,6 @@ the step faster so, and the 8B at 2-16 rows and the 0.6B at 64 rows slower."""
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from .l2_prefetch import prefetch_rows_l2
 
     @triton.jit
     def _skinny_tile(w_rows, x_cols, k0, xm):
@@ -100,7 +97,7 @@ if HAVE_TRITON:
                        M, N_OUT, K, k_len, x_stride, out_stride, up_off,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr,
-                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr, L2_PREFETCH: tl.constexpr):
+                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr):
         """out[m, n] = sum_k x[m, k] * w[n, k] over this program's K share [pid_k * k_len, +k_len).
 
         SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
@@ -110,7 +107,6 @@ if HAVE_TRITON:
         NORM: the product is of RMSNorm(x) without its weight (folded into w), each row's scale from
         its squares summed over ``n_ss_in`` slab partials [n_ss_in, BLOCK_M] at ``ss_in`` (SS_IN: their
         count rounded up to a power of two) and applied to the fp32 sums, so the K loop is the plain one.
-        L2_PREFETCH (with USE_PDL): the program's whole weight share is asked into L2 before the wait.
         """
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -129,11 +125,6 @@ if HAVE_TRITON:
         wg = tl.load(g_rows)
         if SILU:
             wu = tl.load(u_rows)
-        if USE_PDL and L2_PREFETCH:
-            slab = w_ptr + (pid_n * BLOCK_N).to(tl.int64) * K + k_lo
-            prefetch_rows_l2(slab, BLOCK_N, K, k_len)
-            if SILU:
-                prefetch_rows_l2(slab + up_off.to(tl.int64) * K, BLOCK_N, K, k_len)
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
@@ -369,35 +360,33 @@ class NormInput:
 
 
 def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
-           pdl: Optional[bool] = None, norm: Optional[NormInput] = None, l2_prefetch: bool = False) -> torch.Tensor:
+           pdl: Optional[bool] = None, norm: Optional[NormInput] = None) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I]; with ``norm`` the
     input is RMSNorm(x).
 
     ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``configs_for`` gives the measured ones) must
-    satisfy ``config_ok``. ``l2_prefetch``: with PDL, each program's weight share is asked into L2
-    before the wait (l2_prefetch.py; split-K launches only, stream-K ones ignore it).
+    satisfy ``config_ok``.
     """
     n = weight.shape[0] // 2 if silu_mul else weight.shape[0]
     out = torch.empty((x.shape[0], n), dtype=weight.dtype, device=weight.device)
-    _launch(x, weight, out, config, silu_mul, pdl, norm, add=False, l2_prefetch=l2_prefetch)
+    _launch(x, weight, out, config, silu_mul, pdl, norm, add=False)
     return out
 
 
 def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, config: Config,
-               pdl: Optional[bool] = None, l2_prefetch: bool = False) -> torch.Tensor:
+               pdl: Optional[bool] = None) -> torch.Tensor:
     """``residual += linear(x, weight)`` in place (the add rounded to the activation dtype, as HF adds),
     returning the sums of squares of the new residual rows as column-slab partials, the
     ``NormInput.partials`` of the projection that normalises it next."""
     assert residual.is_contiguous() and residual.shape == (x.shape[0], weight.shape[0])
-    partials = _launch(x, weight, residual, config, False, pdl, None, add=True, l2_prefetch=l2_prefetch)
+    partials = _launch(x, weight, residual, config, False, pdl, None, add=True)
     assert partials is not None
     return partials
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
-            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool,
-            l2_prefetch: bool = False) -> Optional[torch.Tensor]:
+            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool) -> Optional[torch.Tensor]:
     """One launch into ``out``; with ``add`` the product is added into it and the slab partials of its
     rows' squares [slabs, BLOCK_M] are returned."""
     m, k = x.shape
@@ -434,8 +423,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
         return ss_out
     parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
                                    slabs) if split > 1 else (out, out)
-    l2 = l2_prefetch and pdl and l2p.fits(weight, k // split)
     _skinny_kernel[(slabs, split)](
         *common, parts, tickets, *epilogue, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
-        SPLIT=split > 1, L2_PREFETCH=l2, **flags)
+        SPLIT=split > 1, **flags)
     return ss_out

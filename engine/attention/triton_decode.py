@@ -52,7 +52,6 @@ def num_splits(rows: int, kv_heads: int, sms: int, waves: int = 2) -> int:
 
 
 if HAVE_TRITON:
-    from graphtop.models.l2_prefetch import prefetch_each_l2
     from graphtop.models.triton_kernels import rms_scale
 
     @triton.jit
@@ -110,7 +109,7 @@ if HAVE_TRITON:
                        PAGE: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                        BLOCK_T: tl.constexpr, MIN_CHUNK: tl.constexpr, SPLITS: tl.constexpr,
                        NEW_KV: tl.constexpr, HAS_NORM: tl.constexpr, USE_PDL: tl.constexpr,
-                       PREFETCH: tl.constexpr, ELEM_BYTES: tl.constexpr):
+                       PREFETCH: tl.constexpr):
         b = tl.program_id(0)
         hk = tl.program_id(1)
         s = tl.program_id(2)
@@ -138,14 +137,6 @@ if HAVE_TRITON:
             k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
         if PREFETCH >= 2 and NEW_KV:  # the position came from the host, the tables are weights
             cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D, HAS_NORM)
-        if PREFETCH >= 3 and NEW_KV:  # the next PREFETCH - 2 tiles' K/V rows into L2, a row per thread
-            for j in tl.static_range(1, PREFETCH - 1):
-                tp = t_lo + j * BLOCK_T + tl.arange(0, BLOCK_T)
-                # rows past the share read page 0's (valid addresses): cheaper than a branch per row
-                pg = tl.load(indices_ptr + p0 + tp // PAGE, mask=tp < t_hi, other=0).to(tl.int64)
-                row = (pg * PAGE + tp % PAGE) * slot_stride + hk * D
-                prefetch_each_l2(k_ptr + row, D * ELEM_BYTES)
-                prefetch_each_l2(v_ptr + row, D * ELEM_BYTES)
         if USE_PDL:  # q, k, v (and, without NEW_KV, the step's cache row) come from the last kernel
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
@@ -240,8 +231,7 @@ class DecodeTuning:
     num_warps: int = 4
     num_stages: int = 2
     # what a program requests before the PDL wait (fused path only): 0 nothing, 1 its first K/V tile,
-    # 2 also the RoPE table row and the q/k-norm weights, 3 and up also the K/V rows of the next
-    # prefetch - 2 tiles into L2 (models/l2_prefetch.py), so the loop after the wait finds them there
+    # 2 also the RoPE table row and the q/k-norm weights
     prefetch: int = 2
     waves: int = 2  # programs per SM the split count aims for (num_splits)
 
@@ -348,8 +338,7 @@ class PagedDecode:
             kn, vn, new_stride, pos, cs, qw, kw, eps,
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, PREFETCH=tu.prefetch if self.pdl else min(tu.prefetch, 2),
-            ELEM_BYTES=k_cache.element_size(), num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+            USE_PDL=self.pdl, PREFETCH=tu.prefetch, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
         )
         return out
 
