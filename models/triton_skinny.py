@@ -26,6 +26,8 @@ latency, the norm's bytes are nothing.
 A config may instead spread the work stream-K (split <= 0: a fixed number of programs, one or two an
 SM, each taking an equal share of the (column slab, K tile) units; ``_streamk_kernel``): a projection
 whose N / BLOCK_N leaves SMs idle (the 8B's q|k|v: 96 slabs on 132 SMs) then streams on all of them.
+No shipped config uses it: in the model every one tried was slower than the split-K launch it replaced
+(README, Benchmarks), so it remains a candidate for the sweeps (bench/skinny_bench.py, bench/ab_decode.py).
 
 Used for CUDA bf16/fp16 with Triton where bench/skinny_bench.py measured it faster than cuBLAS; the
 shapes and launch configs it won are in ``TUNED``.
