@@ -9,8 +9,9 @@ graph step and its ratio to the HBM floor (bench/floor.py).
 A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
 (decode=auto|flashinfer|triton|..., ``KernelConfig.decode_kernel``), the KV page size (page=N) and/or
 the Triton decode launch shape below ``LARGE_ROWS`` rows (tuning=..., for every GQA group; small=...,
-for groups up to ``SMALL_GROUP`` only; one=..., one row of the larger groups), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
-huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves]] and the skinny GEMM (skinny=auto|off,
+for groups up to ``SMALL_GROUP`` only; one=..., one row of the larger groups; default=..., 2 or more rows of
+the larger groups), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
+huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves[/ahead 0, 1 or 2]]] and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some (split 0
 or -2: stream-K over one or two programs an SM; streamk=0 or -2 turns every config so far into that),
@@ -115,7 +116,7 @@ def _separate_copies_run(self: DecodeGraphRunner, batch) -> StepOutput:
 
 
 def parse_tuning(text: str) -> td.DecodeTuning:
-    """A Triton decode launch shape written block_t/min_chunk/warps/stages[/prefetch[/waves]]."""
+    """A Triton decode launch shape written block_t/min_chunk/warps/stages[/prefetch[/waves[/ahead]]]."""
     return td.DecodeTuning(*map(int, text.split("/")))
 
 
@@ -149,6 +150,8 @@ def apply(variant: str) -> dict:
             overrides["page_size"] = int(value)
         elif key == "tuning":  # below LARGE_ROWS, whatever the GQA group and row count
             td.DEFAULT_TUNING = td.SMALL_GROUP_TUNING = td.ONE_ROW_TUNING = parse_tuning(value)
+        elif key == "default":  # 2 .. LARGE_ROWS - 1 rows of GQA groups above SMALL_GROUP only
+            td.DEFAULT_TUNING = parse_tuning(value)
         elif key == "small":  # below LARGE_ROWS for GQA groups up to SMALL_GROUP only
             td.SMALL_GROUP_TUNING = parse_tuning(value)
         elif key == "one":  # one row, GQA groups above SMALL_GROUP

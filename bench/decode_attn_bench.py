@@ -8,7 +8,11 @@ so launch gaps count. Every layer has its own KV cache, so the caches are not al
 
 --sweep also tries a grid of launch shapes (DecodeTuning) at the --sweep-bs batch sizes and prints the
 best; batches of 64 rows and more get a grid of tile, warps and pipeline depth (no splits: rows x KV
-heads fill the SMs).
+heads fill the SMs). --sweep-splits gives those batches a grid of context splits instead (small split
+chunks, two or four programs a (row, KV head)), with the shipped large-batch launch as the reference.
+--sweep-ahead tries, at every batch size, deeper pipelines (five to seven stages: Triton keeps two or more
+tiles in flight only from five on, the page-list load each K/V load depends on taking stages) and the
+register look-ahead (DecodeTuning.ahead), with the shipped launch of that size as the reference.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS  # noqa: E402
+from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
 
@@ -130,6 +135,17 @@ def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | Non
     return layer
 
 
+def ahead_grid(case: Case, bs: int) -> list[DecodeTuning]:
+    """The shipped launch of ``bs`` rows, then deeper pipelines and the register look-ahead around it."""
+    shipped = PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, bs, torch.device("cuda")).tuning_for(bs)
+    mc = shipped.min_chunk
+    deep = [DecodeTuning(bt, mc, nw, ns) for bt, nw, ns in ((16, 2, 6), (32, 2, 5), (32, 2, 6), (32, 2, 7),
+                                                           (64, 2, 5), (64, 4, 5), (128, 4, 5))]
+    ahead = [DecodeTuning(bt, mc, nw, 1, 2, 2, a) for bt, nw in ((16, 2), (32, 2), (32, 4), (64, 4), (128, 8))
+             for a in (1, 2)]
+    return [shipped] + deep + ahead
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
@@ -138,6 +154,8 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
+    ap.add_argument("--sweep-splits", action="store_true", help="from 64 rows on, sweep context splits")
+    ap.add_argument("--sweep-ahead", action="store_true", help="sweep deep pipelines and the register look-ahead")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     rows = []
@@ -163,11 +181,17 @@ def main() -> int:
         # only the tile's shape
         large = [DecodeTuning(bt, 256, nw, ns) for bt in (16, 32, 64, 128) for nw in (2, 4, 8) for ns in (2, 3, 4)
                  if bt * ns <= 256]
+        if args.sweep_splits:  # waves 8 / 16: two / four programs a (row, KV head) at 64 rows on 132 SMs
+            large = [td.LARGE_TUNING] + [DecodeTuning(bt, mc, 2, ns, 2, waves) for bt, mc in
+                                         ((32, 32), (32, 64), (64, 64), (64, 128)) for waves in (8, 16)
+                                         for ns in (2, 3)]
         for shape in args.shapes.split(","):
             for bs, ctx in itertools.product(map(int, args.sweep_bs.split(",")), map(int, args.sweep_ctx.split(","))):
                 case = Case(SHAPES[shape], bs, ctx)
                 res = []
                 grid = small if bs < 64 else large
+                if args.sweep_ahead:
+                    grid = ahead_grid(case, bs)
                 for t in grid:
                     try:
                         res.append((graph_us(case, triton_layer(case, t), reps=10), t))
