@@ -10,9 +10,9 @@ so launch gaps count. Every layer has its own KV cache, so the caches are not al
 best; batches of 64 rows and more get a grid of tile, warps and pipeline depth (no splits: rows x KV
 heads fill the SMs). --sweep-splits gives those batches a grid of context splits instead (small split
 chunks, two or four programs a (row, KV head)), with the shipped large-batch launch as the reference.
---sweep-ahead tries, at every batch size, deeper pipelines (five to seven stages: Triton keeps two or more
-tiles in flight only from five on, the page-list load each K/V load depends on taking stages) and the
-register look-ahead (DecodeTuning.ahead), with the shipped launch of that size as the reference.
+--sweep-deep tries, at every batch size, deeper pipelines (five to seven stages: Triton keeps two or more
+tiles in flight only from five on, the page-list load each K/V load depends on taking stages), with the
+shipped launch of that size as the reference.
 """
 
 from __future__ import annotations
@@ -135,15 +135,13 @@ def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | Non
     return layer
 
 
-def ahead_grid(case: Case, bs: int) -> list[DecodeTuning]:
-    """The shipped launch of ``bs`` rows, then deeper pipelines and the register look-ahead around it."""
+def deep_grid(case: Case, bs: int) -> list[DecodeTuning]:
+    """The shipped launch of ``bs`` rows, then deeper pipelines with its split chunk."""
     shipped = PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, bs, torch.device("cuda")).tuning_for(bs)
     mc = shipped.min_chunk
-    deep = [DecodeTuning(bt, mc, nw, ns) for bt, nw, ns in ((16, 2, 6), (32, 2, 5), (32, 2, 6), (32, 2, 7),
-                                                           (64, 2, 5), (64, 4, 5), (128, 4, 5))]
-    ahead = [DecodeTuning(bt, mc, nw, 1, 2, 2, a) for bt, nw in ((16, 2), (32, 2), (32, 4), (64, 4), (128, 8))
-             for a in (1, 2)]
-    return [shipped] + deep + ahead
+    return [shipped] + [DecodeTuning(bt, mc, nw, ns) for bt, nw, ns in
+                        ((16, 2, 5), (16, 2, 6), (16, 2, 8), (32, 2, 5), (32, 2, 6), (32, 2, 7), (64, 2, 5),
+                         (64, 4, 5), (128, 4, 5))]
 
 
 def main() -> int:
@@ -155,7 +153,7 @@ def main() -> int:
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
     ap.add_argument("--sweep-splits", action="store_true", help="from 64 rows on, sweep context splits")
-    ap.add_argument("--sweep-ahead", action="store_true", help="sweep deep pipelines and the register look-ahead")
+    ap.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to seven stages")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     rows = []
@@ -190,8 +188,8 @@ def main() -> int:
                 case = Case(SHAPES[shape], bs, ctx)
                 res = []
                 grid = small if bs < 64 else large
-                if args.sweep_ahead:
-                    grid = ahead_grid(case, bs)
+                if args.sweep_deep:
+                    grid = deep_grid(case, bs)
                 for t in grid:
                     try:
                         res.append((graph_us(case, triton_layer(case, t), reps=10), t))

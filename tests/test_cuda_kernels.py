@@ -252,9 +252,7 @@ def test_argmax_rows_writes_the_host_ring_row_the_device_slot_picks():
                                                    (None, 64, "smallgroup"), (16, 64, "smallgroup"),
                                                    (None, 256, "large"), (16, 32, "large"),
                                                    (None, 256, "huge"), (16, 32, "huge"),
-                                                   (None, 256, "onerow"), (16, 256, "onerow"),
-                                                   (None, 256, "ahead1"), (16, 32, "ahead1"),
-                                                   (None, 256, "ahead2"), (16, 32, "ahead2")])
+                                                   (None, 256, "onerow"), (16, 256, "onerow")])
 def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
     (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches);
@@ -288,12 +286,10 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         indptr.append(len(idx))
         last.append(n - (p - 1) * page_size)
     # "large" / "huge": the launch shapes of batches of LARGE_ROWS / HUGE_ROWS rows and more, on these rows;
-    # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's;
-    # "ahead1/2": the next tile kept in flight in registers (and the second requested before the wait)
+    # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's
     base = {"default": DecodeTuning(), "prefetch0": DecodeTuning(prefetch=0), "prefetch1": DecodeTuning(prefetch=1),
             "smallgroup": SMALL_GROUP_TUNING, "large": LARGE_TUNING, "huge": HUGE_TUNING,
-            "onerow": ONE_ROW_TUNING, "ahead1": DecodeTuning(block_t=32, num_warps=2, num_stages=1, ahead=1),
-            "ahead2": DecodeTuning(block_t=64, num_warps=4, num_stages=1, ahead=2)}[tier]
+            "onerow": ONE_ROW_TUNING}[tier]
     tuning = replace(base, min_chunk=min_chunk)
     kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), tuning)
     assert kern.tuning_for(1) == kern.tuning_for(LARGE_ROWS) == tuning  # a given tuning serves every size

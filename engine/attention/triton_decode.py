@@ -109,7 +109,7 @@ if HAVE_TRITON:
                        PAGE: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                        BLOCK_T: tl.constexpr, MIN_CHUNK: tl.constexpr, SPLITS: tl.constexpr,
                        NEW_KV: tl.constexpr, HAS_NORM: tl.constexpr, USE_PDL: tl.constexpr,
-                       PREFETCH: tl.constexpr, AHEAD: tl.constexpr):
+                       PREFETCH: tl.constexpr):
         b = tl.program_id(0)
         hk = tl.program_id(1)
         s = tl.program_id(2)
@@ -135,9 +135,6 @@ if HAVE_TRITON:
         # the q|k|v projection still runs. Otherwise the step's own row was stored by the kernel before.
         if PREFETCH >= 1 and NEW_KV:
             k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
-        if AHEAD >= 2 and NEW_KV:  # the second tile too: both stream while the projection drains
-            kn, vn = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo + BLOCK_T, t_hi, hk, slot_stride, d, PAGE, D,
-                              BLOCK_T)
         if PREFETCH >= 2 and NEW_KV:  # the position came from the host, the tables are weights
             cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D, HAS_NORM)
         if USE_PDL:  # q, k, v (and, without NEW_KV, the step's cache row) come from the last kernel
@@ -145,9 +142,6 @@ if HAVE_TRITON:
             tl.extra.cuda.gdc_launch_dependents()
         if not (PREFETCH >= 1 and NEW_KV):
             k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
-        if AHEAD == 1 or (AHEAD >= 2 and not NEW_KV):  # in flight while q is loaded and rotated
-            kn, vn = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t_lo + BLOCK_T, t_hi, hk, slot_stride, d, PAGE, D,
-                              BLOCK_T)
         if s < n_act:
             g = tl.arange(0, GP)
             gm = g < G
@@ -188,21 +182,11 @@ if HAVE_TRITON:
                 m_i = tl.full([GP], float("-inf"), dtype=tl.float32)
                 l_i = tl.zeros([GP], dtype=tl.float32)
                 acc = tl.zeros([GP, D], dtype=tl.float32)
-            if AHEAD >= 1:
-                # The next tile is always in flight (registers) while this one is computed: Triton's
-                # pipeliner, given the page-list load each K/V load depends on, issues a tile's loads
-                # only after the previous tile's products, so each tile would cost a whole load latency.
-                for t0 in range(t_lo, t_hi, BLOCK_T):
-                    m_i, l_i, acc = _attend_tile(q, k, v, t0, t_hi, m_i, l_i, acc, scale, BLOCK_T)
-                    k, v = kn, vn
-                    kn, vn = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t0 + 2 * BLOCK_T, t_hi, hk, slot_stride, d,
-                                      PAGE, D, BLOCK_T)
-            else:
-                if t_lo < t_hi:  # the first tile, loaded above
-                    m_i, l_i, acc = _attend_tile(q, k, v, t_lo, t_hi, m_i, l_i, acc, scale, BLOCK_T)
-                for t0 in range(t_lo + BLOCK_T, t_hi, BLOCK_T):  # the rest, as Triton pipelines them
-                    k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t0, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
-                    m_i, l_i, acc = _attend_tile(q, k, v, t0, t_hi, m_i, l_i, acc, scale, BLOCK_T)
+            if t_lo < t_hi:  # the first tile, loaded above
+                m_i, l_i, acc = _attend_tile(q, k, v, t_lo, t_hi, m_i, l_i, acc, scale, BLOCK_T)
+            for t0 in range(t_lo + BLOCK_T, t_hi, BLOCK_T):  # the rest, as Triton pipelines them
+                k, v = _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t0, t_hi, hk, slot_stride, d, PAGE, D, BLOCK_T)
+                m_i, l_i, acc = _attend_tile(q, k, v, t0, t_hi, m_i, l_i, acc, scale, BLOCK_T)
 
             o_rows = o_ptr + b * o_stride_b + heads[:, None] * o_stride_h + d[None, :]
             if n_act == 1:
@@ -250,9 +234,6 @@ class DecodeTuning:
     # 2 also the RoPE table row and the q/k-norm weights
     prefetch: int = 2
     waves: int = 2  # programs per SM the split count aims for (num_splits)
-    # the next K/V tile in flight in registers while the current one is computed (1), and the second
-    # tile requested before the PDL wait too (2); 0 leaves the loop to Triton's pipeliner
-    ahead: int = 0
 
 
 #: what a PagedDecode built without ``tuning`` uses below LARGE_ROWS rows (head_dim <= 128; wider heads
@@ -277,10 +258,12 @@ ONE_ROW_TUNING = DecodeTuning(block_t=256, num_warps=8)
 #: benchmark shapes)
 LARGE_ROWS = 64
 LARGE_TUNING = DecodeTuning(block_t=64, num_warps=2, num_stages=3)
-#: from this many rows on, shorter tiles (``--sweep --sweep-bs 256``: within 7 % of the best at
-#: contexts 220 and 1000 on both shapes, where LARGE_TUNING's tile is up to 13 % off)
+#: from this many rows on, shorter tiles on a deeper pipeline. Each K/V load depends on a page-list
+#: load, which costs the pipeliner stages: only from five stages on does it keep a second tile in flight
+#: (``--sweep --sweep-deep --sweep-bs 256``: the best of the Llama-3.1-8B shape at contexts 220 and 1000;
+#: the Qwen3-0.6B shape runs FlashInfer at this size)
 HUGE_ROWS = 256
-HUGE_TUNING = DecodeTuning(block_t=32, num_warps=2, num_stages=3)
+HUGE_TUNING = DecodeTuning(block_t=16, num_warps=2, num_stages=6)
 
 
 def _for_head_dim(tuning: DecodeTuning, head_dim: int) -> DecodeTuning:
@@ -357,7 +340,7 @@ class PagedDecode:
             kn, vn, new_stride, pos, cs, qw, kw, eps,
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, PREFETCH=tu.prefetch, AHEAD=tu.ahead, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+            USE_PDL=self.pdl, PREFETCH=tu.prefetch, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
         )
         return out
 
