@@ -10,7 +10,7 @@ so launch gaps count. Every layer has its own KV cache, so the caches are not al
 best; batches of 64 rows and more get a grid of tile, warps and pipeline depth (no splits: rows x KV
 heads fill the SMs). --sweep-splits gives those batches a grid of context splits instead (small split
 chunks, two or four programs a (row, KV head)), with the shipped large-batch launch as the reference.
---sweep-deep tries, at every batch size, deeper pipelines (five to seven stages: Triton keeps two or more
+--sweep-deep tries, at every batch size, deeper pipelines (five to eight stages: Triton keeps two or more
 tiles in flight only from five on, the page-list load each K/V load depends on taking stages), with the
 shipped launch of that size as the reference.
 """
@@ -153,7 +153,7 @@ def main() -> int:
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
     ap.add_argument("--sweep-splits", action="store_true", help="from 64 rows on, sweep context splits")
-    ap.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to seven stages")
+    ap.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to eight stages")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     rows = []
