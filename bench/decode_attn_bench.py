@@ -30,7 +30,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS  # noqa: E402
-from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
 
@@ -135,13 +134,26 @@ def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | Non
     return layer
 
 
+def shipped_tuning(case: Case, bs: int) -> DecodeTuning:
+    """The launch shape the engine gives ``bs`` rows of the case's heads: every sweep's reference."""
+    return PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, bs, torch.device("cuda")).tuning_for(bs)
+
+
 def deep_grid(case: Case, bs: int) -> list[DecodeTuning]:
     """The shipped launch of ``bs`` rows, then deeper pipelines with its split chunk."""
-    shipped = PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, bs, torch.device("cuda")).tuning_for(bs)
+    shipped = shipped_tuning(case, bs)
     mc = shipped.min_chunk
     return [shipped] + [DecodeTuning(bt, mc, nw, ns) for bt, nw, ns in
                         ((16, 2, 5), (16, 2, 6), (16, 2, 8), (32, 2, 5), (32, 2, 6), (32, 2, 7), (64, 2, 5),
                          (64, 4, 5), (128, 4, 5))]
+
+
+def splits_grid(case: Case, bs: int) -> list[DecodeTuning]:
+    """The shipped launch of ``bs`` rows, then small split chunks over more programs: waves 8 / 16 give
+    two / four programs a (row, KV head) at 64 rows on 132 SMs."""
+    return [shipped_tuning(case, bs)] + [DecodeTuning(bt, mc, 2, ns, 2, waves) for bt, mc in
+                                         ((32, 32), (32, 64), (64, 64), (64, 128)) for waves in (8, 16)
+                                         for ns in (2, 3)]
 
 
 def main() -> int:
@@ -152,8 +164,9 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
-    ap.add_argument("--sweep-splits", action="store_true", help="from 64 rows on, sweep context splits")
-    ap.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to eight stages")
+    grids = ap.add_mutually_exclusive_group()
+    grids.add_argument("--sweep-splits", action="store_true", help="from 64 rows on, sweep context splits")
+    grids.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to eight stages")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     rows = []
@@ -179,10 +192,6 @@ def main() -> int:
         # only the tile's shape
         large = [DecodeTuning(bt, 256, nw, ns) for bt in (16, 32, 64, 128) for nw in (2, 4, 8) for ns in (2, 3, 4)
                  if bt * ns <= 256]
-        if args.sweep_splits:  # waves 8 / 16: two / four programs a (row, KV head) at 64 rows on 132 SMs
-            large = [td.LARGE_TUNING] + [DecodeTuning(bt, mc, 2, ns, 2, waves) for bt, mc in
-                                         ((32, 32), (32, 64), (64, 64), (64, 128)) for waves in (8, 16)
-                                         for ns in (2, 3)]
         for shape in args.shapes.split(","):
             for bs, ctx in itertools.product(map(int, args.sweep_bs.split(",")), map(int, args.sweep_ctx.split(","))):
                 case = Case(SHAPES[shape], bs, ctx)
@@ -190,6 +199,8 @@ def main() -> int:
                 grid = small if bs < 64 else large
                 if args.sweep_deep:
                     grid = deep_grid(case, bs)
+                elif args.sweep_splits and bs >= 64:
+                    grid = splits_grid(case, bs)
                 for t in grid:
                     try:
                         res.append((graph_us(case, triton_layer(case, t), reps=10), t))
