@@ -11,7 +11,7 @@ A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decod
 the Triton decode launch shape below ``LARGE_ROWS`` rows (tuning=..., for every GQA group; small=...,
 for groups up to ``SMALL_GROUP`` only; one=..., one row of the larger groups; default=..., 2 or more rows of
 the larger groups), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
-huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves]] and the skinny GEMM (skinny=auto|off,
+huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves[/maxnreg]]] and the skinny GEMM (skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some (split 0
 or -2: stream-K over one or two programs an SM; streamk=0 or -2 turns every config so far into that),
@@ -116,7 +116,7 @@ def _separate_copies_run(self: DecodeGraphRunner, batch) -> StepOutput:
 
 
 def parse_tuning(text: str) -> td.DecodeTuning:
-    """A Triton decode launch shape written block_t/min_chunk/warps/stages[/prefetch[/waves]]."""
+    """A Triton decode launch shape written block_t/min_chunk/warps/stages[/prefetch[/waves[/maxnreg]]]."""
     return td.DecodeTuning(*map(int, text.split("/")))
 
 

@@ -4,7 +4,12 @@ store, FlashInfer decode, its merge: four launches) against the one-launch Trito
 so launch gaps count. Every layer has its own KV cache, so the caches are not all sitting in L2.
 
     python bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
-        [--ctx 220,1000,4000] [--sweep] [--sweep-bs 1,8] [--sweep-ctx 220,1000] [--out DIR]
+        [--ctx 220,1000,4000] [--layouts shuffled,contiguous,engine] [--sweep] [--sweep-bs 1,8]
+        [--sweep-ctx 220,1000] [--out DIR]
+
+--layouts times the table's cases on caches whose slots are shuffled (each token anywhere), contiguous,
+or laid out as a fresh engine's pool hands them out (``slot_order``); the last column is the time the
+case's K/V bytes take at the device-to-device copy bandwidth measured at the start.
 
 --sweep also tries a grid of launch shapes (DecodeTuning) at the --sweep-bs batch sizes and prints the
 best; batches of 64 rows and more get a grid of tile, warps and pipeline depth (no splits: rows x KV
@@ -12,7 +17,8 @@ heads fill the SMs). --sweep-splits gives those batches a grid of context splits
 chunks, two or four programs a (row, KV head)), with the shipped large-batch launch as the reference.
 --sweep-deep tries, at every batch size, deeper pipelines (five to eight stages: Triton keeps two or more
 tiles in flight only from five on, the page-list load each K/V load depends on taking stages), with the
-shipped launch of that size as the reference.
+shipped launch of that size as the reference. --sweep-regs tries launches with a register cap
+(``DecodeTuning.maxnreg``) around the shipped one of each size.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS
 from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from floor import copy_bandwidth as _copy_bandwidth  # noqa: E402
+
 # (q heads, kv heads, qk-norm) of the benchmark shapes; head_dim 128
 SHAPES = {"qwen3-0.6b": (16, 8, True), "llama-3.1-8b": (32, 8, False)}
 D = 128
@@ -44,10 +53,34 @@ def log(*a: Any) -> None:
     print(*a, flush=True)
 
 
-class Case:
-    """One batch: per-layer caches, the page lists (page size 1, shuffled), q|k|v rows, positions."""
+LAYOUTS = ("shuffled", "contiguous", "engine")
+ENGINE_PROMPT = 128  # the benchmarks' prompt length (bench/graph_bench.py)
 
-    def __init__(self, heads: tuple[int, int, bool], bs: int, ctx: int, seed: int = 0) -> None:
+
+def slot_order(layout: str, bs: int, ctx: int, seed: int = 0) -> torch.Tensor:
+    """The cache slots of every row's context, [bs, ctx] (slot 0 is never used). ``shuffled``: each token
+    anywhere (the worst case for DRAM locality); ``contiguous``: each row's context in consecutive slots;
+    ``engine``: what a fresh engine's pool hands out with page size 1: each row's prompt consecutive, then
+    one slot a row per decode step, so a row's later tokens lie ``bs`` slots apart."""
+    n = bs * ctx
+    if layout == "shuffled":
+        return (torch.randperm(n, generator=torch.Generator().manual_seed(seed)) + 1).view(bs, ctx).to(torch.int32)
+    if layout == "contiguous":
+        return (torch.arange(n) + 1).view(bs, ctx).to(torch.int32)
+    if layout == "engine":
+        p = min(ctx, ENGINE_PROMPT)
+        prompt = torch.arange(bs * p).view(bs, p)
+        steps = bs * p + torch.arange(bs * (ctx - p)).view(ctx - p, bs).t()
+        return (torch.cat([prompt, steps], dim=1) + 1).to(torch.int32)
+    raise ValueError(f"unknown slot layout {layout!r} (one of {', '.join(LAYOUTS)})")
+
+
+class Case:
+    """One batch: per-layer caches, the page lists (page size 1, slots laid out by ``layout``), q|k|v
+    rows, positions."""
+
+    def __init__(self, heads: tuple[int, int, bool], bs: int, ctx: int, seed: int = 0,
+                 layout: str = "shuffled") -> None:
         hq, hkv, norm = heads
         self.hq, self.hkv, self.bs, self.ctx = hq, hkv, bs, ctx
         slots = bs * ctx + 1
@@ -56,8 +89,7 @@ class Case:
         g = torch.Generator(device="cuda").manual_seed(seed)
         self.kc = [torch.randn(slots, 1, hkv, D, device="cuda", dtype=DT, generator=g) for _ in range(self.layers)]
         self.vc = [torch.randn(slots, 1, hkv, D, device="cuda", dtype=DT, generator=g) for _ in range(self.layers)]
-        perm = (torch.randperm(slots - 1, generator=torch.Generator().manual_seed(seed)) + 1).to(torch.int32)
-        self.indices = perm[: bs * ctx].cuda()
+        self.indices = slot_order(layout, bs, ctx, seed).reshape(-1).cuda()
         self.indptr_h = torch.arange(0, bs * ctx + 1, ctx, dtype=torch.int32)
         self.indptr = self.indptr_h.cuda()
         self.last_h = torch.ones(bs, dtype=torch.int32)
@@ -156,33 +188,57 @@ def splits_grid(case: Case, bs: int) -> list[DecodeTuning]:
                                          for ns in (2, 3)]
 
 
+def regs_grid(case: Case, bs: int) -> list[DecodeTuning]:
+    """The shipped launch of ``bs`` rows, then launches with a register cap (``maxnreg``): more warps a
+    program, or more programs an SM, where registers (the first K/V tile held across the PDL wait) and
+    not shared memory limit how many fit."""
+    shipped = shipped_tuning(case, bs)
+    mc = shipped.min_chunk
+    if bs >= 256:
+        shapes = ((16, 2, 6, 128), (16, 2, 6, 96), (16, 4, 6, 128), (32, 2, 3, 128), (32, 4, 3, 128), (32, 4, 4, 128))
+    elif bs >= 64:
+        shapes = ((64, 4, 3, 128), (64, 4, 2, 128), (32, 4, 3, 0), (32, 4, 4, 128), (32, 2, 3, 128),
+                  (64, 4, 3, 0))
+    else:
+        shapes = ((128, 8, 2, 128), (64, 4, 2, 128), (64, 4, 3, 128), (128, 4, 2, 168))
+    return [shipped] + [DecodeTuning(bt, mc, nw, ns, shipped.prefetch, shipped.waves, reg)
+                        for bt, nw, ns, reg in shapes]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--bs", default="1,8,64,256")
     ap.add_argument("--ctx", default="220,1000,4000")
+    ap.add_argument("--layouts", default="shuffled",
+                    help=f"slot layouts of the table's caches, comma list of {', '.join(LAYOUTS)}")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
     grids = ap.add_mutually_exclusive_group()
     grids.add_argument("--sweep-splits", action="store_true", help="from 64 rows on, sweep context splits")
     grids.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to eight stages")
+    grids.add_argument("--sweep-regs", action="store_true", help="sweep launches with a register cap")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     rows = []
-    log("| shape | bs | context | FlashInfer pipeline µs/layer | Triton one-launch µs/layer | FlashInfer ÷ Triton "
-        "| Triton without PDL |")
-    log("|---|---|---|---|---|---|---|")
+    log("| shape | bs | context | slots | FlashInfer pipeline µs/layer | Triton one-launch µs/layer "
+        "| FlashInfer ÷ Triton | Triton without PDL | K/V bytes µs at the copy bandwidth |")
+    log("|---|---|---|---|---|---|---|---|---|")
+    bw = _copy_bandwidth(torch.device("cuda"))
     for shape in args.shapes.split(","):
-        for bs, ctx in itertools.product(map(int, args.bs.split(",")), map(int, args.ctx.split(","))):
+        for bs, ctx, layout in itertools.product(map(int, args.bs.split(",")), map(int, args.ctx.split(",")),
+                                                 args.layouts.split(",")):
             if bs * ctx > 256 * 1000:
                 continue
-            case = Case(SHAPES[shape], bs, ctx)
+            case = Case(SHAPES[shape], bs, ctx, layout=layout)
             fi = graph_us(case, flashinfer_layer(case))
             tr = graph_us(case, triton_layer(case))
             tr0 = graph_us(case, triton_layer(case, pdl=False))
-            rows.append(dict(shape=shape, bs=bs, ctx=ctx, flashinfer_us=fi, triton_us=tr, triton_no_pdl_us=tr0))
-            log(f"| {shape} | {bs} | {ctx} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} |")
+            kv_us = 2 * bs * ctx * case.hkv * D * 2 / bw * 1e6
+            rows.append(dict(shape=shape, bs=bs, ctx=ctx, layout=layout, flashinfer_us=fi, triton_us=tr,
+                             triton_no_pdl_us=tr0, kv_bytes_us=kv_us, copy_bw=bw))
+            log(f"| {shape} | {bs} | {ctx} | {layout} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} | {kv_us:.2f} |")
             del case
             torch.cuda.empty_cache()
     if args.sweep:
@@ -199,6 +255,8 @@ def main() -> int:
                 grid = small if bs < 64 else large
                 if args.sweep_deep:
                     grid = deep_grid(case, bs)
+                elif args.sweep_regs:
+                    grid = regs_grid(case, bs)
                 elif args.sweep_splits and bs >= 64:
                     grid = splits_grid(case, bs)
                 for t in grid:

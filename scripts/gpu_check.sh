@@ -18,19 +18,8 @@ set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
 mkdir -p "$out"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 PYTHONUNBUFFERED=1
-
-# graphtop.* maps onto the top-level folders; a symlink shim does that without pip or network.
-shim=/tmp/graphtop-shim
-rm -rf "$shim" && mkdir -p "$shim/graphtop"
-for pkg in engine models tui themes; do ln -s "$here/$pkg" "$shim/graphtop/$pkg"; done
-export PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}"
-# Packages the device image lacks travel as wheels in .whl (see README): textual & co. (pure python),
-# pyzmq and msgspec (cp312 manylinux x86_64).
-if [ -d "$here/.whl" ] && ls "$here"/.whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/whl-site \
-    "$here"/.whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/whl-site"
-fi
+# shim and carried wheels
+source "$here/scripts/device_env.sh"
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"

@@ -252,6 +252,7 @@ def test_argmax_rows_writes_the_host_ring_row_the_device_slot_picks():
                                                    (None, 64, "smallgroup"), (16, 64, "smallgroup"),
                                                    (None, 256, "large"), (16, 32, "large"),
                                                    (None, 256, "huge"), (16, 32, "huge"),
+                                                   (None, 256, "regcap"), (16, 32, "regcap"),
                                                    (None, 256, "onerow"), (16, 256, "onerow")])
 def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
@@ -286,8 +287,10 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         indptr.append(len(idx))
         last.append(n - (p - 1) * page_size)
     # "large" / "huge": the launch shapes of batches of LARGE_ROWS / HUGE_ROWS rows and more, on these rows;
-    # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's
+    # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's;
+    # "regcap": a register cap (maxnreg) below what the compiler would take, so some values spill
     base = {"default": DecodeTuning(), "prefetch0": DecodeTuning(prefetch=0), "prefetch1": DecodeTuning(prefetch=1),
+            "regcap": DecodeTuning(block_t=32, num_warps=2, num_stages=3, maxnreg=128),
             "smallgroup": SMALL_GROUP_TUNING, "large": LARGE_TUNING, "huge": HUGE_TUNING,
             "onerow": ONE_ROW_TUNING}[tier]
     tuning = replace(base, min_chunk=min_chunk)

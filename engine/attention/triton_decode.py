@@ -234,6 +234,10 @@ class DecodeTuning:
     # 2 also the RoPE table row and the q/k-norm weights
     prefetch: int = 2
     waves: int = 2  # programs per SM the split count aims for (num_splits)
+    # registers a thread may use (ptxas .maxnreg), 0 for the compiler's choice. The first K/V tile is
+    # held in registers across the PDL wait, so a program's registers, not its shared memory, decide
+    # how many fit an SM; a cap trades a few spills for more warps per scheduler
+    maxnreg: int = 0
 
 
 #: what a PagedDecode built without ``tuning`` uses below LARGE_ROWS rows (head_dim <= 128; wider heads
@@ -341,6 +345,7 @@ class PagedDecode:
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
             USE_PDL=self.pdl, PREFETCH=tu.prefetch, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+            **({"maxnreg": tu.maxnreg} if tu.maxnreg else {}),
         )
         return out
 
