@@ -4,12 +4,14 @@ store, FlashInfer decode, its merge: four launches) against the one-launch Trito
 so launch gaps count. Every layer has its own KV cache, so the caches are not all sitting in L2.
 
     python bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
-        [--ctx 220,1000,4000] [--layouts shuffled,contiguous,engine] [--sweep] [--sweep-bs 1,8]
+        [--ctx 220,1000,4000] [--layouts shuffled,contiguous,engine] [--q-entry] [--sweep] [--sweep-bs 1,8]
         [--sweep-ctx 220,1000] [--out DIR]
 
 --layouts times the table's cases on caches whose slots are shuffled (each token anywhere), contiguous,
 or laid out as a fresh engine's pool hands them out (``slot_order``); the last column is the time the
-case's K/V bytes take at the device-to-device copy bandwidth measured at the start.
+case's K/V bytes take at the device-to-device copy bandwidth measured at the start. --q-entry adds the
+shipped launch from q over cached K/V (``PagedDecode.run``: no q/k-norm, RoPE or K/V store); with a
+ladder of contexts (--ctx 2,64,128,...) the table places a launch's fixed cost against its per-token one.
 
 --sweep also tries a grid of launch shapes (DecodeTuning) at the --sweep-bs batch sizes and prints the
 best; batches of 64 rows and more get a grid of tile, warps and pipeline depth (no splits: rows x KV
@@ -166,6 +168,19 @@ def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | Non
     return layer
 
 
+def triton_q_layer(case: Case) -> Callable[[int], Any]:
+    """The shipped launch from q over cached K/V (``PagedDecode.run``): no q/k-norm, RoPE or K/V store,
+    and the first tile loaded after the PDL wait, so its difference from ``triton_layer`` is what those
+    links of the chain cost."""
+    kern = PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, case.bs, torch.device("cuda"))
+    q = case.qkv[:, : case.hq * D].view(case.bs, case.hq, D)
+
+    def layer(i: int) -> Any:
+        return kern.run(q, case.kc[i], case.vc[i], case.indptr, case.indices, case.last)
+
+    return layer
+
+
 def shipped_tuning(case: Case, bs: int) -> DecodeTuning:
     """The launch shape the engine gives ``bs`` rows of the case's heads: every sweep's reference."""
     return PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, bs, torch.device("cuda")).tuning_for(bs)
@@ -212,6 +227,8 @@ def main() -> int:
     ap.add_argument("--ctx", default="220,1000,4000")
     ap.add_argument("--layouts", default="shuffled",
                     help=f"slot layouts of the table's caches, comma list of {', '.join(LAYOUTS)}")
+    ap.add_argument("--q-entry", action="store_true",
+                    help="also time the shipped launch from q over cached K/V (no norm, RoPE or K/V store)")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
@@ -223,8 +240,9 @@ def main() -> int:
     args = ap.parse_args()
     rows = []
     log("| shape | bs | context | slots | FlashInfer pipeline µs/layer | Triton one-launch µs/layer "
-        "| FlashInfer ÷ Triton | Triton without PDL | K/V bytes µs at the copy bandwidth |")
-    log("|---|---|---|---|---|---|---|---|---|")
+        "| FlashInfer ÷ Triton | Triton without PDL | K/V bytes µs at the copy bandwidth |"
+        + (" Triton from q µs/layer |" if args.q_entry else ""))
+    log("|---|---|---|---|---|---|---|---|---|" + ("---|" if args.q_entry else ""))
     bw = _copy_bandwidth(torch.device("cuda"))
     for shape in args.shapes.split(","):
         for bs, ctx, layout in itertools.product(map(int, args.bs.split(",")), map(int, args.ctx.split(",")),
@@ -236,9 +254,14 @@ def main() -> int:
             tr = graph_us(case, triton_layer(case))
             tr0 = graph_us(case, triton_layer(case, pdl=False))
             kv_us = 2 * bs * ctx * case.hkv * D * 2 / bw * 1e6
-            rows.append(dict(shape=shape, bs=bs, ctx=ctx, layout=layout, flashinfer_us=fi, triton_us=tr,
-                             triton_no_pdl_us=tr0, kv_bytes_us=kv_us, copy_bw=bw))
-            log(f"| {shape} | {bs} | {ctx} | {layout} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} | {kv_us:.2f} |")
+            row = dict(shape=shape, bs=bs, ctx=ctx, layout=layout, flashinfer_us=fi, triton_us=tr,
+                       triton_no_pdl_us=tr0, kv_bytes_us=kv_us, copy_bw=bw)
+            line = f"| {shape} | {bs} | {ctx} | {layout} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} | {kv_us:.2f} |"
+            if args.q_entry:
+                row["triton_q_us"] = graph_us(case, triton_q_layer(case))
+                line += f" {row['triton_q_us']:.2f} |"
+            rows.append(row)
+            log(line)
             del case
             torch.cuda.empty_cache()
     if args.sweep:
