@@ -42,7 +42,7 @@ from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode  #
 from graphtop.models import triton_kernels as tk  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from floor import copy_bandwidth as _copy_bandwidth  # noqa: E402
+from graph_bench import PROMPT_LEN, copy_bandwidth  # noqa: E402
 
 # (q heads, kv heads, qk-norm) of the benchmark shapes; head_dim 128
 SHAPES = {"qwen3-0.6b": (16, 8, True), "llama-3.1-8b": (32, 8, False)}
@@ -56,21 +56,21 @@ def log(*a: Any) -> None:
 
 
 LAYOUTS = ("shuffled", "contiguous", "engine")
-ENGINE_PROMPT = 128  # the benchmarks' prompt length (bench/graph_bench.py)
 
 
 def slot_order(layout: str, bs: int, ctx: int, seed: int = 0) -> torch.Tensor:
     """The cache slots of every row's context, [bs, ctx] (slot 0 is never used). ``shuffled``: each token
     anywhere (the worst case for DRAM locality); ``contiguous``: each row's context in consecutive slots;
-    ``engine``: what a fresh engine's pool hands out with page size 1: each row's prompt consecutive, then
-    one slot a row per decode step, so a row's later tokens lie ``bs`` slots apart."""
+    ``engine``: what a fresh engine's pool hands out with page size 1: each row's prompt (the benchmarks'
+    ``PROMPT_LEN`` tokens) consecutive, then one slot a row per decode step, so a row's later tokens lie
+    ``bs`` slots apart."""
     n = bs * ctx
     if layout == "shuffled":
         return (torch.randperm(n, generator=torch.Generator().manual_seed(seed)) + 1).view(bs, ctx).to(torch.int32)
     if layout == "contiguous":
         return (torch.arange(n) + 1).view(bs, ctx).to(torch.int32)
     if layout == "engine":
-        p = min(ctx, ENGINE_PROMPT)
+        p = min(ctx, PROMPT_LEN)
         prompt = torch.arange(bs * p).view(bs, p)
         steps = bs * p + torch.arange(bs * (ctx - p)).view(ctx - p, bs).t()
         return (torch.cat([prompt, steps], dim=1) + 1).to(torch.int32)
@@ -158,8 +158,14 @@ def flashinfer_layer(case: Case) -> Callable[[int], Any]:
     return layer
 
 
+def paged_decode(case: Case, tuning: DecodeTuning | None = None, pdl: bool | None = None) -> PagedDecode:
+    """The Triton decode kernel for the case's heads and rows (page size 1), the engine's launch shapes
+    unless ``tuning`` is given."""
+    return PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, case.bs, torch.device("cuda"), tuning, pdl)
+
+
 def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | None = None) -> Callable[[int], Any]:
-    kern = PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, case.bs, torch.device("cuda"), tuning, pdl)
+    kern = paged_decode(case, tuning, pdl)
 
     def layer(i: int) -> Any:
         return kern.run_qkv(case.qkv, case.pos, case.cs, case.qw, case.kw, 1e-6, case.kc[i], case.vc[i],
@@ -172,7 +178,7 @@ def triton_q_layer(case: Case) -> Callable[[int], Any]:
     """The shipped launch from q over cached K/V (``PagedDecode.run``): no q/k-norm, RoPE or K/V store,
     and the first tile loaded after the PDL wait, so its difference from ``triton_layer`` is what those
     links of the chain cost."""
-    kern = PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, case.bs, torch.device("cuda"))
+    kern = paged_decode(case)
     q = case.qkv[:, : case.hq * D].view(case.bs, case.hq, D)
 
     def layer(i: int) -> Any:
@@ -181,34 +187,34 @@ def triton_q_layer(case: Case) -> Callable[[int], Any]:
     return layer
 
 
-def shipped_tuning(case: Case, bs: int) -> DecodeTuning:
-    """The launch shape the engine gives ``bs`` rows of the case's heads: every sweep's reference."""
-    return PagedDecode(case.hq, case.hkv, D, 1, D**-0.5, bs, torch.device("cuda")).tuning_for(bs)
+def shipped_tuning(case: Case) -> DecodeTuning:
+    """The launch shape the engine gives the case's rows and heads: every sweep's reference."""
+    return paged_decode(case).tuning_for(case.bs)
 
 
-def deep_grid(case: Case, bs: int) -> list[DecodeTuning]:
-    """The shipped launch of ``bs`` rows, then deeper pipelines with its split chunk."""
-    shipped = shipped_tuning(case, bs)
+def deep_grid(case: Case) -> list[DecodeTuning]:
+    """The shipped launch of the case's rows, then deeper pipelines with its split chunk."""
+    shipped = shipped_tuning(case)
     mc = shipped.min_chunk
     return [shipped] + [DecodeTuning(bt, mc, nw, ns) for bt, nw, ns in
                         ((16, 2, 5), (16, 2, 6), (16, 2, 8), (32, 2, 5), (32, 2, 6), (32, 2, 7), (64, 2, 5),
                          (64, 4, 5), (128, 4, 5))]
 
 
-def splits_grid(case: Case, bs: int) -> list[DecodeTuning]:
-    """The shipped launch of ``bs`` rows, then small split chunks over more programs: waves 8 / 16 give
+def splits_grid(case: Case) -> list[DecodeTuning]:
+    """The shipped launch of the case's rows, then small split chunks over more programs: waves 8 / 16 give
     two / four programs a (row, KV head) at 64 rows on 132 SMs."""
-    return [shipped_tuning(case, bs)] + [DecodeTuning(bt, mc, 2, ns, 2, waves) for bt, mc in
+    return [shipped_tuning(case)] + [DecodeTuning(bt, mc, 2, ns, 2, waves) for bt, mc in
                                          ((32, 32), (32, 64), (64, 64), (64, 128)) for waves in (8, 16)
                                          for ns in (2, 3)]
 
 
-def regs_grid(case: Case, bs: int) -> list[DecodeTuning]:
-    """The shipped launch of ``bs`` rows, then launches with a register cap (``maxnreg``): more warps a
+def regs_grid(case: Case) -> list[DecodeTuning]:
+    """The shipped launch of the case's rows, then launches with a register cap (``maxnreg``): more warps a
     program, or more programs an SM, where registers (the first K/V tile held across the PDL wait) and
     not shared memory limit how many fit."""
-    shipped = shipped_tuning(case, bs)
-    mc = shipped.min_chunk
+    shipped = shipped_tuning(case)
+    mc, bs = shipped.min_chunk, case.bs
     if bs >= 256:
         shapes = ((16, 2, 6, 128), (16, 2, 6, 96), (16, 4, 6, 128), (32, 2, 3, 128), (32, 4, 3, 128), (32, 4, 4, 128))
     elif bs >= 64:
@@ -243,7 +249,7 @@ def main() -> int:
         "| FlashInfer ÷ Triton | Triton without PDL | K/V bytes µs at the copy bandwidth |"
         + (" Triton from q µs/layer |" if args.q_entry else ""))
     log("|---|---|---|---|---|---|---|---|---|" + ("---|" if args.q_entry else ""))
-    bw = _copy_bandwidth(torch.device("cuda"))
+    bw = copy_bandwidth(torch.device("cuda"))
     for shape in args.shapes.split(","):
         for bs, ctx, layout in itertools.product(map(int, args.bs.split(",")), map(int, args.ctx.split(",")),
                                                  args.layouts.split(",")):
@@ -277,11 +283,11 @@ def main() -> int:
                 res = []
                 grid = small if bs < 64 else large
                 if args.sweep_deep:
-                    grid = deep_grid(case, bs)
+                    grid = deep_grid(case)
                 elif args.sweep_regs:
-                    grid = regs_grid(case, bs)
+                    grid = regs_grid(case)
                 elif args.sweep_splits and bs >= 64:
-                    grid = splits_grid(case, bs)
+                    grid = splits_grid(case)
                 for t in grid:
                     try:
                         res.append((graph_us(case, triton_layer(case, t), reps=10), t))

@@ -23,7 +23,7 @@ def test_every_layout_uses_each_slot_once(layout, bs, ctx):
 
 
 def test_engine_layout_is_prompts_then_one_slot_a_row_per_step():
-    bs, ctx, p = 3, dab.ENGINE_PROMPT + 4, dab.ENGINE_PROMPT
+    bs, ctx, p = 3, dab.PROMPT_LEN + 4, dab.PROMPT_LEN
     order = dab.slot_order("engine", bs, ctx)
     for b in range(bs):
         assert order[b, :p].tolist() == list(range(b * p + 1, (b + 1) * p + 1))

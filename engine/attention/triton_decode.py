@@ -236,7 +236,7 @@ class DecodeTuning:
     waves: int = 2  # programs per SM the split count aims for (num_splits)
     # registers a thread may use (ptxas .maxnreg), 0 for the compiler's choice. The first K/V tile is
     # held in registers across the PDL wait, so a program's registers, not its shared memory, decide
-    # how many fit an SM; a cap trades a few spills for more warps per scheduler. No shipped launch sets
+    # how many fit an SM; a cap can buy more warps per scheduler, at the risk of spills. No shipped launch sets
     # one: in the model no capped launch beat them (bench/decode_attn_bench.py --sweep-regs; README)
     maxnreg: int = 0
 
