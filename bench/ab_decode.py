@@ -19,7 +19,8 @@ sk=N:K:row_class:silu puts one back on cuBLAS) for the engines built under it. l
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
-gemv=N:K:block_n:block_k:warps:stages[+...] replaces fused-GEMV launch configs; upload=separate replays
+gemv=N:K:block_n:block_k:warps:stages[:split][+...] replaces fused-GEMV launch configs; gemv_trigger=off launches the gate|up GEMV (no PDL) without letting the down
+projection after it start early; upload=separate replays
 decode graphs the way they were before one upload a step (separate copies, the argmax after the graph);
 blas=cublaslt|cublas captures the engine's graphs with that ``torch.backends.cuda.preferred_blas_library``
 (a graph keeps the GEMM kernels chosen at capture, so engines of either library can be interleaved);
@@ -75,6 +76,7 @@ SHIPPED_SILU_PDL = tk.SILU_MUL_PDL
 SHIPPED_NORMS = ts.NORMS_IN_PROJECTIONS
 SHIPPED_POST_NORM = ts.POST_NORM_APART
 SHIPPED_GEMV = dict(tg.TUNED)
+SHIPPED_TRIGGER = tg.TRIGGER_NEXT
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 SHIPPED_COPY_STREAM = gu.COPY_STREAM
 SHIPPED_HOST_RING = dg.HOST_RING
@@ -137,6 +139,7 @@ def apply(variant: str) -> dict:
     ts.POST_NORM_APART = SHIPPED_POST_NORM
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
+    tg.TRIGGER_NEXT = SHIPPED_TRIGGER
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
     gu.COPY_STREAM = SHIPPED_COPY_STREAM
     dg.HOST_RING = SHIPPED_HOST_RING
@@ -181,6 +184,8 @@ def apply(variant: str) -> dict:
             for entry in value.split("+"):
                 n, k, *cfg = map(int, entry.split(":"))
                 tg.TUNED[(n, k)] = tuple(cfg)
+        elif key == "gemv_trigger" and value == "off":  # a plain GEMV launch no longer lets the next start early
+            tg.TRIGGER_NEXT = False
         elif key == "upload" and value == "separate":
             DecodeGraphRunner._forward = _separate_copies_forward
             DecodeGraphRunner.run = _separate_copies_run

@@ -233,7 +233,7 @@ class DecoderLayer(nn.Module):
         o = sa.attend_fused(qkv, positions, rope, attn)
         _gemv_add(sa.o_proj, o, h, pdl_o)
         gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps,
-                     pdl=pdl_gu)
+                     pdl=pdl_gu, trigger=pdl_down and tg.TRIGGER_NEXT)
         _gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
 
 

@@ -21,6 +21,11 @@ import torch
 
 from .triton_kernels import HAVE_TRITON, use_pdl
 
+TRIGGER_NEXT = True
+"""Whether a fused GEMV launched without PDL (the long gate|up, ``use_pdl``'s "auto") lets the PDL-launched
+GEMV after it (down) start its programs while its own last ones run (bench/ab_decode.py gemv_trigger=off
+measures it without)."""
+
 MAX_M = 4
 """Rows the kernel handles. The engine uses it for 1 row by default (EngineConfig.fused_gemv_max_rows):
 measured on an H200 at 4 rows it lost to cuBLAS + separate kernels on 7 of 8 projections."""
@@ -85,7 +90,8 @@ if HAVE_TRITON:
     def _gemv_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, b_ptr, part_ptr, ticket_ptr, M, N, K, x_stride,
                      out_stride, res_stride, eps, PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, USE_PDL: tl.constexpr, SPLIT_K: tl.constexpr):
+                     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, USE_PDL: tl.constexpr, SPLIT_K: tl.constexpr,
+                     TRIGGER: tl.constexpr):
         """out[m, n] = sum_k pro(x)[m, k] * w[n, k] (+ bias[n]) (+ res[m, n]).
 
         PROLOGUE 0: x as is; 1: RMSNorm(x) with weight nw (K columns); 2: silu(x[:, :K]) * x[:, K:2K].
@@ -101,6 +107,9 @@ if HAVE_TRITON:
         slice s into an fp32 partial; the last of an n block to finish (an atomic ticket says which)
         adds the partials in slice order, so the result does not depend on which finished last, and
         runs the epilogue. More programs stream a short, wide projection's weights at once.
+
+        TRIGGER without USE_PDL: a kernel launched plainly still lets the kernel after it (launched with
+        PDL) start its programs while this one's last ones run.
         """
         pid = tl.program_id(0)
         if SPLIT_K > 1:
@@ -125,6 +134,7 @@ if HAVE_TRITON:
         wv = _gemv_weights(w_rows, rk, K, n_mask, EVEN_K, EVEN_N)
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
+        if USE_PDL or TRIGGER:
             tl.extra.cuda.gdc_launch_dependents()
         acc, ss = _gemv_step(acc, ss, wv, x_rows, nw_ptr, rk, K, m_mask, dt, PROLOGUE, BLOCK_M, EVEN_K)
         for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
@@ -198,12 +208,14 @@ def _workspace(device: torch.device, partials: int, blocks: int) -> tuple[torch.
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
          norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, silu_mul: bool = False,
          residual: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
-         config: Optional[tuple[int, ...]] = None, pdl: Optional[bool] = None) -> torch.Tensor:
+         config: Optional[tuple[int, ...]] = None, pdl: Optional[bool] = None,
+         trigger: bool = False) -> torch.Tensor:
     """``[residual +] linear(pro(x), weight, bias)`` for x [M <= MAX_M, K'] (rows may be strided).
 
     ``norm_weight``: pro = RMSNorm; ``silu_mul``: x is [gate | up] (2K columns) and pro = silu(gate) * up.
     ``out`` may be ``residual`` itself (each output element is read and written by one program).
     ``pdl``: launch with programmatic dependent launch (default: ``triton_kernels.use_pdl``'s "auto").
+    ``trigger``: without ``pdl``, still let a PDL-launched kernel after this one start early.
     ``config``: (block_n, block_k, warps, stages[, split_k]); split-K is skipped where it does not
     apply (an RMSNorm prologue, K not a multiple of split_k * block_k).
     """
@@ -232,5 +244,6 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
         m, n, k, x.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0, eps,
         PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-        EVEN_N=n % block_n == 0, USE_PDL=pdl, SPLIT_K=split, num_warps=warps, num_stages=stages, launch_pdl=pdl)
+        EVEN_N=n % block_n == 0, USE_PDL=pdl, SPLIT_K=split, TRIGGER=trigger and not pdl,
+        num_warps=warps, num_stages=stages, launch_pdl=pdl)
     return out

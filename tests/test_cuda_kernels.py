@@ -162,6 +162,42 @@ def test_fused_gemv_matches_torch(m, kind, config):
         assert int(tg._split_workspace[w.device][1].abs().sum()) == 0
 
 
+def test_plain_gemv_lets_the_pdl_gemv_after_it_start_early():
+    """A GEMV launched without PDL but with ``trigger`` lets the next, PDL-launched one start while its
+    last programs run (the 8B's gate|up, then down): the second still reads the first's finished output,
+    replayed in a CUDA graph many times as the decode graph runs them."""
+    import torch.nn.functional as F
+
+    from graphtop.models import triton_gemv as tg
+    from graphtop.models import triton_kernels as tk
+
+    if not tk.use_pdl(torch.device("cuda"), 0, "on"):
+        pytest.skip("programmatic dependent launch needs Hopper or newer")
+    torch.manual_seed(4)
+    k, inter = 1024, 3584  # the up projection streams long enough for its tail to overlap the next launch
+    w_gu = torch.randn(2 * inter, k, device="cuda", dtype=torch.bfloat16) * 0.05
+    w_down = torch.randn(k, inter, device="cuda", dtype=torch.bfloat16) * 0.05
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    h = torch.zeros(1, k, device="cuda", dtype=torch.bfloat16)
+
+    def step() -> None:
+        gu = tg.gemv(x, w_gu, pdl=False, trigger=True)
+        tg.gemv(gu, w_down, silu_mul=True, residual=h, out=h, pdl=True)
+
+    gu = F.linear(x, w_gu)
+    want = F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], w_down)
+    step()  # eager warmup (Triton compiles outside the capture)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(50):
+        h.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        _close(h, want, tol=1e-2)
+
+
 def test_split_k_gemv_is_deterministic():
     """Whichever slice finishes last, the partials are added in slice order: bit-identical reruns."""
     from graphtop.models import triton_gemv as tg
