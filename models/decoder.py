@@ -105,6 +105,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
         self.gemv_pdl: tuple[bool, ...] = (False, False, False, False)  # qkv, o, gate_up, down (set_pdl)
+        self.gate_up_trigger = False  # a plain gate|up GEMV lets the PDL down projection start early (set_pdl)
         # qkv, o, gate_up, down: row class -> skinny-GEMM config where it beat cuBLAS (set_skinny)
         self.skinny: tuple[dict[int, ts.Config], ...] = ({}, {}, {}, {})
         self.skinny_pdl = False
@@ -216,12 +217,14 @@ class DecoderLayer(nn.Module):
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL
-        (``triton_kernels.use_pdl``), so no launch re-evaluates the policy."""
+        (``triton_kernels.use_pdl``), so no launch re-evaluates the policy; and whether a gate|up left
+        without PDL lets the down projection after it start early (``triton_gemv.TRIGGER_NEXT``)."""
         sa, mlp = self.self_attn, self.mlp
         self.gemv_pdl = tuple(
             tk.use_pdl(w.device, w.numel() * w.element_size(), policy)
             for w in (sa.qkv_proj.weight, sa.o_proj.weight, mlp.gate_up_proj.weight, mlp.down_proj.weight)
         )
+        self.gate_up_trigger = self.gemv_pdl[3] and not self.gemv_pdl[2] and tg.TRIGGER_NEXT
 
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
                       attn: AttentionFn) -> None:
@@ -233,7 +236,7 @@ class DecoderLayer(nn.Module):
         o = sa.attend_fused(qkv, positions, rope, attn)
         _gemv_add(sa.o_proj, o, h, pdl_o)
         gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps,
-                     pdl=pdl_gu, trigger=pdl_down and tg.TRIGGER_NEXT)
+                     pdl=pdl_gu, trigger=self.gate_up_trigger)
         _gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
 
 

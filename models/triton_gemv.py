@@ -23,8 +23,8 @@ from .triton_kernels import HAVE_TRITON, use_pdl
 
 TRIGGER_NEXT = True
 """Whether a fused GEMV launched without PDL (the long gate|up, ``use_pdl``'s "auto") lets the PDL-launched
-GEMV after it (down) start its programs while its own last ones run (bench/ab_decode.py gemv_trigger=off
-measures it without)."""
+GEMV after it (down) start its programs while its own last ones run (read by ``DecoderLayer.set_pdl``;
+bench/ab_decode.py gemv_trigger=off measures it without)."""
 
 MAX_M = 4
 """Rows the kernel handles. The engine uses it for 1 row by default (EngineConfig.fused_gemv_max_rows):

@@ -1,6 +1,6 @@
 """Where the skinny GEMM is used: its measured configs tile their shapes, row classes, and which
-projections a decoder layer hands it (CPU: the policy, not the kernel; the kernel is in
-tests/test_cuda_skinny.py)."""
+projections a decoder layer hands it; and how a layer launches its one-row fused GEMVs (CPU: the
+policy, not the kernels; those are in tests/test_cuda_skinny.py and tests/test_cuda_kernels.py)."""
 
 from __future__ import annotations
 
@@ -92,6 +92,30 @@ def test_the_silu_mul_kernel_launches_with_pdl_when_the_skinny_gemm_does(monkeyp
     monkeypatch.setattr(tk, "SILU_MUL_PDL", False)
     layer.set_skinny(True, "auto")
     assert layer.skinny_pdl and not layer.silu_pdl
+
+
+def test_a_plain_gate_up_gemv_lets_the_pdl_down_projection_start_early(monkeypatch) -> None:
+    """PDL "auto" leaves the 8B's gate|up (224 MiB) launched plainly; it then triggers the down
+    projection after it, which launches with PDL. Where gate|up has PDL itself (the 0.6B, or "on") it
+    triggers anyway, and with PDL off nothing waits to be triggered."""
+    from graphtop.models import triton_gemv as tg
+    from graphtop.models import triton_kernels as tk
+
+    def use_pdl(device, weight_bytes=0, policy="auto"):  # what a Hopper device answers
+        return policy == "on" or (policy == "auto" and weight_bytes <= tk.PDL_AUTO_MAX_BYTES)
+
+    monkeypatch.setattr(tk, "use_pdl", use_pdl)
+    big, small = (_fused_layer(shape).to(torch.bfloat16) for shape in ("llama-3.1-8b", "qwen3-0.6b"))
+    big.set_pdl("auto")
+    assert big.gemv_pdl == (True, True, False, True) and big.gate_up_trigger
+    small.set_pdl("auto")
+    assert all(small.gemv_pdl) and not small.gate_up_trigger
+    for policy in ("on", "off"):
+        big.set_pdl(policy)
+        assert not big.gate_up_trigger
+    monkeypatch.setattr(tg, "TRIGGER_NEXT", False)
+    big.set_pdl("auto")
+    assert not big.gate_up_trigger
 
 
 def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
