@@ -19,9 +19,10 @@ sk=N:K:row_class:silu puts one back on cuBLAS) for the engines built under it. l
 were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
-gemv=N:K:block_n:block_k:warps:stages[:split][+...] replaces fused-GEMV launch configs; gemv_trigger=off launches the gate|up GEMV (no PDL) without letting the down
-projection after it start early; merge=all has the decode attention's last split of a (row, KV head)
-merge every query head's partials at once (``triton_decode.MERGE_ALL_HEADS``); upload=separate replays
+gemv=N:K:block_n:block_k:warps:stages[:split][+...] replaces fused-GEMV launch configs; gemv_trigger=off
+launches the gate|up GEMV (no PDL) without letting the down projection after it start early; merge=all has
+the decode attention's last split of a (row, KV head) merge every query head's partials at once
+(``triton_decode.MERGE_ALL_HEADS``); upload=separate replays
 decode graphs the way they were before one upload a step (separate copies, the argmax after the graph);
 blas=cublaslt|cublas captures the engine's graphs with that ``torch.backends.cuda.preferred_blas_library``
 (a graph keeps the GEMM kernels chosen at capture, so engines of either library can be interleaved);
