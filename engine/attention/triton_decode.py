@@ -379,7 +379,8 @@ class PagedDecode:
             kn, vn, new_stride, pos, cs, qw, kw, eps,
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, PREFETCH=tu.prefetch, MERGE_ALL=MERGE_ALL_HEADS, num_warps=tu.num_warps, num_stages=tu.num_stages, launch_pdl=self.pdl,
+            USE_PDL=self.pdl, PREFETCH=tu.prefetch, MERGE_ALL=MERGE_ALL_HEADS, num_warps=tu.num_warps,
+            num_stages=tu.num_stages, launch_pdl=self.pdl,
             **({"maxnreg": tu.maxnreg} if tu.maxnreg else {}),
         )
         return out
