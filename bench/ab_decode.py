@@ -20,9 +20,7 @@ were before logits stayed in the model's dtype (a float copy, then a copy into a
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
 gemv=N:K:block_n:block_k:warps:stages[:split][+...] replaces fused-GEMV launch configs; gemv_trigger=off
-launches the gate|up GEMV (no PDL) without letting the down projection after it start early; merge=all has
-the decode attention's last split of a (row, KV head) merge every query head's partials at once
-(``triton_decode.MERGE_ALL_HEADS``); upload=separate replays
+launches the gate|up GEMV (no PDL) without letting the down projection after it start early; upload=separate replays
 decode graphs the way they were before one upload a step (separate copies, the argmax after the graph);
 blas=cublaslt|cublas captures the engine's graphs with that ``torch.backends.cuda.preferred_blas_library``
 (a graph keeps the GEMM kernels chosen at capture, so engines of either library can be interleaved);
@@ -79,7 +77,6 @@ SHIPPED_NORMS = ts.NORMS_IN_PROJECTIONS
 SHIPPED_POST_NORM = ts.POST_NORM_APART
 SHIPPED_GEMV = dict(tg.TUNED)
 SHIPPED_TRIGGER = tg.TRIGGER_NEXT
-SHIPPED_MERGE_ALL = td.MERGE_ALL_HEADS
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 SHIPPED_COPY_STREAM = gu.COPY_STREAM
 SHIPPED_HOST_RING = dg.HOST_RING
@@ -143,7 +140,6 @@ def apply(variant: str) -> dict:
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
     tg.TRIGGER_NEXT = SHIPPED_TRIGGER
-    td.MERGE_ALL_HEADS = SHIPPED_MERGE_ALL
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
     gu.COPY_STREAM = SHIPPED_COPY_STREAM
     dg.HOST_RING = SHIPPED_HOST_RING
@@ -188,8 +184,6 @@ def apply(variant: str) -> dict:
             for entry in value.split("+"):
                 n, k, *cfg = map(int, entry.split(":"))
                 tg.TUNED[(n, k)] = tuple(cfg)
-        elif key == "merge" and value == "all":  # the decode attention's split merge, every head at once
-            td.MERGE_ALL_HEADS = True
         elif key == "gemv_trigger" and value == "off":  # a plain GEMV launch no longer lets the next start early
             tg.TRIGGER_NEXT = False
         elif key == "upload" and value == "separate":

@@ -4,17 +4,14 @@ store, FlashInfer decode, its merge: four launches) against the one-launch Trito
 so launch gaps count. Every layer has its own KV cache, so the caches are not all sitting in L2.
 
     python bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
-        [--ctx 220,1000,4000] [--layouts shuffled,contiguous,engine] [--q-entry] [--merge-all] [--sweep]
-        [--sweep-bs 1,8] [--sweep-ctx 220,1000] [--out DIR]
+        [--ctx 220,1000,4000] [--layouts shuffled,contiguous,engine] [--q-entry] [--sweep] [--sweep-bs 1,8]
+        [--sweep-ctx 220,1000] [--out DIR]
 
 --layouts times the table's cases on caches whose slots are shuffled (each token anywhere), contiguous,
 or laid out as a fresh engine's pool hands them out (``slot_order``); the last column is the time the
 case's K/V bytes take at the device-to-device copy bandwidth measured at the start. --q-entry adds the
 shipped launch from q over cached K/V (``PagedDecode.run``: no q/k-norm, RoPE or K/V store); with a
 ladder of contexts (--ctx 2,64,128,...) the table places a launch's fixed cost against its per-token one.
---merge-all adds the shipped launch with the last split of each (row, KV head) merging every query head's
-partials at once (``triton_decode.MERGE_ALL_HEADS``): only contexts that split (past the launch's minimum
-chunk) take that path.
 
 --sweep also tries a grid of launch shapes (DecodeTuning) at the --sweep-bs batch sizes and prints the
 best; batches of 64 rows and more get a grid of tile, warps and pipeline depth (no splits: rows x KV
@@ -41,7 +38,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS  # noqa: E402
-from graphtop.engine.attention import triton_decode as td  # noqa: E402
 from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode  # noqa: E402
 from graphtop.models import triton_kernels as tk  # noqa: E402
 
@@ -239,8 +235,6 @@ def main() -> int:
                     help=f"slot layouts of the table's caches, comma list of {', '.join(LAYOUTS)}")
     ap.add_argument("--q-entry", action="store_true",
                     help="also time the shipped launch from q over cached K/V (no norm, RoPE or K/V store)")
-    ap.add_argument("--merge-all", action="store_true",
-                    help="also time the shipped launch with its splits merged every head at once (MERGE_ALL_HEADS)")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
@@ -253,9 +247,8 @@ def main() -> int:
     rows = []
     log("| shape | bs | context | slots | FlashInfer pipeline µs/layer | Triton one-launch µs/layer "
         "| FlashInfer ÷ Triton | Triton without PDL | K/V bytes µs at the copy bandwidth |"
-        + (" Triton from q µs/layer |" if args.q_entry else "")
-        + (" Triton, splits merged all heads at once µs/layer |" if args.merge_all else ""))
-    log("|---|---|---|---|---|---|---|---|---|" + ("---|" if args.q_entry else "") + ("---|" if args.merge_all else ""))
+        + (" Triton from q µs/layer |" if args.q_entry else ""))
+    log("|---|---|---|---|---|---|---|---|---|" + ("---|" if args.q_entry else ""))
     bw = copy_bandwidth(torch.device("cuda"))
     for shape in args.shapes.split(","):
         for bs, ctx, layout in itertools.product(map(int, args.bs.split(",")), map(int, args.ctx.split(",")),
@@ -273,13 +266,6 @@ def main() -> int:
             if args.q_entry:
                 row["triton_q_us"] = graph_us(case, triton_q_layer(case))
                 line += f" {row['triton_q_us']:.2f} |"
-            if args.merge_all:
-                td.MERGE_ALL_HEADS = True  # read at launch, so at the graph's capture
-                try:
-                    row["triton_merge_all_us"] = graph_us(case, triton_layer(case))
-                finally:
-                    td.MERGE_ALL_HEADS = False
-                line += f" {row['triton_merge_all_us']:.2f} |"
             rows.append(row)
             log(line)
             del case

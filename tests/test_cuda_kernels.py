@@ -289,15 +289,13 @@ def test_argmax_rows_writes_the_host_ring_row_the_device_slot_picks():
                                                    (None, 256, "large"), (16, 32, "large"),
                                                    (None, 256, "huge"), (16, 32, "huge"),
                                                    (None, 256, "regcap"), (16, 32, "regcap"),
-                                                   (None, 256, "onerow"), (16, 256, "onerow"),
-                                                   (None, 256, "mergeall"), (16, 16, "mergeall")])
-def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier, monkeypatch):
+                                                   (None, 256, "onerow"), (16, 256, "onerow")])
+def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
     (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches);
     both entries: q over stored K/V, and straight from q|k|v (norm, RoPE and the K/V store inside)."""
     from dataclasses import replace
 
-    from graphtop.engine.attention import triton_decode as td
     from graphtop.engine.attention.triton_decode import (
         HUGE_TUNING,
         LARGE_ROWS,
@@ -327,12 +325,8 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
     # "large" / "huge": the launch shapes of batches of LARGE_ROWS / HUGE_ROWS rows and more, on these rows;
     # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's;
     # "regcap": a register cap (maxnreg) below what the compiler takes for that launch (159 registers
-    # uncapped, compiled for sm_90 on the CPU; 128 with the cap); "mergeall": the default launch with the
-    # last split merging every query head at once (MERGE_ALL_HEADS)
-    if tier == "mergeall":
-        monkeypatch.setattr(td, "MERGE_ALL_HEADS", True)
+    # uncapped, compiled for sm_90 on the CPU; 128 with the cap)
     base = {"default": DecodeTuning(), "prefetch0": DecodeTuning(prefetch=0), "prefetch1": DecodeTuning(prefetch=1),
-            "mergeall": DecodeTuning(),
             "regcap": DecodeTuning(block_t=32, num_warps=2, num_stages=3, maxnreg=128),
             "smallgroup": SMALL_GROUP_TUNING, "large": LARGE_TUNING, "huge": HUGE_TUNING,
             "onerow": ONE_ROW_TUNING}[tier]

@@ -43,10 +43,6 @@ except Exception:  # pragma: no cover - CPU builds of torch ship no triton
     HAVE_TRITON = False
 
 MAX_SPLITS = 16
-MERGE_ALL_HEADS = False
-"""Whether the last split of a (row, KV head) merges every query head's partials at once
-(``_merge_splits``) instead of one head after another. Not yet measured on a GPU (bench/ab_decode.py
-merge=all; README, Benchmarks), so off."""
 
 
 def num_splits(rows: int, kv_heads: int, sms: int, waves: int = 2) -> int:
@@ -90,8 +86,8 @@ if HAVE_TRITON:
         """Every query head's output [GP, D] from its splits' partials (rows ``first + s * G + g``), an
         online softmax over the splits in split order. Unrolled over SPLITS with the inactive ones
         masked, it has no cross-thread reduction and stores nothing between its loads, so they can all
-        be in flight at once (the per-head merge waits for each head's loads, reductions and store in
-        turn)."""
+        be in flight at once: merging one head after another waited for each head's loads, reductions
+        and store in turn, and a split cost several times its bytes (README: Benchmarks)."""
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         den = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, D], dtype=tl.float32)
@@ -139,7 +135,7 @@ if HAVE_TRITON:
                        PAGE: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                        BLOCK_T: tl.constexpr, MIN_CHUNK: tl.constexpr, SPLITS: tl.constexpr,
                        NEW_KV: tl.constexpr, HAS_NORM: tl.constexpr, USE_PDL: tl.constexpr,
-                       PREFETCH: tl.constexpr, MERGE_ALL: tl.constexpr):
+                       PREFETCH: tl.constexpr):
         b = tl.program_id(0)
         hk = tl.program_id(1)
         s = tl.program_id(2)
@@ -231,22 +227,8 @@ if HAVE_TRITON:
                 tl.debug_barrier()
                 ticket = tl.atomic_add(ticket_ptr + bh, 1)
                 if ticket == n_act - 1:
-                    if MERGE_ALL:
-                        out = _merge_splits(po_ptr, pml_ptr, bh * SPLITS * G, g, gm, d, n_act, G, GP, D, SPLITS)
-                        tl.store(o_rows, out.to(o_ptr.dtype.element_ty), mask=gm[:, None])
-                    else:
-                        sp = tl.arange(0, SPLITS)
-                        spm = sp < n_act
-                        for gi in tl.static_range(G):  # one query head at a time: [SPLITS, D] in registers
-                            prow = (bh * SPLITS + sp) * G + gi
-                            ms = tl.load(pml_ptr + prow * 2, mask=spm, other=float("-inf"), cache_modifier=".cg")
-                            ls = tl.load(pml_ptr + prow * 2 + 1, mask=spm, other=0.0, cache_modifier=".cg")
-                            wt = tl.exp(ms - tl.max(ms, axis=0))  # inactive splits: exp(-inf) = 0
-                            po = tl.load(po_ptr + prow[:, None] * D + d[None, :], mask=spm[:, None], other=0.0,
-                                         cache_modifier=".cg")
-                            out = tl.sum(wt[:, None] * po, axis=0) / tl.sum(wt * ls, axis=0)
-                            tl.store(o_ptr + b * o_stride_b + (hk * G + gi) * o_stride_h + d,
-                                     out.to(o_ptr.dtype.element_ty))
+                    out = _merge_splits(po_ptr, pml_ptr, bh * SPLITS * G, g, gm, d, n_act, G, GP, D, SPLITS)
+                    tl.store(o_rows, out.to(o_ptr.dtype.element_ty), mask=gm[:, None])
                     tl.store(ticket_ptr + bh, 0)  # ready for the next layer / replay
 
 
@@ -379,7 +361,7 @@ class PagedDecode:
             kn, vn, new_stride, pos, cs, qw, kw, eps,
             PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
             BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, PREFETCH=tu.prefetch, MERGE_ALL=MERGE_ALL_HEADS, num_warps=tu.num_warps,
+            USE_PDL=self.pdl, PREFETCH=tu.prefetch, num_warps=tu.num_warps,
             num_stages=tu.num_stages, launch_pdl=self.pdl,
             **({"maxnreg": tu.maxnreg} if tu.maxnreg else {}),
         )
