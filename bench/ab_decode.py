@@ -1,7 +1,9 @@
 """Interleaved A/B of decode-path variants on one checkpoint: every variant is its own engine (its
 graphs captured under its settings), all serving the same batch side by side; timing rounds alternate
 between them, so clock drift and context growth hit every variant alike. Prints each variant's median
-graph step and its ratio to the HBM floor (bench/floor.py).
+graph step and its ratio to the HBM floor (bench/floor.py). Each engine's KV pool holds every row's
+context up to the last timed step (``final_context``), so the batch runs whole; a prompt whose run would
+outgrow the benchmark's context is refused.
 
     python bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1] [--rounds 8] [--steps 20]
         [--variants "pdl=auto;pdl=off;pdl=on;pdl=auto"]  (the default; also e.g. "pdl=off,tuning=64/64/4/2")
@@ -48,7 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from floor import copy_bandwidth, floor_ms  # noqa: E402
-from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
+from graph_bench import MAX_CONTEXT, PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
 
 from graphtop.engine.argmax import argmax_rows  # noqa: E402
 from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
@@ -209,11 +211,22 @@ def apply(variant: str) -> dict:
     return {"kernels": KernelConfig(**kernel), **overrides}
 
 
+def final_context(prompt: int, args: argparse.Namespace) -> int:
+    """A request's context at the last timed step: its prompt, the prefill's token, 5 warm-up steps and
+    every round. The KV pool must hold that for every row, or the batch would shrink or be preempted
+    mid-measurement (and the floor, computed for every row, would be wrong)."""
+    return prompt + 1 + 5 + args.rounds * args.steps
+
+
 def compare(shape: str, ckpt, bs: int, prompt: int, variants: list[str], args: argparse.Namespace, bw: float) -> None:
     engines, handles = [], []
+    tokens = final_context(prompt, args)
     for v in variants:
         eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=max(8, bs), decode_bs=[bs],
-                          prefill_graphs=False, **apply(v))
+                          prefill_graphs=False, tokens_per_request=max(400, tokens + 8), **apply(v))
+        if eng.kv_capacity_tokens < bs * tokens:
+            raise SystemExit(f"the KV pool holds {eng.kv_capacity_tokens} tokens, fewer than {bs} rows x "
+                             f"{tokens}: lower --bs or --prompt")
         if DecodeGraphRunner.run is not SHIPPED_RUN:  # per engine: the class's run is reset for the next
             runner = eng.model_runner.decode
             runner.run = MethodType(DecodeGraphRunner.run, runner)
@@ -249,6 +262,10 @@ def main() -> int:
     ap.add_argument("--bs", default="1", help="batch sizes, comma list")
     ap.add_argument("--prompt", default=str(PROMPT_LEN), help="prompt tokens, comma list (context = prompt + steps)")
     args = ap.parse_args()
+    for prompt in map(int, args.prompt.split(",")):
+        if final_context(prompt, args) > MAX_CONTEXT - 2:
+            ap.error(f"prompt {prompt} + {final_context(prompt, args) - prompt} decode tokens exceed the "
+                     f"benchmark's context of {MAX_CONTEXT - 2}: a shorter prompt or fewer rounds/steps")
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     variants = args.variants.split(";")

@@ -48,9 +48,11 @@ def log(*a: Any) -> None:
 
 def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus] = None,
                 max_running: int = 256, gemv_rows: int = 1, decode_bs: Optional[list[int]] = None,
-                prefill_graphs: bool = True, **overrides: Any) -> Engine:
+                prefill_graphs: bool = True, tokens_per_request: int = 400, **overrides: Any) -> Engine:
     """An engine for benchmarks: page size 1 unless ``page_size`` is given; ``decode_bs`` limits the
-    decode graphs to those buckets and ``prefill_graphs=False`` captures none (quicker A/B engines)."""
+    decode graphs to those buckets and ``prefill_graphs=False`` captures none (quicker A/B engines).
+    The KV pool holds ``max_running`` requests of ``tokens_per_request`` tokens: a batch that outgrows
+    it runs fewer rows or preempts them mid-measurement, so a caller with longer contexts passes more."""
     gcfg = GraphConfig()
     if not graphs:
         gcfg.set("decode.backend", "disabled")
@@ -62,7 +64,7 @@ def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus]
     page_size = overrides.pop("page_size", 1)
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, page_size=page_size,
                        chunked_prefill_size=1024, max_running_requests=max_running,
-                       max_context_len=MAX_CONTEXT, max_total_tokens=max_running * 400 + 4096, graphs=gcfg,
+                       max_context_len=MAX_CONTEXT, max_total_tokens=max_running * tokens_per_request + 4096, graphs=gcfg,
                        fused_gemv_max_rows=gemv_rows, capture_before_serving=True, **overrides)
     return Engine(ckpt, cfg, bus)
 
