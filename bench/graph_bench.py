@@ -96,6 +96,14 @@ def time_steps(eng: Engine, n: int) -> float:
     return (time.perf_counter() - t) / n * 1e3
 
 
+def decode_run_context(steps: int, eager_steps: int, rounds: int) -> int:
+    """A request's context at ``decode_ms``'s last step: the prompt, the prefill's token, 5 warm-up steps,
+    every round's graph steps, one eager warm-up and eager steps, then the replay split's steps. The KV
+    pool must hold that for every row, or the last rounds would run preempted or on fewer rows while
+    the floor counts them all."""
+    return PROMPT_LEN + 1 + 5 + rounds * (steps + 1 + eager_steps) + steps
+
+
 def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int, rounds: int) -> dict[str, Any]:
     """Graph and eager decode of the same ``bs`` requests on one live engine, in interleaved rounds
     (graph, eager, graph, ...), so context growth and clock drift hit both alike; medians."""
@@ -280,7 +288,8 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
         bus = EventBus()
         sub = bus.subscribe("bench", types={"capture_finished"})
         t = time.perf_counter()
-        eng = make_engine(ckpt, attn, graphs=True, bus=bus)
+        context = decode_run_context(args.steps, args.eager_steps, args.rounds)
+        eng = make_engine(ckpt, attn, graphs=True, bus=bus, tokens_per_request=max(400, context + 8))
         log(f"[{shape}/{attn}] engine ready in {time.perf_counter() - t:.1f} s")
         res["capture"][attn] = capture_stats(sub)
         bus.unsubscribe(sub)
@@ -377,6 +386,9 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=0, help="override layer count (quick runs)")
     ap.add_argument("--no-events", dest="events", action="store_false")
     args = ap.parse_args()
+    if decode_run_context(args.steps, args.eager_steps, args.rounds) > MAX_CONTEXT - 2:
+        ap.error(f"{args.rounds} rounds of {args.steps} graph and {args.eager_steps} eager steps outgrow the "
+                 f"benchmark's context of {MAX_CONTEXT - 2} tokens: fewer rounds or steps")
     args.bs = [int(x) for x in args.bs.split(",") if x]
     args.prefill = [int(x) for x in args.prefill.split(",") if x]
     args.hf_bs = [int(x) for x in args.hf_bs.split(",") if x]
