@@ -50,7 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from floor import copy_bandwidth, floor_ms  # noqa: E402
-from graph_bench import MAX_CONTEXT, PROMPT_LEN, drain, fill_decode, make_engine, time_steps  # noqa: E402
+from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, refuse_past_context, time_steps  # noqa: E402
 
 from graphtop.engine.argmax import argmax_rows  # noqa: E402
 from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
@@ -223,7 +223,7 @@ def compare(shape: str, ckpt, bs: int, prompt: int, variants: list[str], args: a
     tokens = final_context(prompt, args)
     for v in variants:
         eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=max(8, bs), decode_bs=[bs],
-                          prefill_graphs=False, tokens_per_request=max(400, tokens + 8), **apply(v))
+                          prefill_graphs=False, longest_context=tokens, **apply(v))
         if eng.kv_capacity_tokens < bs * tokens:
             raise SystemExit(f"the KV pool holds {eng.kv_capacity_tokens} tokens, fewer than {bs} rows x "
                              f"{tokens}: lower --bs or --prompt")
@@ -263,9 +263,7 @@ def main() -> int:
     ap.add_argument("--prompt", default=str(PROMPT_LEN), help="prompt tokens, comma list (context = prompt + steps)")
     args = ap.parse_args()
     for prompt in map(int, args.prompt.split(",")):
-        if final_context(prompt, args) > MAX_CONTEXT - 2:
-            ap.error(f"prompt {prompt} + {final_context(prompt, args) - prompt} decode tokens exceed the "
-                     f"benchmark's context of {MAX_CONTEXT - 2}: a shorter prompt or fewer rounds/steps")
+        refuse_past_context(ap, final_context(prompt, args), f"prompt {prompt} and {args.rounds} rounds of {args.steps} steps")
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     variants = args.variants.split(";")

@@ -48,11 +48,11 @@ def log(*a: Any) -> None:
 
 def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus] = None,
                 max_running: int = 256, gemv_rows: int = 1, decode_bs: Optional[list[int]] = None,
-                prefill_graphs: bool = True, tokens_per_request: int = 400, **overrides: Any) -> Engine:
+                prefill_graphs: bool = True, longest_context: int = 0, **overrides: Any) -> Engine:
     """An engine for benchmarks: page size 1 unless ``page_size`` is given; ``decode_bs`` limits the
     decode graphs to those buckets and ``prefill_graphs=False`` captures none (quicker A/B engines).
-    The KV pool holds ``max_running`` requests of ``tokens_per_request`` tokens: a batch that outgrows
-    it runs fewer rows or preempts them mid-measurement, so a caller with longer contexts passes more."""
+    The KV pool holds ``max_running`` requests of ``longest_context`` tokens (at least 400): a batch
+    that outgrows it runs fewer rows or preempts them mid-measurement, while the floor counts them all."""
     gcfg = GraphConfig()
     if not graphs:
         gcfg.set("decode.backend", "disabled")
@@ -62,6 +62,7 @@ def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus]
     if not prefill_graphs:
         gcfg.set("prefill.backend", "disabled")
     page_size = overrides.pop("page_size", 1)
+    tokens_per_request = max(400, longest_context + 8)
     cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, page_size=page_size,
                        chunked_prefill_size=1024, max_running_requests=max_running,
                        max_context_len=MAX_CONTEXT, max_total_tokens=max_running * tokens_per_request + 4096, graphs=gcfg,
@@ -94,6 +95,12 @@ def time_steps(eng: Engine, n: int) -> float:
         eng.step()
     torch.cuda.synchronize()
     return (time.perf_counter() - t) / n * 1e3
+
+
+def refuse_past_context(ap: argparse.ArgumentParser, context: int, what: str) -> None:
+    """Stop the run (one line, exit 2) where a request would outgrow the benchmark's context."""
+    if context > MAX_CONTEXT - 2:
+        ap.error(f"{what} reach {context} tokens of context, past the benchmark's {MAX_CONTEXT - 2}")
 
 
 def decode_run_context(steps: int, eager_steps: int, rounds: int) -> int:
@@ -289,7 +296,7 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
         sub = bus.subscribe("bench", types={"capture_finished"})
         t = time.perf_counter()
         context = decode_run_context(args.steps, args.eager_steps, args.rounds)
-        eng = make_engine(ckpt, attn, graphs=True, bus=bus, tokens_per_request=max(400, context + 8))
+        eng = make_engine(ckpt, attn, graphs=True, bus=bus, longest_context=context)
         log(f"[{shape}/{attn}] engine ready in {time.perf_counter() - t:.1f} s")
         res["capture"][attn] = capture_stats(sub)
         bus.unsubscribe(sub)
@@ -386,9 +393,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=0, help="override layer count (quick runs)")
     ap.add_argument("--no-events", dest="events", action="store_false")
     args = ap.parse_args()
-    if decode_run_context(args.steps, args.eager_steps, args.rounds) > MAX_CONTEXT - 2:
-        ap.error(f"{args.rounds} rounds of {args.steps} graph and {args.eager_steps} eager steps outgrow the "
-                 f"benchmark's context of {MAX_CONTEXT - 2} tokens: fewer rounds or steps")
+    refuse_past_context(ap, decode_run_context(args.steps, args.eager_steps, args.rounds),
+                        f"{args.rounds} rounds of {args.steps} graph and {args.eager_steps} eager steps")
     args.bs = [int(x) for x in args.bs.split(",") if x]
     args.prefill = [int(x) for x in args.prefill.split(",") if x]
     args.hf_bs = [int(x) for x in args.hf_bs.split(",") if x]
