@@ -239,13 +239,11 @@ class DecodeTuning:
     requested before the PDL wait, and how many programs per SM the split count aims for.
 
     Defaults: the best mean of ``bench/decode_attn_bench.py --sweep`` over bs 1 and 8 at contexts 220
-    and 1000, both benchmark shapes. The split chunk is 128 tokens since the splits' merge runs every
-    query head at once: cheap enough that a short context in two prefetched tiles beats one program
-    loading its second tile after the PDL wait (``bench/ab_decode.py``, the Llama-3.1-8B shape at
-    8-16 rows; README: Benchmarks)."""
+    and 1000, both benchmark shapes; in the whole model (``bench/ab_decode.py``) neither smaller nor
+    larger split chunks did better (README: the issue #17 sweep), except at 2-63 rows (DEFAULT_TUNING)."""
 
     block_t: int = 128
-    min_chunk: int = 128
+    min_chunk: int = 256
     num_warps: int = 4
     num_stages: int = 2
     # what a program requests before the PDL wait (fused path only): 0 nothing, 1 its first K/V tile,
@@ -260,8 +258,10 @@ class DecodeTuning:
 
 
 #: what a PagedDecode built without ``tuning`` uses below LARGE_ROWS rows (head_dim <= 128; wider heads
-#: halve block_t)
-DEFAULT_TUNING = DecodeTuning()
+#: halve block_t). 128-token splits since the splits' merge runs every query head at once: cheap enough
+#: that a short context in two prefetched tiles beats one program loading its second tile after the PDL
+#: wait (``bench/ab_decode.py``, the Llama-3.1-8B shape at 8-16 rows; README: Benchmarks)
+DEFAULT_TUNING = DecodeTuning(min_chunk=128)
 #: below LARGE_ROWS rows for GQA groups of at most SMALL_GROUP query heads a KV head: 64-token tiles
 #: and splits, two warps. With so few query rows a program's work is short, and short contexts spread
 #: over more, leaner programs (``bench/ab_decode.py``: Qwen3-0.6B, group 2, faster at 1 and 8 rows; the
@@ -274,19 +274,19 @@ SMALL_GROUP_TUNING = DecodeTuning(block_t=64, min_chunk=64, num_warps=2)
 #: At one row the grid (KV heads x splits) fits the SMs even at one program each (the tile's shared
 #: memory allows no more); at 8 rows it does not, and the default's smaller tiles stay
 #: (``bench/ab_decode.py``, Llama-3.1-8B at 1 and 8 rows, README: Benchmarks)
-ONE_ROW_TUNING = DecodeTuning(block_t=256, min_chunk=256, num_warps=8)
+ONE_ROW_TUNING = DecodeTuning(block_t=256, num_warps=8)
 #: from this many rows on: two warps a program, one more stage. Rows x KV heads fill the SMs (no context
 #: splits), so more, leaner programs in flight beat wider ones (``bench/decode_attn_bench.py --sweep
 #: --sweep-bs 64,128``: within 1 % of the best at 64 rows and 11 % at 128, contexts 220 and 1000, both
 #: benchmark shapes)
 LARGE_ROWS = 64
-LARGE_TUNING = DecodeTuning(block_t=64, min_chunk=256, num_warps=2, num_stages=3)
+LARGE_TUNING = DecodeTuning(block_t=64, num_warps=2, num_stages=3)
 #: from this many rows on, shorter tiles on a deeper pipeline. Each K/V load depends on a page-list
 #: load, which costs the pipeliner stages: only from five stages on does it keep a second tile in flight
 #: (``--sweep --sweep-deep --sweep-bs 256``: the best of the Llama-3.1-8B shape at contexts 220 and 1000;
 #: the Qwen3-0.6B shape runs FlashInfer at this size)
 HUGE_ROWS = 256
-HUGE_TUNING = DecodeTuning(block_t=16, min_chunk=256, num_warps=2, num_stages=6)
+HUGE_TUNING = DecodeTuning(block_t=16, num_warps=2, num_stages=6)
 
 
 def _for_head_dim(tuning: DecodeTuning, head_dim: int) -> DecodeTuning:
