@@ -32,7 +32,10 @@ instead of having the graph write them into a pinned ring; silu_pdl=off launches
 (between a cuBLAS gate|up and a skinny down) without programmatic dependent launch; norms=separate runs
 a layer's add+RMSNorms as their own kernels where the skinny GEMM would carry them
 (``triton_skinny.NORMS_IN_PROJECTIONS`` off); post_norm=64 (16+64, none) sets the row classes where
-the post-attention add+RMSNorm alone runs as its own kernel (``triton_skinny.POST_NORM_APART``, both shapes).
+the post-attention add+RMSNorm alone runs as its own kernel (``triton_skinny.POST_NORM_APART``, both shapes);
+lm_head=cublas leaves the final RMSNorm and the lm_head to their own kernel and cuBLAS at every size (at the
+fused GEMV's rows, ``triton_gemv.LM_HEAD_GEMV`` off; at the skinny GEMM's, its lm_head configs removed);
+argmax_pdl=off launches the greedy argmax without PDL.
 """
 
 from __future__ import annotations
@@ -82,6 +85,14 @@ SHIPPED_TRIGGER = tg.TRIGGER_NEXT
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 SHIPPED_COPY_STREAM = gu.COPY_STREAM
 SHIPPED_HOST_RING = dg.HOST_RING
+SHIPPED_LM_HEAD = tg.LM_HEAD_GEMV
+LM_HEAD_ROWS = {151936, 128256}  # the benchmark shapes' vocabularies: skinny configs of an lm_head
+SHIPPED_ARGMAX = dg.argmax_rows
+
+
+def _argmax_without_pdl(*args, pdl: bool = False, **kwargs) -> torch.Tensor:
+    """The decode graph's greedy argmax launched plainly (variant argmax_pdl=off)."""
+    return SHIPPED_ARGMAX(*args, **kwargs)
 
 
 def _float_logits_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
@@ -145,6 +156,8 @@ def apply(variant: str) -> dict:
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
     gu.COPY_STREAM = SHIPPED_COPY_STREAM
     dg.HOST_RING = SHIPPED_HOST_RING
+    tg.LM_HEAD_GEMV = SHIPPED_LM_HEAD
+    dg.argmax_rows = SHIPPED_ARGMAX
     for item in filter(None, variant.split(",")):
         key, value = item.split("=")
         if key == "pdl":
@@ -204,6 +217,12 @@ def apply(variant: str) -> dict:
             dg.HOST_RING = 0
         elif key == "blas":
             torch.backends.cuda.preferred_blas_library(value)
+        elif key == "lm_head" and value == "cublas":  # the final RMSNorm kernel, then cuBLAS, at every size
+            tg.LM_HEAD_GEMV = False
+            for shape_key in [kk for kk in ts.TUNED if kk[0] in LM_HEAD_ROWS]:
+                del ts.TUNED[shape_key]
+        elif key == "argmax_pdl" and value == "off":  # the greedy argmax's two kernels launched plainly
+            dg.argmax_rows = _argmax_without_pdl
         elif key == "logits" and value == "float32":
             DecodeGraphRunner._forward = _float_logits_forward
         else:

@@ -30,9 +30,12 @@ CHUNK = 4096
 if HAVE_TRITON:
 
     @triton.jit
-    def _chunk_argmax(x_ptr, val_ptr, idx_ptr, V, x_stride, n_chunks, BLOCK: tl.constexpr):
+    def _chunk_argmax(x_ptr, val_ptr, idx_ptr, V, x_stride, n_chunks, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
         row = tl.program_id(0)
         c = tl.program_id(1)
+        if USE_PDL:  # the logits come from the kernel before
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         cols = c * BLOCK + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row * x_stride + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
         m, i = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
@@ -41,9 +44,11 @@ if HAVE_TRITON:
 
     @triton.jit
     def _final_argmax(val_ptr, idx_ptr, out_ptr, host_ptr, slot_ptr, host_stride, n_chunks, BLOCK: tl.constexpr,
-                      HOST: tl.constexpr):
+                      HOST: tl.constexpr, USE_PDL: tl.constexpr):
         row = tl.program_id(0)
         c = tl.arange(0, BLOCK)
+        if USE_PDL:  # the chunk winners come from the kernel before
+            tl.extra.cuda.gdc_wait()
         v = tl.load(val_ptr + row * n_chunks + c, mask=c < n_chunks, other=float("-inf"))
         _, j = tl.max(v, axis=0, return_indices=True, return_indices_tie_break_left=True)
         token = tl.load(idx_ptr + row * n_chunks + j)
@@ -53,12 +58,15 @@ if HAVE_TRITON:
 
 
 def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None,
-                host_ring: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+                host_ring: Optional[tuple[torch.Tensor, torch.Tensor]] = None, pdl: bool = False) -> torch.Tensor:
     """``torch.argmax(logits, dim=-1)`` for a 2-D CUDA tensor (falls back to torch elsewhere), into
     ``out`` (int64, one per row) when given; a CUDA graph may capture it.
 
     ``host_ring``: (ring, slot), a pinned int64 [R, >= rows] host tensor and an int32 device scalar;
-    the tokens are also written into ``ring[slot]`` (CUDA with Triton only: ``host_ring_supported``)."""
+    the tokens are also written into ``ring[slot]`` (CUDA with Triton only: ``host_ring_supported``).
+    ``pdl``: both launches with programmatic dependent launch (Hopper+; the caller's policy,
+    ``DecoderForCausalLM.logits_pdl``): each may start while the kernel before it drains, which the
+    lm_head GEMV allows (``triton_gemv.gemv(trigger=True)``)."""
     if not host_ring_supported(logits):  # the Triton kernels' own conditions
         assert host_ring is None, "host_ring needs the Triton kernel"
         top = torch.argmax(logits, dim=-1)
@@ -69,10 +77,12 @@ def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None,
     idx = torch.empty(rows, n_chunks, dtype=torch.int64, device=logits.device)
     if out is None:
         out = torch.empty(rows, dtype=torch.int64, device=logits.device)
-    _chunk_argmax[(rows, n_chunks)](logits, vals, idx, V, logits.stride(0), n_chunks, BLOCK=CHUNK, num_warps=8)
+    _chunk_argmax[(rows, n_chunks)](logits, vals, idx, V, logits.stride(0), n_chunks, BLOCK=CHUNK, USE_PDL=pdl,
+                                    num_warps=8, launch_pdl=pdl)
     ring, slot = host_ring if host_ring is not None else (out, out)
     _final_argmax[(rows,)](vals, idx, out, ring, slot, ring.stride(0) if host_ring is not None else 0, n_chunks,
-                           BLOCK=triton.next_power_of_2(n_chunks), HOST=host_ring is not None)
+                           BLOCK=triton.next_power_of_2(n_chunks), HOST=host_ring is not None, USE_PDL=pdl,
+                           launch_pdl=pdl)
     return out
 
 

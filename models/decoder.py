@@ -11,6 +11,7 @@ Parameter names equal HF checkpoint names, so loading is a name -> parameter cop
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
@@ -250,6 +251,18 @@ def _gemv_add(proj: nn.Linear, x: torch.Tensor, h: torch.Tensor, pdl: bool, silu
         tg.gemv(x, proj.weight, proj.bias, silu_mul=silu_mul, residual=h, out=h, pdl=pdl)
 
 
+@dataclass(frozen=True)
+class PreNorm:
+    """The residual stream before the final RMSNorm: ``residual``, plus ``x``, a last sublayer output not
+    yet added to it (the fused path's stream), or, where the last down projection added into it on the
+    skinny GEMM, ``sumsq``, its rows' squares as slab partials (``ts.NormInput``: a skinny lm_head then
+    normalises in its own epilogue)."""
+
+    residual: torch.Tensor
+    x: Optional[torch.Tensor] = None
+    sumsq: Optional[torch.Tensor] = None
+
+
 class DecoderModel(nn.Module):
     """The `model.` prefix of HF checkpoints: embeddings, layers, final norm, shared rope."""
 
@@ -265,32 +278,49 @@ class DecoderModel(nn.Module):
         """Called before each layer when set: lets a background forward (the engine's parity re-run)
         pace itself between layers; it decides itself which threads it holds back."""
 
+    def gemv_rows(self, rows: int) -> bool:
+        """Whether a forward of ``rows`` tokens runs the fused-GEMV layers (``forward_small``)."""
+        return self.fused and rows <= self.gemv_max_rows
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
+        """Hidden states after the final RMSNorm."""
+        return self.final_norm(self.forward_pre_norm(input_ids, positions, attn))
+
+    def forward_pre_norm(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> PreNorm:
+        """The residual stream before the final RMSNorm, which the caller applies (``final_norm``) or
+        leaves to the lm_head's kernel (``DecoderForCausalLM.decode_logits``)."""
         x = self.embed_tokens(input_ids)
         pace = self.before_layer
-        if self.fused and x.shape[0] <= self.gemv_max_rows:
+        if self.gemv_rows(x.shape[0]):
             for layer in self.layers:
                 if pace is not None:
                     pace()
                 layer.forward_small(x, positions, self.rotary_emb, attn)
-            return tk.rms_norm(x, self.norm.weight, self.norm.eps)
+            return PreNorm(x)
         if self.fused:
             stream: tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]] = (x, None, None)
             for layer in self.layers:
                 if pace is not None:
                     pace()
                 stream = layer.forward_fused(*stream[:2], positions, self.rotary_emb, attn, sumsq=stream[2])
-            x, residual, _ = stream
+            x, residual, sumsq = stream
             assert residual is not None
-            if x is None:  # the last down projection added into the residual already
-                return tk.rms_norm(residual, self.norm.weight, self.norm.eps)
-            return tk.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
+            return PreNorm(residual, x, sumsq)
         rope = self.rotary_emb.factors(positions, x.dtype)
         for layer in self.layers:
             if pace is not None:
                 pace()
             x = layer(x, rope, attn)
-        return self.norm(x)
+        return PreNorm(x)
+
+    def final_norm(self, pre: PreNorm) -> torch.Tensor:
+        """The final RMSNorm of ``pre`` (after its pending add), by the path that produced it."""
+        if not self.fused:
+            assert pre.x is None
+            return self.norm(pre.residual)
+        if pre.x is None:  # the last down projection added into the residual already
+            return tk.rms_norm(pre.residual, self.norm.weight, self.norm.eps)
+        return tk.add_rms_norm(pre.x, pre.residual, self.norm.weight, self.norm.eps)
 
 
 class DecoderForCausalLM(nn.Module):
@@ -303,6 +333,10 @@ class DecoderForCausalLM(nn.Module):
         self.model = DecoderModel(spec)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         self.tie_weights()
+        self.lm_head_pdl = False  # the lm_head GEMV launches with PDL (enable_fused_kernels)
+        self.logits_pdl = False  # kernels reading the logits may launch with PDL (enable_fused_kernels)
+        # row class -> skinny-GEMM config of the lm_head, the final norm's weight folded into it (enable_fused_kernels)
+        self.lm_head_skinny: dict[int, ts.Config] = {}
 
     def tie_weights(self) -> None:
         """Share lm_head with the embeddings when the config says so.
@@ -340,14 +374,63 @@ class DecoderForCausalLM(nn.Module):
                 layer.self_attn.fuse()
                 layer.mlp.fuse()
                 layer.fold_norm_weights()
+            self._fold_final_norm()
             self.model.fused = True
         for layer in self.model.layers:
             layer.set_pdl(pdl)
             layer.set_skinny(skinny, pdl)
+        w = self.lm_head.weight
+        self.lm_head_pdl = tk.use_pdl(w.device, w.numel() * w.element_size(), pdl)
+        self.logits_pdl = tk.use_pdl(w.device, 0, pdl)
+        folded = bool((self.model.norm.weight == 1).all())
+        self.lm_head_skinny = ts.configs_for(*w.shape) if skinny and folded and self._plain_lm_head() else {}
         return True
+
+    def _plain_lm_head(self) -> bool:
+        """An unsharded, bias-free lm_head (a vocab-parallel one gathers in its own forward)."""
+        return type(self.lm_head) is nn.Linear and self.lm_head.bias is None
+
+    @torch.no_grad()
+    def _fold_final_norm(self) -> None:
+        """Fold the final RMSNorm's weight into an untied lm_head, as ``DecoderLayer.fold_norm_weights``
+        does for the layers' projections, so a skinny lm_head can take the norm as a per-row scale
+        (``ts.NormInput``). A tied head is the embedding table too and keeps the norm's weight."""
+        if self.spec.tie_word_embeddings or not self._plain_lm_head():
+            return
+        self.lm_head.weight.mul_(self.model.norm.weight.to(self.lm_head.weight.dtype)[None, :])
+        self.model.norm.weight.fill_(1.0)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         return self.model(input_ids, positions, attn)
+
+    def gemv_logits(self, rows: int) -> bool:
+        """Whether a decode step of ``rows`` tokens takes its final RMSNorm and lm_head in one GEMV."""
+        return tg.LM_HEAD_GEMV and self.model.gemv_rows(rows) and self._plain_lm_head()
+
+    def decode_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn,
+                      out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits of every row, for a step whose every token is sampled (decode), into ``out`` when given.
+
+        Where the fused kernels allow it, the final RMSNorm rides in the lm_head's own kernel: at the
+        fused GEMV's rows in the GEMV's prologue, at the skinny GEMM's (an untied head, its norm weight
+        folded in, ``lm_head_skinny``) as the per-row scale of its sums. One launch, PDL-chained, where
+        an RMSNorm kernel and cuBLAS (and the memset it adds) each cost a launch gap; and it lets a
+        PDL-launched kernel reading the logits (the greedy argmax) start early. Graph and eager decode
+        steps both come here, so their logits agree to the bit."""
+        rows = input_ids.shape[0]
+        gemv = self.gemv_logits(rows)
+        cfg = self.lm_head_skinny.get(ts.row_class(rows)) if self.model.fused else None
+        if not gemv and cfg is None:
+            return self.compute_logits(self.model(input_ids, positions, attn), out=out)
+        pre = self.model.forward_pre_norm(input_ids, positions, attn)
+        norm, w = self.model.norm, self.lm_head.weight
+        if gemv:
+            return tg.gemv(pre.residual, w, norm_weight=norm.weight, eps=norm.eps, out=out, pdl=self.lm_head_pdl,
+                           trigger=True)
+        if cfg is not None and pre.sumsq is not None:
+            return ts.skinny(pre.residual, w, config=cfg, pdl=self.logits_pdl, norm=ts.NormInput(pre.sumsq, norm.eps),
+                             out=out)
+        return self.compute_logits(self.model.final_norm(pre), out=out)
 
     def compute_logits(self, hidden: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits for the rows of `hidden` the caller selected (usually each request's last token), in

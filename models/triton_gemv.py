@@ -26,6 +26,11 @@ TRIGGER_NEXT = True
 GEMV after it (down) start its programs while its own last ones run (read by ``DecoderLayer.set_pdl``;
 bench/ab_decode.py gemv_trigger=off measures it without)."""
 
+LM_HEAD_GEMV = True
+"""Whether a decode step on the fused-GEMV layers also takes its final RMSNorm and lm_head in one GEMV
+(``DecoderForCausalLM.decode_logits``; bench/ab_decode.py lm_head=cublas measures the RMSNorm kernel and
+cuBLAS instead)."""
+
 MAX_M = 4
 """Rows the kernel handles. The engine uses it for 1 row by default (EngineConfig.fused_gemv_max_rows):
 measured on an H200 at 4 rows it lost to cuBLAS + separate kernels on 7 of 8 projections."""

@@ -291,6 +291,8 @@ TUNED: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int]] = {
     (28672, 4096, 16, True): (64, 128, 1, 4, 4), (4096, 14336, 16, False): (32, 256, 1, 4, 6),
     (6144, 4096, 64, False): (64, 128, 1, 4, 4), (4096, 4096, 64, False): (64, 128, 1, 4, 6),
     (28672, 4096, 64, True): (128, 64, 1, 4, 4), (4096, 14336, 64, False): (64, 128, 2, 4, 4),
+    # Llama-3.1-8B's lm_head (untied: the final norm folded in, DecoderForCausalLM.decode_logits)
+    (128256, 4096, 16, False): (64, 128, 1, 4, 4), (128256, 4096, 64, False): (64, 64, 1, 4, 4),
 }
 
 Config = tuple[int, int, int, int, int]
@@ -362,16 +364,19 @@ class NormInput:
 
 
 def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
-           pdl: Optional[bool] = None, norm: Optional[NormInput] = None) -> torch.Tensor:
+           pdl: Optional[bool] = None, norm: Optional[NormInput] = None,
+           out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I]; with ``norm`` the
-    input is RMSNorm(x).
+    input is RMSNorm(x). Into ``out`` (contiguous rows) when given.
 
     ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``configs_for`` gives the measured ones) must
     satisfy ``config_ok``.
     """
     n = weight.shape[0] // 2 if silu_mul else weight.shape[0]
-    out = torch.empty((x.shape[0], n), dtype=weight.dtype, device=weight.device)
+    if out is None:
+        out = torch.empty((x.shape[0], n), dtype=weight.dtype, device=weight.device)
+    assert out.shape == (x.shape[0], n) and out.stride(-1) == 1, (tuple(out.shape), n)
     _launch(x, weight, out, config, silu_mul, pdl, norm, add=False)
     return out
 

@@ -140,6 +140,74 @@ def test_default_decode_list_captures_and_graph_matches_eager(qwen3_shape, monke
     assert rel.item() <= tol
 
 
+def test_one_row_decode_takes_the_final_norm_in_the_lm_head_gemv(qwen3_shape, monkeypatch):
+    """At the fused GEMV's rows a decode step's logits come from one GEMV with the final RMSNorm in its
+    prologue, in the graph and eagerly alike; against the RMSNorm kernel + cuBLAS they differ only by
+    where the norm rounds."""
+    from graphtop.models import triton_gemv as tg
+
+    eng = _engine(qwen3_shape, graphs=True)
+    model = eng.model_runner.eager.model
+    if not model.gemv_logits(1):
+        pytest.skip("the fused GEMV path is off on this device")
+    eng.overlap_schedule = False  # no step in flight when the test schedules one itself
+    vocab = eng.spec.vocab_size
+    h = eng.submit(_ids(40, 7, vocab), SamplingParams(max_new_tokens=8, ignore_eos=True, detokenize=False))
+    while len(h.token_ids) < 2:
+        eng.step()
+    batch = eng.scheduler.schedule()
+    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 1
+    g = eng.model_runner.decode.run(batch)
+    assert g.path == "graph" and g.bucket == 1
+    g_logits = g.logits.clone()
+    fused = eng.model_runner.eager.run(batch).logits
+    monkeypatch.setattr(tg, "LM_HEAD_GEMV", False)
+    assert not model.gemv_logits(1)
+    apart = eng.model_runner.eager.run(batch).logits
+    assert (g_logits - fused).norm() / fused.norm() <= 2e-2  # the torch-native graph's wider sums (above)
+    assert (fused - apart).norm() / apart.norm() <= 1e-2
+    assert g.tokens.tolist() == torch.argmax(g_logits, dim=-1).tolist()
+
+
+def test_eight_row_decode_of_an_untied_head_takes_the_final_norm_in_the_skinny_lm_head(monkeypatch):
+    """Llama-3.1-8B's shape (two layers): the final norm's weight is folded into the untied lm_head, and
+    an 8-row decode step's logits come from the skinny GEMM normalising the last down projection's rows
+    by their slab partials, in the graph and eagerly alike; against the RMSNorm kernel + cuBLAS on the
+    same folded weights they differ only by where the norm rounds."""
+    from graphtop.models.random_model import hf_config_for, random_checkpoint
+
+    ckpt = random_checkpoint(hf_config_for("llama-3.1-8b", num_hidden_layers=2), device="cuda",
+                             dtype=torch.bfloat16)
+    graphs = GraphConfig()
+    graphs.set("decode.bs", [8])
+    graphs.set("prefill.backend", "disabled")
+    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend="torch", max_context_len=256,
+                       max_total_tokens=8 * 1024, graphs=graphs, capture_before_serving=True)
+    eng = Engine(ckpt, cfg, EventBus())
+    _open.append(eng)
+    model = eng.model_runner.eager.model
+    if not model.lm_head_skinny:
+        pytest.skip("the skinny GEMM is off on this device")
+    assert bool((model.model.norm.weight == 1).all())
+    eng.overlap_schedule = False  # no step in flight when the test schedules one itself
+    vocab = eng.spec.vocab_size
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True, detokenize=False)
+    handles = [eng.submit(_ids(20 + 3 * i, 30 + i, vocab), params) for i in range(8)]
+    while any(len(h.token_ids) < 2 for h in handles):
+        eng.step()
+    batch = eng.scheduler.schedule()
+    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 8
+    g = eng.model_runner.decode.run(batch)
+    assert g.path == "graph" and g.padded == 0
+    g_logits = g.logits.clone()
+    fused = eng.model_runner.eager.run(batch).logits
+    monkeypatch.setattr(model, "lm_head_skinny", {})
+    apart = eng.model_runner.eager.run(batch).logits
+    assert (g_logits - fused).norm() / fused.norm() <= 2e-2  # the torch-native graph's wider sums (above)
+    assert (fused - apart).norm() / apart.norm() <= 1e-2
+    assert g.tokens.tolist() == torch.argmax(g_logits, dim=-1).tolist()
+
+
 def test_breakable_prefill_equals_eager_prefill(qwen3_shape):
     eng = _engine(qwen3_shape, graphs=True)
     assert eng.prefill_buckets, "prefill graphs were captured"

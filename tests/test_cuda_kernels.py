@@ -198,6 +198,47 @@ def test_plain_gemv_lets_the_pdl_gemv_after_it_start_early():
         _close(h, want, tol=1e-2)
 
 
+def test_lm_head_gemv_then_pdl_argmax_in_a_graph():
+    """The decode step's tail at the fused GEMV's rows: the final RMSNorm in the lm_head GEMV's prologue
+    (plainly launched, triggering), then the greedy argmax launched with PDL. Replayed in a graph on new
+    hidden states each time: the logits match RMSNorm + linear, and the tokens are the argmax of the
+    logits the GEMV wrote, so the argmax never read a row before the GEMV finished it."""
+    import torch.nn.functional as F
+
+    from graphtop.engine.argmax import argmax_rows
+    from graphtop.models import triton_gemv as tg
+    from graphtop.models import triton_kernels as tk
+
+    if not tk.use_pdl(torch.device("cuda"), 0, "on"):
+        pytest.skip("programmatic dependent launch needs Hopper or newer")
+    torch.manual_seed(5)
+    vocab, hidden, eps = 128256, 4096, 1e-5
+    w = torch.randn(vocab, hidden, device="cuda", dtype=torch.bfloat16) * 0.02
+    nw = (1 + 0.1 * torch.randn(hidden, device="cuda")).to(torch.bfloat16)
+    x = torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16)
+    logits = torch.empty(1, vocab, device="cuda", dtype=torch.bfloat16)
+    tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
+
+    def step() -> None:
+        tg.gemv(x, w, norm_weight=nw, eps=eps, out=logits, pdl=False, trigger=True)
+        argmax_rows(logits, out=tokens, pdl=True)
+
+    step()  # eager warmup (Triton compiles outside the capture)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(20):
+        x.copy_(torch.randn_like(x))
+        logits.fill_(float("nan"))
+        tokens.fill_(-1)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * nw.float()
+        _close(logits, F.linear(ref, w.float()), tol=2e-2)
+        assert tokens.tolist() == torch.argmax(logits, dim=-1).tolist()
+
+
 def test_split_k_gemv_is_deterministic():
     """Whichever slice finishes last, the partials are added in slice order: bit-identical reruns."""
     from graphtop.models import triton_gemv as tg

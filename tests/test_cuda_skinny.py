@@ -42,14 +42,15 @@ def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
 
 
 @pytest.mark.parametrize("m", [3, 8, 40, 64])
-@pytest.mark.parametrize("pair", ["o->gate_up", "down->qkv"])
+@pytest.mark.parametrize("pair", ["o->gate_up", "down->qkv", "down->lm_head"])
 @pytest.mark.parametrize("stream_k", [False, True], ids=["shipped", "stream_k"])
 def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pair, stream_k):
     """With the Llama-3.1-8B's projections and their shipped configs: ``skinny_add`` leaves the residual
     the add+RMSNorm kernel leaves, bit for bit, and its slab partials sum to the rows' squares; the
     projection that takes them (the norm's weight folded into its own, the row scale applied to its
     sums) is at least as close to the fp32 result as HF's rounding (add+RMSNorm kernel, then the
-    projection); both are deterministic. Also with both on stream-K launches of the same tiles."""
+    projection); both are deterministic. Also with both on stream-K launches of the same tiles. The last
+    down projection and the lm_head (the final norm folded in) are such a pair too."""
     import torch.nn.functional as F
 
     from graphtop.models import triton_kernels as tk
@@ -57,7 +58,7 @@ def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pa
 
     torch.manual_seed(m)
     d = 4096
-    k, n = (4096, 28672) if pair == "o->gate_up" else (14336, 6144)
+    k, n = {"o->gate_up": (4096, 28672), "down->qkv": (14336, 6144), "down->lm_head": (14336, 128256)}[pair]
     cls = ts.row_class(m)
     silu = pair == "o->gate_up"  # the 8B's gate|up has SiLU·mul configs at both row classes
     producer, consumer = ts.configs_for(d, k)[cls], ts.configs_for(n, d, silu)[cls]

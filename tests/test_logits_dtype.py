@@ -42,3 +42,29 @@ def test_sample_takes_model_dtype_logits():
     again = sample(logits.float(), [_Req(r.params) for r in reqs])
     assert got == again
     assert got[0] == int(logits[0].float().argmax())
+
+
+@pytest.mark.parametrize("family,tied", [("llama", False), ("qwen3", True)])
+def test_final_norm_folds_into_an_untied_lm_head_only(tiny_ckpt, family, tied):
+    """The fused path folds the final RMSNorm's weight into an untied lm_head (so a skinny lm_head can
+    normalise by a per-row scale): the norm's weight becomes ones and the logits stay the same up to
+    the fold's rounding. A tied head is also the embedding table: nothing moves."""
+    from graphtop.models.decoder import PreNorm
+
+    model = load_checkpoint(tiny_ckpt(family, tie_word_embeddings=tied), dtype=torch.float32).model
+    norm_weight = model.model.norm.weight.detach().clone()
+    assert not bool((norm_weight == 1).all())  # the tiny checkpoints draw non-trivial norms
+    hidden = torch.randn(5, model.spec.hidden_size)
+    with torch.inference_mode():
+        before = model.compute_logits(model.model.final_norm(PreNorm(hidden)))
+    head = model.lm_head.weight.detach().clone()
+    model._fold_final_norm()
+    with torch.inference_mode():
+        after = model.compute_logits(model.model.final_norm(PreNorm(hidden)))
+    if tied:
+        assert torch.equal(model.model.norm.weight, norm_weight) and torch.equal(model.lm_head.weight, head)
+        assert torch.equal(after, before)
+    else:
+        assert bool((model.model.norm.weight == 1).all())
+        assert torch.allclose(model.lm_head.weight, head * norm_weight[None, :])
+        assert torch.allclose(after, before, rtol=1e-4, atol=1e-5)

@@ -31,6 +31,8 @@ def test_tuned_shapes_are_the_measured_models_projections() -> None:
         q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
         # gate|up: with SiLU·mul fused, or plain (the SiLU·mul kernel after it)
         shapes |= {(q + 2 * kv, h, False), (h, q, False), (2 * i, h, True), (2 * i, h, False), (h, i, False)}
+        if not c.get("tie_word_embeddings", False):  # an untied lm_head takes the final norm folded in
+            shapes.add((c["vocab_size"], h, False))
     assert {(n, k, silu) for n, k, _, silu in ts.TUNED} <= shapes
 
 

@@ -79,9 +79,8 @@ class DecodeGraphRunner(BucketedGraphRunner):
         ids = self.registry.view("input_ids", bs)
         pos = self.registry.view("positions", bs)
         self.attention.prepare_in_graph()
-        hidden = self.model(ids, pos, self.attention)
-        logits = self.model.compute_logits(hidden, out=self.logits_out[:bs])
-        argmax_rows(logits, out=self.tokens_out[:bs], host_ring=self.host_ring)
+        logits = self.model.decode_logits(ids, pos, self.attention, out=self.logits_out[:bs])
+        argmax_rows(logits, out=self.tokens_out[:bs], host_ring=self.host_ring, pdl=self.model.logits_pdl)
         return logits
 
     def graph_keys(self, size: int) -> list[ShapeKey]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..attention.base import AttentionBackend
-from ..batch import ForwardBatch
+from ..batch import ForwardBatch, ForwardMode
 from .base import Runner, StepOutput
 
 
@@ -23,8 +23,10 @@ class EagerRunner(Runner):
         else:
             ids = torch.tensor(batch.input_ids, dtype=torch.int64).to(dev, non_blocking=True)
         pos = torch.tensor(batch.positions, dtype=torch.int64).to(dev, non_blocking=True)
-        rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(dev, non_blocking=True)
         self.attention.prepare(batch)
+        if batch.mode is ForwardMode.DECODE:  # every row sampled: the decode graphs' own logits path
+            return StepOutput(logits=self.model.decode_logits(ids, pos, self.attention), path="eager")
+        rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(dev, non_blocking=True)
         hidden = self.model(ids, pos, self.attention)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
         return StepOutput(logits=logits, path="eager")
