@@ -6,6 +6,8 @@ they check the graph machinery itself; tests/test_flashinfer_cuda.py covers Flas
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 import torch
 
@@ -150,23 +152,8 @@ def test_one_row_decode_takes_the_final_norm_in_the_lm_head_gemv(qwen3_shape, mo
     model = eng.model_runner.eager.model
     if not model.gemv_logits(1):
         pytest.skip("the fused GEMV path is off on this device")
-    eng.overlap_schedule = False  # no step in flight when the test schedules one itself
-    vocab = eng.spec.vocab_size
-    h = eng.submit(_ids(40, 7, vocab), SamplingParams(max_new_tokens=8, ignore_eos=True, detokenize=False))
-    while len(h.token_ids) < 2:
-        eng.step()
-    batch = eng.scheduler.schedule()
-    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 1
-    g = eng.model_runner.decode.run(batch)
-    assert g.path == "graph" and g.bucket == 1
-    g_logits = g.logits.clone()
-    fused = eng.model_runner.eager.run(batch).logits
-    monkeypatch.setattr(tg, "LM_HEAD_GEMV", False)
+    _assert_lm_head_fused_then_apart(eng, 1, lambda: monkeypatch.setattr(tg, "LM_HEAD_GEMV", False))
     assert not model.gemv_logits(1)
-    apart = eng.model_runner.eager.run(batch).logits
-    assert (g_logits - fused).norm() / fused.norm() <= 2e-2  # the torch-native graph's wider sums (above)
-    assert (fused - apart).norm() / apart.norm() <= 1e-2
-    assert g.tokens.tolist() == torch.argmax(g_logits, dim=-1).tolist()
 
 
 def test_eight_row_decode_of_an_untied_head_takes_the_final_norm_in_the_skinny_lm_head(monkeypatch):
@@ -189,21 +176,28 @@ def test_eight_row_decode_of_an_untied_head_takes_the_final_norm_in_the_skinny_l
     if not model.lm_head_skinny:
         pytest.skip("the skinny GEMM is off on this device")
     assert bool((model.model.norm.weight == 1).all())
+    _assert_lm_head_fused_then_apart(eng, 8, lambda: monkeypatch.setattr(model, "lm_head_skinny", {}))
+
+
+def _assert_lm_head_fused_then_apart(eng: Engine, rows: int, turn_off: Callable[[], None]) -> None:
+    """One decode step of ``rows`` requests through its graph, eagerly, then eagerly after ``turn_off``
+    (the final norm back in its own kernel, cuBLAS after): graph and eager agree (the torch-native graph's
+    wider sums: 2e-2, above), the fused lm_head moves only where the norm rounds, and the graph's tokens
+    are its own logits' argmax."""
     eng.overlap_schedule = False  # no step in flight when the test schedules one itself
-    vocab = eng.spec.vocab_size
     params = SamplingParams(max_new_tokens=8, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(_ids(20 + 3 * i, 30 + i, vocab), params) for i in range(8)]
+    handles = [eng.submit(_ids(20 + 3 * i, 30 + i, eng.spec.vocab_size), params) for i in range(rows)]
     while any(len(h.token_ids) < 2 for h in handles):
         eng.step()
     batch = eng.scheduler.schedule()
-    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 8
+    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == rows
     g = eng.model_runner.decode.run(batch)
-    assert g.path == "graph" and g.padded == 0
+    assert g.path == "graph" and g.bucket == rows
     g_logits = g.logits.clone()
     fused = eng.model_runner.eager.run(batch).logits
-    monkeypatch.setattr(model, "lm_head_skinny", {})
+    turn_off()
     apart = eng.model_runner.eager.run(batch).logits
-    assert (g_logits - fused).norm() / fused.norm() <= 2e-2  # the torch-native graph's wider sums (above)
+    assert (g_logits - fused).norm() / fused.norm() <= 2e-2
     assert (fused - apart).norm() / apart.norm() <= 1e-2
     assert g.tokens.tolist() == torch.argmax(g_logits, dim=-1).tolist()
 

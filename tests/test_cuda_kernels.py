@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 import torch
 
@@ -18,6 +20,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-2) -> None:
     rel = _rel(a, b)
     assert rel <= tol, rel
+
+
+def _warm_and_capture(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """``step`` run once eagerly (Triton compiles outside the capture), then captured in a graph."""
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -186,11 +198,7 @@ def test_plain_gemv_lets_the_pdl_gemv_after_it_start_early():
 
     gu = F.linear(x, w_gu)
     want = F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], w_down)
-    step()  # eager warmup (Triton compiles outside the capture)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = _warm_and_capture(step)
     for _ in range(50):
         h.zero_()
         graph.replay()
@@ -223,11 +231,7 @@ def test_lm_head_gemv_then_pdl_argmax_in_a_graph():
         tg.gemv(x, w, norm_weight=nw, eps=eps, out=logits, pdl=False, trigger=True)
         argmax_rows(logits, out=tokens, pdl=True)
 
-    step()  # eager warmup (Triton compiles outside the capture)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = _warm_and_capture(step)
     for _ in range(20):
         x.copy_(torch.randn_like(x))
         logits.fill_(float("nan"))
