@@ -2,7 +2,8 @@
 
 Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
 The engine calls `model(input_ids, positions, attn)` on a flat ragged batch and
-`model.compute_logits(hidden)`; attention (and the KV cache) is the engine's `attn`.
+`model.compute_logits(hidden)`, or, for a decode step, `model.decode_logits(input_ids, positions, attn)`
+(the final norm may ride in the lm_head's kernel); attention (and the KV cache) is the engine's `attn`.
 """
 
 from .decoder import AttentionFn, DecoderForCausalLM
