@@ -334,7 +334,7 @@ class DecoderForCausalLM(nn.Module):
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         self.tie_weights()
         self.lm_head_pdl = False  # the lm_head GEMV launches with PDL (enable_fused_kernels)
-        self.logits_pdl = False  # kernels reading the logits may launch with PDL (enable_fused_kernels)
+        self.logits_pdl = False  # the step's tail (skinny lm_head, argmax) launches with PDL (enable_fused_kernels)
         # row class -> skinny-GEMM config of the lm_head, the final norm's weight folded into it (enable_fused_kernels)
         self.lm_head_skinny: dict[int, ts.Config] = {}
 
@@ -419,7 +419,7 @@ class DecoderForCausalLM(nn.Module):
         steps both come here, so their logits agree to the bit."""
         rows = input_ids.shape[0]
         gemv = self.gemv_logits(rows)
-        cfg = self.lm_head_skinny.get(ts.row_class(rows)) if self.model.fused else None
+        cfg = self.lm_head_skinny.get(ts.row_class(rows))  # empty unless the fused kernels are on
         if not gemv and cfg is None:
             return self.compute_logits(self.model(input_ids, positions, attn), out=out)
         pre = self.model.forward_pre_norm(input_ids, positions, attn)
