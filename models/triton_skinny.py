@@ -51,13 +51,13 @@ NORMS_IN_PROJECTIONS = True
 NORMS_APART: frozenset[tuple[int, int]] = frozenset({(1024, 16)})
 """(hidden size, row class) where bench/ab_decode.py measured the separate add+RMSNorm kernels faster
 than the norms in the projections: the Qwen3-0.6B at 2-16 rows (its o and down split K four ways)."""
-POST_NORM_APART: frozenset[tuple[int, int]] = frozenset({(4096, 64)})
+POST_NORM_APART: frozenset[tuple[int, int]] = frozenset()
 """(hidden size, row class) of layers with the norms in the projections where the post-attention
-add+RMSNorm still runs as its own kernel between the o and gate|up projections (o plain, gate|up on
-the normalised rows); the down -> q|k|v norm stays in the projections. The Llama-3.1-8B at 17-64 rows:
-its o projection there fills an SM per program, and adding into the residual in its epilogue cost it
-more (bench/profile_decode.py) than the norm kernel it saves; bench/ab_decode.py post_norm=... measured
-the step faster so, and the 8B at 2-16 rows and the 0.6B at 64 rows slower."""
+add+RMSNorm would still run as its own kernel between the o and gate|up projections (o plain, gate|up on
+the normalised rows); the down -> q|k|v norm stays in the projections. Empty: bench/ab_decode.py
+post_norm=... measured the norm apart slower for the 8B at 2-16 rows and the 0.6B at 64 rows, and, since
+the 8B's o at 17-64 rows splits K two ways (its epilogue, adding into the residual, run by half the
+programs), for the 8B at 17-64 rows too."""
 
 if HAVE_TRITON:
     import triton
@@ -275,7 +275,8 @@ if HAVE_TRITON:
 # where it beat cuBLAS (plus the SiLU·mul kernel for gate|up) at the same rows, or where the whole sweep's
 # table made the model's step faster in bench/ab_decode.py (the 8B's gate|up at 8 rows, qkv and o at 64:
 # alone they lost, inside the layer's PDL chain they won). The 0.6B's o and down at 64 rows come from an
-# in-model sweep (bench/ab_decode.py sk=...): 16 x 256 tiles split two ways, 128 programs. A gate|up
+# in-model sweep (bench/ab_decode.py sk=...): 16 x 256 tiles split two ways, 128 programs; so do the 8B's
+# gate|up and o at 64 rows (o split two ways: 128 programs, with the post-attention norm in the projections). A gate|up
 # entry without SiLU (silu False) is for a row class where the fused epilogue lost: the plain GEMM here,
 # the SiLU·mul kernel after it (the 0.6B at 64 rows: in-model against cuBLAS, not in isolation). Everything
 # absent keeps cuBLAS: the Qwen3-0.6B and Llama-3.1-8B projections are what was measured.
@@ -289,7 +290,7 @@ TUNED: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int]] = {
     # Llama-3.1-8B
     (6144, 4096, 16, False): (64, 128, 1, 4, 4), (4096, 4096, 16, False): (32, 256, 1, 4, 6),
     (28672, 4096, 16, True): (64, 128, 1, 4, 4), (4096, 14336, 16, False): (32, 256, 1, 4, 6),
-    (6144, 4096, 64, False): (64, 128, 1, 4, 4), (4096, 4096, 64, False): (64, 128, 1, 4, 6),
+    (6144, 4096, 64, False): (64, 128, 1, 4, 4), (4096, 4096, 64, False): (64, 128, 2, 4, 4),
     (28672, 4096, 64, True): (64, 64, 1, 4, 3), (4096, 14336, 64, False): (64, 128, 2, 4, 4),
     # Llama-3.1-8B's lm_head (untied: the final norm folded in, DecoderForCausalLM.decode_logits)
     (128256, 4096, 16, False): (64, 128, 1, 4, 4), (128256, 4096, 64, False): (64, 64, 1, 4, 4),
