@@ -56,6 +56,7 @@ def main() -> int:
                     "large=, ...; the ladder above still picks the kernel config); the i-th one's trace is "
                     "profile_<shape>_bs<bs>_ab<i>.json")
     args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)  # the traces land here after minutes of work
     ab: list[Optional[str]] = [*args.ab.split(";")] if args.ab else [None]
     for shape in args.shapes.split(","):
         ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
