@@ -1,4 +1,4 @@
-"""Decode projections at 2-64 rows: cuBLAS (plus the SiLU·mul kernel after gate|up, as the fused-kernel
+"""Decode projections at 2-256 rows: cuBLAS (plus the SiLU·mul kernel after gate|up, as the fused-kernel
 path runs them today) against the split-K skinny Triton GEMM (models/triton_skinny.py), per launch
 config, measured as a decode graph runs them (bench/gemv_bench.py's harness: one graph over a distinct
 weight copy per layer, so weights stream from HBM).
@@ -38,6 +38,9 @@ from graphtop.models.random_model import SHAPES  # noqa: E402
 # 0 / -2: stream-K over one / two programs an SM
 GRID = [(bn, bk, sp, 4, st) for st in (4, 3, 6) for bk in (128, 256, 64) for bn in (64, 32, 16, 128)
         for sp in (1, 0, 2, -2, 4, 8, 16)]
+# from 65 rows the activation tile is as wide as the weight tile or wider: shorter K tiles, eight warps
+WIDE_M_GRID = [(bn, bk, sp, w, st) for st in (3, 4, 2) for bn, w in ((64, 4), (128, 8), (64, 8))
+               for bk in (64, 128) for sp in (1, 2, 4, 8)]
 
 
 def main() -> int:
@@ -47,36 +50,44 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--budget-s", type=float, default=300.0, help="wall time for the whole sweep")
     ap.add_argument("--per-op-s", type=float, default=0.0, help="cap per op (default: budget / ops)")
-    ap.add_argument("--ops", default="qkv,o,gate_up,down")
+    ap.add_argument("--ops", default="qkv,o,gate_up,down",
+                    help="also gate_up_plain: the gate|up GEMM without SiLU·mul in its epilogue, the kernel after it")
     ap.add_argument("--tuned-out", help="write the best config per (N, K, row class, silu) here as JSON")
     args = ap.parse_args()
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     dt, dev = torch.bfloat16, "cuda"
+    wanted = args.ops.split(",")
     cases = [(shape, m, op) for shape, m in itertools.product(args.shapes.split(","), map(int, args.m.split(",")))
-             for op in ops_for(shape) if op[0] in args.ops.split(",")]
+             for op in ops_for(shape) + [("gate_up_plain",) + ops_for(shape)[2][1:]] if op[0] in wanted]
     per_op = args.per_op_s or args.budget_s / max(1, len(cases))
     tuned: dict[tuple[int, int, int, bool], tuple] = {}
     totals: dict[tuple[str, int], list[float]] = {}
     for shape, m, (name, n, k, _kind) in cases:
         silu = name == "gate_up"
+        silu_after = name == "gate_up_plain"  # the SiLU·mul kernel after the plain GEMM, in both timings
         layers = max(SHAPES[shape]["num_hidden_layers"], -(-(256 << 20) // (n * k * 2)))
         ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(layers)]
         x = torch.randn(m, k, dtype=dt, device=dev)
 
         def cublas(l: int) -> None:
             y = F.linear(x, ws[l])
-            if silu:
+            if silu or silu_after:
                 tk.silu_and_mul(y)
 
         def sk(cfg: tuple, pdl: bool) -> Callable[[int], None]:
-            return lambda l: ts.skinny(x, ws[l], silu_mul=silu, config=cfg, pdl=pdl)
+            def run(l: int) -> None:
+                y = ts.skinny(x, ws[l], silu_mul=silu, config=cfg, pdl=pdl)
+                if silu_after:
+                    tk.silu_and_mul(y)
+            return run
 
         cls = ts.row_class(m)
         t_cub = graph_us(cublas, layers)
         shipped = ts.TUNED.get((n, k, cls, silu))
         # the shipped config first, so a sweep cut off by its time cap still compares against it
-        configs = [c for c in dict.fromkeys([shipped] + (GRID if args.sweep else [])) if c
+        grid = GRID if m <= 64 else WIDE_M_GRID
+        configs = [c for c in dict.fromkeys([shipped] + (grid if args.sweep else [])) if c
                    and ts.config_ok(n, k, c, silu) and (c[2] <= 0 or 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096)]
         best, t_shipped, unfit = None, None, 0
         t0 = time.time()
@@ -111,12 +122,13 @@ def main() -> int:
         same = bool(torch.equal(got, again))
         tuned[(n, k, cls, silu)] = best[1]
         byts = n * k * 2
+        tflop = 2 * m * n * k / 1e6  # TFLOP/s at µs
         tot = totals.setdefault((shape, m), [0.0, 0.0])
         tot[0] += t_cub
         tot[1] += min(best[0], t_cub)
         print(f"{shape:14s} M={m:3d} {name:8s} N={n:6d} K={k:6d}: cuBLAS{'+silu' if silu else ''} {t_cub:7.2f} us "
               f"({byts / t_cub * 1e8 / bw:5.1f}% bw), skinny {best[0]:7.2f} us ({byts / best[0] * 1e8 / bw:5.1f}% bw, "
-              f"no PDL {t_nopdl:7.2f}) cfg {best[1]} rel err {err:.1e} deterministic {same}"
+              f"no PDL {t_nopdl:7.2f}; {tflop / t_cub:4.0f} / {tflop / best[0]:4.0f} TFLOP/s) cfg {best[1]} rel err {err:.1e} deterministic {same}"
               + (f"; shipped {shipped} {t_shipped:7.2f} us" if t_shipped is not None else "; nothing shipped"),
               flush=True)
         ws.clear()

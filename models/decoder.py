@@ -211,7 +211,7 @@ class DecoderLayer(nn.Module):
         qkv, o, gate_up, down = self.skinny
         hidden = sa.o_proj.weight.shape[0]
         self.norms_in_projections = frozenset(
-            c for c in (16, 64)
+            c for c in ts.ROW_CLASSES
             if ts.NORMS_IN_PROJECTIONS and (hidden, c) not in ts.NORMS_APART and c in qkv and c in o
             and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
         self.post_norm_apart = frozenset(c for c in self.norms_in_projections if (hidden, c) in ts.POST_NORM_APART)

@@ -30,7 +30,9 @@ No shipped config uses it: in the model every one tried was slower than the spli
 (README, Benchmarks), so it remains a candidate for the sweeps (bench/skinny_bench.py, bench/ab_decode.py).
 
 Used for CUDA bf16/fp16 with Triton where bench/skinny_bench.py measured it faster than cuBLAS; the
-shapes and launch configs it won are in ``TUNED``.
+shapes and launch configs it won are in ``TUNED``. It runs up to 256 rows, so that the sweeps can measure
+the row classes above 64 too; there cuBLAS's GEMMs, tiled on both sides, won every projection of both
+benchmark shapes, so no config of those classes is shipped.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ import torch
 from .stream_k import stream_k_plan, stream_k_programs
 from .triton_kernels import HAVE_TRITON, sm_count, use_pdl
 
-MIN_M, MAX_M = 2, 64
+MIN_M, MAX_M = 2, 256
+ROW_CLASSES: tuple[int, ...] = (16, 64, 128, 256)
+"""``TUNED``'s row classes: a batch of m rows takes the first class >= m, whose configs are measured at 8,
+64, 128 or 256 rows. The activation tile is the MMA's N side, up to 256 wide."""
 NORMS_IN_PROJECTIONS = True
 """Whether a decoder layer whose four projections take this kernel runs its add+RMSNorms inside them
 (``skinny_add``, ``NormInput``); bench/ab_decode.py's norms=separate measures it off."""
@@ -303,12 +308,12 @@ def row_class(m: int) -> Optional[int]:
     """The ``TUNED`` row class of an m-row batch, None outside the kernel's range."""
     if m < MIN_M or m > MAX_M:
         return None
-    return 16 if m <= 16 else 64
+    return next(c for c in ROW_CLASSES if m <= c)
 
 
 def configs_for(n: int, k: int, silu: bool = False) -> dict[int, Config]:
     """Row class -> launch config for an (N, K) weight, for the classes where the kernel won."""
-    return {c: cfg for c in (16, 64) if (cfg := TUNED.get((n, k, c, silu))) is not None}
+    return {c: cfg for c in ROW_CLASSES if (cfg := TUNED.get((n, k, c, silu))) is not None}
 
 
 def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:

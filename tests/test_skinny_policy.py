@@ -17,7 +17,7 @@ from graphtop.models.registry import spec_from_hf_config
 
 def test_every_tuned_config_tiles_its_shape() -> None:
     for (n, k, cls, silu), cfg in ts.TUNED.items():
-        assert cls in (16, 64)
+        assert cls in ts.ROW_CLASSES
         assert ts.config_ok(n, k, cfg, silu), ((n, k, cls, silu), cfg)
 
 
@@ -37,7 +37,8 @@ def test_tuned_shapes_are_the_measured_models_projections() -> None:
 
 
 def test_row_classes() -> None:
-    assert [ts.row_class(m) for m in (0, 1, 2, 16, 17, 64, 65)] == [None, None, 16, 16, 64, 64, None]
+    assert [ts.row_class(m) for m in (0, 1, 2, 16, 17, 64, 65, 128, 129, 256, 257)] == [
+        None, None, 16, 16, 64, 64, 128, 128, 256, 256, None]
     assert ts.configs_for(4096, 1024) == {16: ts.TUNED[(4096, 1024, 16, False)],
                                           64: ts.TUNED[(4096, 1024, 64, False)]}
     assert ts.configs_for(6144, 1024, silu=True) == {16: ts.TUNED[(6144, 1024, 16, True)]}
