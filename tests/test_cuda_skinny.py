@@ -41,6 +41,34 @@ def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
         assert torch.equal(ts.skinny(x, w, silu_mul=silu, config=cfg), got)
 
 
+@pytest.mark.parametrize("m", [65, 130, 256])
+@pytest.mark.parametrize("silu,cfg", [(False, (64, 64, 1, 8, 4)), (False, (64, 64, 4, 8, 3)),
+                                      (False, (128, 64, 4, 8, 3)), (True, (64, 64, 2, 8, 3))])
+def test_skinny_above_64_rows_matches_torch_and_adds_like_hf(m, silu, cfg):
+    """The row classes 128 and 256 (an activation tile up to 256 wide), with the configs the 256-row
+    sweep picked: the product, SiLU·mul, and ``skinny_add``'s residual and slab sums of squares."""
+    from graphtop.models import triton_kernels as tk
+    from graphtop.models import triton_skinny as ts
+
+    torch.manual_seed(m)
+    n, k = 1024, 2048
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    ref = F.linear(x, w)
+    if silu:
+        ref = tk.silu_and_mul(ref)
+    got = ts.skinny(x, w, silu_mul=silu, config=cfg)
+    assert got.shape == ref.shape and _rel(got, ref) < 4e-3
+    assert torch.equal(ts.skinny(x, w, silu_mul=silu, config=cfg), got)
+    if silu:
+        return
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    want = (res.float() + got.float()).to(torch.bfloat16)  # HF's add: the product rounded, then the sum
+    ss = ts.skinny_add(x, w, res, config=cfg)
+    assert torch.equal(res, want)
+    torch.testing.assert_close(ss.sum(0)[:m], res.float().pow(2).sum(1), rtol=1e-5, atol=1e-3)
+
+
 @pytest.mark.parametrize("m", [3, 8, 40, 64])
 @pytest.mark.parametrize("pair", ["o->gate_up", "down->qkv", "down->lm_head"])
 @pytest.mark.parametrize("stream_k", [False, True], ids=["shipped", "stream_k"])
