@@ -104,7 +104,7 @@ if HAVE_TRITON:
                        M, N_OUT, K, k_len, x_stride, out_stride, up_off,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr,
-                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr, M_PAD: tl.constexpr):
+                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr):
         """out[m, n] = sum_k x[m, k] * w[n, k] over this program's K share [pid_k * k_len, +k_len).
 
         SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
@@ -112,17 +112,14 @@ if HAVE_TRITON:
         acq_rel ticket says which) sums them in split order and writes the output.
         ADD: out[m, n] += the product (in place) and ss_out[slab, m] = the slab's sum of out[m, :]².
         NORM: the product is of RMSNorm(x) without its weight (folded into w), each row's scale from
-        its squares summed over ``n_ss_in`` slab partials [n_ss_in, M_PAD] at ``ss_in`` (SS_IN: their
+        its squares summed over ``n_ss_in`` slab partials [n_ss_in, BLOCK_M] at ``ss_in`` (SS_IN: their
         count rounded up to a power of two) and applied to the fp32 sums, so the K loop is the plain one.
-        Rows come in blocks of BLOCK_M (grid axis 2) out of M_PAD; a (column slab, row block) pair is
-        what a split's partials and ticket belong to. One block (BLOCK_M = M_PAD) is the usual launch.
         """
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
-        pid_m = tl.program_id(2)
         n_k = tl.num_programs(1)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rm = tl.arange(0, BLOCK_M)
         rk = tl.arange(0, BLOCK_K)
         k_lo = pid_k * k_len
         xm = rm[None, :] < M
@@ -146,7 +143,7 @@ if HAVE_TRITON:
             r = tl.load(o_ptrs, mask=om, other=0.0)
         if NORM:  # the producer's slab partials: requested now, summed (in slab order) after the K loop
             sp = tl.arange(0, SS_IN)
-            ss = tl.load(ss_in_ptr + sp[:, None] * M_PAD + rm[None, :], mask=sp[:, None] < n_ss_in, other=0.0)
+            ss = tl.load(ss_in_ptr + sp[:, None] * BLOCK_M + rm[None, :], mask=sp[:, None] < n_ss_in, other=0.0)
         xt = tl.load(x_cols, mask=xm, other=0.0)
         acc = tl.dot(wg, xt, acc)
         if SILU:
@@ -160,28 +157,26 @@ if HAVE_TRITON:
         rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
         if NORM:
             rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
-        ss_ptrs = ss_out_ptr + pid_n * M_PAD + rm
+        ss_ptrs = ss_out_ptr + pid_n * BLOCK_M + rm
         if SPLIT:
-            pair = pid_m * tl.num_programs(0) + pid_n  # (row block, column slab)
-            tile = (pair * n_k + pid_k) * (BLOCK_N * BLOCK_M)
-            cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-            # the up partials follow the gate's
-            up_part = n_k * tl.num_programs(0) * tl.num_programs(2) * (BLOCK_N * BLOCK_M)
+            tile = (pid_n * n_k + pid_k) * (BLOCK_N * BLOCK_M)
+            cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rm[None, :]
+            up_part = n_k * tl.num_programs(0) * (BLOCK_N * BLOCK_M)  # the up partials follow the gate's
             tl.store(part_ptr + tile + cell, acc)
             if SILU:
                 tl.store(part_ptr + tile + cell + up_part, acc_u)
             tl.debug_barrier()  # every thread's partials written before the ticket publishes them
-            ticket = tl.atomic_add(ticket_ptr + pair, 1)
+            ticket = tl.atomic_add(ticket_ptr + pid_n, 1)
             if ticket == n_k - 1:
                 acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
                 acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
                 for s in range(0, n_k):  # split order, whoever came last: deterministic
-                    t = (pair * n_k + s) * (BLOCK_N * BLOCK_M)
+                    t = (pid_n * n_k + s) * (BLOCK_N * BLOCK_M)
                     acc += tl.load(part_ptr + t + cell, cache_modifier=".cg")
                     if SILU:
                         acc_u += tl.load(part_ptr + t + cell + up_part, cache_modifier=".cg")
                 _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om, ss_ptrs, ADD)
-                tl.store(ticket_ptr + pair, 0)  # ready for the next launch / replay
+                tl.store(ticket_ptr + pid_n, 0)  # ready for the next launch / replay
         else:
             _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om, ss_ptrs, ADD)
 
@@ -306,10 +301,7 @@ TUNED: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int]] = {
     (128256, 4096, 16, False): (64, 128, 1, 4, 4), (128256, 4096, 64, False): (64, 64, 1, 4, 4),
 }
 
-Config = tuple[int, ...]
-"""(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages[, BLOCK_M]): BLOCK_M, when given, tiles the rows too
-(a power of two from 16, the rows padded to a power of two: ``row_block``); without it one block holds
-every row, as every shipped config does."""
+Config = tuple[int, int, int, int, int]
 
 
 def row_class(m: int) -> Optional[int]:
@@ -326,23 +318,12 @@ def configs_for(n: int, k: int, silu: bool = False) -> dict[int, Config]:
 
 def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
     """Whether a launch config tiles (N, K) exactly: whole column slabs, whole K tiles per split (a
-    stream-K config, split <= 0, needs whole K tiles only and takes every row in one block)."""
-    if len(cfg) not in (5, 6):
-        return False
-    block_n, block_k, split = cfg[:3]
-    if len(cfg) == 6 and (split <= 0 or cfg[5] < 16 or cfg[5] & (cfg[5] - 1)):
-        return False
+    stream-K config, split <= 0, needs whole K tiles only)."""
+    block_n, block_k, split, _, _ = cfg
     n_out = n // 2 if silu else n
     if split <= 0:
         return n_out % block_n == 0 and k % block_k == 0
     return n_out % block_n == 0 and k % (split * block_k) == 0 and k // split >= block_k
-
-
-def row_block(m: int, cfg: Config) -> tuple[int, int]:
-    """(BLOCK_M, M_PAD) of an m-row launch: the rows padded to a power of two (at least 16, the MMA's
-    narrow side), taken in blocks of the config's BLOCK_M where it has a smaller one."""
-    pad = max(16, triton.next_power_of_2(m)) if HAVE_TRITON else max(16, 1 << (m - 1).bit_length())
-    return (min(cfg[5], pad) if len(cfg) == 6 else pad), pad
 
 
 class SkinnyWorkspace:
@@ -424,19 +405,18 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
+    block_m = max(16, triton.next_power_of_2(m))
     assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
-    block_n, block_k, split, warps, stages = config[:5]
-    block_m, m_pad = row_block(m, config)
-    row_blocks = m_pad // block_m
+    block_n, block_k, split, warps, stages = config
     n_out = n // 2 if silu_mul else n
     if pdl is None:
         pdl = use_pdl(weight.device)
     slabs = n_out // block_n
-    ss_out = torch.empty((slabs, m_pad), dtype=torch.float32, device=weight.device) if add else None
+    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
     n_ss_in = 0
     if norm is not None:
         n_ss_in = norm.partials.shape[0]
-        assert norm.partials.shape[1] == m_pad  # the producer's rows: the same M
+        assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
     # the pointer and scalar arguments both kernels take first, then the epilogue switches
     common = (x, weight, out)
     epilogue = (out if ss_out is None else ss_out, out if norm is None else norm.partials,
@@ -444,8 +424,6 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
     flags = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SILU=silu_mul, USE_PDL=pdl, ADD=add,
                  NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)), num_warps=warps,
                  num_stages=stages, launch_pdl=pdl)
-    if split > 0:
-        flags["M_PAD"] = m_pad
     if split <= 0:  # stream-K: a fixed number of programs, each an equal share of the units
         tiles = k // block_k
         plan = stream_k_plan(weight.device, slabs, tiles,
@@ -456,9 +434,9 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
             *common, parts, tickets, *epilogue, plan.programs, plan.slabs, m, n_out, k, tiles, x.stride(0),
             out.stride(0), n_out, up_part, **flags)
         return ss_out
-    parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * m_pad * (2 if silu_mul else 1),
-                                   slabs * row_blocks) if split > 1 else (out, out)
-    _skinny_kernel[(slabs, split, row_blocks)](
+    parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
+                                   slabs) if split > 1 else (out, out)
+    _skinny_kernel[(slabs, split)](
         *common, parts, tickets, *epilogue, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
         SPLIT=split > 1, **flags)
     return ss_out

@@ -41,15 +41,12 @@ def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
         assert torch.equal(ts.skinny(x, w, silu_mul=silu, config=cfg), got)
 
 
-@pytest.mark.parametrize("m", [40, 65, 130, 256])
+@pytest.mark.parametrize("m", [65, 130, 256])
 @pytest.mark.parametrize("silu,cfg", [(False, (64, 64, 1, 8, 4)), (False, (64, 64, 4, 8, 3)),
-                                      (False, (128, 64, 4, 8, 3)), (True, (64, 64, 2, 8, 3)),
-                                      (False, (64, 128, 1, 4, 4, 32)), (False, (64, 64, 2, 4, 3, 64)),
-                                      (True, (64, 64, 2, 4, 3, 32))])
+                                      (False, (128, 64, 4, 8, 3)), (True, (64, 64, 2, 8, 3))])
 def test_skinny_above_64_rows_matches_torch_and_adds_like_hf(m, silu, cfg):
     """The row classes 128 and 256 (an activation tile up to 256 wide), with the configs the 256-row
-    sweep picked, and launches that tile the rows in blocks (a sixth config field): the product,
-    SiLU·mul, ``skinny_add``'s residual and slab sums of squares, and a projection normalising by them."""
+    sweep picked: the product, SiLU·mul, and ``skinny_add``'s residual and slab sums of squares."""
     from graphtop.models import triton_kernels as tk
     from graphtop.models import triton_skinny as ts
 
@@ -70,11 +67,6 @@ def test_skinny_above_64_rows_matches_torch_and_adds_like_hf(m, silu, cfg):
     ss = ts.skinny_add(x, w, res, config=cfg)
     assert torch.equal(res, want)
     torch.testing.assert_close(ss.sum(0)[:m], res.float().pow(2).sum(1), rtol=1e-5, atol=1e-3)
-    # the next projection normalises the new residual by those sums (its norm weight folded: ones here)
-    w2 = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16) * 0.05
-    normed = ts.skinny(res, w2, config=cfg, norm=ts.NormInput(ss, 1e-6))
-    ref2 = F.linear(tk.rms_norm(res, torch.ones(1024, device="cuda", dtype=torch.bfloat16), 1e-6), w2)
-    assert _rel(normed, ref2) < 4e-3
 
 
 @pytest.mark.parametrize("m", [3, 8, 40, 64])
