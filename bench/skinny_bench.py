@@ -38,7 +38,7 @@ from graphtop.models.random_model import SHAPES  # noqa: E402
 # 0 / -2: stream-K over one / two programs an SM
 GRID = [(bn, bk, sp, 4, st) for st in (4, 3, 6) for bk in (128, 256, 64) for bn in (64, 32, 16, 128)
         for sp in (1, 0, 2, -2, 4, 8, 16)]
-# from 65 rows the activation tile is as wide as the weight tile or wider: shorter K tiles, eight warps
+# from 65 rows the activation tile is as wide as the weight tile or wider: shorter K tiles, eight warps too
 WIDE_M_GRID = [(bn, bk, sp, w, st) for st in (3, 4, 2) for bn, w in ((64, 4), (128, 8), (64, 8))
                for bk in (64, 128) for sp in (1, 2, 4, 8)]
 
@@ -58,8 +58,12 @@ def main() -> int:
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     dt, dev = torch.bfloat16, "cuda"
     wanted = args.ops.split(",")
+    def ops_with_plain_gate_up(shape: str) -> list[tuple[str, int, int, str]]:
+        ops = ops_for(shape)
+        return ops + [("gate_up_plain",) + op[1:] for op in ops if op[0] == "gate_up"]
+
     cases = [(shape, m, op) for shape, m in itertools.product(args.shapes.split(","), map(int, args.m.split(",")))
-             for op in ops_for(shape) + [("gate_up_plain",) + ops_for(shape)[2][1:]] if op[0] in wanted]
+             for op in ops_with_plain_gate_up(shape) if op[0] in wanted]
     per_op = args.per_op_s or args.budget_s / max(1, len(cases))
     tuned: dict[tuple[int, int, int, bool], tuple] = {}
     totals: dict[tuple[str, int], list[float]] = {}
@@ -126,7 +130,7 @@ def main() -> int:
         tot = totals.setdefault((shape, m), [0.0, 0.0])
         tot[0] += t_cub
         tot[1] += min(best[0], t_cub)
-        print(f"{shape:14s} M={m:3d} {name:8s} N={n:6d} K={k:6d}: cuBLAS{'+silu' if silu else ''} {t_cub:7.2f} us "
+        print(f"{shape:14s} M={m:3d} {name:8s} N={n:6d} K={k:6d}: cuBLAS{'+silu' if silu or silu_after else ''} {t_cub:7.2f} us "
               f"({byts / t_cub * 1e8 / bw:5.1f}% bw), skinny {best[0]:7.2f} us ({byts / best[0] * 1e8 / bw:5.1f}% bw, "
               f"no PDL {t_nopdl:7.2f}; {tflop / t_cub:4.0f} / {tflop / best[0]:4.0f} TFLOP/s) cfg {best[1]} rel err {err:.1e} deterministic {same}"
               + (f"; shipped {shipped} {t_shipped:7.2f} us" if t_shipped is not None else "; nothing shipped"),
