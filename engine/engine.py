@@ -93,7 +93,10 @@ class Engine:
             graph_reserve_bytes=graph_reserve_estimate(self.device),
             max_total_tokens=config.max_total_tokens,
         )
-        self.memory_plan = plan_kv_pool(device=self.device, weights_bytes=checkpoint.weights_bytes, **plan_inputs)
+        # a packed skinny GEMM's weight copies come on top of the checkpoint's bytes (KernelConfig)
+        copies = self.model.packed_copy_bytes() if self.kernels.skinny_packed else 0
+        weights_bytes = checkpoint.weights_bytes + copies
+        self.memory_plan = plan_kv_pool(device=self.device, weights_bytes=weights_bytes, **plan_inputs)
         if tp is not None:
             self.memory_plan = tp.plan_kv_pool(plan_inputs, self.memory_plan)
         self.pool = KVPool(layout, self.memory_plan.num_pages, config.page_size, self.device)
@@ -177,7 +180,7 @@ class Engine:
         k = self.kernels
         if not (self.config.fused_kernels and
                 self.model.enable_fused_kernels(self.config.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl,
-                                                skinny=k.skinny_layers)):
+                                                skinny=k.skinny_layers, packed=k.skinny_packed)):
             return ""
         note = " · model kernels: triton-fused"
         if self.model.fused_gemv_rows:

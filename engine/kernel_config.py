@@ -21,8 +21,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # "auto" = on wherever the fused kernels run (CUDA bf16/fp16 with Triton), like "on"
     "fused_gemv": ("auto", "on", "off"),
     # the skinny Triton GEMM for steps of 2-64 tokens, on the projections where it measured faster than
-    # cuBLAS (models/triton_skinny.py TUNED); "off" keeps cuBLAS for every projection
-    "skinny_gemm": ("auto", "off"),
+    # cuBLAS (models/triton_skinny.py TUNED); "off" keeps cuBLAS for every projection; "packed" = "auto",
+    # and at the row classes of triton_skinny.PACKED_CLASSES (17-64 tokens) the projections read a copy
+    # of their weights in the kernel's tile order: faster there, for the layers' projection bytes again
+    # in GPU memory (the KV pool is planned around the copy)
+    "skinny_gemm": ("auto", "off", "packed"),
     # decode attention with the FlashInfer backend: "auto" = graphtop's one-launch Triton kernel up to
     # 64 rows and FlashInfer's own above, or Triton at every size for GQA groups >= 4
     # (attention/flashinfer_backend.py triton_rows_for); "triton" = the Triton kernel at every size; "flashinfer" =
@@ -69,6 +72,11 @@ class KernelConfig:
     def skinny_layers(self) -> bool:
         """Whether steps of 2-64 tokens may run projections on the skinny GEMM (its table decides which)."""
         return self.skinny_gemm != "off"
+
+    @property
+    def skinny_packed(self) -> bool:
+        """Whether the skinny projections read weight copies in tile order where that measured faster."""
+        return self.skinny_gemm == "packed"
 
 
 def resolve_kernel_config(config: KernelConfig, environ: Mapping[str, str] = os.environ) -> KernelConfig:

@@ -117,6 +117,9 @@ class DecoderLayer(nn.Module):
         self.norms_in_projections: frozenset[int] = frozenset()
         # of those, the classes whose post-attention add+RMSNorm runs as its own kernel (ts.POST_NORM_APART)
         self.post_norm_apart: frozenset[int] = frozenset()
+        # qkv, o, gate_up, down: row class -> the weight in that class's tile order (ts.pack), where packed
+        self.packed: tuple[dict[int, torch.Tensor], ...] = ({}, {}, {}, {})
+        self.packed_retired: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -145,7 +148,8 @@ class DecoderLayer(nn.Module):
         attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls, norm=norm), positions, rope, attn)
         norms_in = cls in self.norms_in_projections
         if norms_in and cls not in self.post_norm_apart:  # o adds into the residual, gate|up normalises it
-            sumsq = ts.skinny_add(attended, sa.o_proj.weight, residual, config=o[cls], pdl=self.skinny_pdl)
+            wo, packed = self._weight(1, sa.o_proj, cls)
+            sumsq = ts.skinny_add(attended, wo, residual, config=o[cls], pdl=self.skinny_pdl, packed=packed)
             gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
                                norm=ts.NormInput(sumsq, pln.eps))
         else:
@@ -153,8 +157,9 @@ class DecoderLayer(nn.Module):
                                 self.skinny_pdl)
             gu = self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True)
         if norms_in:  # down adds into the residual, the next layer's q|k|v normalises it
-            return None, residual, ts.skinny_add(gu, mlp.down_proj.weight, residual, config=down[cls],
-                                                 pdl=self.skinny_pdl)
+            wd, packed = self._weight(3, mlp.down_proj, cls)
+            return None, residual, ts.skinny_add(gu, wd, residual, config=down[cls], pdl=self.skinny_pdl,
+                                                 packed=packed)
         return self._project(mlp.down_proj, gu, down, cls), residual, None
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
@@ -164,7 +169,8 @@ class DecoderLayer(nn.Module):
         cuBLAS (and the SiLU·mul kernel)."""
         cfg = configs.get(cls)  # no config for None: outside the skinny GEMM's rows
         if cfg is not None:
-            return ts.skinny(x, proj.weight, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl, norm=norm)
+            w, packed = self._weight(next(i for i, c in enumerate(self.skinny) if c is configs), proj, cls)
+            return ts.skinny(x, w, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl, norm=norm, packed=packed)
         plain = self.skinny_gate_up_plain.get(cls) if silu_mul else None
         assert norm is None or plain is not None, "a norm rides only in the skinny GEMM"
         if plain is not None:
@@ -172,6 +178,12 @@ class DecoderLayer(nn.Module):
         else:
             y = proj(x)
         return tk.silu_and_mul(y, self.silu_pdl) if silu_mul else y
+
+    def _weight(self, i: int, proj: nn.Linear, cls: Optional[int]) -> tuple[torch.Tensor, bool]:
+        """Projection ``i``'s (qkv, o, gate_up, down) weight for a skinny launch at row class ``cls``:
+        its packed copy if it has one there, else the weight; and whether it is packed."""
+        w = self.packed[i].get(cls) if cls is not None else None
+        return (proj.weight, False) if w is None else (w, True)
 
     @torch.no_grad()
     def fold_norm_weights(self) -> None:
@@ -186,12 +198,13 @@ class DecoderLayer(nn.Module):
             proj.weight.mul_(norm.weight.to(proj.weight.dtype)[None, :])
             norm.weight.fill_(1.0)
 
-    def set_skinny(self, enabled: bool, policy: str) -> None:
+    def set_skinny(self, enabled: bool, policy: str, packed: bool = False) -> None:
         """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a
         tensor-parallel row shard all-reduces in its forward) whose shape has a measured win in
         ``ts.TUNED``. It launches with PDL unless the policy is "off": its weight tile is requested
         before the wait whatever the weight size (bench/skinny_bench.py measured it with PDL); so do
-        the layer's add+RMSNorms, which let the projection after them launch at once."""
+        the layer's add+RMSNorms, which let the projection after them launch at once. ``packed``: at
+        ``ts.PACKED_CLASSES`` the projections read copies of their weights in tile order (``ts.pack``)."""
         sa, mlp = self.self_attn, self.mlp
 
         def eligible(p: nn.Module) -> bool:
@@ -215,6 +228,11 @@ class DecoderLayer(nn.Module):
             if ts.NORMS_IN_PROJECTIONS and (hidden, c) not in ts.NORMS_APART and c in qkv and c in o
             and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
         self.post_norm_apart = frozenset(c for c in self.norms_in_projections if (hidden, c) in ts.POST_NORM_APART)
+        # graphs captured before keep reading the copies they were captured with: retire, never free
+        self.packed_retired.extend(w for d in self.packed for w in d.values())
+        self.packed = tuple({c: ts.pack(p.weight.detach(), cfg, silu) for c, cfg in configs.items()
+                             if packed and c in ts.PACKED_CLASSES and cfg[2] >= 1}
+                            for (p, silu), configs in zip(projs, self.skinny))
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL
@@ -356,14 +374,14 @@ class DecoderForCausalLM(nn.Module):
         return self.model.gemv_max_rows if self.model.fused else 0
 
     def enable_fused_kernels(self, gemv_max_rows: int = 1, *, gemv: bool = True, pdl: str = "auto",
-                             skinny: bool = True) -> bool:
+                             skinny: bool = True, packed: bool = False) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
         Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on. Batches of at
         most ``gemv_max_rows`` tokens (0 = never) use the fused-GEMV layers, unless ``gemv`` is False;
         ``pdl`` is their launch policy (the engine's ``KernelConfig``); ``skinny``: batches of 2-64
-        tokens may take the skinny GEMM (``DecoderLayer.set_skinny``). Calling it again only updates
-        those settings.
+        tokens may take the skinny GEMM (``DecoderLayer.set_skinny``), ``packed`` on weight copies in its
+        tile order at the row classes that measured faster so. Calling it again only updates those settings.
         """
         p = self.model.embed_tokens.weight
         if not tk.available(p.device, p.dtype):
@@ -378,13 +396,19 @@ class DecoderForCausalLM(nn.Module):
             self.model.fused = True
         for layer in self.model.layers:
             layer.set_pdl(pdl)
-            layer.set_skinny(skinny, pdl)
+            layer.set_skinny(skinny, pdl, packed)
         w = self.lm_head.weight
         self.lm_head_pdl = tk.use_pdl(w.device, w.numel() * w.element_size(), pdl)
         self.logits_pdl = tk.use_pdl(w.device, 0, pdl)
         folded = bool((self.model.norm.weight == 1).all())
         self.lm_head_skinny = ts.configs_for(*w.shape) if skinny and folded and self._plain_lm_head() else {}
         return True
+
+    def packed_copy_bytes(self) -> int:
+        """The most GPU memory ``enable_fused_kernels(packed=True)`` may add: one copy of every decoder
+        layer's projection weights (the skinny GEMM's tables decide which are copied)."""
+        return sum(p.numel() * p.element_size() for layer in self.model.layers
+                   for m in (layer.self_attn, layer.mlp) for p in m.parameters() if p.dim() == 2)
 
     def _plain_lm_head(self) -> bool:
         """An unsharded, bias-free lm_head (a vocab-parallel one gathers in its own forward)."""

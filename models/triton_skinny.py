@@ -47,6 +47,11 @@ from .stream_k import stream_k_plan, stream_k_programs
 from .triton_kernels import HAVE_TRITON, sm_count, use_pdl
 
 MIN_M, MAX_M = 2, 256
+PACKED_CLASSES: frozenset[int] = frozenset({64})
+"""Row classes whose skinny projections read a copy of their weight in the launch's tile order (``pack``)
+when the engine asks for it (``KernelConfig(skinny_gemm="packed")``: the copy costs the projections'
+bytes again). Each tile is then one contiguous block instead of BLOCK_N rows of BLOCK_K elements a row
+pitch apart; bench/ab_decode.py measured the Llama-3.1-8B's 64-row step faster so, the 8-row one not."""
 ROW_CLASSES: tuple[int, ...] = (16, 64, 128, 256)
 """``TUNED``'s row classes: a batch of m rows takes the first class >= m, whose configs are measured at 8,
 64, 128 or 256 rows. The activation tile is the MMA's N side, up to 256 wide."""
@@ -67,11 +72,6 @@ programs), for the 8B at 17-64 rows too."""
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    @triton.jit
-    def _skinny_tile(w_rows, x_cols, k0, xm):
-        """One K step: the weight tile [BLOCK_N, BLOCK_K] times the activations' tile [BLOCK_K, BLOCK_M]."""
-        return tl.load(w_rows + k0), tl.load(x_cols + k0, mask=xm, other=0.0)
 
     @triton.jit
     def _skinny_out(acc, acc_u, rstd, dt, SILU: tl.constexpr, NORM: tl.constexpr):
@@ -104,7 +104,8 @@ if HAVE_TRITON:
                        M, N_OUT, K, k_len, x_stride, out_stride, up_off,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr,
-                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr):
+                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr,
+                       PACKED: tl.constexpr = False):
         """out[m, n] = sum_k x[m, k] * w[n, k] over this program's K share [pid_k * k_len, +k_len).
 
         SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
@@ -114,6 +115,7 @@ if HAVE_TRITON:
         NORM: the product is of RMSNorm(x) without its weight (folded into w), each row's scale from
         its squares summed over ``n_ss_in`` slab partials [n_ss_in, BLOCK_M] at ``ss_in`` (SS_IN: their
         count rounded up to a power of two) and applied to the fp32 sums, so the K loop is the plain one.
+        PACKED: w is in ``pack``'s order for this launch's tiles (each tile one contiguous block).
         """
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -123,8 +125,14 @@ if HAVE_TRITON:
         rk = tl.arange(0, BLOCK_K)
         k_lo = pid_k * k_len
         xm = rm[None, :] < M
-        g_rows = w_ptr + rn[:, None].to(tl.int64) * K + (k_lo + rk)[None, :]
-        u_rows = w_ptr + (rn[:, None] + up_off).to(tl.int64) * K + (k_lo + rk)[None, :]
+        if PACKED:  # tile (slab, K tile) is one contiguous [BLOCK_N, BLOCK_K] block, slab-major
+            rl = tl.arange(0, BLOCK_N)
+            t0 = (pid_n * (K // BLOCK_K) + k_lo // BLOCK_K).to(tl.int64) * (BLOCK_N * BLOCK_K)
+            g_rows = w_ptr + t0 + rl[:, None] * BLOCK_K + rk[None, :]
+            u_rows = g_rows + up_off.to(tl.int64) * K
+        else:
+            g_rows = w_ptr + rn[:, None].to(tl.int64) * K + (k_lo + rk)[None, :]
+            u_rows = w_ptr + (rn[:, None] + up_off).to(tl.int64) * K + (k_lo + rk)[None, :]
         x_cols = x_ptr + rm[None, :] * x_stride + (k_lo + rk)[:, None]
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
@@ -149,10 +157,12 @@ if HAVE_TRITON:
         if SILU:
             acc_u = tl.dot(wu, xt, acc_u)
         for k0 in range(BLOCK_K, k_len, BLOCK_K):
-            wg, xt = _skinny_tile(g_rows, x_cols, k0, xm)
+            wk = k0 * BLOCK_N if PACKED else k0  # packed: the next K tile is the next contiguous block
+            wg = tl.load(g_rows + wk)
+            xt = tl.load(x_cols + k0, mask=xm, other=0.0)
             acc = tl.dot(wg, xt, acc)
             if SILU:
-                wu = tl.load(u_rows + k0)
+                wu = tl.load(u_rows + wk)
                 acc_u = tl.dot(wu, xt, acc_u)
         rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
         if NORM:
@@ -371,7 +381,7 @@ class NormInput:
 
 def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
            pdl: Optional[bool] = None, norm: Optional[NormInput] = None,
-           out: Optional[torch.Tensor] = None) -> torch.Tensor:
+           out: Optional[torch.Tensor] = None, packed: bool = False) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I]; with ``norm`` the
     input is RMSNorm(x). Into ``out`` (contiguous rows) when given.
@@ -383,25 +393,37 @@ def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: b
     if out is None:
         out = torch.empty((x.shape[0], n), dtype=weight.dtype, device=weight.device)
     assert out.shape == (x.shape[0], n) and out.stride(-1) == 1, (tuple(out.shape), n)
-    _launch(x, weight, out, config, silu_mul, pdl, norm, add=False)
+    _launch(x, weight, out, config, silu_mul, pdl, norm, add=False, packed=packed)
     return out
 
 
 def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, config: Config,
-               pdl: Optional[bool] = None) -> torch.Tensor:
+               pdl: Optional[bool] = None, packed: bool = False) -> torch.Tensor:
     """``residual += linear(x, weight)`` in place (the add rounded to the activation dtype, as HF adds),
     returning the sums of squares of the new residual rows as column-slab partials, the
     ``NormInput.partials`` of the projection that normalises it next."""
     assert residual.is_contiguous() and residual.shape == (x.shape[0], weight.shape[0])
-    partials = _launch(x, weight, residual, config, False, pdl, None, add=True)
+    partials = _launch(x, weight, residual, config, False, pdl, None, add=True, packed=packed)
     assert partials is not None
     return partials
 
 
+def pack(weight: torch.Tensor, config: Config, silu_mul: bool = False) -> torch.Tensor:
+    """The weight [N, K] rearranged for a launch of ``config`` with ``packed=True``: each (column slab,
+    K tile) [BLOCK_N, BLOCK_K] one contiguous block, a slab's K tiles in order (with ``silu_mul`` the
+    gate and up halves each so), so a program streams consecutive bytes. Same shape, other order."""
+    block_n, block_k = config[:2]
+    n, k = weight.shape
+    halves = weight.chunk(2) if silu_mul else (weight,)
+    blocks = [h.reshape(h.shape[0] // block_n, block_n, k // block_k, block_k).permute(0, 2, 1, 3).reshape(-1)
+              for h in halves]
+    return torch.cat(blocks).view(n, k)
+
+
 def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
-            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool) -> Optional[torch.Tensor]:
+            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool, packed: bool = False) -> Optional[torch.Tensor]:
     """One launch into ``out``; with ``add`` the product is added into it and the slab partials of its
-    rows' squares [slabs, BLOCK_M] are returned."""
+    rows' squares [slabs, BLOCK_M] are returned; ``packed``: the weight is in ``pack``'s order for ``config``."""
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
@@ -425,6 +447,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
                  NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)), num_warps=warps,
                  num_stages=stages, launch_pdl=pdl)
     if split <= 0:  # stream-K: a fixed number of programs, each an equal share of the units
+        assert not packed, "packed weights are for split-K launches"
         tiles = k // block_k
         plan = stream_k_plan(weight.device, slabs, tiles,
                              stream_k_programs(split, sm_count(weight.device), slabs * tiles))
@@ -438,5 +461,5 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
                                    slabs) if split > 1 else (out, out)
     _skinny_kernel[(slabs, split)](
         *common, parts, tickets, *epilogue, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
-        SPLIT=split > 1, **flags)
+        SPLIT=split > 1, PACKED=packed, **flags)
     return ss_out

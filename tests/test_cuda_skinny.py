@@ -225,3 +225,61 @@ def test_concurrent_threads_do_not_mix_split_partials():
     for t in threads:
         t.join()
     assert not bad
+
+
+@pytest.mark.parametrize("m", [3, 8, 40, 64])
+@pytest.mark.parametrize("silu,cfg", [(False, (64, 128, 1, 4, 4)), (False, (16, 256, 4, 4, 3)),
+                                      (True, (64, 64, 1, 4, 3)), (True, (32, 128, 2, 4, 4))])
+def test_packed_weights_equal_the_row_major_ones(m, silu, cfg):
+    """``pack`` + ``packed=True``: the same tiles in the same order from contiguous blocks give
+    bit-identical products, SiLU·mul, norms, residual adds and slab squares, in a graph too."""
+    from graphtop.models import triton_skinny as ts
+
+    torch.manual_seed(m)
+    n, k = 1024, 2048
+    w = torch.randn(2 * n if silu else n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
+    wp = ts.pack(w, cfg, silu)
+    x = torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16)[:, :k]  # strided rows
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    ss = torch.rand(4, max(16, 1 << (m - 1).bit_length()), device="cuda") * k
+
+    def run(weight: torch.Tensor, packed: bool) -> list[torch.Tensor]:
+        outs = [ts.skinny(x, weight, config=cfg, silu_mul=silu, norm=ts.NormInput(ss, 1e-6), packed=packed)]
+        if not silu:
+            r = res.clone()
+            outs += [ts.skinny_add(x, weight, r, config=cfg, packed=packed), r]
+        return outs
+
+    for a, b in zip(run(wp, True), run(w, False)):
+        assert torch.equal(a, b)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = ts.skinny(x, wp, config=cfg, silu_mul=silu, packed=True)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, ts.skinny(x, w, config=cfg, silu_mul=silu))
+
+
+@pytest.mark.parametrize("shape", ["qwen3-0.6b", "llama-3.1-8b"])
+def test_models_on_packed_weights_equal_the_row_major_ones(shape):
+    """``enable_fused_kernels(packed=True)``: a model whose skinny projections read packed copies (at the
+    shipped ``PACKED_CLASSES``) gives the same logits, bit for bit, as the same model reading its weights
+    row-major, at every row count; the copies fit in ``packed_copy_bytes``."""
+    from graphtop.models.random_model import hf_config_for, random_checkpoint
+    from graphtop.models.reference_attention import ContiguousAttention
+
+    cfg = hf_config_for(shape, num_hidden_layers=2)
+    a = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model
+    b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model
+    assert a.enable_fused_kernels(gemv_max_rows=0) and b.enable_fused_kernels(gemv_max_rows=0, packed=True)
+    assert any(b.model.layers[0].packed) and not any(a.model.layers[0].packed)
+    copies = sum(w.numel() * w.element_size() for layer in b.model.layers for d in layer.packed for w in d.values())
+    assert 0 < copies <= b.packed_copy_bytes()
+
+    for t in (2, 8, 40, 64):
+        ids = torch.randint(10, 1000, (t,), device="cuda")
+        pos = torch.arange(t, device="cuda")
+        with torch.inference_mode():
+            la = a.compute_logits(a(ids, pos, ContiguousAttention()))
+            lb = b.compute_logits(b(ids, pos, ContiguousAttention()))
+        assert torch.equal(la, lb), t

@@ -176,8 +176,10 @@ def test_the_post_attention_norm_runs_apart_only_where_measured_faster(monkeypat
 
 
 def test_the_kernel_config_switch() -> None:
-    assert KernelConfig().skinny_gemm == "auto"
+    assert KernelConfig().skinny_gemm == "auto" and not KernelConfig().skinny_packed
     assert resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "off"}).skinny_gemm == "off"
+    packed = resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "packed"})
+    assert packed.skinny_packed and packed.skinny_layers
     with pytest.raises(ValueError, match="GRAPHTOP_SKINNY_GEMM='on'"):
         resolve_kernel_config(KernelConfig(), {"GRAPHTOP_SKINNY_GEMM": "on"})
 
@@ -226,3 +228,40 @@ def test_folding_the_norm_weights_keeps_what_the_projections_compute() -> None:
         assert torch.equal(norm.weight, torch.ones_like(norm.weight))
     for b, a in zip(before, after):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_pack_puts_each_tile_in_one_contiguous_block() -> None:
+    """``ts.pack``: tile (slab, K tile) of a [BLOCK_N, BLOCK_K] launch is one block, a slab's tiles in K
+    order; with SiLU·mul the gate and up halves each so, the up half after the gate half."""
+    n, k, bn, bk = 8, 12, 2, 4
+    w = torch.arange(2 * n * k, dtype=torch.float32).reshape(2 * n, k)
+    for silu in (False, True):
+        p = ts.pack(w, (bn, bk, 1, 4, 4), silu).reshape(-1)
+        assert p.shape == w.reshape(-1).shape and set(p.tolist()) == set(w.reshape(-1).tolist())
+        half = n if silu else 2 * n
+        for part in range(2 if silu else 1):
+            for slab in range(half // bn):
+                for t in range(k // bk):
+                    at = part * half * k + (slab * (k // bk) + t) * bn * bk
+                    rows = w[part * half + slab * bn: part * half + (slab + 1) * bn, t * bk:(t + 1) * bk]
+                    assert torch.equal(p[at:at + bn * bk], rows.reshape(-1))
+
+
+def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
+    """A layer makes packed copies only with ``packed`` and only at ``ts.PACKED_CLASSES`` of split-K configs
+    (the 8B's 64-row class as shipped); asking again without it drops them from use but keeps them alive
+    (a graph captured before may still read them); the model's ``packed_copy_bytes`` bounds them."""
+    layer = _fused_layer("llama-3.1-8b")  # on the meta device: shapes only
+    layer.set_skinny(True, "auto")
+    assert layer.packed == ({}, {}, {}, {})
+    layer.set_skinny(True, "auto", packed=True)
+    assert [set(d) for d in layer.packed] == [{64}, {64}, {64}, {64}]
+    w = layer.packed[2][64]
+    assert w.shape == layer.mlp.gate_up_proj.weight.shape and w.is_contiguous()
+    layer.set_skinny(True, "auto")
+    assert layer.packed == ({}, {}, {}, {}) and any(r is w for r in layer.packed_retired)
+    monkeypatch.setattr(ts, "PACKED_CLASSES", frozenset({16, 64}))
+    layer.set_skinny(True, "auto", packed=True)
+    assert all(16 in d for d in layer.packed)
+    layer.set_skinny(False, "auto", packed=True)
+    assert layer.packed == ({}, {}, {}, {})

@@ -187,7 +187,7 @@ class RankServer:
         if setup.fused_kernels:
             k = setup.kernels
             self.model.enable_fused_kernels(setup.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl,
-                                            skinny=k.skinny_layers)
+                                            skinny=k.skinny_layers, packed=k.skinny_packed)
         self.runner = LockstepModelRunner(self.model, attention, self.device, setup.resolved, setup.max_pages,
                                           self.outbox.publish, freeze_gc=setup.freeze_gc, group=self.group)
         self.events = EngineEvents(self.outbox, self.device, None, self.pool, self.plan,  # type: ignore[arg-type]
