@@ -204,7 +204,7 @@ class DecoderLayer(nn.Module):
         ``ts.TUNED``. It launches with PDL unless the policy is "off": its weight tile is requested
         before the wait whatever the weight size (bench/skinny_bench.py measured it with PDL); so do
         the layer's add+RMSNorms, which let the projection after them launch at once. ``packed``: at
-        ``ts.PACKED_CLASSES`` the projections read copies of their weights in tile order (``ts.pack``)."""
+        ``ts.PACKED`` row classes the projections read copies of their weights in tile order (``ts.pack``)."""
         sa, mlp = self.self_attn, self.mlp
 
         def eligible(p: nn.Module) -> bool:
@@ -231,7 +231,7 @@ class DecoderLayer(nn.Module):
         # graphs captured before keep reading the copies they were captured with: retire, never free
         self.packed_retired.extend(w for d in self.packed for w in d.values())
         self.packed = tuple({c: ts.pack(p.weight.detach(), cfg, silu) for c, cfg in configs.items()
-                             if packed and c in ts.PACKED_CLASSES and cfg[2] >= 1}
+                             if packed and (hidden, c) in ts.PACKED and cfg[2] >= 1}
                             for (p, silu), configs in zip(projs, self.skinny))
 
     def set_pdl(self, policy: str) -> None:
@@ -405,10 +405,12 @@ class DecoderForCausalLM(nn.Module):
         return True
 
     def packed_copy_bytes(self) -> int:
-        """The most GPU memory ``enable_fused_kernels(packed=True)`` may add: one copy of every decoder
-        layer's projection weights (the skinny GEMM's tables decide which are copied)."""
-        return sum(p.numel() * p.element_size() for layer in self.model.layers
-                   for m in (layer.self_attn, layer.mlp) for p in m.parameters() if p.dim() == 2)
+        """The most GPU memory ``enable_fused_kernels(packed=True)`` may add: a copy of every decoder
+        layer's projection weights for each row class ``ts.PACKED`` lists for this hidden size (the
+        skinny GEMM's tables decide which projections are copied)."""
+        classes = sum(1 for h, _ in ts.PACKED if h == self.spec.hidden_size)
+        return classes * sum(p.numel() * p.element_size() for layer in self.model.layers
+                             for m in (layer.self_attn, layer.mlp) for p in m.parameters() if p.dim() == 2)
 
     def _plain_lm_head(self) -> bool:
         """An unsharded, bias-free lm_head (a vocab-parallel one gathers in its own forward)."""

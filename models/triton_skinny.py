@@ -47,11 +47,12 @@ from .stream_k import stream_k_plan, stream_k_programs
 from .triton_kernels import HAVE_TRITON, sm_count, use_pdl
 
 MIN_M, MAX_M = 2, 256
-PACKED_CLASSES: frozenset[int] = frozenset({64})
-"""Row classes whose skinny projections read a copy of their weight in the launch's tile order (``pack``)
-when the engine asks for it (``KernelConfig(skinny_gemm="packed")``: the copy costs the projections'
-bytes again). Each tile is then one contiguous block instead of BLOCK_N rows of BLOCK_K elements a row
-pitch apart; bench/ab_decode.py measured the Llama-3.1-8B's 64-row step faster so, the 8-row one not."""
+PACKED: frozenset[tuple[int, int]] = frozenset({(4096, 64)})
+"""(hidden size, row class) where the skinny projections read a copy of their weight in the launch's tile
+order (``pack``) when the engine asks for it (``KernelConfig(skinny_gemm="packed")``: the copy costs the
+projections' bytes again). Each tile is then one contiguous block instead of BLOCK_N runs of BLOCK_K
+elements a row pitch apart. bench/ab_decode.py skinny=packed measured the Llama-3.1-8B's 64-row step
+faster so; the Qwen3-0.6B's 64-row step and the 8B's 8-row chain (bench/packed_bench.py) did not move."""
 ROW_CLASSES: tuple[int, ...] = (16, 64, 128, 256)
 """``TUNED``'s row classes: a batch of m rows takes the first class >= m, whose configs are measured at 8,
 64, 128 or 256 rows. The activation tile is the MMA's N side, up to 256 wide."""

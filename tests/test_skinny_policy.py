@@ -248,7 +248,7 @@ def test_pack_puts_each_tile_in_one_contiguous_block() -> None:
 
 
 def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
-    """A layer makes packed copies only with ``packed`` and only at ``ts.PACKED_CLASSES`` of split-K configs
+    """A layer makes packed copies only with ``packed`` and only at ``ts.PACKED``'s (hidden size, row class) of split-K configs
     (the 8B's 64-row class as shipped); asking again without it drops them from use but keeps them alive
     (a graph captured before may still read them); the model's ``packed_copy_bytes`` bounds them."""
     layer = _fused_layer("llama-3.1-8b")  # on the meta device: shapes only
@@ -260,8 +260,24 @@ def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
     assert w.shape == layer.mlp.gate_up_proj.weight.shape and w.is_contiguous()
     layer.set_skinny(True, "auto")
     assert layer.packed == ({}, {}, {}, {}) and any(r is w for r in layer.packed_retired)
-    monkeypatch.setattr(ts, "PACKED_CLASSES", frozenset({16, 64}))
+    monkeypatch.setattr(ts, "PACKED", frozenset({(4096, 16), (4096, 64)}))
     layer.set_skinny(True, "auto", packed=True)
     assert all(16 in d for d in layer.packed)
     layer.set_skinny(False, "auto", packed=True)
     assert layer.packed == ({}, {}, {}, {})
+
+
+def test_the_kv_pool_is_planned_around_one_copy_per_packed_row_class(monkeypatch) -> None:
+    """``packed_copy_bytes``: the layers' projection bytes once per ``ts.PACKED`` row class of the model's
+    hidden size, nothing for a shape it does not list (the engine adds it to the weights it plans for)."""
+    from graphtop.models.decoder import DecoderForCausalLM
+
+    spec = spec_from_hf_config(hf_config_for("qwen3-0.6b", num_hidden_layers=2), "<test>")
+    with torch.device("meta"):
+        model = DecoderForCausalLM(spec)
+    per_layer = sum(p.numel() * 2 for layer in model.model.layers
+                    for p in (*layer.self_attn.parameters(), *layer.mlp.parameters()) if p.dim() == 2)
+    model.to(torch.bfloat16)
+    assert model.packed_copy_bytes() == 0  # the 0.6B is not listed as shipped
+    monkeypatch.setattr(ts, "PACKED", frozenset({(1024, 64), (1024, 16), (4096, 64)}))
+    assert model.packed_copy_bytes() == 2 * per_layer > 0
