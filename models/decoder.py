@@ -119,7 +119,9 @@ class DecoderLayer(nn.Module):
         self.post_norm_apart: frozenset[int] = frozenset()
         # qkv, o, gate_up, down: row class -> the weight in that class's tile order (ts.pack), where packed
         self.packed: tuple[dict[int, torch.Tensor], ...] = ({}, {}, {}, {})
-        self.packed_retired: list[torch.Tensor] = []
+        # every copy ever made, by (projection, row class, config): reused when asked again, never freed
+        # (a graph captured with one keeps reading it after the settings change)
+        self.packed_copies: dict[tuple[int, int, ts.Config], torch.Tensor] = {}
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -135,7 +137,7 @@ class DecoderLayer(nn.Module):
         classes in ``norms_in_projections``, x None and ``residual`` already summed by the down
         projection, with its rows' squares as slab partials ``sumsq`` (``ts.skinny_add``)."""
         ln, sa, mlp, pln = self.input_layernorm, self.self_attn, self.mlp, self.post_attention_layernorm
-        qkv, o, gate_up, down = self.skinny
+        o, down = self.skinny[1], self.skinny[3]
         rows = (residual if x is None else x).shape[0]
         cls = ts.row_class(rows)
         if sumsq is not None:
@@ -145,31 +147,31 @@ class DecoderLayer(nn.Module):
             residual, h, norm = x, tk.rms_norm(x, ln.weight, ln.eps), None
         else:
             h, norm = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl), None
-        attended = sa.attend_fused(self._project(sa.qkv_proj, h, qkv, cls, norm=norm), positions, rope, attn)
+        attended = sa.attend_fused(self._project(sa.qkv_proj, h, 0, cls, norm=norm), positions, rope, attn)
         norms_in = cls in self.norms_in_projections
         if norms_in and cls not in self.post_norm_apart:  # o adds into the residual, gate|up normalises it
             wo, packed = self._weight(1, sa.o_proj, cls)
             sumsq = ts.skinny_add(attended, wo, residual, config=o[cls], pdl=self.skinny_pdl, packed=packed)
-            gu = self._project(mlp.gate_up_proj, residual, gate_up, cls, silu_mul=True,
+            gu = self._project(mlp.gate_up_proj, residual, 2, cls, silu_mul=True,
                                norm=ts.NormInput(sumsq, pln.eps))
         else:
-            h = tk.add_rms_norm(self._project(sa.o_proj, attended, o, cls), residual, pln.weight, pln.eps,
+            h = tk.add_rms_norm(self._project(sa.o_proj, attended, 1, cls), residual, pln.weight, pln.eps,
                                 self.skinny_pdl)
-            gu = self._project(mlp.gate_up_proj, h, gate_up, cls, silu_mul=True)
+            gu = self._project(mlp.gate_up_proj, h, 2, cls, silu_mul=True)
         if norms_in:  # down adds into the residual, the next layer's q|k|v normalises it
             wd, packed = self._weight(3, mlp.down_proj, cls)
             return None, residual, ts.skinny_add(gu, wd, residual, config=down[cls], pdl=self.skinny_pdl,
                                                  packed=packed)
-        return self._project(mlp.down_proj, gu, down, cls), residual, None
+        return self._project(mlp.down_proj, gu, 3, cls), residual, None
 
-    def _project(self, proj: nn.Linear, x: torch.Tensor, configs: dict[int, ts.Config], cls: Optional[int],
+    def _project(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: Optional[int],
                  silu_mul: bool = False, norm: Optional[ts.NormInput] = None) -> torch.Tensor:
         """``proj(x)`` (then SiLU·mul of its [gate | up] halves), of RMSNorm(x) with ``norm`` (only at
         ``norms_in_projections`` row classes): on the skinny GEMM where it won at this many rows, else
-        cuBLAS (and the SiLU·mul kernel)."""
-        cfg = configs.get(cls)  # no config for None: outside the skinny GEMM's rows
+        cuBLAS (and the SiLU·mul kernel). ``i``: which of the layer's projections (qkv, o, gate_up, down)."""
+        cfg = self.skinny[i].get(cls)  # no config for None: outside the skinny GEMM's rows
         if cfg is not None:
-            w, packed = self._weight(next(i for i, c in enumerate(self.skinny) if c is configs), proj, cls)
+            w, packed = self._weight(i, proj, cls)
             return ts.skinny(x, w, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl, norm=norm, packed=packed)
         plain = self.skinny_gate_up_plain.get(cls) if silu_mul else None
         assert norm is None or plain is not None, "a norm rides only in the skinny GEMM"
@@ -228,11 +230,16 @@ class DecoderLayer(nn.Module):
             if ts.NORMS_IN_PROJECTIONS and (hidden, c) not in ts.NORMS_APART and c in qkv and c in o
             and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
         self.post_norm_apart = frozenset(c for c in self.norms_in_projections if (hidden, c) in ts.POST_NORM_APART)
-        # graphs captured before keep reading the copies they were captured with: retire, never free
-        self.packed_retired.extend(w for d in self.packed for w in d.values())
-        self.packed = tuple({c: ts.pack(p.weight.detach(), cfg, silu) for c, cfg in configs.items()
+        self.packed = tuple({c: self._packed_copy(i, c, cfg, p, silu) for c, cfg in configs.items()
                              if packed and (hidden, c) in ts.PACKED and cfg[2] >= 1}
-                            for (p, silu), configs in zip(projs, self.skinny))
+                            for i, ((p, silu), configs) in enumerate(zip(projs, self.skinny)))
+
+    def _packed_copy(self, i: int, cls: int, cfg: ts.Config, proj: nn.Linear, silu: bool) -> torch.Tensor:
+        """Projection ``i``'s weight in ``cfg``'s tile order, made once per (projection, class, config)."""
+        key = (i, cls, cfg)
+        if key not in self.packed_copies:
+            self.packed_copies[key] = ts.pack(proj.weight.detach(), cfg, silu)
+        return self.packed_copies[key]
 
     def set_pdl(self, policy: str) -> None:
         """Decide once, per projection, whether its fused GEMV launches with PDL

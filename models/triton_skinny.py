@@ -422,7 +422,8 @@ def pack(weight: torch.Tensor, config: Config, silu_mul: bool = False) -> torch.
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
-            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool, packed: bool = False) -> Optional[torch.Tensor]:
+            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool,
+            packed: bool = False) -> Optional[torch.Tensor]:
     """One launch into ``out``; with ``add`` the product is added into it and the slab partials of its
     rows' squares [slabs, BLOCK_M] are returned; ``packed``: the weight is in ``pack``'s order for ``config``."""
     m, k = x.shape

@@ -263,8 +263,8 @@ def test_packed_weights_equal_the_row_major_ones(m, silu, cfg):
 @pytest.mark.parametrize("shape", ["qwen3-0.6b", "llama-3.1-8b"])
 def test_models_on_packed_weights_equal_the_row_major_ones(shape, monkeypatch):
     """``enable_fused_kernels(packed=True)``: a model whose skinny projections read packed copies (at the
-    shipped ``PACKED`` entries, and the 0.6B's 64-row class) gives the same logits, bit for bit, as the same model reading its weights
-    row-major, at every row count; the copies fit in ``packed_copy_bytes``."""
+    shipped ``PACKED`` entries, and the 0.6B's 64-row class) gives the same logits, bit for bit, as the
+    same model reading its weights row-major, at every row count; the copies fit in ``packed_copy_bytes``."""
     from graphtop.models.random_model import hf_config_for, random_checkpoint
     from graphtop.models.reference_attention import ContiguousAttention
 

@@ -248,9 +248,9 @@ def test_pack_puts_each_tile_in_one_contiguous_block() -> None:
 
 
 def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
-    """A layer makes packed copies only with ``packed`` and only at ``ts.PACKED``'s (hidden size, row class) of split-K configs
-    (the 8B's 64-row class as shipped); asking again without it drops them from use but keeps them alive
-    (a graph captured before may still read them); the model's ``packed_copy_bytes`` bounds them."""
+    """A layer makes packed copies only with ``packed`` and only at ``ts.PACKED``'s (hidden size, row
+    class) of split-K configs (the 8B's 64-row class as shipped); asking again without it drops them from use but keeps them alive
+    (a graph captured before may still read them), and asking again with it reuses them."""
     layer = _fused_layer("llama-3.1-8b")  # on the meta device: shapes only
     layer.set_skinny(True, "auto")
     assert layer.packed == ({}, {}, {}, {})
@@ -259,10 +259,11 @@ def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
     w = layer.packed[2][64]
     assert w.shape == layer.mlp.gate_up_proj.weight.shape and w.is_contiguous()
     layer.set_skinny(True, "auto")
-    assert layer.packed == ({}, {}, {}, {}) and any(r is w for r in layer.packed_retired)
+    assert layer.packed == ({}, {}, {}, {}) and any(r is w for r in layer.packed_copies.values())
     monkeypatch.setattr(ts, "PACKED", frozenset({(4096, 16), (4096, 64)}))
     layer.set_skinny(True, "auto", packed=True)
     assert all(16 in d for d in layer.packed)
+    assert layer.packed[2][64] is w and len(layer.packed_copies) == 8  # asked again: the same copy, no new one
     layer.set_skinny(False, "auto", packed=True)
     assert layer.packed == ({}, {}, {}, {})
 
@@ -281,3 +282,46 @@ def test_the_kv_pool_is_planned_around_one_copy_per_packed_row_class(monkeypatch
     assert model.packed_copy_bytes() == 0  # the 0.6B is not listed as shipped
     monkeypatch.setattr(ts, "PACKED", frozenset({(1024, 64), (1024, 16), (4096, 64)}))
     assert model.packed_copy_bytes() == 2 * per_layer > 0
+
+
+def test_each_launch_reads_the_packed_copy_only_at_a_packed_row_class(monkeypatch) -> None:
+    """``forward_fused`` at a listed row class hands every skinny launch its projection's packed copy with
+    ``packed=True``; at another class the row-major weight with ``packed=False`` (the launches recorded,
+    not run: the kernels need a GPU)."""
+    spec = spec_from_hf_config(hf_config_for("qwen3-0.6b", num_hidden_layers=1, hidden_size=64,
+                                             intermediate_size=128, num_attention_heads=2,
+                                             num_key_value_heads=1, head_dim=32), "<test>")
+    layer = DecoderLayer(spec, 0)
+    layer.self_attn.fuse()
+    layer.mlp.fuse()
+    for cls in (16, 64):  # the tiny shape's projections, as if measured: qkv, o, gate|up (SiLU·mul), down
+        for n, k, silu in ((128, 64, False), (64, 64, False), (256, 64, True), (64, 128, False)):
+            monkeypatch.setitem(ts.TUNED, (n, k, cls, silu), (32, 32, 1, 4, 4))
+    monkeypatch.setattr(ts, "PACKED", frozenset({(64, 64)}))
+    layer.set_skinny(True, "off", packed=True)
+    assert layer.norms_in_projections == {16, 64} and [set(d) for d in layer.packed] == [{64}] * 4
+    launches: list[tuple[torch.Tensor, bool]] = []
+
+    def skinny(x, w, *, config, silu_mul=False, pdl=None, norm=None, out=None, packed=False):
+        launches.append((w, packed))
+        return torch.zeros(x.shape[0], w.shape[0] // (2 if silu_mul else 1))
+
+    def skinny_add(x, w, residual, *, config, pdl=None, packed=False):
+        launches.append((w, packed))
+        return torch.zeros(2, 16)
+
+    monkeypatch.setattr(ts, "skinny", skinny)
+    monkeypatch.setattr(ts, "skinny_add", skinny_add)
+    monkeypatch.setattr(layer.self_attn, "attend_fused",
+                        lambda qkv, positions, rope, attn: torch.zeros(qkv.shape[0], 64))
+    projs = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
+    for rows, cls in ((40, 64), (8, 16)):
+        launches.clear()
+        residual = torch.zeros(rows, 64)
+        layer.forward_fused(None, residual, torch.arange(rows), None, None, sumsq=torch.zeros(2, 16))
+        assert len(launches) == 4
+        for (w, packed), i, proj in zip(launches, range(4), projs):
+            if cls == 64:
+                assert packed and w is layer.packed[i][64] and w is not proj.weight
+            else:
+                assert not packed and w is proj.weight
