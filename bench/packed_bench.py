@@ -23,19 +23,23 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from floor import copy_bandwidth  # noqa: E402
+from gemv_bench import ops_for  # noqa: E402
 
 from graphtop.models import triton_skinny as ts  # noqa: E402
-from graphtop.models.random_model import SHAPES  # noqa: E402
+
+
+CHAIN = ("o", "gate_up", "down")
+
+
+def shapes_of(shape: str) -> dict[str, tuple[int, int]]:
+    """(N, K) of the chain's weights (gate|up: [gate | up], 2I rows), from ``gemv_bench.ops_for``."""
+    return {name: (n, k) for name, n, k, _ in ops_for(shape) if name in CHAIN}
 
 
 def configs(shape: str, m: int) -> dict[str, ts.Config] | None:
     """The shipped configs of o, gate|up (with SiLU·mul) and down at m rows, None if one is missing."""
-    c = SHAPES[shape]
-    h, i = c["hidden_size"], c["intermediate_size"]
-    q = c["num_attention_heads"] * (c.get("head_dim") or h // c["num_attention_heads"])
     cls = ts.row_class(m)
-    cfg = {name: ts.TUNED.get((n, k, cls, silu)) for name, n, k, silu in
-           (("o", h, q, False), ("gate_up", 2 * i, h, True), ("down", h, i, False))}
+    cfg = {name: ts.TUNED.get((n, k, cls, name == "gate_up")) for name, (n, k) in shapes_of(shape).items()}
     return None if any(v is None for v in cfg.values()) else cfg  # type: ignore[return-value]
 
 
@@ -61,15 +65,14 @@ def main() -> int:
     bw = copy_bandwidth(dev)
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     for shape in args.shapes.split(","):
-        c = SHAPES[shape]
-        h, i = c["hidden_size"], c["intermediate_size"]
-        q = c["num_attention_heads"] * (c.get("head_dim") or h // c["num_attention_heads"])
+        dims = shapes_of(shape)
+        h, q = dims["o"]
         gen = torch.Generator(device=dev).manual_seed(0)
 
         def w(n: int, k: int) -> torch.Tensor:
             return (torch.randn(n, k, generator=gen, device=dev) * k ** -0.5).to(torch.bfloat16)
 
-        weights = [(w(h, q), w(2 * i, h), w(h, i)) for _ in range(args.layers)]
+        weights = [tuple(w(*dims[name]) for name in CHAIN) for _ in range(args.layers)]
         layer_us = sum(t.numel() * t.element_size() for t in weights[0]) / bw * 1e6
         for m in (int(v) for v in args.m.split(",")):
             cfg = configs(shape, m)

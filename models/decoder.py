@@ -137,7 +137,6 @@ class DecoderLayer(nn.Module):
         classes in ``norms_in_projections``, x None and ``residual`` already summed by the down
         projection, with its rows' squares as slab partials ``sumsq`` (``ts.skinny_add``)."""
         ln, sa, mlp, pln = self.input_layernorm, self.self_attn, self.mlp, self.post_attention_layernorm
-        o, down = self.skinny[1], self.skinny[3]
         rows = (residual if x is None else x).shape[0]
         cls = ts.row_class(rows)
         if sumsq is not None:
@@ -150,8 +149,7 @@ class DecoderLayer(nn.Module):
         attended = sa.attend_fused(self._project(sa.qkv_proj, h, 0, cls, norm=norm), positions, rope, attn)
         norms_in = cls in self.norms_in_projections
         if norms_in and cls not in self.post_norm_apart:  # o adds into the residual, gate|up normalises it
-            wo, packed = self._weight(1, sa.o_proj, cls)
-            sumsq = ts.skinny_add(attended, wo, residual, config=o[cls], pdl=self.skinny_pdl, packed=packed)
+            sumsq = self._project_add(sa.o_proj, attended, 1, cls, residual)
             gu = self._project(mlp.gate_up_proj, residual, 2, cls, silu_mul=True,
                                norm=ts.NormInput(sumsq, pln.eps))
         else:
@@ -159,9 +157,7 @@ class DecoderLayer(nn.Module):
                                 self.skinny_pdl)
             gu = self._project(mlp.gate_up_proj, h, 2, cls, silu_mul=True)
         if norms_in:  # down adds into the residual, the next layer's q|k|v normalises it
-            wd, packed = self._weight(3, mlp.down_proj, cls)
-            return None, residual, ts.skinny_add(gu, wd, residual, config=down[cls], pdl=self.skinny_pdl,
-                                                 packed=packed)
+            return None, residual, self._project_add(mlp.down_proj, gu, 3, cls, residual)
         return self._project(mlp.down_proj, gu, 3, cls), residual, None
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: Optional[int],
@@ -181,10 +177,17 @@ class DecoderLayer(nn.Module):
             y = proj(x)
         return tk.silu_and_mul(y, self.silu_pdl) if silu_mul else y
 
+    def _project_add(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: Optional[int],
+                     residual: torch.Tensor) -> torch.Tensor:
+        """``residual += proj(x)`` on the skinny GEMM (``ts.skinny_add``) for projection ``i`` (o or down)
+        at a row class with the norms in the projections; returns the rows' squares as slab partials."""
+        w, packed = self._weight(i, proj, cls)
+        return ts.skinny_add(x, w, residual, config=self.skinny[i][cls], pdl=self.skinny_pdl, packed=packed)
+
     def _weight(self, i: int, proj: nn.Linear, cls: Optional[int]) -> tuple[torch.Tensor, bool]:
         """Projection ``i``'s (qkv, o, gate_up, down) weight for a skinny launch at row class ``cls``:
         its packed copy if it has one there, else the weight; and whether it is packed."""
-        w = self.packed[i].get(cls) if cls is not None else None
+        w = self.packed[i].get(cls)
         return (proj.weight, False) if w is None else (w, True)
 
     @torch.no_grad()

@@ -249,8 +249,9 @@ def test_pack_puts_each_tile_in_one_contiguous_block() -> None:
 
 def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
     """A layer makes packed copies only with ``packed`` and only at ``ts.PACKED``'s (hidden size, row
-    class) of split-K configs (the 8B's 64-row class as shipped); asking again without it drops them from use but keeps them alive
-    (a graph captured before may still read them), and asking again with it reuses them."""
+    class) of split-K configs (the 8B's 64-row class as shipped); asking again without it drops them from
+    use but keeps them alive (a graph captured before may still read them), and asking again with it
+    reuses them."""
     layer = _fused_layer("llama-3.1-8b")  # on the meta device: shapes only
     layer.set_skinny(True, "auto")
     assert layer.packed == ({}, {}, {}, {})
