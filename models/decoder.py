@@ -234,7 +234,7 @@ class DecoderLayer(nn.Module):
             and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
         self.post_norm_apart = frozenset(c for c in self.norms_in_projections if (hidden, c) in ts.POST_NORM_APART)
         self.packed = tuple({c: self._packed_copy(i, c, cfg, p, silu) for c, cfg in configs.items()
-                             if packed and (hidden, c) in ts.PACKED and cfg[2] >= 1}
+                             if packed and ts.packs(hidden, c, cfg)}
                             for i, ((p, silu), configs) in enumerate(zip(projs, self.skinny)))
 
     def _packed_copy(self, i: int, cls: int, cfg: ts.Config, proj: nn.Linear, silu: bool) -> torch.Tensor:

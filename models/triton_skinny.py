@@ -327,6 +327,19 @@ def configs_for(n: int, k: int, silu: bool = False) -> dict[int, Config]:
     return {c: cfg for c in ROW_CLASSES if (cfg := TUNED.get((n, k, c, silu))) is not None}
 
 
+def reads_packed(config: Config) -> bool:
+    """Whether a launch of ``config`` can read a weight in ``pack``'s order: split-K launches (split >= 1);
+    the stream-K kernel addresses row-major weights only."""
+    return config[2] >= 1
+
+
+def packs(hidden: int, row_class: int, config: Config) -> bool:
+    """Whether a projection of a model of this hidden size, launched with ``config`` at ``row_class``,
+    reads a packed copy of its weight when the engine asks for packed weights: the class is listed in
+    ``PACKED`` and the launch can read one."""
+    return (hidden, row_class) in PACKED and reads_packed(config)
+
+
 def config_ok(n: int, k: int, cfg: Config, silu: bool = False) -> bool:
     """Whether a launch config tiles (N, K) exactly: whole column slabs, whole K tiles per split (a
     stream-K config, split <= 0, needs whole K tiles only)."""
@@ -431,6 +444,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
     block_m = max(16, triton.next_power_of_2(m))
     assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
+    assert not packed or reads_packed(config), ("a packed weight for a launch that cannot read it", config)
     block_n, block_k, split, warps, stages = config
     n_out = n // 2 if silu_mul else n
     if pdl is None:
@@ -449,7 +463,6 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
                  NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)), num_warps=warps,
                  num_stages=stages, launch_pdl=pdl)
     if split <= 0:  # stream-K: a fixed number of programs, each an equal share of the units
-        assert not packed, "packed weights are for split-K launches"
         tiles = k // block_k
         plan = stream_k_plan(weight.device, slabs, tiles,
                              stream_k_programs(split, sm_count(weight.device), slabs * tiles))

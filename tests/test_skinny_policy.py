@@ -269,6 +269,22 @@ def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
     assert layer.packed == ({}, {}, {}, {})
 
 
+def test_only_split_k_launches_at_listed_classes_read_packed_weights(monkeypatch) -> None:
+    """``ts.packs`` is the one place deciding which launches read a packed copy: a listed (hidden size,
+    row class) and a split-K config; a stream-K config (split <= 0) at a listed class is left row-major,
+    and a layer whose configs there are stream-K makes no copy."""
+    monkeypatch.setattr(ts, "PACKED", frozenset({(4096, 64)}))
+    split_k, stream_k = (64, 128, 2, 4, 4), (64, 128, 0, 4, 4)
+    assert ts.packs(4096, 64, split_k) and ts.packs(4096, 64, (64, 128, 1, 4, 4))
+    assert not ts.packs(4096, 64, stream_k) and not ts.packs(4096, 64, (64, 128, -2, 4, 4))
+    assert not ts.packs(4096, 16, split_k) and not ts.packs(1024, 64, split_k)
+    layer = _fused_layer("llama-3.1-8b")
+    tuned = {key: (cfg[:2] + (0,) + cfg[3:] if key[2] == 64 else cfg) for key, cfg in ts.TUNED.items()}
+    monkeypatch.setattr(ts, "TUNED", tuned)
+    layer.set_skinny(True, "auto", packed=True)
+    assert layer.skinny[2][64][2] == 0 and layer.packed == ({}, {}, {}, {})
+
+
 def test_the_kv_pool_is_planned_around_one_copy_per_packed_row_class(monkeypatch) -> None:
     """``packed_copy_bytes``: the layers' projection bytes once per ``ts.PACKED`` row class of the model's
     hidden size, nothing for a shape it does not list (the engine adds it to the weights it plans for)."""
