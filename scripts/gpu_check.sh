@@ -11,7 +11,8 @@
 #      DASH_ARGS add flags to bench/graph_bench.py / bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS
 #      adds pytest flags; GPU_TEST_FILES replaces the list of test files (default: every tests/test_cuda_*.py and
 #      tests/test_flashinfer_cuda.py); GPU_TEST_PART=1 / 2 runs tests/test_cuda_kernels.py / the other files
-#      of the list (the whole suite is about one call's time limit).
+#      of the list; GPU_TEST_SPREAD=N (default 4; 0 or 1: off) runs the decode attention's reference test in N
+#      processes first when pytest-xdist is importable and PYTEST_ARGS is empty, then the rest in one.
 #   tensor parallel on 2 GPUs only:
 #      GPU_TEST_FILES=tests/test_cuda_tp.py GPU_BENCHES=tp bash scripts/gpu_check.sh $OUT
 set -uo pipefail
@@ -38,10 +39,26 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   esac
   # a test still running after GPU_TEST_STACKS_S seconds gets every thread's stack printed (a hang shows
   # where it waits, even when the device call's time limit ends the run)
-  (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 \
-      -o faulthandler_timeout="${GPU_TEST_STACKS_S:-240}" ${PYTEST_ARGS:-} $files 2>&1) \
-    | tee "$out/cuda-tests.log"
-  rc=${PIPESTATUS[0]}
+  run_tests() {
+    (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 \
+        -o faulthandler_timeout="${GPU_TEST_STACKS_S:-240}" ${PYTEST_ARGS:-} "$@" 2>&1) \
+      | tee -a "$out/cuda-tests.log"
+    local trc=${PIPESTATUS[0]}
+    [ "$trc" = 0 ] || rc=$trc
+  }
+  : > "$out/cuda-tests.log"
+  # The decode attention's reference test is mostly Triton compiling its launches, one at a time: with
+  # pytest-xdist (a carried wheel) GPU_TEST_SPREAD processes share it and the GPU, so the whole suite fits
+  # one call. Every other test runs in one process (some read the GPU's free memory).
+  ref=tests/test_cuda_kernels.py::test_triton_paged_decode_matches_reference
+  spread=${GPU_TEST_SPREAD:-4}
+  if [ "$spread" -gt 1 ] && [ -z "${PYTEST_ARGS:-}" ] && printf '%s\n' $files | grep -qx tests/test_cuda_kernels.py \
+      && python3 -c "import xdist" 2>/dev/null; then
+    run_tests -n "$spread" "$ref"
+    run_tests $files --deselect "$ref"
+  else
+    run_tests $files
+  fi
 fi
 benches=",${GPU_BENCHES:-graph,events,dashboard},"
 run_bench() {  # log file name, then the command
