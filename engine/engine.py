@@ -185,6 +185,11 @@ class Engine:
         note = " · model kernels: triton-fused"
         if self.model.fused_gemv_rows:
             note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
+        if k.skinny_packed:  # asked for: say where it took effect, and what it holds
+            rows = self.model.packed_rows()
+            note += (f" · packed skinny weights for steps of {', '.join(f'{a}-{b}' for a, b in rows)} tokens"
+                     f" ({self.model.packed_bytes() / 2**30:.1f} GiB)" if rows
+                     else " · packed skinny weights: none for this shape")
         return note
 
     def _publish_started(self) -> None:

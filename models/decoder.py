@@ -422,6 +422,15 @@ class DecoderForCausalLM(nn.Module):
         return classes * sum(p.numel() * p.element_size() for layer in self.model.layers
                              for m in (layer.self_attn, layer.mlp) for p in m.parameters() if p.dim() == 2)
 
+    def packed_rows(self) -> list[tuple[int, int]]:
+        """The batch sizes (fewest, most rows) at which some projection reads a packed weight copy now."""
+        classes = {c for layer in self.model.layers for by_class in layer.packed for c in by_class}
+        return [ts.class_rows(c) for c in sorted(classes)]
+
+    def packed_bytes(self) -> int:
+        """GPU memory the layers' packed weight copies hold (every copy made, in use or kept for a graph)."""
+        return sum(w.numel() * w.element_size() for layer in self.model.layers for w in layer.packed_copies.values())
+
     def _plain_lm_head(self) -> bool:
         """An unsharded, bias-free lm_head (a vocab-parallel one gathers in its own forward)."""
         return type(self.lm_head) is nn.Linear and self.lm_head.bias is None

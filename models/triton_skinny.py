@@ -322,6 +322,12 @@ def row_class(m: int) -> Optional[int]:
     return next(c for c in ROW_CLASSES if m <= c)
 
 
+def class_rows(row_class: int) -> tuple[int, int]:
+    """The fewest and most rows of a batch that ``row_class`` serves (``row_class`` is its inverse)."""
+    i = ROW_CLASSES.index(row_class)
+    return (ROW_CLASSES[i - 1] + 1 if i else MIN_M), row_class
+
+
 def configs_for(n: int, k: int, silu: bool = False) -> dict[int, Config]:
     """Row class -> launch config for an (N, K) weight, for the classes where the kernel won."""
     return {c: cfg for c in ROW_CLASSES if (cfg := TUNED.get((n, k, c, silu))) is not None}

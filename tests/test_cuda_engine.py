@@ -179,6 +179,47 @@ def test_eight_row_decode_of_an_untied_head_takes_the_final_norm_in_the_skinny_l
     _assert_lm_head_fused_then_apart(eng, 8, lambda: monkeypatch.setattr(model, "lm_head_skinny", {}))
 
 
+@pytest.mark.parametrize("shape", ["llama-3.1-8b", "qwen3-0.6b"])
+def test_packed_skinny_weights_are_reported_where_they_took_effect(shape):
+    """``KernelConfig(skinny_gemm="packed")``: the engine's note names the batch sizes that read packed
+    copies and the memory they hold (the 8B, listed at 17-64 rows), or says none for a shape not listed
+    (the 0.6B); a 64-row decode step replays its graph on them and equals eager."""
+    from graphtop.engine.kernel_config import KernelConfig
+    from graphtop.models.random_model import hf_config_for, random_checkpoint
+
+    ckpt = random_checkpoint(hf_config_for(shape, num_hidden_layers=2), device="cuda", dtype=torch.bfloat16)
+    graphs = GraphConfig()
+    graphs.set("decode.bs", [64])
+    graphs.set("prefill.backend", "disabled")
+    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend="torch", max_context_len=256,
+                       max_total_tokens=32 * 1024, graphs=graphs, capture_before_serving=True,
+                       kernels=KernelConfig(skinny_gemm="packed"))
+    eng = Engine(ckpt, cfg, EventBus())
+    _open.append(eng)
+    model = eng.model_runner.eager.model
+    if not model.fused_kernels:
+        pytest.skip("the fused kernels are off on this device")
+    note = eng.info.attention_backend_note
+    if shape == "llama-3.1-8b":
+        gib = model.packed_copy_bytes() / 2**30
+        assert model.packed_rows() == [(17, 64)] and model.packed_bytes() == model.packed_copy_bytes() > 0
+        assert f"packed skinny weights for steps of 17-64 tokens ({gib:.1f} GiB)" in note, note
+    else:
+        assert model.packed_rows() == [] and "packed skinny weights: none for this shape" in note, note
+    eng.overlap_schedule = False
+    params = SamplingParams(max_new_tokens=4, ignore_eos=True, detokenize=False)
+    handles = [eng.submit(_ids(12 + i % 5, 50 + i, eng.spec.vocab_size), params) for i in range(64)]
+    while any(len(h.token_ids) < 2 for h in handles):
+        eng.step()
+    batch = eng.scheduler.schedule()
+    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 64
+    g = eng.model_runner.decode.run(batch)
+    assert g.path == "graph" and g.bucket == 64
+    g_logits = g.logits.clone()
+    eager = eng.model_runner.eager.run(batch).logits
+    assert (g_logits - eager).norm() / eager.norm() <= 2e-2
+
+
 def _assert_lm_head_fused_then_apart(eng: Engine, rows: int, turn_off: Callable[[], None]) -> None:
     """One decode step of ``rows`` requests through its graph, eagerly, then eagerly after ``turn_off``
     (the final norm back in its own kernel, cuBLAS after): graph and eager agree (the torch-native graph's

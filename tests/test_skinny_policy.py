@@ -285,6 +285,39 @@ def test_only_split_k_launches_at_listed_classes_read_packed_weights(monkeypatch
     assert layer.skinny[2][64][2] == 0 and layer.packed == ({}, {}, {}, {})
 
 
+def test_a_row_class_serves_the_rows_above_the_class_before_it() -> None:
+    assert [ts.class_rows(c) for c in ts.ROW_CLASSES] == [(2, 16), (17, 64), (65, 128), (129, 256)]
+    assert all(ts.row_class(lo) == c == ts.row_class(hi) for c in ts.ROW_CLASSES for lo, hi in [ts.class_rows(c)])
+
+
+def test_the_model_says_where_packed_copies_are_read_and_what_they_hold(monkeypatch) -> None:
+    """``packed_rows`` / ``packed_bytes`` (what the engine's note reports): nothing until asked; asked,
+    the listed classes' batch sizes and, as planned, one copy of the layers' projection bytes per class;
+    copies kept for earlier graphs still count after the setting is dropped."""
+    from graphtop.models.decoder import DecoderForCausalLM
+
+    spec = spec_from_hf_config(hf_config_for("llama-3.1-8b", num_hidden_layers=2), "<test>")
+    with torch.device("meta"):
+        model = DecoderForCausalLM(spec)
+    model.to(torch.bfloat16)
+    for layer in model.model.layers:
+        layer.self_attn.fuse()
+        layer.mlp.fuse()
+    monkeypatch.setattr(ts, "PACKED", frozenset({(4096, 16), (4096, 64)}))
+
+    def ask(packed: bool) -> None:
+        for layer in model.model.layers:
+            layer.set_skinny(True, "auto", packed=packed)
+
+    ask(False)
+    assert model.packed_rows() == [] and model.packed_bytes() == 0
+    ask(True)
+    assert model.packed_rows() == [(2, 16), (17, 64)]
+    assert model.packed_bytes() == model.packed_copy_bytes() > 0
+    ask(False)
+    assert model.packed_rows() == [] and model.packed_bytes() == model.packed_copy_bytes()
+
+
 def test_the_kv_pool_is_planned_around_one_copy_per_packed_row_class(monkeypatch) -> None:
     """``packed_copy_bytes``: the layers' projection bytes once per ``ts.PACKED`` row class of the model's
     hidden size, nothing for a shape it does not list (the engine adds it to the weights it plans for)."""

@@ -284,8 +284,17 @@ def test_format_summary_text() -> None:
     assert "bucket 4: oom" in text
     assert "Memory ledger" in text and "decode_bs" in text
     assert "step numbers missing from the trace: 1" in text
+    assert "setup:" not in text  # the sample's engine left no note
     empty = format_summary(summarize([]))
     assert "0 events" in empty
+
+
+def test_format_summary_shows_how_the_engine_set_itself_up() -> None:
+    """The engine-started note (backend choice, model kernels, packed skinny weights) is a summary line."""
+    note = "flashinfer selected · model kernels: triton-fused · packed skinny weights for steps of 17-64 tokens (13.0 GiB)"
+    events = [EngineStarted(ts=T0, model="tiny", device="cuda", dtype="bfloat16", attention_backend="flashinfer",
+                            attention_backend_note=note)]
+    assert f"  setup: {note}" in format_summary(summarize(events)).splitlines()
 
 
 # -- perfetto -------------------------------------------------------------------------------------

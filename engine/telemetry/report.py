@@ -58,6 +58,8 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
             f" dtype {e.dtype or '?'}, attention {e.attention_backend or '?'},"
             f" graphs decode={e.decode_graph_backend or '-'} prefill={e.prefill_graph_backend or '-'}"
         )
+        if e.attention_backend_note:  # how the engine set itself up: backend choice, kernels, schedule
+            out.append(f"  setup: {e.attention_backend_note}")
     if s.emulated:
         out.append("  EMULATED run: graph replays were emulated, timings are not real CUDA-graph timings")
     if s.truncated_tail:
