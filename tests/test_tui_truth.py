@@ -175,7 +175,9 @@ async def test_fallbacks_and_step_rows_explain_their_reason_on_hover() -> None:
         await pilot.hover("#steps-table", offset=(5, graph_row + 1))  # a graph step: nothing to explain
         await pilot.pause()
         assert table.tooltip is None
-        assert "graph hits: share of steps" in app.query_one("#status").tooltip
+        status_tip = app.query_one("#status").tooltip
+        assert "graph hits: share of steps" in status_tip
+        assert status_tip.endswith("\n\nsetup: flashinfer selected · model kernels: triton-fused")  # the engine's note
 
 
 async def test_prompt_console_keeps_the_conversation_scrollable_and_bounded(monkeypatch) -> None:

@@ -81,6 +81,7 @@ def boot_events(
             device_name="NVIDIA H200",
             dtype="bfloat16",
             attention_backend="flashinfer",
+            attention_backend_note="flashinfer selected · model kernels: triton-fused",
             decode_graph_backend="emulated" if emulated else "full",
             prefill_graph_backend="emulated" if emulated else "breakable",
             emulated=emulated,

@@ -28,7 +28,8 @@ class StatusLine(Horizontal):
         self.session_label = label
         self._seen: tuple | None = None
         self._parts: list[tuple[int, Content]] = []
-        self.tooltip = "\n".join(f"{name}: {what}" for name, what in STATUS_ITEMS)
+        self._legend = "\n".join(f"{name}: {what}" for name, what in STATUS_ITEMS)
+        self.tooltip = self._legend
 
     def compose(self) -> ComposeResult:
         yield Label("graphtop", id="brand")
@@ -56,6 +57,10 @@ class StatusLine(Horizontal):
             what = "engine failed" if state.failed else f"loading {self.session_label}…"
             self._parts = [(0, Content.from_markup("[$text-muted]$what[/]", what=what))]
         else:
+            # how the engine set itself up (backend choice, model kernels, packed weights): too long for
+            # the line, so the tooltip carries it under the legend
+            note = info.attention_backend_note.strip(" ·")
+            self.tooltip = self._legend + (f"\n\nsetup: {note}" if note else "")
             device = " ".join(p for p in (info.device, info.device_name) if p)
             model = info.model.rstrip("/").rsplit("/", 1)[-1] if info.model else self.session_label
             # (priority, part) in display order: the highest priority numbers go first when short of room
