@@ -48,7 +48,7 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   }
   : > "$out/cuda-tests.log"
   # The decode attention's reference test is mostly Triton compiling its launches, one at a time: with
-  # pytest-xdist (a carried wheel) GPU_TEST_SPREAD processes share it and the GPU, so the whole suite fits
+  # pytest-xdist (a carried wheel) GPU_TEST_SPREAD processes share it and the GPU, so the whole suite can fit
   # one call. Every other test runs in one process (some read the GPU's free memory).
   ref=tests/test_cuda_kernels.py::test_triton_paged_decode_matches_reference
   spread=${GPU_TEST_SPREAD:-4}
