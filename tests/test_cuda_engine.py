@@ -16,6 +16,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
+from graphtop.engine.batch import ForwardBatch  # noqa: E402
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
@@ -206,13 +207,7 @@ def test_packed_skinny_weights_are_reported_where_they_took_effect(shape):
         assert f"packed skinny weights for steps of 17-64 tokens ({gib:.1f} GiB)" in note, note
     else:
         assert model.packed_rows() == [] and "packed skinny weights: none for this shape" in note, note
-    eng.overlap_schedule = False
-    params = SamplingParams(max_new_tokens=4, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(_ids(12 + i % 5, 50 + i, eng.spec.vocab_size), params) for i in range(64)]
-    while any(len(h.token_ids) < 2 for h in handles):
-        eng.step()
-    batch = eng.scheduler.schedule()
-    assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 64
+    batch = _decode_batch_of(eng, 64)
     g = eng.model_runner.decode.run(batch)
     assert g.path == "graph" and g.bucket == 64
     g_logits = g.logits.clone()
@@ -220,18 +215,25 @@ def test_packed_skinny_weights_are_reported_where_they_took_effect(shape):
     assert (g_logits - eager).norm() / eager.norm() <= 2e-2
 
 
-def _assert_lm_head_fused_then_apart(eng: Engine, rows: int, turn_off: Callable[[], None]) -> None:
-    """One decode step of ``rows`` requests through its graph, eagerly, then eagerly after ``turn_off``
-    (the final norm back in its own kernel, cuBLAS after): graph and eager agree (the torch-native graph's
-    wider sums: 2e-2, above), the fused lm_head moves only where the norm rounds, and the graph's tokens
-    are its own logits' argmax."""
-    eng.overlap_schedule = False  # no step in flight when the test schedules one itself
+def _decode_batch_of(eng: Engine, rows: int) -> ForwardBatch:
+    """A decode batch of ``rows`` requests (prompts of 20, 23, 26, ... tokens, each with a token decoded),
+    scheduled by the test itself: the overlap schedule is switched off so no step is in flight."""
+    eng.overlap_schedule = False
     params = SamplingParams(max_new_tokens=8, ignore_eos=True, detokenize=False)
     handles = [eng.submit(_ids(20 + 3 * i, 30 + i, eng.spec.vocab_size), params) for i in range(rows)]
     while any(len(h.token_ids) < 2 for h in handles):
         eng.step()
     batch = eng.scheduler.schedule()
     assert batch is not None and batch.mode.value == "decode" and batch.batch_size == rows
+    return batch
+
+
+def _assert_lm_head_fused_then_apart(eng: Engine, rows: int, turn_off: Callable[[], None]) -> None:
+    """One decode step of ``rows`` requests through its graph, eagerly, then eagerly after ``turn_off``
+    (the final norm back in its own kernel, cuBLAS after): graph and eager agree (the torch-native graph's
+    wider sums: 2e-2, above), the fused lm_head moves only where the norm rounds, and the graph's tokens
+    are its own logits' argmax."""
+    batch = _decode_batch_of(eng, rows)
     g = eng.model_runner.decode.run(batch)
     assert g.path == "graph" and g.bucket == rows
     g_logits = g.logits.clone()
