@@ -11,7 +11,7 @@
 #      DASH_ARGS add flags to bench/graph_bench.py / bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS
 #      adds pytest flags; GPU_TEST_FILES replaces the list of test files (default: every tests/test_cuda_*.py and
 #      tests/test_flashinfer_cuda.py); GPU_TEST_PART=1 / 2 runs tests/test_cuda_kernels.py / the other files
-#      of the list; GPU_TEST_SPREAD=N (default 4; 0 or 1: off) runs the decode attention's reference test in N
+#      of the list; GPU_TEST_SPREAD=N (default 8; 0 or 1: off) runs the decode attention's reference test in N
 #      processes first when pytest-xdist is importable and PYTEST_ARGS is empty, then the rest in one.
 #   tensor parallel on 2 GPUs only:
 #      GPU_TEST_FILES=tests/test_cuda_tp.py GPU_BENCHES=tp bash scripts/gpu_check.sh $OUT
@@ -51,7 +51,7 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   # pytest-xdist (a carried wheel) GPU_TEST_SPREAD processes share it and the GPU, so the whole suite can fit
   # one call. Every other test runs in one process (some read the GPU's free memory).
   ref=tests/test_cuda_kernels.py::test_triton_paged_decode_matches_reference
-  spread=${GPU_TEST_SPREAD:-4}
+  spread=${GPU_TEST_SPREAD:-8}
   if [ "$spread" -gt 1 ] && [ -z "${PYTEST_ARGS:-}" ] && printf '%s\n' $files | grep -qx tests/test_cuda_kernels.py \
       && python3 -c "import xdist" 2>/dev/null; then
     run_tests -n "$spread" "$ref"
