@@ -100,6 +100,28 @@ def test_bad_checkpoint_is_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys,
     assert not (tmp_path / "o.jsonl").exists()
 
 
+def test_a_run_that_fails_to_load_keeps_an_older_trace(ckpt, tmp_path, prompts_file, capsys):
+    folder = tmp_path / "model"
+    shutil.copytree(ckpt, folder)
+    _truncate(folder)
+    trace = tmp_path / "precious.jsonl"
+    trace.write_text("an older trace\n")
+    rc, out, err = run(capsys, "--model", folder, "--prompts", prompts_file, "--record", trace, *ENGINE_ARGS)
+    assert_usage_error(rc, out, err, "model.safetensors")
+    assert trace.read_text() == "an older trace\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "precious.jsonl", "prompts.txt"]
+
+
+@pytest.mark.parametrize("flag,name", [("--record", "model.safetensors"), ("--output", "config.json")])
+def test_outputs_never_overwrite_a_file_of_the_model(ckpt, tmp_path, prompts_file, capsys, flag, name):
+    folder = tmp_path / "model"
+    shutil.copytree(ckpt, folder)
+    before = (folder / name).read_bytes()
+    rc, out, err = run(capsys, "--model", folder, "--prompts", prompts_file, flag, folder / name, *ENGINE_ARGS)
+    assert_usage_error(rc, out, err, flag, "a file of --model", "would destroy the input")
+    assert (folder / name).read_bytes() == before
+
+
 # --- bad prompts, outputs, options --------------------------------------------------------------
 
 

@@ -210,3 +210,39 @@ def test_truncated_last_line_is_tolerated(tmp_path: Path) -> None:
     trace = read_trace(path)
     assert trace.truncated_tail
     assert len(trace.events) == 9
+
+
+def test_unpublished_trace_is_discarded_and_the_older_file_kept(tmp_path: Path) -> None:
+    """A run that never starts (the CLI while the model loads) must not destroy an older trace."""
+    target = tmp_path / "t.jsonl"
+    target.write_text("an older trace\n")
+    bus = EventBus()
+    rec = TraceRecorder(target, bus, {"run": 1}, publish=False)
+    bus.publish(step(0))
+    rec.discard()
+    assert target.read_text() == "an older trace\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]  # no temporary left behind
+
+
+def test_published_trace_is_at_its_path_while_recording(tmp_path: Path) -> None:
+    target = tmp_path / "t.jsonl"
+    target.write_text("an older trace\n")
+    bus = EventBus()
+    rec = TraceRecorder(target, bus, {"run": 2}, publish=False)
+    rec.publish()
+    for i in range(3):
+        bus.publish(step(i))
+    deadline = time.monotonic() + 5
+    while rec.lines_written < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert target.read_text().count("\n") == 4  # readable at its path before close
+    result = rec.close()
+    assert result.ok and [e.type for e in read_trace(target).events] == ["step"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
+
+
+def test_close_publishes_a_staged_trace(tmp_path: Path) -> None:
+    target = tmp_path / "t.jsonl"
+    rec = TraceRecorder(target, EventBus(), {}, publish=False)
+    assert not target.exists()
+    assert rec.close().ok and read_trace(target).header.meta == {}

@@ -13,7 +13,7 @@ from graphtop.engine.telemetry.safe_write import (
     OutputPathError,
     check_distinct,
     check_output,
-    open_streaming,
+    open_staged,
     write_atomic,
 )
 
@@ -67,7 +67,7 @@ def test_symlink_to_a_regular_file_is_refused_and_left_alone(tmp_path):
     assert "\n" not in str(info.value)
     assert link.is_symlink() and real.read_text() == "precious\n"
     with pytest.raises(OutputPathError, match="symbolic link"):
-        open_streaming(link)
+        open_staged(link)
     assert real.read_text() == "precious\n"
 
 
@@ -87,8 +87,11 @@ def test_device_node_is_written_through_not_replaced(tmp_path):
     assert check_output(link, "--output").streams
     write_atomic(link, _write(b"discarded\n"))
     assert link.is_symlink()
-    with open_streaming(link) as f:
+    staged = open_staged(link)
+    assert staged.staged is None  # a device is written in place
+    with staged.file as f:
         f.write(b"line\n")
+    staged.publish()
     assert link.is_symlink() and stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
@@ -104,13 +107,30 @@ def test_fifo_is_written_through(tmp_path):
     assert got == [b"through the pipe\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
-def test_streaming_truncates_in_place_and_keeps_the_mode(tmp_path):
+def test_staged_stream_replaces_the_target_only_when_published_and_keeps_the_mode(tmp_path):
     target = tmp_path / "trace.jsonl"
     target.write_text("an older, longer trace\n")
     target.chmod(0o600)
-    with open_streaming(target) as f:
-        f.write(b"{}\n")
-    assert target.read_bytes() == b"{}\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    staged = open_staged(target)
+    staged.file.write(b"{}\n")
+    assert target.read_text() == "an older, longer trace\n"  # not yet
+    staged.publish()
+    staged.file.write(b"[]\n")  # the open file now writes at the target's path
+    assert target.read_bytes() == b"{}\n[]\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    staged.discard()  # after publishing: closes, keeps the file
+    assert target.read_bytes() == b"{}\n[]\n" and sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
+
+
+def test_discarded_staged_stream_leaves_the_older_file_and_no_temporary(tmp_path):
+    target = tmp_path / "trace.jsonl"
+    target.write_text("precious\n")
+    staged = open_staged(target)
+    staged.file.write(b"{}\n")
+    staged.discard()
+    assert target.read_text() == "precious\n" and sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
+    new = open_staged(tmp_path / "new.jsonl")
+    new.discard()
+    assert not (tmp_path / "new.jsonl").exists()
 
 
 @pytest.mark.parametrize("case", ["dir", "no-parent", "parent-is-file"])

@@ -2,13 +2,16 @@
 
 Every check that can fail because of the user's input (paths, prompts, config) runs before the model
 loads, so a typo costs no load time. Output goes through ``safe_write``: an output that names the
-prompts file or the trace is refused, and OUT.jsonl is written to a temporary file beside the target
-and renamed at the end, so an interrupted run never leaves a half-written OUT.jsonl over an older one.
+prompts file, the trace or a file of the model is refused, and OUT.jsonl is written to a temporary file
+beside the target and renamed at the end, so an interrupted run never leaves a half-written OUT.jsonl over
+an older one. The trace is staged beside TRACE.jsonl too and put in place once the model has loaded: a
+run that fails before serving anything leaves an older trace as it was.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, Optional
@@ -17,8 +20,26 @@ from .usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 
 
+def model_files(model: Optional[str]) -> list[tuple[str, str]]:
+    """The files a run reads its model from, as (label, path): a .gguf file, or the regular files at the
+    top of a checkpoint folder (the demo model's cache folder without --model)."""
+    if model is None:
+        from graphtop.models.demo import DEMO_DIRNAME, demo_cache_root
+
+        folder = str(demo_cache_root() / DEMO_DIRNAME)
+        label = "a file of the demo model"
+    elif os.path.isdir(model):
+        folder, label = model, "a file of --model"
+    else:
+        return [("--model", model)]
+    try:
+        return [(label, e.path) for e in os.scandir(folder) if e.is_file()]
+    except OSError:  # a folder that cannot be listed fails when the model loads, with its own error
+        return []
+
+
 def check_output_paths(args: Any) -> None:
-    """--output and --record: writable, and neither the prompts file nor each other."""
+    """--output and --record: writable, and neither the prompts file, a file of the model nor each other."""
     from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
 
     outputs = [("--output", args.output), ("--record", args.record)]
@@ -26,7 +47,7 @@ def check_output_paths(args: Any) -> None:
         for flag, path in outputs:
             if path is not None:
                 check_output(path, flag)
-        check_distinct(outputs, [("--prompts", args.prompts)])
+        check_distinct(outputs, [("--prompts", args.prompts), *model_files(args.model)])
     except OutputPathError as e:
         raise UsageError(str(e)) from None
 
@@ -97,11 +118,12 @@ def run_headless(args: Any, config: Any) -> int:
         meta = {"argv": sys.argv[1:], "model": args.model or "demo", "workload":
                 f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
         try:
-            recorder = TraceRecorder(args.record, bus, header_meta=meta)
+            recorder = TraceRecorder(args.record, bus, header_meta=meta, publish=False)
         except RecorderError as e:
             raise UsageError(str(e)) from None
     server = None
     engine = None
+    serving = False  # the model loaded and the trace is at its path: what follows is kept
     failure: Optional[str] = None
     from .progress import start_headless_progress
 
@@ -113,6 +135,12 @@ def run_headless(args: Any, config: Any) -> int:
 
             server = open_endpoint(bus, args.telemetry, args.model or "demo model")
         engine = _load_engine(args, config, bus)
+        if recorder is not None:
+            try:
+                recorder.publish()
+            except RecorderError as e:
+                raise UsageError(str(e)) from None
+        serving = True
         if server is not None:
             engine.serve_telemetry(server=server)
         if args.synthetic:
@@ -135,7 +163,11 @@ def run_headless(args: Any, config: Any) -> int:
             engine.close(failure or "engine closed")  # stops tensor-parallel workers, too
         if progress is not None:
             progress.stop()
-        rec_result = recorder.close() if recorder is not None else None
+        rec_result = None
+        if recorder is not None and serving:
+            rec_result = recorder.close()
+        elif recorder is not None:
+            recorder.discard()  # nothing was served: an older trace at the path stays
     if args.output:
         _write_output(args.output, results)
     _print_summary(args, results, wall, rec_result)

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Callable, Optional, Union
 from .bus import EventBus, Subscription
 from .codec import encode_event, encode_lines
 from .events import Event, TraceHeader
-from .safe_write import OutputPathError, open_streaming
+from .safe_write import OutputPathError, StagedFile, open_staged
 
 __all__ = ["RecorderError", "RecorderResult", "TraceRecorder"]
 
@@ -75,19 +75,22 @@ def _describe_oserror(exc: OSError) -> str:
     return f"{name}: {reason}" if name else reason
 
 
-def _open_trace(path: Path) -> BinaryIO:
-    # Unbuffered: each write() is one syscall carrying only whole lines. In place (not a temporary
-    # file) so the trace is readable at its path during the run and after a kill; safe_write's rules
-    # for links, devices and file modes still apply.
-    return open_streaming(path, "trace")
+def _open_trace(path: Path) -> StagedFile:
+    # Unbuffered: each write() is one syscall carrying only whole lines. Staged beside the target until
+    # published, so a run that never starts leaves an older trace at that path untouched; safe_write's
+    # rules for links, devices and file modes apply.
+    return open_staged(path, "trace")
 
 
 class TraceRecorder:
     """Subscribes to ``bus`` and writes every event to ``path`` as one JSON line.
 
     The header line (``TraceHeader`` with ``header_meta``) is written synchronously by the
-    constructor, so a path problem surfaces as ``RecorderError`` before the run starts. ``opener``
-    exists for tests (e.g. a file object that fails with ENOSPC).
+    constructor, so a path problem surfaces as ``RecorderError`` before the run starts. With
+    ``publish=False`` the trace stays in a temporary file beside ``path`` until ``publish()`` (or
+    ``close()``), and ``discard()`` drops it: a caller whose run may still fail to start (the CLI,
+    while the model loads) then never destroys an older trace at ``path``. ``opener`` exists for
+    tests (e.g. a file object that fails with ENOSPC); its file is written in place.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class TraceRecorder:
         maxsize: int = 100_000,
         name: str = "recorder",
         opener: Optional[Callable[[Path], BinaryIO]] = None,
+        publish: bool = True,
     ) -> None:
         self.path = Path(path)
         self.bus = bus
@@ -111,17 +115,22 @@ class TraceRecorder:
         self._result: Optional[RecorderResult] = None
 
         try:
-            self._file = (opener or _open_trace)(self.path)
+            self._stage = StagedFile(opener(self.path), self.path, "trace") if opener else _open_trace(self.path)
         except OSError as exc:
             raise RecorderError(f"cannot write trace {self.path}: {_describe_oserror(exc)}") from None
         except OutputPathError as exc:
             raise RecorderError(f"cannot write {exc}") from None
+        self._file = self._stage.file
+        self._discarded = False
         header = TraceHeader(meta=dict(header_meta or {}))
         try:
             self._write(encode_event(header), 1)
-        except OSError as exc:
-            self._file.close()
-            raise RecorderError(f"cannot write trace {self.path}: {_describe_oserror(exc)}") from None
+            if publish:
+                self._stage.publish()
+        except (OSError, OutputPathError) as exc:
+            self._stage.discard()
+            why = _describe_oserror(exc) if isinstance(exc, OSError) else str(exc)
+            raise RecorderError(f"cannot write trace {self.path}: {why}") from None
         self.counts[header.type] += 1
 
         # Subscribe only after the header is safely on disk: nothing is queued for a dead file.
@@ -189,10 +198,28 @@ class TraceRecorder:
         self._file.flush()
         self.lines_written += lines
 
-    # -- shutdown ---------------------------------------------------------------------------------
+    # -- publishing and shutdown -------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Put the trace at its path now (it was staged beside it); idempotent.
+
+        Raises ``RecorderError`` (one line) when the path can no longer take it; the trace is then
+        still in its temporary file, which ``close()`` or ``discard()`` deals with.
+        """
+        try:
+            self._stage.publish()
+        except (OSError, OutputPathError) as exc:
+            why = _describe_oserror(exc) if isinstance(exc, OSError) else str(exc)
+            raise RecorderError(f"cannot write trace {self.path}: {why}") from None
+
+    def discard(self, timeout: float = 30.0) -> None:
+        """Stop recording and drop a trace not yet published: ``path`` keeps what it held before."""
+        self._discarded = True
+        self.close(timeout)
 
     def close(self, timeout: float = 30.0) -> RecorderResult:
-        """Stop recording: write everything still queued, flush, close the file. Idempotent."""
+        """Stop recording: write everything still queued, flush, close the file and publish it (unless
+        discarded). Idempotent."""
         if self._result is not None:
             return self._result
         self.bus.unsubscribe(self.subscription)  # no new events; queued ones are still drained
@@ -204,6 +231,14 @@ class TraceRecorder:
         except OSError as exc:
             if self.write_error is None:
                 self.write_error = _describe_oserror(exc)
+        if self._discarded:
+            self._stage.discard()
+        else:
+            try:
+                self.publish()
+            except RecorderError as exc:
+                if self.write_error is None:
+                    self.write_error = str(exc)
         self._result = RecorderResult(
             path=str(self.path),
             lines_written=self.lines_written,

@@ -14,8 +14,10 @@ export, the dashboard's trace export):
   device or FIFO (``/dev/stdout``) is written through, a link to a regular file, a folder or nothing
   is refused (give the file's own path).
 
-A live trace (``open_streaming``) cannot use a temporary file: it must be readable at its path while
-the run goes on and after a kill, so it is opened in place under the same rules.
+A live trace (``open_staged``) is streamed into a temporary file beside its target and renamed over
+it once the run has started (``StagedFile.publish``): a run that fails before that (a model that does not
+load) leaves the older file as it was, and from then on the trace is readable at its own path while the
+run goes on and after a kill (the rename keeps the open file).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Sequence, Union
 
-__all__ = ["OutputPathError", "OutputTarget", "check_distinct", "check_output", "open_streaming", "write_atomic"]
+__all__ = ["OutputPathError", "OutputTarget", "StagedFile", "check_distinct", "check_output", "open_staged",
+           "write_atomic"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 NEW_FILE_MODE = 0o666  # the kernel applies the umask, as for any new file
@@ -171,15 +174,58 @@ def write_atomic(path: PathLike, write: Callable[[BinaryIO], None], label: str =
         raise
 
 
-def open_streaming(path: PathLike, label: str = "output") -> BinaryIO:
+@dataclass
+class StagedFile:
+    """An unbuffered binary file written beside its target until ``publish`` renames it into place.
+
+    ``staged`` is None once published, and for a target written straight through (a device, a FIFO).
+    """
+
+    file: BinaryIO
+    target: Path
+    label: str
+    staged: Optional[Path] = None
+
+    def publish(self) -> None:
+        """Rename the staged file over the target (idempotent); the open file keeps writing to it.
+
+        The target is classified again first: it may have become a link or a folder meanwhile.
+        """
+        if self.staged is None:
+            return
+        check_output(self.target, self.label)
+        os.replace(self.staged, self.target)
+        self.staged = None
+
+    def discard(self) -> None:
+        """Close the file and remove it unless published: the target keeps what it held."""
+        try:
+            self.file.close()
+        finally:
+            if self.staged is not None:
+                try:
+                    os.unlink(self.staged)
+                except OSError:
+                    pass
+                self.staged = None
+
+
+def open_staged(path: PathLike, label: str = "output") -> StagedFile:
     """Open ``path`` for a live, unbuffered stream of whole lines (the trace recorder).
 
-    In place, because the file must be valid at its own path while being written and after a kill:
-    a regular file is truncated (keeping its mode) without following a link at the last component.
+    A regular or new target is written to a temporary file beside it (the existing file's mode kept)
+    until ``publish``; a device or FIFO is opened in place.
     """
     target = check_output(path, label)
-    flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
-    if not target.streams:
-        flags |= os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(target.path, flags, NEW_FILE_MODE)
-    return os.fdopen(fd, "wb", buffering=0)
+    if target.streams:
+        fd = os.open(target.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        return StagedFile(os.fdopen(fd, "wb", buffering=0), target.path, label)
+    fd, tmp = _temp_beside(target.path)
+    try:
+        if target.mode is not None:
+            os.fchmod(fd, target.mode)
+    except OSError:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return StagedFile(os.fdopen(fd, "wb", buffering=0), target.path, label, tmp)
