@@ -114,3 +114,19 @@ def test_every_bad_line_is_written_with_its_reason_and_the_others_are_served(tin
             assert r["finish_reason"] in ("length", "eos") and r["token_ids"], r
     assert len(err.strip().splitlines()) == 4 and all(e.startswith(f"graphtop: error: {prompts}:line ")
                                                       for e in err.strip().splitlines())
+
+
+def test_a_prompts_file_past_the_limit_is_an_error_not_an_endless_read(tmp_path, monkeypatch):
+    import graphtop.tui.prompts_file as prompts_mod
+    from pathlib import Path
+
+    from graphtop.tui.prompts_file import PromptsFileError
+
+    monkeypatch.setattr(prompts_mod, "MAX_FILE_BYTES", 1 << 10)
+    big = tmp_path / "big.txt"
+    big.write_text("hello\n" * 1000)
+    for path in [big] + ([Path("/dev/zero")] if Path("/dev/zero").exists() else []):
+        with pytest.raises(PromptsFileError, match="larger than"):
+            read_prompts(str(path))
+    (tmp_path / "ok.txt").write_text("hello\n" * 10)
+    assert len(read_prompts(str(tmp_path / "ok.txt"))) == 10

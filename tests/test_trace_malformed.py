@@ -179,3 +179,18 @@ async def test_values_at_the_limits_replay_in_the_dashboard(tmp_path, int_value,
         app.pump()
         await settle(pilot)
         assert app.state.events_seen == len(trace.events) and "REPLAY" in screen_text(app)
+
+
+def test_a_line_past_the_limit_is_an_error_not_an_endless_read(tmp_path, monkeypatch, capsys):
+    """/dev/zero has no newline: reading it line by line would never end; a long line is refused."""
+    import graphtop.engine.telemetry.trace as trace_mod
+
+    monkeypatch.setattr(trace_mod, "MAX_LINE_BYTES", 1 << 10)
+    long_line = tmp_path / "long.jsonl"
+    long_line.write_bytes(b"x" * 5000)
+    for path in [long_line] + ([Path("/dev/zero")] if Path("/dev/zero").exists() else []):
+        with pytest.raises(TraceError, match="line longer than"):
+            read_trace(path)
+        assert main(["trace", "summary", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "line longer than" in err

@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 SAMPLING_FIELDS = {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "ignore_eos"}
 MAX_ID_CHARS = 256
+#: Read whole before anything runs: bounded, so a device that never ends (/dev/zero) is an error, not a hang.
+MAX_FILE_BYTES = 256 << 20
 
 
 class PromptsFileError(ValueError):
@@ -42,9 +44,12 @@ def read_prompts(path: str) -> list[PromptLine]:
     if p.is_dir():
         raise PromptsFileError(f"prompts file {path} is a directory")
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise PromptsFileError(f"cannot read prompts file {path}: {e.strerror or e}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise PromptsFileError(f"prompts file {path} is larger than {MAX_FILE_BYTES >> 20} MiB")
     try:
         text = data.decode("utf-8-sig")  # a BOM (Windows editors) must not hide line 1's JSON
     except UnicodeDecodeError as e:

@@ -74,9 +74,11 @@ class TraceDicts:
         with f:
             seen_header = False
             lineno = 0
-            for raw in f:
+            while raw := f.readline(MAX_LINE_BYTES + 1):
                 lineno += 1
                 complete = raw.endswith(b"\n")
+                if len(raw) > MAX_LINE_BYTES and not complete:
+                    raise self._error(lineno, f"line longer than {MAX_LINE_BYTES >> 20} MiB (not a trace?)")
                 if not raw.strip():
                     continue
                 obj = self._parse(raw, lineno, complete)
@@ -139,6 +141,10 @@ class TraceDicts:
         except SchemaError as exc:
             raise self._error(lineno, f"bad header: {exc}") from None
 
+
+#: A trace line is one event (a few hundred bytes; the header's meta a little more): a longer one is not
+#: a trace, and reading it whole (a device with no newline, such as /dev/zero) would never end.
+MAX_LINE_BYTES = 64 << 20
 
 _TRUNCATED = object()  # _parse's answer for a cut-off final line (a line can hold JSON null)
 
