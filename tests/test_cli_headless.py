@@ -179,6 +179,24 @@ def test_bad_options_are_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, a
     assert_usage_error(rc, out, err, needle)
 
 
+@pytest.mark.parametrize("n,rate,ok", [("2", "1e-9", False), ("1001", "0.01", False), ("1", "1e-9", True),
+                                         ("1001", "0.02", True)])
+def test_synthetic_arrivals_spread_past_a_day_are_refused(ckpt, tmp_path, capsys, monkeypatch, n, rate, ok):
+    import graphtop.tui.headless as headless
+    from graphtop.tui.usage import UsageError
+
+    def stop_at_load(*args):
+        raise UsageError("stopped where the model loads")
+
+    monkeypatch.setattr(headless, "_load_engine", stop_at_load)
+    rc, out, err = run(capsys, "--model", ckpt, "--synthetic", n, "--synthetic-rate", rate, "--output",
+                       tmp_path / "o.jsonl", *ENGINE_ARGS)
+    if ok:  # within a day: the run goes on to load the model
+        assert_usage_error(rc, out, err, "stopped where the model loads")
+    else:
+        assert_usage_error(rc, out, err, "--synthetic-rate", "at most 24 hours")
+
+
 @pytest.mark.parametrize("name,value", [("GRAPHTOP_FUSED_GEMV", "of"), ("GRAPHTOP_FLASHINFER_DECODE", "tritn"),
                                         ("GRAPHTOP_FLASHINFER_PREFILL_BACKEND", "fa4"), ("GRAPHTOP_PDL", "yes")])
 def test_bad_tuning_env_knob_is_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, monkeypatch, name, value):

@@ -52,6 +52,20 @@ def check_output_paths(args: Any) -> None:
         raise UsageError(str(e)) from None
 
 
+#: The longest a synthetic workload's arrivals may be spread over, on average: a rate that puts them
+#: further apart (a typo such as 1e-9 for 1e9) would keep a headless run waiting for years.
+MAX_SYNTHETIC_SPAN_S = 24 * 3600
+
+
+def _check_synthetic_span(n: int, rate: Optional[float]) -> None:
+    if rate is None or n < 2:
+        return
+    span = (n - 1) / rate
+    if span > MAX_SYNTHETIC_SPAN_S:
+        raise UsageError(f"--synthetic-rate {rate:g} spreads {n} requests over ~{span / 3600:.3g} hours on average; "
+                         f"at most {MAX_SYNTHETIC_SPAN_S // 3600} hours (a rate of at least {(n - 1) / MAX_SYNTHETIC_SPAN_S:.3g})")
+
+
 def _load_engine(args: Any, config: Any, bus: Any) -> Any:
     from graphtop.engine.attention.select import AttentionBackendError
     from graphtop.engine.engine import Engine, EngineError
@@ -103,6 +117,7 @@ def run_headless(args: Any, config: Any) -> int:
             Dist.parse(args.synthetic_output_len)
         except ValueError as e:
             raise UsageError(str(e)) from None
+        _check_synthetic_span(args.synthetic, args.synthetic_rate)
     check_output_paths(args)
     for pl in lines:
         if pl.error:
