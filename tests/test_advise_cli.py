@@ -107,6 +107,7 @@ def test_sizes_and_config_json() -> None:
     (["advise", "{trace}", "--max-graphs", "-1"], "must be >= 0"),
     (["advise", "{trace}", "--phase", "mixed"], "invalid choice"),
     (["advise", "{trace}", "--eager-ratio", "0"], "must be positive"),
+    (["advise", "{trace}", "--eager-ratio", "1e308"], "must be <= 1000"),
     (["advise", "{empty}"], "no steps recorded"),
     (["advise", "{nocost}", "--max-graph-memory", "1GiB"], "graph memory cannot be estimated"),
     (["advise", "{trace}", "--phase", "prefill", "--unknown"], "unrecognized arguments"),

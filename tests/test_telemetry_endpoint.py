@@ -487,6 +487,9 @@ def test_bad_address_is_a_one_line_error(runtime: Path) -> None:
         TelemetryServer(EventBus(), EndpointConfig(address="udp://x", runtime_dir=runtime))
     with pytest.raises(EndpointError, match="cannot serve telemetry"):
         TelemetryServer(EventBus(), EndpointConfig(address="tcp://256.0.0.1:1", runtime_dir=runtime))
+    for port in ("99999", "-1", "0", "65536", "abc", ""):  # ZeroMQ would wrap the first two around
+        with pytest.raises(EndpointError, match="the port must be 1-65535"):
+            TelemetryServer(EventBus(), EndpointConfig(address=f"tcp://127.0.0.1:{port}", runtime_dir=runtime))
 
 
 def test_protocol_messages_round_trip() -> None:

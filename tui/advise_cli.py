@@ -16,8 +16,11 @@ import re
 import shlex
 from typing import Any, Optional, Sequence
 
-from .cli_types import nonneg_int, positive_float
+from .cli_types import finite_float, nonneg_int
 from .usage import UsageError
+
+#: An eager step is at most this many times a graph replay's: the advisor's costs overflow far above it.
+MAX_EAGER_RATIO = 1000.0
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
@@ -46,7 +49,7 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
     p.add_argument("--max-graph-memory", type=parse_size, metavar="SIZE",
                    help="estimated graph memory per phase, from the trace's capture ledger (e.g. 512MiB)")
     p.add_argument("--phase", choices=["decode", "prefill", "both"], default="both")
-    p.add_argument("--eager-ratio", type=positive_float, metavar="R",
+    p.add_argument("--eager-ratio", type=finite_float(0.0, MAX_EAGER_RATIO, lo_open=True), metavar="R",
                    help="eager step time / graph step time (default: measured from the trace, else a default)")
     return document(p)
 

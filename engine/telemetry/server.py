@@ -107,6 +107,7 @@ class TelemetryServer:
         if address == "ipc":
             return ipc_address(self.folder, self._stem)
         if address.startswith("tcp://"):
+            _check_tcp_port(address)
             return address
         raise EndpointError(f"telemetry address {address!r}: use ipc (the default) or tcp://HOST:PORT")
 
@@ -332,3 +333,12 @@ class TelemetryServer:
             refusal = self.commands.handle(viewer, msg)
             if refusal:
                 self._refuse(viewer.identity, refusal, reply=False)
+
+
+def _check_tcp_port(address: str) -> None:
+    """ZeroMQ takes a port out of 0-65535 modulo 2**16 (99999 binds 34463, -1 binds 65535): refuse it."""
+    _, _, port = address[len("tcp://"):].rpartition(":")
+    if port == "*":
+        return
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise EndpointError(f"telemetry address {address!r}: the port must be 1-65535 or *")
