@@ -220,8 +220,9 @@ def test_dashboard_mode_checks_the_model_folder_before_starting(tmp_path, capsys
     (tmp_path / "file").write_text("x")
     rc, out, err = run(capsys, "--model", tmp_path / "file")
     assert_usage_error(rc, out, err, "is not a folder")
-    rc, out, err = run(capsys, "--replay", tmp_path / "t.jsonl", "--synthetic", "3")
-    assert_usage_error(rc, out, err, "--replay opens a trace")
+    for extra in (["--synthetic", "3"], ["--output", tmp_path / "o.jsonl"], ["--model", tmp_path]):
+        rc, out, err = run(capsys, "--replay", tmp_path / "t.jsonl", *extra)
+        assert_usage_error(rc, out, err, "--replay opens a trace")
     rc, out, err = run(capsys, "--model", tmp_path, "--record", tmp_path / "t.jsonl")
     assert_usage_error(rc, out, err, "--record needs a workload")
 

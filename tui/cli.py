@@ -298,8 +298,10 @@ def _main(argv: Sequence[str]) -> int:
         return run_ps()
     args = build_parser().parse_args(argv)
     if args.replay:
-        if args.prompts or args.synthetic or args.record:
-            raise UsageError("--replay opens a trace; it cannot be combined with a workload")
+        if args.prompts or args.synthetic or args.record or args.output:
+            raise UsageError("--replay opens a trace; it cannot be combined with a workload or its outputs")
+        if args.model is not None:
+            raise UsageError("--replay opens a trace; there is no model to load with --model")
         if args.telemetry:
             raise UsageError("--replay opens a trace; there is no engine to serve with --telemetry")
         from graphtop.tui.launch import run_replay
