@@ -23,7 +23,7 @@ log = logging.getLogger("graphtop.engine")
 def load_engine(engine_cls: Any, path: Union[str, Path, None], config: Optional[EngineConfig],
                 bus: Optional[EventBus], overrides: dict[str, Any]) -> Any:
     """An ``engine_cls`` (the Engine) for ``path``; see ``Engine.from_pretrained``."""
-    from graphtop.models import DEMO_NOTE, ensure_demo_model, load_checkpoint
+    from graphtop.models import DEMO_NOTE, ensure_demo_model
 
     config = config or EngineConfig()
     for k, v in overrides.items():
@@ -36,7 +36,16 @@ def load_engine(engine_cls: Any, path: Union[str, Path, None], config: Optional[
     demo = path is None
     if demo:
         path = ensure_demo_model()
+    engine = _load(engine_cls, path, config, bus, device, dtype, demo)
+    if demo:  # once it loaded: a load that fails says so in one line, without this note before it
         log.warning(DEMO_NOTE)
+    return engine
+
+
+def _load(engine_cls: Any, path: Union[str, Path], config: EngineConfig, bus: Optional[EventBus], device: Any,
+          dtype: Any, demo: bool) -> Any:
+    from graphtop.models import load_checkpoint
+
     if config.tp_size == 1:
         ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
                                allow_external_weights=config.allow_external_weights)

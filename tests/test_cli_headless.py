@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.trace import read_trace
-from cli_support import ENGINE_ARGS, assert_usage_error, private_cache_dir, run  # noqa: F401
+from cli_support import ENGINE_ARGS, SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -112,6 +112,19 @@ def test_a_run_that_fails_to_load_keeps_an_older_trace(ckpt, tmp_path, prompts_f
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "precious.jsonl", "prompts.txt"]
 
 
+def test_a_demo_model_that_fails_to_load_is_one_line_without_the_demo_note(tmp_path, prompts_file, capsys, caplog):
+    """The demo note (random weights) is said once the model has loaded, never before a load error (on a
+    terminal it was a second stderr line)."""
+    from graphtop.models import DEMO_NOTE
+
+    rc, out, err = run(capsys, "--tp", "3", "--prompts", prompts_file, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS)
+    assert_usage_error(rc, out, err, "--tp 3 does not divide")
+    assert not (tmp_path / "o.jsonl").exists()
+    assert DEMO_NOTE not in caplog.text
+    rc, out, err = run(capsys, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl", *SHORT_RUN)
+    assert rc == 0 and DEMO_NOTE in caplog.text  # said once the model loaded
+
+
 @pytest.mark.parametrize("flag,name", [("--record", "model.safetensors"), ("--output", "config.json")])
 def test_outputs_never_overwrite_a_file_of_the_model(ckpt, tmp_path, prompts_file, capsys, flag, name):
     folder = tmp_path / "model"
@@ -167,6 +180,7 @@ def test_unwritable_output_paths(ckpt, tmp_path, prompts_file, capsys, monkeypat
         (["--cuda-graph-bs-decode", "0,4"], "--cuda-graph-bs-decode"),
         (["--cuda-graph-max-bs-decode", "-3"], "must be positive"),
         (["--page-size", "0"], "must be positive"),
+        (["--page-size", "4096", "--max-total-tokens", "2048"], "page size 4096 is larger than max total tokens 2048"),
         (["--top-k", "-1"], "bad sampling option: top_k must be an integer >= 0"),
         (["--top-p", "0"], "bad sampling option: top_p must be in (0, 1]"),
         (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
