@@ -17,7 +17,7 @@ import torch
 
 from .capacity import fit_problem, format_bytes
 from .errors import CheckpointError
-from .spec import ModelSpec, located
+from .spec import ModelSpec, located, supported_rope_type
 
 MAX_DIM = 2**31 - 1
 """Any size (vocabulary, hidden, positions, ...): beyond this, torch's 32-bit indexing breaks first."""
@@ -96,6 +96,8 @@ def _rope(config: dict[str, Any], where: Optional[str]) -> None:
         if not isinstance(rope, dict):
             raise _fail(f"'{key}' must be an object, got {_show(rope)}", where)
         what = f"{key}."
+        if not any(isinstance(v, dict) for v in rope.values()):  # per-layer dicts: refused by read_rope
+            supported_rope_type(rope, where)
         _number(rope, "rope_theta", where, above=1.0, what=what)
         for name in ("factor", "low_freq_factor", "high_freq_factor", "attention_factor", "beta_fast", "beta_slow"):
             _number(rope, name, where, above=0.0, what=what)

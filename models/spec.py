@@ -83,6 +83,22 @@ def as_int_tuple(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def supported_rope_type(rope: dict[str, Any], where: str | None = None) -> str:
+    """The rope dict's type (``rope_type``, the legacy ``type``, else "default"), or CheckpointError when
+    this engine has no kernel for it. Also run on the raw config.json (config_check), before transformers
+    sees the dict and warns about a type it does not know."""
+    rope_type = rope.get("rope_type") or rope.get("type") or "default"
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise CheckpointError(
+            located(f"unsupported rope_type {_quoted(rope_type)} (supported: {', '.join(SUPPORTED_ROPE_TYPES)})", where)
+        )
+    return rope_type
+
+
+def _quoted(value: Any) -> str:
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
 def read_rope(config: Any, max_position_embeddings: int, where: str | None = None) -> tuple[float, dict[str, Any] | None]:
     """(rope_theta, normalised rope_scaling or None) from either config layout."""
     params = getattr(config, "rope_parameters", None)
@@ -93,12 +109,9 @@ def read_rope(config: Any, max_position_embeddings: int, where: str | None = Non
     theta = raw.pop("rope_theta", None)
     if theta is None:
         theta = getattr(config, "rope_theta", None) or 10000.0
-    rope_type = raw.pop("rope_type", None) or raw.get("type") or "default"
+    rope_type = supported_rope_type(raw, where)
+    raw.pop("rope_type", None)
     raw.pop("type", None)
-    if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise CheckpointError(
-            located(f"unsupported rope_type '{rope_type}' (supported: {', '.join(SUPPORTED_ROPE_TYPES)})", where)
-        )
     partial = raw.pop("partial_rotary_factor", None) or getattr(config, "partial_rotary_factor", None)
     if partial not in (None, 1, 1.0):
         raise CheckpointError(located(f"partial_rotary_factor={partial} is not supported", where))

@@ -63,6 +63,18 @@ def test_unsupported_rope_type_is_refused():
         spec_from_hf_config(config)
 
 
+@pytest.mark.parametrize("key", ["rope_parameters", "rope_scaling"])
+def test_unsupported_rope_type_is_refused_on_the_raw_config_before_transformers(key):
+    """transformers warns about a rope type it does not know (a second stderr line): the raw check comes first."""
+    from graphtop.models.config_check import check_config_fields
+
+    base = {k: v for k, v in tiny_config("llama").to_dict().items() if k not in ("rope_parameters", "rope_scaling")}
+    for rope, needle in (({"rope_type": "bogus", "rope_theta": 1e4}, "'bogus'"), ({"type": 5}, "rope_type 5")):
+        with pytest.raises(CheckpointError, match=needle):
+            check_config_fields({**base, key: rope}, "m")
+    check_config_fields({**base, key: {"type": "linear", "factor": 2.0}}, "m")  # the legacy key, supported
+
+
 def test_transformers4_config_layout():
     """v4 configs carry `rope_theta` and `rope_scaling` (legacy `type` key) as attributes."""
     from types import SimpleNamespace
