@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -155,3 +156,24 @@ def test_distinct_refuses_every_name_of_the_same_file(tmp_path, monkeypatch):
         check_distinct([("--output", "new.jsonl"), ("--record", tmp_path / "new.jsonl")])
     check_distinct([("--output", "a.jsonl"), ("--record", "b.jsonl"), ("x", None)], [("--prompts", prompts)])
     assert not Path("new.jsonl").exists()
+
+
+def test_probe_finds_a_folder_where_no_file_can_be_created(tmp_path, monkeypatch):
+    """Permission bits pass for root, /proc or a read-only mount; creating the temporary file does not."""
+    import graphtop.engine.telemetry.safe_write as sw
+
+    target = tmp_path / "o.jsonl"
+    assert check_output(target, "--output", probe=True).kind == "new"
+    assert sorted(os.listdir(tmp_path)) == []  # the probe's file is gone
+    if Path("/proc/version").is_file():
+        with pytest.raises(OutputPathError, match="cannot create a file in /proc"):
+            check_output("/proc/version", "--output", probe=True)
+
+    def refuse(_target):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(sw, "_temp_beside", refuse)
+    with pytest.raises(OutputPathError, match="Read-only file system") as info:
+        check_output(target, "--output", probe=True)
+    assert "\n" not in str(info.value)
+    assert check_output(target, "--output").kind == "new"  # without the probe: the bits only

@@ -251,7 +251,7 @@ def _run_trace(argv: Sequence[str]) -> int:
 
     if args.cmd == "export":
         try:  # before reading: a wrong OUT costs nothing, and OUT can never be the trace itself
-            check_output(args.out, "OUT")
+            check_output(args.out, "OUT", probe=True)
             check_distinct([("OUT", args.out)], [("TRACE", args.trace)])
         except OutputPathError as e:
             raise UsageError(str(e)) from None

@@ -46,7 +46,7 @@ def check_output_paths(args: Any) -> None:
     try:
         for flag, path in outputs:
             if path is not None:
-                check_output(path, flag)
+                check_output(path, flag, probe=True)
         check_distinct(outputs, [("--prompts", args.prompts), *model_files(args.model)])
     except OutputPathError as e:
         raise UsageError(str(e)) from None

@@ -77,8 +77,13 @@ def _check_link(path: Path, label: str) -> OutputTarget:
     return OutputTarget(path, "stream")
 
 
-def check_output(path: PathLike, label: str) -> OutputTarget:
-    """Classify ``path`` for writing, or raise :class:`OutputPathError` naming ``label`` (the flag)."""
+def check_output(path: PathLike, label: str, *, probe: bool = False) -> OutputTarget:
+    """Classify ``path`` for writing, or raise :class:`OutputPathError` naming ``label`` (the flag).
+
+    ``probe``: also create (and remove) a temporary file beside a regular or new target, as the write
+    will: permission bits alone say nothing for root, a read-only mount or /proc, and a run that finds
+    out only at its end has done its work for nothing.
+    """
     p = Path(path)
     st = _lstat(p, label)
     if st is not None and stat.S_ISLNK(st.st_mode):
@@ -96,6 +101,13 @@ def check_output(path: PathLike, label: str) -> OutputTarget:
         raise OutputPathError(f"{label} {path}: {parent} is not a folder")
     if not os.access(parent, os.W_OK) or (st is not None and not os.access(p, os.W_OK)):
         raise OutputPathError(f"{label} {path} is not writable")
+    if probe:
+        try:
+            fd, tmp = _temp_beside(p)
+        except OSError as exc:
+            raise OutputPathError(f"{label} {path}: cannot create a file in {parent}: {exc.strerror or exc}") from None
+        os.close(fd)
+        os.unlink(tmp)
     if st is None:
         return OutputTarget(p, "new")
     return OutputTarget(p, "regular", stat.S_IMODE(st.st_mode))
