@@ -73,6 +73,8 @@ def test_attach_errors_are_one_line(capsys, runtime, servers) -> None:
     usage_error(*run(capsys, "attach", "/no/such.sock")[::2], "no running graphtop engine at /no/such.sock")
     usage_error(*run(capsys, "attach", "tcp://127.0.0.1:9")[::2], "pass --token")
     usage_error(*run(capsys, "attach", "udp://x")[::2], "use ipc://PATH, tcp://HOST:PORT")
+    for port in ("99999", "-1", "*"):  # ZeroMQ would reach port 34463 for 99999; * names no engine
+        usage_error(*run(capsys, "attach", f"tcp://127.0.0.1:{port}", "--token", "t")[::2], "the port must be 1-65535")
     a = servers()
     usage_error(*run(capsys, "attach", str(os.getpid()), "--token", "wrong")[::2], "wrong token")
     servers()

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from graphtop.engine.telemetry.runtime import EndpointError, find_entry, list_entries
+from graphtop.engine.telemetry.runtime import EndpointError, check_tcp_port, find_entry, list_entries
 
 from .endpoint import TOKEN_ENV
 from .usage import UsageError
@@ -44,6 +44,8 @@ def resolve_endpoint(endpoint: Optional[str], token: Optional[str], runtime_dir:
         endpoint = f"ipc://{Path(endpoint).resolve()}"
     if not endpoint.startswith(("ipc://", "tcp://")):
         raise UsageError(f"endpoint {endpoint}: use ipc://PATH, tcp://HOST:PORT or a pid from graphtop ps")
+    if endpoint.startswith("tcp://"):
+        check_tcp_port(endpoint, wildcard=False)
     if not token:
         raise UsageError(f"{endpoint} is not an engine of this user here; pass --token (the engine printed "
                          f"it when it started) or set {TOKEN_ENV}")

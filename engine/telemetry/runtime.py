@@ -27,6 +27,17 @@ class EndpointError(Exception):
     """The endpoint cannot be set up or reached; the message is one line."""
 
 
+def check_tcp_port(address: str, *, wildcard: bool) -> None:
+    """Refuse a ``tcp://HOST:PORT`` whose port is outside 1-65535: ZeroMQ takes it modulo 2**16 (99999
+    binds or reaches 34463, -1 65535). ``wildcard``: ``*`` (any free port) is allowed, as when serving."""
+    _, _, port = address[len("tcp://"):].rpartition(":")
+    if wildcard and port == "*":
+        return
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        rule = "1-65535 or *" if wildcard else "1-65535"
+        raise EndpointError(f"telemetry address {address!r}: the port must be {rule}")
+
+
 def default_runtime_dir() -> Path:
     """The per-user folder for sockets and entries; the one place its environment override is read."""
     override = os.environ.get(ENV_RUNTIME_DIR)

@@ -41,7 +41,7 @@ from .endpoint_commands import CommandDesk, EngineLink, Viewer
 from .events import ErrorEvent, Event
 from .log_forward import LogForwarder
 from .runtime import (
-    EndpointEntry, EndpointError, entry_stem, ipc_address, new_token, private_dir, remove_entry, write_entry,
+    EndpointEntry, EndpointError, check_tcp_port, entry_stem, ipc_address, new_token, private_dir, remove_entry, write_entry,
 )
 from .state_keeper import StateKeeper
 
@@ -107,7 +107,7 @@ class TelemetryServer:
         if address == "ipc":
             return ipc_address(self.folder, self._stem)
         if address.startswith("tcp://"):
-            _check_tcp_port(address)
+            check_tcp_port(address, wildcard=True)
             return address
         raise EndpointError(f"telemetry address {address!r}: use ipc (the default) or tcp://HOST:PORT")
 
@@ -334,11 +334,3 @@ class TelemetryServer:
             if refusal:
                 self._refuse(viewer.identity, refusal, reply=False)
 
-
-def _check_tcp_port(address: str) -> None:
-    """ZeroMQ takes a port out of 0-65535 modulo 2**16 (99999 binds 34463, -1 binds 65535): refuse it."""
-    _, _, port = address[len("tcp://"):].rpartition(":")
-    if port == "*":
-        return
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise EndpointError(f"telemetry address {address!r}: the port must be 1-65535 or *")
