@@ -32,6 +32,10 @@ class BackgroundServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def owns_current_thread(self) -> bool:
+        """The caller is the serving thread itself (its own step calls are the only ones allowed)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
     def start(self) -> None:
         if self.running:
             return

@@ -10,6 +10,12 @@ from .graphs.config import GraphConfig
 from .kernel_config import KernelConfig, resolve_kernel_config
 
 
+_INT_FIELDS = ("page_size", "chunked_prefill_size", "max_running_requests", "max_context_len", "cpu_kv_budget_mb",
+               "activation_reserve_mb", "max_total_tokens", "fused_gemv_max_rows", "parity_every", "tp_size")
+_OPTIONAL_FIELDS = ("max_running_requests", "max_context_len", "max_total_tokens")
+_BOOL_FIELDS = ("fused_kernels", "overlap_schedule", "allow_external_weights", "capture_before_serving")
+
+
 @dataclass
 class EngineConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -38,6 +44,17 @@ class EngineConfig:
     kernels: KernelConfig = field(default_factory=KernelConfig)
 
     def validate(self) -> None:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL_FIELDS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r:.40} ({type(value).__name__})")
+        for name in _BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
+        if isinstance(self.mem_fraction_static, bool) or not isinstance(self.mem_fraction_static, (int, float)):
+            raise TypeError(f"mem_fraction_static must be a number, got {type(self.mem_fraction_static).__name__}")
         if self.tp_size < 1:
             raise ValueError(f"tensor-parallel size must be >= 1, got {self.tp_size}")
         if self.page_size < 1:
@@ -60,6 +77,8 @@ class EngineConfig:
             )
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ValueError(f"unknown dtype {self.dtype!r}; choose float32, bfloat16 or float16")
+        if self.max_context_len is not None and self.max_context_len < 2:
+            raise ValueError(f"max context len must be >= 2 (a prompt token and one to generate), got {self.max_context_len}")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise ValueError(f"max total tokens must be >= 1, got {self.max_total_tokens}")
         if self.max_total_tokens is not None and self.page_size > self.max_total_tokens:

@@ -205,7 +205,17 @@ class Engine:
         chat: bool = False,
         request_id: Optional[str] = None,
     ) -> RequestHandle:
-        """Queue a prompt (text, or token ids). Thread-safe; returns at once with a streaming handle."""
+        """Queue a prompt (text, or token ids). Thread-safe; returns at once with a streaming handle.
+
+        A prompt that can never be served (empty, past the context or the KV pool, ids outside the
+        vocabulary) comes back as a finished ``rejected`` handle; a wrong type is a TypeError; a request id
+        that a request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
+        """
+        self._check_open()
+        if params is not None and not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if request_id is not None and not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         params = params or SamplingParams()
         rid = request_id or f"req-{next(self._ids)}"
         text, ids = encode_prompt(self.tokenizer, prompt, chat)
@@ -226,6 +236,8 @@ class Engine:
         self, prompts: Iterable[Union[str, Sequence[int]]], params: Optional[SamplingParams] = None
     ) -> list[RequestHandle]:
         """Submit all prompts at once (one continuous batch) and serve them to completion."""
+        if isinstance(prompts, str):
+            raise TypeError("generate takes a list of prompts; for one prompt pass [prompt], or use submit")
         handles = [self.submit(p, params) for p in prompts]
         if self.background_running:
             for h in handles:
@@ -249,6 +261,8 @@ class Engine:
     def set_parity_every(self, every: int) -> None:
         """Check one graph step in ``every`` against an eager re-run (0: off), from the next step on;
         thread-safe. A problem (too little free KV for the scratch pages) is an ``error`` event."""
+        if isinstance(every, bool) or not isinstance(every, int):
+            raise TypeError(f"parity every must be an int, got {type(every).__name__}")
         if every < 0:
             raise ValueError(f"parity every must be >= 0, got {every}")
         if every and self.tp is not None:
@@ -265,6 +279,7 @@ class Engine:
         "tcp://HOST:PORT" (token-protected). Returns the ``TelemetryServer``; ``close()`` ends it."""
         from .telemetry_link import serve_telemetry
 
+        self._check_open()
         self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
         return self.telemetry
 
@@ -312,6 +327,8 @@ class Engine:
     @overlap_schedule.setter
     def overlap_schedule(self, on: bool) -> None:
         """May be switched between steps."""
+        if not isinstance(on, bool):
+            raise TypeError(f"overlap_schedule must be True or False, got {type(on).__name__}")
         self.loop.overlap_schedule = on
 
     @property
@@ -328,6 +345,10 @@ class Engine:
     def run_until_done(self, handles: Iterable[RequestHandle]) -> None:
         """Step until every one of ``handles`` has finished; a capture still pending carries on at
         later steps (or ``wait_for_capture``)."""
+        handles = list(handles)
+        for h in handles:
+            if not isinstance(h, RequestHandle):
+                raise TypeError(f"run_until_done takes the handles submit returned, got {type(h).__name__}")
         remaining = [h for h in handles if not h.finished]
         while remaining:
             if not self.step():
@@ -339,7 +360,14 @@ class Engine:
         """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do.
 
         With tensor parallelism a failed rank (or a step that failed half-way) raises
-        ``TensorParallelError``: fatal, its message one line."""
+        ``TensorParallelError``: fatal, its message one line. While the background thread serves, it
+        alone steps: a second caller would interleave with it mid-step (EngineError). A closed engine
+        has nothing to do (False)."""
+        if self.background.running and not self.background.owns_current_thread():
+            raise EngineError("the background thread is serving this engine (start_background); "
+                              "wait on the handles instead of calling step()")
+        if self._closed:
+            return False
         if self.tp is None:
             return self.loop.step()
         with self.tp.step_guard():
@@ -349,6 +377,12 @@ class Engine:
         """Carry out one command, on the step loop's thread, between steps."""
         if isinstance(command, Submit):
             req = command.request
+            if req.request_id in self._by_id:  # cancel goes by id: two live requests cannot share one
+                problem = f"request id {req.request_id!r} is already used by a request in flight"
+                req.handle._finish(FinishReason.REJECTED, problem)
+                self.bus.publish(ev.RequestFinished(request_id=req.request_id, output_tokens=0,
+                                                    finish_reason="rejected", error=problem))
+                return
             self._by_id[req.request_id] = req
             self.scheduler.add(req)
             self.bus.publish(ev.RequestQueued(request_id=req.request_id, prompt_tokens=len(req.prompt_ids),
@@ -380,7 +414,12 @@ class Engine:
         return self.background.running
 
     def start_background(self) -> None:
+        self._check_open()
         self.background.start()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the engine is closed")
 
     @property
     def last_error(self) -> Optional[str]:
@@ -406,6 +445,9 @@ class Engine:
         if self.telemetry is not None:
             self.telemetry.close()
         self._fail_running(reason)
+        for command in self.commands.drain():  # submitted, never applied: finished too, so no one waits on them
+            if isinstance(command, Submit):
+                command.request.handle._finish(FinishReason.CANCELLED, reason)
         self.parity.close()
         # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.
         healthy = self.tp is None or self.tp.failure is None

@@ -25,6 +25,8 @@ def load_engine(engine_cls: Any, path: Union[str, Path, None], config: Optional[
     """An ``engine_cls`` (the Engine) for ``path``; see ``Engine.from_pretrained``."""
     from graphtop.models import DEMO_NOTE, ensure_demo_model
 
+    if config is not None and not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
     config = config or EngineConfig()
     for k, v in overrides.items():
         if not hasattr(config, k):

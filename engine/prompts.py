@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional, Sequence, Union
 
 
 def encode_prompt(tokenizer: Any, prompt: Union[str, Sequence[int]], chat: bool) -> tuple[str, list[int]]:
     """(display text, token ids). Text goes through the chat template when asked and the tokenizer has
     one; token ids are taken as they are and decoded for display."""
+    if isinstance(prompt, (bytes, bytearray)):
+        raise TypeError("a prompt is text (str) or a sequence of token ids, got bytes: decode it first")
     if not isinstance(prompt, str):
-        ids = [int(t) for t in prompt]
-        return tokenizer.decode(ids), ids
+        ids = [_token_id(i, t) for i, t in enumerate(prompt)]
+        try:  # for display only: ids outside the vocabulary are refused by admission_problem
+            return tokenizer.decode(ids), ids
+        except (OverflowError, ValueError, TypeError, IndexError):
+            return "", ids
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"prompt is not valid Unicode ({e.reason} at character {e.start})") from None
     if chat and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
@@ -34,3 +44,13 @@ def admission_problem(ids: Sequence[int], max_context_len: int, kv_capacity_toke
     if any(t < 0 or t >= vocab_size for t in ids):
         return f"prompt has token ids outside the vocabulary (size {vocab_size})"
     return None
+
+
+def _token_id(index: int, value: Any) -> int:
+    """An integer token id (numpy integers too); a float, str or bool would be silently misread."""
+    if isinstance(value, bool):
+        raise TypeError(f"token id #{index} is a bool, not an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"token id #{index} is {value!r:.40} ({type(value).__name__}), not an integer") from None

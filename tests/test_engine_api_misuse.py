@@ -1,0 +1,158 @@
+"""The Python API under misuse: wrong types are a TypeError with a one-line reason, prompts that cannot
+be served come back rejected, ids stay unique among requests in flight, a closed engine takes nothing
+new, and the background thread is the only one that steps while it runs. After each misuse the engine
+still serves a good request with the tokens a clean run gives."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from graphtop.engine.config import EngineConfig
+from graphtop.engine.device import EngineError
+from graphtop.engine.engine import Engine
+from graphtop.engine.request import FinishReason
+from graphtop.engine.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+GREEDY = SamplingParams(max_new_tokens=3)
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_ckpt):
+    return tiny_ckpt("llama")
+
+
+@pytest.fixture
+def engine(make_engine, llama):
+    eng = make_engine(llama, graphs=False)
+    yield eng
+    eng.close()
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert message and "\n" not in message
+    return message
+
+
+def _clean_tokens(engine: Engine) -> list[int]:
+    return engine.generate([[5, 6, 7]], GREEDY)[0].token_ids
+
+
+@pytest.mark.parametrize("prompt, needle", [
+    (b"abc", "got bytes"),
+    ([1.5, 2.0], "token id #0 is 1.5 (float), not an integer"),
+    (["1", "2"], "token id #0 is '1' (str)"),
+    ([True, False], "token id #0 is a bool"),
+    ({"a": 1}, "token id #0 is 'a' (str)"),
+])
+def test_token_ids_of_the_wrong_type_are_a_type_error(engine, prompt, needle):
+    expected = _clean_tokens(engine)
+    with pytest.raises(TypeError) as info:
+        engine.submit(prompt, GREEDY)
+    assert needle in _one_line(info)
+    assert _clean_tokens(engine) == expected
+
+
+@pytest.mark.parametrize("prompt", [[-1], [2**70], [10, 10**6]])
+def test_token_ids_outside_the_vocabulary_are_rejected_not_raised(engine, prompt):
+    handle = engine.submit(prompt, GREEDY)
+    assert handle.finished and handle.finish_reason is FinishReason.REJECTED
+    assert "outside the vocabulary" in handle.error
+
+
+def test_numpy_integers_are_token_ids(engine):
+    np = pytest.importorskip("numpy")
+    expected = _clean_tokens(engine)
+    assert engine.generate([np.array([5, 6, 7])], GREEDY)[0].token_ids == expected
+
+
+def test_text_that_is_not_valid_unicode_is_a_value_error(engine):
+    with pytest.raises(ValueError) as info:
+        engine.submit("hi \ud800 there", GREEDY)
+    assert "not valid Unicode" in _one_line(info)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(params="greedy"), "params must be a SamplingParams, got str"),
+    (dict(params=SamplingParams), "params must be a SamplingParams, got type"),
+    (dict(request_id=123), "request_id must be a str, got int"),
+])
+def test_wrong_argument_types_are_a_type_error(engine, kwargs, needle):
+    with pytest.raises(TypeError) as info:
+        engine.submit("hello", **kwargs)
+    assert needle in _one_line(info)
+
+
+def test_other_misuse_is_a_type_error(engine):
+    with pytest.raises(TypeError, match="a list of prompts"):
+        engine.generate("hi", GREEDY)
+    with pytest.raises(TypeError, match="the handles submit returned"):
+        engine.run_until_done([1])
+    with pytest.raises(TypeError, match="parity every must be an int"):
+        engine.set_parity_every(1.5)
+    with pytest.raises(TypeError, match="overlap_schedule must be True or False"):
+        engine.overlap_schedule = "no"
+    assert engine.overlap_schedule is True
+
+
+def test_a_request_id_in_flight_cannot_be_used_again(engine):
+    first = engine.submit("hello", SamplingParams(max_new_tokens=20), request_id="D")
+    second = engine.submit("world", SamplingParams(max_new_tokens=20), request_id="D")
+    engine.step()
+    assert second.finished and second.finish_reason is FinishReason.REJECTED and "already used" in second.error
+    engine.cancel("D")  # reaches the one request that holds the id
+    engine.run_until_done([first])
+    assert first.finish_reason is FinishReason.CANCELLED
+    again = engine.submit("hello", GREEDY, request_id="D")  # free once it finished
+    engine.run_until_done([again])
+    assert again.finish_reason is FinishReason.LENGTH
+
+
+def test_a_closed_engine_takes_nothing_new(make_engine, llama):
+    engine = make_engine(llama, graphs=False)
+    queued = engine.submit("hello", GREEDY)  # submitted, never stepped: closing finishes it
+    engine.close()
+    assert queued.finished and queued.finish_reason is FinishReason.CANCELLED
+    assert list(queued.stream()) == []  # returns at once instead of waiting forever
+    for call in (lambda: engine.submit("hello", GREEDY), engine.start_background, engine.serve_telemetry):
+        with pytest.raises(EngineError, match="the engine is closed"):
+            call()
+    assert engine.step() is False
+    engine.close()  # twice is fine
+
+
+def test_step_is_refused_while_the_background_thread_serves(engine):
+    expected = _clean_tokens(engine)
+    engine.start_background()
+    handles = [engine.submit("hello", SamplingParams(max_new_tokens=30)) for _ in range(3)]
+    with pytest.raises(EngineError, match="background thread is serving"):
+        engine.step()
+    for h in handles:
+        assert h.wait(60)
+        assert h.finish_reason is FinishReason.LENGTH and h.error is None
+    assert engine.generate([[5, 6, 7]], GREEDY)[0].token_ids == expected
+    engine.shutdown()
+
+
+@pytest.mark.parametrize("overrides, error, needle", [
+    (dict(max_total_tokens="2048"), TypeError, "max_total_tokens must be an int, got '2048' (str)"),
+    (dict(page_size=1.0), TypeError, "page_size must be an int"),
+    (dict(overlap_schedule="no"), TypeError, "overlap_schedule must be True or False"),
+    (dict(max_context_len=1), ValueError, "max context len must be >= 2"),
+])
+def test_engine_config_types_and_ranges(llama, overrides, error, needle):
+    with pytest.raises(error) as info:
+        Engine.from_pretrained(llama, device="cpu", **overrides)
+    assert needle in _one_line(info)
+
+
+def test_config_must_be_an_engine_config(llama):
+    with pytest.raises(TypeError, match="config must be an EngineConfig, got str"):
+        Engine.from_pretrained(llama, config="cfg")  # type: ignore[arg-type]
+    EngineConfig().validate()  # the defaults pass
