@@ -343,12 +343,16 @@ class Engine:
             pass
 
     def run_until_done(self, handles: Iterable[RequestHandle]) -> None:
-        """Step until every one of ``handles`` has finished; a capture still pending carries on at
-        later steps (or ``wait_for_capture``)."""
+        """Step until every one of ``handles`` has finished (with the background thread serving: wait for
+        them); a capture still pending carries on at later steps (or ``wait_for_capture``)."""
         handles = list(handles)
         for h in handles:
             if not isinstance(h, RequestHandle):
                 raise TypeError(f"run_until_done takes the handles submit returned, got {type(h).__name__}")
+        if self.background.running and not self.background.owns_current_thread():
+            for h in handles:  # the background thread serves them: wait instead of stepping
+                h.wait()
+            return
         remaining = [h for h in handles if not h.finished]
         while remaining:
             if not self.step():
