@@ -166,6 +166,11 @@ async def test_exporting_over_the_trace_being_replayed_is_refused(tmp_path: Path
         await settle(pilot)
         dialog = await _open(pilot, "export_trace")
         dialog.query_one(Input).value = str(trace)
+        await pilot.press("enter")  # said in the dialog, before any "replace it?" question
+        assert app.screen is dialog
+        assert "same file as the open trace" in str(dialog.query_one("#path-message").render())
         await pilot.press("enter")
+        assert app.screen is dialog
+        app._export_to(str(trace))  # the action itself refuses too (the palette's path)
         await wait_until(pilot, lambda: any("same file as the open trace" in m for m in messages(app)))
     assert trace.read_bytes() == before

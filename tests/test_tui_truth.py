@@ -112,9 +112,10 @@ async def test_cpu_ledger_free_reads_not_applicable_and_rows_explain_themselves(
         body = app.query_one("#ledger-body")
         rows = [line.split()[0] for line in str(body.render()).splitlines()]
         await pilot.hover("#ledger-body", offset=(2, rows.index("free")))
-        assert "not applicable on CPU" in body.tooltip
+        assert "not applicable on CPU" in str(body.tooltip)
         await pilot.hover("#ledger-body", offset=(2, 1))
-        assert body.tooltip.startswith("KV pool: ") and "--mem-fraction-static" in body.tooltip
+        tip = str(body.tooltip)  # tooltips are Content: never parsed as markup
+        assert tip.startswith("KV pool: ") and "--mem-fraction-static" in tip
 
 
 async def test_kv_sparkline_at_zero_use_draws_nothing_and_full_use_full_columns() -> None:
@@ -165,17 +166,17 @@ async def test_fallbacks_and_step_rows_explain_their_reason_on_hover() -> None:
         lines = str(fallbacks.render()).splitlines()
         y = next(i for i, line in enumerate(lines) if "exceeds_max_bucket" in line)
         await pilot.hover("#fallbacks", offset=(10, y))
-        assert fallbacks.tooltip == FALLBACK_REASONS["exceeds_max_bucket"].line("exceeds_max_bucket")
+        assert str(fallbacks.tooltip) == FALLBACK_REASONS["exceeds_max_bucket"].line("exceeds_max_bucket")
         table = app.query_one("#steps-table")
         row = next(i for i in range(table.row_count) if table.get_row_at(i)[7] == "prefill_tokens_over_max_bucket")
         await pilot.hover("#steps-table", offset=(5, row + 1))
         await pilot.pause()
-        assert "lower --chunked-prefill-size" in table.tooltip
+        assert "lower --chunked-prefill-size" in str(table.tooltip)
         graph_row = next(i for i in range(table.row_count) if table.get_row_at(i)[6] == "graph")
         await pilot.hover("#steps-table", offset=(5, graph_row + 1))  # a graph step: nothing to explain
         await pilot.pause()
         assert table.tooltip is None
-        status_tip = app.query_one("#status").tooltip
+        status_tip = str(app.query_one("#status").tooltip)
         assert "graph hits: share of steps" in status_tip
         assert status_tip.endswith("\n\nsetup: flashinfer selected · model kernels: triton-fused")  # the engine's note
 

@@ -27,6 +27,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from textual import on, work
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import get_current_worker
@@ -41,6 +42,7 @@ from .file_actions import FileActions
 from .graph_actions import GraphActions
 from .messages import DeviceSampled, EngineFailed, EngineReady
 from .prompt_console import PromptConsole
+from .safe_text import printable
 from .session import Session, SessionError
 from .state import DashboardState
 from .usage import error_line
@@ -136,6 +138,17 @@ class GraphtopApp(GraphActions, FileActions):
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: Optional[float] = None, markup: bool = False) -> None:
+        """Every toast shows its text as it is: never as markup, controls as stand-ins.
+
+        Toasts carry paths the user typed, engine errors and logs, and a remote engine's words; with
+        Textual's default (markup on) ``[/INST]`` crashed the app and ``[@click=app.quit]`` made a
+        toast that quit it. Widgets' ``notify`` passes ``markup=True`` through, so it is ignored here.
+        """
+        super().notify(printable(str(message)), title=printable(str(title)), severity=severity,
+                       timeout=timeout, markup=False)
 
     def apply_mode(self) -> None:
         """Live or replay: the replay bar instead of the prompt console, and the keys that apply."""

@@ -83,11 +83,16 @@ class AppActions(App[int]):
         self.render_status(force=True)
 
     def action_focus_prompt(self) -> None:
+        """"/" asks for the prompt, so a console hidden from the palette comes back for it."""
         dashboard = self.dashboard
+        if "console" in dashboard.hidden:
+            self.action_toggle_panel("console")
         if dashboard.compact:
             dashboard.show_view("prompt")
         if dashboard.prompt_console.display:
             dashboard.prompt_console.query_one("#prompt").focus()
+        else:
+            self.notify("no prompt console: the engine takes no prompts here", severity="warning")
 
     def action_leave_input(self) -> None:
         """Escape: leave an input; close textual's key panel (palette → Keys) when it is open."""
@@ -98,6 +103,9 @@ class AppActions(App[int]):
     def action_show_view(self, name: str) -> None:
         if self.dashboard.show_view(name):
             self.render_all(force=True)
+        else:  # a key that does nothing must say why
+            self.notify(f"the {name} view has nothing to show: its panels are hidden (palette) or not in use",
+                        severity="warning")
 
     def action_toggle_panel(self, name: str) -> None:
         self.dashboard.toggle_panel(name)

@@ -16,7 +16,7 @@ from textual import work
 from textual.app import SystemCommand
 from textual.screen import Screen
 
-from graphtop.engine.telemetry.safe_write import OutputPathError
+from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, write_atomic
 from graphtop.engine.telemetry.trace import write_trace
 
 from .app_actions import AppActions
@@ -34,10 +34,33 @@ def stamped(prefix: str, suffix: str) -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
 
 
+class PathTextError(ValueError):
+    """Typed text that names no file at all; the message is one line."""
+
+
+def path_from_text(text: str) -> Path:
+    """The path typed text names, ``~`` expanded; :class:`PathTextError` when it cannot name a file.
+
+    Why: ``open`` raises ``ValueError`` for a NUL, ``UnicodeEncodeError`` for a lone surrogate and
+    ``expanduser`` ``RuntimeError`` for an unknown ``~user``; none of those is an ``OSError``, so each
+    crashed a dialog (or, in the export worker, failed without a word).
+    """
+    if "\x00" in text:
+        raise PathTextError("a path cannot contain a NUL character")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise PathTextError("the path has characters no file name can hold") from None
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise PathTextError(f"{text.split(os.sep, 1)[0]}: no such user, so no home folder to expand") from None
+
+
 def resolve_target(text: str, default_name: str) -> Path:
     """The file a typed path names: ``~`` expanded, relative to the current directory, and a
     folder (an existing one, or text ending in a slash) gets ``default_name`` inside it."""
-    path = Path(text).expanduser()
+    path = path_from_text(text)
     if text.endswith(("/", os.sep)) or path.is_dir():
         path = path / default_name
     return path.absolute()
@@ -57,7 +80,8 @@ class FileActions(AppActions):
     # ------------------------------------------------------------------ screenshot
     def action_screenshot_prompt(self) -> None:
         name = stamped("graphtop", ".svg")
-        self.push_screen(PathPromptScreen("Save a screenshot (SVG)", name, f"in {Path.cwd()}", verb="saves"),
+        self.push_screen(PathPromptScreen("Save a screenshot (SVG)", name, f"in {Path.cwd()}", verb="saves",
+                                          target=lambda text: resolve_target(text, name)),
                          callback=self._screenshot_to)
 
     def _screenshot_to(self, text: Optional[str]) -> None:
@@ -66,13 +90,17 @@ class FileActions(AppActions):
 
     def save_screenshot_to(self, text: str) -> Optional[Path]:
         """Write the current screen as SVG; say where, or why not. Returns the path written."""
-        target = Path(text)
+        target: object = text
         try:
             target = resolve_target(text, stamped("graphtop", ".svg"))
             if not target.parent.is_dir():
                 self.notify(f"folder {target.parent} does not exist", title="screenshot not saved", severity="error")
                 return None
-            self.save_screenshot(filename=target.name, path=str(target.parent))
+            svg = self.export_screenshot().encode("utf-8")
+            write_atomic(target, lambda f: f.write(svg), "screenshot")  # never half a file over an old one
+        except (PathTextError, OutputPathError) as exc:
+            self.notify(str(exc), title="screenshot not saved", severity="error")
+            return None
         except OSError as exc:
             self.notify(f"{target}: {exc.strerror or exc}", title="screenshot not saved", severity="error")
             return None
@@ -82,16 +110,28 @@ class FileActions(AppActions):
     # ------------------------------------------------------------------ traces
     def action_export_trace(self) -> None:
         events = len(self.state.recorded)
+        name = stamped("graphtop", ".jsonl")
         self.push_screen(
-            PathPromptScreen("Export trace (JSONL)", stamped("graphtop", ".jsonl"),
-                             f"{events:,} events in memory · saved in {Path.cwd()}", verb="exports"),
+            PathPromptScreen("Export trace (JSONL)", name,
+                             f"{events:,} events in memory · saved in {Path.cwd()}", verb="exports",
+                             target=lambda text: self._export_target(text, name)),
             callback=self._export_to,
         )
+
+    def _export_target(self, text: str, default_name: str) -> Path:
+        """The file an export of ``text`` writes; refused (in the dialog) when it is the trace being played."""
+        target = resolve_target(text, default_name)
+        replay = self.session.replay
+        check_distinct([("export", target)], [("the open trace", replay.path if replay is not None else None)])
+        return target
 
     def _export_to(self, path: Optional[str]) -> None:
         if path:
             try:
                 target = resolve_target(path, stamped("graphtop", ".jsonl"))
+            except PathTextError as exc:
+                self.notify(str(exc), title="export failed", severity="error")
+                return
             except OSError as exc:
                 self.notify(f"{path}: {exc.strerror or exc}", title="export failed", severity="error")
                 return
@@ -110,6 +150,9 @@ class FileActions(AppActions):
                                   severity="error")
         except OutputPathError as exc:
             self.call_from_thread(self.notify, str(exc), title="export failed", severity="error")
+        except Exception as exc:  # noqa: BLE001 - the worker's errors are not raised anywhere: say them
+            self.call_from_thread(self.notify, f"{path}: {type(exc).__name__}: {exc}", title="export failed",
+                                  severity="error")
         else:
             self.call_from_thread(self.notify, f"{n:,} events → {path}", title="trace exported")
 
@@ -125,8 +168,8 @@ class FileActions(AppActions):
         from graphtop.engine.telemetry.trace import TraceError
 
         try:
-            replay = ReplaySession.from_path(str(Path(path).expanduser()))
-        except TraceError as exc:
+            replay = ReplaySession.from_path(str(path_from_text(path)))
+        except (TraceError, PathTextError) as exc:
             self.notify(str(exc), title="cannot open trace", severity="error")
             return
         self.switch_session(replay)

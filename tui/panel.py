@@ -18,6 +18,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
+from .safe_text import safe_content
 from .state import DashboardState
 
 
@@ -29,6 +30,7 @@ def set_content(widget: Static, content: Content) -> bool:
     of lines (the panels are ``height: auto``) or, for a ``width: auto`` widget such as a Label, its
     length.
     """
+    content = safe_content(content)  # engine and remote text: no terminal controls reach the screen
     old: Optional[Content] = getattr(widget, "_graphtop_content", None)
     if old is not None and old.is_same(content):
         return False

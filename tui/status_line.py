@@ -16,6 +16,7 @@ from textual.widgets import Label, Static
 
 from .explain import STATUS_ITEMS
 from .fmt import pct
+from .safe_text import literal
 from .panel import set_content
 from .state import DashboardState
 
@@ -60,7 +61,7 @@ class StatusLine(Horizontal):
             # how the engine set itself up (backend choice, model kernels, packed weights): too long for
             # the line, so the tooltip carries it under the legend
             note = info.attention_backend_note.strip(" ·")
-            self.tooltip = self._legend + (f"\n\nsetup: {note}" if note else "")
+            self.tooltip = literal(self._legend + (f"\n\nsetup: {note}" if note else ""))
             device = " ".join(p for p in (info.device, info.device_name) if p)
             model = info.model.rstrip("/").rsplit("/", 1)[-1] if info.model else self.session_label
             # (priority, part) in display order: the highest priority numbers go first when short of room

@@ -24,6 +24,7 @@ from graphtop.engine.telemetry.events import StepEvent
 
 from .explain import explain_fallback
 from .fmt import ms, short
+from .safe_text import literal, printable
 from .state import DashboardState
 from .steps_columns import COLUMNS, FALLBACK, ColumnPlan, plan_columns
 
@@ -107,7 +108,7 @@ class StepsTable(ScrollView, can_focus=True):
         self._key = key
         n = min(ROWS, len(steps))
         rows = [row_values(steps[-1 - i]) for i in range(n)]
-        cells = [tuple(short(str(v), 32) for v in r) for r in rows]
+        cells = [tuple(short(printable(str(v)), 32) for v in r) for r in rows]
         widths = self._widths
         for row in cells:
             for i, text in enumerate(row):
@@ -138,7 +139,7 @@ class StepsTable(ScrollView, can_focus=True):
         """The hovered row's fallback reason, explained (graph rows have none)."""
         row = event.y - 1 + self.scroll_offset.y
         reason = self._rows[row][FALLBACK] if 0 <= row < len(self._rows) and event.y > 0 else ""
-        self.tooltip = explain_fallback(reason).line(reason) if reason else None
+        self.tooltip = literal(explain_fallback(reason).line(reason)) if reason else None
 
     # ------------------------------------------------------------------ rendering
     def _resolve_styles(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from .panel import set_content
+from .safe_text import literal
 
 
 class TippedLines(Static):
@@ -32,4 +33,5 @@ class TippedLines(Static):
         return self.tips[line] if 0 <= line < len(self.tips) else None
 
     def on_mouse_move(self, event: events.MouseMove) -> None:
-        self.tooltip = self.tip_at(event.y)
+        tip = self.tip_at(event.y)
+        self.tooltip = None if tip is None else literal(tip)
