@@ -196,3 +196,10 @@ async def test_a_fallback_reason_with_markup_and_controls_hovers_safely() -> Non
         await pilot.pause(0.6)  # the tooltip's own timer: Textual draws it now
         assert "[/] odd\u241b[31m" in str(fallbacks.tooltip)
         assert app.is_running
+
+
+def test_a_cli_error_is_one_printable_line() -> None:
+    from graphtop.tui.usage import error_line
+
+    line = error_line("refused by the engine:\n\x1b]0;title\x07 [b]x[/b]\r\nend")
+    assert line == "graphtop: error: refused by the engine: \u241b]0;title\u2407 [b]x[/b] end"

@@ -12,8 +12,10 @@ Markup is the other half: outside text is never parsed as Textual markup (``Grap
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from textual.content import Content
+if TYPE_CHECKING:  # the CLI's error lines use printable() without loading Textual
+    from textual.content import Content
 
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 """C0 controls but tab and newline, DEL, C1 controls, lone surrogates."""
@@ -35,8 +37,15 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_stand_in, text)
 
 
+def one_line(text: str) -> str:
+    """``text`` printable on one line: line breaks become spaces (a CLI error is one line)."""
+    return printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
+
+
 def safe_content(content: Content) -> Content:
     """``content`` with :func:`printable` applied to its text, its spans unchanged."""
+    from textual.content import Content
+
     plain = content.plain
     safe = printable(plain)
     return content if safe is plain else Content(safe, list(content.spans))
@@ -44,4 +53,6 @@ def safe_content(content: Content) -> Content:
 
 def literal(text: str) -> Content:
     """``text`` as content to show as it is: no markup, controls as stand-ins."""
+    from textual.content import Content
+
     return Content(printable(text))
