@@ -36,3 +36,4 @@ async def test_a_view_key_with_nothing_to_show_says_why() -> None:
         await pilot.pause()
         assert any("the prompt view has nothing to show" in n.message for n in app._notifications)
         assert not app.dashboard.prompt_console.display
+

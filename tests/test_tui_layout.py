@@ -185,3 +185,13 @@ async def test_a_click_on_the_view_bar_switches_the_view() -> None:
         await pilot.click("#views", offset=(bar.index("2 memory") + 2, 0))
         await pilot.pause()
         assert app.dashboard.view == "memory" and shown(app, "ledger")
+
+
+async def test_the_sampling_row_fits_80_columns_chat_box_included() -> None:
+    app = fixed_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        await pilot.pause()
+        row = next(line for line in screen_text(app).splitlines() if "top-k" in line)
+        assert "chat" in row and "seed" in row

@@ -8,9 +8,26 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.validation import Integer, Number, Validator
 from textual.widgets import Checkbox, Input, Label
 
 from .session import SamplingSettings
+
+# What a field takes as it is typed, partial values included ("-", "1.", "1e-"). Our own patterns, not
+# Textual's Input(type="integer"/"number") ones: those nest quantifiers ((?:\d*|\d+_)*) and backtrack
+# exponentially on a rejected keystroke (24 digits then a letter froze the UI for seconds, a pasted
+# 30-digit value for minutes). Here no quantifier is nested and every digit run can only be followed by
+# something a digit is not (".", "e", the end), so a failed match is linear. ASCII digits only.
+INTEGER_RESTRICT = r"[-+]?[0-9]*"
+NUMBER_RESTRICT = r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]*)?|\.)?"
+
+RESTRICTS = {"integer": INTEGER_RESTRICT, "number": NUMBER_RESTRICT}
+
+PARAM_LABELS = {"max_new_tokens": "max tokens", "top_p": "top-p", "top_k": "top-k"}
+"""The engine's parameter names as the row labels them, for its refusals."""
+
+MAX_LENGTH = 32
+"""Longest value a field takes: a 64-bit seed is 20 digits; anything longer is a slip or a paste."""
 
 FIELDS = (
     # id, label, default, input type, tooltip
@@ -32,8 +49,9 @@ class SamplingRow(Horizontal):
     def compose(self) -> ComposeResult:
         for fid, label, default, kind, tip in FIELDS:
             yield Label(label, classes="sampling-label")
-            field = Input(value=default, type=kind, id=fid, classes="sampling-input", tooltip=tip,  # type: ignore[arg-type]
-                          compact=True)
+            validators: list[Validator] = [Integer() if kind == "integer" else Number()]  # as type=kind had
+            field = Input(value=default, type="text", restrict=RESTRICTS[kind], max_length=MAX_LENGTH,
+                          validators=validators, id=fid, classes="sampling-input", tooltip=tip, compact=True)
             field.cursor_blink = self._blink
             yield field
         yield Checkbox("chat", value=True, id="chat", compact=True,
@@ -50,15 +68,15 @@ class SamplingRow(Horizontal):
             seed = int(vals["seed"]) if vals["seed"] else None
         except ValueError as exc:
             raise ValueError(f"sampling settings: {exc}") from None
-        if max_new < 1:
-            raise ValueError("max tokens must be ≥ 1")
-        if temp < 0:
-            raise ValueError("temperature must be ≥ 0")
-        if not 0 < top_p <= 1:
-            raise ValueError("top-p must be in (0, 1]")
-        if top_k < 0:
-            raise ValueError("top-k must be ≥ 0")
-        return SamplingSettings(max_new, temp, top_p, top_k, seed)
+        settings = SamplingSettings(max_new, temp, top_p, top_k, seed)
+        try:  # the engine's rules (NaN, 1e309, a seed past 64 bits...): refused as typed
+            settings.to_params()
+        except ValueError as exc:
+            message = str(exc)
+            for name, label in PARAM_LABELS.items():
+                message = message.replace(name, label)
+            raise ValueError(message) from None
+        return settings
 
     @property
     def chat(self) -> bool:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 from .prompt_queue import PromptQueue
 
 if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
+    from graphtop.engine import SamplingParams
     from graphtop.engine.telemetry.events import Event
 
 
@@ -40,6 +41,15 @@ class SamplingSettings:
     top_p: float = 1.0
     top_k: int = 0
     seed: Optional[int] = None
+
+    def to_params(self) -> "SamplingParams":
+        """The engine's SamplingParams for these settings: ValueError (one line) where the engine's own
+        rules refuse them. The one home of those rules, so a prompt typed while the model loads is
+        refused as it is typed, not later when the engine takes it."""
+        from graphtop.engine import SamplingParams
+
+        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
+                              top_p=self.top_p, seed=self.seed)
 
     def describe(self) -> str:
         seed = "—" if self.seed is None else str(self.seed)
@@ -253,16 +263,7 @@ class EngineSession:
         return self.prompts.submit(prompt, settings, chat)
 
     def _submit_now(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle:
-        from graphtop.engine import SamplingParams
-
-        params = SamplingParams(
-            max_new_tokens=settings.max_new_tokens,
-            temperature=settings.temperature,
-            top_k=settings.top_k,
-            top_p=settings.top_p,
-            seed=settings.seed,
-        )
-        return self.engine.submit(prompt, params, chat=chat and self.chat_available)
+        return self.engine.submit(prompt, settings.to_params(), chat=chat and self.chat_available)
 
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None:
         if self.engine is None:

@@ -25,7 +25,17 @@ MAX_BUCKETS = 512
 """Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
 more emulated), so a longer list is never what anyone meant. The README documents this number."""
 
-_INT = re.compile(r"[+]?\d+")
+MAX_DIGITS = 18
+"""Most significant digits a number in a bucket list may have, so the largest bucket or step the text
+may name is ``MAX_VALUE``: far over any real bucket (a KV pool in tokens), and counted before ``int()``
+sees the digits, whose own limit (4,300 digits) raises a ValueError that is not a BucketSpecError."""
+
+MAX_VALUE = 10**MAX_DIGITS - 1
+"""The largest number a bucket list's text may hold (``MAX_DIGITS`` nines)."""
+
+_INT = re.compile(r"[+]?[0-9]+")  # ASCII only: ``\d`` and ``int()`` also take "١٢" or "１２"
+_NEG_INT = re.compile(r"-[0-9]+")
+_NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
 _RANGE = re.compile(r"(?P<a>[^-:]*)-(?P<b>[^:]*)(?::(?P<s>.*))?")
 
 
@@ -37,6 +47,17 @@ class BucketSpecError(ValueError):
         self.token = token
 
 
+def _digits_to_int(digits: str, item: str) -> int:
+    """``digits`` (``[+]?[0-9]+``) as an int, refused past ``MAX_DIGITS`` before ``int()`` reads them
+    (a pasted 5,000-digit number must be a one-line message, not a crash)."""
+    body = digits.lstrip("+").lstrip("0")
+    if len(body) > MAX_DIGITS:
+        raise BucketSpecError(
+            f"'{short_text(item)}': a {len(body):,}-digit number, over the largest a list takes ({MAX_VALUE:,})", item
+        )
+    return int(body or "0")
+
+
 def _int(token: str, part: str, item: str) -> int:
     part = part.strip()
     if part.startswith("-") and _INT.fullmatch(part[1:]):
@@ -45,7 +66,7 @@ def _int(token: str, part: str, item: str) -> int:
         if part == "":
             raise BucketSpecError(f"'{short_text(item)}': bad range, write A-B or A-B:STEP", item)
         raise BucketSpecError(f"'{short_text(part)}' is not an integer", item)
-    return int(part)
+    return _digits_to_int(part, item)
 
 
 def parse_buckets(
@@ -68,11 +89,14 @@ def parse_buckets(
         raise BucketSpecError("empty: enter at least one bucket, e.g. 1,2,4,8-64:8")
     out: set[int] = set()
     for item in items:
+        if _NON_ASCII_DIGIT.search(item):
+            raise BucketSpecError(f"'{short_text(item)}': write numbers with the digits 0-9", item)
         if _INT.fullmatch(item):
-            values: Iterable[int] = [int(item)]
-            if int(item) <= 0:
+            value = _digits_to_int(item, item)
+            if value <= 0:
                 raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
-        elif re.fullmatch(r"-\d+", item):
+            values: Iterable[int] = [value]
+        elif _NEG_INT.fullmatch(item):
             raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
         else:
             m = _RANGE.fullmatch(item)
@@ -89,9 +113,10 @@ def parse_buckets(
                 raise BucketSpecError(f"'{short_text(item)}': the step must be ≥ 1", item)
             if b < a:
                 raise BucketSpecError(f"'{short_text(item)}': bad range, {b} is below {a}", item)
-            if (b - a) // s + 1 > max_count:
+            count = (b - a) // s + 1  # under 10**MAX_DIGITS: a, b and s are capped above
+            if count > max_count:
                 raise BucketSpecError(
-                    f"'{short_text(item)}' expands to {(b - a) // s + 1} buckets, over the limit of {max_count}", item
+                    f"'{short_text(item)}' expands to {count:,} buckets, over the limit of {max_count}", item
                 )
             values = range(a, b + 1, s)
         try:  # the values so far, so a message names the item that broke a rule
