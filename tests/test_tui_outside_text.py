@@ -19,6 +19,7 @@ from graphtop.tui.safe_text import literal, printable, safe_content
 from graphtop.tui.testing import settle, wait_until
 
 from test_tui_app import make_app, pump
+from test_tui_dialogs import _open
 
 SIZE = (120, 40)
 
@@ -96,14 +97,6 @@ async def test_a_completion_with_terminal_controls_is_drawn_with_stand_ins() -> 
 
 
 # ---------------------------------------------------------------- dialogs that write
-async def _dialog(pilot, action: str) -> PathPromptScreen:
-    await pilot.app.run_action(action)
-    await pilot.pause()
-    screen = pilot.app.screen
-    assert isinstance(screen, PathPromptScreen)
-    return screen
-
-
 def _message(dialog: PathPromptScreen) -> str:
     widget = dialog.query_one("#path-message", Static)
     return str(widget.render()) if widget.display else ""
@@ -116,7 +109,7 @@ async def test_an_existing_file_is_replaced_only_on_a_second_enter(tmp_path: Pat
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        dialog = await _dialog(pilot, action)
+        dialog = await _open(pilot, action)
         dialog.query_one(Input).value = str(target)
         await pilot.press("enter")
         assert app.screen is dialog  # still asking
@@ -136,7 +129,7 @@ async def test_changing_the_text_after_the_warning_asks_again(tmp_path: Path) ->
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        dialog = await _dialog(pilot, "export_trace")
+        dialog = await _open(pilot, "export_trace")
         field = dialog.query_one(Input)
         field.value = str(first)
         await pilot.press("enter")
@@ -154,7 +147,7 @@ async def test_text_that_names_no_file_is_said_in_the_dialog(action: str, text: 
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        dialog = await _dialog(pilot, action)
+        dialog = await _open(pilot, action)
         dialog.query_one(Input).value = text
         await pilot.press("enter")
         assert app.screen is dialog and says in _message(dialog)
