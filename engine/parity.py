@@ -60,6 +60,7 @@ from .parity_pacing import DeviceWaits, Paced
 from .runners.base import StepOutput
 from .runners.eager import EagerRunner
 from .telemetry import events as ev
+from .telemetry.value_limits import MAX_FLOAT
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -353,12 +354,18 @@ class ParityChecker:
 
 def compare_rows(graph: torch.Tensor, eager: torch.Tensor) -> torch.Tensor:
     """Per row, on the logits' device: [max |graph - eager|, that over max |eager| (relative), argmax
-    agrees (1/0), share of eager's top 5 in the graph's top 5]. A non-finite difference is infinite."""
+    agrees (1/0), share of eager's top 5 in the graph's top 5]. A non-finite difference is the worst
+    error there is, and every error is capped at the largest number a trace holds (``MAX_FLOAT``): the
+    check's event is recorded, and one ``inf`` (or a number past the cap) made the whole trace unreadable."""
+    worst = MAX_FLOAT
     g, e = graph.float(), eager.float()
     diff = (g - e).abs()
-    diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
-    row = diff.amax(dim=1)
-    rel = row / e.abs().amax(dim=1).clamp_min(1e-12)
+    diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, worst))
+    row = diff.amax(dim=1).clamp_max(worst)
+    scale = e.abs().amax(dim=1)
+    rel = row / scale.clamp_min(1e-12)
+    # a non-finite logit on either side is the worst relative error too (inf / inf read as none)
+    rel = torch.where((row >= worst) | ~torch.isfinite(scale) | ~torch.isfinite(rel), worst, rel).clamp_max(worst)
     k = min(5, g.shape[1])
     top_g, top_e = g.topk(k, dim=1).indices, e.topk(k, dim=1).indices
     overlap = (top_e[:, :, None] == top_g[:, None, :]).any(dim=2).float().mean(dim=1)

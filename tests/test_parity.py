@@ -22,6 +22,7 @@ from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.report import format_summary
 from graphtop.engine.telemetry.summary import summarize
+from graphtop.engine.telemetry.value_limits import MAX_FLOAT
 
 if TYPE_CHECKING:
     from graphtop.engine.engine import Engine
@@ -365,7 +366,27 @@ def test_compare_rows() -> None:
     max_abs, max_rel, agree, top5 = summarize_rows(rows)
     assert (max_abs, max_rel, agree) == (12.0, 3.0, 0.5) and top5 == pytest.approx(0.9)
     g[0, 0] = float("nan")
-    assert compare_rows(g, e)[0, 1].item() == float("inf")  # a NaN is the worst error, not none
+    worst = MAX_FLOAT  # a NaN is the worst error, not none, and within what a trace holds
+    assert compare_rows(g, e)[0, :2].tolist() == [worst, worst]
+    e2 = e.clone()
+    e2[1, 0] = float("inf")  # eager itself non-finite: still the worst, never NaN or inf
+    assert compare_rows(g, e2)[:, :2].isfinite().all() and compare_rows(g, e2)[1, 1].item() == worst
+
+
+def test_a_parity_check_of_nan_logits_leaves_a_readable_trace(tmp_path) -> None:
+    from graphtop.engine.telemetry.events import ParityCheck
+    from graphtop.engine.telemetry.trace import read_trace, write_trace
+
+    e = torch.tensor([[1.0, 2.0, 3.0, 0.5, 0.1, -1.0]])
+    g = e.clone()
+    g[0, 2] = float("nan")
+    max_abs, max_rel, agree, top5 = summarize_rows(compare_rows(g, e).tolist())
+    ev = ParityCheck(step=1, rows=1, max_abs_err=max_abs, max_rel_err=max_rel, argmax_agree=agree,
+                     top5_overlap=top5, tolerance=0.02, mismatch=max_rel > 0.02, ts=1.0)
+    path = tmp_path / "t.jsonl"
+    assert write_trace(path, [ev]) == 1
+    back = read_trace(path).events
+    assert len(back) == 1 and back[0].mismatch and back[0].max_abs_err == max_abs
 
 
 def test_scratch_batch_keeps_context_and_copies_a_shared_first_page() -> None:

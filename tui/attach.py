@@ -9,7 +9,9 @@ token on the command line. A TCP endpoint of another machine needs ``--token`` (
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Optional
@@ -38,10 +40,17 @@ def resolve_endpoint(endpoint: Optional[str], token: Optional[str], runtime_dir:
     if entry is not None:
         return entry.endpoint, token or entry.token, _model_name(entry.model) or entry.endpoint
     assert endpoint is not None
+    if not endpoint.strip():
+        raise UsageError("the endpoint is empty: name a pid or endpoint from graphtop ps, or none for the one "
+                         "running engine")
     if "://" not in endpoint:
-        if not Path(endpoint).exists():
-            raise UsageError(f"no running graphtop engine at {endpoint} (graphtop ps lists them)")
-        endpoint = f"ipc://{Path(endpoint).resolve()}"
+        endpoint = f"ipc://{_check_socket(endpoint, endpoint)}"
+    elif endpoint.startswith("ipc://"):
+        path = endpoint[len("ipc://"):]
+        if not path:
+            raise UsageError("endpoint ipc:// names no socket: use ipc://PATH (graphtop ps lists them)")
+        if not path.startswith("@"):  # @NAME: Linux's abstract namespace, no file to look at
+            _check_socket(path, endpoint)
     if not endpoint.startswith(("ipc://", "tcp://")):
         raise UsageError(f"endpoint {endpoint}: use ipc://PATH, tcp://HOST:PORT or a pid from graphtop ps")
     if endpoint.startswith("tcp://"):
@@ -50,6 +59,22 @@ def resolve_endpoint(endpoint: Optional[str], token: Optional[str], runtime_dir:
         raise UsageError(f"{endpoint} is not an engine of this user here; pass --token (the engine printed "
                          f"it when it started) or set {TOKEN_ENV}")
     return endpoint, token, endpoint
+
+
+def _check_socket(path: str, shown: str) -> Path:
+    """The resolved ``path`` of an ``ipc`` endpoint; UsageError unless it is a Unix socket. Without this
+    check a directory (``""`` is the current one) or a regular file became an endpoint that ZeroMQ
+    cannot connect to, and the user was asked for a ``--token`` that would not have helped."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise UsageError(f"no running graphtop engine at {shown} (graphtop ps lists them)") from None
+        raise UsageError(f"{shown}: {exc.strerror or exc}") from None
+    if not stat.S_ISSOCK(mode):
+        kind = " (it is a directory)" if stat.S_ISDIR(mode) else " (it is a regular file)" if stat.S_ISREG(mode) else ""
+        raise UsageError(f"{shown} is not an engine socket{kind}; graphtop ps lists the engines")
+    return Path(path).resolve()
 
 
 def run_attach(

@@ -154,7 +154,9 @@ class FileActions(AppActions):
             self.call_from_thread(self.notify, f"{path}: {type(exc).__name__}: {exc}", title="export failed",
                                   severity="error")
         else:
-            self.call_from_thread(self.notify, f"{n:,} events → {path}", title="trace exported")
+            left_out = sum(1 for ev in events if ev.type != "trace_header") - n  # the reader would refuse them
+            note = f" ({left_out:,} left out: numbers a trace cannot hold, e.g. NaN)" if left_out else ""
+            self.call_from_thread(self.notify, f"{n:,} events → {path}{note}", title="trace exported")
 
     def action_open_trace(self) -> None:
         self.push_screen(PathPromptScreen("Open trace", "", f"a .jsonl trace written by graphtop · from {Path.cwd()}",

@@ -36,6 +36,15 @@ if TYPE_CHECKING:
 STALE_AFTER_S = 5.0
 """No message (the engine sends a heartbeat every second) for this long: say the engine is silent."""
 
+MAX_SEQ_JUMP = 1 << 24
+"""The furthest one ``Events`` frame may move the stream's counters (``first_seq`` past the next
+expected number, ``bus_dropped`` past the last count) and be believed at once. A real engine numbers
+its events 0, 1, 2… and only ever counts ``bus_dropped`` up: a viewer misses at most what the engine
+published while this viewer's queue was full (16 M events: half an hour at 10,000 events a second). A frame
+that moves them further, or backwards, is held until the next frame says which stream is real (see
+``_on_events``), so one bogus frame can neither inflate ``dropped`` nor make every later event look
+already seen, and a real jump of any size is still counted exactly, one frame late."""
+
 
 class AttachError(Exception):
     """The endpoint did not let this viewer attach; the message is one line."""
@@ -130,6 +139,8 @@ class RemoteSession:
         self.undecodable = 0
         self._bus_base = 0
         self._bus_now = 0
+        self._held: Optional[p.RawEvents] = None  # a frame that moved the counters implausibly far
+        self._protocol_warned = False
         self.snapshot_done = threading.Event()
         self._last_message = time.monotonic()
         self._stale = False
@@ -143,9 +154,12 @@ class RemoteSession:
         if not self._welcomed.wait(self.connect_timeout):
             self.shutdown()
             raise AttachError(f"no graphtop engine answered at {self.endpoint} within {self.connect_timeout:g}s")
-        if self._refused is not None or self.welcome is None:
+        if self._refused is not None:
             self.shutdown()
             raise AttachError(f"{self.endpoint} refused this viewer: {self._refused}")
+        if self.welcome is None:  # the I/O thread ended first: ``_ended`` says why (a ZeroMQ error)
+            self.shutdown()
+            raise AttachError(self._ended or f"{self.endpoint} closed before it said who it is")
         return self.welcome
 
     def start(self) -> None:
@@ -278,8 +292,9 @@ class RemoteSession:
                     self._check_liveness(now)
             if self.welcome is not None and self._refused is None:
                 sock.send(p.encoder.encode(p.Bye()), zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            self._ended = self._ended or f"connection to {self.endpoint} failed: {exc}"
+        except zmq.ZMQError as exc:  # zmq's own text repeats the address: the errno's alone reads better
+            reason = zmq.strerror(exc.errno) if exc.errno else str(exc)
+            self._ended = self._ended or f"connection to {self.endpoint} failed: {reason}"
         finally:
             self._welcomed.set()  # a connect() still waiting learns that it failed
             self.prompts.fail(self._ended or "the dashboard detached")  # held prompts will never go now
@@ -322,6 +337,11 @@ class RemoteSession:
             if msg.done:
                 self.snapshot_done.set()
         elif isinstance(msg, p.Welcome):
+            if msg.next_seq < 0 or msg.bus_dropped < 0:  # counters that can only count up from 0
+                self._refused = (f"it sent a malformed Welcome (next_seq {msg.next_seq}, "
+                                 f"bus_dropped {msg.bus_dropped}; not a graphtop engine?)")
+                self._welcomed.set()
+                return
             self.welcome = msg
             self._expected_seq = msg.next_seq
             self._bus_base = self._bus_now = msg.bus_dropped
@@ -359,16 +379,63 @@ class RemoteSession:
             self.prompts.release(self._submit_now)
 
     def _on_events(self, msg: p.RawEvents) -> None:
-        self._bus_now = msg.bus_dropped
+        """Count what the stream lost, then queue the frame's events.
+
+        ``first_seq`` numbers events from 0 up and ``bus_dropped`` only counts up (the endpoint's
+        ``StateKeeper`` and bus subscription), so a gap in the numbers is exactly what this viewer
+        missed. A negative counter is a protocol error: the frame is dropped (said once). A frame
+        that moves the counters backwards or further than ``MAX_SEQ_JUMP`` is held: if the next frame
+        continues from it the stream really moved (a restart, a long stall) and both are taken; if the
+        next one continues from before it, it was bogus and is dropped."""
+        if msg.first_seq < 0 or msg.bus_dropped < 0:
+            self._protocol_error(f"negative counters (first_seq {msg.first_seq}, bus_dropped {msg.bus_dropped})")
+            return
         expected = self._expected_seq
-        pairs = msg.events
-        if expected is not None:
-            if msg.first_seq > expected:
-                self.gaps += msg.first_seq - expected
-            elif msg.first_seq < expected:  # never expected; tolerate rather than show twice
-                pairs = pairs[expected - msg.first_seq :]
-        self._expected_seq = max(expected or 0, msg.first_seq + len(msg.events))
-        self._push(pairs)
+        if expected is None or self._follows(msg, expected, self._bus_now):
+            self._discard_held()
+            self._take(msg)
+            return
+        held = self._held
+        if held is not None and self._follows(msg, held.first_seq + len(held.events), held.bus_dropped):
+            self._held = None  # the stream did move there: resynchronise on it
+            if held.first_seq > expected:
+                self.gaps += held.first_seq - expected
+            if held.bus_dropped < self._bus_now:  # counted from a new base: the losses counted so far stay
+                self._bus_base -= self._bus_now - held.bus_dropped
+            self._expected_seq, self._bus_now = held.first_seq, held.bus_dropped
+            self._take(held)
+            self._take(msg)
+            return
+        self._discard_held()
+        self._held = msg
+
+    @staticmethod
+    def _follows(msg: p.RawEvents, expected: int, bus: int) -> bool:
+        """``msg`` can come after a frame that ended at ``expected`` with ``bus`` losses counted."""
+        return expected <= msg.first_seq <= expected + MAX_SEQ_JUMP and bus <= msg.bus_dropped <= bus + MAX_SEQ_JUMP
+
+    def _take(self, msg: p.RawEvents) -> None:
+        """Queue a frame known to follow the stream so far, counting the numbers it skipped."""
+        expected = self._expected_seq
+        if expected is not None and msg.first_seq > expected:
+            self.gaps += msg.first_seq - expected
+        self._expected_seq = msg.first_seq + len(msg.events)
+        self._bus_now = msg.bus_dropped
+        self._push(msg.events)
+
+    def _discard_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._protocol_error(f"an event batch numbered {held.first_seq} (expected {self._expected_seq}) with "
+                                 f"bus_dropped {held.bus_dropped} (was {self._bus_now})")
+
+    def _protocol_error(self, what: str) -> None:
+        """Say (once) that a malformed frame was dropped. Its events are not counted as lost here: if the
+        real stream lost any, the next frame's number shows the gap, and ``_take`` counts it."""
+        if not self._protocol_warned:
+            self._protocol_warned = True
+            self._logs.append((logging.WARNING, f"the engine sent a malformed frame, ignored: {what} "
+                                                "(further ones are counted in 'dropped' only)"))
 
     def _push(self, pairs: list[tuple[str, msgspec.Raw]]) -> None:
         if not pairs:

@@ -8,8 +8,9 @@ Every history is a ``deque(maxlen=…)`` so a dashboard left open for a week sta
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, deque
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from graphtop.engine.telemetry.capture import BucketCost, CapturePass, CaptureTracker
 from graphtop.engine.telemetry.events import (
@@ -33,6 +34,7 @@ from graphtop.engine.telemetry.events import (
     StepEvent,
 )
 from graphtop.engine.telemetry.stats import BucketTally, HitTally, ParityTally, step_phase
+from graphtop.engine.telemetry.value_limits import MAX_FLOAT, MAX_INT
 
 from .recapture_state import RecaptureTracker
 from .whatif import WhatIfInputs
@@ -41,6 +43,51 @@ CAPTURE_HISTORY = 8
 """Capture passes kept (the latest of each phase is what the panels show)."""
 RANK_WINDOW = 64
 """Recent replay times per tensor-parallel rank that 'slowest rank' compares."""
+_BUCKET_KEYS = {"decode": "bs", "prefill": "num_tokens"}
+
+
+def measured(value: Any) -> Optional[float]:
+    """``value`` if it is a number a trace may hold (finite, 0..2**53: ``value_limits``), else None.
+
+    Events from an attached engine are decoded by type only (a buggy or hostile engine can send NaN,
+    infinities or negative timings); such a value is no measurement, and one NaN in a chart's data
+    crashes Textual's ``Sparkline`` (``int(nan)``) while an infinity poisons every mean and percentile.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0.0 <= value <= MAX_FLOAT else None  # also False for NaN
+
+
+def _finite_step(ev: StepEvent) -> StepEvent:
+    """``ev`` with its timings and padding share made displayable (see ``measured``): an optional one
+    that is no measurement becomes None (the table shows "—", the charts skip it), a required one 0.0
+    (neutral in the sums the tallies and the what-if make; None there would break their arithmetic)."""
+    r, g, b = ev.replay_ms, ev.segment_ms, ev.break_ms
+    try:  # every step is folded: the usual all-valid step costs these comparisons only
+        if (0.0 <= ev.host_ms <= MAX_FLOAT and 0.0 <= ev.padding_waste <= MAX_FLOAT
+                and (r is None or 0.0 <= r <= MAX_FLOAT) and (g is None or 0.0 <= g <= MAX_FLOAT)
+                and (b is None or 0.0 <= b <= MAX_FLOAT)):
+            return ev
+    except TypeError:  # not a number at all: the checks below say which
+        pass
+    fixes: dict[str, Optional[float]] = {}
+    for name in ("replay_ms", "segment_ms", "break_ms"):
+        value = getattr(ev, name)
+        if value is not None and measured(value) is None:
+            fixes[name] = None
+    for name in ("host_ms", "padding_waste"):
+        if measured(getattr(ev, name)) is None:
+            fixes[name] = 0.0
+    return dataclasses.replace(ev, **fixes) if fixes else ev
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseGraphs:
+    """One phase's part of ``EngineStarted.graph_config``, type-checked (see ``phase_graphs``)."""
+
+    backend: Optional[str] = None
+    buckets: tuple[int, ...] = ()
+    max_padding_waste: Optional[float] = None
 
 
 class DashboardState:
@@ -106,14 +153,33 @@ class DashboardState:
         """The engine means to capture graphs (some phase has buckets after limits and downgrades)."""
         return bool(self.planned_phases())
 
+    def phase_graphs(self, phase: str) -> PhaseGraphs:
+        """``phase``'s part of the engine's resolved graph config, with every value the dashboard reads
+        type-checked here, in one place: ``graph_config`` is a free-form dict on the wire, so an
+        attached engine (another version, or a buggy one) can send anything in it. A malformed part
+        reads as absent, which every caller already handles (an engine that said nothing about it)."""
+        config = self.info.graph_config if self.info is not None else None
+        body = config.get(phase) if isinstance(config, dict) else None
+        if not isinstance(body, dict):
+            return PhaseGraphs()
+        backend = body.get("backend")
+        sizes = body.get(_BUCKET_KEYS.get(phase, ""))
+        valid = isinstance(sizes, (list, tuple)) and all(
+            type(b) is int and 1 <= b <= MAX_INT for b in sizes)  # type(): a bool is no bucket
+        return PhaseGraphs(
+            backend=backend if isinstance(backend, str) else None,
+            buckets=tuple(sizes) if valid else (),
+            max_padding_waste=measured(body.get("max_padding_waste")),
+        )
+
     def planned_phases(self) -> list[str]:
         """The phases the engine said it will capture (its resolved graph config): a phase without a
         capture pass yet means capture is not over, even when the other phase's pass has finished."""
-        config = (self.info.graph_config or {}) if self.info else {}
-        if not config.get("available", True):
+        config = self.info.graph_config if self.info is not None else None
+        if isinstance(config, dict) and not config.get("available", True):
             return []
-        return [phase for phase, key in (("decode", "bs"), ("prefill", "num_tokens"))
-                if (config.get(phase) or {}).get("backend") != "disabled" and (config.get(phase) or {}).get(key)]
+        return [phase for phase in _BUCKET_KEYS
+                if (part := self.phase_graphs(phase)).backend != "disabled" and part.buckets]
 
     @property
     def capturing(self) -> bool:
@@ -146,14 +212,12 @@ class DashboardState:
 
     def prefill_padding_cap(self) -> Optional[float]:
         """The engine's prefill padding cap, from its resolved graph config (None before it started)."""
-        prefill = (self.info.graph_config or {}).get("prefill", {}) if self.info else {}
-        return prefill.get("max_padding_waste")
+        return self.phase_graphs("prefill").max_padding_waste
 
     def graph_max_bucket(self, phase: str) -> Optional[int]:
         """The largest bucket the engine's static buffers hold: the maximum of the list it started with
         (the model runner sizes them once, so a recapture cannot go past it)."""
-        body = (self.info.graph_config or {}).get(phase, {}) if self.info else {}
-        sizes = body.get("bs" if phase == "decode" else "num_tokens") or []
+        sizes = self.phase_graphs(phase).buckets
         return max(sizes) if sizes else None
 
     def whatif_inputs(self) -> WhatIfInputs:
@@ -260,7 +324,7 @@ class DashboardState:
         window = self.rank_replay_ms.get(ev.rank)
         if window is None:
             window = self.rank_replay_ms[ev.rank] = deque(maxlen=RANK_WINDOW)
-        window.extend(ev.replay_ms)
+        window.extend(v for v in map(measured, ev.replay_ms) if v is not None)
         self.revs["steps"] += 1
 
     def _on_kv(self, ev: KVPoolState) -> None:
@@ -269,6 +333,7 @@ class DashboardState:
         self.revs["kv"] += 1
 
     def _on_step(self, ev: StepEvent) -> None:
+        ev = _finite_step(ev)  # ``recorded`` keeps the event as it came; the panels read this one
         self.steps.append(ev)
         graph = ev.path == "graph"
         self.hits.add(graph, ev.bucket, ev.padded)
@@ -293,7 +358,9 @@ class DashboardState:
         self.revs["requests"] += 1
 
     def _on_first_token(self, ev: RequestFirstToken) -> None:
-        self.ttft_ms.append(ev.ttft_ms)
+        ttft = measured(ev.ttft_ms)
+        if ttft is not None:
+            self.ttft_ms.append(ttft)
         self.revs["requests"] += 1
 
     def _on_request_finished(self, ev: RequestFinished) -> None:

@@ -9,6 +9,7 @@ the CLI prints as is.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
@@ -205,9 +206,23 @@ def read_trace(path: PathLike) -> Trace:
     return Trace(path=str(path), header=header, events=events, truncated_tail=lines.truncated_tail)
 
 
+def _readable_line(line: bytes) -> bool:
+    """``read_trace`` would take this event line: parsed and validated by the reader's own rules
+    (``_refuse_constant``, ``validate_event_dict``: finite numbers within the schema's limits)."""
+    try:
+        validate_event_dict(json.loads(line, parse_constant=_refuse_constant))
+    except (_NonFinite, SchemaError, ValueError):
+        return False
+    return True
+
+
 def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = None,
                 source: Optional[PathLike] = None) -> int:
     """Header line + one line per event (the recorder's encoding); returns the number of events written.
+
+    An event the reader would refuse (an attached engine's NaN timing, a number past the schema's
+    limits) is left out, and the count logged: one such line makes ``read_trace`` refuse the whole file,
+    so writing it would make an export that cannot be opened again. The rules are the reader's own.
 
     Written through ``safe_write.write_atomic`` (temporary file + rename, the target's mode kept, links
     never replaced), so a failed export never leaves a half trace behind. ``source`` is the trace being
@@ -218,16 +233,25 @@ def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = 
     from .safe_write import check_distinct, write_atomic
 
     check_distinct([("export", path)], [("the open trace", source)])
-    count = 0
+    count = left_out = 0
 
     def write(f: BinaryIO) -> None:
-        nonlocal count
+        nonlocal count, left_out
         f.write(encode_event(TraceHeader(meta=dict(meta or {}))))
         for ev in events:
             if ev.type == TraceHeader.type:
                 continue
-            f.write(encode_event(ev))
+            line = encode_event(ev)
+            if not _readable_line(line):
+                left_out += 1
+                continue
+            f.write(line)
             count += 1
 
     write_atomic(path, write, "export")
+    if left_out:
+        logging.getLogger("graphtop.trace").warning(
+            "%s: left out %d event(s) the trace reader would refuse (a number that is not finite or past "
+            "the schema's limits)",
+            path, left_out)
     return count

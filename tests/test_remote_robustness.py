@@ -1,0 +1,206 @@
+"""An attached viewer against frames a real engine never sends, and ``graphtop attach`` at endpoints
+that are no engine.
+
+A real endpoint numbers its events 0, 1, 2… (``first_seq``) and only counts ``bus_dropped`` up; one
+bogus ``Events`` frame must not poison the viewer's loss accounting (a huge ``dropped``, or every later
+event sliced away as already seen), while real gaps, of any size, are still counted exactly. Attach
+errors are one line with the real reason (exit 2, no traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import pytest
+import zmq
+
+from graphtop.engine.telemetry import protocol as p
+from graphtop.engine.telemetry.events import EngineStarted, StepEvent
+from graphtop.tui.app import GraphtopApp
+from graphtop.tui.cli import main
+from graphtop.tui.fake_session import boot_events
+from graphtop.tui.remote_session import MAX_SEQ_JUMP, AttachError, RemoteSession
+from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
+
+HUGE = 2**63 - 1
+
+
+def frame(message: Any) -> Any:
+    """``message`` as the viewer decodes it off the wire."""
+    return p.server_decoder.decode(p.encoder.encode(message))
+
+
+def steps(*numbers: int) -> list[tuple[str, Any]]:
+    return p.event_pairs([StepEvent(step=n, phase="decode", batch_size=1, num_tokens=1, bucket=1, path="graph",
+                                    replay_ms=1.0, ts=1.0) for n in numbers])
+
+
+def welcomed(next_seq: int = 0, bus_dropped: int = 0) -> RemoteSession:
+    session = RemoteSession("ipc:///nowhere", "t")
+    session._handle(frame(p.Welcome(1, 1, "x", 0.0, p.EngineStatus(), next_seq, bus_dropped, [])))
+    return session
+
+
+def feed(session: RemoteSession, *frames: p.Events) -> list[int]:
+    """Hand ``frames`` to the viewer; the step numbers it queued for the dashboard."""
+    for f in frames:
+        session._handle(frame(f))
+    return [ev.step for ev in session.drain()]
+
+
+# -- loss accounting -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_seq, bus_dropped", [(HUGE, HUGE), (HUGE, 0), (0, HUGE), (MAX_SEQ_JUMP + 11, 0)])
+def test_one_bogus_frame_does_not_poison_the_stream(first_seq: int, bus_dropped: int) -> None:
+    session = welcomed(next_seq=10)
+    shown = feed(session, p.Events(first_seq, bus_dropped, steps(500)), p.Events(10, 0, steps(1, 2)),
+                 p.Events(12, 0, steps(3)), p.Events(13, 0, []))
+    assert shown == [1, 2, 3] and session.dropped == 0  # was 18446744073709551614 and nothing shown
+    assert len(session.drain_logs()) == 1  # said once
+
+
+def test_negative_counters_are_a_protocol_error_said_once() -> None:
+    session = welcomed(next_seq=0)
+    shown = feed(session, p.Events(-5, -7, steps(9)), p.Events(0, -1, []), p.Events(0, 0, steps(1)))
+    assert shown == [1] and session.dropped == 0  # was -7
+    logs = session.drain_logs()
+    assert len(logs) == 1 and "negative counters" in logs[0][1]
+
+
+def test_real_gaps_and_endpoint_losses_are_counted_exactly() -> None:
+    session = welcomed(next_seq=100, bus_dropped=40)
+    shown = feed(session, p.Events(100, 40, steps(1, 2)), p.Events(107, 43, steps(3)),  # 5 missed, 3 lost
+                 p.Events(108, 43, []), p.Events(110, 43, []))  # the heartbeat says 2 more were missed
+    assert shown == [1, 2, 3] and (session.gaps, session.dropped) == (7, 10)
+    assert session.drain_logs() == []  # nothing malformed
+
+
+def test_a_real_jump_past_the_limit_is_believed_once_the_stream_continues_from_it() -> None:
+    session = welcomed(next_seq=0)
+    jump = MAX_SEQ_JUMP * 3
+    assert feed(session, p.Events(0, 0, steps(1)), p.Events(1 + jump, 0, steps(2))) == [1]  # held
+    assert feed(session, p.Events(2 + jump, 0, steps(3))) == [2, 3]
+    assert session.gaps == jump and session.dropped == jump
+
+
+def test_a_stream_that_restarts_its_numbers_is_followed() -> None:
+    session = welcomed(next_seq=5000, bus_dropped=30)
+    shown = feed(session, p.Events(5000, 30, steps(1)), p.Events(0, 0, steps(2)), p.Events(1, 0, steps(3)))
+    assert shown == [1, 2, 3]
+    assert session.dropped == 0  # the new numbering adds no loss, and the count never goes negative
+
+
+class ScriptedEndpoint:
+    """A ROUTER that answers ``Hello`` with a Welcome, a snapshot and scripted frames (no engine)."""
+
+    def __init__(self, address: str, frames: Iterable[Any] = (), next_seq: int = 0) -> None:
+        self.address = address
+        self.frames = list(frames)
+        self.next_seq = next_seq
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(5)
+
+    def _run(self) -> None:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(self.address)
+        self._ready.set()
+        status = p.EngineStatus(ready=True, model="scripted", device="cpu", max_running=8, kv_capacity_tokens=1024)
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(20):
+                    continue
+                identity, payload = sock.recv_multipart()
+                if isinstance(p.client_decoder.decode(payload), p.Hello):
+                    sock.send_multipart([identity, p.encoder.encode(p.Welcome(
+                        p.PROTOCOL_VERSION, os.getpid(), "scripted", time.time(), status, self.next_seq, 0, []))])
+                    sock.send_multipart([identity, p.encoder.encode(p.Snapshot(p.event_pairs(boot_events()), True))])
+                    for f in self.frames:
+                        sock.send_multipart([identity, p.encoder.encode(f)])
+        finally:
+            sock.close()
+            ctx.term()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+async def test_dashboard_attached_to_an_endpoint_that_sends_bogus_frames(tmp_path: Path) -> None:
+    endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", [
+        p.Events(HUGE, HUGE, []),  # the viewer's dropped became 18,446,744,073,709,551,614
+        p.Events(-5, -7, []),
+        p.Events(0, 0, steps(1, 2, 3)),  # then sliced away as "already seen"
+        p.Events(3, 0, []),
+    ])
+    session = RemoteSession(endpoint.address, "t", label="scripted")
+    try:
+        session.connect()
+        app = GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=20)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_until(pilot, lambda: app.state.total_steps == 3, timeout=10)
+            await pilot.pause(0.2)
+            text = screen_text(app)
+            assert session.dropped == 0 and "dropped events" not in text
+            assert isinstance(app.state.info, EngineStarted)
+    finally:
+        session.shutdown()
+        endpoint.close()
+
+
+def test_a_malformed_welcome_refuses_the_attach(tmp_path: Path) -> None:
+    endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", next_seq=-1)
+    try:
+        with pytest.raises(AttachError, match="malformed Welcome .next_seq -1"):
+            RemoteSession(endpoint.address, "t", connect_timeout=5).connect()
+    finally:
+        endpoint.close()
+
+
+# -- graphtop attach at endpoints that are no engine -----------------------------------------------
+
+
+@pytest.fixture
+def runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path_factory.mktemp("rt")
+    monkeypatch.setenv("GRAPHTOP_RUNTIME_DIR", str(folder))
+    return folder
+
+
+def attach_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``graphtop attach ARGV`` failed as a usage error: exit 2, one line, no traceback; that line."""
+    rc = main(["attach", *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "", (rc, out, err)
+    assert err.count("\n") == 1 and err.startswith("graphtop: error:") and "Traceback" not in err, err
+    return err
+
+
+def test_attach_names_the_real_reason(capsys, runtime: Path, tmp_path: Path) -> None:
+    regular = tmp_path / "notes.txt"
+    regular.write_text("x")
+    assert "the endpoint is empty" in attach_error(capsys, "")  # was: the current folder, asking for --token
+    assert "ipc:// names no socket" in attach_error(capsys, "ipc://", "--token", "t")  # was "refused ...: None"
+    for name in (str(tmp_path), f"ipc://{tmp_path}"):
+        assert f"{name} is not an engine socket (it is a directory)" in attach_error(capsys, name)
+    for name in (str(regular), f"ipc://{regular}"):
+        assert f"{name} is not an engine socket (it is a regular file)" in attach_error(capsys, name, "--token", "t")
+    assert "no running graphtop engine at ipc:///no/such.sock" in attach_error(capsys, "ipc:///no/such.sock")
+
+
+def test_a_connect_error_is_the_reason_given() -> None:
+    endpoint = "ipc:///tmp/" + "x" * 200  # a Unix socket path holds about 107 bytes: ZeroMQ refuses to connect
+    with pytest.raises(AttachError) as info:
+        RemoteSession(endpoint, "t", connect_timeout=5).connect()
+    message = str(info.value)
+    assert message == f"connection to {endpoint} failed: File name too long", message
+    assert "None" not in message and "\n" not in message
