@@ -250,7 +250,7 @@ def test_prompt_streams_back_to_the_viewer_that_sent_it(serve) -> None:
     assert handle.wait(10)
     assert handle.text == "hello from the engine" and handle.finish_reason == "length" and handle.error is None
     rid, prompt, sampling, chat = link.submitted[0]
-    assert (rid, prompt, chat) == (handle.request_id, "hi", True)
+    assert (rid, prompt, chat) == ("v1/" + handle.request_id, "hi", True)  # the viewer's own namespace
     assert (sampling.max_new_tokens, sampling.temperature, sampling.seed) == (7, 0.5, 3)
 
     bad = session.submit("x", SamplingSettings(top_p=0.0), False)  # the engine's own validation answers
@@ -322,7 +322,59 @@ def test_detaching_cancels_the_viewers_own_prompts(serve) -> None:
     handle = session.submit("hi", SamplingSettings(), False)
     wait_for(lambda: bool(link.submitted), what="submit")
     session.shutdown()
-    wait_for(lambda: link.cancelled == [handle.request_id], what="the cancel on detach")
+    wait_for(lambda: link.cancelled == ["v1/" + handle.request_id], what="the cancel on detach")
+
+
+def test_a_viewer_cannot_claim_or_cancel_requests_that_are_not_its_own(serve) -> None:
+    """Viewer names live in a namespace per viewer: naming another's id (read from the event stream) or
+    one of the engine's next ``req-N`` ids neither takes it over nor lets a cancel reach it."""
+    server = serve()
+
+    class SlowLink(FakeLink):
+        def submit(self, *args: Any) -> FakeHandle:
+            super().submit(*args)
+            return FakeHandle([])  # never finishes
+
+    link = SlowLink()
+    server.attach_engine(link)
+    first, second = viewer(server), viewer(server)
+    mine = first.submit("hi", SamplingSettings(), False)
+    wait_for(lambda: len(link.submitted) == 1, what="the first viewer's submit")
+    engine_id = link.submitted[0][0]
+    assert engine_id == "v1/" + mine.request_id
+    raw = RawClient(server.endpoint)  # a hostile viewer names the first one's ids, as the events show them
+    raw.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, server.token)))
+    assert isinstance(raw.recv(), p.Welcome)
+    for rid in (engine_id, mine.request_id, "req-7"):
+        raw.send(p.encoder.encode(p.Submit(rid, "x")))
+        raw.send(p.encoder.encode(p.Cancel(rid)))
+    wait_for(lambda: len(link.submitted) == 4, what="the hostile submits")
+    assert [rid for rid, *_ in link.submitted[1:]] == [f"v2/{engine_id}", f"v2/{mine.request_id}", "v2/req-7"]
+    assert engine_id not in link.cancelled
+    second.shutdown()
+    first.shutdown()
+    wait_for(lambda: engine_id in link.cancelled, what="the owner's detach to cancel its own")
+
+
+def test_one_viewer_cannot_queue_without_bound(serve) -> None:
+    from graphtop.engine.telemetry.endpoint_commands import MAX_VIEWER_REQUESTS
+
+    server = serve()
+
+    class SlowLink(FakeLink):
+        def submit(self, *args: Any) -> FakeHandle:
+            super().submit(*args)
+            return FakeHandle([])
+
+    link = SlowLink()
+    server.attach_engine(link)
+    session = viewer(server)
+    handles = [session.submit("x", SamplingSettings(), False) for _ in range(MAX_VIEWER_REQUESTS + 3)]
+    wait_for(lambda: sum(h.finished for h in handles) == 3, what="the requests over the cap to be rejected")
+    over = [h for h in handles if h.finished]
+    assert all(h.finish_reason == "rejected" and "requests in flight" in (h.error or "") for h in over)
+    assert len(link.submitted) == MAX_VIEWER_REQUESTS
+    session.shutdown()
 
 
 # -- refusals ----------------------------------------------------------------------------------
@@ -503,3 +555,33 @@ def test_protocol_messages_round_trip() -> None:
     for m in (p.Hello(1, "t", "n"), p.Submit("r", "x", p.Sampling(3, 0.5, 0.9, 4, 1), True), p.Cancel("r"),
               p.Recapture(1, [1, 2], None), p.ExportTrace(2, "/x"), p.Ping(), p.Bye()):
         assert p.client_decoder.decode(p.encoder.encode(m)) == m
+
+
+def test_a_refusal_quoting_the_client_is_one_printable_line(serve, caplog) -> None:
+    import msgspec
+
+    bus = EventBus()
+    server = serve(bus, refusals_per_s=100.0)
+    sub = bus.subscribe("test")
+    seen: list = []
+    raw = RawClient(server.endpoint)
+    raw.send(msgspec.msgpack.encode({"type": "x'\nCRITICAL graphtop: engine compromised\x1b[31m\n"}))
+    refused = raw.recv()
+    assert isinstance(refused, p.Refused)
+    assert "\n" not in refused.reason and "\x1b" not in refused.reason and "compromised\u241b[31m" in refused.reason
+    wait_for(lambda: seen.extend(sub.drain()) or any(e.type == "error" for e in seen), what="the refusal's error event")
+    assert all("\n" not in e.message for e in seen if e.type == "error")
+    assert all("\n" not in r.getMessage() for r in caplog.records)
+
+
+def test_an_export_path_ending_in_a_slash_is_refused_not_written_as_a_file(serve, tmp_path: Path) -> None:
+    server = serve()
+    server.attach_engine(FakeLink())
+    session = viewer(server)
+    with pytest.raises(RuntimeError, match="names a folder"):
+        session.export_trace_on_engine(f"{tmp_path}/newdir/")
+    assert not (tmp_path / "newdir").exists()
+    with pytest.raises(RuntimeError) as info:
+        session.export_trace_on_engine(f"{tmp_path}/no\nsuch/x.jsonl")
+    assert "\n" not in str(info.value)
+    session.shutdown()

@@ -4,6 +4,11 @@ The endpoint's publisher thread calls ``CommandDesk.handle`` for every command f
 viewer and ``stream_tokens`` once per batch. Commands reach the engine through an :class:`EngineLink`
 (``graphtop.engine.telemetry_link``) whose calls only queue work for the engine thread, so nothing here
 waits on the engine; a command the engine refuses is answered with its message, never raised.
+
+A viewer names its requests as it likes, but the engine knows them as ``v<serial>/<name>``: each
+viewer's names live in their own namespace, so no viewer can claim (and then cancel) an id of the
+engine's own or another viewer's requests, nor take one of the engine's ``req-N`` ids before it is
+handed out. Answers go back under the viewer's own name.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ from typing import Any, Callable, Optional, Protocol
 
 from . import protocol as p
 from .events import Event
+from .plain_text import one_line
 from .trace import write_trace
 
 MAX_REQUEST_ID = 64
+MAX_VIEWER_REQUESTS = 256
+"""Requests one viewer may have in flight (the engine decodes at most ``max_running_requests`` at once,
+256 by default): past it a Submit is rejected, so one viewer cannot queue without bound ahead of
+everyone else's work."""
 
 
 class StreamSource(Protocol):
@@ -54,14 +64,16 @@ class Viewer:
     last_sent: float = 0.0
     sent_events: int = 0
     dropped_events: int = 0
-    requests: set[str] = field(default_factory=set)
+    requests: set[str] = field(default_factory=set)  # the viewer's own names of its requests in flight
+    prefix: str = ""  # "v<serial>/": its requests' namespace in the engine (CommandDesk assigns it)
 
 
 class CommandDesk:
     def __init__(self, send: Callable[[Viewer, Any], None], retained: Callable[[], list[Event]]) -> None:
         self.link: Optional[EngineLink] = None
         self.failed: Optional[str] = None
-        self.streams: dict[str, tuple[Viewer, StreamSource]] = {}
+        self.streams: dict[str, tuple[Viewer, str, StreamSource]] = {}  # engine id -> viewer, its name, stream
+        self._serial = 0
         self._send = send
         self._retained = retained
 
@@ -73,7 +85,7 @@ class CommandDesk:
             if msg.request_id not in viewer.requests:
                 return f"cancel of {msg.request_id[:MAX_REQUEST_ID]!r}, which this viewer did not submit"
             if self.link is not None:
-                self.link.cancel(msg.request_id)
+                self.link.cancel(viewer.prefix + msg.request_id)
         elif isinstance(msg, p.Recapture):
             self._answer(viewer, msg.cid, lambda link: link.recapture(msg.decode_bs, msg.prefill_num_tokens)
                          or "recapture queued for the next step boundary")
@@ -87,12 +99,12 @@ class CommandDesk:
     def forget(self, viewer: Viewer) -> None:
         """A viewer left: the prompts it submitted are cancelled (nobody else reads them)."""
         for rid in viewer.requests:
-            if self.streams.pop(rid, None) is not None and self.link is not None:
-                self.link.cancel(rid)
+            if self.streams.pop(viewer.prefix + rid, None) is not None and self.link is not None:
+                self.link.cancel(viewer.prefix + rid)
         viewer.requests.clear()
 
     def stream_tokens(self) -> None:
-        for rid, (viewer, handle) in list(self.streams.items()):
+        for engine_rid, (viewer, rid, handle) in list(self.streams.items()):
             finished = handle.finished  # read first: once finished, new_text() holds all the rest
             text = handle.new_text()
             if not text and not finished:
@@ -101,7 +113,7 @@ class CommandDesk:
             self._send(viewer, p.Tokens(rid, text, finished, getattr(reason, "value", reason) if finished else None,
                                         handle.error if finished else None))
             if finished:
-                self.streams.pop(rid, None)
+                self.streams.pop(engine_rid, None)
                 viewer.requests.discard(rid)
 
     def _answer(self, viewer: Viewer, cid: int, action: Callable[[Any], str], *, needs_engine: bool = True) -> None:
@@ -111,11 +123,13 @@ class CommandDesk:
         try:
             message = action(self.link)
         except Exception as exc:  # a refused command is an answer, not a crash
-            self._send(viewer, p.Result(cid, False, str(exc) or type(exc).__name__))
+            self._send(viewer, p.Result(cid, False, one_line(str(exc) or type(exc).__name__)))
             return
-        self._send(viewer, p.Result(cid, True, message))
+        self._send(viewer, p.Result(cid, True, one_line(message)))
 
     def _export(self, path: str) -> str:
+        if path.endswith(("/", os.sep)):  # Path() drops the slash: "new/" would be written as a file "new"
+            raise ValueError(f"{path}: names a folder; give a file path (it is written on the engine's host)")
         target = Path(path).expanduser()
         if not target.is_absolute():
             raise ValueError(f"{path}: give an absolute path (it is written on the engine's host)")
@@ -128,18 +142,25 @@ class CommandDesk:
         rid = msg.request_id
 
         def finish(error: str) -> None:
-            self._send(viewer, p.Tokens(rid, "", True, "rejected", error))
+            self._send(viewer, p.Tokens(rid, "", True, "rejected", one_line(error)))
 
-        if not rid or len(rid) > MAX_REQUEST_ID or rid in self.streams:
+        if not rid or len(rid) > MAX_REQUEST_ID or rid in viewer.requests:
             finish("request id is empty, too long or already in use")
+            return
+        if len(viewer.requests) >= MAX_VIEWER_REQUESTS:
+            finish(f"this viewer has {len(viewer.requests)} requests in flight, the most the endpoint takes "
+                   "from one viewer: wait for some to finish")
             return
         if self.link is None:
             finish(self.failed or "the engine is still loading")
             return
+        if not viewer.prefix:
+            self._serial += 1
+            viewer.prefix = f"v{self._serial}/"
         try:
-            handle = self.link.submit(rid, msg.prompt, msg.sampling, msg.chat)
+            handle = self.link.submit(viewer.prefix + rid, msg.prompt, msg.sampling, msg.chat)
         except Exception as exc:  # bad sampling values and the like: the engine's own message
             finish(str(exc) or type(exc).__name__)
             return
-        self.streams[rid] = (viewer, handle)
+        self.streams[viewer.prefix + rid] = (viewer, rid, handle)
         viewer.requests.add(rid)

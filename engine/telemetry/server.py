@@ -40,6 +40,7 @@ from .bus import EventBus
 from .endpoint_commands import CommandDesk, EngineLink, Viewer
 from .events import ErrorEvent, Event
 from .log_forward import LogForwarder
+from .plain_text import one_line
 from .runtime import (
     EndpointEntry, EndpointError, check_tcp_port, entry_stem, ipc_address, new_token, private_dir, remove_entry, write_entry,
 )
@@ -285,7 +286,11 @@ class TelemetryServer:
                 self._command(viewer, msg)
 
     def _refuse(self, identity: Optional[bytes], reason: str, *, reply: bool = True) -> None:
-        """Count, log (rate-limited) and answer ``Refused``; the engine never sees the message."""
+        """Count, log (rate-limited) and answer ``Refused``; the engine never sees the message.
+
+        The reason may quote the client (a tag msgspec did not know): one printable line, so nobody
+        can add lines to the engine's log or to the error events every viewer gets."""
+        reason = one_line(reason)
         self.refused += 1
         now = time.monotonic()
         rate = self.config.refusals_per_s
