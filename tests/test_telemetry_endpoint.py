@@ -239,6 +239,14 @@ def test_gaps_in_the_stream_are_counted_as_dropped(serve) -> None:
 # -- commands ----------------------------------------------------------------------------------
 
 
+class PendingLink(FakeLink):
+    """An engine whose requests never finish (they stay in flight until cancelled)."""
+
+    def submit(self, *args: Any) -> FakeHandle:
+        super().submit(*args)
+        return FakeHandle([])
+
+
 def test_prompt_streams_back_to_the_viewer_that_sent_it(serve) -> None:
     server = serve()
     link = FakeLink()
@@ -311,12 +319,7 @@ def test_commands_before_the_engine_is_loaded_are_answered_not_lost(serve) -> No
 def test_detaching_cancels_the_viewers_own_prompts(serve) -> None:
     server = serve()
 
-    class SlowLink(FakeLink):
-        def submit(self, *args: Any) -> FakeHandle:
-            super().submit(*args)
-            return FakeHandle([])  # never finishes
-
-    link = SlowLink()
+    link = PendingLink()
     server.attach_engine(link)
     session = viewer(server)
     handle = session.submit("hi", SamplingSettings(), False)
@@ -330,12 +333,7 @@ def test_a_viewer_cannot_claim_or_cancel_requests_that_are_not_its_own(serve) ->
     one of the engine's next ``req-N`` ids neither takes it over nor lets a cancel reach it."""
     server = serve()
 
-    class SlowLink(FakeLink):
-        def submit(self, *args: Any) -> FakeHandle:
-            super().submit(*args)
-            return FakeHandle([])  # never finishes
-
-    link = SlowLink()
+    link = PendingLink()
     server.attach_engine(link)
     first, second = viewer(server), viewer(server)
     mine = first.submit("hi", SamplingSettings(), False)
@@ -361,12 +359,7 @@ def test_one_viewer_cannot_queue_without_bound(serve) -> None:
 
     server = serve()
 
-    class SlowLink(FakeLink):
-        def submit(self, *args: Any) -> FakeHandle:
-            super().submit(*args)
-            return FakeHandle([])
-
-    link = SlowLink()
+    link = PendingLink()
     server.attach_engine(link)
     session = viewer(server)
     handles = [session.submit("x", SamplingSettings(), False) for _ in range(MAX_VIEWER_REQUESTS + 3)]
