@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -578,3 +579,71 @@ def test_an_export_path_ending_in_a_slash_is_refused_not_written_as_a_file(serve
         session.export_trace_on_engine(f"{tmp_path}/no\nsuch/x.jsonl")
     assert "\n" not in str(info.value)
     session.shutdown()
+
+
+class GatedLink(FakeLink):
+    """An engine whose submit blocks (as tokenizing a long prompt does) until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def submit(self, *args: Any) -> FakeHandle:
+        self.gate.wait(10)
+        super().submit(*args)
+        return FakeHandle([])  # stays in flight
+
+
+def test_a_slow_submit_does_not_pause_the_stream_and_a_cancel_before_it_lands_is_kept(serve) -> None:
+    """Engine.submit tokenizes in its caller's thread: on the endpoint's worker, not the publisher, so
+    every viewer's events keep flowing meanwhile; a cancel sent before the engine had the request is
+    sent once it has it."""
+    from graphtop.engine.telemetry.events import ErrorEvent
+
+    bus = EventBus()
+    server = serve(bus)
+    link = GatedLink()
+    server.attach_engine(link)
+    session, watcher = viewer(server), viewer(server)
+    handle = session.submit("a long prompt", SamplingSettings(), False)
+    session.cancel(handle.request_id)
+    time.sleep(0.3)  # the submit now blocks the worker
+    bus.publish(ErrorEvent(message="while the worker is busy", where="test"))
+    wait_for(lambda: any(getattr(e, "message", "") == "while the worker is busy" for e in watcher.drain()),
+             timeout=2.0, what="the stream to go on while a submit is being tokenized")
+    assert link.submitted == [] and link.cancelled == []
+    link.gate.set()
+    wait_for(lambda: link.cancelled == ["v1/" + handle.request_id], what="the early cancel to reach the engine")
+    session.shutdown()
+    watcher.shutdown()
+
+
+def test_exports_wait_on_the_worker_and_one_viewer_may_queue_only_a_few(serve, tmp_path: Path) -> None:
+    from graphtop.engine.telemetry.endpoint_commands import MAX_VIEWER_EXPORTS
+
+    server = serve()
+    link = GatedLink()
+    server.attach_engine(link)
+    raw = RawClient(server.endpoint)
+    raw.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, server.token)))
+    assert isinstance(raw.recv(), p.Welcome)
+    raw.send(p.encoder.encode(p.Submit("r1", "x")))  # holds the worker until the gate opens
+    for cid in range(MAX_VIEWER_EXPORTS + 1):
+        raw.send(p.encoder.encode(p.ExportTrace(cid, str(tmp_path / f"e{cid}.jsonl"))))
+    results: dict[int, p.Result] = {}
+
+    def collect() -> bool:
+        while raw.sock.poll(50):
+            msg = p.server_decoder.decode(raw.sock.recv())
+            if isinstance(msg, p.Result):
+                results[msg.cid] = msg
+        return len(results) == MAX_VIEWER_EXPORTS + 1 or (not link.gate.is_set() and MAX_VIEWER_EXPORTS in results)
+
+    wait_for(collect, what="the export over the limit to be refused at once")
+    assert not results[MAX_VIEWER_EXPORTS].ok and "still being written" in results[MAX_VIEWER_EXPORTS].message
+    assert len(results) == 1  # the others wait for the worker
+    link.gate.set()
+    wait_for(collect, what="the queued exports' answers")
+    assert all(results[cid].ok for cid in range(MAX_VIEWER_EXPORTS))
+    assert sorted(f.name for f in tmp_path.iterdir()) == [f"e{cid}.jsonl" for cid in range(MAX_VIEWER_EXPORTS)]
+    raw.close()

@@ -165,6 +165,7 @@ class TelemetryServer:
         self._closing_reason = reason
         self._stop.set()
         self._thread.join(10.0)
+        self.commands.close()
         self.bus.unsubscribe(self._sub)
         self.logs.uninstall()
         remove_entry(self.folder, self._stem)
