@@ -44,7 +44,7 @@ from .plain_text import one_line
 from .runtime import (
     EndpointEntry, EndpointError, check_tcp_port, entry_stem, ipc_address, new_token, private_dir, remove_entry, write_entry,
 )
-from .state_keeper import StateKeeper
+from .state_keeper import REFUSAL_WHERE, StateKeeper
 
 log = logging.getLogger("graphtop.telemetry")
 _SERIALS = itertools.count()
@@ -300,7 +300,7 @@ class TelemetryServer:
         if self._refusal_budget >= 1.0:
             self._refusal_budget -= 1.0
             log.warning("telemetry endpoint refused a client: %s", reason)
-            self.bus.publish(ErrorEvent(message=f"refused a client: {reason}", where="telemetry endpoint"))
+            self.bus.publish(ErrorEvent(message=f"refused a client: {reason}", where=REFUSAL_WHERE))
         if reply and identity is not None:
             self._reply(identity, p.Refused(reason))
 

@@ -19,6 +19,12 @@ from .events import Event
 
 Item = tuple[int, Event]  # (seq, event)
 
+REFUSAL_WHERE = "telemetry endpoint"
+"""``ErrorEvent.where`` of the endpoint's own refusals of clients."""
+RECENT_REFUSALS = 5
+"""Refusals kept for the snapshot, apart from the engine's errors: a client sending junk at the
+refusal log's rate would otherwise push every real engine error out of what a new viewer sees."""
+
 
 class StateKeeper:
     def __init__(self, *, recent_steps: int = 4096, recent_alerts: int = 50, open_requests: int = 10_000) -> None:
@@ -26,6 +32,7 @@ class StateKeeper:
         self._started: list[Item] = []
         self._downgrades: deque[Item] = deque(maxlen=recent_alerts)
         self._errors: deque[Item] = deque(maxlen=recent_alerts)
+        self._refusals: deque[Item] = deque(maxlen=RECENT_REFUSALS)
         self._capture: dict[str, list[Item]] = {}
         self._latest: dict[str, Item] = {}  # memory_ledger, kv_pool, recapture_* : the last one counts
         self._steps: deque[Item] = deque(maxlen=recent_steps)
@@ -34,7 +41,7 @@ class StateKeeper:
         self._fold: dict[str, Callable[[Item], None]] = {
             "engine_started": self._on_started,
             "config_downgrade": self._downgrades.append,
-            "error": self._errors.append,
+            "error": self._on_error,
             "capture_started": self._on_capture_started,
             "capture_progress": self._on_capture,
             "capture_finished": self._on_capture,
@@ -60,13 +67,17 @@ class StateKeeper:
 
     def snapshot(self) -> list[Event]:
         """The retained events in the order the engine published them."""
-        parts: list[Iterable[Item]] = [self._started, self._downgrades, self._errors, self._steps,
+        parts: list[Iterable[Item]] = [self._started, self._downgrades, self._errors, self._refusals, self._steps,
                                        sorted(self._latest.values(), key=_seq)]
         parts += self._capture.values()
         parts += self._open.values()
         return [ev for _, ev in heapq.merge(*parts, key=_seq)]
 
     # -- folding ----------------------------------------------------------------------------------
+    def _on_error(self, item: Item) -> None:
+        refusal = getattr(item[1], "where", None) == REFUSAL_WHERE
+        (self._refusals if refusal else self._errors).append(item)
+
     def _on_started(self, item: Item) -> None:
         self._started = [item]
 
@@ -106,7 +117,7 @@ class StateKeeper:
     @property
     def retained(self) -> int:
         """How many events a snapshot holds now (bounded by the constructor's limits)."""
-        return (len(self._started) + len(self._downgrades) + len(self._errors) + len(self._steps)
+        return (len(self._started) + len(self._downgrades) + len(self._errors) + len(self._refusals) + len(self._steps)
                 + len(self._latest) + sum(map(len, self._capture.values())) + sum(map(len, self._open.values())))
 
 
