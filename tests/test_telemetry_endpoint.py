@@ -295,6 +295,8 @@ def test_recapture_cancel_and_export_commands(serve, tmp_path: Path) -> None:
     handle = session.submit("hi", SamplingSettings(), False)
     wait_for(lambda: server.refused >= 1, what="the foreign cancel to be refused")
     assert link.cancelled == []
+    wait_for(lambda: any("which this viewer did not submit" in m for _, m in other.drain_logs()),
+             what="the refusal to reach the viewer that sent it")
     handle.wait(10)
     session.shutdown()
     other.shutdown()

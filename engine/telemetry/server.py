@@ -337,6 +337,6 @@ class TelemetryServer:
             self._detach(viewer)
         elif not isinstance(msg, p.Ping):
             refusal = self.commands.handle(viewer, msg)
-            if refusal:
-                self._refuse(viewer.identity, refusal, reply=False)
+            if refusal:  # answered: the viewer logs it (a cancel it cannot give is said, not swallowed)
+                self._refuse(viewer.identity, refusal)
 
