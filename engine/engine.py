@@ -384,8 +384,9 @@ class Engine:
             if req.request_id in self._by_id:  # cancel goes by id: two live requests cannot share one
                 problem = f"request id {req.request_id!r} is already used by a request in flight"
                 req.handle._finish(FinishReason.REJECTED, problem)
-                self.bus.publish(ev.RequestFinished(request_id=req.request_id, output_tokens=0,
-                                                    finish_reason="rejected", error=problem))
+                # an error, not a request_finished: under that id every reader of the stream (the
+                # endpoint's snapshot, the dashboard, a trace's latencies) would finish the live request
+                self.bus.publish(ev.ErrorEvent(message=f"a submit was rejected: {problem}", where="submit"))
                 return
             self._by_id[req.request_id] = req
             self.scheduler.add(req)

@@ -102,10 +102,14 @@ def test_other_misuse_is_a_type_error(engine):
 
 
 def test_a_request_id_in_flight_cannot_be_used_again(engine):
+    sub = engine.bus.subscribe("test")
     first = engine.submit("hello", SamplingParams(max_new_tokens=20), request_id="D")
     second = engine.submit("world", SamplingParams(max_new_tokens=20), request_id="D")
     engine.step()
     assert second.finished and second.finish_reason is FinishReason.REJECTED and "already used" in second.error
+    seen = sub.drain()
+    assert not [e for e in seen if e.type == "request_finished" and e.request_id == "D"]  # the live one is not over
+    assert any(e.type == "error" and "'D' is already used" in e.message for e in seen)
     engine.cancel("D")  # reaches the one request that holds the id
     engine.run_until_done([first])
     assert first.finish_reason is FinishReason.CANCELLED
