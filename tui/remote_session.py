@@ -435,7 +435,7 @@ class RemoteSession:
         if not self._protocol_warned:
             self._protocol_warned = True
             self._logs.append((logging.WARNING, f"the engine sent a malformed frame, ignored: {what} "
-                                                "(further ones are counted in 'dropped' only)"))
+                                                "(said once; a gap it hides shows in 'dropped' with the next frame)"))
 
     def _push(self, pairs: list[tuple[str, msgspec.Raw]]) -> None:
         if not pairs:
