@@ -397,12 +397,9 @@ class RemoteSession:
             return
         held = self._held
         if held is not None and self._follows(msg, held.first_seq + len(held.events), held.bus_dropped):
-            self._held = None  # the stream did move there: resynchronise on it
-            if held.first_seq > expected:
-                self.gaps += held.first_seq - expected
+            self._held = None  # the stream did move there: resynchronise on it (_take counts a gap ahead)
             if held.bus_dropped < self._bus_now:  # counted from a new base: the losses counted so far stay
                 self._bus_base -= self._bus_now - held.bus_dropped
-            self._expected_seq, self._bus_now = held.first_seq, held.bus_dropped
             self._take(held)
             self._take(msg)
             return

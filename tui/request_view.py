@@ -41,10 +41,10 @@ class RequestView(Static):
             delta = self.handle.new_text()
         except Exception as exc:  # a broken handle must not take the UI down
             delta, self.done = "", True
-            self.text += f"\n[error: {exc}]"
+            self.text += printable(f"\n[error: {exc}]")
         changed = bool(delta)
-        if delta:
-            text = self.text + delta
+        if delta:  # made printable once, as it arrives, not at every redraw
+            text = self.text + printable(delta)
             self.trimmed = self.trimmed or len(text) > MAX_CHARS
             self.text = text[-MAX_CHARS:]
         if self.handle.finished and not self.done:
@@ -74,4 +74,4 @@ class RequestView(Static):
         self.set_class(self.done, "-done")
         cut = Content.from_markup("[$text-muted]… (earlier text let go: $n characters kept per request)[/]\n",
                                   n=f"{MAX_CHARS:,}") if self.trimmed else Content("")
-        self.update(Content.assemble(header, status, "\n", cut, printable(self.text) or "…"))
+        self.update(Content.assemble(header, status, "\n", cut, self.text or "…"))

@@ -47,6 +47,11 @@ class StreamSource(Protocol):
     def new_text(self) -> str: ...
 
 
+def _reason(exc: BaseException) -> str:
+    """A refused command's answer: the exception's own message (its type when it has none)."""
+    return str(exc) or type(exc).__name__
+
+
 MAX_VIEWER_EXPORTS = 2
 """Exports one viewer may have waiting for the worker: each writes every retained event to disk."""
 
@@ -82,7 +87,7 @@ class PendingStream:
         if handle is not None:
             return handle.error
         exc = self.future.exception() if self.future.done() else None
-        return (str(exc) or type(exc).__name__) if exc is not None else None
+        return _reason(exc) if exc is not None else None
 
     def new_text(self) -> str:
         handle = self._handle()
@@ -141,7 +146,9 @@ class CommandDesk:
         elif isinstance(msg, p.Cancel):
             if msg.request_id not in viewer.requests:
                 return f"cancel of {msg.request_id[:MAX_REQUEST_ID]!r}, which this viewer did not submit"
-            self._cancel(viewer.prefix + msg.request_id)
+            engine_rid = viewer.prefix + msg.request_id
+            entry = self.streams.get(engine_rid)
+            self._cancel(engine_rid, entry[2] if entry is not None else None)
         elif isinstance(msg, p.Recapture):
             self._answer(viewer, msg.cid, lambda link: link.recapture(msg.decode_bs, msg.prefill_num_tokens)
                          or "recapture queued for the next step boundary")
@@ -158,37 +165,39 @@ class CommandDesk:
                 self._answers.append((viewer, msg.cid, self._worker.submit(self._export, msg.path, events)))
         return None
 
-    def _cancel(self, engine_rid: str) -> None:
-        entry = self.streams.get(engine_rid)
-        handle = entry[2] if entry is not None else None
+    def _cancel(self, engine_rid: str, handle: Optional[StreamSource]) -> Optional[PendingStream]:
+        """Cancel ``engine_rid`` now, or once the worker has handed it to the engine (sent earlier, the
+        engine would not know the id yet): then the PendingStream it waits for (``_send_late_cancel``)."""
         if isinstance(handle, PendingStream) and not handle.future.done():
-            handle.cancel_wanted = True  # stream_tokens sends it once the engine has the request
-        elif self.link is not None:
+            handle.cancel_wanted = True
+            return handle
+        if self.link is not None:
             self.link.cancel(engine_rid)
+        return None
+
+    def _send_late_cancel(self, engine_rid: str, pending: PendingStream) -> None:
+        """The cancel ``_cancel`` put off, once the worker is done (a refused submit needs none)."""
+        if pending.cancel_wanted and pending.future.done():
+            pending.cancel_wanted = False
+            if pending.future.exception() is None and self.link is not None:
+                self.link.cancel(engine_rid)
 
     def forget(self, viewer: Viewer) -> None:
         """A viewer left: the prompts it submitted are cancelled (nobody else reads them)."""
         for rid in viewer.requests:
             engine_rid = viewer.prefix + rid
             entry = self.streams.pop(engine_rid, None)
-            if entry is None:
-                continue
-            handle = entry[2]
-            if isinstance(handle, PendingStream) and not handle.future.done():
-                handle.cancel_wanted = True
-                self._orphans.append((engine_rid, handle))
-            elif self.link is not None:
-                self.link.cancel(engine_rid)
+            waiting = self._cancel(engine_rid, entry[2]) if entry is not None else None
+            if waiting is not None:
+                self._orphans.append((engine_rid, waiting))
         viewer.requests.clear()
 
     def stream_tokens(self) -> None:
         """Send what the worker and the engine have for the viewers: export answers, streamed text."""
         self._finish_worker_answers()
         for engine_rid, (viewer, rid, handle) in list(self.streams.items()):
-            if isinstance(handle, PendingStream) and handle.cancel_wanted and handle.future.done():
-                handle.cancel_wanted = False
-                if handle.future.exception() is None and self.link is not None:
-                    self.link.cancel(engine_rid)
+            if isinstance(handle, PendingStream):
+                self._send_late_cancel(engine_rid, handle)
             finished = handle.finished  # read first: once finished, new_text() holds all the rest
             text = handle.new_text()
             if not text and not finished:
@@ -208,23 +217,21 @@ class CommandDesk:
             viewer.exports -= 1
             exc = future.exception()
             if exc is not None:
-                self._send(viewer, p.Result(cid, False, one_line(str(exc) or type(exc).__name__)))
+                self._send(viewer, p.Result(cid, False, one_line(_reason(exc))))
             else:
                 self._send(viewer, p.Result(cid, True, one_line(future.result())))
         for entry in [o for o in self._orphans if o[1].future.done()]:
             self._orphans.remove(entry)
-            engine_rid, pending = entry
-            if pending.future.exception() is None and self.link is not None:
-                self.link.cancel(engine_rid)
+            self._send_late_cancel(*entry)
 
-    def _answer(self, viewer: Viewer, cid: int, action: Callable[[Any], str], *, needs_engine: bool = True) -> None:
-        if needs_engine and self.link is None:
+    def _answer(self, viewer: Viewer, cid: int, action: Callable[[Any], str]) -> None:
+        if self.link is None:
             self._send(viewer, p.Result(cid, False, self.failed or "the engine is still loading"))
             return
         try:
             message = action(self.link)
         except Exception as exc:  # a refused command is an answer, not a crash
-            self._send(viewer, p.Result(cid, False, one_line(str(exc) or type(exc).__name__)))
+            self._send(viewer, p.Result(cid, False, one_line(_reason(exc))))
             return
         self._send(viewer, p.Result(cid, True, one_line(message)))
 

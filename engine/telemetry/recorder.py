@@ -129,8 +129,7 @@ class TraceRecorder:
                 self._stage.publish()
         except (OSError, OutputPathError) as exc:
             self._stage.discard()
-            why = _describe_oserror(exc) if isinstance(exc, OSError) else str(exc)
-            raise RecorderError(f"cannot write trace {self.path}: {why}") from None
+            raise self._cannot_write(exc) from None
         self.counts[header.type] += 1
 
         # Subscribe only after the header is safely on disk: nothing is queued for a dead file.
@@ -209,8 +208,11 @@ class TraceRecorder:
         try:
             self._stage.publish()
         except (OSError, OutputPathError) as exc:
-            why = _describe_oserror(exc) if isinstance(exc, OSError) else str(exc)
-            raise RecorderError(f"cannot write trace {self.path}: {why}") from None
+            raise self._cannot_write(exc) from None
+
+    def _cannot_write(self, exc: Exception) -> RecorderError:
+        why = _describe_oserror(exc) if isinstance(exc, OSError) else str(exc)
+        return RecorderError(f"cannot write trace {self.path}: {why}")
 
     def discard(self, timeout: float = 30.0) -> None:
         """Stop recording and drop a trace not yet published: ``path`` keeps what it held before."""
