@@ -18,7 +18,6 @@ constructor capture everything before it returns (benchmarks).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -50,6 +49,7 @@ from .overlap import TokenReadback
 from .parity import ParityChecker, scratch_pages
 from .prompts import admission_problem, encode_prompt
 from .request import FinishReason, Request, RequestHandle
+from .request_ids import RequestIds
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .step_loop import StepLoop
@@ -149,7 +149,7 @@ class Engine:
         self.events.kv(force=True)
 
         self.commands = CommandQueue()
-        self._ids = itertools.count()
+        self._ids = RequestIds()
         self._by_id: dict[str, Request] = {}
         self.output = OutputProcessor(self.tokenizer, frozenset(spec.eos_token_ids), self.max_context_len,
                                       self.pool.capacity_tokens, self._release, self.bus.publish)
@@ -217,11 +217,20 @@ class Engine:
         if request_id is not None and not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         params = params or SamplingParams()
-        rid = request_id or f"req-{next(self._ids)}"
         text, ids = encode_prompt(self.tokenizer, prompt, chat)
+        rid = self._ids.claim(request_id)
+        if rid is None:  # request_id is not None here: only a wanted id can be taken
+            problem = f"request id {request_id!r} is already used by a request in flight"
+            handle = RequestHandle(str(request_id), self, text, ids)
+            handle._finish(FinishReason.REJECTED, problem)
+            # an error, not a request_finished: under that id every reader of the stream (the endpoint's
+            # snapshot, the dashboard, a trace's latencies) would finish the live request
+            self.bus.publish(ev.ErrorEvent(message=f"a submit was rejected: {problem}", where="submit"))
+            return handle
         handle = RequestHandle(rid, self, text, ids)
         problem = admission_problem(ids, self.max_context_len, self.pool.capacity_tokens, self.spec.vocab_size)
         if problem:
+            self._ids.release(rid)
             handle._finish(FinishReason.REJECTED, problem)
             self.bus.publish(ev.RequestFinished(request_id=rid, output_tokens=0, finish_reason="rejected",
                                                 error=problem))
@@ -380,14 +389,7 @@ class Engine:
     def _apply(self, command: Command) -> None:
         """Carry out one command, on the step loop's thread, between steps."""
         if isinstance(command, Submit):
-            req = command.request
-            if req.request_id in self._by_id:  # cancel goes by id: two live requests cannot share one
-                problem = f"request id {req.request_id!r} is already used by a request in flight"
-                req.handle._finish(FinishReason.REJECTED, problem)
-                # an error, not a request_finished: under that id every reader of the stream (the
-                # endpoint's snapshot, the dashboard, a trace's latencies) would finish the live request
-                self.bus.publish(ev.ErrorEvent(message=f"a submit was rejected: {problem}", where="submit"))
-                return
+            req = command.request  # its id was claimed at submit: no live request has it (RequestIds)
             self._by_id[req.request_id] = req
             self.scheduler.add(req)
             self.bus.publish(ev.RequestQueued(request_id=req.request_id, prompt_tokens=len(req.prompt_ids),
@@ -412,6 +414,7 @@ class Engine:
     def _release(self, req: Request) -> None:
         self.scheduler.finish(req)
         self._by_id.pop(req.request_id, None)
+        self._ids.release(req.request_id)
 
     # --- background thread ---------------------------------------------------------------------
     @property
@@ -452,6 +455,7 @@ class Engine:
         self._fail_running(reason)
         for command in self.commands.drain():  # submitted, never applied: finished too, so no one waits on them
             if isinstance(command, Submit):
+                self._ids.release(command.request.request_id)
                 command.request.handle._finish(FinishReason.CANCELLED, reason)
         self.parity.close()
         # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.

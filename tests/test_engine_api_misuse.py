@@ -118,6 +118,37 @@ def test_a_request_id_in_flight_cannot_be_used_again(engine):
     assert again.finish_reason is FinishReason.LENGTH
 
 
+def test_a_duplicate_id_is_refused_when_submit_returns(engine):
+    first = engine.submit("hello", SamplingParams(max_new_tokens=5), request_id="E")
+    second = engine.submit("world", SamplingParams(max_new_tokens=5), request_id="E")
+    assert second.finished and second.finish_reason is FinishReason.REJECTED  # before any step ran
+    engine.run_until_done([first])
+    assert first.finish_reason is FinishReason.LENGTH and len(first.token_ids) == 5
+
+
+def test_automatic_ids_skip_the_ids_callers_chose(engine):
+    """A caller may name a request like an automatic id; the next automatic id skips it (it was taken
+    even before the step loop saw that submit), so neither request is rejected."""
+    chosen = [engine.submit("hello", GREEDY, request_id=f"req-{i}") for i in range(3)]
+    auto = [engine.submit([5, 6, 7], GREEDY) for _ in range(3)]
+    assert not {h.request_id for h in auto} & {h.request_id for h in chosen}
+    assert len({h.request_id for h in auto}) == 3
+    engine.run_until_done(chosen + auto)
+    assert all(h.finish_reason is FinishReason.LENGTH for h in chosen + auto)
+    assert all(h.token_ids == auto[0].token_ids for h in auto)
+    reused = engine.submit([5, 6, 7], GREEDY, request_id=auto[0].request_id)  # free again once finished
+    engine.run_until_done([reused])
+    assert reused.finish_reason is FinishReason.LENGTH
+
+
+def test_ids_of_requests_a_close_cancels_are_free(make_engine, llama):
+    engine = make_engine(llama, graphs=False)
+    handle = engine.submit("hello", GREEDY, request_id="F")
+    engine.close()
+    assert handle.finish_reason is FinishReason.CANCELLED
+    assert "F" not in engine._ids
+
+
 def test_a_closed_engine_takes_nothing_new(make_engine, llama):
     engine = make_engine(llama, graphs=False)
     queued = engine.submit("hello", GREEDY)  # submitted, never stepped: closing finishes it
