@@ -90,8 +90,19 @@ def ensure_demo_model(cache_dir: Path | str | None = None) -> Path:
     if (target / "config.json").is_file():
         return target
     check_demo_cache(cache_dir)
+    from safetensors import SafetensorError
+
     try:
         return build_once(target, _build)
-    except OSError as err:  # e.g. a disk that fills up or turns read-only mid-build
+    # A disk that fills up or turns read-only mid-build: an OSError from the tokenizer's files, a
+    # SafetensorError (not an OSError) from the weights. build_once removes the staging folder either way.
+    except (OSError, SafetensorError) as err:
         raise CheckpointError(f"{_cache_label(root, cache_dir)}: cannot build the demo model: "
-                              f"{err.strerror or err}") from None
+                              f"{_reason(err)}") from None
+
+
+def _reason(err: Exception) -> str:
+    """The part of a build error worth one line: an OSError's strerror, else the message's first line."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
