@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
 from .session import ReplayControls
@@ -22,11 +23,16 @@ class ReplayBar(Horizontal):
         state = "[$warning]❚❚ paused[/]" if session.paused else "[$success]▶ playing[/]"
         if session.finished and not session.paused:
             state = "[$text-muted]■ end[/]"
-        self.query_one("#replay-label", Label).update(
+        try:
+            label = self.query_one("#replay-label", Label)
+            progress = self.query_one(ProgressBar)
+        except NoMatches:  # a timer tick while the app shuts down, after the children were removed
+            return
+        label.update(
             Content.from_markup(
                 f"{state} $speed  $pos / $dur  event $cur/$tot",
                 speed=f"{session.speed:g}x", pos=f"{session.position:7.1f}s", dur=f"{session.duration:.1f}s",
                 cur=f"{session.cursor:,}", tot=f"{session.total:,}",
             )
         )
-        self.query_one(ProgressBar).update(total=max(session.duration, 1e-9), progress=session.position)
+        progress.update(total=max(session.duration, 1e-9), progress=session.position)
