@@ -246,3 +246,52 @@ def test_close_publishes_a_staged_trace(tmp_path: Path) -> None:
     rec = TraceRecorder(target, EventBus(), {}, publish=False)
     assert not target.exists()
     assert rec.close().ok and read_trace(target).header.meta == {}
+
+
+def test_a_second_recorder_refuses_a_trace_still_being_written(tmp_path: Path) -> None:
+    target = tmp_path / "t.jsonl"
+    first = TraceRecorder(target, EventBus(), {"run": 1})
+    for publish in (True, False):  # at once, or staged for later: refused up front either way
+        with pytest.raises(RecorderError, match="another graphtop run is still recording to it"):
+            TraceRecorder(target, EventBus(), {"run": 2}, publish=publish)
+    assert first.close().ok
+    assert TraceRecorder(target, EventBus(), {"run": 3}).close().ok  # once the first is done
+    assert read_trace(target).header.meta == {"run": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
+
+
+def test_a_staged_trace_is_not_published_over_a_live_one(tmp_path: Path) -> None:
+    target = tmp_path / "t.jsonl"
+    second = TraceRecorder(target, EventBus(), {"run": 2}, publish=False)
+    first = TraceRecorder(target, EventBus(), {"run": 1})
+    with pytest.raises(RecorderError, match="still recording"):
+        second.publish()
+    second.discard()
+    assert first.close().ok and read_trace(target).header.meta == {"run": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
+
+
+@pytest.mark.parametrize("change,reason", [
+    (lambda target, other: os.replace(other, target), "another file replaced it while recording"),
+    (lambda target, other: os.replace(target, other), "it was moved or removed while recording"),
+])
+def test_a_trace_replaced_or_moved_while_recording_is_a_write_error(tmp_path: Path, change, reason) -> None:
+    target, other = tmp_path / "t.jsonl", tmp_path / "other.jsonl"
+    other.write_text("another run's trace\n")
+    rec = TraceRecorder(target, EventBus(), {})
+    change(target, other)
+    result = rec.close()
+    assert not result.ok and result.write_error is not None and result.write_error.startswith(reason)
+    assert result.error_line == f"cannot write trace {target}: {result.write_error}"
+
+
+def test_an_interrupt_while_starting_leaves_no_staged_file(tmp_path: Path, monkeypatch) -> None:
+    from graphtop.engine.telemetry import recorder
+
+    def interrupted(*a: object) -> bytes:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recorder, "encode_event", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        TraceRecorder(tmp_path / "t.jsonl", EventBus(), {}, publish=False)
+    assert list(tmp_path.iterdir()) == []

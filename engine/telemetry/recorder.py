@@ -8,13 +8,20 @@ Failure isolation: the recorder must never take the engine down. The trace path 
 recorder is constructed (so the CLI can exit 2 before loading a model); after that, a failing write
 (ENOSPC, EIO, ...) stops recording, is remembered in ``write_error`` and reported by ``close()``,
 while the engine keeps running.
+
+One trace per path: a recorder holds a lock on its own file, so a second recorder refuses (before the
+run, and again just before its rename) to replace a trace still being written; ``close()`` then checks
+the path still names the file it wrote, and reports a trace that was replaced or moved meanwhile as a
+write error rather than letting it go silently.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import operator
 import os
+import stat
 import threading
 import time
 from collections import Counter
@@ -59,6 +66,14 @@ class RecorderResult:
     def ok(self) -> bool:
         return self.write_error is None and self.dropped == 0
 
+    @property
+    def error_line(self) -> Optional[str]:
+        """The write failure as the CLI's one error line, or None: the trace is not all there."""
+        if self.write_error is None:
+            return None
+        lost = f" ({self.lost_after_error} events not written)" if self.lost_after_error else ""
+        return cannot_write_trace(self.path, self.write_error + lost)
+
     def describe(self) -> str:
         """One line for the CLI."""
         line = f"trace {self.path}: {self.lines_written} lines, {self.bytes_written} bytes"
@@ -73,6 +88,39 @@ def _describe_oserror(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno, "") if exc.errno is not None else ""
     reason = exc.strerror or str(exc) or type(exc).__name__
     return f"{name}: {reason}" if name else reason
+
+
+def cannot_write_trace(path: Union[str, os.PathLike[str]], why: str) -> str:
+    """The one wording of a trace that could not be written, for errors raised and reported alike."""
+    return f"cannot write trace {path}: {why}"
+
+
+def _lock_own(file: BinaryIO) -> None:
+    """Mark ``file`` as a trace being written: the lock stays with the file across the rename into
+    place and goes when it is closed (or the process dies), so a stale lock cannot outlive a run."""
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a file system without locks: close()'s identity check still catches a replaced trace
+
+
+def _being_recorded(path: Path) -> bool:
+    """True when ``path`` is a regular file another recorder still holds its lock on."""
+    try:  # never blocks: no FIFO is opened for reading, no link followed
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _open_trace(path: Path) -> StagedFile:
@@ -117,23 +165,38 @@ class TraceRecorder:
         try:
             self._stage = StagedFile(opener(self.path), self.path, "trace") if opener else _open_trace(self.path)
         except OSError as exc:
-            raise RecorderError(f"cannot write trace {self.path}: {_describe_oserror(exc)}") from None
+            raise self._cannot_write(exc) from None
         except OutputPathError as exc:
             raise RecorderError(f"cannot write {exc}") from None
         self._file = self._stage.file
         self._discarded = False
-        header = TraceHeader(meta=dict(header_meta or {}))
+        # The regular file this recorder writes (None for a device written straight through); a rename
+        # keeps its device and inode, which is how close() recognises it at the path.
+        self._own: Optional[os.stat_result] = None
         try:
-            self._write(encode_event(header), 1)
-            if publish:
-                self._stage.publish()
-        except (OSError, OutputPathError) as exc:
+            self._start(header_meta, name, maxsize, publish)
+        except BaseException as exc:  # an interrupt too: no staged file outlives a constructor that failed
+            subscription = getattr(self, "subscription", None)  # set only once the header is written
+            if subscription is not None:
+                bus.unsubscribe(subscription)
             self._stage.discard()
-            raise self._cannot_write(exc) from None
-        self.counts[header.type] += 1
+            if isinstance(exc, (OSError, OutputPathError)):
+                raise self._cannot_write(exc) from None
+            raise
 
+    def _start(self, header_meta: Optional[dict[str, Any]], name: str, maxsize: int, publish: bool) -> None:
+        """Lock the file as ours, write the header, publish if asked, then start the writer thread."""
+        if self._stage.staged is not None:
+            self._own = os.fstat(self._file.fileno())
+            _lock_own(self._file)
+        header = TraceHeader(meta=dict(header_meta or {}))
+        self._refuse_live_target()
+        self._write(encode_event(header), 1)
+        if publish:
+            self._publish()
+        self.counts[header.type] += 1
         # Subscribe only after the header is safely on disk: nothing is queued for a dead file.
-        self.subscription: Subscription = bus.subscribe(name, maxsize)
+        self.subscription: Subscription = self.bus.subscribe(name, maxsize)
         self._thread = threading.Thread(target=self._run, name=f"graphtop-{name}", daemon=True)
         self._thread.start()
 
@@ -206,13 +269,40 @@ class TraceRecorder:
         still in its temporary file, which ``close()`` or ``discard()`` deals with.
         """
         try:
-            self._stage.publish()
+            self._publish()
         except (OSError, OutputPathError) as exc:
             raise self._cannot_write(exc) from None
 
+    def _publish(self) -> None:
+        if self._stage.staged is None:
+            return
+        self._refuse_live_target()
+        self._stage.publish()
+
+    def _refuse_live_target(self) -> None:
+        """Replacing a trace another run is still writing would lose that trace without a word."""
+        if self._stage.staged is not None and _being_recorded(self.path):
+            raise OutputPathError("another graphtop run is still recording to it")
+
     def _cannot_write(self, exc: Exception) -> RecorderError:
-        why = _describe_oserror(exc) if isinstance(exc, OSError) else str(exc)
-        return RecorderError(f"cannot write trace {self.path}: {why}")
+        return RecorderError(cannot_write_trace(self.path, self._why(exc)))
+
+    @staticmethod
+    def _why(exc: Exception) -> str:
+        return _describe_oserror(exc) if isinstance(exc, OSError) else str(exc)
+
+    def _still_at_path(self) -> Optional[str]:
+        """None while ``path`` names the file this recorder wrote; else why this run's trace is not there."""
+        if self._own is None or self._stage.staged is not None:
+            return None  # a device written straight through, or never put at the path
+        try:
+            now = os.lstat(self.path)
+        except OSError:
+            return "it was moved or removed while recording"
+        if (now.st_dev, now.st_ino) != (self._own.st_dev, self._own.st_ino):
+            return ("another file replaced it while recording (a second run writing the same path?); "
+                    "this run's trace is lost")
+        return None
 
     def discard(self, timeout: float = 30.0) -> None:
         """Stop recording and drop a trace not yet published: ``path`` keeps what it held before."""
@@ -237,10 +327,12 @@ class TraceRecorder:
             self._stage.discard()
         else:
             try:
-                self.publish()
-            except RecorderError as exc:
+                self._publish()
+            except (OSError, OutputPathError) as exc:
                 if self.write_error is None:
-                    self.write_error = str(exc)
+                    self.write_error = self._why(exc)
+            if self.write_error is None:
+                self.write_error = self._still_at_path()
         self._result = RecorderResult(
             path=str(self.path),
             lines_written=self.lines_written,
