@@ -1,9 +1,9 @@
 """The engine's own serving thread (``Engine.start_background``): step while there is work, sleep on
 the command queue's wake event when there is none.
 
-A step that raises must not end serving: the requests in flight fail with the reason (an ``error``
-event says what broke) and the loop goes on with whatever comes next. Only a tensor-parallel failure
-ends it, since no step can run once a rank is gone.
+A step that raises must not end serving: the engine has already failed the requests in flight with
+the reason (``Engine.step``) and the loop goes on with whatever comes next. Only a tensor-parallel
+failure ends it, since no step can run once a rank is gone.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import threading
 from typing import Callable, Optional
 
 from .distributed.errors import TensorParallelError
-from .telemetry import events as ev
 
 log = logging.getLogger("graphtop.engine")
 
@@ -21,12 +20,10 @@ IDLE_WAIT_S = 0.05  # longest sleep between polls while idle (a command wakes th
 
 
 class BackgroundServer:
-    def __init__(self, step: Callable[[], bool], wake: threading.Event, fail_running: Callable[[str], None],
-                 publish: Callable[[ev.Event], None]) -> None:
-        self._step, self._wake, self._fail_running, self._publish = step, wake, fail_running, publish
+    def __init__(self, step: Callable[[], bool], wake: threading.Event) -> None:
+        self._step, self._wake = step, wake
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.last_error: Optional[str] = None
 
     @property
     def running(self) -> bool:
@@ -38,31 +35,38 @@ class BackgroundServer:
 
     def start(self) -> None:
         if self.running:
-            return
+            if not self._stop.is_set():
+                return
+            assert self._thread is not None
+            self._thread.join()  # a stop that timed out: one serving thread, so wait for its step to end
         self._stop.clear()
         self._thread = threading.Thread(target=self._serve, name="graphtop-engine", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Ask the thread to stop after its step and wait up to ``timeout``; False if it is still in
+        that step (it stops when the step ends; a new ``start`` waits for that). Called from the
+        thread itself (a callback), it only asks."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+        self._thread = None
+        return True
 
     def _serve(self) -> None:
         while not self._stop.is_set():
             try:
                 worked = self._step()
-            except TensorParallelError as e:  # a rank is gone: nothing can be served any more
-                self.last_error = str(e)
-                self._fail_running(self.last_error)
+            except TensorParallelError:  # a rank is gone: nothing can be served any more
+                log.exception("a tensor-parallel rank failed; the background thread stops")
                 return
-            except Exception as e:  # keep serving what can be served; say what broke
+            except Exception:  # the engine failed that step's requests; keep serving what comes next
                 log.exception("engine step failed")
-                self.last_error = f"{type(e).__name__}: {e}"
-                self._publish(ev.ErrorEvent(message=self.last_error, where="step", fatal=False))
-                self._fail_running(self.last_error)
                 continue
             if not worked:
                 self._wake.wait(IDLE_WAIT_S)

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator, Optional, Union
 
-from .request import Request
+from .request import Request, RequestHandle
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,11 @@ class Submit:
 
 @dataclass(frozen=True)
 class Cancel:
+    """``handle``: cancel only the request of this handle (a handle's own cancel), never a newer request
+    that has taken its id since; None: whichever request has the id (``Engine.cancel``)."""
+
     request_id: str
+    handle: Optional[RequestHandle] = None
 
 
 @dataclass(frozen=True)

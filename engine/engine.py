@@ -52,6 +52,7 @@ from .request import FinishReason, Request, RequestHandle
 from .request_ids import RequestIds
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
+from .step_guard import StepGuard
 from .step_loop import StepLoop
 from .telemetry import events as ev
 from .telemetry.bus import EventBus
@@ -156,9 +157,13 @@ class Engine:
         self.loop = StepLoop(self.scheduler, self.pool, self.model_runner, self.output, self.events, self.commands,
                              self._apply, TokenReadback(self.device, self.max_running), self.max_context_len,
                              config.overlap_schedule, self.parity)
-        self.background = BackgroundServer(self.step, self.commands.wake, self._fail_running, self.bus.publish)
+        self.background = BackgroundServer(self.step, self.commands.wake)
         self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
+        self._guard = StepGuard()
+        self._lifecycle = threading.Lock()  # closing, and queueing a submit, are one or the other first
         self._closed = False
+        self._close_after_step: Optional[str] = None  # close() called from a callback inside a step
+        self._last_error: Optional[str] = None
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -212,12 +217,20 @@ class Engine:
         that a request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
         """
         self._check_open()
-        if params is not None and not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        params = self._check_params(params)
         if request_id is not None and not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        params = params or SamplingParams()
         text, ids = encode_prompt(self.tokenizer, prompt, chat)
+        return self._submit_encoded(text, ids, params, request_id)
+
+    @staticmethod
+    def _check_params(params: Optional[SamplingParams]) -> SamplingParams:
+        if params is not None and not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        return params or SamplingParams()
+
+    def _submit_encoded(self, text: str, ids: list[int], params: SamplingParams,
+                        request_id: Optional[str]) -> RequestHandle:
         rid = self._ids.claim(request_id)
         if rid is None:  # request_id is not None here: only a wanted id can be taken
             problem = f"request id {request_id!r} is already used by a request in flight"
@@ -238,16 +251,25 @@ class Engine:
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:
             req.detok = IncrementalDetokenizer(self.tokenizer)
-        self.commands.put(Submit(req))
+        with self._lifecycle:  # queued before close drains the queue, or refused: never lost in between
+            if self._closed:
+                self._ids.release(rid)
+                raise EngineError("the engine is closed")
+            self.commands.put(Submit(req))
         return handle
 
     def generate(
         self, prompts: Iterable[Union[str, Sequence[int]]], params: Optional[SamplingParams] = None
     ) -> list[RequestHandle]:
-        """Submit all prompts at once (one continuous batch) and serve them to completion."""
+        """Submit all prompts at once (one continuous batch) and serve them to completion. Every prompt
+        is checked before any is submitted: a wrong type refuses the whole call, serving none."""
         if isinstance(prompts, str):
             raise TypeError("generate takes a list of prompts; for one prompt pass [prompt], or use submit")
-        handles = [self.submit(p, params) for p in prompts]
+        self._check_open()
+        self._guard.refuse_inside("generate()")
+        params = self._check_params(params)
+        encoded = [encode_prompt(self.tokenizer, p, False) for p in prompts]
+        handles = [self._submit_encoded(text, ids, params, None) for text, ids in encoded]
         if self.background_running:
             for h in handles:
                 h.wait()
@@ -256,7 +278,14 @@ class Engine:
         return handles
 
     def cancel(self, request_id: str) -> None:
+        """Cancel the request in flight with this id (none: nothing happens). Thread-safe."""
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         self.commands.put(Cancel(request_id))
+
+    def cancel_handle(self, handle: RequestHandle) -> None:
+        """``RequestHandle.cancel``: cancels that handle's request only, never a newer one with its id."""
+        self.commands.put(Cancel(handle.request_id, handle))
 
     def recapture(
         self, decode_bs: Optional[Sequence[int]] = None, prefill_num_tokens: Optional[Sequence[int]] = None
@@ -289,24 +318,34 @@ class Engine:
         from .telemetry_link import serve_telemetry
 
         self._check_open()
+        if self.telemetry is not None and not self.telemetry.closed:
+            raise EngineError(f"this engine already serves telemetry at {self.telemetry.endpoint}; "
+                              "close that server first")
         self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
         return self.telemetry
 
     def wait_for_capture(self, timeout: Optional[float] = None) -> bool:
         """Block until every graph asked for so far (the first capture, and any recapture requested
         before this call) is captured or failed. With the background thread this waits; otherwise it
-        drives ``step()`` itself (requests in flight are served meanwhile). False on timeout."""
+        drives ``step()`` itself (requests in flight are served meanwhile). False on timeout; an
+        EngineError if the engine is (or gets) closed."""
+        self._guard.refuse_inside("wait_for_capture()")
         done = threading.Event()
-        self.commands.put(AwaitCapture(done))
+        with self._lifecycle:
+            self._check_open()
+            self.commands.put(AwaitCapture(done))
         if self.background_running:
-            return done.wait(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self.step()  # the first one applies the command
-            if done.is_set():
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
+            finished = done.wait(timeout)
+        else:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not done.is_set():
+                self.step()  # the first one applies the command
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+            finished = done.is_set()
+        if self._closed:  # close sets every waiter's event: graphs are gone, not captured
+            raise EngineError("the engine was closed while waiting for its graphs to capture")
+        return finished
 
     @property
     def capture_pending(self) -> bool:
@@ -358,6 +397,7 @@ class Engine:
         for h in handles:
             if not isinstance(h, RequestHandle):
                 raise TypeError(f"run_until_done takes the handles submit returned, got {type(h).__name__}")
+        self._guard.refuse_inside("run_until_done()")
         if self.background.running and not self.background.owns_current_thread():
             for h in handles:  # the background thread serves them: wait instead of stepping
                 h.wait()
@@ -374,17 +414,30 @@ class Engine:
 
         With tensor parallelism a failed rank (or a step that failed half-way) raises
         ``TensorParallelError``: fatal, its message one line. While the background thread serves, it
-        alone steps: a second caller would interleave with it mid-step (EngineError). A closed engine
-        has nothing to do (False)."""
+        alone steps: a second caller would interleave with it mid-step (EngineError). Callers on several
+        threads take turns. A closed engine has nothing to do (False).
+
+        A step that raises (a bug, a device error, Ctrl-C) may leave its batch half-built: the requests
+        in flight then finish ``cancelled`` with the reason as their error, an ``error`` event says what
+        broke, the exception goes on to the caller, and the engine serves what comes next."""
         if self.background.running and not self.background.owns_current_thread():
             raise EngineError("the background thread is serving this engine (start_background); "
                               "wait on the handles instead of calling step()")
-        if self._closed:
-            return False
-        if self.tp is None:
-            return self.loop.step()
-        with self.tp.step_guard():
-            return self.loop.step()
+        with self._guard.hold("step()"):
+            if self._closed:
+                return False
+            try:
+                if self.tp is None:
+                    return self.loop.step()
+                with self.tp.step_guard():
+                    return self.loop.step()
+            except BaseException as e:
+                self._fail_step(e)
+                raise
+            finally:
+                reason, self._close_after_step = self._close_after_step, None
+                if reason is not None:  # asked from a callback inside this step: the step is over now
+                    self._close_locked(reason)
 
     def _apply(self, command: Command) -> None:
         """Carry out one command, on the step loop's thread, between steps."""
@@ -396,7 +449,7 @@ class Engine:
                                               max_new_tokens=req.params.max_new_tokens))
         elif isinstance(command, Cancel):
             found = self._by_id.get(command.request_id)
-            if found is not None:
+            if found is not None and (command.handle is None or command.handle is found.handle):
                 self.output.finish(found, FinishReason.CANCELLED)
         elif isinstance(command, SetParityEvery):
             problem = self.parity.set_every(command.every)
@@ -431,32 +484,59 @@ class Engine:
 
     @property
     def last_error(self) -> Optional[str]:
-        """Why the last step that raised failed (the background thread keeps serving after it)."""
-        return self.background.last_error
+        """Why the last step that raised failed (the engine serves what comes next after it)."""
+        return self._last_error
 
-    def _fail_running(self, message: str) -> None:
-        self.loop.pending = None  # a launched step's tokens are not delivered to failed requests
+    def _fail_step(self, error: BaseException) -> None:
+        """A step raised: fail what it may have left half-done (the one home of that clean-up, for the
+        caller's steps and the background thread's)."""
+        if isinstance(error, KeyboardInterrupt):
+            message = "interrupted (KeyboardInterrupt) during a step"
+        else:
+            message = f"{type(error).__name__}: {error}".splitlines()[0]
+        self._last_error = message
+        self.bus.publish(ev.ErrorEvent(message=message, where="step", fatal=False))
+        self._fail_in_flight(message)
+
+    def _fail_in_flight(self, message: str) -> None:
+        """Finish every admitted or waiting request as cancelled with ``message`` (holding the guard)."""
+        self.loop.discard_in_flight()  # a launched step's tokens are not delivered to failed requests
         for req in list(self.scheduler.running) + list(self.scheduler.waiting):
             self.output.finish(req, FinishReason.CANCELLED, error=message)
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        self.background.stop(timeout)
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop the background thread; False if its step outlasted ``timeout`` (it stops after it)."""
+        return self.background.stop(timeout)
 
     def close(self, reason: str = "engine closed") -> None:
         """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC;
         requests still in flight finish with ``reason`` as their error. Stops the worker ranks.
-        Idempotent."""
-        if self._closed:
+        Waits for a step in flight on another thread; from a callback inside a step, closes once that
+        step is over. Idempotent."""
+        if self._guard.inside():
+            self._close_after_step = reason
+            if self.background.owns_current_thread():
+                self.background.stop()  # only asks: the thread stops after this step
             return
-        self._closed = True
-        self.shutdown()
+        with self._guard.hold("close()"):
+            self._close_locked(reason)
+        self.background.stop()  # it has seen the engine closed (or sees it at its next step): join it
+
+    def _close_locked(self, reason: str) -> None:
+        with self._lifecycle:
+            if self._closed:
+                return
+            self._closed = True
+        self.background.stop(timeout=0)  # it checks the flag between steps; the guard waits for its step
         if self.telemetry is not None:
             self.telemetry.close()
-        self._fail_running(reason)
-        for command in self.commands.drain():  # submitted, never applied: finished too, so no one waits on them
+        self._fail_in_flight(reason)
+        for command in self.commands.drain():  # never applied: finished too, so no one waits on them
             if isinstance(command, Submit):
                 self._ids.release(command.request.request_id)
                 command.request.handle._finish(FinishReason.CANCELLED, reason)
+            elif isinstance(command, AwaitCapture):
+                command.done.set()
         self.parity.close()
         # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.
         healthy = self.tp is None or self.tp.failure is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from array import array
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Protocol
 
 from .sampling_params import SamplingParams
+
+log = logging.getLogger("graphtop.engine")
 
 
 class RequestOwner(Protocol):
@@ -22,7 +25,7 @@ class RequestOwner(Protocol):
 
     def step(self) -> bool: ...
 
-    def cancel(self, request_id: str) -> None: ...
+    def cancel_handle(self, handle: "RequestHandle") -> None: ...
 
 
 class FinishReason(str, enum.Enum):
@@ -108,6 +111,7 @@ class RequestHandle:
         self.finish_reason: Optional[FinishReason] = None
         self.error: Optional[str] = None
         self.on_update: Optional[Callable[["RequestHandle"], None]] = None
+        self.callback_error: Optional[str] = None  # why on_update was detached (it raised)
 
     # --- engine side -------------------------------------------------------------------------
     def _push(self, token_id: int, text: str) -> None:
@@ -119,7 +123,7 @@ class RequestHandle:
             if self._waiters:
                 self._cond.notify_all()
         if self.on_update is not None:
-            self.on_update(self)
+            self._notify()
 
     def _set_text(self, text: str) -> None:
         with self._cond:
@@ -132,7 +136,20 @@ class RequestHandle:
             self.error = error
             self._cond.notify_all()
         if self.on_update is not None:
-            self.on_update(self)
+            self._notify()
+
+    def _notify(self) -> None:
+        """Call ``on_update`` on the step loop's thread. A callback that raises is the caller's bug, not
+        the engine's: like an asyncio callback it is logged, and it is detached (a callback that fails on
+        every token would flood the log) with the reason in ``callback_error``; the request and every
+        other request carry on. KeyboardInterrupt and SystemExit go through (the step fails safely)."""
+        callback = self.on_update
+        try:
+            callback(self)
+        except Exception as e:
+            self.on_update = None
+            self.callback_error = f"{type(e).__name__}: {e}"
+            log.exception("the on_update callback of request %r raised; it is detached", self.request_id)
 
     # --- caller side -------------------------------------------------------------------------
     @property
@@ -189,7 +206,10 @@ class RequestHandle:
                 return
 
     def cancel(self) -> None:
-        self._engine.cancel(self.request_id)
+        """Cancel this request; a no-op once it has finished (its id may belong to a newer request by
+        then, which this handle must not touch)."""
+        if not self._finished:
+            self._engine.cancel_handle(self)
 
     def result(self) -> dict:
         return {

@@ -77,6 +77,8 @@ class SamplingParams:
         for name in ("ignore_eos", "detokenize"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {short_repr(getattr(self, name))}")
+        if self.stop and not self.detokenize:  # stop strings match the detokenized text
+            raise ValueError("stop strings need detokenize=True (they are matched against the text)")
 
     @property
     def greedy(self) -> bool:

@@ -103,6 +103,14 @@ class StepLoop:
         self._deliver(batch, out, tokens, (time.perf_counter() - t0) * 1e3)
         return True
 
+    def discard_in_flight(self) -> None:
+        """After a step raised: forget the launched step, and take back the stand-in token a chained
+        step appended (its requests are about to finish; their outputs must be real tokens)."""
+        self.pending = None
+        for req in [*self.scheduler.running, *self.scheduler.waiting]:
+            if req.output_ids and req.output_ids[-1] == PLACEHOLDER_TOKEN:
+                req.output_ids.pop()
+
     def _advance_capture(self) -> None:
         if self.model_runner.advance_capture():
             self.events.memory_ledger()

@@ -156,6 +156,10 @@ class TelemetryServer:
         """Events the endpoint's own bus queue lost (every viewer misses those)."""
         return self._sub.dropped
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self, reason: str = "the engine stopped serving telemetry") -> None:
         """Tell viewers, stop the thread, release the socket and the runtime entry. Idempotent."""
         if self._closed:

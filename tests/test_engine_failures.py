@@ -1,0 +1,317 @@
+"""When things go wrong around a step: a step that raises half-way (a bug, Ctrl-C), a caller's
+``on_update`` callback that raises or calls back into the engine, several threads driving one engine,
+and a close racing any of them. In every case the requests in flight finish (none hangs), the reason is
+said once, and the engine then serves a good request with the tokens a clean run gives."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from graphtop.engine.device import EngineError
+from graphtop.engine.engine import Engine
+from graphtop.engine.request import FinishReason, RequestHandle
+from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.telemetry import events as ev
+from graphtop.engine.telemetry.bus import EventBus
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+LONG = SamplingParams(max_new_tokens=24, ignore_eos=True)
+PROMPTS = [[5, 6, 7], [5, 6, 8], [9, 10, 11, 12]]
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_ckpt):
+    return tiny_ckpt("llama")
+
+
+@pytest.fixture(scope="module")
+def reference(make_engine, llama) -> list[list[int]]:
+    """The tokens a clean run gives for PROMPTS (greedy)."""
+    eng = make_engine(llama, graphs=False)
+    try:
+        return [h.token_ids for h in eng.generate(PROMPTS, LONG)]
+    finally:
+        eng.close()
+
+
+@pytest.fixture
+def engine(make_engine, llama):
+    eng = make_engine(llama, graphs=False)
+    yield eng
+    eng.close()
+
+
+def _serves_cleanly(engine: Engine, reference: list[list[int]]) -> None:
+    assert [h.token_ids for h in engine.generate(PROMPTS, LONG)] == reference
+
+
+def _raise_on_forward(engine: Engine, call: int, error: BaseException) -> None:
+    """Make the model runner's ``call``-th forward from now raise ``error`` (once)."""
+    forward = engine.model_runner.forward
+    calls = [0]
+
+    def failing(batch):
+        calls[0] += 1
+        if calls[0] == call:
+            raise error
+        return forward(batch)
+
+    engine.model_runner.forward = failing
+
+
+# --- a step that raises half-way ---------------------------------------------------------------------
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("error, reason", [
+    (RuntimeError("device fell over"), "RuntimeError: device fell over"),
+    (KeyboardInterrupt(), "interrupted (KeyboardInterrupt) during a step"),
+])
+def test_a_step_that_raises_fails_its_requests_and_the_engine_serves_on(make_engine, llama, reference, overlap,
+                                                                          error, reason):
+    bus = EventBus()
+    sub = bus.subscribe("test", maxsize=10_000)
+    engine = make_engine(llama, bus=bus, graphs=False, overlap_schedule=overlap)
+    try:
+        # the 4th forward is a decode step; under the overlap schedule it is chained on one in flight
+        _raise_on_forward(engine, 4, error)
+        with pytest.raises(type(error)):
+            engine.generate(PROMPTS, LONG)
+        assert engine.last_error == reason
+        errors = [e for e in sub.drain() if isinstance(e, ev.ErrorEvent)]
+        assert [(e.message, e.where) for e in errors] == [(reason, "step")]
+        assert not engine.scheduler.running and not engine.scheduler.waiting
+        assert engine.pool.used_pages == 0
+        _serves_cleanly(engine, reference)
+    finally:
+        engine.close()
+
+
+def test_the_handles_of_a_failed_step_finish_with_real_tokens_only(make_engine, llama):
+    engine = make_engine(llama, graphs=False)
+    try:
+        handles = [engine.submit(p, LONG) for p in PROMPTS]
+        for _ in range(5):
+            engine.step()
+        _raise_on_forward(engine, 1, RuntimeError("boom"))
+        with pytest.raises(RuntimeError):
+            engine.run_until_done(handles)
+        for h in handles:
+            assert h.finish_reason is FinishReason.CANCELLED and h.error == "RuntimeError: boom"
+            assert h.token_ids and all(t >= 0 for t in h.token_ids)  # no stand-in of a chained step
+    finally:
+        engine.close()
+
+
+def test_the_background_thread_fails_the_step_and_serves_on(make_engine, llama, reference):
+    engine = make_engine(llama, graphs=False)
+    try:
+        engine.start_background()
+        _raise_on_forward(engine, 3, RuntimeError("kernel bug"))
+        failed = [engine.submit(p, LONG) for p in PROMPTS]
+        assert all(h.wait(30) for h in failed)
+        assert {h.error for h in failed} == {"RuntimeError: kernel bug"}
+        assert engine.background_running and engine.last_error == "RuntimeError: kernel bug"
+        _serves_cleanly(engine, reference)
+    finally:
+        engine.close()
+
+
+# --- on_update callbacks -----------------------------------------------------------------------------
+@pytest.mark.parametrize("background", [False, True])
+def test_a_callback_that_raises_is_detached_and_nothing_else_changes(engine, reference, background, caplog):
+    calls = []
+
+    def broken(handle: RequestHandle) -> None:
+        calls.append(len(handle.token_ids))
+        if len(handle.token_ids) >= 5:
+            raise RuntimeError("UI bug")
+
+    if background:
+        engine.start_background()
+    handles = [engine.submit(p, LONG) for p in PROMPTS]
+    handles[0].on_update = broken
+    engine.run_until_done(handles)
+    assert [h.token_ids for h in handles] == reference
+    assert all(h.finish_reason is FinishReason.LENGTH for h in handles)
+    assert handles[0].callback_error == "RuntimeError: UI bug" and handles[0].on_update is None
+    assert calls[-1] == 5  # not called again once it raised
+    assert "on_update callback of request" in caplog.text
+
+
+@pytest.mark.parametrize("call", ["generate", "wait_for_capture", "step", "run_until_done"])
+@pytest.mark.parametrize("background", [False, True])
+def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine, reference, call, background):
+    refused: list[str] = []
+
+    def callback(handle: RequestHandle) -> None:
+        if handle.finished and not refused:
+            try:
+                {"generate": lambda: engine.generate([[1, 2, 3]]), "wait_for_capture": engine.wait_for_capture,
+                 "step": engine.step, "run_until_done": lambda: engine.run_until_done([handle])}[call]()
+            except EngineError as e:
+                refused.append(str(e))
+
+    if background:
+        engine.start_background()
+    first = engine.submit([5, 6, 7], SamplingParams(max_new_tokens=2))
+    first.on_update = callback
+    others = [engine.submit(p, LONG) for p in PROMPTS]
+    engine.run_until_done([first, *others])
+    assert len(refused) == 1 and refused[0].startswith(f"{call}() cannot be called from inside a step")
+    assert [h.token_ids for h in others] == reference
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_close_from_a_callback_closes_once_the_step_is_over(engine, background):
+    def close_when_done(handle: RequestHandle) -> None:
+        if handle.finished:
+            engine.close("closed by a callback")
+
+    if background:
+        engine.start_background()
+    first = engine.submit([5, 6, 7], SamplingParams(max_new_tokens=2))
+    first.on_update = close_when_done
+    other = engine.submit([5, 6, 8], SamplingParams(max_new_tokens=500, ignore_eos=True))
+    engine.run_until_done([first, other])
+    assert first.finish_reason is FinishReason.LENGTH and first.callback_error is None
+    assert other.finish_reason is FinishReason.CANCELLED and other.error == "closed by a callback"
+    deadline = time.monotonic() + 10
+    while engine.background_running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not engine.background_running
+    with pytest.raises(EngineError):
+        engine.submit([1, 2, 3])
+
+
+# --- several threads ---------------------------------------------------------------------------------
+def test_threads_that_stream_without_the_background_thread_take_turns(engine, reference):
+    handles = [engine.submit(p, LONG) for p in PROMPTS]
+    texts: dict[int, str] = {}
+    threads = [threading.Thread(target=lambda i=i: texts.__setitem__(i, "".join(handles[i].stream())))
+               for i in range(len(handles))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [h.token_ids for h in handles] == reference
+    assert [texts[i] for i in range(len(handles))] == [h.text for h in handles]
+
+
+def test_close_from_another_thread_waits_for_the_step_in_flight(make_engine, llama):
+    engine = make_engine(llama, graphs=False)
+    outcome: dict[str, object] = {}
+
+    def serve() -> None:
+        try:
+            outcome["handles"] = engine.generate(PROMPTS, SamplingParams(max_new_tokens=2000, ignore_eos=True))
+        except BaseException as e:  # noqa: BLE001 - the test reports whatever escaped
+            outcome["error"] = e
+
+    worker = threading.Thread(target=serve)
+    worker.start()
+    while engine.loop.step_no < 3:
+        time.sleep(0.001)
+    engine.close("shutting down")
+    worker.join(30)
+    assert not worker.is_alive() and "error" not in outcome
+    handles = outcome["handles"]
+    assert {(h.finish_reason, h.error) for h in handles} == {(FinishReason.CANCELLED, "shutting down")}
+
+
+def test_a_shutdown_that_timed_out_leaves_one_serving_thread(engine, reference):
+    engine.start_background()
+    engine.shutdown(timeout=0)
+    engine.start_background()
+    _serves_cleanly(engine, reference)
+    assert sum(t.name == "graphtop-engine" for t in threading.enumerate()) == 1
+
+
+# --- cancel --------------------------------------------------------------------------------------------
+def test_a_finished_handle_cannot_cancel_the_request_that_reuses_its_id(engine):
+    old = engine.submit([5, 6, 7], SamplingParams(max_new_tokens=2), request_id="job")
+    engine.run_until_done([old])
+    new = engine.submit([5, 6, 8], LONG, request_id="job")
+    old.cancel()
+    engine.run_until_done([new])
+    assert new.finish_reason is FinishReason.LENGTH and len(new.token_ids) == LONG.max_new_tokens
+
+
+def test_a_rejected_duplicate_cannot_cancel_the_live_request(engine):
+    live = engine.submit([5, 6, 7], LONG, request_id="job")
+    duplicate = engine.submit([5, 6, 8], LONG, request_id="job")
+    duplicate.cancel()
+    engine.run_until_done([live])
+    assert duplicate.finish_reason is FinishReason.REJECTED
+    assert live.finish_reason is FinishReason.LENGTH
+
+
+def test_a_handle_cancels_its_own_request(engine):
+    handle = engine.submit([5, 6, 7], LONG, request_id="job")
+    engine.step()
+    handle.cancel()
+    engine.run_until_done([handle])
+    assert handle.finish_reason is FinishReason.CANCELLED
+
+
+def test_cancel_takes_a_request_id_string(engine, reference):
+    handles = [engine.submit(p, LONG) for p in PROMPTS]
+    with pytest.raises(TypeError, match="request_id must be a str, got list"):
+        engine.cancel(["req-0"])  # type: ignore[arg-type]
+    engine.run_until_done(handles)
+    assert [h.token_ids for h in handles] == reference
+
+
+# --- close racing waits --------------------------------------------------------------------------------
+def test_wait_for_capture_on_a_closed_engine_is_an_error(engine):
+    engine.close()
+    with pytest.raises(EngineError, match="the engine is closed"):
+        engine.wait_for_capture(timeout=1)
+
+
+def test_a_close_ends_a_wait_for_capture_on_another_thread(make_engine, llama):
+    engine = make_engine(llama, capture_before_serving=False)
+    engine.start_background()
+    for p in PROMPTS:
+        engine.submit(p, SamplingParams(max_new_tokens=500, ignore_eos=True))
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            engine.wait_for_capture()
+        except EngineError as e:
+            outcome.append(e)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    engine.close()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    # either the capture finished first (no error) or the close ended the wait (an error saying so)
+    assert all("closed while waiting" in str(e) for e in outcome)
+
+
+# --- other misuse ----------------------------------------------------------------------------------
+def test_generate_checks_every_prompt_before_serving_any(engine, reference):
+    with pytest.raises(TypeError, match="got bytes"):
+        engine.generate([PROMPTS[0], PROMPTS[1], b"bytes"], LONG)  # type: ignore[list-item]
+    assert engine.commands.empty() and not engine.scheduler.waiting
+    _serves_cleanly(engine, reference)
+
+
+def test_stop_strings_need_detokenize():
+    with pytest.raises(ValueError, match="stop strings need detokenize=True"):
+        SamplingParams(stop=["x"], detokenize=False)
+
+
+def test_one_telemetry_endpoint_per_engine(engine, tmp_path):
+    server = engine.serve_telemetry(runtime_dir=tmp_path)
+    with pytest.raises(EngineError, match="already serves telemetry at"):
+        engine.serve_telemetry(runtime_dir=tmp_path)
+    server.close()
+    engine.serve_telemetry(runtime_dir=tmp_path).close()
