@@ -123,8 +123,21 @@ def check_architecture_fields(config: dict[str, Any], where: Optional[str] = Non
         raise _fail(f"'model_type' must be a name, got {_show(config['model_type'])}", where)
 
 
+def _not_quantized(config: dict[str, Any], where: Optional[str]) -> None:
+    """A quantized checkpoint (FP8, GPTQ, AWQ, bitsandbytes, ...) stores weights that only mean something
+    with their scales; graphtop has no kernels for them, and reading them as plain weights serves a wrong
+    model."""
+    quant = config.get("quantization_config")
+    if quant is None:
+        return
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    what = f" ({_show(method)})" if method is not None else ""
+    raise _fail(f"'quantization_config'{what} is set: quantized checkpoints are not supported", where)
+
+
 def check_config_fields(config: dict[str, Any], where: Optional[str] = None) -> None:
     """Types, ranges and finiteness of the config.json keys graphtop reads; CheckpointError otherwise."""
+    _not_quantized(config, where)
     for key in _SIZES_REQUIRED:
         _size(config, key, where, required=True)
     for key in _SIZES_OPTIONAL:

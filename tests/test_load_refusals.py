@@ -1,0 +1,69 @@
+"""Hostile checkpoint folders that used to load (and serve a wrong model, hang or print transformers'
+warnings): each is refused with one CheckpointError line naming the file and the problem."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from graphtop.models import CheckpointError, load_checkpoint
+
+
+@pytest.fixture
+def ckpt(tiny_ckpt, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_ckpt("llama"), folder)
+    return folder
+
+
+def load_error(path, **kwargs) -> str:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 400, message
+    return message
+
+
+def edit_json(file, **changes):
+    data = json.loads(file.read_text())
+    data.update(changes)
+    file.write_text(json.dumps(data))
+
+
+def rewrite_weights(path, edit):
+    tensors = load_file(path / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+
+
+# --- quantized checkpoints -----------------------------------------------------------------------
+
+FP8_QUANT = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+
+
+def test_config_with_a_quantization_config_is_refused(ckpt):
+    edit_json(ckpt / "config.json", quantization_config=FP8_QUANT)
+    message = load_error(ckpt)
+    assert "config.json: 'quantization_config' ('fp8') is set" in message and str(ckpt) in message
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_weights_are_refused_naming_the_tensor(ckpt, dtype):
+    """Even without quantization_config: an e4m3 weight copied alone (its scale ignored) is a wrong model."""
+    name = "model.layers.0.mlp.up_proj.weight"
+
+    def to_fp8(t):
+        t[name] = t[name].to(dtype)
+        t[name.replace("weight", "weight_scale_inv")] = torch.ones(1, 1)
+
+    rewrite_weights(ckpt, to_fp8)
+    message = load_error(ckpt)
+    assert f"tensor '{name}' is stored as F8_" in message and "quantized" in message
+    assert str(ckpt / "model.safetensors") in message
