@@ -3,10 +3,20 @@ lost or half-written files (the demo model's cache, --output, --record)."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
 import pytest
 
 from graphtop.models import CheckpointError, demo
-from cli_support import assert_usage_error, private_cache_dir, run  # noqa: F401
+from cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
 
 
 @pytest.fixture
@@ -43,3 +53,117 @@ def test_a_disk_that_fills_while_the_weights_are_saved_leaves_no_files(tmp_path,
     assert str(info.value) == (f"cache folder {cache}: cannot build the demo model: "
                                "Error while serializing: I/O error: No space left on device (os error 28)")
     assert list(cache.iterdir()) == []  # neither the staging folder nor a half-built model
+
+
+# --- headless runs: outputs that fail, interrupted runs --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ckpt(tiny_ckpt):
+    return tiny_ckpt("llama")
+
+
+def _lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def _graphtop(*argv, **popen):
+    """The console script, as a user runs it (signals and FIFOs need a process of its own)."""
+    script = Path(sys.executable).with_name("graphtop")
+    if not script.exists():
+        found = shutil.which("graphtop")
+        if found is None:
+            pytest.skip("the graphtop console script is not installed")
+        script = Path(found)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.Popen([str(script), *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, **popen)
+
+
+@pytest.fixture
+def full_device():
+    if not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)):
+        pytest.skip("no /dev/full here")
+    return "/dev/full"
+
+
+def test_an_output_that_cannot_be_written_is_one_line_exit_2(ckpt, prompts, full_device, capsys):
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", full_device, *SHORT_RUN)
+    assert rc == 2
+    assert err.splitlines() == ["graphtop: error: cannot write /dev/full: No space left on device"]
+    assert out.startswith("requests 2 (0 failed)")  # the run itself is still reported
+
+
+def _trace_writes_fail(monkeypatch):
+    """Every event batch after the header fails as a full disk does."""
+    from graphtop.engine.telemetry import recorder
+
+    def full_disk(events):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(recorder, "encode_lines", full_disk)
+
+
+def test_a_trace_that_fails_mid_run_exits_2_and_the_results_are_kept(ckpt, prompts, tmp_path, capsys, monkeypatch):
+    _trace_writes_fail(monkeypatch)
+    out_file, trace = tmp_path / "out.jsonl", tmp_path / "t.jsonl"
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace,
+                       *SHORT_RUN)
+    assert rc == 2
+    [line] = err.splitlines()
+    assert line.startswith(f"graphtop: error: cannot write trace {trace}: ENOSPC: No space left on device (")
+    assert "WRITE FAILED" in out and "graphtop trace summary" not in out  # no summary of a partial trace
+    assert [r["prompt"] for r in _lines(out_file)] == ["hello world", "once upon a time"]
+
+
+def test_a_failed_trace_and_a_failed_output_are_both_reported(ckpt, prompts, tmp_path, full_device, capsys,
+                                                              monkeypatch):
+    _trace_writes_fail(monkeypatch)
+    trace = tmp_path / "t.jsonl"
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", full_device, "--record", trace,
+                     *SHORT_RUN)
+    assert rc == 2
+    lines = err.splitlines()
+    assert lines[0] == "graphtop: error: cannot write /dev/full: No space left on device"
+    assert lines[1].startswith(f"graphtop: error: cannot write trace {trace}: ENOSPC") and len(lines) == 2
+
+
+def test_a_trace_replaced_while_recording_exits_2_and_the_other_file_is_kept(ckpt, prompts, tmp_path, capsys,
+                                                                            monkeypatch):
+    from graphtop.tui import headless
+
+    trace, other = tmp_path / "t.jsonl", tmp_path / "other.jsonl"
+    other.write_text("another run's trace\n")
+    serve = headless._serve
+
+    def serve_then_be_replaced(*a):
+        served = serve(*a)
+        os.replace(other, trace)  # what a second run's rename does
+        return served
+
+    monkeypatch.setattr(headless, "_serve", serve_then_be_replaced)
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl",
+                       "--record", trace, *SHORT_RUN)
+    assert rc == 2
+    [line] = err.splitlines()
+    assert line.startswith(f"graphtop: error: cannot write trace {trace}: another file replaced it while recording")
+    assert trace.read_text() == "another run's trace\n" and "graphtop trace summary" not in out
+
+
+def test_a_trace_recorded_into_a_fifo_is_not_read_back(ckpt, prompts, tmp_path):
+    """The summary re-reads a trace file; a FIFO (or /dev/stdout into a pipe) has nothing to re-read and
+    reading it waited forever."""
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    proc = _graphtop("--model", ckpt, "--prompts", prompts, "--record", fifo, *SHORT_RUN)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    reader.join(10)
+    assert proc.returncode == 0, err
+    assert f"trace {fifo}:" in out and "graphtop trace summary" not in out
+    assert json.loads(received[0].splitlines()[0])["type"] == "header"

@@ -6,14 +6,19 @@ prompts file, the trace or a file of the model is refused, and OUT.jsonl is writ
 beside the target and renamed at the end, so an interrupted run never leaves a half-written OUT.jsonl over
 an older one. The trace is staged beside TRACE.jsonl too and put in place once the model has loaded: a
 run that fails before serving anything leaves an older trace as it was.
+
+Nothing finished is lost on the way out: a run whose --output or trace could not be written says so and
+exits 2 even though the work itself was done.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from .usage import UsageError, print_error
@@ -89,6 +94,14 @@ def _sampling(args: Any, line: Optional[PromptLine]) -> Any:
     return SamplingParams(**base)
 
 
+@dataclass
+class _Served:
+    """What a headless run served, in input order, and why it stopped early if it did."""
+
+    results: list[dict]
+    failure: Optional[str] = None  # the engine cannot go on (e.g. a tensor-parallel rank died)
+
+
 def run_headless(args: Any, config: Any) -> int:
     if args.record and not (args.prompts or args.synthetic):
         raise UsageError("--record needs a workload: --prompts FILE or --synthetic N")
@@ -139,7 +152,6 @@ def run_headless(args: Any, config: Any) -> int:
     server = None
     engine = None
     serving = False  # the model loaded and the trace is at its path: what follows is kept
-    failure: Optional[str] = None
     from .progress import start_headless_progress
 
     total = args.synthetic or sum(1 for pl in lines if not pl.error)
@@ -169,13 +181,13 @@ def run_headless(args: Any, config: Any) -> int:
                 max_total_tokens=engine.max_context_len - 1,
             )
         t0 = time.perf_counter()
-        results, failure = _serve(engine, args, lines, synthetic)
+        served = _serve(engine, args, lines, synthetic)
         wall = time.perf_counter() - t0
     finally:
         if server is not None:
             server.close("the headless run finished")
         if engine is not None:
-            engine.close(failure or "engine closed")  # stops tensor-parallel workers, too
+            engine.close("engine closed")  # stops tensor-parallel workers, too
         if progress is not None:
             progress.stop()
         rec_result = None
@@ -183,28 +195,34 @@ def run_headless(args: Any, config: Any) -> int:
             rec_result = recorder.close()
         elif recorder is not None:
             recorder.discard()  # nothing was served: an older trace at the path stays
-    if args.output:
-        _write_output(args.output, results)
-    _print_summary(args, results, wall, rec_result)
-    if failure:  # the engine cannot go on (e.g. a tensor-parallel rank died): what was done is written
-        print_error(failure)
-        return 1
-    bad = sum(1 for r in results if r.get("error"))
+    output_error = _write_error(args.output, served.results)  # before the summary: it is the user's data
+    _print_summary(args, served.results, wall, rec_result)
+    lost = [e for e in (output_error, rec_result.error_line if rec_result else None) if e]
+    for line in lost:  # each output that is not all there, even when both are
+        print_error(line)
+    if served.failure:  # the engine cannot go on (e.g. a tensor-parallel rank died): what was done is written
+        print_error(served.failure)
+    if lost:
+        return 2  # as any other output that cannot be written
+    bad = served.failure or any(r.get("error") for r in served.results)
     return 1 if bad else 0
 
 
-def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> tuple[list[dict], Optional[str]]:
-    """Results in input order, and the error that stopped the engine (None when it served them all)."""
+def _result(slot: Any) -> dict:
+    return slot if isinstance(slot, dict) else slot.result()
+
+
+def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> _Served:
+    """Results in input order, and what stopped the engine early, if anything did."""
     from graphtop.engine.engine import TensorParallelError
 
     slots: list[Any] = []  # dict (already-failed line) or RequestHandle, in input order
     try:
         _submit_and_run(engine, args, lines, synthetic, slots)
-        failure = None
     except TensorParallelError as e:
-        failure = str(e)
-        engine.close(failure)  # every request still in flight finishes with the reason
-    return [s if isinstance(s, dict) else s.result() for s in slots], failure
+        engine.close(str(e))  # every request still in flight finishes with the reason
+        return _Served([_result(s) for s in slots], failure=str(e))
+    return _Served([_result(s) for s in slots])
 
 
 def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, slots: list[Any]) -> None:
@@ -246,16 +264,20 @@ def _result_line(result: dict) -> bytes:
         return (json.dumps(result) + "\n").encode("ascii")
 
 
-def _write_output(path: str, results: list[dict]) -> None:
+def _write_error(path: Optional[str], results: list[dict]) -> Optional[str]:
+    """Write --output (when given); the one-line reason it could not be, or None. Returned, not raised,
+    so a trace that failed too is still reported."""
     from graphtop.engine.telemetry.safe_write import OutputPathError, write_atomic
 
+    if path is None:
+        return None
     data = b"".join(_result_line(r) for r in results)
     try:
         write_atomic(path, lambda f: f.write(data), "--output")
     except (OSError, OutputPathError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        print_error(f"cannot write {path}: {reason}")
-        raise SystemExit(1) from None
+        return f"cannot write {path}: {reason}"
+    return None
 
 
 def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any) -> None:
@@ -268,6 +290,8 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
             print(f"  {r['id']}: {r['error']}")
     if rec_result is not None:
         print(rec_result.describe())
+        if not _summarizable(rec_result):
+            return
         from graphtop.engine.telemetry.trace import TraceError, read_trace
         from graphtop.engine.telemetry.report import format_summary
         from graphtop.engine.telemetry.summary import summarize
@@ -276,3 +300,15 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
             print(format_summary(summarize(read_trace(args.record))), end="")
         except TraceError as e:
             print_error(f"could not summarize {args.record}: {e}")
+
+
+def _summarizable(rec_result: Any) -> bool:
+    """Whether the trace can be read back for its summary: only a complete one, in a regular file. A
+    device or FIFO (``/dev/stdout`` into a pipe) cannot be read back (reading it would wait forever), and a
+    trace that failed or was replaced is not this run's whole trace."""
+    if rec_result.write_error is not None:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(rec_result.path).st_mode)
+    except OSError:
+        return False
