@@ -7,10 +7,12 @@ import errno
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -148,6 +150,84 @@ def test_a_trace_replaced_while_recording_exits_2_and_the_other_file_is_kept(ckp
     [line] = err.splitlines()
     assert line.startswith(f"graphtop: error: cannot write trace {trace}: another file replaced it while recording")
     assert trace.read_text() == "another run's trace\n" and "graphtop trace summary" not in out
+
+
+def _signal_during_step(monkeypatch, signum, steps):
+    """Send ``signum`` to this process half-way through the engine's ``steps``-th step (its forward done,
+    the step not yet over), as a user's Ctrl-C or kill mostly lands."""
+    from graphtop.engine.step_loop import StepLoop
+
+    real_step = StepLoop.step
+    count = [0]
+
+    def step(self):
+        done = real_step(self)
+        count[0] += 1
+        if count[0] == steps:
+            os.kill(os.getpid(), signum)
+        return done
+
+    monkeypatch.setattr(StepLoop, "step", step)
+
+
+@pytest.mark.parametrize("signum,word,status", [(signal.SIGINT, "interrupted", 130),
+                                                (signal.SIGTERM, "terminated", 143)])
+def test_an_interrupted_run_writes_the_results_finished_so_far(ckpt, tmp_path, capsys, monkeypatch, signum, word,
+                                                               status):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p, "max_new_tokens": n, "ignore_eos": True, "id": i})
+                                 for p, n, i in [("hello", 1, "short"), ("once upon a time", 100, "long")]) + "\n")
+    out_file, trace = tmp_path / "out.jsonl", tmp_path / "t.jsonl"
+    _signal_during_step(monkeypatch, signum, 4)  # the short request has finished, the long one has not
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace,
+                     "--disable-cuda-graph", *SHORT_RUN)
+    assert rc == status
+    assert err.splitlines() == [f"graphtop: {word}: 1 of 2 results written to {out_file}; trace {trace} kept"]
+    [short] = _lines(out_file)
+    assert short["id"] == "short" and short["finish_reason"] == "length" and len(short["token_ids"]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "p.jsonl", "t.jsonl"]
+
+
+def test_an_interrupt_before_anything_finished_keeps_the_older_output(ckpt, prompts, tmp_path, capsys, monkeypatch):
+    out_file = tmp_path / "out.jsonl"
+    out_file.write_text("older results\n")
+    _signal_during_step(monkeypatch, signal.SIGINT, 1)
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--disable-cuda-graph",
+                     *SHORT_RUN)
+    assert rc == 130
+    assert err.splitlines() == [f"graphtop: interrupted: no request had finished; {out_file} left as it was"]
+    assert out_file.read_text() == "older results\n"
+
+
+def _staged_header_written(folder):
+    """A staged trace holds its header (an empty .tmp is the path's probe, removed at once)."""
+    for p in folder.glob(".*.tmp"):
+        try:
+            if p.stat().st_size:
+                return True
+        except FileNotFoundError:
+            pass
+    return False
+
+
+def test_sigterm_while_the_model_loads_leaves_no_temporary_file(ckpt, prompts, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("an older trace\n")
+    proc = _graphtop("--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl", "--record", trace,
+                     *SHORT_RUN)
+    try:
+        deadline = time.monotonic() + 60
+        while not _staged_header_written(tmp_path):  # the model loads now
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.splitlines() == ["graphtop: terminated"] and out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt", "t.jsonl"]
+    assert trace.read_text() == "an older trace\n"
 
 
 def test_a_trace_recorded_into_a_fifo_is_not_read_back(ckpt, prompts, tmp_path):

@@ -20,8 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
-from typing import Any, NoReturn, Optional, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, NoReturn, Optional, Sequence
 
 from .cli_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_float, int_in, nonneg_int,
                         positive_float, positive_int)
@@ -35,6 +38,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .cli_help import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
+from .headless import Terminated, interrupt_status  # noqa: E402
 from .usage import UsageError  # noqa: E402
 
 
@@ -337,16 +341,36 @@ def _main(argv: Sequence[str]) -> int:
     return run_interactive(args.model, config, args.theme, telemetry=args.telemetry or "ipc")
 
 
+def _on_sigterm(signum: int, frame: Any) -> NoReturn:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: a second must not cut the cleanup short
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises Terminated while the CLI runs (the main thread only can set a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv)
+        with _sigterm_interrupts():
+            return _main(argv)
     except UsageError as e:
         print(f"graphtop: error: {one_line(str(e))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("graphtop: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        word, status = interrupt_status(e)
+        print(f"graphtop: {word}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":  # pragma: no cover

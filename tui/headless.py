@@ -7,14 +7,16 @@ beside the target and renamed at the end, so an interrupted run never leaves a h
 an older one. The trace is staged beside TRACE.jsonl too and put in place once the model has loaded: a
 run that fails before serving anything leaves an older trace as it was.
 
-Nothing finished is lost on the way out: a run whose --output or trace could not be written says so and
-exits 2 even though the work itself was done.
+Nothing finished is lost on the way out: an interrupted run (Ctrl-C, or SIGTERM, which the CLI turns
+into the same exception) writes the results finished so far and keeps the trace, and a run whose
+--output or trace could not be written says so and exits 2 even though the work itself was done.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
 import time
@@ -94,12 +96,49 @@ def _sampling(args: Any, line: Optional[PromptLine]) -> Any:
     return SamplingParams(**base)
 
 
+def _open_recorder(args: Any, bus: Any) -> Any:
+    """The --record trace, staged beside its path until the model has loaded (None without --record)."""
+    from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
+
+    if not args.record:
+        return None
+    meta = {"argv": sys.argv[1:], "model": args.model or "demo", "workload":
+            f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
+    try:
+        return TraceRecorder(args.record, bus, header_meta=meta, publish=False)
+    except RecorderError as e:
+        raise UsageError(str(e)) from None
+
+
+def _publish(recorder: Any) -> None:
+    from graphtop.engine.telemetry.recorder import RecorderError
+
+    try:
+        recorder.publish()
+    except RecorderError as e:
+        raise UsageError(str(e)) from None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as a Ctrl-C is: every cleanup an interrupt runs (a staged trace
+    removed, finished results written, the dashboard's viewer stopped) then runs for a kill too, where
+    the default action would end the process on the spot and leave temporary files behind."""
+
+
+def interrupt_status(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The word the CLI says for an interrupt, and the exit status (128 + the signal, the shell's rule)."""
+    if isinstance(exc, Terminated):
+        return "terminated", 128 + signal.SIGTERM
+    return "interrupted", 128 + signal.SIGINT
+
+
 @dataclass
 class _Served:
     """What a headless run served, in input order, and why it stopped early if it did."""
 
     results: list[dict]
     failure: Optional[str] = None  # the engine cannot go on (e.g. a tensor-parallel rank died)
+    interrupted: Optional[KeyboardInterrupt] = None  # results then holds only what had finished
 
 
 def run_headless(args: Any, config: Any) -> int:
@@ -138,35 +177,22 @@ def run_headless(args: Any, config: Any) -> int:
 
     from graphtop.engine.telemetry.bus import EventBus
 
-    bus = EventBus()
-    recorder = None
-    if args.record:
-        from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
-
-        meta = {"argv": sys.argv[1:], "model": args.model or "demo", "workload":
-                f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
-        try:
-            recorder = TraceRecorder(args.record, bus, header_meta=meta, publish=False)
-        except RecorderError as e:
-            raise UsageError(str(e)) from None
-    server = None
-    engine = None
-    serving = False  # the model loaded and the trace is at its path: what follows is kept
     from .progress import start_headless_progress
 
-    total = args.synthetic or sum(1 for pl in lines if not pl.error)
-    progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
-    try:
+    bus = EventBus()
+    recorder = server = engine = progress = None
+    serving = False  # the model loaded and the trace is at its path: what follows is kept
+    try:  # from the trace's staging on: an interrupt (Ctrl-C, SIGTERM) at any point runs the clean-up below
+        recorder = _open_recorder(args, bus)
+        total = args.synthetic or sum(1 for pl in lines if not pl.error)
+        progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
         if args.telemetry:  # an endpoint viewers can attach to from before the model loads
             from .endpoint import open_endpoint
 
             server = open_endpoint(bus, args.telemetry, args.model or "demo model")
         engine = _load_engine(args, config, bus)
         if recorder is not None:
-            try:
-                recorder.publish()
-            except RecorderError as e:
-                raise UsageError(str(e)) from None
+            _publish(recorder)
         serving = True
         if server is not None:
             engine.serve_telemetry(server=server)
@@ -195,6 +221,8 @@ def run_headless(args: Any, config: Any) -> int:
             rec_result = recorder.close()
         elif recorder is not None:
             recorder.discard()  # nothing was served: an older trace at the path stays
+    if served.interrupted is not None:
+        return _end_interrupted(args, served, args.synthetic or len(lines), rec_result)
     output_error = _write_error(args.output, served.results)  # before the summary: it is the user's data
     _print_summary(args, served.results, wall, rec_result)
     lost = [e for e in (output_error, rec_result.error_line if rec_result else None) if e]
@@ -206,6 +234,22 @@ def run_headless(args: Any, config: Any) -> int:
         return 2  # as any other output that cannot be written
     bad = served.failure or any(r.get("error") for r in served.results)
     return 1 if bad else 0
+
+
+def _end_interrupted(args: Any, served: _Served, total: int, rec_result: Any) -> int:
+    """Ctrl-C or SIGTERM while serving: keep what finished, and say in one line what was kept."""
+    assert served.interrupted is not None
+    word, status = interrupt_status(served.interrupted)
+    said = []
+    if args.output and served.results:
+        said.append(_write_error(args.output, served.results)
+                    or f"{len(served.results)} of {total} results written to {args.output}")
+    elif args.output:
+        said.append(f"no request had finished; {args.output} left as it was")
+    if rec_result is not None:
+        said.append(rec_result.error_line or f"trace {args.record} kept")
+    print(f"graphtop: {word}: {'; '.join(said)}" if said else f"graphtop: {word}", file=sys.stderr)
+    return status
 
 
 def _result(slot: Any) -> dict:
@@ -222,7 +266,18 @@ def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> _
     except TensorParallelError as e:
         engine.close(str(e))  # every request still in flight finishes with the reason
         return _Served([_result(s) for s in slots], failure=str(e))
+    except KeyboardInterrupt as e:  # before the engine closes, which finishes the rest as cancelled
+        return _Served([_result(s) for s in slots if _had_finished(s)], interrupted=e)
     return _Served([_result(s) for s in slots])
+
+
+def _had_finished(slot: Any) -> bool:
+    """Done before the interrupt: a rejected line, or a request that ended on its own. A step the
+    interrupt cut short has already finished its requests as cancelled (Engine.step's clean-up), and no
+    headless request is cancelled otherwise."""
+    from graphtop.engine.request import FinishReason
+
+    return isinstance(slot, dict) or (slot.finished and slot.finish_reason is not FinishReason.CANCELLED)
 
 
 def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, slots: list[Any]) -> None:
