@@ -10,6 +10,8 @@ refused, and so is a symbolic link that leaves the folder unless the caller allo
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +26,9 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 TOKENIZER_EXTRAS = ("merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
                     "chat_template.json")
+CHAT_TEMPLATE_DIR = "additional_chat_templates"  # transformers reads every *.jinja in it
+_NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 def check_folder(path: Path) -> None:
@@ -80,19 +85,42 @@ def inside(folder: Path, name: str, allow_external: bool = False, what: str = "f
                 f"{what} '{name}' is a link to {real}, outside the checkpoint folder {folder}: refused "
                 "(--allow-external-weights allows it, e.g. for a Hugging Face cache snapshot)"
             )
+    check_regular(path, what)
     return path
+
+
+def check_regular(path: Path, what: str = "file") -> None:
+    """Refuse a checkpoint file that exists but is not a regular file (through links): opening a FIFO
+    blocks the loader forever, and transformers silently skips one (a tokenizer_config.json or a chat
+    template that is a FIFO would be dropped without a word). A missing file is the caller's to judge."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((label for test, label in _NOT_REGULAR if test(mode)), "not a plain file")
+    raise CheckpointError(f"{what} '{path.name}' is {kind}, not a regular file: refused in {path.parent}")
 
 
 def check_tokenizer_files(path: Path, allow_external: bool = False) -> None:
     """The tokenizer files transformers will open must stay inside the folder too."""
-    for name in TOKENIZER_FILES + TOKENIZER_EXTRAS:
-        if (path / name).exists() or (path / name).is_symlink():
+    for name in TOKENIZER_FILES + TOKENIZER_EXTRAS + _extra_chat_templates(path):
+        if os.path.lexists(path / name):
             inside(path, name, allow_external, "tokenizer file")
+
+
+def _extra_chat_templates(path: Path) -> tuple[str, ...]:
+    """``additional_chat_templates/*.jinja``, which transformers loads as named chat templates."""
+    folder = path / CHAT_TEMPLATE_DIR
+    if not folder.is_dir():
+        return ()
+    return tuple(f"{CHAT_TEMPLATE_DIR}/{p.name}" for p in sorted(folder.glob("*.jinja")))
 
 
 def read_config_json(path: Path, allow_external: bool = False) -> dict[str, Any]:
     file = path / "config.json"
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise CheckpointError(f"no config.json in {path}")
     return read_json(inside(path, "config.json", allow_external), "config.json")
 
@@ -139,7 +167,7 @@ class SafetensorsReader:
 def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path]:
     """Map every tensor name to the safetensors file holding it (sharded or single)."""
     index = path / INDEX_FILE
-    if index.is_file():
+    if os.path.lexists(index):
         weight_map = read_json(inside(path, INDEX_FILE, allow_external), INDEX_FILE).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"malformed {INDEX_FILE}: no 'weight_map' object in {path}")
@@ -151,7 +179,7 @@ def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path
                 raise CheckpointError(f"{INDEX_FILE} names missing shard '{shard}' in {path}")
         return {name: shards[shard] for name, shard in weight_map.items()}
     single = path / SINGLE_FILE
-    files = [single] if single.is_file() else sorted(path.glob("*.safetensors"))
+    files = [single] if os.path.lexists(single) else sorted(path.glob("*.safetensors"))
     files = [inside(path, file.name, allow_external, "weights file") for file in files]
     if not files:
         pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)

@@ -9,6 +9,7 @@ each tensor is read memory-mapped straight onto that device and copied into plac
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -119,9 +120,9 @@ def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bo
     """
     ids = list(spec.eos_token_ids)
     gen = path / "generation_config.json"
-    if gen.is_file():
+    if os.path.lexists(gen):  # a link out of the folder or a FIFO is refused, not skipped
+        gen = inside(path, gen.name, allow_external)
         try:
-            gen = inside(path, gen.name, allow_external)
             ids += as_int_tuple(read_json(gen, "generation_config.json").get("eos_token_id"))
         except (CheckpointError, TypeError, ValueError):
             log.warning("ignoring unreadable generation_config.json in %s", path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+from contextlib import contextmanager
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -67,3 +69,45 @@ def test_fp8_weights_are_refused_naming_the_tensor(ckpt, dtype):
     message = load_error(ckpt)
     assert f"tensor '{name}' is stored as F8_" in message and "quantized" in message
     assert str(ckpt / "model.safetensors") in message
+
+
+# --- files that are not regular files ---------------------------------------------------------
+
+@contextmanager
+def fifo_at(file):
+    """A FIFO at ``file``. A helper process opens and closes its writing end whenever a reader waits, so a
+    loader that opens it anyway reads an empty file and the test fails instead of hanging (a process, not
+    a thread: safetensors opens files holding the GIL)."""
+    if os.path.lexists(file):
+        file.unlink()
+    os.mkfifo(file)
+    writer = subprocess.Popen(["sh", "-c", 'while :; do : > "$0"; done', str(file)])
+    try:
+        yield file
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "model.safetensors.index.json",
+                                  "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                  "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                                  "chat_template.json", "additional_chat_templates/tool.jinja"])
+def test_a_fifo_among_the_checkpoint_files_is_refused(ckpt, name):
+    (ckpt / "additional_chat_templates").mkdir()
+    with fifo_at(ckpt / name):
+        message = load_error(ckpt)
+    assert f"'{name.split('/')[-1]}' is a FIFO, not a regular file: refused" in message, message
+
+
+def test_a_folder_named_like_a_weights_file_is_refused(ckpt):
+    (ckpt / "model.safetensors").rename(ckpt / "model-00001.safetensors")
+    (ckpt / "zz.safetensors").mkdir()
+    assert "weights file 'zz.safetensors' is a folder, not a regular file" in load_error(ckpt)
+
+
+def test_a_link_to_a_fifo_is_refused(ckpt):
+    with fifo_at(ckpt / "pipe"):
+        (ckpt / "tokenizer_config.json").unlink()
+        (ckpt / "tokenizer_config.json").symlink_to("pipe")
+        assert "'tokenizer_config.json' is a FIFO" in load_error(ckpt)
