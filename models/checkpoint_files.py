@@ -189,9 +189,19 @@ def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path
                 f"refusing pickle weights ({pickles[0]}{more}) in {path}: convert to safetensors"
             )
         raise CheckpointError(f"no weights (*.safetensors) in {path}")
+    return _names_by_file(files, path)
+
+
+def _names_by_file(files: list[Path], path: Path) -> dict[str, Path]:
+    """Every tensor name of the unindexed ``files`` mapped to its file; a name in two files is refused (which
+    copy is the weight? transformers, which needs an index for several files, has no answer either)."""
     locations: dict[str, Path] = {}
     for file in files:
-        locations.update(dict.fromkeys(SafetensorsReader(file).names, file))
+        for name in sorted(SafetensorsReader(file).names):
+            if name in locations:
+                raise CheckpointError(f"tensor '{name}' is in both '{locations[name].name}' and '{file.name}' "
+                                      f"(no {INDEX_FILE} says which to use) in {path}")
+            locations[name] = file
     return locations
 
 

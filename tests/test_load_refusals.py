@@ -71,7 +71,7 @@ def test_fp8_weights_are_refused_naming_the_tensor(ckpt, dtype):
     assert str(ckpt / "model.safetensors") in message
 
 
-# --- files that are not regular files ---------------------------------------------------------
+# --- files that are not regular files, tensors in two files -------------------------------------
 
 @contextmanager
 def fifo_at(file):
@@ -111,3 +111,22 @@ def test_a_link_to_a_fifo_is_refused(ckpt):
         (ckpt / "tokenizer_config.json").unlink()
         (ckpt / "tokenizer_config.json").symlink_to("pipe")
         assert "'tokenizer_config.json' is a FIFO" in load_error(ckpt)
+
+
+def test_a_tensor_in_two_unindexed_files_is_refused_naming_both(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    (ckpt / "model.safetensors").unlink()
+    save_file(tensors, ckpt / "a.safetensors", metadata={"format": "pt"})
+    save_file({"model.norm.weight": torch.zeros(64)}, ckpt / "b.safetensors", metadata={"format": "pt"})
+    message = load_error(ckpt)
+    assert "tensor 'model.norm.weight' is in both 'a.safetensors' and 'b.safetensors'" in message
+    assert str(ckpt) in message
+
+
+def test_tensors_split_over_unindexed_files_still_load(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    (ckpt / "model.safetensors").unlink()
+    names = sorted(tensors)
+    save_file({k: tensors[k] for k in names[:5]}, ckpt / "a.safetensors", metadata={"format": "pt"})
+    save_file({k: tensors[k] for k in names[5:]}, ckpt / "b.safetensors", metadata={"format": "pt"})
+    assert torch.equal(load_checkpoint(ckpt).model.model.norm.weight, tensors["model.norm.weight"])
