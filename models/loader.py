@@ -179,6 +179,45 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
 
 
+_EMBED, _LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
+_COMPARE_BYTES = 64 << 20  # rows compared at a time: bounded extra memory for any vocabulary
+
+
+def _tie_as_stored(spec: ModelSpec, locations: dict[str, Path], path: Path) -> ModelSpec:
+    """``tie_word_embeddings`` true, but the checkpoint stores an lm_head that differs from the embedding:
+    transformers (5.x) then does not tie them and serves the stored lm_head, so graphtop does the same
+    (tying would silently serve other logits than the reference)."""
+    if not spec.tie_word_embeddings or _LM_HEAD not in locations or _EMBED not in locations:
+        return spec
+    if _stored_equal(locations[_EMBED], _EMBED, locations[_LM_HEAD], _LM_HEAD):
+        return spec
+    log.warning("tie_word_embeddings is true but the stored %s differs from %s: untied, as transformers does, "
+                "in %s", _LM_HEAD, _EMBED, path)
+    return replace(spec, tie_word_embeddings=False)
+
+
+@torch.no_grad()
+def _stored_equal(file_a: Path, name_a: str, file_b: Path, name_b: str) -> bool:
+    """Whether two stored tensors hold the same values (transformers' ``torch.equal`` test), read a bounded
+    number of rows at a time."""
+    a, b = SafetensorsReader(file_a), SafetensorsReader(file_b)
+    if name_a not in a.names or name_b not in b.names:
+        return False  # the index names the wrong shard: _copy_weights says so
+    shape = a.shape(name_a)
+    if shape != b.shape(name_b) or len(shape) != 2:
+        return False
+    rows = max(1, _COMPARE_BYTES // max(1, shape[1] * 4))
+    same_dtype = a.dtype(name_a) == b.dtype(name_b)
+    for start in range(0, shape[0], rows):
+        stop = min(start + rows, shape[0])
+        x, y = a.slice(name_a, 0, start, stop), b.slice(name_b, 0, start, stop)
+        if not same_dtype:  # float32 holds every f16 / bf16 value exactly
+            x, y = x.float(), y.float()
+        if not torch.equal(x, y):
+            return False
+    return True
+
+
 @dataclass
 class CheckpointMeta:
     """Everything of a checkpoint folder but its weights (cheap to read)."""
@@ -209,6 +248,7 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     spec = spec_from_hf_config(hf_config, str(path))
     check_spec(spec, str(path))
     locations = tensor_locations(path, allow_external_weights)
+    spec = _tie_as_stored(spec, locations, path)
     check_tokenizer_files(path, allow_external_weights)
     tokenizer = _load_tokenizer(path)
     spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer, allow_external_weights))

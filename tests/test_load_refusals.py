@@ -130,3 +130,43 @@ def test_tensors_split_over_unindexed_files_still_load(ckpt):
     save_file({k: tensors[k] for k in names[:5]}, ckpt / "a.safetensors", metadata={"format": "pt"})
     save_file({k: tensors[k] for k in names[5:]}, ckpt / "b.safetensors", metadata={"format": "pt"})
     assert torch.equal(load_checkpoint(ckpt).model.model.norm.weight, tensors["model.norm.weight"])
+
+
+# --- tie_word_embeddings with a stored lm_head -----------------------------------------------------
+
+def _logits(model, ids):
+    from graphtop.models.reference_attention import ContiguousAttention
+
+    with torch.no_grad():
+        return model.compute_logits(model(ids, torch.arange(len(ids)), ContiguousAttention()))
+
+
+def test_tied_config_with_a_different_stored_lm_head_serves_it_as_transformers_does(ckpt):
+    """transformers 5 does not tie when both tensors are stored with different values (it warns); tying
+    would serve other logits than the reference."""
+    from transformers import AutoModelForCausalLM
+
+    edit_json(ckpt / "config.json", tie_word_embeddings=True)
+    stored = load_file(ckpt / "model.safetensors")
+    assert not torch.equal(stored["lm_head.weight"], stored["model.embed_tokens.weight"])
+    loaded = load_checkpoint(ckpt)
+    assert not loaded.spec.tie_word_embeddings
+    assert torch.equal(loaded.model.lm_head.weight, stored["lm_head.weight"])
+    assert torch.equal(loaded.model.model.embed_tokens.weight, stored["model.embed_tokens.weight"])
+    ref = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    ids = torch.arange(1, 17)
+    with torch.no_grad():
+        want = ref(ids[None]).logits[0]
+    torch.testing.assert_close(_logits(loaded.model, ids), want, atol=1e-4, rtol=1e-4)
+
+
+def test_tied_config_with_an_identical_stored_lm_head_stays_tied(ckpt):
+    def same_head(t):
+        t["lm_head.weight"] = t["model.embed_tokens.weight"].to(torch.bfloat16).float().clone()
+        t["model.embed_tokens.weight"] = t["lm_head.weight"].to(torch.bfloat16)  # same values, other dtype
+
+    edit_json(ckpt / "config.json", tie_word_embeddings=True)
+    rewrite_weights(ckpt, same_head)
+    loaded = load_checkpoint(ckpt)
+    assert loaded.spec.tie_word_embeddings
+    assert loaded.model.lm_head.weight.data_ptr() == loaded.model.model.embed_tokens.weight.data_ptr()
