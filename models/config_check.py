@@ -10,6 +10,7 @@ would not fit is refused with the estimate, before any allocation.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Optional
 
@@ -18,6 +19,8 @@ import torch
 from .capacity import fit_problem, format_bytes
 from .errors import CheckpointError
 from .spec import ModelSpec, located, supported_rope_type
+
+log = logging.getLogger(__name__)
 
 MAX_DIM = 2**31 - 1
 """Any size (vocabulary, hidden, positions, ...): beyond this, torch's 32-bit indexing breaks first."""
@@ -78,13 +81,40 @@ def _number(d: dict[str, Any], key: str, where: Optional[str], *, above: float, 
         raise _fail(f"'{name}' must be {bound}, got {_show(v)}", where)
 
 
+USED_TOKEN_IDS = ("eos_token_id", "bos_token_id")
+"""The special token ids graphtop reads from config.json; any other ``*_token_id`` (pad, sep, ...) it never
+uses."""
+
+
+def token_id_problem(key: str, value: Any, vocab_size: int) -> Optional[str]:
+    """Why ``value`` is not a token id (an int, not a bool) in [0, vocab_size) or a non-empty list of them,
+    or None. The one rule for config.json and generation_config.json: a float would be truncated, a bool
+    read as 0 or 1, and an id outside the vocabulary can never be generated (nor embedded)."""
+    values = value if isinstance(value, list) else [value]
+    if values and all(not isinstance(t, bool) and isinstance(t, int) and 0 <= t < vocab_size for t in values):
+        return None
+    return f"'{key}' must be a token id in [0, {vocab_size}) or a list of them, got {_show(value)}"
+
+
 def _token_ids(config: dict[str, Any], key: str, where: Optional[str]) -> None:
-    v = config.get(key)
-    values = v if isinstance(v, list) else [v]
-    if v is None:
-        return
-    if not values or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_DIM for t in values):
-        raise _fail(f"'{key}' must be a token id or a list of token ids, got {_show(v)}", where)
+    if config.get(key) is not None:
+        problem = token_id_problem(key, config[key], config["vocab_size"])
+        if problem:
+            raise _fail(problem, where)
+
+
+def ignored_token_ids(config: dict[str, Any], where: Optional[str] = None) -> tuple[str, ...]:
+    """The ``*_token_id`` keys graphtop does not use (pad, sep, ...) whose value is not a token id of the
+    vocabulary (an integer out of range): ignored with one warning line, as vLLM ignores them (many Hub configs store
+    ``pad_token_id: -1``); the loader sets them to None for transformers."""
+    ignored = []
+    for key, value in config.items():  # another type is transformers' to refuse (its config fields are typed)
+        if key.endswith("_token_id") and key not in USED_TOKEN_IDS and type(value) is int \
+                and token_id_problem(key, value, config["vocab_size"]):
+            log.warning("ignoring config.json %s=%s: not a token id of the vocabulary (graphtop does not use "
+                        "it)%s", key, _show(value), f" in {where}" if where else "")
+            ignored.append(key)
+    return tuple(ignored)
 
 
 def _rope(config: dict[str, Any], where: Optional[str]) -> None:
@@ -149,7 +179,7 @@ def check_config_fields(config: dict[str, Any], where: Optional[str] = None) -> 
             raise _fail(f"'{key}' must be true or false, got {_show(config[key])}", where)
     _number(config, "rms_norm_eps", where, above=0.0, at_most=1.0)
     _rope(config, where)
-    for key in ("eos_token_id", "bos_token_id"):
+    for key in USED_TOKEN_IDS:
         _token_ids(config, key, where)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import os
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -27,7 +28,13 @@ from .checkpoint_files import (
     read_json,
     tensor_locations,
 )
-from .config_check import check_architecture_fields, check_config_fields, check_model_fits, check_spec
+from .config_check import (
+    check_architecture_fields,
+    check_config_fields,
+    check_model_fits,
+    check_spec,
+    ignored_token_ids,
+)
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
 from .gguf import gguf_folder, is_gguf
@@ -93,13 +100,37 @@ def _device_str(device: torch.device | str) -> str:
     return str(device)
 
 
-def _load_hf_config(path: Path) -> Any:
+def _load_hf_config(path: Path, ignored: tuple[str, ...] = ()) -> Any:
+    """transformers' config of ``path``, the ``ignored`` token-id keys set to None
+    (config_check.ignored_token_ids) and transformers' own warning about them kept off stderr."""
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+        with _no_token_id_warning(ignored):
+            config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except Exception as err:
         raise CheckpointError(f"config.json rejected by transformers ({type(err).__name__}: {err}) in {path}") from None
+    for key in ignored:
+        setattr(config, key, None)
+    return config
+
+
+@contextmanager
+def _no_token_id_warning(keys: tuple[str, ...]) -> Iterator[None]:
+    """transformers warns about an out-of-vocabulary ``*_token_id`` while it builds the config (its kwargs
+    are applied after that check); for a key graphtop already said it ignores, that is a second, louder
+    line about nothing."""
+    logger = logging.getLogger("transformers.configuration_utils")
+
+    def keep(record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not any(text.startswith(f"Model config: {key} must be") for key in keys)
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def _load_tokenizer(path: Path) -> Any:
@@ -244,7 +275,7 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     check_architecture_fields(raw_config, str(path))
     resolve(architecture_name(raw_config), str(path))  # before AutoConfig: clearer error
     check_config_fields(raw_config, str(path))
-    hf_config = _load_hf_config(path)
+    hf_config = _load_hf_config(path, ignored_token_ids(raw_config, str(path)))
     spec = spec_from_hf_config(hf_config, str(path))
     check_spec(spec, str(path))
     locations = tensor_locations(path, allow_external_weights)

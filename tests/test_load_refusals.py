@@ -170,3 +170,27 @@ def test_tied_config_with_an_identical_stored_lm_head_stays_tied(ckpt):
     loaded = load_checkpoint(ckpt)
     assert loaded.spec.tie_word_embeddings
     assert loaded.model.lm_head.weight.data_ptr() == loaded.model.model.embed_tokens.weight.data_ptr()
+
+
+# --- special token ids ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key, value", [("eos_token_id", 512), ("eos_token_id", [0, 100000]),
+                                        ("bos_token_id", 100000), ("bos_token_id", True)])
+def test_config_eos_or_bos_outside_the_vocabulary_is_refused(ckpt, key, value):
+    edit_json(ckpt / "config.json", **{key: value})
+    message = load_error(ckpt)
+    assert f"config.json: '{key}' must be a token id in [0, 512) or a list of them" in message
+    assert str(ckpt) in message
+
+
+@pytest.mark.parametrize("value", [-7, 512])
+def test_a_bad_pad_token_id_is_ignored_with_one_line_of_ours(ckpt, value, caplog, capfd):
+    """vLLM never reads pad_token_id, and many Hub configs store -1: ignored, and transformers' own
+    warning about it stays off stderr."""
+    edit_json(ckpt / "config.json", pad_token_id=value)
+    loaded = load_checkpoint(ckpt)
+    assert loaded.hf_config.pad_token_id is None
+    assert "Model config:" not in capfd.readouterr().err
+    assert [r.getMessage() for r in caplog.records if "pad_token_id" in r.getMessage()] == [
+        f"ignoring config.json pad_token_id={value!r}: not a token id of the vocabulary (graphtop does not "
+        f"use it) in {ckpt}"]
