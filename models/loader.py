@@ -33,6 +33,7 @@ from .config_check import (
     check_config_fields,
     check_model_fits,
     check_spec,
+    token_id_problem,
     ignored_token_ids,
 )
 from .decoder import DecoderForCausalLM
@@ -154,12 +155,25 @@ def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bo
     if os.path.lexists(gen):  # a link out of the folder or a FIFO is refused, not skipped
         gen = inside(path, gen.name, allow_external)
         try:
-            ids += as_int_tuple(read_json(gen, "generation_config.json").get("eos_token_id"))
-        except (CheckpointError, TypeError, ValueError):
+            eos = read_json(gen, "generation_config.json").get("eos_token_id")
+        except CheckpointError:
             log.warning("ignoring unreadable generation_config.json in %s", path)
+            eos = None
+        ids += _generation_eos(eos, spec.vocab_size, gen)
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.append(int(tokenizer.eos_token_id))
     return tuple(dict.fromkeys(ids))
+
+
+def _generation_eos(value: Any, vocab_size: int, file: Path) -> tuple[int, ...]:
+    """generation_config.json's ``eos_token_id`` under config.json's rule (config_check.token_id_problem):
+    a float, bool, string or out-of-vocabulary id would otherwise be truncated, misread or never match."""
+    if value is None:
+        return ()
+    problem = token_id_problem("eos_token_id", value, vocab_size)
+    if problem:
+        raise CheckpointError(f"generation_config.json: {problem} in {file.parent}")
+    return as_int_tuple(value)
 
 
 def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,

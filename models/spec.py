@@ -8,6 +8,7 @@ object (whose layout moved between transformers 4 and 5: rope settings live in
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +76,14 @@ def located(message: str, where: str | None) -> str:
 
 
 def as_int_tuple(value: Any) -> tuple[int, ...]:
-    """eos_token_id may be an int, a list, or None in HF configs."""
+    """eos_token_id may be an int, a list, or None in HF configs. Values are checked before
+    (config_check.token_id_problem); ``operator.index`` still refuses a float or string rather than
+    truncating or iterating it."""
     if value is None:
         return ()
     if isinstance(value, int):
         return (value,)
-    return tuple(int(v) for v in value)
+    return tuple(operator.index(v) for v in value)
 
 
 def supported_rope_type(rope: dict[str, Any], where: str | None = None) -> str:

@@ -194,3 +194,18 @@ def test_a_bad_pad_token_id_is_ignored_with_one_line_of_ours(ckpt, value, caplog
     assert [r.getMessage() for r in caplog.records if "pad_token_id" in r.getMessage()] == [
         f"ignoring config.json pad_token_id={value!r}: not a token id of the vocabulary (graphtop does not "
         f"use it) in {ckpt}"]
+
+
+@pytest.mark.parametrize("value", [10**30, -1, True, [2.7], [0, 100000], "0", {"a": 1}, [], 512])
+def test_generation_config_eos_that_is_not_a_token_id_is_refused(ckpt, value):
+    """A float was truncated, a bool read as 1, a string iterated, an id past the vocabulary never matched."""
+    (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": value}))
+    message = load_error(ckpt)
+    assert message.startswith("generation_config.json: 'eos_token_id' must be a token id in [0, 512)"), message
+    assert message.endswith(f" in {ckpt}")
+
+
+def test_generation_config_eos_ids_are_added_to_the_stop_tokens(ckpt):
+    eos = json.loads((ckpt / "config.json").read_text())["eos_token_id"]
+    (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 511]}))
+    assert load_checkpoint(ckpt).spec.eos_token_ids[:3] == (eos, 7, 511)
