@@ -43,6 +43,7 @@ from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple, located
+from .tokenizer_check import check_tokenizer
 from .weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
 
 log = logging.getLogger(__name__)
@@ -137,12 +138,28 @@ def _no_token_id_warning(keys: tuple[str, ...]) -> Iterator[None]:
 def _load_tokenizer(path: Path) -> Any:
     if not has_tokenizer_files(path):
         raise CheckpointError(f"no tokenizer files (tokenizer.json / tokenizer_config.json / tokenizer.model) in {path}")
+    _check_vocabulary_files(path)
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except Exception as err:
         raise CheckpointError(f"tokenizer failed to load ({type(err).__name__}: {err}) in {path}") from None
+
+
+_VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
+"""Files a tokenizer reads its vocabulary from, besides a tokenizer.model."""
+
+
+def _check_vocabulary_files(path: Path) -> None:
+    """Refuse, before transformers tries, a tokenizer folder it cannot read a vocabulary from: with only a
+    tokenizer_config.json it builds an empty tokenizer (every prompt becomes no tokens) or fails asking for
+    sentencepiece or tiktoken."""
+    if any((path / name).is_file() for name in _VOCABULARY_FILES):
+        return
+    if not (path / "tokenizer.model").is_file():
+        raise CheckpointError(f"no tokenizer vocabulary (tokenizer.json, vocab.json or tokenizer.model; "
+                              f"tokenizer_config.json alone names none) in {path}")
 
 
 def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bool = False) -> tuple[int, ...]:
@@ -263,6 +280,16 @@ def _stored_equal(file_a: Path, name_a: str, file_b: Path, name_b: str) -> bool:
     return True
 
 
+def _model_vocabulary(spec: ModelSpec, locations: dict[str, Path]) -> int:
+    """Tokens the model can embed: config.json's vocab_size, or the stored embedding's rows when fewer (the
+    two disagreeing is refused later, by the size or the shape check)."""
+    file = locations.get(_EMBED)
+    reader = SafetensorsReader(file) if file is not None else None
+    if reader is None or _EMBED not in reader.names or len(reader.shape(_EMBED)) != 2:
+        return spec.vocab_size
+    return min(spec.vocab_size, reader.shape(_EMBED)[0])
+
+
 @dataclass
 class CheckpointMeta:
     """Everything of a checkpoint folder but its weights (cheap to read)."""
@@ -296,6 +323,7 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     spec = _tie_as_stored(spec, locations, path)
     check_tokenizer_files(path, allow_external_weights)
     tokenizer = _load_tokenizer(path)
+    check_tokenizer(tokenizer, _model_vocabulary(spec, locations), str(path), path)
     spec = replace(spec, eos_token_ids=_stop_tokens(spec, path, tokenizer, allow_external_weights))
     return CheckpointMeta(path, hf_config, spec, locations, tokenizer, allow_external_weights, source)
 

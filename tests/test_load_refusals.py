@@ -209,3 +209,38 @@ def test_generation_config_eos_ids_are_added_to_the_stop_tokens(ckpt):
     eos = json.loads((ckpt / "config.json").read_text())["eos_token_id"]
     (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 511]}))
     assert load_checkpoint(ckpt).spec.eos_token_ids[:3] == (eos, 7, 511)
+
+
+# --- tokenizers ----------------------------------------------------------------------------------
+
+def _drop_tokenizer_json(ckpt, tokenizer_class):
+    (ckpt / "tokenizer.json").unlink()
+    edit_json(ckpt / "tokenizer_config.json", tokenizer_class=tokenizer_class)
+
+
+@pytest.mark.parametrize("tokenizer_class", ["Qwen2Tokenizer", "LlamaTokenizer", "TokenizersBackend"])
+def test_tokenizer_config_alone_is_refused(ckpt, tokenizer_class):
+    """transformers builds a tokenizer of 1-3 tokens from it (every prompt became 'empty prompt'), or fails
+    asking for sentencepiece or tiktoken."""
+    _drop_tokenizer_json(ckpt, tokenizer_class)
+    message = load_error(ckpt)
+    assert message == (f"no tokenizer vocabulary (tokenizer.json, vocab.json or tokenizer.model; "
+                       f"tokenizer_config.json alone names none) in {ckpt}")
+
+
+def test_a_tokenizer_far_smaller_than_the_vocabulary_is_refused(ckpt):
+    """A vocabulary file that is there but nearly empty: what is left of the len() check."""
+    (ckpt / "tokenizer.json").unlink()
+    (ckpt / "vocab.json").write_text(json.dumps({"a": 0, "b": 1, "<|endoftext|>": 2}))
+    (ckpt / "merges.txt").write_text("#version: 0.2\n")
+    edit_json(ckpt / "tokenizer_config.json", tokenizer_class="GPT2Tokenizer")
+    message = load_error(ckpt)
+    assert message.startswith("the tokenizer has 3 tokens for a model of 512 (vocab_size): its vocabulary files"), message
+
+
+def test_a_tokenizer_slightly_smaller_than_a_padded_vocabulary_loads(tiny_ckpt, tmp_path):
+    """Embeddings padded to a multiple of 64 or 128 leave rows no token uses (Qwen2.5: 151,665 of 152,064)."""
+    from tiny_models import shared_tokenizer
+
+    loaded = load_checkpoint(tiny_ckpt("llama", vocab_size=len(shared_tokenizer()) + 64))
+    assert loaded.spec.vocab_size == len(loaded.tokenizer) + 64
