@@ -8,6 +8,7 @@ each tensor is read memory-mapped straight onto that device and copied into plac
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from collections import defaultdict
@@ -154,12 +155,16 @@ _VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
 def _check_vocabulary_files(path: Path) -> None:
     """Refuse, before transformers tries, a tokenizer folder it cannot read a vocabulary from: with only a
     tokenizer_config.json it builds an empty tokenizer (every prompt becomes no tokens) or fails asking for
-    sentencepiece or tiktoken."""
+    sentencepiece or tiktoken; a lone tokenizer.model without the sentencepiece (or tiktoken) package makes
+    it print a paragraph about SentencePiece, then fail naming tiktoken."""
     if any((path / name).is_file() for name in _VOCABULARY_FILES):
         return
     if not (path / "tokenizer.model").is_file():
         raise CheckpointError(f"no tokenizer vocabulary (tokenizer.json, vocab.json or tokenizer.model; "
                               f"tokenizer_config.json alone names none) in {path}")
+    if all(importlib.util.find_spec(name) is None for name in ("sentencepiece", "tiktoken")):
+        raise CheckpointError(f"the tokenizer is only a tokenizer.model (no tokenizer.json), and reading it needs "
+                              f"the sentencepiece package (pip install sentencepiece) in {path}")
 
 
 def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bool = False) -> tuple[int, ...]:

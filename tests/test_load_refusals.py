@@ -244,3 +244,19 @@ def test_a_tokenizer_slightly_smaller_than_a_padded_vocabulary_loads(tiny_ckpt, 
 
     loaded = load_checkpoint(tiny_ckpt("llama", vocab_size=len(shared_tokenizer()) + 64))
     assert loaded.spec.vocab_size == len(loaded.tokenizer) + 64
+
+
+def test_a_sentencepiece_only_folder_without_sentencepiece_is_one_clear_line(ckpt, capfd, monkeypatch):
+    import importlib.util
+
+    from graphtop.models import loader
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(loader.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("sentencepiece", "tiktoken") else real(name, *a))
+    (ckpt / "tokenizer.json").unlink()
+    (ckpt / "tokenizer.model").write_bytes(b"\x00garbage" * 10)
+    message = load_error(ckpt)
+    assert message == (f"the tokenizer is only a tokenizer.model (no tokenizer.json), and reading it needs the "
+                       f"sentencepiece package (pip install sentencepiece) in {ckpt}")
+    assert "SentencePiece" not in capfd.readouterr().err
