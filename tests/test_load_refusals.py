@@ -260,3 +260,41 @@ def test_a_sentencepiece_only_folder_without_sentencepiece_is_one_clear_line(ckp
     assert message == (f"the tokenizer is only a tokenizer.model (no tokenizer.json), and reading it needs the "
                        f"sentencepiece package (pip install sentencepiece) in {ckpt}")
     assert "SentencePiece" not in capfd.readouterr().err
+
+
+# --- chat templates ------------------------------------------------------------------------------
+
+def _set_template(ckpt, where, text):
+    (ckpt / "chat_template.jinja").unlink(missing_ok=True)
+    if where == "chat_template.jinja":
+        (ckpt / "chat_template.jinja").write_text(text)
+    else:
+        edit_json(ckpt / "tokenizer_config.json", chat_template=text)
+
+
+@pytest.mark.parametrize("where", ["chat_template.jinja", "tokenizer_config.json"])
+def test_a_chat_template_that_is_not_valid_jinja_is_refused_at_load(ckpt, where):
+    _set_template(ckpt, where, "{% for m in messages %}{{ m.content ")
+    message = load_error(ckpt)
+    assert message.startswith(f"chat template ({where}) is not valid Jinja at line 1 (unexpected end of template")
+    assert message.endswith(f" in {ckpt}")
+
+
+def test_a_chat_template_that_raises_for_a_plain_conversation_is_refused_at_load(ckpt):
+    _set_template(ckpt, "chat_template.jinja", "{{ raise_exception('roles must alternate') }}")
+    assert load_error(ckpt) == (f"chat template (chat_template.jinja) fails on a one-message conversation "
+                                f"(TemplateError: roles must alternate) in {ckpt}")
+
+
+def test_a_broken_named_chat_template_is_refused(ckpt):
+    (ckpt / "additional_chat_templates").mkdir()
+    (ckpt / "additional_chat_templates" / "tool_use.jinja").write_text("{% if %}")
+    message = load_error(ckpt)
+    assert message.startswith("chat template 'tool_use' (additional_chat_templates/tool_use.jinja) is not valid")
+
+
+def test_a_template_that_raises_only_for_other_conversations_loads(ckpt):
+    text = ("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}"
+            "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    _set_template(ckpt, "chat_template.jinja", text)
+    assert load_checkpoint(ckpt).tokenizer.chat_template == text
