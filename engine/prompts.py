@@ -3,7 +3,33 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
+
+_NOT_CAUGHT = (KeyboardInterrupt, SystemExit, GeneratorExit)
+"""What a tokenizer call may raise that is not about the prompt: a Ctrl-C, an exit, a closing generator."""
+
+
+class Unencodable(list):
+    """The token ids (none) of a prompt the tokenizer failed on, and why: ``admission_problem`` rejects it
+    like any prompt that can never be served, so one bad prompt finishes as ``rejected`` instead of ending
+    the run (and its finished results) with a traceback."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__()
+        self.problem = problem
+
+
+def _tokenizer_call(call: Callable[[], Any]) -> Any:
+    """``call()``, or an ``Unencodable`` naming what it raised. The tokenizers library panics with
+    ``pyo3_runtime.PanicException``, a BaseException, which ``except Exception`` (the dashboard's, a
+    caller's) does not catch; jinja2 raises at render for a conversation its template refuses."""
+    try:
+        return call()
+    except _NOT_CAUGHT:
+        raise
+    except BaseException as err:  # a panic is a BaseException; interrupts are re-raised above
+        text = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        return Unencodable(f"the tokenizer failed on this prompt ({type(err).__name__}{': ' if text else ''}{text})")
 
 
 def encode_prompt(tokenizer: Any, prompt: Union[str, Sequence[int]], chat: bool) -> tuple[str, list[int]]:
@@ -13,27 +39,29 @@ def encode_prompt(tokenizer: Any, prompt: Union[str, Sequence[int]], chat: bool)
         raise TypeError("a prompt is text (str) or a sequence of token ids, got bytes: decode it first")
     if not isinstance(prompt, str):
         ids = [_token_id(i, t) for i, t in enumerate(prompt)]
-        try:  # for display only: ids outside the vocabulary are refused by admission_problem
-            return tokenizer.decode(ids), ids
-        except (OverflowError, ValueError, TypeError, IndexError):
-            return "", ids
+        text = _tokenizer_call(lambda: tokenizer.decode(ids))  # for display only: admission_problem judges ids
+        return ("" if isinstance(text, Unencodable) else text), ids
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:
         raise ValueError(f"prompt is not valid Unicode ({e.reason} at character {e.start})") from None
     if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
+        ids = _tokenizer_call(lambda: tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-        )
+        ))
+        if isinstance(ids, Unencodable):
+            return prompt, ids
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return prompt, list(ids)
-    return prompt, tokenizer.encode(prompt, add_special_tokens=True)
+    return prompt, _tokenizer_call(lambda: tokenizer.encode(prompt, add_special_tokens=True))
 
 
 def admission_problem(ids: Sequence[int], max_context_len: int, kv_capacity_tokens: int,
                       vocab_size: int) -> Optional[str]:
     """Why a prompt of ``ids`` can never be served (one line), or None."""
+    if isinstance(ids, Unencodable):
+        return ids.problem
     n = len(ids)
     if n == 0:
         return "empty prompt"
