@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Optional
+import re
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -115,6 +117,27 @@ def ignored_token_ids(config: dict[str, Any], where: Optional[str] = None) -> tu
                         "it)%s", key, _show(value), f" in {where}" if where else "")
             ignored.append(key)
     return tuple(ignored)
+
+
+_TOKEN_ID_WARNING = re.compile(r"Model config: (\w+_token_id) must be ")
+
+
+@contextmanager
+def no_token_id_warning(keys: Optional[tuple[str, ...]]) -> Iterator[None]:
+    """transformers warns about an out-of-vocabulary ``*_token_id`` while it builds a config (its kwargs are
+    applied after that check). For ``keys`` (None: every token id) this module already decided: refused
+    with one line, or ignored with one line of ours; transformers' louder line would only repeat it."""
+    logger = logging.getLogger("transformers.configuration_utils")
+
+    def keep(record: logging.LogRecord) -> bool:
+        found = _TOKEN_ID_WARNING.match(record.getMessage())
+        return found is None or (keys is not None and found.group(1) not in keys)
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def _rope(config: dict[str, Any], where: Optional[str]) -> None:

@@ -9,6 +9,10 @@ What the conversion fixes up (transformers 5.x): a config read from GGUF has no 
 (set from ``model_type``) and carries a ``quantization_config`` that would make the folder look
 quantized (dropped); ``save_pretrained`` refuses GGUF-loaded models, so the state dict is written
 with safetensors directly, minus a tied ``lm_head.weight``.
+
+What the conversion checks first (a refused file leaves nothing in the cache): the metadata under
+config.json's rules (config_check), the declared model's size against the host, and the tokenizer
+(tokenizer_check), all before transformers allocates the model.
 """
 
 from __future__ import annotations
@@ -20,9 +24,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import torch
+
 from .cache import build_once, cache_root, no_progress_bars
+from .config_check import (
+    check_architecture_fields,
+    check_config_fields,
+    check_model_fits,
+    check_spec,
+    ignored_token_ids,
+    no_token_id_warning,
+)
 from .errors import CheckpointError
-from .registry import architecture_name, spec_from_hf_config
+from .registry import architecture_name, model_class, spec_from_hf_config
+from .spec import ModelSpec
+from .tokenizer_check import check_tokenizer
 
 GGUF_SUFFIX = ".gguf"
 GGUF_EXTRA = "pip install 'graphtop[gguf]'"
@@ -47,26 +63,69 @@ def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> P
 
 
 def convert_gguf(gguf_file: Path, folder: Path) -> None:
-    """Write an HF safetensors checkpoint (config, weights, tokenizer) of ``gguf_file`` into ``folder``."""
+    """Write an HF safetensors checkpoint (config, weights, tokenizer) of ``gguf_file`` into ``folder``.
+
+    Everything is checked before anything is written (``build_once`` then removes the staging folder, so a
+    refused file leaves no cache entry): the metadata as config.json would be, the size against the host
+    before transformers allocates the model, and the tokenizer."""
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
         raise CheckpointError(f"reading GGUF needs the package(s) {', '.join(missing)}: {GGUF_EXTRA} ({gguf_file})")
-    from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     where, name = str(gguf_file.parent), gguf_file.name
-    config = _read(lambda: AutoConfig.from_pretrained(where, gguf_file=name), "metadata", gguf_file)
+    with no_token_id_warning(None):  # checked below, as config.json's would be
+        config = _read(lambda: AutoConfig.from_pretrained(where, gguf_file=name), "metadata", gguf_file)
     arch = architecture_name(config)
     config.architectures = [arch]
-    spec_from_hf_config(config, str(gguf_file))  # refuses what graphtop cannot run, before the slow part
+    spec = _checked_spec(config, gguf_file)  # refuses what graphtop cannot run, before the slow part
     tokenizer = _read(lambda: AutoTokenizer.from_pretrained(where, gguf_file=name), "tokenizer", gguf_file)
+    check_tokenizer(tokenizer, spec.vocab_size, str(gguf_file))
+    model = _load_model(where, name, gguf_file)
+    _write(model, tokenizer, arch, gguf_file, folder)
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """The config.json a converted folder gets: transformers' config of the GGUF, minus the
+    ``quantization_config`` a GGUF-read config carries (the weights are written dequantized)."""
+    data = config.to_dict()
+    data.pop("quantization_config", None)
+    return data
+
+
+def _checked_spec(config: Any, gguf_file: Path) -> ModelSpec:
+    """config_check's rules on the metadata, as on any config.json, and the model's size against the host:
+    a tiny file can declare a model of any size, which transformers would allocate before reading a tensor."""
+    where = str(gguf_file)
+    try:
+        data = config_dict(config)
+        check_architecture_fields(data, where)
+        check_config_fields(data, where)
+        for key in ignored_token_ids(data, where):
+            setattr(config, key, None)
+        spec = spec_from_hf_config(config, where)
+        check_spec(spec, where)
+    except CheckpointError as err:
+        raise CheckpointError(str(err).replace("config.json: ", "GGUF metadata: ", 1)) from None
+    check_model_fits(spec, torch.float32, "cpu", where)  # dequantized to float32 on the host
+    return spec
+
+
+def _load_model(where: str, name: str, gguf_file: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
     with no_progress_bars(), _quiet_dequantize():
-        model = _read(lambda: AutoModelForCausalLM.from_pretrained(where, gguf_file=name), "tensors", gguf_file)
+        return _read(lambda: AutoModelForCausalLM.from_pretrained(where, gguf_file=name), "tensors", gguf_file)
+
+
+def _write(model: Any, tokenizer: Any, arch: str, gguf_file: Path, folder: Path) -> None:
+    """The checked model as a checkpoint folder: config.json last, the mark of a complete folder."""
+    from safetensors.torch import save_file
+
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     weights = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    data = model.config.to_dict()
-    data.pop("quantization_config", None)
+    data = config_dict(model.config)
     data["architectures"] = [arch]
     (folder / "generation_config.json").write_text(model.generation_config.to_json_string())
     tokenizer.save_pretrained(folder)

@@ -12,10 +12,9 @@ import importlib.util
 import logging
 import os
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -36,6 +35,7 @@ from .config_check import (
     check_spec,
     token_id_problem,
     ignored_token_ids,
+    no_token_id_warning,
 )
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
@@ -109,31 +109,13 @@ def _load_hf_config(path: Path, ignored: tuple[str, ...] = ()) -> Any:
     from transformers import AutoConfig
 
     try:
-        with _no_token_id_warning(ignored):
+        with no_token_id_warning(ignored):
             config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except Exception as err:
         raise CheckpointError(f"config.json rejected by transformers ({type(err).__name__}: {err}) in {path}") from None
     for key in ignored:
         setattr(config, key, None)
     return config
-
-
-@contextmanager
-def _no_token_id_warning(keys: tuple[str, ...]) -> Iterator[None]:
-    """transformers warns about an out-of-vocabulary ``*_token_id`` while it builds the config (its kwargs
-    are applied after that check); for a key graphtop already said it ignores, that is a second, louder
-    line about nothing."""
-    logger = logging.getLogger("transformers.configuration_utils")
-
-    def keep(record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        return not any(text.startswith(f"Model config: {key} must be") for key in keys)
-
-    logger.addFilter(keep)
-    try:
-        yield
-    finally:
-        logger.removeFilter(keep)
 
 
 def _load_tokenizer(path: Path) -> Any:

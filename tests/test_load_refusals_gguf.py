@@ -1,0 +1,139 @@
+"""GGUF files whose metadata declares what graphtop would refuse in a config.json, or a model far larger
+than the file (transformers allocates it before any check): each is refused with one line naming the
+.gguf, before the model is allocated, and leaves nothing in the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("accelerate")
+
+import numpy as np  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+from graphtop.models import CheckpointError, load_checkpoint  # noqa: E402
+
+_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+          "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+          "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _permute(w, heads):
+    """llama.cpp's q/k row order (convert_hf_to_gguf), which transformers undoes when reading."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _tensors(folder, config):
+    out = {}
+    for key, value in load_file(folder / "model.safetensors").items():
+        fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+                 "lm_head.weight": "output.weight"}
+        if key in fixed:
+            out[fixed[key]] = value
+            continue
+        _, _, layer, *rest = key.split(".")
+        module = ".".join(rest[:-1])
+        if module == "self_attn.q_proj":
+            value = _permute(value, config["num_attention_heads"])
+        if module == "self_attn.k_proj":
+            value = _permute(value, config["num_key_value_heads"])
+        out[f"blk.{layer}.{_NAMES[module]}.weight"] = value
+    return out
+
+
+def build_gguf(folder, path, *, meta=None, edit=None, chat_template=None, eos=None):
+    """A float32 llama GGUF of the tiny checkpoint ``folder``; ``meta`` overrides the size keys,
+    ``edit(tensors)`` changes the tensors."""
+    config = json.loads((folder / "config.json").read_text())
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    sizes = dict(context_length=config["max_position_embeddings"], embedding_length=config["hidden_size"],
+                 block_count=config["num_hidden_layers"], feed_forward_length=config["intermediate_size"],
+                 head_count=config["num_attention_heads"], head_count_kv=config["num_key_value_heads"])
+    sizes.update(meta or {})
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny")
+    for key, value in sizes.items():
+        getattr(writer, f"add_{key}")(value)
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(10000.0)
+    tokens = [t for t, _ in sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * len(tokens))
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
+    writer.add_eos_token_id(config["eos_token_id"] if eos is None else eos)
+    if chat_template:
+        writer.add_chat_template(chat_template)
+    tensors = _tensors(folder, config)
+    if edit:
+        edit(tensors)
+    for name, value in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(value))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture
+def folder(tiny_ckpt):
+    return tiny_ckpt("llama")
+
+
+def refused(path, cache_dir) -> str:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert "\n" not in message and message.endswith(f" in {path}"), message
+    entries = list((cache_dir / "gguf").iterdir()) if (cache_dir / "gguf").exists() else []
+    assert entries == [], entries  # no conversion kept, no staging folder left
+    return message
+
+
+@pytest.fixture
+def no_allocation(monkeypatch):
+    """transformers' model loading must not be reached: the refusal comes from the metadata alone."""
+    from transformers import AutoModelForCausalLM
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the model was allocated before the refusal")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fail)
+
+
+def test_a_complete_gguf_converts_and_loads(folder, tmp_path, cache_dir):
+    loaded = load_checkpoint(build_gguf(folder, tmp_path / "ok.gguf"))
+    assert loaded.spec.num_layers == 2 and len(list((cache_dir / "gguf").iterdir())) == 1
+
+
+def test_a_tiny_file_declaring_a_huge_model_is_refused_before_allocation(folder, tmp_path, cache_dir, no_allocation):
+    path = build_gguf(folder, tmp_path / "h.gguf", edit=lambda t: t.clear(),
+                      meta={"embedding_length": 65536, "feed_forward_length": 2**24, "block_count": 64})
+    message = refused(path, cache_dir)
+    assert message.startswith("the model (") and "needs ~" in message and "available" in message
+
+
+def test_metadata_out_of_range_is_refused_like_a_config_json(folder, tmp_path, cache_dir, capfd, no_allocation):
+    path = build_gguf(folder, tmp_path / "e.gguf", eos=100000)
+    assert refused(path, cache_dir) == (f"GGUF metadata: 'eos_token_id' must be a token id in [0, 512) or a list "
+                                        f"of them, got 100000 in {path}")
+    assert "Model config:" not in capfd.readouterr().err
+
+
+def test_a_broken_chat_template_is_refused_naming_the_gguf(folder, tmp_path, cache_dir, no_allocation):
+    path = build_gguf(folder, tmp_path / "c.gguf", chat_template="{% for m in messages %}{{ m.content ")
+    assert refused(path, cache_dir).startswith("chat template is not valid Jinja at line 1")
