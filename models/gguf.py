@@ -11,8 +11,10 @@ quantized (dropped); ``save_pretrained`` refuses GGUF-loaded models, so the stat
 with safetensors directly, minus a tied ``lm_head.weight``.
 
 What the conversion checks first (a refused file leaves nothing in the cache): the metadata under
-config.json's rules (config_check), the declared model's size against the host, and the tokenizer
-(tokenizer_check), all before transformers allocates the model.
+config.json's rules (config_check), the declared model's size against the host, the tokenizer
+(tokenizer_check), and every weight of the declared model present in the file's tensor table with its
+shape, all before transformers allocates the model; then what transformers reports it could not load
+(it would fill a missing weight with random values, print a load report and carry on).
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def convert_gguf(gguf_file: Path, folder: Path) -> None:
 
     Everything is checked before anything is written (``build_once`` then removes the staging folder, so a
     refused file leaves no cache entry): the metadata as config.json would be, the size against the host
-    before transformers allocates the model, and the tokenizer."""
+    before transformers allocates the model, the tokenizer, and every tensor present with its shape
+    (transformers would fill a missing one with random values, print a load report and carry on)."""
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
         raise CheckpointError(f"reading GGUF needs the package(s) {', '.join(missing)}: {GGUF_EXTRA} ({gguf_file})")
@@ -79,6 +82,7 @@ def convert_gguf(gguf_file: Path, folder: Path) -> None:
     arch = architecture_name(config)
     config.architectures = [arch]
     spec = _checked_spec(config, gguf_file)  # refuses what graphtop cannot run, before the slow part
+    _check_tensors(spec, gguf_file)
     tokenizer = _read(lambda: AutoTokenizer.from_pretrained(where, gguf_file=name), "tokenizer", gguf_file)
     check_tokenizer(tokenizer, spec.vocab_size, str(gguf_file))
     model = _load_model(where, name, gguf_file)
@@ -111,11 +115,69 @@ def _checked_spec(config: Any, gguf_file: Path) -> ModelSpec:
     return spec
 
 
+def _check_tensors(spec: ModelSpec, gguf_file: Path) -> None:
+    """Every weight of the model the metadata declares, present in the file with its shape, checked from
+    the tensor table alone (nothing is dequantized) before transformers allocates the model: it would
+    random-initialise a missing or mis-shaped weight, and a tiny file can declare any number of layers."""
+    import gguf
+
+    reader = _read(lambda: gguf.GGUFReader(str(gguf_file)), "tensors", gguf_file)
+    held = {t.name: tuple(int(d) for d in reversed(t.shape)) for t in reader.tensors}  # GGUF lists dims inner first
+    names = _gguf_names(reader, spec.num_layers)
+    if names is None:
+        return  # an architecture gguf-py does not map: _load_model's check of what transformers loaded decides
+    with torch.device("meta"):
+        wanted = {n: tuple(p.shape) for n, p in model_class(spec)(spec).named_parameters()}  # tied lm_head once
+    missing = []
+    for hf_name, shape in wanted.items():
+        base, _, suffix = hf_name.rpartition(".")
+        mapped = names.get_name(base)
+        if mapped is None:
+            continue
+        tensor = f"{mapped}.{suffix}"
+        if tensor not in held:
+            missing.append(f"'{tensor}' ({hf_name})")
+        elif held[tensor] != shape:
+            raise CheckpointError(f"GGUF tensor '{tensor}' has shape {list(held[tensor])}, the model its metadata "
+                                  f"declares needs {list(shape)} in {gguf_file}")
+    if missing:
+        raise CheckpointError(f"GGUF file lacks tensor {missing[0]}{_more(missing)} in {gguf_file}")
+
+
+def _gguf_names(reader: Any, num_layers: int) -> Any:
+    """gguf-py's map from HF module names to the file's tensor names (what transformers' GGUF loader
+    uses), or None for an architecture it does not know."""
+    import gguf
+
+    field = reader.fields.get("general.architecture")
+    if field is None or not field.data:
+        return None
+    arch = bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+    key = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), None)
+    return None if key is None else gguf.get_tensor_name_map(key, num_layers)
+
+
 def _load_model(where: str, name: str, gguf_file: Path) -> Any:
+    """transformers' model of the GGUF, refused when a parameter was missing from the file or had another
+    shape (transformers reports those in a table on stderr, random-initialises them and goes on)."""
     from transformers import AutoModelForCausalLM
 
-    with no_progress_bars(), _quiet_dequantize():
-        return _read(lambda: AutoModelForCausalLM.from_pretrained(where, gguf_file=name), "tensors", gguf_file)
+    with no_progress_bars(), _quiet_dequantize(), _transformers_errors_only():
+        model, info = _read(lambda: AutoModelForCausalLM.from_pretrained(
+            where, gguf_file=name, output_loading_info=True, ignore_mismatched_sizes=True), "tensors", gguf_file)
+    mismatched = sorted(info.get("mismatched_keys") or (), key=str)
+    if mismatched:
+        key, stored, wanted = mismatched[0]
+        raise CheckpointError(f"GGUF tensor for '{key}' has shape {list(stored)}, the model its metadata declares "
+                              f"needs {list(wanted)}{_more(mismatched)} in {gguf_file}")
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise CheckpointError(f"GGUF file lacks tensor '{missing[0]}'{_more(missing)} in {gguf_file}")
+    return model
+
+
+def _more(items: Any) -> str:
+    return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
 
 
 def _write(model: Any, tokenizer: Any, arch: str, gguf_file: Path, folder: Path) -> None:
@@ -133,6 +195,20 @@ def _write(model: Any, tokenizer: Any, arch: str, gguf_file: Path, folder: Path)
     source = {"gguf_file": str(gguf_file), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     (folder / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
     (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+@contextmanager
+def _transformers_errors_only() -> Iterator[None]:
+    """transformers' warnings off while it loads the tensors: what its load report says (missing or
+    mis-shaped tensors) is checked here and refused in one line instead."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _read(load: Any, what: str, file: Path) -> Any:

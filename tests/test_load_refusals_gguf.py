@@ -1,6 +1,6 @@
-"""GGUF files whose metadata declares what graphtop would refuse in a config.json, or a model far larger
-than the file (transformers allocates it before any check): each is refused with one line naming the
-.gguf, before the model is allocated, and leaves nothing in the cache."""
+"""GGUF files that transformers converts without an error into a wrong model (missing tensors filled with
+random values, a tiny file declaring a huge model allocated before any check): each is refused with one
+line naming the .gguf, before the model is allocated, and leaves nothing in the cache."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 
 from graphtop.models import CheckpointError, load_checkpoint  # noqa: E402
+from graphtop.models import gguf as gguf_mod  # noqa: E402
 
 _NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
           "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -120,11 +121,43 @@ def test_a_complete_gguf_converts_and_loads(folder, tmp_path, cache_dir):
     assert loaded.spec.num_layers == 2 and len(list((cache_dir / "gguf").iterdir())) == 1
 
 
+@pytest.mark.parametrize("tensor, hf_name", [("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight"),
+                                             ("output_norm.weight", "model.norm.weight")])
+def test_a_missing_tensor_is_refused_by_name(folder, tmp_path, cache_dir, capfd, no_allocation, tensor, hf_name):
+    path = build_gguf(folder, tmp_path / "m.gguf", edit=lambda t: t.pop(tensor))
+    assert refused(path, cache_dir) == f"GGUF file lacks tensor '{tensor}' ({hf_name}) in {path}"
+    assert "LOAD REPORT" not in capfd.readouterr().err
+
+
+def test_what_transformers_reports_missing_is_refused_too(folder, tmp_path, cache_dir, capfd, monkeypatch):
+    """The check of transformers' loading info, for tensors the name map does not cover: no random weight
+    is ever written to the cache, and its load report stays off stderr."""
+    monkeypatch.setattr(gguf_mod, "_gguf_names", lambda reader, layers: None)
+    path = build_gguf(folder, tmp_path / "m.gguf", edit=lambda t: t.pop("blk.1.ffn_up.weight"))
+    assert refused(path, cache_dir) == f"GGUF file lacks tensor 'model.layers.1.mlp.up_proj.weight' in {path}"
+    assert "LOAD REPORT" not in capfd.readouterr().err
+
+
+def test_a_tensor_of_another_shape_is_refused(folder, tmp_path, cache_dir, no_allocation):
+    def shrink(t):
+        t["blk.0.ffn_up.weight"] = np.zeros((64, 64), np.float32)
+
+    path = build_gguf(folder, tmp_path / "s.gguf", edit=shrink)
+    assert refused(path, cache_dir) == (f"GGUF tensor 'blk.0.ffn_up.weight' has shape [64, 64], the model its "
+                                        f"metadata declares needs [128, 64] in {path}")
+
+
 def test_a_tiny_file_declaring_a_huge_model_is_refused_before_allocation(folder, tmp_path, cache_dir, no_allocation):
     path = build_gguf(folder, tmp_path / "h.gguf", edit=lambda t: t.clear(),
                       meta={"embedding_length": 65536, "feed_forward_length": 2**24, "block_count": 64})
     message = refused(path, cache_dir)
     assert message.startswith("the model (") and "needs ~" in message and "available" in message
+
+
+def test_a_file_declaring_more_layers_than_it_holds_is_refused_before_allocation(folder, tmp_path, cache_dir,
+                                                                                no_allocation):
+    path = build_gguf(folder, tmp_path / "l.gguf", meta={"block_count": 8})
+    assert refused(path, cache_dir).startswith("GGUF file lacks tensor 'blk.2.")
 
 
 def test_metadata_out_of_range_is_refused_like_a_config_json(folder, tmp_path, cache_dir, capfd, no_allocation):
