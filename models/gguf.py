@@ -58,10 +58,16 @@ def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> P
         raise CheckpointError(f"GGUF file not found: {gguf_file}")
     if not file.is_file():
         raise CheckpointError(f"GGUF path is not a file: {gguf_file}")
+    return build_once(converted_folder(file, cache_dir), lambda staging: convert_gguf(file, staging))
+
+
+def converted_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> Path:
+    """Where the conversion of ``gguf_file`` lives in the cache (whether or not it exists yet): keyed by the
+    file's resolved path, size and modification time, so a changed file is converted again."""
+    file = Path(gguf_file).expanduser().resolve()
     st = file.stat()
     key = hashlib.sha1(f"{file}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_root(cache_dir) / "gguf" / f"{file.stem}-{key}"
-    return build_once(target, lambda staging: convert_gguf(file, staging))
+    return cache_root(cache_dir) / "gguf" / f"{file.stem}-{key}"
 
 
 def convert_gguf(gguf_file: Path, folder: Path) -> None:

@@ -170,3 +170,26 @@ def test_metadata_out_of_range_is_refused_like_a_config_json(folder, tmp_path, c
 def test_a_broken_chat_template_is_refused_naming_the_gguf(folder, tmp_path, cache_dir, no_allocation):
     path = build_gguf(folder, tmp_path / "c.gguf", chat_template="{% for m in messages %}{{ m.content ")
     assert refused(path, cache_dir).startswith("chat template is not valid Jinja at line 1")
+
+
+# --- outputs into the converted folder -----------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--output", "--record"])
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_an_output_into_the_converted_folder_is_refused(folder, tmp_path, capsys, flag, name):
+    """Every later load of the .gguf reads its converted folder: overwriting a file there breaks the model
+    for good (the cache entry looks complete)."""
+    from cli_support import SHORT_RUN, assert_usage_error, run
+
+    path = build_gguf(folder, tmp_path / "ok.gguf")
+    converted = gguf_mod.gguf_folder(path)
+    target = converted / name
+    before = target.read_bytes()
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    outputs = {"--output": tmp_path / "out.jsonl", "--record": tmp_path / "trace.jsonl"}
+    outputs[flag] = target
+    rc, out, err = run(capsys, "--model", path, "--prompts", prompts, "--output", outputs["--output"],
+                       "--record", outputs["--record"], *SHORT_RUN)
+    assert_usage_error(rc, out, err, f"{flag} {target} is the same file as a file of --model's converted folder")
+    assert target.read_bytes() == before

@@ -28,20 +28,36 @@ from .prompts_file import PromptLine, PromptsFileError, read_prompts
 
 
 def model_files(model: Optional[str]) -> list[tuple[str, str]]:
-    """The files a run reads its model from, as (label, path): a .gguf file, or the regular files at the
-    top of a checkpoint folder (the demo model's cache folder without --model)."""
+    """The files a run reads its model from, as (label, path): a .gguf file and the files of its converted
+    folder in the cache, or the regular files at the top of a checkpoint folder (the demo model's cache
+    folder without --model)."""
     if model is None:
         from graphtop.models.demo import DEMO_DIRNAME, demo_cache_root
 
-        folder = str(demo_cache_root() / DEMO_DIRNAME)
-        label = "a file of the demo model"
-    elif os.path.isdir(model):
-        folder, label = model, "a file of --model"
-    else:
-        return [("--model", model)]
+        return _top_files(str(demo_cache_root() / DEMO_DIRNAME), "a file of the demo model")
+    if os.path.isdir(model):
+        return _top_files(model, "a file of --model")
+    return [("--model", model), *_converted_files(model)]
+
+
+def _converted_files(model: str) -> list[tuple[str, str]]:
+    """For a .gguf, the files of its converted folder (which every later load reads instead of the .gguf)."""
+    if not model.lower().endswith(".gguf") or not os.path.isfile(model):
+        return []
+    from graphtop.models import CheckpointError
+    from graphtop.models.gguf import converted_folder
+
+    try:
+        folder = converted_folder(model)
+    except (CheckpointError, OSError, RuntimeError):  # the load fails on the same problem, with its own line
+        return []
+    return _top_files(str(folder), "a file of --model's converted folder")
+
+
+def _top_files(folder: str, label: str) -> list[tuple[str, str]]:
     try:
         return [(label, e.path) for e in os.scandir(folder) if e.is_file()]
-    except OSError:  # a folder that cannot be listed fails when the model loads, with its own error
+    except OSError:  # missing (not converted yet) or unlistable: the load says what is wrong, if anything
         return []
 
 
