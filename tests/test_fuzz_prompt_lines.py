@@ -117,8 +117,9 @@ def test_served_lines_each_get_one_result(tmp_path_factory, engine, batch):
         for pl in parsed:  # the CLI's own cap keeps the fuzz fast: at most 2 new tokens a line
             if pl.error is None:
                 pl.sampling["max_new_tokens"] = min(pl.sampling.get("max_new_tokens", 2), 2)
-        results, failure = _serve(engine, args, parsed, None)
-    assert failure is None and len(results) == len(parsed)
+        served = _serve(engine, args, parsed, None)
+    results = served.results
+    assert served.failure is None and served.interrupted is None and len(results) == len(parsed)
     for pl, r in zip(parsed, results):
         line = json.loads(_result_line(r))
         assert line["id"] == pl.request_id
