@@ -3,6 +3,10 @@ usage-error check, and a private demo-model cache (a helper module, not a confte
 
 from __future__ import annotations
 
+import shutil
+import sys
+from pathlib import Path
+
 import pytest
 
 from graphtop.tui.cli import main
@@ -35,3 +39,14 @@ def assert_usage_error(rc, out, err, *needles):
         assert needle in lines[0], lines[0]
     assert out == ""
     return lines[0]
+
+
+def console_script() -> Path:
+    """The installed ``graphtop`` console script, as a user runs it; the test skips where there is none."""
+    script = Path(sys.executable).with_name("graphtop")
+    if script.exists():
+        return script
+    found = shutil.which("graphtop")
+    if found is None:
+        pytest.skip("the graphtop console script is not installed")
+    return Path(found)

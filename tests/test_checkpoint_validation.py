@@ -12,22 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from graphtop.models import CheckpointError, load_checkpoint
+from load_support import ckpt, load_error  # noqa: F401
 from graphtop.models.config_check import MAX_LAYERS, model_bytes, parameter_count
-
-
-@pytest.fixture
-def ckpt(tiny_ckpt, tmp_path):
-    folder = tmp_path / "model"
-    shutil.copytree(tiny_ckpt("llama"), folder)
-    return folder
-
-
-def load_error(path, **kwargs) -> str:
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path, **kwargs)
-    message = str(info.value)
-    assert "\n" not in message and len(message) < 400, message
-    return message
 
 
 def edit_config(path, **changes):

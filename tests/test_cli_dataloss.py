@@ -6,11 +6,9 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from graphtop.models import CheckpointError, demo
-from cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
+from cli_support import SHORT_RUN, assert_usage_error, console_script, private_cache_dir, run  # noqa: F401
 
 
 @pytest.fixture
@@ -71,12 +69,7 @@ def _lines(path):
 
 def _graphtop(*argv, **popen):
     """The console script, as a user runs it (signals and FIFOs need a process of its own)."""
-    script = Path(sys.executable).with_name("graphtop")
-    if not script.exists():
-        found = shutil.which("graphtop")
-        if found is None:
-            pytest.skip("the graphtop console script is not installed")
-        script = Path(found)
+    script = console_script()
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     return subprocess.Popen([str(script), *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, **popen)

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -20,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.trace import read_trace
-from cli_support import ENGINE_ARGS, SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
+from cli_support import ENGINE_ARGS, SHORT_RUN, assert_usage_error, console_script, private_cache_dir, run  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -387,12 +386,7 @@ def test_headless_serves_while_capturing_unless_asked_to_capture_first(ckpt, tmp
 
 
 def test_console_script_usage_error_is_one_line_without_traceback(tmp_path, prompts_file):
-    script = Path(sys.executable).with_name("graphtop")
-    if not script.exists():
-        found = shutil.which("graphtop")
-        if found is None:
-            pytest.skip("the graphtop console script is not installed")
-        script = Path(found)
+    script = console_script()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     missing = tmp_path / "no-such-model"
     proc = subprocess.run(

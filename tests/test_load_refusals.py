@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from contextlib import contextmanager
 
@@ -15,22 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from graphtop.models import CheckpointError, load_checkpoint
-
-
-@pytest.fixture
-def ckpt(tiny_ckpt, tmp_path):
-    folder = tmp_path / "model"
-    shutil.copytree(tiny_ckpt("llama"), folder)
-    return folder
-
-
-def load_error(path, **kwargs) -> str:
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path, **kwargs)
-    message = str(info.value)
-    assert "\n" not in message and len(message) < 400, message
-    return message
+from graphtop.models import load_checkpoint
+from load_support import ckpt, load_error  # noqa: F401
 
 
 def edit_json(file, **changes):

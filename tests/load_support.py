@@ -1,0 +1,27 @@
+"""Shared pieces of the checkpoint-refusal tests: a private copy of the tiny checkpoint to damage, and
+the one-line CheckpointError check (a helper module, not a conftest)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from graphtop.models import CheckpointError, load_checkpoint
+
+
+@pytest.fixture
+def ckpt(tiny_ckpt, tmp_path):
+    """A copy of the tiny Llama checkpoint that a test may break without touching the session's."""
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_ckpt("llama"), folder)
+    return folder
+
+
+def load_error(path, **kwargs) -> str:
+    """The CheckpointError loading ``path`` raises: one line, short enough to read."""
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 400, message
+    return message
