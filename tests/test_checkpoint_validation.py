@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from graphtop.models import CheckpointError, load_checkpoint
-from load_support import ckpt, load_error  # noqa: F401
 from graphtop.models.config_check import MAX_LAYERS, model_bytes, parameter_count
+from load_support import ckpt, load_error  # noqa: F401
 
 
 def edit_config(path, **changes):

@@ -11,23 +11,15 @@ import importlib.util
 
 import pytest
 
-from graphtop.models import CheckpointError, load_checkpoint
 from graphtop.models import gguf as gguf_mod
 from graphtop.tui.cli import main
+from load_support import load_error
 
 
 @pytest.fixture(autouse=True)
 def private_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-def load_error(path) -> str:
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def test_missing_gguf_file(tmp_path):

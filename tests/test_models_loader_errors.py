@@ -13,15 +13,8 @@ from safetensors.torch import load_file, save_file
 
 from graphtop.models import SUPPORTED_ARCHITECTURES, CheckpointError, load_checkpoint
 from graphtop.models.registry import spec_from_hf_config
+from load_support import load_error
 from tiny_models import build_tiny_checkpoint, reshard, tiny_config
-
-
-def load_error(path) -> str:
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    message = str(info.value)
-    assert "\n" not in message and isinstance(info.value, ValueError)
-    return message
 
 
 @pytest.fixture
