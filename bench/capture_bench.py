@@ -76,7 +76,7 @@ def main() -> int:
         ckpt = random_checkpoint(hf_config_for(args.shape), device="cuda", dtype=torch.bfloat16)
     else:
         torch.set_num_threads(1)  # a tiny model gains nothing from more; a shared host's noise shrinks
-        ckpt = random_checkpoint(hf_config_for(args.shape, **CPU_SHAPE, bos_token_id=1, eos_token_id=2),
+        ckpt = random_checkpoint(hf_config_for(args.shape, **CPU_SHAPE),
                                  device="cpu", dtype=torch.float32)
     max_running = args.max_running or (256 if cuda else 64)
     chunk = args.chunk or (2048 if cuda else 512)

@@ -141,7 +141,7 @@ def main() -> int:
               flush=True)
     else:
         torch.set_num_threads(1)
-        ckpt = random_checkpoint(hf_config_for(args.shape, **CPU_SHAPE, bos_token_id=1, eos_token_id=2),
+        ckpt = random_checkpoint(hf_config_for(args.shape, **CPU_SHAPE),
                                  device="cpu", dtype=torch.float32)
         print(f"cpu · {args.shape} CPU-sized, emulated graphs: a smoke check, not a throughput figure (the eager"
               " re-run competes with the engine for the same cores)", flush=True)

@@ -53,7 +53,7 @@ def main() -> int:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     extra = {} if args.device == "cuda" else dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                                                   vocab_size=8192, bos_token_id=1, eos_token_id=2)
+                                                   vocab_size=8192)
     ckpt = random_checkpoint(hf_config_for(args.shape, **extra), device=args.device, dtype=dtype)
     new_tokens = (args.rounds + 1) * args.steps + 8
     context = 128 + new_tokens + 16

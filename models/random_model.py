@@ -56,12 +56,26 @@ class IdsTokenizer:
         return ""
 
 
+SMALL_VOCAB_IDS = {"bos_token_id": 1, "eos_token_id": 2}
+"""The special ids a shape shrunk to a small vocabulary gets where its own ids do not fit (SmolLM2's)."""
+
+
 def hf_config_for(shape: str, **overrides: Any) -> Any:
+    """A published shape's config with ``overrides``. A ``vocab_size`` override keeps the shape's bos/eos
+    ids only where they fit the new vocabulary (else ``SMALL_VOCAB_IDS``), so a shrunken shape still
+    saves a checkpoint that loads; ids given explicitly outside the vocabulary are refused."""
     from transformers import AutoConfig
 
     if shape not in SHAPES:
         raise KeyError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     kw = dict(SHAPES[shape])
+    vocab = int(overrides.get("vocab_size", kw["vocab_size"]))
+    for key, small in SMALL_VOCAB_IDS.items():
+        given = overrides.get(key)
+        if given is not None and not 0 <= int(given) < vocab:
+            raise ValueError(f"{key}={given} is outside the {vocab}-token vocabulary")
+        if key not in overrides and kw.get(key) is not None and not 0 <= int(kw[key]) < vocab:
+            kw[key] = small
     kw.update(overrides)
     model_type = kw.pop("model_type")
     return AutoConfig.for_model(model_type, **kw)

@@ -168,8 +168,7 @@ def test_a_saved_random_checkpoint_loads_whole_and_sharded(tmp_path, torch_one_t
     from graphtop.models.random_model import save_random_checkpoint
 
     small = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, vocab_size=301,
-                 bos_token_id=1, eos_token_id=2)  # the shape's ids lie outside a 301-token vocabulary
+                 num_key_value_heads=2, head_dim=16, vocab_size=301)  # the shape's own ids lie outside it
     path = save_random_checkpoint("llama-3.1-8b", tmp_path / "rand", dtype=torch.float32, **small)
     assert save_random_checkpoint("llama-3.1-8b", path, dtype=torch.float32, **small) == path  # reused
     full = load_checkpoint(path)
