@@ -177,3 +177,17 @@ def test_probe_finds_a_folder_where_no_file_can_be_created(tmp_path, monkeypatch
         check_output(target, "--output", probe=True)
     assert "\n" not in str(info.value)
     assert check_output(target, "--output").kind == "new"  # without the probe: the bits only
+
+
+@pytest.mark.parametrize("suffix", ["/", "/.", "//", "/./", "/.."])
+def test_a_path_ending_in_a_slash_or_dot_is_refused_not_written_over(tmp_path, suffix):
+    """pathlib drops a trailing ``/`` or ``/.``: ``trace.jsonl/`` would otherwise replace trace.jsonl."""
+    existing = tmp_path / "trace.jsonl"
+    existing.write_text("precious\n")
+    for name in (f"{existing}{suffix}", f"{tmp_path / 'new'}{suffix}"):
+        with pytest.raises(OutputPathError, match=r"(names a folder|is a directory)") as info:
+            write_atomic(name, _write(b"x"))
+        assert "\n" not in str(info.value)
+    assert existing.read_text() == "precious\n" and sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
+    with pytest.raises(OutputPathError, match="is a directory"):
+        check_output(f"{tmp_path}/.", "--output")

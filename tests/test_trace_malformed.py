@@ -194,3 +194,14 @@ def test_a_line_past_the_limit_is_an_error_not_an_endless_read(tmp_path, monkeyp
         assert main(["trace", "summary", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "line longer than" in err
+
+
+def test_an_export_named_like_a_folder_keeps_the_trace(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text(HEADER + json.dumps(STEP.to_dict()) + "\n")
+    before = path.read_bytes()
+    for out in (f"{path}/", f"{path}/.", f"{tmp_path / 'new'}/"):
+        assert main(["trace", "export", str(path), out]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "names a folder" in err[0], err
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]

@@ -77,6 +77,15 @@ def _check_link(path: Path, label: str) -> OutputTarget:
     return OutputTarget(path, "stream")
 
 
+def _names_a_folder(raw: str) -> bool:
+    """``out/``, ``out/.``, ``..``: pathlib drops a trailing slash or dot, so ``trace.jsonl/`` would
+    otherwise become ``trace.jsonl`` and be written over."""
+    if raw in ("", ".", ".."):
+        return True
+    seps = os.sep + (os.altsep or "")
+    return raw[-1] in seps or os.path.basename(raw) in (".", "..")
+
+
 def check_output(path: PathLike, label: str, *, probe: bool = False) -> OutputTarget:
     """Classify ``path`` for writing, or raise :class:`OutputPathError` naming ``label`` (the flag).
 
@@ -84,6 +93,10 @@ def check_output(path: PathLike, label: str, *, probe: bool = False) -> OutputTa
     will: permission bits alone say nothing for root, a read-only mount or /proc, and a run that finds
     out only at its end has done its work for nothing.
     """
+    raw = os.fspath(path)
+    if _names_a_folder(raw):
+        kind = "is a directory" if os.path.isdir(raw) else "names a folder (it ends in / or a dot), not a file"
+        raise OutputPathError(f"{label} {raw} {kind}")
     p = Path(path)
     st = _lstat(p, label)
     if st is not None and stat.S_ISLNK(st.st_mode):
