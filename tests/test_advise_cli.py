@@ -120,3 +120,12 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("graphtop: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_measured_ratio_out_of_range_falls_back_to_the_default() -> None:
+    """A trace whose graph step took 5e-324 ms would give an infinite ratio and nonsense advice."""
+    broken = [_step("decode", 4, "graph", 4, host=5e-324), _step("decode", 4, "eager", reason="capture_failed",
+                                                                  host=6.0)]
+    ratio = eager_ratio(broken, "decode")
+    assert ratio.value == DEFAULT_EAGER_RATIO["decode"] and not ratio.measured
+    assert ratio.source.startswith("default: the measured inf is outside (0, 1000]")

@@ -110,3 +110,22 @@ def test_large_distributions_stay_fast_enough_to_run_on_every_keystroke() -> Non
     wide = advise("prefill", demand, eager_ratio=1.5, max_padding_waste=0.25, max_graphs=24)
     narrow = advise("prefill", demand, eager_ratio=1.5, max_padding_waste=0.25, max_graphs=12)
     assert len(wide.buckets) <= 24 and wide.cost <= narrow.cost
+
+
+def test_past_the_candidate_limit_buckets_come_from_a_spread_of_the_sizes(monkeypatch) -> None:
+    """The search is quadratic in candidates: a trace with tens of thousands of distinct prefill sizes
+    once took gigabytes and minutes. Past the limit every size is still costed, the largest stays a
+    candidate, and the result equals the exact search over the thinned sizes."""
+    from graphtop.engine.graphs import bucket_advisor
+
+    monkeypatch.setattr(bucket_advisor, "MAX_CANDIDATES", 8)
+    demand = {s: 1 + (s * 31) % 5 for s in range(1, 41)}
+    got = advise("decode", demand, eager_ratio=3.0, max_graphs=3)
+    kept = sorted(demand)
+    thinned = [kept[i] for i in (0, 6, 11, 17, 22, 28, 33, 39)]  # linspace(0, 39, 8) rounded
+    assert set(got.buckets) <= set(thinned) and max(demand) in thinned
+    best = min(expected_cost("decode", demand, combo, eager_ratio=3.0, max_padding_waste=None)
+               for k in range(4) for combo in itertools.combinations(thinned, k))
+    assert got.cost == pytest.approx(best)
+    assert got.cost == pytest.approx(expected_cost("decode", demand, got.buckets, eager_ratio=3.0,
+                                                   max_padding_waste=None))

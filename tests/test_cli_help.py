@@ -95,6 +95,10 @@ def test_trace_export_defaults_to_perfetto_and_still_takes_the_flag(tmp_path: Pa
     ["ps", "extra"],
     ["attach"],
     ["--page-size", "0"],
+    *([flag, ""] for flag in ("--replay", "--prompts", "--output", "--record", "--model")),
+    ["trace", "summary", ""],
+    ["trace", "export", "run.jsonl", ""],
+    ["advise", ""],
 ])
 def test_every_error_has_one_form(argv, capsys, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("GRAPHTOP_RUNTIME_DIR", str(tmp_path / "runtime"))  # no engine to attach to
@@ -123,3 +127,19 @@ def test_readme_holds_the_current_help_texts() -> None:
         assert f"<code>graphtop {' '.join(argv)}</code>" in readme
     assert module.readme_block(readme) == module.markdown(), \
         "README's help text is stale: run python scripts/cli_help_md.py --write"
+
+
+def test_an_empty_path_is_refused_not_read_as_no_flag(capsys) -> None:
+    """``--prompts ''`` used to open the dashboard (an empty string is falsy) instead of a headless run."""
+    rc, out, err = run(capsys, "--prompts", "", "--max-new-tokens", "2")
+    assert rc == 2 and err.strip() == "graphtop: error: argument --prompts: an empty path"
+
+
+def test_the_dashboard_without_a_terminal_is_one_error_line(tmp_path: Path, capsys) -> None:
+    """Under pytest stdin and stdout are not terminals: a replay would spin Textual's input thread on
+    them and outlive SIGTERM; it is refused once the trace has been read."""
+    trace = tmp_path / "run.jsonl"
+    write_trace(str(trace), boot_events(), meta={})
+    rc, out, err = run(capsys, "--replay", trace)
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("graphtop: error: the dashboard needs a terminal, but stdin and stdout are not one")

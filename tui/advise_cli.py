@@ -16,11 +16,10 @@ import re
 import shlex
 from typing import Any, Optional, Sequence
 
-from .cli_types import finite_float, nonneg_int
-from .usage import UsageError
+from graphtop.engine.telemetry.bucket_demand import MAX_EAGER_RATIO
 
-#: An eager step is at most this many times a graph replay's: the advisor's costs overflow far above it.
-MAX_EAGER_RATIO = 1000.0
+from .cli_types import file_path, finite_float, nonneg_int
+from .usage import UsageError
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
@@ -43,7 +42,7 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
     p = parser_class(prog="graphtop advise", formatter_class=HelpFormatter,
                      description="Advise CUDA-graph bucket lists for the workload a trace recorded.",
                      epilog="example: graphtop advise run.jsonl --max-graphs 8 --max-graph-memory 512MiB")
-    p.add_argument("trace", metavar="TRACE.jsonl", help="a trace written by graphtop (--record, or Export trace)")
+    p.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop (--record, or Export trace)")
     p.add_argument("--max-graphs", type=nonneg_int, metavar="N",
                    help="graphs per phase (default: as many as the trace's list has)")
     p.add_argument("--max-graph-memory", type=parse_size, metavar="SIZE",

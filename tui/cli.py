@@ -26,7 +26,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, NoReturn, Optional, Sequence
 
-from .cli_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, finite_float, int_in, nonneg_int,
+from .cli_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, file_path, finite_float, int_in, nonneg_int,
                         positive_float, positive_int)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,7 +62,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphtop", usage=USAGE, description="LLM inference with CUDA graphs you can watch.",
                 epilog=commands_epilog(), formatter_class=HelpFormatter)
-    p.add_argument("--model", help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
+    p.add_argument("--model", type=file_path, help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
     p.add_argument("--allow-external-weights", action="store_true",
                    help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
@@ -107,9 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="capture every graph before serving the first request (benchmarks); by default the "
                         "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured")
     h = p.add_argument_group("headless")
-    h.add_argument("--prompts", metavar="FILE", help="one JSON object or plain text prompt per line")
-    h.add_argument("--output", metavar="OUT.jsonl", help="one result line per request")
-    h.add_argument("--record", metavar="TRACE.jsonl", help="save the event trace")
+    h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
+    h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
+    h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
     h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
                    help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
     h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--top-k", type=int_in(-MAX_FLAG_INT), default=0)
     u = p.add_argument_group("dashboard")
     u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
-    u.add_argument("--replay", metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
+    u.add_argument("--replay", type=file_path, metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
     t = p.add_argument_group("telemetry")
     t.add_argument("--telemetry", nargs="?", const="ipc", metavar="ADDRESS",
                    help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
@@ -159,15 +159,15 @@ def build_trace_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="a text report: steps, graph hit rate, fallbacks, capture, memory",
                        description="A text report of a recorded trace.", formatter_class=HelpFormatter)
     s.error = p.error  # type: ignore[method-assign]
-    s.add_argument("trace", metavar="TRACE.jsonl", help="a trace written by graphtop")
+    s.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
     e = sub.add_parser("export", help="Perfetto (Chrome trace-event) JSON, to open at ui.perfetto.dev",
                        description="Export a recorded trace as Perfetto (Chrome trace-event) JSON.",
                        formatter_class=HelpFormatter)
     e.error = p.error  # type: ignore[method-assign]
     e.add_argument("--perfetto", action="store_true",
                    help="Perfetto JSON: the only format, and the default (accepted for older scripts)")
-    e.add_argument("trace", metavar="TRACE.jsonl", help="a trace written by graphtop")
-    e.add_argument("out", metavar="OUT.json", help="where to write the Perfetto JSON")
+    e.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
+    e.add_argument("out", type=file_path, metavar="OUT.json", help="where to write the Perfetto JSON")
     return p
 
 
@@ -301,7 +301,7 @@ def _main(argv: Sequence[str]) -> int:
 
         return run_ps()
     args = build_parser().parse_args(argv)
-    if args.replay:
+    if args.replay is not None:
         if args.prompts or args.synthetic or args.record or args.output:
             raise UsageError("--replay opens a trace; it cannot be combined with a workload or its outputs")
         if args.model is not None:

@@ -69,3 +69,11 @@ def finite_float(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_o
 
 positive_float = finite_float(0.0, lo_open=True)
 nonneg_float = finite_float(0.0)
+
+
+def file_path(text: str) -> str:
+    """A path flag: an empty one is refused here, or ``--prompts ''`` would read as no flag at all and
+    open the dashboard instead of the headless run asked for."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text

@@ -17,7 +17,25 @@ import sys
 import threading
 from typing import Any, Optional
 
-from .usage import print_error
+from .usage import UsageError, print_error
+
+
+def terminal_problem() -> Optional[str]:
+    """Why the dashboard cannot run here, or None. It reads keys from stdin and draws on stdout: with
+    either redirected, Textual's input thread spins on a closed or piped stdin and keeps the process
+    alive past SIGTERM, so such a run is refused up front."""
+    names = [name for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)) if not _is_tty(stream)]
+    if not names:
+        return None
+    return (f"the dashboard needs a terminal, but {' and '.join(names)} {'is' if len(names) == 1 else 'are'} "
+            "not one (for a run without a terminal use --prompts/--synthetic with --output/--record)")
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (ValueError, OSError):  # a closed stream
+        return False
 
 
 def run_interactive(
@@ -39,6 +57,9 @@ def run_interactive(
     """
     if session is not None:
         return run_app(session, theme, poll_device=poll_device)
+    problem = terminal_problem()
+    if problem:  # before a model is loaded for nothing
+        raise UsageError(problem)
     from graphtop.engine.telemetry.bus import EventBus
 
     from .endpoint import TOKEN_ENV, open_endpoint
@@ -143,6 +164,11 @@ def run_app(
     except ValueError as exc:  # unknown theme
         session.shutdown()
         print_error(str(exc))
+        return 2
+    problem = terminal_problem()
+    if problem:
+        session.shutdown()
+        print_error(problem)
         return 2
     try:
         app.run()

@@ -20,7 +20,10 @@ distinct sizes: a state is (buckets chosen, largest of them); the sizes between 
 buckets are served by the upper one or, where the cap refuses, run eagerly, and the sizes above the
 largest bucket run eagerly. With a memory budget each state keeps the Pareto front of (memory, cost)
 over the choices that reach it (exact for a real-valued budget); without one, memory is not tracked
-and a front is a single point. The work is O(max_graphs * n^2) in vector operations for n sizes.
+and a front is a single point. The work is O(max_graphs * n^2) in vector operations for n candidate
+sizes, so past ``MAX_CANDIDATES`` distinct sizes the buckets are drawn from that many of them, spread
+evenly over the sorted sizes with the largest kept (every size is still costed): the advice is then
+the best such list, no longer provably the best of all.
 Among lists of equal cost the advice takes the fewest graphs, then the least memory.
 
 Pure (numpy, no torch): the CLI and the dashboard call it without loading the inference stack.
@@ -37,6 +40,8 @@ from .bucket_policy import BucketPolicy, within_padding_cap
 
 __all__ = ["Advice", "advise", "expected_cost"]
 
+MAX_CANDIDATES = 1024
+"""Candidate bucket sizes the search weighs at most (see the module docstring)."""
 _REL_TIE = 1e-9  # costs this close (relative) count as equal, so ties go to fewer graphs
 
 
@@ -102,8 +107,8 @@ def advise(
     count_sum = np.concatenate(([0.0], np.cumsum(counts)))
     eager_sum = np.concatenate(([0.0], np.cumsum(counts * x * eager_ratio)))
     ideal = float(np.dot(counts, x))
-    limit = n if max_graphs is None else min(max_graphs, n)
-    cand = [j for j in range(n) if max_bucket is None or sizes[j] <= max_bucket]
+    cand = _thin([j for j in range(n) if max_bucket is None or sizes[j] <= max_bucket])
+    limit = len(cand) if max_graphs is None else min(max_graphs, len(cand))
     track_memory = max_memory is not None and memory_of is not None
     step = _Step(x, count_sum, eager_sum, np.array(cand, dtype=np.int64),
                  np.array([_first_served(sizes, j, max_padding_waste) for j in cand], dtype=np.int64),
@@ -183,6 +188,15 @@ class _Step:
         if not ok.any():
             return None
         return _Level(self.cand[ok], prev.memory[back[ok]] + self.memory[ok], best[ok], back[ok])
+
+
+def _thin(cand: list[int]) -> list[int]:
+    """At most ``MAX_CANDIDATES`` of the candidate sizes, spread evenly over them, the largest kept:
+    the work and memory grow with the square of the candidates."""
+    if len(cand) <= MAX_CANDIDATES:
+        return cand
+    picks = np.unique(np.linspace(0, len(cand) - 1, MAX_CANDIDATES).round().astype(np.int64))
+    return [cand[int(i)] for i in picks]
 
 
 def _first_served(sizes: Sequence[int], j: int, cap: Optional[float]) -> int:

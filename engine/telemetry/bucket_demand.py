@@ -18,6 +18,7 @@ so both give the same advice for the same steps.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -29,8 +30,12 @@ from .capture import BucketCost, cost_points, estimate_cost
 from .events import StepEvent
 from .stats import PREFILL, step_key, step_phase
 
-__all__ = ["DEFAULT_EAGER_RATIO", "EagerRatio", "PhaseDemand", "advise_phase", "eager_ratio", "phase_demand",
+__all__ = ["DEFAULT_EAGER_RATIO", "MAX_EAGER_RATIO", "EagerRatio", "PhaseDemand", "advise_phase", "eager_ratio", "phase_demand",
            "step_time_ms"]
+
+MAX_EAGER_RATIO = 1000.0
+"""The largest eager/graph ratio taken, given or measured: past it a trace's timings are broken (a
+host time of 1e-300 ms), not a graph that fast."""
 
 DEFAULT_EAGER_RATIO = {"decode": 4.0, "prefill": 1.5}
 """Without a measurement: conservative, below the eager/graph ratios the README's benchmark tables
@@ -44,7 +49,7 @@ class EagerRatio:
 
     @property
     def measured(self) -> bool:
-        return self.source != "default"
+        return not self.source.startswith("default")
 
 
 @dataclass(frozen=True)
@@ -85,11 +90,16 @@ def eager_ratio(steps: Iterable[StepEvent], phase: str) -> EagerRatio:
     both = sorted(set(graph) & set(eager))
     if both:
         ratios = [statistics.median(eager[n]) / statistics.median(graph[n]) for n in both]
-        return EagerRatio(statistics.median(ratios), f"measured at {len(both)} size(s) run both ways")
-    if graph_per_row and eager_per_row:
+        measured = EagerRatio(statistics.median(ratios), f"measured at {len(both)} size(s) run both ways")
+    elif graph_per_row and eager_per_row:
         value = statistics.median(eager_per_row) / statistics.median(graph_per_row)
-        return EagerRatio(value, "measured per row over the phase (no size ran both ways)")
-    return EagerRatio(DEFAULT_EAGER_RATIO[phase], "default")
+        measured = EagerRatio(value, "measured per row over the phase (no size ran both ways)")
+    else:
+        return EagerRatio(DEFAULT_EAGER_RATIO[phase], "default")
+    if math.isfinite(measured.value) and 0 < measured.value <= MAX_EAGER_RATIO:
+        return measured
+    return EagerRatio(DEFAULT_EAGER_RATIO[phase], f"default: the measured {measured.value:.3g} is outside "
+                                                  f"(0, {MAX_EAGER_RATIO:g}]")
 
 
 def phase_demand(steps: Iterable[StepEvent], phase: str, current: Optional[Sequence[int]] = None,
