@@ -382,3 +382,16 @@ def test_schema_doc_covers_every_type_and_field() -> None:
         section = doc.split(f"## `{tag}`", 1)[1].split("\n## ", 1)[0]
         for f in dataclasses.fields(cls):
             assert f"| `{f.name}` |" in section, f"{tag}.{f.name} undocumented"
+
+
+def test_format_summary_prints_the_traces_text_without_terminal_controls() -> None:
+    """A trace's phase names and error messages reach the report: an ESC there would clear the screen
+    or retitle the window, a newline would forge report lines."""
+    events = sample_events() + [
+        StepEvent(ts=T0 + 9, step=99, phase="\x1b[2J\x1b]0;pwned\x07", batch_size=1, num_tokens=1, host_ms=1.0),
+        ErrorEvent(ts=T0 + 9, message="first\nFORGED LINE\x1b[31m", where="w", fatal=True),
+    ]
+    text = format_summary(summarize(events))
+    assert not any(ch in text for ch in "\x1b\x07\r")
+    assert "\u241b[2J" in text and "first FORGED LINE\u241b[31m" in text
+    assert not any(ln.startswith("FORGED") for ln in text.splitlines())

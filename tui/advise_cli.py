@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 from graphtop.engine.telemetry.bucket_demand import MAX_EAGER_RATIO
 
 from .cli_types import file_path, finite_float, nonneg_int
+from .safe_text import one_line
 from .usage import UsageError
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
@@ -96,7 +97,8 @@ def run_advise(args: argparse.Namespace) -> int:
                   current_decode=current["decode"], current_prefill=current["prefill"])
     new = what_if(inputs.steps, advised["decode"], advised["prefill"], inputs.costs, max_padding_waste=cap,
                   current_decode=current["decode"], current_prefill=current["prefill"])
-    print(format_advice(args, trace, state, reports, now, new, cap), end="")
+    report = format_advice(args, trace, state, reports, now, new, cap)
+    print("".join(one_line(line) + "\n" for line in report.splitlines()), end="")  # trace text: no controls
     return 0
 
 

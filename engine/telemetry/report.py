@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .plain_text import one_line
 from .stats import Percentiles
 from .summary import TraceSummary
 
@@ -208,4 +209,6 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
             out.append(f"  {'FATAL ' if err.fatal else ''}{err.where}: {err.message}")
         if len(s.errors) > 10:
             out.append(f"  ... {len(s.errors) - 10} more")
-    return "\n".join(out) + "\n"
+    # names, reasons and messages come from the trace: a control character or line break in one must not
+    # restyle the terminal or forge report lines
+    return "\n".join(one_line(line) for line in out) + "\n"
