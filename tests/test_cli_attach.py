@@ -117,3 +117,33 @@ def test_headless_run_serves_telemetry_and_cleans_up(tiny_ckpt, runtime: Path, t
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^graphtop: token \S{40,} \(kept 0600 in ", proc.stderr, re.M), proc.stderr
     assert list_entries(runtime) == [] and not list(runtime.iterdir())  # entry and socket removed
+
+
+GOOD_ENTRY = dict(pid=os.getpid(), endpoint="ipc://x", token="t", model="m", device="d", started=1.0)
+
+
+@pytest.mark.parametrize("change", [
+    dict(pid="abc"), dict(pid=1e3), dict(pid=10**20), dict(pid=0), dict(pid=-1), dict(pid=True),
+    dict(endpoint=5), dict(model=7), dict(device=None), dict(started="x"), dict(started=float("nan")),
+    dict(started=-1.0), dict(extra=1), "list", "null",
+])
+def test_ps_skips_entries_this_version_did_not_write(capsys, runtime, change) -> None:
+    """An entry with a pid of the wrong type crashed ``ps`` with a traceback; pid 0 or -1 (a process
+    group, every process for ``kill``) listed an engine that does not exist."""
+    import json
+
+    data = [] if change == "list" else None if change == "null" else {**GOOD_ENTRY, **change}
+    (runtime / "1-1.json").write_text(json.dumps(data))
+    assert list_entries(runtime) == []
+    rc, out, err = run(capsys, "ps")
+    assert rc == 0 and err == "" and "no attachable graphtop engines" in out
+
+
+def test_ps_prints_entry_text_without_terminal_controls(capsys, runtime) -> None:
+    import json
+
+    (runtime / "1-1.json").write_text(json.dumps({**GOOD_ENTRY, "model": "m\nFORGED", "endpoint": "ipc://x\x1b[2J"}))
+    rc, out, err = run(capsys, "ps")
+    lines = out.strip().splitlines()
+    assert rc == 0 and len(lines) == 2 and "\x1b" not in out
+    assert "m FORGED" in lines[1] and lines[1].endswith("ipc://x\u241b[2J")

@@ -19,6 +19,7 @@ from typing import Optional
 from graphtop.engine.telemetry.runtime import EndpointError, check_tcp_port, find_entry, list_entries
 
 from .endpoint import TOKEN_ENV
+from .safe_text import one_line
 from .usage import UsageError
 
 
@@ -111,7 +112,8 @@ def run_ps(runtime_dir: Optional[Path] = None) -> int:
         return 0
     rows = [("PID", "MODEL", "DEVICE", "UPTIME", "ENDPOINT")]
     now = time.time()
-    rows += [(str(e.pid), _model_name(e.model) or "?", e.device or "loading…", _uptime(now - e.started), e.endpoint)
+    rows += [tuple(map(one_line, (str(e.pid), _model_name(e.model) or "?", e.device or "loading…",
+                                  _uptime(now - e.started), e.endpoint)))  # entry text: no controls
              for e in entries]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:

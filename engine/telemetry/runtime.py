@@ -11,6 +11,7 @@ reads the token from the entry, so a viewer of the same user never types it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import stat
@@ -121,6 +122,25 @@ def remove_entry(folder: Path, stem: str) -> None:
         (folder / f"{stem}{suffix}").unlink(missing_ok=True)
 
 
+MAX_PID = 2**22
+"""Linux's largest pid_max: a pid past it (or 0, or negative, which ``kill`` takes for a process
+group or every process) is no engine's."""
+
+_ENTRY_TYPES = {"pid": int, "endpoint": str, "token": str, "model": str, "device": str, "started": (int, float)}
+
+
+def _entry_from(data: object, path: Path) -> Optional[EndpointEntry]:
+    """The entry in ``data``, or None when it is not one this version wrote (wrong fields or types)."""
+    if not isinstance(data, dict) or set(data) != set(_ENTRY_TYPES):
+        return None
+    for key, kind in _ENTRY_TYPES.items():
+        if isinstance(data[key], bool) or not isinstance(data[key], kind):
+            return None
+    if not 0 < data["pid"] <= MAX_PID or not math.isfinite(data["started"]) or data["started"] < 0:
+        return None
+    return EndpointEntry(**data, path=str(path))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -139,10 +159,11 @@ def list_entries(folder: Optional[Path] = None, *, prune: bool = True) -> list[E
     found: list[EndpointEntry] = []
     for path in sorted(folder.glob("*.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            entry = EndpointEntry(**data, path=str(path))
-        except (OSError, ValueError, TypeError):
+            entry = _entry_from(json.loads(path.read_text(encoding="utf-8")), path)
+        except (OSError, ValueError, TypeError, RecursionError):
             continue  # unreadable or from another version: not ours to judge
+        if entry is None:
+            continue
         if not _alive(entry.pid):
             if prune:
                 remove_entry(folder, path.stem)
