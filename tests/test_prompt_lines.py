@@ -19,6 +19,9 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 BAD = {
     "seed over 64 bits": ('{"prompt": "a", "seed": 18446744073709551616}', "seed"),
     "seed true": ('{"prompt": "a", "seed": true}', "seed must be an integer"),
+    "chat messages": ('{"messages": [{"role": "user", "content": "hi"}]}', "no 'prompt' field (it has 'messages')"),
+    "empty object": ('{}', "no 'prompt' field: a JSON line is"),
+    "prompt number": ('{"prompt": 5}', "'prompt' must be a string"),
     "seed float": ('{"prompt": "a", "seed": 1.5}', "seed must be an integer"),
     "seed NaN": ('{"prompt": "a", "seed": NaN}', "NaN is not a finite number"),
     "negative seed": ('{"prompt": "a", "seed": -1}', "seed"),

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from graphtop.engine.short_repr import short_repr
+
 SAMPLING_FIELDS = {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "ignore_eos"}
 MAX_ID_CHARS = 256
 #: Read whole before anything runs: bounded, so a device that never ends (/dev/zero) is an error, not a hang.
@@ -141,7 +143,10 @@ def parse_line(n: int, line: str) -> PromptLine:
         return bad(problem)
     if not isinstance(obj, dict):
         return bad("expected a JSON object")
-    prompt = obj.get("prompt")
+    if "prompt" not in obj:  # e.g. a chat line {"messages": [...]}, which this format does not take
+        others = f" (it has {', '.join(short_repr(k) for k in sorted(obj)[:5])})" if obj else ""
+        return bad(f"no 'prompt' field{others}: a JSON line is {{\"prompt\": \"...\"}} plus sampling fields")
+    prompt = obj["prompt"]
     if not isinstance(prompt, str):
         return bad("'prompt' must be a string")
     unknown = set(obj) - SAMPLING_FIELDS - {"prompt", "id"}
