@@ -147,3 +147,24 @@ def test_ps_prints_entry_text_without_terminal_controls(capsys, runtime) -> None
     lines = out.strip().splitlines()
     assert rc == 0 and len(lines) == 2 and "\x1b" not in out
     assert "m FORGED" in lines[1] and lines[1].endswith("ipc://x\u241b[2J")
+
+
+def test_ps_and_attach_skip_what_is_not_an_entry_file(capsys, runtime) -> None:
+    """A FIFO named like an entry blocked ``ps`` and every ``attach`` forever; a link to /dev/zero
+    read until memory ran out."""
+    import json
+
+    os.mkfifo(runtime / "1-0.json")
+    (runtime / "2-0.json").symlink_to("/dev/zero")
+    (runtime / "3-0.json").write_text(json.dumps(GOOD_ENTRY) + " " * (64 << 10))
+    assert list_entries(runtime) == []
+    rc, out, err = run(capsys, "ps")
+    assert rc == 0 and "no attachable graphtop engines" in out
+
+
+def test_error_lines_carry_no_terminal_controls() -> None:
+    """A remote engine's refusal reason is quoted in the error: an ESC in it would reach the terminal."""
+    from graphtop.tui.cli import one_line
+
+    line = one_line("refused this viewer: \x1b]0;PWNED\x07\x1b[2J\nevil")
+    assert line == "refused this viewer: \u241b]0;PWNED\u2407\u241b[2J evil"

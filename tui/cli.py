@@ -39,6 +39,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .cli_help import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
+from .safe_text import printable  # noqa: E402
 from .usage import UsageError  # noqa: E402
 
 
@@ -47,7 +48,7 @@ MAX_MESSAGE_CHARS = 400
 
 def one_line(message: str) -> str:
     """A message as the CLI prints it: one line, and short even when it quotes a huge input."""
-    message = re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
+    message = printable(re.sub(r"\s*[\r\n]+\s*", " ", message).strip())  # e.g. a remote engine's reason
     if len(message) <= MAX_MESSAGE_CHARS:
         return message
     half = MAX_MESSAGE_CHARS // 2 - 2

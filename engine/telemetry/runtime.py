@@ -122,6 +122,9 @@ def remove_entry(folder: Path, stem: str) -> None:
         (folder / f"{stem}{suffix}").unlink(missing_ok=True)
 
 
+MAX_ENTRY_BYTES = 64 << 10
+"""An entry is a few hundred bytes; a larger ``*.json`` in the folder is not one."""
+
 MAX_PID = 2**22
 """Linux's largest pid_max: a pid past it (or 0, or negative, which ``kill`` takes for a process
 group or every process) is no engine's."""
@@ -159,6 +162,9 @@ def list_entries(folder: Optional[Path] = None, *, prune: bool = True) -> list[E
     found: list[EndpointEntry] = []
     for path in sorted(folder.glob("*.json")):
         try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+                continue  # a FIFO would block the read, a link to /dev/zero never end it: not an entry
             entry = _entry_from(json.loads(path.read_text(encoding="utf-8")), path)
         except (OSError, ValueError, TypeError, RecursionError):
             continue  # unreadable or from another version: not ours to judge
