@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import threading
@@ -39,20 +38,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .cli_help import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
-from .safe_text import printable  # noqa: E402
-from .usage import UsageError  # noqa: E402
-
-
-MAX_MESSAGE_CHARS = 400
-
-
-def one_line(message: str) -> str:
-    """A message as the CLI prints it: one line, and short even when it quotes a huge input."""
-    message = printable(re.sub(r"\s*[\r\n]+\s*", " ", message).strip())  # e.g. a remote engine's reason
-    if len(message) <= MAX_MESSAGE_CHARS:
-        return message
-    half = MAX_MESSAGE_CHARS // 2 - 2
-    return f"{message[:half]} … {message[-half:]}"
+from .usage import UsageError, error_line  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -366,7 +352,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with _sigterm_interrupts():
             return _main(argv)
     except UsageError as e:
-        print(f"graphtop: error: {one_line(str(e))}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         word, status = interrupt_status(e)

@@ -4,18 +4,30 @@ Its own module so every part of the CLI (argument parsing, headless runs, trace 
 can raise it, or print an error in the same form, without importing the entry point that catches it.
 """
 
+import re
 import sys
 
-from .safe_text import one_line
+from .safe_text import printable
+
+MAX_MESSAGE_CHARS = 400
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
-def error_line(message: str) -> str:
-    """Every error the CLI prints has this one form: one line, no terminal controls (the message may
-    quote a remote engine, a file or an exception)."""
+def one_line(message: str) -> str:
+    """A message as the CLI prints it: one line, no terminal controls (it may quote a remote engine, a
+    file or an exception), and short even when it quotes a huge input."""
+    message = printable(re.sub(r"\s*[\r\n]+\s*", " ", message).strip())
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    half = MAX_MESSAGE_CHARS // 2 - 2
+    return f"{message[:half]} … {message[-half:]}"
+
+
+def error_line(message: object) -> str:
+    """Every error the CLI prints has this one form."""
     return f"graphtop: error: {one_line(str(message))}"
 
 
