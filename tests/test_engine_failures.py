@@ -203,8 +203,10 @@ def test_threads_that_stream_without_the_background_thread_take_turns(engine, re
     assert [texts[i] for i in range(len(handles))] == [h.text for h in handles]
 
 
-def test_close_from_another_thread_waits_for_the_step_in_flight(make_engine, llama):
-    engine = make_engine(llama, graphs=False)
+def test_close_from_another_thread_waits_for_the_step_in_flight(make_engine, tiny_ckpt):
+    # A context of 4096 so that the requests cannot finish (2000 tokens, ~25 s here) before close();
+    # with the tiny model's 256 they finished in ~3 s, and a loaded CI machine once got there first.
+    engine = make_engine(tiny_ckpt("llama", max_position_embeddings=4096), graphs=False)
     outcome: dict[str, object] = {}
 
     def serve() -> None:
