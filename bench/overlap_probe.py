@@ -21,6 +21,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,6 +30,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from decode_attn_bench import graph_us  # noqa: E402
 from graph_bench import copy_bandwidth  # noqa: E402
 
 D = 128
@@ -208,30 +210,9 @@ def on(stream: torch.cuda.Stream, fn: Callable[[], Any]) -> Callable[[], None]:
     return run
 
 
-def graph_ms(fn: Callable[[], None], reps: int = 20) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    for _ in range(3):
-        graph.replay()
-    best = float("inf")
-    for _ in range(5):
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for _ in range(reps):
-            graph.replay()
-        t1.record()
-        t1.synchronize()
-        best = min(best, t0.elapsed_time(t1) / reps)
-    del graph
-    return best
+def graph_ms(fn: Callable[[], None]) -> float:
+    """ms of one replay of a graph that runs ``fn`` once (decode_attn_bench's timing, one "layer")."""
+    return graph_us(SimpleNamespace(layers=1), lambda _layer: fn()) / 1e3
 
 
 def eager_ms(fn: Callable[[], None], reps: int = 5) -> float:
