@@ -91,6 +91,21 @@ def test_attach_resolves_pid_endpoint_and_socket_path(runtime, servers) -> None:
     assert resolve_endpoint(None, "given")[1] == "given"
 
 
+def test_attach_matches_a_socket_path_written_another_way(runtime, servers, tmp_path, monkeypatch) -> None:
+    """``./X.sock``, ``//`` in the path, a symbolic link and ``ipc://relative`` name a live engine's socket
+    too: they were compared as typed and refused as "not an engine of this user"."""
+    from graphtop.tui.attach import resolve_endpoint
+
+    a = servers()
+    sock = Path(a.endpoint[len("ipc://"):])
+    link = tmp_path / "link.sock"
+    link.symlink_to(sock)
+    monkeypatch.chdir(sock.parent)
+    for name in (f"./{sock.name}", f"{sock.parent}//{sock.name}", str(link), f"ipc://{sock.name}",
+                 f"ipc://{link}"):
+        assert resolve_endpoint(name, None)[:2] == (a.endpoint, a.token), name
+
+
 def test_replay_and_telemetry_do_not_mix(capsys, runtime, tmp_path: Path) -> None:
     usage_error(*run(capsys, "--replay", str(tmp_path / "t.jsonl"), "--telemetry")[::2], "no engine to serve")
 

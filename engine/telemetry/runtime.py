@@ -178,9 +178,27 @@ def list_entries(folder: Optional[Path] = None, *, prune: bool = True) -> list[E
     return sorted(found, key=lambda e: e.started)
 
 
+def _socket_file(endpoint: str) -> Optional[str]:
+    """The real path of the socket file an ``ipc://PATH`` endpoint or a bare PATH names (None for TCP,
+    an empty path or Linux's abstract ``@NAME``): ``./x.sock``, ``a//x.sock``, a link to the socket and
+    a relative ``ipc://x.sock`` all name one file, so they are compared resolved, never as typed."""
+    path = endpoint[len("ipc://"):] if endpoint.startswith("ipc://") else "" if "://" in endpoint else endpoint
+    if not path or path.startswith("@"):
+        return None
+    return os.path.realpath(path)
+
+
 def find_entry(endpoint: str, folder: Optional[Path] = None) -> Optional[EndpointEntry]:
-    """The entry whose endpoint (or pid, or socket path) is ``endpoint``."""
-    for entry in list_entries(folder):
-        if endpoint in (entry.endpoint, str(entry.pid)) or entry.endpoint == f"ipc://{endpoint}":
+    """The entry whose endpoint (or pid, or socket path) is ``endpoint``. Only entries of this user's
+    private folder are candidates, so a path resolved to one of their sockets names that engine."""
+    entries = list_entries(folder)
+    for entry in entries:
+        if endpoint in (entry.endpoint, str(entry.pid)):
+            return entry
+    wanted = _socket_file(endpoint)
+    if wanted is None:
+        return None
+    for entry in entries:
+        if entry.transport == "ipc" and _socket_file(entry.endpoint) == wanted:
             return entry
     return None
