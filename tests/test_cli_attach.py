@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,7 +135,8 @@ def test_headless_run_serves_telemetry_and_cleans_up(tiny_ckpt, runtime: Path, t
     assert list_entries(runtime) == [] and not list(runtime.iterdir())  # entry and socket removed
 
 
-GOOD_ENTRY = dict(pid=os.getpid(), endpoint="ipc://x", token="t", model="m", device="d", started=1.0)
+GOOD_ENTRY = dict(pid=os.getpid(), endpoint="ipc://x", token="t", model="m", device="d",
+                  started=time.time())  # after this process started: a later start is a reused pid
 
 
 @pytest.mark.parametrize("change", [

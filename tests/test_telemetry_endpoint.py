@@ -478,6 +478,42 @@ def test_stale_entries_of_dead_engines_are_pruned(runtime: Path) -> None:
     assert not (runtime / f"{pid}-0.json").exists()
 
 
+def _entry_for(runtime: Path, pid: int, started: float) -> Path:
+    import json
+
+    path = runtime / f"{pid}-0.json"
+    path.write_text(json.dumps(dict(pid=pid, endpoint="ipc://x", token="t", model="m", device="d", started=started)))
+    return path
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="zombies are told apart through /proc")
+def test_entries_of_a_zombie_or_a_reused_pid_are_stale(runtime: Path) -> None:
+    """``kill(pid, 0)`` succeeds on a zombie and on whatever process got the pid later: ``ps`` listed
+    both as attachable engines."""
+    import subprocess
+    import sys
+    import time
+
+    private_dir(runtime)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; not reaped until wait() below
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.02)
+        zombie = _entry_for(runtime, child.pid, time.time())
+        assert list_entries(runtime) == [] and not zombie.exists()
+    finally:
+        child.wait()
+    reused = _entry_for(runtime, os.getpid(), 1.0)  # this process started long after the entry's time
+    assert list_entries(runtime) == [] and not reused.exists()
+    _entry_for(runtime, os.getpid(), time.time())
+    assert [e.pid for e in list_entries(runtime)] == [os.getpid()]
+    from graphtop.engine.telemetry.pid_check import process_alive
+
+    assert process_alive(os.getpid(), 1.0, proc=str(runtime / "no-proc"))  # no /proc: kill(pid, 0) decides
+
+
 def test_socket_path_too_long_is_a_one_line_error(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 120)
     with pytest.raises(EndpointError, match="too long"):

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from .pid_check import process_alive
+
 ENV_RUNTIME_DIR = "GRAPHTOP_RUNTIME_DIR"
 MAX_IPC_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS; keep a margin
 
@@ -144,18 +146,9 @@ def _entry_from(data: object, path: Path) -> Optional[EndpointEntry]:
     return EndpointEntry(**data, path=str(path))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def list_entries(folder: Optional[Path] = None, *, prune: bool = True) -> list[EndpointEntry]:
-    """Entries of engines still running, oldest first; entries of dead processes are removed."""
+    """Entries of engines still running, oldest first; entries of dead processes (zombies and reused
+    pids too, ``pid_check``) are removed."""
     folder = Path(folder) if folder is not None else default_runtime_dir()
     if not folder.is_dir():
         return []
@@ -170,7 +163,7 @@ def list_entries(folder: Optional[Path] = None, *, prune: bool = True) -> list[E
             continue  # unreadable or from another version: not ours to judge
         if entry is None:
             continue
-        if not _alive(entry.pid):
+        if not process_alive(entry.pid, entry.started):
             if prune:
                 remove_entry(folder, path.stem)
             continue
