@@ -118,6 +118,16 @@ def test_bad_telemetry_address_fails_before_the_model_loads(capsys, runtime, mon
     usage_error(*run(capsys, "--synthetic", "2", "--telemetry", "udp://x")[::2], "use ipc (the default) or tcp://")
 
 
+def test_a_runtime_folder_open_to_others_is_refused_before_the_model_loads(capsys, runtime, monkeypatch) -> None:
+    import graphtop.tui.headless as headless
+
+    monkeypatch.setattr(headless, "_load_engine", lambda *a: pytest.fail("the model must not load"))
+    os.chmod(runtime, 0o775)
+    usage_error(*run(capsys, "--synthetic", "2", "--telemetry")[::2], f"runtime folder {runtime} is open to other "
+                "users (mode 0775)")
+    assert oct(os.stat(runtime).st_mode & 0o777) == "0o775"  # left as the user made it
+
+
 @pytest.mark.slow
 def test_headless_run_serves_telemetry_and_cleans_up(tiny_ckpt, runtime: Path, tmp_path: Path) -> None:
     env = {**os.environ, "GRAPHTOP_RUNTIME_DIR": str(runtime), "HF_HUB_OFFLINE": "1"}

@@ -446,12 +446,24 @@ def test_runtime_folder_is_private_and_entries_are_0600(serve, runtime: Path) ->
     assert list_entries(runtime) == [] and not sock.exists() and not entry_file.exists()
 
 
-def test_a_too_open_runtime_folder_is_closed_and_a_foreign_one_refused(tmp_path: Path) -> None:
+def test_a_too_open_default_folder_is_closed_a_given_one_and_a_foreign_one_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the default folder, which graphtop names and creates itself, is closed to 0700; a folder the
+    user gave (``$GRAPHTOP_RUNTIME_DIR``, ``runtime_dir=``) was chmod-ed silently, and is now refused."""
     lax = tmp_path / "lax"
     lax.mkdir(mode=0o777)
     os.chmod(lax, 0o777)
-    private_dir(lax)
-    assert stat.S_IMODE(os.stat(lax).st_mode) == 0o700
+    monkeypatch.setenv("GRAPHTOP_RUNTIME_DIR", str(lax))
+    for given in (lax, None):
+        with pytest.raises(EndpointError, match=rf"runtime folder {lax} is open to other users \(mode 0777\)"):
+            private_dir(given)
+    assert stat.S_IMODE(os.stat(lax).st_mode) == 0o777
+    monkeypatch.delenv("GRAPHTOP_RUNTIME_DIR")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    default = tmp_path / "graphtop"
+    default.mkdir(mode=0o755)
+    os.chmod(default, 0o755)
+    assert private_dir() == default and stat.S_IMODE(os.stat(default).st_mode) == 0o700
     link = tmp_path / "link"
     link.symlink_to(lax)
     with pytest.raises(EndpointError, match="symlink"):

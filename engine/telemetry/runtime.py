@@ -1,8 +1,9 @@
 """Where endpoints live and how viewers find them: a private per-user runtime folder.
 
 The folder (``$GRAPHTOP_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/graphtop``, else
-``/tmp/graphtop-<uid>``) is created with mode 0700 and refused when another user owns it or it is a
-symlink, so its Unix sockets cannot be reached by other users at all. Each serving engine writes one
+``/tmp/graphtop-<uid>``) is created with mode 0700 and refused when another user owns it, it is a
+symlink, or the user named it and it is open to others, so its Unix sockets cannot be reached by other
+users at all. Each serving engine writes one
 entry ``<pid>-<n>.json`` (mode 0600) next to its socket: pid, model, device, start time, endpoint and
 the endpoint's token. ``graphtop ps`` lists the entries whose process is alive; ``graphtop attach``
 reads the token from the entry, so a viewer of the same user never types it.
@@ -41,20 +42,34 @@ def check_tcp_port(address: str, *, wildcard: bool) -> None:
         raise EndpointError(f"telemetry address {address!r}: the port must be {rule}")
 
 
-def default_runtime_dir() -> Path:
-    """The per-user folder for sockets and entries; the one place its environment override is read."""
+def _runtime_dir_choice() -> tuple[Path, bool]:
+    """(folder, given): the per-user folder for sockets and entries, and whether the user named it; the
+    one place its environment override is read."""
     override = os.environ.get(ENV_RUNTIME_DIR)
     if override:
-        return Path(override).expanduser()
+        return Path(override).expanduser(), True
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and Path(xdg).is_dir():
-        return Path(xdg) / "graphtop"
-    return Path(tempfile.gettempdir()) / f"graphtop-{os.getuid()}"
+        return Path(xdg) / "graphtop", False
+    return Path(tempfile.gettempdir()) / f"graphtop-{os.getuid()}", False
+
+
+def default_runtime_dir() -> Path:
+    """The per-user folder for sockets and entries (``$GRAPHTOP_RUNTIME_DIR`` when set)."""
+    return _runtime_dir_choice()[0]
 
 
 def private_dir(path: Optional[Path] = None) -> Path:
-    """Create (or check) ``path`` as a folder only this user can enter; raise EndpointError otherwise."""
-    path = Path(path) if path is not None else default_runtime_dir()
+    """Create (or check) ``path`` as a folder only this user can enter; raise EndpointError otherwise.
+
+    A too-open folder of ours is closed to 0700 only when it is the default one, which this program
+    names and creates itself. A folder the user gave (``path``, ``$GRAPHTOP_RUNTIME_DIR``) may be shared
+    on purpose: changing its mode behind their back could break whatever else uses it, so it is refused
+    with its mode instead."""
+    given = path is not None
+    if path is None:
+        path, given = _runtime_dir_choice()
+    path = Path(path)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(path)
@@ -65,7 +80,11 @@ def private_dir(path: Optional[Path] = None) -> Path:
     if st.st_uid != os.getuid():
         raise EndpointError(f"runtime folder {path} belongs to another user (uid {st.st_uid})")
     if st.st_mode & 0o077:
-        os.chmod(path, 0o700)  # ours, but too open (e.g. created under a lax umask): close it
+        mode = stat.S_IMODE(st.st_mode)
+        if given:
+            raise EndpointError(f"runtime folder {path} is open to other users (mode {mode:04o}); make it "
+                                f"private (chmod 700) or set {ENV_RUNTIME_DIR} to another folder")
+        os.chmod(path, 0o700)  # the default folder, ours but too open (e.g. created under a lax umask)
     return path
 
 
