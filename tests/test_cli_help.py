@@ -135,6 +135,14 @@ def test_an_empty_path_is_refused_not_read_as_no_flag(capsys) -> None:
     assert rc == 2 and err.strip() == "graphtop: error: argument --prompts: an empty path"
 
 
+@pytest.mark.parametrize("flag, what", [("--telemetry", "address"), ("--cuda-graph-config", "JSON config")])
+def test_an_empty_address_or_graph_config_is_refused_not_read_as_no_flag(capsys, flag, what) -> None:
+    """``--telemetry ''`` ran without an endpoint and ``--cuda-graph-config ''`` with the default graphs,
+    both without a word (an empty string is falsy)."""
+    rc, out, err = run(capsys, "--synthetic", "2", flag, "")
+    assert rc == 2 and out == "" and err.strip() == f"graphtop: error: argument {flag}: an empty {what}"
+
+
 def test_the_dashboard_without_a_terminal_is_one_error_line(tmp_path: Path, capsys) -> None:
     """Under pytest stdin and stdout are not terminals: a replay would spin Textual's input thread on
     them and outlive SIGTERM; it is refused once the trace has been read."""

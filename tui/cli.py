@@ -25,8 +25,8 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, NoReturn, Optional, Sequence
 
-from .cli_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, file_path, finite_float, int_in, nonneg_int,
-                        positive_float, positive_int)
+from .cli_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, file_path, finite_float, int_in, nonempty,
+                        nonneg_int, positive_float, positive_int)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=positive_int, default=1, metavar="N",
                    help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)")
     g = p.add_argument_group("CUDA graphs")
-    g.add_argument("--cuda-graph-config", metavar="JSON",
+    g.add_argument("--cuda-graph-config", type=nonempty("JSON config"), metavar="JSON",
                    help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
                         '"prefill": {"backend": "breakable", "num_tokens": [64,256]}}\' (beats the flags)')
     g.add_argument("--cuda-graph-backend-decode", choices=["full", "disabled"])
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     u.add_argument("--replay", type=file_path, metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
     t = p.add_argument_group("telemetry")
-    t.add_argument("--telemetry", nargs="?", const="ipc", metavar="ADDRESS",
+    t.add_argument("--telemetry", nargs="?", const="ipc", type=nonempty("address"), metavar="ADDRESS",
                    help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
                         "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves")
     return document(p)

@@ -71,9 +71,17 @@ positive_float = finite_float(0.0, lo_open=True)
 nonneg_float = finite_float(0.0)
 
 
-def file_path(text: str) -> str:
-    """A path flag: an empty one is refused here, or ``--prompts ''`` would read as no flag at all and
-    open the dashboard instead of the headless run asked for."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path")
-    return text
+def nonempty(what: str) -> Callable[[str], str]:
+    """A text flag that must not be empty: code tests these values for truth (``if args.telemetry``), so
+    ``--flag ''`` would read as no flag at all and do something else than asked, without a word."""
+
+    def parse(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"an empty {what}")
+        return text
+
+    return parse
+
+
+file_path = nonempty("path")
+"""A path flag: ``--prompts ''`` would open the dashboard instead of the headless run asked for."""
