@@ -12,6 +12,7 @@ class EngineError(RuntimeError):
 
 
 def resolve_device(name: str) -> torch.device:
+    """The device ``name`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``) means here; EngineError otherwise."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -22,6 +23,12 @@ def resolve_device(name: str) -> torch.device:
         raise EngineError("device cuda was asked for, but torch sees no CUDA device here")
     if dev.type not in ("cpu", "cuda"):
         raise EngineError(f"unsupported device {name!r}; use cpu, cuda or cuda:N")
+    if dev.type == "cpu":
+        # torch takes cpu:N, but there is one host device and safetensors refuses any index: cpu:0 is
+        # the host, another index names nothing (it read as a corrupt weights file).
+        if dev.index not in (None, 0):
+            raise EngineError(f"unknown device {name!r}: the host is one device, cpu (or cpu:0)")
+        return torch.device("cpu")
     return dev
 
 

@@ -14,6 +14,7 @@ from graphtop.tui.cli import main
     [
         (["--device", "cuda"], "torch sees no CUDA device"),
         (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--device", "cpu:1"], "unknown device 'cpu:1': the host is one device, cpu (or cpu:0)"),
         (["--device", "cpu", "--attention-backend", "flashinfer"], "flashinfer needs a CUDA device"),
     ],
 )
@@ -24,3 +25,10 @@ def test_interactive_mode_rejects_impossible_device_or_backend(argv, message, ca
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("graphtop: error:") and message in err
+
+
+def test_cpu_0_is_the_host_device() -> None:
+    """``--device cpu:0`` reached safetensors as is and was reported as a corrupt weights file."""
+    from graphtop.engine.device import resolve_device
+
+    assert str(resolve_device("cpu:0")) == "cpu" and str(resolve_device("cpu")) == "cpu"
