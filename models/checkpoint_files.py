@@ -32,10 +32,17 @@ _NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_I
 
 
 def check_folder(path: Path) -> None:
+    """A checkpoint folder that exists and can be listed and entered. An unreadable one (``chmod 000``)
+    is said to be so here: past this point every file in it looks missing ("no config.json")."""
     if not path.exists():
         raise CheckpointError(f"checkpoint folder not found: {path}")
     if not path.is_dir():
         raise CheckpointError(f"checkpoint path is not a folder (nor a .gguf file): {path}")
+    try:
+        os.listdir(path)  # read permission: its files are found by listing it
+        os.stat(os.path.join(path, "."))  # search permission: they are opened through it (pathlib drops ".")
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint folder {path}: {err.strerror or err}") from None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -134,6 +141,10 @@ class SafetensorsReader:
 
     def __init__(self, file: Path, device: str = "cpu") -> None:
         self.file = file
+        try:  # safetensors reports every failure to open (EACCES too) as "No such file or directory"
+            os.close(os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
+        except OSError as err:
+            raise CheckpointError(f"cannot read weights file {file}: {err.strerror or err}") from None
         self._handle = self._guard(safe_open, str(file), framework="pt", device=device)
         self.names: frozenset[str] = frozenset(self._guard(self._handle.keys))
 

@@ -49,6 +49,33 @@ def test_no_config(ckpt):
     assert load_error(ckpt) == f"no config.json in {ckpt}"
 
 
+def _denied(monkeypatch, name, target):
+    """``os.NAME`` raising PermissionError for ``target``, as for a user without the permission bits
+    (tests run as root here, which chmod does not stop)."""
+    import errno
+
+    real = getattr(os, name)
+
+    def fake(path, *args, **kwargs):
+        if os.fspath(path) == os.fspath(target):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, fake)
+
+
+def test_unreadable_folder_says_permission_denied(ckpt, monkeypatch):
+    """A ``chmod 000`` folder was reported as "no config.json"."""
+    _denied(monkeypatch, "listdir", ckpt)
+    assert load_error(ckpt) == f"cannot read checkpoint folder {ckpt}: Permission denied"
+
+
+def test_unreadable_weights_file_says_permission_denied(ckpt, monkeypatch):
+    """safetensors reports a file it may not open as "No such file or directory"."""
+    _denied(monkeypatch, "open", ckpt / "model.safetensors")
+    assert load_error(ckpt) == f"cannot read weights file {ckpt / 'model.safetensors'}: Permission denied"
+
+
 def test_malformed_config(ckpt):
     (ckpt / "config.json").write_text('{\n  "architectures": ["LlamaForCausalLM"],\n  "vocab_size": ,\n}')
     message = load_error(ckpt)
