@@ -108,6 +108,25 @@ def test_fifo_is_written_through(tmp_path):
     assert got == [b"through the pipe\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+def test_a_unix_socket_is_refused_up_front_also_through_a_link(tmp_path, monkeypatch):
+    """A socket passed the up-front check as a stream and failed only when the run's output was written."""
+    import socket
+
+    monkeypatch.chdir(tmp_path)  # a short relative path: sun_path is ~108 bytes
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind("s.sock")
+        (tmp_path / "link").symlink_to(tmp_path / "s.sock")
+        for path in ("s.sock", tmp_path / "link"):
+            with pytest.raises(OutputPathError, match=r"--output .* is a Unix socket, which cannot be opened"):
+                check_output(path, "--output", probe=True)
+            with pytest.raises(OutputPathError, match="Unix socket"):
+                write_atomic(path, _write(b"x"), "--output")
+    finally:
+        server.close()
+    assert stat.S_ISSOCK(os.lstat(tmp_path / "s.sock").st_mode)  # left as it was
+
+
 def test_staged_stream_replaces_the_target_only_when_published_and_keeps_the_mode(tmp_path):
     target = tmp_path / "trace.jsonl"
     target.write_text("an older, longer trace\n")

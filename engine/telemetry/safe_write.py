@@ -9,7 +9,8 @@ export, the dashboard's trace export):
   target at the end (``write_atomic``), so an interrupted or failed write leaves the old file or the
   complete new one, never half of either; an existing file keeps its permission bits;
 * a target that is not a regular file (a character device such as ``/dev/null``, a FIFO) is written
-  straight through: a rename would replace the device node with a plain file;
+  straight through: a rename would replace the device node with a plain file; a Unix socket, which no
+  file open reaches, is refused up front;
 * a symbolic link is never replaced and never followed to replace what it points at: a link to a
   device or FIFO (``/dev/stdout``) is written through, a link to a regular file, a folder or nothing
   is refused (give the file's own path).
@@ -45,7 +46,7 @@ class OutputTarget:
     """What is at an output path now, and so how it must be written."""
 
     path: Path
-    kind: str  # "new" | "regular" | "stream" (device, FIFO, socket: written straight through)
+    kind: str  # "new" | "regular" | "stream" (device, FIFO: written straight through)
     mode: Optional[int] = None  # permission bits of an existing regular file
 
     @property
@@ -72,9 +73,17 @@ def _check_link(path: Path, label: str) -> OutputTarget:
             f"{label} {path} is a symbolic link (to {os.readlink(path)}); graphtop never replaces a link "
             "or writes through it: give the file's own path"
         )
+    if stat.S_ISSOCK(st.st_mode):
+        raise _socket_refused(path, label)
     if not os.access(path, os.W_OK):
         raise OutputPathError(f"{label} {path} is not writable")
     return OutputTarget(path, "stream")
+
+
+def _socket_refused(path: PathLike, label: str) -> OutputPathError:
+    """A Unix socket is written through like a device by the rules above, but no file can open one
+    (ENXIO): the run found out only at its end, after the whole workload. A FIFO stays allowed."""
+    return OutputPathError(f"{label} {path} is a Unix socket, which cannot be opened as a file; give a file path")
 
 
 def _names_a_folder(raw: str) -> bool:
@@ -103,6 +112,8 @@ def check_output(path: PathLike, label: str, *, probe: bool = False) -> OutputTa
         return _check_link(p, label)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputPathError(f"{label} {path} is a directory")
+    if st is not None and stat.S_ISSOCK(st.st_mode):
+        raise _socket_refused(path, label)
     if st is not None and not stat.S_ISREG(st.st_mode):
         if not os.access(p, os.W_OK):
             raise OutputPathError(f"{label} {path} is not writable")
