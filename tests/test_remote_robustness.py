@@ -98,10 +98,14 @@ def test_a_stream_that_restarts_its_numbers_is_followed() -> None:
 class ScriptedEndpoint:
     """A ROUTER that answers ``Hello`` with a Welcome, a snapshot and scripted frames (no engine)."""
 
-    def __init__(self, address: str, frames: Iterable[Any] = (), next_seq: int = 0) -> None:
+    def __init__(self, address: str, frames: Iterable[Any] = (), next_seq: int = 0,
+                 protocol: int = p.PROTOCOL_VERSION, greeting: Any = None) -> None:
+        """``greeting``: a message sent in answer to Hello instead of the Welcome and snapshot."""
         self.address = address
         self.frames = list(frames)
         self.next_seq = next_seq
+        self.protocol = protocol
+        self.greeting = greeting
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -120,9 +124,11 @@ class ScriptedEndpoint:
                 if not sock.poll(20):
                     continue
                 identity, payload = sock.recv_multipart()
-                if isinstance(p.client_decoder.decode(payload), p.Hello):
+                if isinstance(p.client_decoder.decode(payload), p.Hello) and self.greeting is not None:
+                    sock.send_multipart([identity, p.encoder.encode(self.greeting)])
+                elif isinstance(p.client_decoder.decode(payload), p.Hello):
                     sock.send_multipart([identity, p.encoder.encode(p.Welcome(
-                        p.PROTOCOL_VERSION, os.getpid(), "scripted", time.time(), status, self.next_seq, 0, []))])
+                        self.protocol, os.getpid(), "scripted", time.time(), status, self.next_seq, 0, []))])
                     sock.send_multipart([identity, p.encoder.encode(p.Snapshot(p.event_pairs(boot_events()), True))])
                     for f in self.frames:
                         sock.send_multipart([identity, p.encoder.encode(f)])
@@ -204,3 +210,28 @@ def test_a_connect_error_is_the_reason_given() -> None:
     message = str(info.value)
     assert message == f"connection to {endpoint} failed: File name too long", message
     assert "None" not in message and "\n" not in message
+
+
+def test_a_welcome_of_another_protocol_version_refuses_the_attach(tmp_path: Path) -> None:
+    """A Welcome of protocol 2 was taken as ours: its messages would then be read by version 1's rules."""
+    endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", protocol=p.PROTOCOL_VERSION + 1)
+    try:
+        with pytest.raises(AttachError) as info:
+            RemoteSession(endpoint.address, "t", connect_timeout=5).connect()
+        message = str(info.value)
+        assert f"protocol {p.PROTOCOL_VERSION + 1}" in message and f"this viewer's {p.PROTOCOL_VERSION}" in message
+        assert "\n" not in message
+    finally:
+        endpoint.close()
+
+
+def test_a_closing_before_the_welcome_is_reported_at_once(tmp_path: Path) -> None:
+    """The viewer waited out its whole connect timeout (10 s), then said no engine had answered."""
+    endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", greeting=p.Closing("the engine is shutting down"))
+    try:
+        began = time.monotonic()
+        with pytest.raises(AttachError, match="closing: the engine is shutting down"):
+            RemoteSession(endpoint.address, "t", connect_timeout=10).connect()
+        assert time.monotonic() - began < 5
+    finally:
+        endpoint.close()

@@ -337,6 +337,11 @@ class RemoteSession:
             if msg.done:
                 self.snapshot_done.set()
         elif isinstance(msg, p.Welcome):
+            if msg.protocol != p.PROTOCOL_VERSION:  # its messages would be read by this version's rules
+                self._ended = (f"{self.endpoint} speaks telemetry protocol {msg.protocol}, this viewer's "
+                               f"{p.PROTOCOL_VERSION}: attach with the graphtop version that runs the engine")
+                self._welcomed.set()
+                return
             if msg.next_seq < 0 or msg.bus_dropped < 0:  # counters that can only count up from 0
                 self._refused = (f"it sent a malformed Welcome (next_seq {msg.next_seq}, "
                                  f"bus_dropped {msg.bus_dropped}; not a graphtop engine?)")
@@ -367,8 +372,12 @@ class RemoteSession:
             else:
                 self._logs.append((logging.WARNING, f"the engine refused a message: {msg.reason}"))
         elif isinstance(msg, p.Closing):
-            self._ended = msg.reason
             self.prompts.fail(msg.reason)
+            if self.welcome is not None:
+                self._ended = msg.reason
+            else:  # a connect() still waiting reports it now, not after its timeout
+                self._ended = f"{self.endpoint} is closing: {msg.reason}"
+                self._welcomed.set()
 
     def _on_status(self, status: p.EngineStatus) -> None:
         """Held prompts go out once the engine is ready, and fail if it never will be."""
