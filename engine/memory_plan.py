@@ -66,10 +66,7 @@ def plan_kv_pool(
         tokens = min(tokens, max_total_tokens)
     num_pages = tokens // page_size + 1  # +1: the dummy page
     if num_pages < 2:
-        raise MemoryPlanError(
-            f"no room for a KV pool on {device}: budget {budget / MiB:.1f} MiB after weights "
-            f"({weights_bytes / MiB:.1f} MiB) and reserves; raise --mem-fraction-static or lower reserves"
-        )
+        raise MemoryPlanError(_no_room(device, budget, weights_bytes, bytes_per_token, page_size))
     if device.type != "cuda":  # on CUDA the budget came from free memory; a host budget is just a number
         problem = fit_problem(f"a KV pool of {tokens:,} tokens", num_pages * page_size * bytes_per_token, device)
         if problem:
@@ -85,6 +82,17 @@ def plan_kv_pool(
         page_size=page_size,
         bytes_per_token=bytes_per_token,
     )
+
+
+def _no_room(device: torch.device, budget: int, weights_bytes: int, bytes_per_token: int, page_size: int) -> str:
+    """Why not one page fits, naming the flag that sizes the pool on this device: on a CPU the budget is
+    ``--kv-budget-mb`` alone (weights are not taken from it), and ``--mem-fraction-static`` does nothing."""
+    if device.type == "cuda":
+        return (f"no room for a KV pool on {device}: budget {budget / MiB:.1f} MiB after weights "
+                f"({weights_bytes / MiB:.1f} MiB) and reserves; raise --mem-fraction-static or lower reserves")
+    return (f"no room for a KV pool on {device}: --kv-budget-mb {budget / MiB:g} holds "
+            f"{budget // bytes_per_token:,} tokens ({bytes_per_token:,} bytes each), less than one page of "
+            f"{page_size:,}; raise --kv-budget-mb or lower --page-size")
 
 
 def graph_buffers_estimate(spec: Any, dtype: torch.dtype, decode_max_bs: int, max_pages: int,

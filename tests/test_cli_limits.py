@@ -77,6 +77,15 @@ def test_kv_budget_beyond_host_memory_is_refused_with_the_estimate(tiny_ckpt, tm
     assert_usage_error(rc, "", err, "a KV pool of", "tokens needs ~", "GiB", "available", "--kv-budget-mb")
 
 
+def test_no_room_for_a_cpu_kv_pool_names_the_cpu_flags(tiny_ckpt, tmp_path, prompts, capsys):
+    """On a CPU the advice named --mem-fraction-static, a CUDA-only flag that changes nothing there."""
+    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
+                     "--device", "cpu", "--kv-budget-mb", "1", "--page-size", "1000000")
+    line = assert_usage_error(rc, "", err, "no room for a KV pool on cpu: --kv-budget-mb 1 holds",
+                              "less than one page of 1,000,000; raise --kv-budget-mb or lower --page-size")
+    assert "--mem-fraction-static" not in line
+
+
 def test_graph_buffers_beyond_memory_are_refused_with_the_estimate(tiny_ckpt, tmp_path, monkeypatch):
     """A bucket that fits the pool can still need more memory than the machine has (logits rows x vocab)."""
     import graphtop.engine.memory_plan as memory_plan
