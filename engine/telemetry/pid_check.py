@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-START_TOLERANCE_S = 2.0
-"""Boot time is whole seconds and the clock ticks are coarse: a process that started up to this long
-after the entry's time is still the one that wrote it."""
+START_TOLERANCE_S = 60.0
+"""A process that started up to this long after the entry's time is still the one that wrote it: boot
+time is whole seconds, and a wall-clock step (NTP, a VM's clock sync) after the entry was written moves
+the computed start time but not the entry's. A reused pid comes only after the pid space wraps, so a
+wide margin misses none in practice, while too narrow a one would prune a live engine's entry."""
 
 
 def _boot_time(proc: str) -> Optional[float]:
