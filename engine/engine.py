@@ -452,7 +452,8 @@ class Engine:
             if found is not None and (command.handle is None or command.handle is found.handle):
                 self.output.finish(found, FinishReason.CANCELLED)
         elif isinstance(command, SetParityEvery):
-            problem = self.parity.set_every(command.every)
+            keep = max((len(r.prompt_ids) + len(r.output_ids) + 1 for r in self._by_id.values()), default=0)
+            problem = self.parity.set_every(command.every, keep_tokens=keep)
             if problem:
                 self.bus.publish(ev.ErrorEvent(message=problem, where="parity"))
             self.output.kv_capacity_tokens = self.pool.capacity_tokens  # scratch pages come and go

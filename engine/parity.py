@@ -128,14 +128,24 @@ class ParityChecker:
         self._worker_ident: Optional[int] = None
 
     # --- switching on and off (step loop's thread, between steps) ----------------------------------
-    def set_every(self, n: int) -> Optional[str]:
-        """Check one graph step in ``n`` (0: off). Returns why it cannot, or None."""
+    def set_every(self, n: int, keep_tokens: int = 0) -> Optional[str]:
+        """Check one graph step in ``n`` (0: off). Returns why it cannot, or None.
+
+        ``keep_tokens``: the most KV tokens a request already accepted needs to go on (its context and
+        one more). The scratch pages come out of the pool's capacity, and a request admitted against
+        the whole capacity that no longer fits would be preempted and readmitted forever, so checks
+        that would leave less are refused until it finishes."""
         if n < 0:
             return f"parity-every must be >= 0, got {n}"
         if n and not self._scratch:
             need = min(self.scratch_need, self.pool.capacity_pages // 8 or 1)
             if self.pool.free_pages < need:
                 return f"parity checks need {need} free KV pages for scratch; {self.pool.free_pages} are free"
+            left = self.pool.capacity_tokens - need * self.pool.page_size
+            if keep_tokens > left:
+                return (f"parity checks need {need} KV pages for scratch, which would leave the pool {left} "
+                        f"tokens, fewer than a request in flight needs ({keep_tokens}); turn them on once it "
+                        "has finished")
             self._scratch = self.pool.reserve(need)
             if self._eager is None:
                 self._eager = EagerRunner(self.model, self.attention.clone(), self.device)

@@ -17,6 +17,7 @@ import torch
 from graphtop.engine.graphs.buffers import PaddingPolicy
 from graphtop.engine.graphs.config import build_graph_config
 from graphtop.engine.parity import SWITCH_INTERVAL_S, _scratch_batch, compare_rows, summarize_rows
+from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
@@ -353,6 +354,28 @@ def test_too_little_free_kv_for_scratch_is_an_error_event(tiny_ckpt, make_engine
     errors = [e for e in sub.drain() if isinstance(e, ev.ErrorEvent)]
     assert engine.parity_every == 0 and errors and "free KV pages" in errors[0].message
     engine.pool.unreserve(hog)
+    engine.close()
+
+
+def test_checks_that_would_leave_an_accepted_request_no_room_are_refused(tiny_ckpt, make_engine) -> None:
+    """A prompt accepted against the whole pool must still fit once scratch pages are reserved; it was
+    preempted and readmitted forever (the run never ended)."""
+    bus = EventBus()
+    sub = bus.subscribe("t")
+    engine = _engine(tiny_ckpt, make_engine, bus, max_total_tokens=80)
+    capacity = engine.pool.capacity_tokens
+    handle = engine.submit([5] * (capacity - 5), SamplingParams(max_new_tokens=3))
+    engine.set_parity_every(1)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (engine.run_until_idle(), done.set()), daemon=True)
+    worker.start()
+    assert done.wait(60), "the request never finished"
+    errors = [e for e in sub.drain() if isinstance(e, ev.ErrorEvent)]
+    assert handle.finish_reason is FinishReason.LENGTH and len(handle.token_ids) == 3
+    assert engine.parity_every == 0 and errors and "fewer than a request in flight needs" in errors[0].message
+    engine.set_parity_every(1)  # nothing in flight: now they go on
+    engine.run_until_idle()
+    assert engine.parity_every == 1 and engine.pool.capacity_tokens < capacity
     engine.close()
 
 
