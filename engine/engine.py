@@ -291,6 +291,7 @@ class Engine:
         self, decode_bs: Optional[Sequence[int]] = None, prefill_num_tokens: Optional[Sequence[int]] = None
     ) -> None:
         """Replace the captured graphs at the next step boundary; in-flight requests continue."""
+        self._check_open()  # a closed engine would publish a request that nothing ever answers
         cmd = Recapture(tuple(decode_bs) if decode_bs is not None else None,
                         tuple(prefill_num_tokens) if prefill_num_tokens is not None else None)
         self.bus.publish(ev.RecaptureRequested(decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens))
@@ -305,6 +306,7 @@ class Engine:
             raise ValueError(f"parity every must be >= 0, got {every}")
         if every and self.tp is not None:
             raise ValueError("parity checks do not run with tensor parallelism (--tp > 1)")
+        self._check_open()
         self.commands.put(SetParityEvery(every))
 
     @property

@@ -11,6 +11,22 @@ import torch
 from .request import Request
 
 _MIN_TEMPERATURE = 1e-30  # below this every temperature samples the same way: the top logit
+_MASK64 = 2**64 - 1
+
+
+def generator_seed(seed: int, device: torch.device) -> int:
+    """The seed handed to ``device``'s torch generator for a request's 64-bit ``seed``.
+
+    The CPU generator (a Mersenne Twister) keeps only the low 32 bits, so seeds 1 and 2**32 + 1 sampled
+    the same tokens. Seeds of 32 bits pass as they are (their samples do not change); larger ones are
+    mixed down (splitmix64's finaliser), so seeds that differ only above bit 31 differ here too. The
+    CUDA generator (Philox) takes all 64 bits."""
+    if device.type != "cpu" or seed < 2**32:
+        return seed
+    z = (seed + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) & 0xFFFFFFFF
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -51,7 +67,7 @@ def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
         gen = None
         if p.seed is not None:
             if req.generator is None:
-                req.generator = torch.Generator(device=probs.device).manual_seed(p.seed)
+                req.generator = torch.Generator(device=probs.device).manual_seed(generator_seed(p.seed, probs.device))
             gen = req.generator
         out[i] = int(torch.multinomial(probs, 1, generator=gen).item())
     return out

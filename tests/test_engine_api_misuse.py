@@ -155,7 +155,8 @@ def test_a_closed_engine_takes_nothing_new(make_engine, llama):
     engine.close()
     assert queued.finished and queued.finish_reason is FinishReason.CANCELLED
     assert list(queued.stream()) == []  # returns at once instead of waiting forever
-    for call in (lambda: engine.submit("hello", GREEDY), engine.start_background, engine.serve_telemetry):
+    for call in (lambda: engine.submit("hello", GREEDY), engine.start_background, engine.serve_telemetry,
+                 lambda: engine.recapture(decode_bs=[1, 2]), lambda: engine.set_parity_every(4)):
         with pytest.raises(EngineError, match="the engine is closed"):
             call()
     assert engine.step() is False
