@@ -74,8 +74,8 @@ class StepLoop:
             pending = None
         self.apply_commands()
         if pending is not None:
-            if can_chain(pending, self.scheduler, self.pool, self.max_context_len,
-                         self.model_runner.capture_pending):
+            if self.overlap_schedule and can_chain(pending, self.scheduler, self.pool, self.max_context_len,
+                                                   self.model_runner.capture_pending):
                 for req in pending.batch.requests:  # the token in flight counts for the next step
                     req.output_ids.append(PLACEHOLDER_TOKEN)
                 batch = self.scheduler.schedule()

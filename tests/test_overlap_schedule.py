@@ -134,3 +134,22 @@ def test_length_policy_has_one_home_for_finishing_and_chaining():
     assert req.ends_by_length(4, max_context_len=100, capacity_tokens=14)  # ... or the whole pool
     assert not req.ends_by_length(2, max_context_len=14, capacity_tokens=100, spare=1)
     assert req.ends_by_length(3, max_context_len=14, capacity_tokens=100, spare=1)  # one token earlier
+
+
+def test_switching_the_overlap_schedule_off_mid_chain_stops_chaining(llama, make_engine):
+    """The setter says it may be switched between steps: a decode chain in flight used to go on
+    overlapping regardless (``can_chain`` never looked at the switch)."""
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True)
+    want = make_engine(llama, overlap_schedule=False).generate([PROMPTS[0]], params)[0].token_ids
+    engine = make_engine(llama, graphs=False)
+    handle = engine.submit(PROMPTS[0], params)
+    while engine.overlapped_steps < 3:
+        assert engine.step()
+    engine.overlap_schedule = False
+    before = engine.overlapped_steps
+    for _ in range(10):
+        assert engine.step()
+    assert engine.overlapped_steps == before and engine.loop.pending is None
+    engine.overlap_schedule = True
+    engine.run_until_idle()
+    assert engine.overlapped_steps > before and handle.token_ids == want
