@@ -59,8 +59,12 @@ class StepLoop:
         self.parity = parity
 
     def apply_commands(self) -> None:
+        applied = False
         for command in self.commands.drain():
             self.apply(command)
+            applied = True
+        if applied:  # a cancel on an idle engine has no step after it to publish the freed pool
+            self.events.kv()
 
     def step(self) -> bool:
         """Run one scheduled forward. Returns False when there was nothing to do."""

@@ -262,6 +262,22 @@ def test_bad_prompts_rejected_with_reason_while_others_complete(llama, make_engi
     assert events[ok.request_id].finish_reason == "length" and events[ok.request_id].error is None
 
 
+def test_a_cancel_on_an_otherwise_idle_engine_publishes_the_freed_pool(llama, make_engine):
+    """The last kv_pool event must describe the pool as it is: a cancel with no step after it left the
+    dashboard showing the cancelled request running and its pages used."""
+    bus = EventBus()
+    kv = bus.subscribe("kv", types=["kv_pool"])
+    engine = make_engine(llama, bus=bus)
+    handle = engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=100, ignore_eos=True))
+    for _ in range(5):
+        engine.step()
+    handle.cancel()
+    engine.run_until_idle()
+    last = kv.drain()[-1]
+    assert handle.finish_reason is FinishReason.CANCELLED and engine.pool.used_pages == 0
+    assert (last.running, last.queued, last.used_tokens) == (0, 0, 0)
+
+
 def test_cancel_running_and_waiting_requests(llama, make_engine):
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
     want = make_engine(llama).generate([PROMPTS[0]], params)[0].token_ids
