@@ -188,22 +188,30 @@ class RequestHandle:
             return self._cond.wait_for(lambda: self._finished, timeout)
 
     def stream(self) -> Iterator[str]:
-        """Yield text deltas until the request finishes, driving the engine if nobody else does."""
-        while True:
-            if not self._engine.background_running:
-                if not self._finished:
-                    self._engine.step()
-            else:
-                with self._cond, self._waiting():
-                    self._cond.wait(timeout=0.05)
-            delta = self.new_text()
-            if delta:
-                yield delta
-            if self._finished:
-                rest = self.new_text()
-                if rest:
-                    yield rest
-                return
+        """Yield text deltas until the request finishes, driving the engine if nobody else does.
+
+        Leaving the loop early (``break``, an exception, the generator closed or collected) cancels the
+        request, as an abandoned stream does in vLLM: nobody reads its tokens any more, and it would
+        otherwise hold its KV pages and a running slot until it ran to its length."""
+        try:
+            while True:
+                if not self._engine.background_running:
+                    if not self._finished:
+                        self._engine.step()
+                else:
+                    with self._cond, self._waiting():
+                        self._cond.wait(timeout=0.05)
+                delta = self.new_text()
+                if delta:
+                    yield delta
+                if self._finished:
+                    rest = self.new_text()
+                    if rest:
+                        yield rest
+                    return
+        except GeneratorExit:
+            self.cancel()
+            raise
 
     def cancel(self) -> None:
         """Cancel this request; a no-op once it has finished (its id may belong to a newer request by

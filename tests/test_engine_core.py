@@ -235,6 +235,21 @@ def test_stream_concatenates_to_final_text(ascii_ckpt, make_engine, stop_at):
     assert all(o.finished for o in others)
 
 
+def test_a_stream_left_early_cancels_its_request(ascii_ckpt, make_engine):
+    """Nobody reads an abandoned stream's tokens: its request is cancelled and gives its pages back,
+    instead of running to its length behind the caller's back."""
+    engine = make_engine(ascii_ckpt)
+    handle = engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=200, ignore_eos=True))
+    for i, _delta in enumerate(handle.stream()):
+        if i == 2:
+            break
+    other = engine.generate([PROMPTS[1]], SamplingParams(max_new_tokens=2))[0]
+    assert handle.finish_reason is FinishReason.CANCELLED and len(handle.token_ids) < 200
+    assert other.finish_reason is FinishReason.LENGTH and engine.pool.used_pages == 0
+    finished = engine.submit(PROMPTS[1], SamplingParams(max_new_tokens=3))
+    assert "".join(finished.stream()) == finished.text and finished.finish_reason is FinishReason.LENGTH
+
+
 # --- admission, cancel, background --------------------------------------------------------------
 
 
