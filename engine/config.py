@@ -84,4 +84,8 @@ class EngineConfig:
         if self.max_total_tokens is not None and self.page_size > self.max_total_tokens:
             raise ValueError(f"page size {self.page_size} is larger than max total tokens {self.max_total_tokens}: "
                              "the KV pool could not hold one page")
+        if not isinstance(self.graphs, GraphConfig):  # a dict would fail later as "'dict' has no attribute"
+            raise TypeError(f"graphs must be a GraphConfig, got {type(self.graphs).__name__}; build one with "
+                            "GraphConfig(decode_bs=...) or build_graph_config(json_text, {})")
+        self.graphs.validate()  # the checks JSON and flags go through (GraphConfigError, a ValueError)
         resolve_kernel_config(self.kernels)  # a bad value (or GRAPHTOP_* override) is a usage error here

@@ -14,6 +14,7 @@ import pytest
 from graphtop.engine.config import EngineConfig
 from graphtop.engine.device import EngineError
 from graphtop.engine.engine import Engine
+from graphtop.engine.graphs.config import GraphConfig
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 
@@ -181,6 +182,8 @@ def test_step_is_refused_while_the_background_thread_serves(engine):
     (dict(page_size=1.0), TypeError, "page_size must be an int"),
     (dict(overlap_schedule="no"), TypeError, "overlap_schedule must be True or False"),
     (dict(max_context_len=1), ValueError, "max context len must be >= 2"),
+    (dict(graphs={"decode": {"bs": [1]}}), TypeError, "graphs must be a GraphConfig, got dict"),
+    (dict(graphs=GraphConfig(decode_bs=[1.5, 2])), ValueError, "decode.bs 1.5 is not an integer"),
 ])
 def test_engine_config_types_and_ranges(llama, overrides, error, needle):
     with pytest.raises(error) as info:

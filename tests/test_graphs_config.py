@@ -192,6 +192,38 @@ def test_invalid_graph_config_is_one_line_error(text, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(prefill_num_tokens=[0, 8]), "prefill.num_tokens 0 must be positive"),
+        (dict(decode_bs=[1.5, 2]), "decode.bs 1.5 is not an integer"),
+        (dict(decode_backend="bogus"), "unknown decode.backend 'bogus'"),
+        (dict(prefill_backend=None), "unknown prefill.backend None"),
+        (dict(decode_max_bs=0), "decode.max_bs must be positive"),
+        (dict(prefill_max_padding_waste=float("nan")), "max_padding_waste must be a finite number >= 0"),
+        (dict(prefill_max_padding_waste="x"), "max_padding_waste must be a finite number >= 0, got 'x'"),
+        (dict(decode_bs=(1, 2)), "decode.bs must be a list of integers"),
+    ],
+)
+def test_python_built_graph_config_gets_the_json_checks(kwargs, message):
+    """A GraphConfig built in Python is held to the rules JSON and flags are; resolving it checks too."""
+    cfg = GraphConfig(**kwargs)
+    for check in (cfg.validate, lambda: resolve(cfg)):
+        with pytest.raises(GraphConfigError) as info:
+            check()
+        assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_validated_normalises_a_copy_and_keeps_empty_lists():
+    cfg = GraphConfig(decode_bs=[4, 1, 4], prefill_num_tokens="8,16", prefill_max_padding_waste=0)
+    cfg.locked.add("decode.bs")
+    got = cfg.validated()
+    assert (got.decode_bs, got.prefill_num_tokens, got.prefill_max_padding_waste) == ([1, 4], [8, 16], 0.0)
+    assert got.locked == {"decode.bs"} and got.locked is not cfg.locked
+    assert (cfg.decode_bs, cfg.prefill_num_tokens) == ([4, 1, 4], "8,16")  # the caller's object is untouched
+    assert GraphConfig(decode_bs=[]).validated().decode_bs == []  # phase on, no graphs (no_graphs_captured)
+
+
 # --- static buffers -----------------------------------------------------------------------------
 
 STALE = 42

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ..short_repr import short_repr
@@ -31,6 +31,8 @@ KEYS = (
     "prefill.max_num_tokens",
     "prefill.max_padding_waste",
 )
+_OPTIONAL_KEYS = ("decode.bs", "decode.max_bs", "prefill.num_tokens", "prefill.max_num_tokens")  # None: a default
+_LIST_KEYS = ("decode.bs", "prefill.num_tokens")
 
 
 class GraphConfigError(ValueError):
@@ -84,6 +86,26 @@ class GraphConfig:
 
     def get(self, key: str) -> Any:
         return getattr(self, key.replace(".", "_"))
+
+    def validated(self) -> "GraphConfig":
+        """A checked, normalised copy (lists sorted and de-duplicated, bucket text parsed); the caller's
+        object is left as it is. A config built in Python goes through ``_checked``, the same checks as
+        JSON and flags, so a bad value is a one-line GraphConfigError here instead of a crash mid-step.
+        An empty bucket list is the one thing Python may say that JSON may not: the phase stays on with
+        no graphs (every step eager with no_graphs_captured)."""
+        values: dict[str, Any] = {}
+        for key in KEYS:
+            value = self.get(key)
+            if value is None and key in _OPTIONAL_KEYS:
+                continue
+            if key in _LIST_KEYS and isinstance(value, list) and not value:
+                continue
+            values[key.replace(".", "_")] = _checked(key, value)
+        return replace(self, locked=set(self.locked), **values)
+
+    def validate(self) -> None:
+        """Raise GraphConfigError (a ValueError, one line) for the first value the JSON path would refuse."""
+        self.validated()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -146,7 +168,8 @@ def _backend(key: str, v: Any, allowed: tuple[str, ...]) -> str:
     return v
 
 
-def _apply(cfg: GraphConfig, key: str, value: Any) -> None:
+def _checked(key: str, value: Any) -> Any:
+    """``value`` for ``key`` checked and normalised: the one set of rules for JSON, flags and Python."""
     if key == "decode.backend":
         value = _backend(key, value, DECODE_BACKENDS)
     elif key == "prefill.backend":
@@ -159,7 +182,11 @@ def _apply(cfg: GraphConfig, key: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
             raise GraphConfigError(f"cuda graph config: {key} must be a finite number >= 0, got {short_repr(value)}")
         value = float(value)
-    cfg.set(key, value)
+    return value
+
+
+def _apply(cfg: GraphConfig, key: str, value: Any) -> None:
+    cfg.set(key, _checked(key, value))
 
 
 def _refuse_constant(name: str) -> Any:
@@ -240,6 +267,7 @@ def resolve_graph_config(
     cuda_graphs_available: bool,
     attention_supports_decode_graph: bool,
 ) -> ResolvedGraphConfig:
+    cfg = cfg.validated()  # an Engine built without EngineConfig.validate is held to the same rules
     downgrades: list[Downgrade] = []
     _check_locked_maxima(cfg, pool_tokens)
 
