@@ -57,6 +57,7 @@ from .step_loop import StepLoop
 from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
+from .timeouts import wait_timeout
 
 __all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
 
@@ -330,7 +331,9 @@ class Engine:
         """Block until every graph asked for so far (the first capture, and any recapture requested
         before this call) is captured or failed. With the background thread this waits; otherwise it
         drives ``step()`` itself (requests in flight are served meanwhile). False on timeout; an
-        EngineError if the engine is (or gets) closed."""
+        EngineError if the engine is (or gets) closed. ``timeout`` None or ``inf`` waits forever; NaN is a
+        ValueError (``engine/timeouts.py``)."""
+        timeout = wait_timeout(timeout, "wait_for_capture")
         self._guard.refuse_inside("wait_for_capture()")
         done = threading.Event()
         with self._lifecycle:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Protocol
 
 from .sampling_params import SamplingParams
+from .timeouts import wait_timeout
 
 log = logging.getLogger("graphtop.engine")
 
@@ -183,7 +184,9 @@ class RequestHandle:
             self._waiters -= 1
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Block until finished. Only useful when the engine runs in its background thread."""
+        """Block until finished. Only useful when the engine runs in its background thread. ``timeout``
+        None or ``inf`` waits forever; NaN is a ValueError (``engine/timeouts.py``)."""
+        timeout = wait_timeout(timeout, "RequestHandle.wait")
         with self._cond, self._waiting():
             return self._cond.wait_for(lambda: self._finished, timeout)
 

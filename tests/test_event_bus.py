@@ -105,6 +105,36 @@ def test_get_blocks_consumer_until_publish_and_times_out() -> None:
     assert got[0].step == 7  # type: ignore[attr-defined]
 
 
+def _raised_by(fn, *args) -> object:
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        return e
+
+
+def test_get_timeout_inf_waits_forever_and_nan_is_refused() -> None:
+    """inf waits like None (threading would raise OverflowError); NaN is a one-line ValueError (a NaN
+    deadline never passes: the loop spun at 100 % CPU); a negative timeout is still "do not wait"."""
+    bus = EventBus()
+    sub = bus.subscribe("s")
+    for bad, error in ((float("nan"), ValueError), ("1", TypeError)):
+        raised: list[BaseException] = []
+        waiter = threading.Thread(target=lambda: raised.append(_raised_by(sub.get, bad)), daemon=True)
+        waiter.start()
+        waiter.join(5)  # a daemon thread: a get that spins forever fails the test instead of hanging it
+        assert not waiter.is_alive() and isinstance(raised[0], error)
+        assert str(raised[0]).startswith("Subscription.get: timeout must be a number of seconds or None")
+        assert "\n" not in str(raised[0])
+    assert sub.get(timeout=-1) is None
+    got: list[object] = []
+    consumer = threading.Thread(target=lambda: got.append(sub.get(timeout=float("inf"))))
+    consumer.start()
+    time.sleep(0.05)
+    bus.publish(step(3))
+    consumer.join(5)
+    assert not consumer.is_alive() and got[0].step == 3  # type: ignore[attr-defined]
+
+
 def test_get_returns_none_after_unsubscribe() -> None:
     bus = EventBus()
     sub = bus.subscribe("s")

@@ -119,6 +119,23 @@ def test_idle_engine_captures_and_wait_for_capture_drives_it(llama, make_engine)
     assert engine.wait_for_capture(timeout=0)  # nothing pending: at once
 
 
+def test_waits_take_inf_as_no_timeout_and_refuse_nan(llama, make_engine):
+    """The timeout policy of engine/timeouts.py: inf waits forever (threading raised OverflowError), NaN
+    is a one-line ValueError (RequestHandle.wait spun on it)."""
+    engine = make_engine(llama, capture_before_serving=False)
+    engine.start_background()
+    try:
+        handle = engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=4, ignore_eos=True))
+        assert engine.wait_for_capture(timeout=float("inf"))
+        assert handle.wait(float("inf")) and len(handle.token_ids) == 4
+        for wait, name in ((engine.wait_for_capture, "wait_for_capture"), (handle.wait, "RequestHandle.wait")):
+            with pytest.raises(ValueError, match=f"{name}: timeout must be a number of seconds or None, got nan"):
+                wait(float("nan"))
+    finally:
+        engine.shutdown()
+    assert engine.last_error is None
+
+
 def test_wait_for_capture_in_background_mode_covers_a_recapture(llama, make_engine):
     engine = make_engine(llama, capture_before_serving=False)
     engine.start_background()

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from typing import Iterable, Optional
 
+from ..timeouts import wait_timeout
 from .events import EVENT_TYPES, Event, ErrorEvent, StepEvent
 
 __all__ = ["EventBus", "Subscription", "LoggingSubscriber"]
@@ -86,11 +87,13 @@ class Subscription:
         return out
 
     def get(self, timeout: Optional[float] = None) -> Optional[Event]:
-        """Return the next event, waiting up to ``timeout`` seconds (forever if None).
+        """Return the next event, waiting up to ``timeout`` seconds (forever if None or ``inf``; NaN is a
+        ValueError, see ``engine/timeouts.py``).
 
         Returns None on timeout or once the subscription is closed and empty. The wait happens on
         the consumer side only; the publisher never waits for it.
         """
+        timeout = wait_timeout(timeout, "Subscription.get")
         try:
             return self._queue.popleft()
         except IndexError:
