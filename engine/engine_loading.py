@@ -8,6 +8,7 @@ starts), the worker ranks are spawned, and rank 0's shard loads while they load 
 from __future__ import annotations
 
 import logging
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -28,10 +29,12 @@ def load_engine(engine_cls: Any, path: Union[str, Path, None], config: Optional[
     if config is not None and not isinstance(config, EngineConfig):
         raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
     config = config or EngineConfig()
-    for k, v in overrides.items():
-        if not hasattr(config, k):
+    options = {f.name for f in fields(EngineConfig)}
+    for k in overrides:
+        if k not in options:
             raise TypeError(f"unknown engine option {k!r}")
-        setattr(config, k, v)
+    # a copy: the caller's config is theirs to reuse, and stays as it was even when validation refuses
+    config = replace(config, **overrides)
     config.validate()
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)

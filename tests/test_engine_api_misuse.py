@@ -191,6 +191,24 @@ def test_engine_config_types_and_ranges(llama, overrides, error, needle):
     assert needle in _one_line(info)
 
 
+def test_overrides_leave_the_callers_config_as_it_was(llama):
+    """from_pretrained's keyword overrides go to a copy: the caller's config is unchanged after a load
+    and after a refused one, so it can be reused as given."""
+    cfg = EngineConfig(device="cpu", dtype="float32", max_total_tokens=256)
+    engine = Engine.from_pretrained(llama, config=cfg, page_size=4, max_running_requests=2)
+    try:
+        assert (engine.config.page_size, engine.config.max_running_requests) == (4, 2)
+    finally:
+        engine.close()
+    assert (cfg.page_size, cfg.max_running_requests) == (1, None)
+    with pytest.raises(ValueError, match="page size must be >= 1"):
+        Engine.from_pretrained(llama, config=cfg, page_size=0)
+    assert cfg.page_size == 1
+    with pytest.raises(TypeError, match="unknown engine option 'validate'"):
+        Engine.from_pretrained(llama, config=cfg, validate=None)
+    cfg.validate()  # still a config that validates (a method was not replaced by an override)
+
+
 def test_config_must_be_an_engine_config(llama):
     with pytest.raises(TypeError, match="config must be an EngineConfig, got str"):
         Engine.from_pretrained(llama, config="cfg")  # type: ignore[arg-type]
