@@ -174,3 +174,22 @@ async def test_exporting_over_the_trace_being_replayed_is_refused(tmp_path: Path
         app._export_to(str(trace))  # the action itself refuses too (the palette's path)
         await wait_until(pilot, lambda: any("same file as the open trace" in m for m in messages(app)))
     assert trace.read_bytes() == before
+
+
+async def test_open_trace_refuses_a_fifo_in_the_dialog(tmp_path: Path) -> None:
+    """Opening a FIFO blocks until a writer comes: the dashboard froze. The dialog says why and stays."""
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await _open(pilot, "open_trace")
+        dialog.query_one(Input).value = str(fifo)
+        await pilot.press("enter")
+        assert app.screen is dialog and app.session.kind != "replay"
+        said = str(dialog.query_one("#path-message").render())
+        assert "is a FIFO" in said and "\n" not in said
+        app.open_trace(str(fifo))  # the action itself refuses too (a toast)
+        await wait_until(pilot, lambda: any("is a FIFO" in m for m in messages(app)))

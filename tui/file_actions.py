@@ -22,6 +22,7 @@ from graphtop.engine.telemetry.trace import write_trace
 from .app_actions import AppActions
 from .path_prompt import PathPromptScreen
 from .replay_session import ReplaySession
+from .special_files import special_kind
 from .state import DashboardState
 
 if TYPE_CHECKING:
@@ -55,6 +56,20 @@ def path_from_text(text: str) -> Path:
         return Path(text).expanduser()
     except RuntimeError:
         raise PathTextError(f"{text.split(os.sep, 1)[0]}: no such user, so no home folder to expand") from None
+
+
+def trace_to_open(text: str) -> Path:
+    """The trace file typed text names; :class:`PathTextError` for a FIFO, socket or device.
+
+    Why: the trace is read on the UI thread, and opening a FIFO waits for a writer: the dashboard froze
+    (``graphtop --replay`` reads a FIFO by design; the dashboard does not).
+    """
+    path = path_from_text(text)
+    kind = special_kind(path)
+    if kind is not None:
+        raise PathTextError(f"{path} is {kind}, not a trace file: the dashboard opens regular files only "
+                            "(graphtop --replay reads a FIFO)")
+    return path
 
 
 def resolve_target(text: str, default_name: str) -> Path:
@@ -160,7 +175,7 @@ class FileActions(AppActions):
 
     def action_open_trace(self) -> None:
         self.push_screen(PathPromptScreen("Open trace", "", f"a .jsonl trace written by graphtop · from {Path.cwd()}",
-                                          verb="opens"),
+                                          verb="opens", source=trace_to_open),
                          callback=self.open_trace)
 
     def open_trace(self, path: Optional[str]) -> None:
@@ -170,7 +185,7 @@ class FileActions(AppActions):
         from graphtop.engine.telemetry.trace import TraceError
 
         try:
-            replay = ReplaySession.from_path(str(path_from_text(path)))
+            replay = ReplaySession.from_path(str(trace_to_open(path)))
         except (TraceError, PathTextError) as exc:
             self.notify(str(exc), title="cannot open trace", severity="error")
             return

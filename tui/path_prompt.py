@@ -6,7 +6,8 @@ says both, under whatever the caller wants to say (how many events, which folder
 
 A dialog that writes (``target`` given) never replaces a file on one keystroke: Enter on the path of an
 existing file says so in the dialog, and only a second Enter on the same text goes ahead. Text that
-names no file (a NUL, an unknown ``~user``) is said there too, and the dialog stays open.
+names no file (a NUL, an unknown ``~user``) is said there too, and the dialog stays open; so is a
+file a reading dialog (``source`` given) refuses, such as a FIFO that would block the open.
 """
 
 from __future__ import annotations
@@ -33,16 +34,20 @@ class PathPromptScreen(ModalScreen[Optional[str]]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="path.cancel", tooltip="Close without doing anything")]
 
     def __init__(self, title: str, value: str = "", detail: str = "", *, verb: str = "confirms",
-                 target: Optional[Callable[[str], Path]] = None) -> None:
+                 target: Optional[Callable[[str], Path]] = None,
+                 source: Optional[Callable[[str], Path]] = None) -> None:
         """``detail``: a line about the operation (shown above the key hint); ``verb``: what Enter
         does (``"exports"``, ``"opens"``, ``"saves"``); ``target``: for a dialog that writes, the file
-        the typed text names (raises ``ValueError`` or ``OSError`` for text that names none)."""
+        the typed text names (raises ``ValueError`` or ``OSError`` for text that names none); ``source``:
+        for a dialog that reads, the same for the file to read (a FIFO, which would block, is refused
+        there, and the dialog stays open)."""
         super().__init__()
         self.title_text = title
         self.value = value
         self.detail = detail
         self.verb = verb
         self.target = target
+        self.source = source
         self._replace_confirmed_for: Optional[str] = None
 
     def compose(self) -> ComposeResult:
@@ -65,13 +70,14 @@ class PathPromptScreen(ModalScreen[Optional[str]]):
     def _submit(self, event: Input.Submitted) -> None:
         event.stop()
         value = event.value.strip()
-        if value and self.target is not None:
+        check = self.target or self.source
+        if value and check is not None:
             try:
-                path = self.target(value)
+                path = check(value)
             except (ValueError, OSError) as exc:
                 self._say("[$error]✗ $m[/]", m=str(exc) if isinstance(exc, ValueError) else f"{value}: {exc.strerror or exc}")
                 return
-            if os.path.isfile(path) and value != self._replace_confirmed_for:
+            if self.target is not None and os.path.isfile(path) and value != self._replace_confirmed_for:
                 self._replace_confirmed_for = value
                 self._say("[$warning]$p exists: enter again replaces it[/]", p=str(path))
                 return
