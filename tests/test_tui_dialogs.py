@@ -193,3 +193,30 @@ async def test_open_trace_refuses_a_fifo_in_the_dialog(tmp_path: Path) -> None:
         assert "is a FIFO" in said and "\n" not in said
         app.open_trace(str(fifo))  # the action itself refuses too (a toast)
         await wait_until(pilot, lambda: any("is a FIFO" in m for m in messages(app)))
+
+
+async def test_export_trace_refuses_a_fifo_and_leaves_no_thread_waiting(tmp_path: Path) -> None:
+    """A FIFO with no reader: the export worker waited in open() forever, said nothing, and the process
+    could not exit. The dialog says why and stays open; the action refuses it too."""
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    before = set(threading.enumerate())
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await _open(pilot, "export_trace")
+        dialog.query_one(Input).value = str(fifo)
+        await pilot.press("enter")
+        assert app.screen is dialog
+        said = str(dialog.query_one("#path-message").render())
+        assert "is a FIFO" in said and "\n" not in said
+        await pilot.press("escape")
+        app._export_to(str(fifo))  # the palette's path
+        await wait_until(pilot, lambda: any("is a FIFO" in m for m in messages(app)))
+        app._export_worker(str(fifo), [])  # the worker checks again before it opens
+        await wait_until(pilot, lambda: sum("is a FIFO" in m for m in messages(app)) == 2)
+    left = [t for t in set(threading.enumerate()) - before if t.is_alive() and not t.name.startswith("asyncio_")]
+    assert not left  # asyncio's own executor thread idles; no worker waits in open()

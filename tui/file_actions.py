@@ -22,7 +22,7 @@ from graphtop.engine.telemetry.trace import write_trace
 from .app_actions import AppActions
 from .path_prompt import PathPromptScreen
 from .replay_session import ReplaySession
-from .special_files import special_kind
+from .special_files import is_fifo, special_kind
 from .state import DashboardState
 
 if TYPE_CHECKING:
@@ -136,6 +136,9 @@ class FileActions(AppActions):
     def _export_target(self, text: str, default_name: str) -> Path:
         """The file an export of ``text`` writes; refused (in the dialog) when it is the trace being played."""
         target = resolve_target(text, default_name)
+        if is_fifo(target):  # the worker would wait in open() for a reader forever, and hold up the exit
+            raise PathTextError(f"{target} is a FIFO: the dashboard would wait for a reader forever; give a file "
+                                "path (graphtop --record writes a FIFO)")
         replay = self.session.replay
         check_distinct([("export", target)], [("the open trace", replay.path if replay is not None else None)])
         return target
@@ -143,8 +146,8 @@ class FileActions(AppActions):
     def _export_to(self, path: Optional[str]) -> None:
         if path:
             try:
-                target = resolve_target(path, stamped("graphtop", ".jsonl"))
-            except PathTextError as exc:
+                target = self._export_target(path, stamped("graphtop", ".jsonl"))
+            except (PathTextError, OutputPathError) as exc:
                 self.notify(str(exc), title="export failed", severity="error")
                 return
             except OSError as exc:
@@ -158,12 +161,13 @@ class FileActions(AppActions):
         replay = self.session.replay
         source = replay.path if replay is not None else None  # never export over the trace being played
         try:
+            self._export_target(path, os.path.basename(path))  # again: a FIFO may have taken its place since
             n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label},
                             source=source)
         except OSError as exc:
             self.call_from_thread(self.notify, f"{path}: {exc.strerror or exc}", title="export failed",
                                   severity="error")
-        except OutputPathError as exc:
+        except (OutputPathError, PathTextError) as exc:
             self.call_from_thread(self.notify, str(exc), title="export failed", severity="error")
         except Exception as exc:  # noqa: BLE001 - the worker's errors are not raised anywhere: say them
             self.call_from_thread(self.notify, f"{path}: {type(exc).__name__}: {exc}", title="export failed",
