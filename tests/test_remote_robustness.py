@@ -235,3 +235,33 @@ def test_a_closing_before_the_welcome_is_reported_at_once(tmp_path: Path) -> Non
         assert time.monotonic() - began < 5
     finally:
         endpoint.close()
+
+
+# -- submits the endpoint refuses ------------------------------------------------------------------
+
+
+def test_a_prompt_over_the_message_limit_is_refused_before_it_is_sent() -> None:
+    """The endpoint refuses a message over ``MAX_MESSAGE_BYTES``; the viewer said nothing and the
+    request's view stayed "streaming…" forever. Now it is refused here, one line, nothing sent."""
+    from graphtop.tui.session import SamplingSettings
+
+    session = welcomed()
+    with pytest.raises(ValueError, match="1 MiB") as refused:
+        session._submit_now("x" * p.MAX_MESSAGE_BYTES, SamplingSettings(), False)
+    assert "\n" not in str(refused.value)
+    assert session._outbox.empty() and not session._handles
+    assert session._submit_now("x" * 1000, SamplingSettings(), False).sent_bytes > 1000  # a normal one goes
+
+
+def test_a_size_refusal_fails_the_submit_it_answers() -> None:
+    """``Refused`` carries no request id; its size names the submit (an endpoint with a lower limit)."""
+    from graphtop.tui.session import SamplingSettings
+
+    session = welcomed()
+    small = session._submit_now("hi", SamplingSettings(), False)
+    big = session._submit_now("x" * 5000, SamplingSettings(), False)
+    session._handle(frame(p.Refused(p.too_large_reason(big.sent_bytes, 4096))))
+    assert big.finished and big.finish_reason == "rejected" and "4096-byte limit" in (big.error or "")
+    assert not small.finished and big.request_id not in session._handles
+    session._handle(frame(p.Refused("wrong token")))  # any other refusal fails nothing
+    assert not small.finished

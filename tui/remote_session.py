@@ -62,9 +62,12 @@ class RemoteHandle:
         self.finished = False
         self.finish_reason: Optional[str] = None
         self.error: Optional[str] = None
+        self.sent_bytes = 0  # the Submit's size on the wire: a size refusal names it (protocol.refused_size)
+        self.answered = False  # the engine sent Tokens for it: a refusal is not about this one
         self._done = threading.Event()
 
     def _feed(self, msg: p.Tokens) -> None:
+        self.answered = True
         with self._lock:
             self._text += msg.text
             if msg.finished:
@@ -204,10 +207,15 @@ class RemoteSession:
         if self._ended is not None:
             raise RuntimeError(self._ended)
         handle = RemoteHandle(f"{self.name}-{next(self._ids)}", self)
-        self._handles[handle.request_id] = handle
         sampling = p.Sampling(settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k,
                               settings.seed)
-        self._send(p.Submit(handle.request_id, prompt, sampling, chat and self.chat_available))
+        payload = p.encoder.encode(p.Submit(handle.request_id, prompt, sampling, chat and self.chat_available))
+        if len(payload) > p.MAX_MESSAGE_BYTES:  # the endpoint would refuse it: say so now, send nothing
+            raise ValueError(f"the prompt is {len(payload):,} bytes as a message; the engine's endpoint takes "
+                             f"at most {p.MAX_MESSAGE_BYTES:,} (1 MiB): send a shorter prompt")
+        handle.sent_bytes = len(payload)
+        self._handles[handle.request_id] = handle
+        self._outbox.put(payload)
         return handle
 
     def cancel(self, request_id: str) -> None:
@@ -371,6 +379,7 @@ class RemoteSession:
                 self._welcomed.set()
             else:
                 self._logs.append((logging.WARNING, f"the engine refused a message: {msg.reason}"))
+                self._fail_refused_submit(msg.reason)
         elif isinstance(msg, p.Closing):
             self.prompts.fail(msg.reason)
             if self.welcome is not None:
@@ -378,6 +387,19 @@ class RemoteSession:
             else:  # a connect() still waiting reports it now, not after its timeout
                 self._ended = f"{self.endpoint} is closing: {msg.reason}"
                 self._welcomed.set()
+
+    def _fail_refused_submit(self, reason: str) -> None:
+        """A size refusal names the refused message's size: the unanswered submit of that size fails
+        with the reason (its view would otherwise say "streaming…" forever). ``Refused`` carries no
+        request id, and the size is exact (the endpoint measures the same bytes)."""
+        size = p.refused_size(reason)
+        if size is None:
+            return
+        for rid, handle in list(self._handles.items()):
+            if handle.sent_bytes == size and not handle.answered:
+                del self._handles[rid]
+                handle._feed(p.Tokens(rid, "", True, "rejected", reason))
+                return
 
     def _on_status(self, status: p.EngineStatus) -> None:
         """Held prompts go out once the engine is ready, and fail if it never will be."""

@@ -12,6 +12,7 @@ Events travel as ``(type tag, event)`` pairs: the sender encodes the event datac
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional, Union
 
 import msgspec
@@ -22,6 +23,23 @@ PROTOCOL_VERSION = 1
 
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest client message the server reads (a prompt is at most this big); larger ones are refused."""
+
+
+
+def too_large_reason(size: int, limit: int) -> str:
+    """The ``Refused`` reason for a client message of ``size`` bytes over ``limit``: one home for the
+    words, so a viewer can read the size back (``refused_size``) and fail the submit it belonged to."""
+    return f"message of {size} bytes is over the {limit}-byte limit"
+
+
+_TOO_LARGE = re.compile(r"message of (\d+) bytes is over the \d+-byte limit")
+
+
+def refused_size(reason: str) -> Optional[int]:
+    """The size of the message a ``too_large_reason`` refused; None for any other refusal."""
+    m = _TOO_LARGE.fullmatch(reason)
+    return int(m.group(1)) if m else None
+
 
 HARD_MAX_MESSAGE_BYTES = 16 << 20
 """ZeroMQ drops the connection of a client that sends more than this (the server never buffers it)."""

@@ -272,8 +272,7 @@ class TelemetryServer:
                 continue
             payload = frames[1]
             if len(payload) > self.config.max_message_bytes:
-                self._refuse(identity, f"message of {len(payload)} bytes is over the "
-                                       f"{self.config.max_message_bytes}-byte limit")
+                self._refuse(identity, p.too_large_reason(len(payload), self.config.max_message_bytes))
                 continue
             try:
                 msg = p.client_decoder.decode(payload)
