@@ -17,7 +17,7 @@ import torch
 
 from .attention.base import AttentionBackend
 from .batch import ForwardBatch, ForwardMode
-from .graphs.bucket_list import BucketSpecError, check_buckets
+from .graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
 from .graphs.config import ResolvedGraphConfig
 from .graphs.factory import graph_backend
 from .graphs.fallback import FallbackReason
@@ -114,7 +114,7 @@ class ModelRunner:
         if runner is None:
             raise BucketSpecError(f"{phase} graphs are disabled; nothing to recapture")
         return check_buckets(sizes, name=f"{phase} bucket", maximum=runner.max_size,
-                             maximum_label="the static buffers' maximum")
+                             maximum_label=STATIC_BUFFERS_MAXIMUM)
 
     def recapture(self, decode_bs: Optional[Sequence[int]], prefill_tokens: Optional[Sequence[int]]) -> None:
         """Validate, release the old graphs, and start capturing; the rest happens between steps

@@ -83,3 +83,31 @@ async def test_bucket_editor_shows_the_error_inline_and_does_not_crash(text: str
         await pilot.press("ctrl+u", *"1,2")
         assert str(editor.query_one("#decode-msg", Label).render()).startswith("✓")
         assert app.screen is editor and app._exception is None
+
+
+async def test_bucket_editor_refuses_a_bucket_over_the_static_buffers_inline() -> None:
+    """The engine refuses a recapture past its static buffers; the editor accepted it, closed, and the
+    typed list was lost to a toast. Now ✗ inline, with the engine's words, and Recapture stays off."""
+    from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        editor = BucketEditorScreen([1, 2, 4], [16, 32], max_running=8, kv_capacity=4096,
+                                    max_buckets={"decode": 4, "prefill": 64})
+        await app.push_screen(editor)
+        await pilot.pause()
+        editor.query_one("#decode-input", Input).value = "1,2,4,8"
+        await pilot.pause()
+        msg = str(editor.query_one("#decode-msg", Label).render())
+        assert msg.startswith("✗") and f"decode bucket 8 is over {STATIC_BUFFERS_MAXIMUM} (4)" in msg
+        assert editor.query_one("#confirm", Button).disabled
+        await pilot.press("ctrl+s")
+        assert app.screen is editor  # still open, the typed list kept
+        editor.query_one("#decode-input", Input).value = "1,2,4"
+        editor.query_one("#prefill-input", Input).value = "16-128:16"
+        await pilot.pause()
+        assert "over the static buffers' maximum (64)" in str(editor.query_one("#prefill-msg", Label).render())
+        editor.query_one("#prefill-input", Input).value = "16-64:16"
+        await pilot.pause()
+        assert not editor.query_one("#confirm", Button).disabled

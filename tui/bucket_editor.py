@@ -20,7 +20,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from graphtop.engine.graphs.bucket_list import BucketSpecError, format_buckets, parse_buckets
+from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, format_buckets, parse_buckets
 from graphtop.engine.telemetry.bucket_demand import advise_phase
 
 from .fmt import human_bytes, pct, secs
@@ -148,10 +148,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
     def _validate(self, phase: str) -> None:
         text = self.query_one(f"#{phase}-input", Input).value
         msg = self.query_one(f"#{phase}-msg", Label)
-        if phase == "decode":
-            maximum, label = self.max_running, "max running"
-        else:
-            maximum, label = self.kv_capacity, "the KV pool size"
+        maximum, label = self._limit(phase)
         try:
             buckets = parse_buckets(text, name=f"{phase} bucket", maximum=maximum, maximum_label=label)
         except BucketSpecError as exc:
@@ -164,6 +161,14 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
                                            b=format_buckets(buckets)))
             msg.set_class(False, "-error")
         self._refresh_preview()
+
+    def _limit(self, phase: str) -> tuple[Optional[int], str]:
+        """The largest bucket ``phase`` may have and its name: the smaller of max running (decode) or
+        the KV pool (prefill) and the static buffers' size, which the engine's recapture also enforces
+        (a list past it closed the editor, and the recapture then failed with the typed list lost)."""
+        own = (self.max_running, "max running") if phase == "decode" else (self.kv_capacity, "the KV pool size")
+        limits = [lim for lim in (own, (self.max_buckets.get(phase), STATIC_BUFFERS_MAXIMUM)) if lim[0] is not None]
+        return min(limits, key=lambda lim: lim[0]) if limits else (None, "the maximum")  # type: ignore[arg-type,return-value]
 
     def _refresh_preview(self) -> None:
         dec, pre = self.parsed["decode"], self.parsed["prefill"]

@@ -25,6 +25,11 @@ MAX_BUCKETS = 512
 """Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
 more emulated), so a longer list is never what anyone meant. The README documents this number."""
 
+STATIC_BUFFERS_MAXIMUM = "the static buffers' maximum"
+"""How a bucket over a graph runner's static buffers is named (``maximum_label``): the buffers are sized
+once, at load, so a recapture cannot go past them. The engine's recapture and the dashboard's editor
+check the same limit with the same words."""
+
 MAX_DIGITS = 18
 """Most significant digits a number in a bucket list may have, so the largest bucket or step the text
 may name is ``MAX_VALUE``: far over any real bucket (a KV pool in tokens), and counted before ``int()``
