@@ -101,3 +101,38 @@ def test_named_reasons_decide_what_buckets_can_fix() -> None:
              decode(2, path="eager", reason="capture_failed"), decode(5, path="eager", reason="recapture_in_progress")]
     w = what_if(steps, [1, 2, 4, 8, 16], [64], current_decode=[4, 8])
     assert (w.decode.steps, w.decode.graph_steps, w.decode.padded_tokens) == (4, 1, 7)
+
+
+async def test_a_phase_with_graphs_disabled_is_read_only_and_left_out_of_recaptures() -> None:
+    """``--cuda-graph-backend-prefill disabled``: the editor required both lists (decode could not be
+    changed) and "Recapture graphs with the current buckets" sent [] for prefill, which the engine refuses."""
+    import dataclasses
+
+    from textual.widgets import Input, Label
+
+    from graphtop.tui.bucket_editor import BucketEditorScreen
+    from graphtop.tui.fake_session import FakeSession, boot_events, step_events
+    from graphtop.tui.testing import settle
+
+    from test_tui_app import make_app
+
+    boot = [ev for ev in boot_events() if getattr(ev, "phase", None) != "prefill"]
+    boot[0] = dataclasses.replace(boot[0], graph_config={
+        "decode": {"backend": "full", "bs": [1, 2, 4, 8, 16, 32]},
+        "prefill": {"backend": "disabled", "num_tokens": []}})
+    session = FakeSession(boot + [ev for ev in step_events() if getattr(ev, "phase", None) != "prefill"])
+    app = make_app(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("b")
+        await pilot.pause()
+        editor = app.screen
+        assert isinstance(editor, BucketEditorScreen)
+        assert app.focused is editor.query_one("#decode-input")
+        assert editor.query_one("#prefill-input", Input).disabled
+        assert "prefill graphs are disabled" in str(editor.query_one("#prefill-msg", Label).render())
+        await pilot.press("ctrl+u", *"1,2", "enter")
+        assert session.recaptures == [([1, 2], None)]
+        await settle(pilot)
+        await app.run_action("recapture_same")
+        assert session.recaptures[-1] == ([1, 2], None)

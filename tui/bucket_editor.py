@@ -10,7 +10,7 @@ within the static buffers' size, so the what-if shows the advice before anything
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 from textual import on
 from textual.app import ComposeResult
@@ -92,12 +92,17 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         max_running: Optional[int] = None,
         kv_capacity: Optional[int] = None,
         max_buckets: Mapping[str, Optional[int]] = {},
+        disabled: Collection[str] = (),
         blink: bool = True,
         note: str = "",
     ) -> None:
-        """``max_buckets``: per phase, the largest bucket the engine's static buffers hold; ``note``:
-        a line under the title (e.g. that a recapture is under way)."""
+        """``max_buckets``: per phase, the largest bucket the engine's static buffers hold; ``disabled``:
+        the phases the engine runs without graphs (shown read-only, left out of the recapture);
+        ``note``: a line under the title (e.g. that a recapture is under way)."""
         super().__init__()
+        self.disabled_phases = frozenset(disabled)
+        if "decode" in self.disabled_phases:
+            self.AUTO_FOCUS = "#prefill-input"  # a disabled field takes no focus
         self.note = note
         self.max_buckets = dict(max_buckets)
         self.current_decode = sorted(decode)
@@ -124,10 +129,12 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
                 yield Label(self.note, id="editor-note", classes="field-msg -note")
             with VerticalScroll(id="editor-body", classes="modal-body"):
                 yield Label(f"decode batch sizes{dec_max}", classes="field-label")
-                yield Input(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8")
+                yield Input(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8",
+                            disabled="decode" in self.disabled_phases)
                 yield Label("", id="decode-msg", classes="field-msg")
                 yield Label(f"prefill token counts{pre_max}", classes="field-label")
-                yield Input(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128")
+                yield Input(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128",
+                            disabled="prefill" in self.disabled_phases)
                 yield Label("", id="prefill-msg", classes="field-msg")
                 yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
                 yield Static(id="whatif")
@@ -148,6 +155,12 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
     def _validate(self, phase: str) -> None:
         text = self.query_one(f"#{phase}-input", Input).value
         msg = self.query_one(f"#{phase}-msg", Label)
+        if phase in self.disabled_phases:  # nothing to edit: the other phase alone may be recaptured
+            self.parsed[phase] = self.current_decode if phase == "decode" else self.current_prefill
+            msg.update(Content.from_markup(
+                "[$text-muted]$p graphs are disabled (--cuda-graph-backend-$p disabled): left as they are[/]", p=phase))
+            self._refresh_preview()
+            return
         maximum, label = self._limit(phase)
         try:
             buckets = parse_buckets(text, name=f"{phase} bucket", maximum=maximum, maximum_label=label)
@@ -211,8 +224,8 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
             self.app.bell()
             return
         choice = BucketChoice(
-            decode_bs=None if dec == self.current_decode else dec,
-            prefill_num_tokens=None if pre == self.current_prefill else pre,
+            decode_bs=None if dec == self.current_decode or "decode" in self.disabled_phases else dec,
+            prefill_num_tokens=None if pre == self.current_prefill or "prefill" in self.disabled_phases else pre,
         )
         self.dismiss(choice)
 
@@ -222,7 +235,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
         h = self.history
         notes = []
         for phase, current in (("decode", self.current_decode), ("prefill", self.current_prefill)):
-            if not current:
+            if not current or phase in self.disabled_phases:
                 continue
             advice, demand = advise_phase(h.steps, phase, costs=h.costs, max_padding_waste=h.max_padding_waste,
                                           current=current, max_graphs=len(current),

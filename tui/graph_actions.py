@@ -75,6 +75,7 @@ class GraphActions(AppActions):
                 max_running=limits.max_running or (kv.max_running if kv else None),
                 kv_capacity=limits.kv_capacity_tokens or (kv.capacity_tokens if kv else None),
                 max_buckets={ph: self.state.graph_max_bucket(ph) for ph in ("decode", "prefill")},
+                disabled=[ph for ph in ("decode", "prefill") if self.state.graphs_disabled(ph)],
                 blink=self.animate,
                 note="a recapture is under way: these are the lists it captures" if recapturing else "",
             ),
@@ -92,7 +93,8 @@ class GraphActions(AppActions):
     def action_recapture_same(self) -> None:
         if self._can_recapture():
             decode, prefill, _ = editor_lists(self.state, self.session.buckets())
-            self._recapture(decode, prefill)
+            off = self.state.graphs_disabled  # a phase without graphs is left out, not sent as []
+            self._recapture(None if off("decode") else decode, None if off("prefill") else prefill)
 
     def _recapture(self, decode: Optional[list[int]], prefill: Optional[list[int]]) -> None:
         try:

@@ -172,6 +172,11 @@ class DashboardState:
             max_padding_waste=measured(body.get("max_padding_waste")),
         )
 
+    def graphs_disabled(self, phase: str) -> bool:
+        """The engine runs ``phase`` without graphs (``--cuda-graph-backend-PHASE disabled``): it has
+        no list to edit, and a recapture must leave it out (None), not send an empty list."""
+        return self.phase_graphs(phase).backend == "disabled"
+
     def planned_phases(self) -> list[str]:
         """The phases the engine said it will capture (its resolved graph config): a phase without a
         capture pass yet means capture is not over, even when the other phase's pass has finished."""
