@@ -141,8 +141,8 @@ async def test_changing_the_text_after_the_warning_asks_again(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("action", ["export_trace", "screenshot_prompt"])
-@pytest.mark.parametrize("text, says", [("~no-such-user-graphtop/x", "no such user"), ("a\x00b", "NUL"),
-                                        ("\ud800x", "no file name can hold")])
+@pytest.mark.parametrize("text, says", [("~no-such-user-graphtop/x", "no such user")])  # a NUL or lone
+# surrogate never gets into the field (CleanInput drops it: test_pasted_controls_never_get_into_a_field)
 async def test_text_that_names_no_file_is_said_in_the_dialog(action: str, text: str, says: str) -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -196,3 +196,64 @@ def test_a_cli_error_is_one_printable_line() -> None:
 
     line = error_line("refused by the engine:\n\x1b]0;title\x07 [b]x[/b]\r\nend")
     assert line == "graphtop: error: refused by the engine: \u241b]0;title\u2407 [b]x[/b] end"
+
+
+PASTE = "A\x1b]0;pwned\x07B\x1b[2JC\x00D\x9bE\ud800F"
+
+
+async def test_pasted_controls_never_get_into_a_field() -> None:
+    """A paste of ESC sequences, NUL, C1 or a lone surrogate was drawn raw in every input (retitling the
+    window, clearing the screen) and went to the engine in a prompt: every field drops them now."""
+    from textual import events
+
+    from graphtop.tui.bucket_editor import BucketEditorScreen
+    from graphtop.tui.clean_input import CleanInput
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash")
+        prompt = app.query_one("#prompt", Input)
+        assert isinstance(prompt, CleanInput)
+        prompt.post_message(events.Paste(PASTE))
+        await pilot.pause()
+        assert prompt.value == "A]0;pwnedB[2JCDEF" and prompt.cursor_position == len(prompt.value)
+        for field in app.query(Input):
+            assert isinstance(field, CleanInput), field  # the sampling row too
+        await pilot.press("escape")
+        dialog = await _open(pilot, "open_trace")
+        dialog.query_one(Input).post_message(events.Paste(PASTE))
+        await pilot.pause()
+        assert dialog.query_one(Input).value == "A]0;pwnedB[2JCDEF"
+        await pilot.press("escape", "b")
+        await pilot.pause()
+        editor = app.screen
+        assert isinstance(editor, BucketEditorScreen)
+        field = editor.query_one("#decode-input", Input)
+        field.value = "1,\x1b[31m2"  # set directly: held to the same rule
+        await pilot.pause()
+        assert field.value == "1,[31m2"
+
+
+async def test_the_bucket_editors_error_line_shows_controls_as_stand_ins(monkeypatch) -> None:
+    """The editor's ✗ line quotes what was typed: drawn through printable(), never raw (defence in
+    depth: the field already drops controls, but the error text is outside text all the same)."""
+    from textual.widgets import Label
+
+    from graphtop.engine.graphs import bucket_list
+    from graphtop.tui import bucket_editor
+
+    def refuse(text: str, **_: object) -> list[int]:
+        raise bucket_list.BucketSpecError("'\x1b]0;pwned\x07' is not an integer")
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("b")
+        await pilot.pause()
+        editor = app.screen
+        monkeypatch.setattr(bucket_editor, "parse_buckets", refuse)
+        editor.query_one("#decode-input", Input).value = "1,2"
+        await pilot.pause()
+        shown = str(editor.query_one("#decode-msg", Label).render())
+        assert "\u241b]0;pwned\u2407" in shown and "\x1b" not in shown

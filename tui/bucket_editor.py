@@ -23,8 +23,10 @@ from textual.widgets import Button, Input, Label, Static
 from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, format_buckets, parse_buckets
 from graphtop.engine.telemetry.bucket_demand import advise_phase
 
+from .clean_input import CleanInput
 from .fmt import human_bytes, pct, secs
 from .recapture_state import estimate_capture_seconds
+from .safe_text import printable
 from .whatif import WhatIf, WhatIfInputs, what_if
 
 
@@ -129,11 +131,11 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
                 yield Label(self.note, id="editor-note", classes="field-msg -note")
             with VerticalScroll(id="editor-body", classes="modal-body"):
                 yield Label(f"decode batch sizes{dec_max}", classes="field-label")
-                yield Input(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8",
+                yield CleanInput(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8",
                             disabled="decode" in self.disabled_phases)
                 yield Label("", id="decode-msg", classes="field-msg")
                 yield Label(f"prefill token counts{pre_max}", classes="field-label")
-                yield Input(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128",
+                yield CleanInput(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128",
                             disabled="prefill" in self.disabled_phases)
                 yield Label("", id="prefill-msg", classes="field-msg")
                 yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
@@ -166,7 +168,7 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
             buckets = parse_buckets(text, name=f"{phase} bucket", maximum=maximum, maximum_label=label)
         except BucketSpecError as exc:
             self.parsed[phase] = None
-            msg.update(Content.from_markup("[$error]✗ $e[/]", e=str(exc)))
+            msg.update(Content.from_markup("[$error]✗ $e[/]", e=printable(str(exc))))
             msg.set_class(True, "-error")
         else:
             self.parsed[phase] = buckets

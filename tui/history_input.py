@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections import deque
 
 from textual.binding import Binding
-from textual.widgets import Input
+
+from .clean_input import CleanInput
 
 HISTORY = 200
 
 
-class HistoryInput(Input):
+class HistoryInput(CleanInput):
     """Remembers submitted values; up/down walk them like a shell."""
 
     BINDINGS = [

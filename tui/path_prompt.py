@@ -24,6 +24,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
+from .clean_input import CleanInput
 from .safe_text import printable
 
 
@@ -53,7 +54,7 @@ class PathPromptScreen(ModalScreen[Optional[str]]):
     def compose(self) -> ComposeResult:
         with Vertical(id="path-box", classes="modal-box"):
             yield Label(self.title_text, classes="modal-title")
-            yield Input(self.value, id="path-input", select_on_focus=False)
+            yield CleanInput(self.value, id="path-input", select_on_focus=False)
             if self.detail:
                 yield Label(self.detail, id="path-detail", classes="modal-detail")
             message = Static("", id="path-message")

@@ -11,6 +11,7 @@ from textual.containers import Horizontal
 from textual.validation import Integer, Number, Validator
 from textual.widgets import Checkbox, Input, Label
 
+from .clean_input import CleanInput
 from .session import SamplingSettings
 
 # What a field takes as it is typed, partial values included ("-", "1.", "1e-"). Our own patterns, not
@@ -50,7 +51,7 @@ class SamplingRow(Horizontal):
         for fid, label, default, kind, tip in FIELDS:
             yield Label(label, classes="sampling-label")
             validators: list[Validator] = [Integer() if kind == "integer" else Number()]  # as type=kind had
-            field = Input(value=default, type="text", restrict=RESTRICTS[kind], max_length=MAX_LENGTH,
+            field = CleanInput(value=default, type="text", restrict=RESTRICTS[kind], max_length=MAX_LENGTH,
                           validators=validators, id=fid, classes="sampling-input", tooltip=tip, compact=True)
             field.cursor_blink = self._blink
             yield field

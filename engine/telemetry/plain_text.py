@@ -31,6 +31,15 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_stand_in, text)
 
 
+def field_text(text: str) -> str:
+    """``text`` fit for a one-line input field: the characters :func:`printable` would stand in for are
+    dropped (a pasted ESC sequence must neither reach the terminal nor the engine, and a stand-in
+    would be sent as text), and tabs and line breaks become spaces."""
+    if "\t" in text or "\n" in text:
+        text = text.replace("\t", " ").replace("\n", " ")
+    return _UNSAFE.sub("", text) if _UNSAFE.search(text) else text
+
+
 def one_line(text: str) -> str:
     """``text`` printable on one line: line breaks become spaces (an error or a log record is one line)."""
     return printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
