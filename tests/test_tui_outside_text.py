@@ -257,3 +257,21 @@ async def test_the_bucket_editors_error_line_shows_controls_as_stand_ins(monkeyp
         await pilot.pause()
         shown = str(editor.query_one("#decode-msg", Label).render())
         assert "\u241b]0;pwned\u2407" in shown and "\x1b" not in shown
+
+
+async def test_a_multi_line_paste_into_the_prompt_is_kept_whole() -> None:
+    """Textual's Input kept only a paste's first line: the rest of a pasted prompt was lost silently."""
+    from textual import events
+
+    session = FakeSession()
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash")
+        prompt = app.query_one("#prompt", Input)
+        prompt.post_message(events.Paste("Summarise this:\nfirst line\r\nsecond line\n"))
+        await pilot.pause()
+        assert prompt.value == "Summarise this: first line second line"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: bool(session.submitted))
+        assert session.submitted[-1][0] == "Summarise this: first line second line"
