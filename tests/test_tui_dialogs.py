@@ -130,7 +130,10 @@ async def test_screenshot_saves_in_the_current_directory_and_says_where(tmp_path
 
         dialog = await _open(pilot, "screenshot_prompt")
         await pilot.press("ctrl+u", *"shots/", "enter")  # a folder: the default name inside it
-        await wait_until(pilot, lambda: any("does not exist" in m for m in messages(app)))
+        assert app.screen is dialog  # said in the dialog, which stays open
+        assert "folder" in str(dialog.query_one("#path-message").render())
+        assert "does not exist" in str(dialog.query_one("#path-message").render())
+        await pilot.press("escape")
         (tmp_path / "shots").mkdir()
         path = app.save_screenshot_to("shots/")
         assert path is not None and path.parent == tmp_path / "shots" and path.exists()
@@ -220,3 +223,20 @@ async def test_export_trace_refuses_a_fifo_and_leaves_no_thread_waiting(tmp_path
         await wait_until(pilot, lambda: sum("is a FIFO" in m for m in messages(app)) == 2)
     left = [t for t in set(threading.enumerate()) - before if t.is_alive() and not t.name.startswith("asyncio_")]
     assert not left  # asyncio's own executor thread idles; no worker waits in open()
+
+
+async def test_export_to_a_folder_that_does_not_exist_is_said_in_the_dialog(tmp_path: Path) -> None:
+    """The README promises the dialog stays open with the message; it closed and then toasted."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await _open(pilot, "export_trace")
+        dialog.query_one(Input).value = str(tmp_path / "nowhere" / "run.jsonl")
+        await pilot.press("enter")
+        assert app.screen is dialog
+        said = str(dialog.query_one("#path-message").render())
+        assert f"folder {tmp_path / 'nowhere'} does not exist" in said and "\n" not in said
+        dialog.query_one(Input).value = str(tmp_path / "run.jsonl")
+        await pilot.press("enter")
+        assert not isinstance(app.screen, PathPromptScreen)
+        await wait_until(pilot, lambda: (tmp_path / "run.jsonl").exists())

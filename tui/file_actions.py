@@ -16,7 +16,7 @@ from textual import work
 from textual.app import SystemCommand
 from textual.screen import Screen
 
-from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, write_atomic
+from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output, write_atomic
 from graphtop.engine.telemetry.trace import write_trace
 
 from .app_actions import AppActions
@@ -81,6 +81,15 @@ def resolve_target(text: str, default_name: str) -> Path:
     return path.absolute()
 
 
+def writable_target(text: str, default_name: str, label: str) -> Path:
+    """``resolve_target``, held to the rules the write applies (``safe_write.check_output``: a folder
+    that does not exist, a link, a socket), so a dialog says why in place and stays open instead of
+    closing and toasting. Raises ``OutputPathError`` or ``PathTextError`` (both one line)."""
+    target = resolve_target(text, default_name)
+    check_output(target, label)
+    return target
+
+
 class FileActions(AppActions):
     """Export trace, open trace, back to live, screenshot."""
 
@@ -96,7 +105,7 @@ class FileActions(AppActions):
     def action_screenshot_prompt(self) -> None:
         name = stamped("graphtop", ".svg")
         self.push_screen(PathPromptScreen("Save a screenshot (SVG)", name, f"in {Path.cwd()}", verb="saves",
-                                          target=lambda text: resolve_target(text, name)),
+                                          target=lambda text: writable_target(text, name, "screenshot")),
                          callback=self._screenshot_to)
 
     def _screenshot_to(self, text: Optional[str]) -> None:
@@ -135,7 +144,7 @@ class FileActions(AppActions):
 
     def _export_target(self, text: str, default_name: str) -> Path:
         """The file an export of ``text`` writes; refused (in the dialog) when it is the trace being played."""
-        target = resolve_target(text, default_name)
+        target = writable_target(text, default_name, "export")
         if is_fifo(target):  # the worker would wait in open() for a reader forever, and hold up the exit
             raise PathTextError(f"{target} is a FIFO: the dashboard would wait for a reader forever; give a file "
                                 "path (graphtop --record writes a FIFO)")
