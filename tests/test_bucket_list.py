@@ -122,3 +122,11 @@ def test_text_and_lists_follow_the_same_rules() -> None:
         with pytest.raises(BucketSpecError) as from_list:
             check_buckets(values, maximum=64)
         assert str(from_text.value) == str(from_list.value) != ""
+
+
+def test_a_negative_step_is_named_as_the_step() -> None:
+    """``1-8:-1`` said "buckets must be ≥ 1": the buckets were fine, the step was not."""
+    with pytest.raises(BucketSpecError, match=r"'1-8:-1': the step must be ≥ 1"):
+        parse_buckets("1-8:-1")
+    with pytest.raises(BucketSpecError, match="buckets must be ≥ 1"):
+        parse_buckets("0-8")

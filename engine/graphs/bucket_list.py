@@ -63,10 +63,11 @@ def _digits_to_int(digits: str, item: str) -> int:
     return int(body or "0")
 
 
-def _int(token: str, part: str, item: str) -> int:
+def _int(token: str, part: str, item: str, what: str = "buckets") -> int:
+    """``part`` of a range item as an int; ``what`` names it in a refusal ("the step" for ``A-B:S``)."""
     part = part.strip()
     if part.startswith("-") and _INT.fullmatch(part[1:]):
-        raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
+        raise BucketSpecError(f"'{short_text(item)}': {what} must be ≥ 1", item)
     if not _INT.fullmatch(part):
         if part == "":
             raise BucketSpecError(f"'{short_text(item)}': bad range, write A-B or A-B:STEP", item)
@@ -111,7 +112,7 @@ def parse_buckets(
                 raise BucketSpecError(f"'{short_text(item)}' is not an integer", item)
             a = _int(item, m.group("a"), item)
             b = _int(item, m.group("b"), item)
-            s = 1 if m.group("s") is None else _int(item, m.group("s"), item)
+            s = 1 if m.group("s") is None else _int(item, m.group("s"), item, "the step")
             if a <= 0:
                 raise BucketSpecError(f"'{short_text(item)}': buckets must be ≥ 1", item)
             if s <= 0:
