@@ -130,3 +130,11 @@ def test_a_negative_step_is_named_as_the_step() -> None:
         parse_buckets("1-8:-1")
     with pytest.raises(BucketSpecError, match="buckets must be ≥ 1"):
         parse_buckets("0-8")
+
+
+def test_overlapping_ranges_count_once_against_the_limit() -> None:
+    """``1-300,1-300`` was "600 buckets, over the limit of 512": the list is 300 buckets."""
+    assert parse_buckets("1-300,1-300") == list(range(1, 301))
+    assert parse_buckets(f"1-{MAX_BUCKETS} {MAX_BUCKETS}") == list(range(1, MAX_BUCKETS + 1))
+    with pytest.raises(BucketSpecError, match=f"over the limit of {MAX_BUCKETS}"):
+        parse_buckets(f"1-300,301-{MAX_BUCKETS + 1}")

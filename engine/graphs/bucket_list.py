@@ -126,7 +126,8 @@ def parse_buckets(
                 )
             values = range(a, b + 1, s)
         try:  # the values so far, so a message names the item that broke a rule
-            out = set(check_buckets([*out, *values], name=name, maximum=maximum, maximum_label=maximum_label,
+            # de-duplicated first: check_buckets counts what it is given, and "1-300,1-300" is 300 buckets
+            out = set(check_buckets(out.union(values), name=name, maximum=maximum, maximum_label=maximum_label,
                                     max_count=max_count))
         except BucketSpecError as e:
             raise BucketSpecError(str(e), item) from None
