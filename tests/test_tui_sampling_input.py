@@ -94,3 +94,26 @@ async def test_settings_the_engine_refuses_are_refused_as_typed(field: str, valu
         row.query_one(f"#{field}", Input).value = value
         with pytest.raises(ValueError, match=re.escape(says)):
             row.settings()
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("max-tokens", "", "max tokens is empty: enter an integer"),
+    ("max-tokens", "-", "max tokens: '-' is not an integer"),
+    ("temperature", "1e", "temperature: '1e' is not a number"),
+    ("top-p", ".", "top-p: '.' is not a number"),
+    ("top-k", "+", "top-k: '+' is not an integer"),
+    ("seed", "-", "seed: '-' is not an integer"),
+])
+async def test_a_value_that_is_no_number_names_its_field(field: str, value: str, says: str) -> None:
+    """Python's own words ("invalid literal for int() with base 10: ''") named no field."""
+    from graphtop.tui.sampling_row import SamplingRow
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        row = app.query_one(SamplingRow)
+        row.query_one(f"#{field}", Input).value = value
+        with pytest.raises(ValueError, match=re.escape(says)):
+            row.settings()
+        row.query_one(f"#{field}", Input).value = "" if field != "max-tokens" else "8"
+        assert row.settings().max_new_tokens in (8, 128)  # empty optional fields read as their defaults

@@ -6,12 +6,15 @@ Inline instead of a modal because an engineer flips temperature/seed between pro
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.validation import Integer, Number, Validator
 from textual.widgets import Checkbox, Input, Label
 
 from .clean_input import CleanInput
+from .safe_text import printable
 from .session import SamplingSettings
 
 # What a field takes as it is typed, partial values included ("-", "1.", "1e-"). Our own patterns, not
@@ -40,6 +43,26 @@ FIELDS = (
 )
 
 
+FIELD_NAMES = {"max-tokens": "max tokens", "temperature": "temperature", "top-p": "top-p", "top-k": "top-k",
+               "seed": "seed"}
+"""Each field's name in a refusal: Python's own words ("invalid literal for int() with base 10: ''")
+named no field."""
+
+
+def _read(vals: dict[str, str], fid: str, convert: type, empty: Any, none_when_empty: bool = False) -> Any:
+    """Field ``fid``'s value through ``convert``; ``empty`` for an empty field (None: it must be filled,
+    unless ``none_when_empty``). ValueError names the field."""
+    text, name = vals[fid], FIELD_NAMES[fid]
+    if not text:
+        if empty is not None or none_when_empty:
+            return empty
+        raise ValueError(f"{name} is empty: enter {'an integer' if convert is int else 'a number'}")
+    try:
+        return convert(text)
+    except ValueError:
+        raise ValueError(f"{name}: {printable(text)!r} is not {'an integer' if convert is int else 'a number'}") from None
+
+
 class SamplingRow(Horizontal):
     """max · temp · top-p · top-k · seed · chat."""
 
@@ -61,15 +84,9 @@ class SamplingRow(Horizontal):
     def settings(self) -> SamplingSettings:
         """Current values, or ValueError with a message naming the field."""
         vals = {fid: self.query_one(f"#{fid}", Input).value.strip() for fid, *_ in FIELDS}
-        try:
-            max_new = int(vals["max-tokens"])
-            temp = float(vals["temperature"] or 0)
-            top_p = float(vals["top-p"] or 1)
-            top_k = int(vals["top-k"] or 0)
-            seed = int(vals["seed"]) if vals["seed"] else None
-        except ValueError as exc:
-            raise ValueError(f"sampling settings: {exc}") from None
-        settings = SamplingSettings(max_new, temp, top_p, top_k, seed)
+        settings = SamplingSettings(
+            _read(vals, "max-tokens", int, None), _read(vals, "temperature", float, 0.0),
+            _read(vals, "top-p", float, 1.0), _read(vals, "top-k", int, 0), _read(vals, "seed", int, None, True))
         try:  # the engine's rules (NaN, 1e309, a seed past 64 bits...): refused as typed
             settings.to_params()
         except ValueError as exc:
