@@ -206,3 +206,36 @@ async def test_prompt_console_keeps_the_conversation_scrollable_and_bounded(monk
         await pump(pilot, 45)
         assert outputs.scroll_y == top  # reading back is not interrupted by a new stream
         await wait_until(pilot, lambda: list(app.query(RequestView))[-1].done)
+
+
+async def test_prompt_console_lets_finished_requests_go_as_they_finish(monkeypatch) -> None:
+    """The limit was applied only when a prompt was sent: with more than KEEP in flight, every one of
+    them stayed on screen after they finished, until the next prompt."""
+    import graphtop.tui.prompt_console as console_mod
+    from graphtop.tui.prompt_console import PromptConsole
+    from graphtop.tui.session import SamplingSettings
+
+    class Held:
+        """A stream that finishes when the test says so."""
+
+        def __init__(self, n: int) -> None:
+            self.request_id, self.finished, self.finish_reason, self.error = f"r{n}", False, None, None
+
+        def new_text(self) -> str:
+            return ""
+
+    monkeypatch.setattr(console_mod, "KEEP", 4)
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        console = app.query_one(PromptConsole)
+        handles = [Held(n) for n in range(7)]
+        for n, handle in enumerate(handles):
+            console.add_request(handle, f"q{n}", SamplingSettings())  # type: ignore[arg-type]
+        await pilot.pause()
+        assert len(console.views) == 7  # none finished: nothing may go
+        for handle in handles:
+            handle.finished, handle.finish_reason = True, "stop"
+        await pump(pilot, 2)  # the UI tick polls the streams
+        await wait_until(pilot, lambda: len(console.views) == 4)
+        assert [v.prompt for v in console.views] == ["q3", "q4", "q5", "q6"] and console.removed == 3

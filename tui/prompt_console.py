@@ -52,6 +52,8 @@ class PromptConsole(Vertical):
         self._blink = blink
         self._in_flight: list[RequestView] = []
         """Views still streaming; polled every tick without walking the DOM (``query``)."""
+        self._shown: list[RequestView] = []
+        """Every view on screen, oldest first (a removal takes effect later: ``query`` would count it again)."""
         self.removed = 0
         """Finished requests let go to keep the console bounded."""
 
@@ -106,17 +108,27 @@ class PromptConsole(Vertical):
         view = RequestView(handle, prompt, settings.describe())
         outputs.mount(view)
         self._in_flight.append(view)
-        views = self.views
-        done = [v for v in views if v.done]
-        for old in done[: max(len(views) - KEEP, 0)]:
-            old.remove()
-            self.removed += 1
+        self._shown.append(view)
+        self._trim()
+        return view
+
+    def _trim(self) -> None:
+        """Let the oldest finished requests go past ``KEEP``: when one is added, and when one finishes
+        (with many in flight, the console held more than ``KEEP`` until the next prompt was sent)."""
+        views = self._shown
+        if len(views) <= KEEP:
+            return
+        gone = {id(v) for v in [v for v in views if v.done][: len(views) - KEEP]}
+        for old in views:
+            if id(old) in gone:
+                old.remove()
+                self.removed += 1
+        self._shown = [v for v in views if id(v) not in gone]
         if self.removed:
             note = self.query_one("#outputs-note", Static)
             note.display = True
             note.update(Content.from_markup("[$text-muted]$n earlier request(s) let go: the console keeps the "
                                             "last $k[/]", n=f"{self.removed:,}", k=str(KEEP)))
-        return view
 
     def poll(self) -> int:
         """Pull streamed text into every in-flight view; returns how many changed.
@@ -129,7 +141,10 @@ class PromptConsole(Vertical):
         for view in self._in_flight:
             if not view.done and view.poll():
                 changed += 1
-        self._in_flight = [v for v in self._in_flight if not v.done]
+        still = [v for v in self._in_flight if not v.done]
+        if len(still) < len(self._in_flight):
+            self._trim()
+        self._in_flight = still
         return changed
 
     def set_chat_available(self, available: bool) -> None:
