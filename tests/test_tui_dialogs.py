@@ -196,6 +196,9 @@ async def test_open_trace_refuses_a_fifo_in_the_dialog(tmp_path: Path) -> None:
         assert "is a FIFO" in said and "\n" not in said
         app.open_trace(str(fifo))  # the action itself refuses too (a toast)
         await wait_until(pilot, lambda: any("is a FIFO" in m for m in messages(app)))
+        dialog.query_one(Input).value = str(tmp_path)
+        await pilot.press("enter")  # a folder: said in the dialog too
+        assert app.screen is dialog and "is a folder" in str(dialog.query_one("#path-message").render())
 
 
 async def test_export_trace_refuses_a_fifo_and_leaves_no_thread_waiting(tmp_path: Path) -> None:

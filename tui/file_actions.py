@@ -59,13 +59,14 @@ def path_from_text(text: str) -> Path:
 
 
 def trace_to_open(text: str) -> Path:
-    """The trace file typed text names; :class:`PathTextError` for a FIFO, socket or device.
+    """The trace file typed text names; :class:`PathTextError` for a folder, FIFO, socket or device.
 
     Why: the trace is read on the UI thread, and opening a FIFO waits for a writer: the dashboard froze
-    (``graphtop --replay`` reads a FIFO by design; the dashboard does not).
+    (``graphtop --replay`` reads a FIFO by design; the dashboard does not). A folder is said in the
+    dialog too, which stays open; a missing file is left to the reader's own words.
     """
     path = path_from_text(text)
-    kind = special_kind(path)
+    kind = "a folder" if path.is_dir() else special_kind(path)
     if kind is not None:
         raise PathTextError(f"{path} is {kind}, not a trace file: the dashboard opens regular files only "
                             "(graphtop --replay reads a FIFO)")
