@@ -239,6 +239,9 @@ async def test_export_to_a_folder_that_does_not_exist_is_said_in_the_dialog(tmp_
         assert app.screen is dialog
         said = str(dialog.query_one("#path-message").render())
         assert f"folder {tmp_path / 'nowhere'} does not exist" in said and "\n" not in said
+        dialog.query_one(Input).value = "/proc/graphtop-test.jsonl"  # a folder no file can be created in
+        await pilot.press("enter")
+        assert app.screen is dialog and "cannot create a file in /proc" in str(dialog.query_one("#path-message").render())
         dialog.query_one(Input).value = str(tmp_path / "run.jsonl")
         await pilot.press("enter")
         assert not isinstance(app.screen, PathPromptScreen)

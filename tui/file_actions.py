@@ -84,10 +84,11 @@ def resolve_target(text: str, default_name: str) -> Path:
 
 def writable_target(text: str, default_name: str, label: str) -> Path:
     """``resolve_target``, held to the rules the write applies (``safe_write.check_output``: a folder
-    that does not exist, a link, a socket), so a dialog says why in place and stays open instead of
-    closing and toasting. Raises ``OutputPathError`` or ``PathTextError`` (both one line)."""
+    that does not exist, a link, a socket; ``probe``: a folder no file can be created in, such as
+    /proc or a read-only mount), so a dialog says why in place and stays open instead of closing and
+    toasting. Raises ``OutputPathError`` or ``PathTextError`` (both one line)."""
     target = resolve_target(text, default_name)
-    check_output(target, label)
+    check_output(target, label, probe=True)
     return target
 
 
