@@ -92,6 +92,14 @@ def writable_target(text: str, default_name: str, label: str) -> Path:
     return target
 
 
+def refuse_fifo_export(target: "str | Path") -> None:
+    """An export never opens a FIFO: with no reader the worker would wait in open() forever and hold up
+    the dashboard's exit (``graphtop --record`` writes one by design; the dashboard does not)."""
+    if is_fifo(target):
+        raise PathTextError(f"{target} is a FIFO: the dashboard would wait for a reader forever; give a file "
+                            "path (graphtop --record writes a FIFO)")
+
+
 class FileActions(AppActions):
     """Export trace, open trace, back to live, screenshot."""
 
@@ -147,9 +155,7 @@ class FileActions(AppActions):
     def _export_target(self, text: str, default_name: str) -> Path:
         """The file an export of ``text`` writes; refused (in the dialog) when it is the trace being played."""
         target = writable_target(text, default_name, "export")
-        if is_fifo(target):  # the worker would wait in open() for a reader forever, and hold up the exit
-            raise PathTextError(f"{target} is a FIFO: the dashboard would wait for a reader forever; give a file "
-                                "path (graphtop --record writes a FIFO)")
+        refuse_fifo_export(target)
         replay = self.session.replay
         check_distinct([("export", target)], [("the open trace", replay.path if replay is not None else None)])
         return target
@@ -172,7 +178,7 @@ class FileActions(AppActions):
         replay = self.session.replay
         source = replay.path if replay is not None else None  # never export over the trace being played
         try:
-            self._export_target(path, os.path.basename(path))  # again: a FIFO may have taken its place since
+            refuse_fifo_export(path)  # again: a FIFO may have taken its place since (write_trace checks the rest)
             n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label},
                             source=source)
         except OSError as exc:
