@@ -254,13 +254,15 @@ def test_a_prompt_over_the_message_limit_is_refused_before_it_is_sent() -> None:
 
 
 def test_a_size_refusal_fails_the_submit_it_answers() -> None:
-    """``Refused`` carries no request id; its size names the submit (an endpoint with a lower limit)."""
+    """``Refused`` carries no request id; its message size names the submit (an endpoint with a lower
+    limit)."""
     from graphtop.tui.session import SamplingSettings
 
     session = welcomed()
     small = session._submit_now("hi", SamplingSettings(), False)
     big = session._submit_now("x" * 5000, SamplingSettings(), False)
-    session._handle(frame(p.Refused(p.too_large_reason(big.sent_bytes, 4096))))
+    session._handle(frame(p.Refused(f"message of {big.sent_bytes} bytes is over the 4096-byte limit",
+                                    big.sent_bytes)))
     assert big.finished and big.finish_reason == "rejected" and "4096-byte limit" in (big.error or "")
     assert not small.finished and big.request_id not in session._handles
     session._handle(frame(p.Refused("wrong token")))  # any other refusal fails nothing

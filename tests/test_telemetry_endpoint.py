@@ -397,6 +397,8 @@ def test_wrong_token_garbage_and_oversize_are_refused_and_logged_engine_unaffect
         raw.send(*frames)
         msg = raw.recv()
         assert isinstance(msg, p.Refused) and reason in msg.reason, (reason, msg)
+        # only a size refusal carries the refused message's size (a viewer matches it to its submit)
+        assert msg.message_bytes == (len(frames[0]) if reason == "byte limit" else None)
     raw.close()
 
     # far over the hard limit: ZeroMQ drops that client's connection without buffering it

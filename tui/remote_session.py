@@ -62,7 +62,7 @@ class RemoteHandle:
         self.finished = False
         self.finish_reason: Optional[str] = None
         self.error: Optional[str] = None
-        self.sent_bytes = 0  # the Submit's size on the wire: a size refusal names it (protocol.refused_size)
+        self.sent_bytes = 0  # the Submit's size on the wire: a size refusal names it (Refused.message_bytes)
         self.answered = False  # the engine sent Tokens for it: a refusal is not about this one
         self._done = threading.Event()
 
@@ -379,7 +379,7 @@ class RemoteSession:
                 self._welcomed.set()
             else:
                 self._logs.append((logging.WARNING, f"the engine refused a message: {msg.reason}"))
-                self._fail_refused_submit(msg.reason)
+                self._fail_refused_submit(msg)
         elif isinstance(msg, p.Closing):
             self.prompts.fail(msg.reason)
             if self.welcome is not None:
@@ -388,17 +388,16 @@ class RemoteSession:
                 self._ended = f"{self.endpoint} is closing: {msg.reason}"
                 self._welcomed.set()
 
-    def _fail_refused_submit(self, reason: str) -> None:
-        """A size refusal names the refused message's size: the unanswered submit of that size fails
-        with the reason (its view would otherwise say "streaming…" forever). ``Refused`` carries no
-        request id, and the size is exact (the endpoint measures the same bytes)."""
-        size = p.refused_size(reason)
-        if size is None:
+    def _fail_refused_submit(self, msg: p.Refused) -> None:
+        """A size refusal carries the refused message's size: the unanswered submit of that size fails
+        with the reason (its view would otherwise say "streaming…" forever). ``Refused`` names no
+        request, and the size is exact (the endpoint measures the same bytes)."""
+        if msg.message_bytes is None:
             return
         for rid, handle in list(self._handles.items()):
-            if handle.sent_bytes == size and not handle.answered:
+            if handle.sent_bytes == msg.message_bytes and not handle.answered:
                 del self._handles[rid]
-                handle._feed(p.Tokens(rid, "", True, "rejected", reason))
+                handle._feed(p.Tokens(rid, "", True, "rejected", msg.reason))
                 return
 
     def _on_status(self, status: p.EngineStatus) -> None:

@@ -12,7 +12,6 @@ Events travel as ``(type tag, event)`` pairs: the sender encodes the event datac
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional, Union
 
 import msgspec
@@ -24,21 +23,6 @@ PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest client message the server reads (a prompt is at most this big); larger ones are refused."""
 
-
-
-def too_large_reason(size: int, limit: int) -> str:
-    """The ``Refused`` reason for a client message of ``size`` bytes over ``limit``: one home for the
-    words, so a viewer can read the size back (``refused_size``) and fail the submit it belonged to."""
-    return f"message of {size} bytes is over the {limit}-byte limit"
-
-
-_TOO_LARGE = re.compile(r"message of (\d+) bytes is over the \d+-byte limit")
-
-
-def refused_size(reason: str) -> Optional[int]:
-    """The size of the message a ``too_large_reason`` refused; None for any other refusal."""
-    m = _TOO_LARGE.fullmatch(reason)
-    return int(m.group(1)) if m else None
 
 
 HARD_MAX_MESSAGE_BYTES = 16 << 20
@@ -142,6 +126,9 @@ class Welcome(msgspec.Struct, frozen=True, tag=True):
 
 class Refused(msgspec.Struct, frozen=True, tag=True):
     reason: str
+    message_bytes: Optional[int] = None
+    """The refused message's size when it was refused for its size: a viewer matches it to the submit it
+    sent (a refusal names no request), whose view would otherwise stream forever. Older viewers ignore it."""
 
 
 class Snapshot(msgspec.Struct, frozen=True, tag=True):

@@ -272,7 +272,8 @@ class TelemetryServer:
                 continue
             payload = frames[1]
             if len(payload) > self.config.max_message_bytes:
-                self._refuse(identity, p.too_large_reason(len(payload), self.config.max_message_bytes))
+                self._refuse(identity, f"message of {len(payload)} bytes is over the "
+                                       f"{self.config.max_message_bytes}-byte limit", message_bytes=len(payload))
                 continue
             try:
                 msg = p.client_decoder.decode(payload)
@@ -289,7 +290,8 @@ class TelemetryServer:
             else:
                 self._command(viewer, msg)
 
-    def _refuse(self, identity: Optional[bytes], reason: str, *, reply: bool = True) -> None:
+    def _refuse(self, identity: Optional[bytes], reason: str, *, reply: bool = True,
+                message_bytes: Optional[int] = None) -> None:
         """Count, log (rate-limited) and answer ``Refused``; the engine never sees the message.
 
         The reason may quote the client (a tag msgspec did not know): one printable line, so nobody
@@ -305,7 +307,7 @@ class TelemetryServer:
             log.warning("telemetry endpoint refused a client: %s", reason)
             self.bus.publish(ErrorEvent(message=f"refused a client: {reason}", where=REFUSAL_WHERE))
         if reply and identity is not None:
-            self._reply(identity, p.Refused(reason))
+            self._reply(identity, p.Refused(reason, message_bytes))
 
     def _hello(self, identity: bytes, msg: p.Hello) -> None:
         if msg.protocol != p.PROTOCOL_VERSION:
