@@ -79,8 +79,8 @@ class EngineConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose float32, bfloat16 or float16")
         if self.max_context_len is not None and self.max_context_len < 2:
             raise ValueError(f"max context len must be >= 2 (a prompt token and one to generate), got {self.max_context_len}")
-        if self.max_total_tokens is not None and self.max_total_tokens < 1:
-            raise ValueError(f"max total tokens must be >= 1, got {self.max_total_tokens}")
+        if self.max_total_tokens is not None and self.max_total_tokens < 2:  # a pool of 1 token admits no request
+            raise ValueError(f"max total tokens must be >= 2 (a prompt token and one to generate), got {self.max_total_tokens}")
         if self.max_total_tokens is not None and self.page_size > self.max_total_tokens:
             raise ValueError(f"page size {self.page_size} is larger than max total tokens {self.max_total_tokens}: "
                              "the KV pool could not hold one page")

@@ -51,7 +51,8 @@ def plan_kv_pool(
     max_total_tokens: int | None,
 ) -> MemoryPlan:
     """On CUDA: total × mem_fraction_static − weights − graph reserve, capped by what is free minus
-    the activation reserve. On CPU: the configured budget (host memory is not ours to take)."""
+    the activation reserve. On CPU: the configured budget (host memory is not ours to take). Either way
+    the pool, its reserved dummy page included, stays within the budget."""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         budget = int(total * mem_fraction_static) - weights_bytes - graph_reserve_bytes
@@ -61,10 +62,10 @@ def plan_kv_pool(
         budget = cpu_kv_budget_bytes
         activation_reserve_bytes = 0
         graph_reserve_bytes = 0
-    tokens = budget // bytes_per_token
+    num_pages = max(budget, 0) // (page_size * bytes_per_token)  # the dummy page comes out of the budget too
     if max_total_tokens is not None:
-        tokens = min(tokens, max_total_tokens)
-    num_pages = tokens // page_size + 1  # +1: the dummy page
+        num_pages = min(num_pages, max_total_tokens // page_size + 1)  # the cap counts usable tokens: +1 dummy
+    tokens = (num_pages - 1) * page_size
     if num_pages < 2:
         raise MemoryPlanError(_no_room(device, budget, weights_bytes, bytes_per_token, page_size))
     if device.type != "cuda":  # on CUDA the budget came from free memory; a host budget is just a number
@@ -91,8 +92,8 @@ def _no_room(device: torch.device, budget: int, weights_bytes: int, bytes_per_to
         return (f"no room for a KV pool on {device}: budget {budget / MiB:.1f} MiB after weights "
                 f"({weights_bytes / MiB:.1f} MiB) and reserves; raise --mem-fraction-static or lower reserves")
     return (f"no room for a KV pool on {device}: --kv-budget-mb {budget / MiB:g} holds "
-            f"{budget // bytes_per_token:,} tokens ({bytes_per_token:,} bytes each), less than one page of "
-            f"{page_size:,}; raise --kv-budget-mb or lower --page-size")
+            f"{budget // bytes_per_token:,} tokens ({bytes_per_token:,} bytes each), less than two pages of "
+            f"{page_size:,} (one is the reserved dummy page); raise --kv-budget-mb or lower --page-size")
 
 
 def graph_buffers_estimate(spec: Any, dtype: torch.dtype, decode_max_bs: int, max_pages: int,

@@ -82,7 +82,8 @@ def test_no_room_for_a_cpu_kv_pool_names_the_cpu_flags(tiny_ckpt, tmp_path, prom
     rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
                      "--device", "cpu", "--kv-budget-mb", "1", "--page-size", "1000000")
     line = assert_usage_error(rc, "", err, "no room for a KV pool on cpu: --kv-budget-mb 1 holds",
-                              "less than one page of 1,000,000; raise --kv-budget-mb or lower --page-size")
+                              "less than two pages of 1,000,000 (one is the reserved dummy page); "
+                              "raise --kv-budget-mb or lower --page-size")
     assert "--mem-fraction-static" not in line
 
 

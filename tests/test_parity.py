@@ -254,11 +254,10 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     time.sleep(0.3)
     assert not job.finished.is_set()  # held before its first layer
     monkeypatch.undo()
-    for _ in range(n_layers + 5):
-        if job.finished.is_set():
-            break
+    deadline = time.monotonic() + 30.0  # windows until it is done: a loaded host may let a window pass unused
+    while not job.finished.is_set() and time.monotonic() < deadline:
         checker.while_device_busy(lambda: time.sleep(0.05))  # the step loop blocking on the device
-    assert job.finished.wait(5.0) and job.error is None
+    assert job.finished.is_set() and job.error is None
     engine.parity.wait_idle()
     assert [c.mismatch for c in _checks(sub.drain())] == [False]
     engine.set_parity_every(0)
