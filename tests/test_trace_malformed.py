@@ -120,7 +120,7 @@ async def test_dashboard_open_trace_shows_the_error(tmp_path):
     shown: list[str] = []
     async with app.run_test() as pilot:
         app.notify = lambda message, **kw: shown.append(message)  # type: ignore[method-assign]
-        app.open_trace(str(path))
+        await app.open_trace(str(path)).wait()  # read by a worker
         await pilot.pause()
         assert app.session.kind != "replay"
     assert len(shown) == 1 and shown[0].startswith(f"{path}:2: ") and "out of range" in shown[0]

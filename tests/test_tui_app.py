@@ -596,7 +596,8 @@ async def test_export_then_open_trace_and_back_to_live(tmp_path) -> None:
         await settle(pilot)
         app._export_to(str(path))
         await wait_until(pilot, lambda: path.exists())
-        app.open_trace(str(path))
+        await app.open_trace(str(path)).wait()  # read by a worker, then switched to
+        await pilot.pause()
         assert app.session.kind == "replay"
         assert not app.query_one("#console").display and app.query_one("#replay-bar").display
         app.session.seek(1000)
@@ -605,7 +606,7 @@ async def test_export_then_open_trace_and_back_to_live(tmp_path) -> None:
         assert "REPLAY" in screen_text(app)
         app.action_back_to_live()
         assert app.session is session and app.state.total_steps == 40
-        app.open_trace(str(tmp_path / "missing.jsonl"))
+        await app.open_trace(str(tmp_path / "missing.jsonl")).wait()
         await pilot.pause()
         assert app.session is session
         assert any("cannot read trace" in n.message for n in app._notifications)

@@ -70,7 +70,7 @@ async def test_open_trace_dialog_enter_opens_the_replay(tmp_path: Path) -> None:
         dialog = await _open(pilot, "open_trace")
         assert "enter opens · escape cancels" == str(dialog.query_one("#path-hint").render())
         await pilot.press(*str(target), "enter")
-        assert app.session.kind == "replay"
+        await wait_until(pilot, lambda: app.session.kind == "replay")
 
 
 async def test_palette_does_not_stack_over_a_dialog() -> None:
@@ -177,6 +177,53 @@ async def test_exporting_over_the_trace_being_replayed_is_refused(tmp_path: Path
         app._export_to(str(trace))  # the action itself refuses too (the palette's path)
         await wait_until(pilot, lambda: any("same file as the open trace" in m for m in messages(app)))
     assert trace.read_bytes() == before
+
+
+async def test_a_trace_is_read_off_the_ui_thread_and_only_the_newest_open_wins(tmp_path: Path, monkeypatch) -> None:
+    """A long run's trace was parsed on the UI thread: keys and live panels froze until it was read."""
+    import threading
+
+    from graphtop.tui.replay_session import ReplaySession
+
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    app = make_app()
+    gates = {str(first): threading.Event(), str(second): threading.Event()}
+    read = ReplaySession.from_path
+
+    def slow_read(path: str, **kwargs):
+        assert threading.current_thread() is not threading.main_thread()
+        gates[path].wait(10)
+        return read(path, **kwargs)
+
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for target in (first, second):
+            app._export_to(str(target))
+            await wait_until(pilot, lambda: target.exists())
+        monkeypatch.setattr(ReplaySession, "from_path", staticmethod(slow_read))
+        live = app.session
+        reading_first = app.open_trace(str(first))
+        await pilot.press("question_mark")  # the help screen comes up while the trace is being read
+        await pilot.pause()
+        assert app.screen is not app.dashboard and app.session is live
+        await pilot.press("escape")
+        reading_second = app.open_trace(str(second))  # a newer open: the first one's result is dropped
+        gates[str(first)].set()
+        await reading_first.wait()
+        await pilot.pause()
+        assert app.session is live
+        gates[str(second)].set()
+        await reading_second.wait()
+        await wait_until(pilot, lambda: app.session.kind == "replay")
+        assert app.session.path == str(second)
+        app.action_back_to_live()
+        gates[str(first)].clear()
+        reading = app.open_trace(str(first))
+        app.action_back_to_live()  # going back while it is read: it does not take the panels afterwards
+        gates[str(first)].set()
+        await reading.wait()
+        await pilot.pause()
+        assert app.session is live
 
 
 async def test_open_trace_refuses_a_fifo_in_the_dialog(tmp_path: Path) -> None:

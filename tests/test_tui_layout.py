@@ -118,7 +118,7 @@ async def test_compact_views_skip_what_is_hidden_and_replay_has_no_prompt_view(t
         path = tmp_path / "t.jsonl"
         app._export_to(str(path))
         await pilot.pause(0.5)
-        app.open_trace(str(path))
+        await app.open_trace(str(path)).wait()
         await pilot.pause()
         assert "prompt" not in app.dashboard.available_views()
         footer = screen_text(app).splitlines()[-1]

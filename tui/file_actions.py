@@ -26,6 +26,8 @@ from .special_files import is_fifo, special_kind
 from .state import DashboardState
 
 if TYPE_CHECKING:
+    from textual.worker import Worker
+
     from graphtop.engine.telemetry.events import Event
 
     from .session import Session
@@ -61,7 +63,7 @@ def path_from_text(text: str) -> Path:
 def trace_to_open(text: str) -> Path:
     """The trace file typed text names; :class:`PathTextError` for a folder, FIFO, socket or device.
 
-    Why: the trace is read on the UI thread, and opening a FIFO waits for a writer: the dashboard froze
+    Why: opening a FIFO waits for a writer, and the reading worker would hold up the dashboard's exit
     (``graphtop --replay`` reads a FIFO by design; the dashboard does not). A folder is said in the
     dialog too, which stays open; a missing file is left to the reader's own words.
     """
@@ -102,6 +104,8 @@ def refuse_fifo_export(target: "str | Path") -> None:
 
 class FileActions(AppActions):
     """Export trace, open trace, back to live, screenshot."""
+
+    _trace_opening: Optional[str] = None  # the trace a reading worker is loading for the panels, if any
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's palette commands, with graphtop's screenshot (a path, and a reason on failure)."""
@@ -199,18 +203,44 @@ class FileActions(AppActions):
                                           verb="opens", source=trace_to_open),
                          callback=self.open_trace)
 
-    def open_trace(self, path: Optional[str]) -> None:
-        """Switch the panels to a replay of ``path`` (the live engine keeps running)."""
+    def open_trace(self, path: Optional[str]) -> "Optional[Worker[None]]":
+        """Switch the panels to a replay of ``path`` once it is read (the live engine keeps running).
+
+        Why a worker: a trace of a long run is many megabytes of JSON; read on the UI thread it froze the
+        dashboard (keys, the live panels) until done. Returns the reading worker, or None when the text
+        names no regular file (said in a toast at once)."""
         if not path:
-            return
+            return None
+        try:
+            target = trace_to_open(path)
+        except PathTextError as exc:
+            self.notify(str(exc), title="cannot open trace", severity="error")
+            return None
+        self._trace_opening = str(target)  # the newest request wins: an older read finishing late is dropped
+        return self._read_trace_worker(str(target))
+
+    @work(thread=True, group="open-trace", exit_on_error=False)
+    def _read_trace_worker(self, path: str) -> None:
         from graphtop.engine.telemetry.trace import TraceError
 
         try:
-            replay = ReplaySession.from_path(str(trace_to_open(path)))
-        except (TraceError, PathTextError) as exc:
-            self.notify(str(exc), title="cannot open trace", severity="error")
-            return
-        self.switch_session(replay)
+            replay = ReplaySession.from_path(path)
+        except TraceError as exc:
+            self.call_from_thread(self._trace_not_opened, path, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the worker's errors are not raised anywhere: say them
+            self.call_from_thread(self._trace_not_opened, path, f"{path}: {type(exc).__name__}: {exc}")
+        else:
+            self.call_from_thread(self._trace_read, path, replay)
+
+    def _trace_read(self, path: str, replay: ReplaySession) -> None:
+        if self._trace_opening == path:
+            self._trace_opening = None
+            self.switch_session(replay)
+
+    def _trace_not_opened(self, path: str, message: str) -> None:
+        if self._trace_opening == path:
+            self._trace_opening = None
+            self.notify(message, title="cannot open trace", severity="error")
 
     def switch_session(self, session: "Session") -> None:
         """Show ``session`` in the panels; the live session (if any) keeps being drained."""
@@ -224,5 +254,6 @@ class FileActions(AppActions):
         self.render_all(force=True)
 
     def action_back_to_live(self) -> None:
+        self._trace_opening = None  # a trace still being read does not take the panels back afterwards
         if self.live_session is not None:
             self.switch_session(self.live_session)
