@@ -1,11 +1,12 @@
 """Decode attention alone (q over cached K/V, no norm, RoPE or K/V store), per layer, in one CUDA graph
 over L layers with a cache each: the engine's kernels (FlashInfer's fa2 decode, the Triton kernel; page
 size 1) against FlashInfer's XQA decode (TensorRT-LLM's kernel, JIT-built; page sizes 16-128 only) and
-fa2 at the same page sizes, so a page-size change is priced apart from a kernel change. Each case's
-outputs are checked against the fa2 kernel's before it is timed.
+fa2 at the same page sizes, so a page-size change is priced apart from a kernel change; at page size 1
+also FlashInfer's tensor-core decode path (``--kernels fa2-tc,fa3-tc``: its fa2 or Hopper fa3 prefill kernels
+over one query row per request). Each case's outputs are checked against the first kernel's before it is timed.
 
     python bench/attn_backend_probe.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 64,256] [--ctx 193]
-        [--pages 16,32] [--layouts NHD,HND]
+        [--pages 16,32] [--layouts NHD,HND] [--kernels fa2,triton,fa2-tc,fa3-tc]
 """
 
 from __future__ import annotations
@@ -59,15 +60,18 @@ class PagedCase:
         return 2 * self.bs * self.ctx * self.hkv * D * 2
 
 
-def fa2_layer(case: PagedCase) -> Callable[[int], Any]:
+def fa2_layer(case: PagedCase, tensor_cores: bool | None = None, backend: str = "fa2") -> Callable[[int], Any]:
+    """FlashInfer's decode wrapper; by default as the engine builds it (CUDA-core kernel for its GQA groups),
+    or forced onto the tensor-core path (the prefill kernels of ``backend``, fa2 or Hopper's fa3)."""
     import flashinfer
 
     ws = torch.zeros(256 << 20, dtype=torch.uint8, device="cuda")
     group = case.hq // case.hkv
     w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        ws, case.layout, use_cuda_graph=True, use_tensor_cores=group not in CUDA_CORE_DECODE_GROUPS,
+        ws, case.layout, use_cuda_graph=True,
+        use_tensor_cores=group not in CUDA_CORE_DECODE_GROUPS if tensor_cores is None else tensor_cores,
         paged_kv_indptr_buffer=case.indptr_h.cuda(), paged_kv_indices_buffer=case.indices_h.cuda(),
-        paged_kv_last_page_len_buffer=case.last_h.cuda(), backend="fa2",
+        paged_kv_last_page_len_buffer=case.last_h.cuda(), backend=backend,
     )
     w.plan(case.indptr_h, case.indices_h, case.last_h, case.hq, case.hkv, D, case.page, pos_encoding_mode="NONE",
            q_data_type=DT, kv_data_type=DT, sm_scale=D**-0.5)
@@ -104,6 +108,13 @@ def triton_layer(case: PagedCase) -> Callable[[int], Any]:
     return layer
 
 
+KERNELS: dict[str, Callable[[PagedCase], Callable[[int], Any]]] = {
+    "fa2": fa2_layer, "xqa": xqa_layer, "triton": triton_layer,
+    "fa2-tc": lambda case: fa2_layer(case, tensor_cores=True, backend="fa2"),
+    "fa3-tc": lambda case: fa2_layer(case, tensor_cores=True, backend="fa3"),
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
@@ -111,6 +122,8 @@ def main() -> int:
     ap.add_argument("--ctx", default="193")
     ap.add_argument("--pages", default="16,32")
     ap.add_argument("--layouts", default="NHD,HND")
+    ap.add_argument("--kernels", default="fa2,triton",
+                    help="at page size 1: fa2 (as the engine builds it), triton, fa2-tc, fa3-tc (tensor-core path)")
     args = ap.parse_args()
     bw = copy_bandwidth(torch.device("cuda"))
     log(f"copy bandwidth {bw / 1e12:.2f} TB/s")
@@ -119,15 +132,15 @@ def main() -> int:
     for shape in args.shapes.split(","):
         for bs in map(int, args.bs.split(",")):
             for ctx in map(int, args.ctx.split(",")):
-                plans = [(1, "NHD", ("fa2", "triton"))]
-                plans += [(p, lay, ("fa2", "xqa")) for p in map(int, args.pages.split(",")) for lay in args.layouts.split(",")]
+                plans = [(1, "NHD", tuple(args.kernels.split(",")))]
+                plans += [(p, lay, ("fa2", "xqa")) for p in map(int, filter(None, args.pages.split(","))) for lay in args.layouts.split(",")]
                 for page, layout, kernels in plans:
                     case = PagedCase(SHAPES[shape], bs, ctx, page, layout)
                     kv_us = case.kv_bytes() / bw * 1e6
                     ref = None
                     for name in kernels:
                         try:
-                            fn = {"fa2": fa2_layer, "xqa": xqa_layer, "triton": triton_layer}[name](case)
+                            fn = KERNELS[name](case)
                             o = fn(0).float().clone()
                             ref = o if ref is None else ref
                             err = (o - ref).abs().max().item()
