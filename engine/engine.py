@@ -57,6 +57,7 @@ from .step_loop import StepLoop
 from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
+from .telemetry.value_limits import is_unicode
 from .timeouts import wait_timeout
 
 __all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
@@ -221,6 +222,8 @@ class Engine:
         params = self._check_params(params)
         if request_id is not None and not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
+        if request_id is not None and not is_unicode(request_id):  # every event of it would poison a trace
+            raise ValueError(f"request_id is not valid Unicode (a lone surrogate): {request_id!r}")
         text, ids = encode_prompt(self.tokenizer, prompt, chat)
         return self._submit_encoded(text, ids, params, request_id)
 

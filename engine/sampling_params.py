@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 from .short_repr import short_repr
+from .telemetry.value_limits import is_unicode
 
 MAX_NEW_TOKENS = 2**31 - 1
 """Above any context length; the bound only keeps the number a 64-bit-safe trace value."""
@@ -35,15 +36,6 @@ def _real(name: str, v: Any) -> float:
     if isinstance(v, int) and v.bit_length() > 1000 or not math.isfinite(v):  # (a huge int overflows float)
         raise ValueError(f"{name} must be a finite number, got {short_repr(v)}")
     return float(v)
-
-
-def _is_unicode(text: str) -> bool:
-    """False for a str holding a lone surrogate (legal in JSON escapes, not encodable as UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -72,7 +64,7 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None:
             _integer("seed", self.seed, *SEED_RANGE)
-        if any(not isinstance(s, str) or not s or not _is_unicode(s) for s in self.stop):
+        if any(not isinstance(s, str) or not s or not is_unicode(s) for s in self.stop):
             raise ValueError("stop strings must be non-empty strings of valid Unicode")
         for name in ("ignore_eos", "detokenize"):
             if not isinstance(getattr(self, name), bool):

@@ -327,6 +327,21 @@ def test_prompt_over_context_limit_is_rejected_while_others_complete(ckpt, tmp_p
     assert f"line-2: {long_['error']}" in out
 
 
+def test_a_non_utf8_argument_is_recorded_so_the_trace_reads_back(ckpt, tmp_path, capsys):
+    """The header held the surrogate-escaped argv; the reader refused the whole trace over it, yet the run
+    exited 0 (summary, export, advise and --replay all refused the file)."""
+    prompts = Path(os.fsdecode(bytes(tmp_path) + b"/p\xff.txt"))
+    prompts.write_text("hello world\n")
+    trace_file = tmp_path / "run.jsonl"
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--record", trace_file, "--max-new-tokens", 2,
+                       *ENGINE_ARGS)
+    assert rc == 0 and "could not summarize" not in err, err
+    trace = read_trace(trace_file)
+    assert trace.header.meta["workload"] == f"prompts {tmp_path}/p\\xff.txt"  # the byte, as an escape
+    assert f"{tmp_path}/p\\xff.txt" in trace.header.meta["argv"]  # this call's arguments, not pytest's
+    assert any(isinstance(e, ev.RequestFinished) for e in trace.events)
+
+
 def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello world\nOnce upon a time\nThe quick brown fox jumps over the lazy dog\n")

@@ -79,6 +79,20 @@ def test_text_that_is_not_valid_unicode_is_a_value_error(engine):
     assert "not valid Unicode" in _one_line(info)
 
 
+def test_a_request_id_that_is_not_valid_unicode_is_a_value_error(engine, tmp_path):
+    """It was served, and each of its events made a recorded trace unreadable as a whole."""
+    from graphtop.engine.telemetry.recorder import TraceRecorder
+    from graphtop.engine.telemetry.trace import read_trace
+
+    rec = TraceRecorder(tmp_path / "t.jsonl", engine.bus)
+    with pytest.raises(ValueError) as info:
+        engine.submit("hello", GREEDY, request_id="r\ud800")
+    assert "request_id is not valid Unicode" in _one_line(info)
+    engine.run_until_done([engine.submit("hello", GREEDY, request_id="r\u00e9")])
+    rec.close()
+    assert [e.request_id for e in read_trace(tmp_path / "t.jsonl").events if e.type == "request_finished"] == ["r\u00e9"]
+
+
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(params="greedy"), "params must be a SamplingParams, got str"),
     (dict(params=SamplingParams), "params must be a SamplingParams, got type"),

@@ -210,3 +210,18 @@ def test_a_path_ending_in_a_slash_or_dot_is_refused_not_written_over(tmp_path, s
     assert existing.read_text() == "precious\n" and sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
     with pytest.raises(OutputPathError, match="is a directory"):
         check_output(f"{tmp_path}/.", "--output")
+
+
+@pytest.mark.parametrize("length", [241, 242, 250, 255])
+def test_a_name_at_the_folders_limit_is_written_through_a_shorter_temporary(tmp_path, length):
+    """Its temporary name (14 bytes longer) was over 255: a legal name was refused as "File name too long"."""
+    target = tmp_path / ("\u00e9" + "b" * (length - 2))  # a two-byte first character: cut on a boundary
+    assert len(os.fsencode(target.name)) == length
+    target.write_bytes(b"old\n")
+    write_atomic(target, _write(b"new\n"))
+    assert target.read_bytes() == b"new\n" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+    staged = open_staged(tmp_path / ("c" * 255), "trace")  # the recorder's staged trace: the same rule
+    staged.file.write(b"x")
+    staged.publish()
+    staged.discard()
+    assert (tmp_path / ("c" * 255)).read_bytes() == b"x"

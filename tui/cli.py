@@ -38,6 +38,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .cli_help import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
+from .stdout_guard import StdoutError, guarded_stdout, stdout_error_line  # noqa: E402
 from .usage import UsageError, error_line  # noqa: E402
 
 
@@ -288,6 +289,7 @@ def _main(argv: Sequence[str]) -> int:
 
         return run_ps()
     args = build_parser().parse_args(argv)
+    args.argv = list(argv)  # what a trace header records: this call's arguments, not the process's
     if args.replay is not None:
         if args.prompts or args.synthetic or args.record or args.output:
             raise UsageError("--replay opens a trace; it cannot be combined with a workload or its outputs")
@@ -349,7 +351,7 @@ def _sigterm_interrupts() -> Iterator[None]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        with _sigterm_interrupts():
+        with _sigterm_interrupts(), guarded_stdout():
             return _main(argv)
     except UsageError as e:
         print(error_line(e), file=sys.stderr)
@@ -358,6 +360,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         word, status = interrupt_status(e)
         print(f"graphtop: {word}", file=sys.stderr)
         return status
+    except StdoutError as e:
+        line = stdout_error_line(e)
+        if line:
+            print(f"graphtop: error: {line}", file=sys.stderr)
+        return 2 if line else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

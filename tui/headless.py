@@ -118,7 +118,7 @@ def _open_recorder(args: Any, bus: Any) -> Any:
 
     if not args.record:
         return None
-    meta = {"argv": sys.argv[1:], "model": args.model or "demo", "workload":
+    meta = {"argv": getattr(args, "argv", sys.argv[1:]), "model": args.model or "demo", "workload":
             f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
     try:
         return TraceRecorder(args.record, bus, header_meta=meta, publish=False)
@@ -240,14 +240,14 @@ def run_headless(args: Any, config: Any) -> int:
     if served.interrupted is not None:
         return _end_interrupted(args, served, args.synthetic or len(lines), rec_result)
     output_error = _write_error(args.output, served.results)  # before the summary: it is the user's data
-    _print_summary(args, served.results, wall, rec_result)
+    unreadable = _print_summary(args, served.results, wall, rec_result)
     lost = [e for e in (output_error, rec_result.error_line if rec_result else None) if e]
     for line in lost:  # each output that is not all there, even when both are
         print_error(line)
     if served.failure:  # the engine cannot go on (e.g. a tensor-parallel rank died): what was done is written
         print_error(served.failure)
-    if lost:
-        return 2  # as any other output that cannot be written
+    if lost or unreadable:
+        return 2  # as any other output that cannot be written (or read back: said in the summary's place)
     bad = served.failure or any(r.get("error") for r in served.results)
     return 1 if bad else 0
 
@@ -351,7 +351,8 @@ def _write_error(path: Optional[str], results: list[dict]) -> Optional[str]:
     return None
 
 
-def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any) -> None:
+def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any) -> bool:
+    """Print the run's summary and the trace's; True when the trace this run wrote cannot be read back."""
     done = [r for r in results if not r.get("error")]
     tokens = sum(len(r["token_ids"]) for r in done)
     print(f"requests {len(results)} ({len(results) - len(done)} failed) · output tokens {tokens} · "
@@ -362,7 +363,7 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
     if rec_result is not None:
         print(rec_result.describe())
         if not _summarizable(rec_result):
-            return
+            return False
         from graphtop.engine.telemetry.trace import TraceError, read_trace
         from graphtop.engine.telemetry.report import format_summary
         from graphtop.engine.telemetry.summary import summarize
@@ -371,6 +372,8 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
             print(format_summary(summarize(read_trace(args.record))), end="")
         except TraceError as e:
             print_error(f"could not summarize {args.record}: {e}")
+            return True
+    return False
 
 
 def _summarizable(rec_result: Any) -> bool:

@@ -33,6 +33,7 @@ from .bus import EventBus, Subscription
 from .codec import encode_event, encode_lines
 from .events import Event, TraceHeader
 from .safe_write import OutputPathError, StagedFile, open_staged
+from .value_limits import readable_free
 
 __all__ = ["RecorderError", "RecorderResult", "TraceRecorder"]
 
@@ -189,7 +190,7 @@ class TraceRecorder:
         if self._stage.staged is not None:
             self._own = os.fstat(self._file.fileno())
             _lock_own(self._file)
-        header = TraceHeader(meta=dict(header_meta or {}))
+        header = TraceHeader(meta=readable_free(dict(header_meta or {})))  # text the reader takes back
         self._refuse_live_target()
         self._write(encode_event(header), 1)
         if publish:

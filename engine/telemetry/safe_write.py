@@ -170,10 +170,23 @@ def check_distinct(
         seen_outputs.append((label, path, ident))
 
 
+def _temp_stem(name: str, parent: Path) -> str:
+    """``name`` cut so ``.{stem}.{8 hex}.tmp`` fits the folder's name limit: a legal 242–255-byte target
+    name was refused as "File name too long" over its temporary file's name."""
+    try:
+        limit = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    room = max(limit - len(".." + "0" * 8 + ".tmp"), 1)
+    raw = os.fsencode(name)
+    return name if len(raw) <= room else os.fsdecode(raw[:room].decode("utf-8", "ignore").encode("utf-8"))
+
+
 def _temp_beside(target: Path) -> tuple[int, Path]:
     parent = target.parent if str(target.parent) else Path(".")
+    stem = _temp_stem(target.name, parent)
     for _ in range(100):
-        tmp = parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        tmp = parent / f".{stem}.{secrets.token_hex(4)}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), NEW_FILE_MODE)
         except FileExistsError:

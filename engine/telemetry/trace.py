@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
 from .codec import encode_event
 from .events import SCHEMA_VERSION, Event, TraceHeader, event_from_dict, validate_event_dict
-from .value_limits import MAX_DEPTH, SchemaError, short_repr
+from .value_limits import MAX_DEPTH, SchemaError, readable_free, short_repr
 
 __all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace", "write_trace"]
 
@@ -237,7 +237,7 @@ def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = 
 
     def write(f: BinaryIO) -> None:
         nonlocal count, left_out
-        f.write(encode_event(TraceHeader(meta=dict(meta or {}))))
+        f.write(encode_event(TraceHeader(meta=readable_free(dict(meta or {})))))
         for ev in events:
             if ev.type == TraceHeader.type:
                 continue

@@ -22,12 +22,48 @@ MAX_FLOAT = 2.0**53
 MAX_DEPTH = 32  # nesting of free-form values (header meta, graph_config, config_downgrade old/new)
 
 
+def is_unicode(text: str) -> bool:
+    """False for a str holding a lone surrogate (legal in a JSON escape or a surrogate-escaped argv or
+    path, not encodable as UTF-8): the one test the trace reader applies to text."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_text(name: str, v: str) -> None:
-    if not v.isascii():
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SchemaError(f"field {name!r} is not valid Unicode (lone surrogate)") from None
+    if not is_unicode(v):
+        raise SchemaError(f"field {name!r} is not valid Unicode (lone surrogate)")
+
+
+def readable_text(text: str) -> str:
+    """``text`` the reader accepts: lone surrogates become backslash escapes. A surrogate-escaped byte
+    (a non-UTF-8 argv or path, as Python decodes it) is written as that byte, ``\\xff``."""
+    if is_unicode(text):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that escapes no byte
+        return text.encode("utf-8", "backslashreplace").decode("ascii")
+
+
+def readable_free(v: Any) -> Any:
+    """A free-form value (a trace header's meta) with its text made :func:`readable_text`, keys too.
+
+    Why: ``graphtop --record t.jsonl --prompts $'p\\xff.jsonl'`` put the surrogate-escaped argv in the
+    header, and the reader then refused the whole trace over it."""
+    if isinstance(v, str):
+        return readable_text(v)
+    if isinstance(v, list):
+        return [readable_free(item) for item in v]
+    if isinstance(v, tuple):
+        return tuple(readable_free(item) for item in v)
+    if isinstance(v, dict):
+        return {readable_free(k) if isinstance(k, str) else k: readable_free(item) for k, item in v.items()}
+    return v
 
 
 def check_range(name: str, annotation: Any, v: Any) -> None:
