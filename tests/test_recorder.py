@@ -295,3 +295,34 @@ def test_an_interrupt_while_starting_leaves_no_staged_file(tmp_path: Path, monke
     with pytest.raises(KeyboardInterrupt):
         TraceRecorder(tmp_path / "t.jsonl", EventBus(), {}, publish=False)
     assert list(tmp_path.iterdir()) == []
+
+
+class ShortFile(FailingFile):
+    """Takes ``room`` bytes in all (a short write for the one that crosses it), then fails: a file size
+    limit (EFBIG) reached part-way through a batch."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__(ok_writes=10**9)
+        self.room = room
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        if self.room <= 0:
+            raise OSError(errno.EFBIG, "File too large")
+        taken = bytes(b)[: self.room]
+        self.room -= len(taken)
+        self.data += taken
+        return len(taken)
+
+
+def test_lines_that_reached_the_file_before_a_write_error_are_counted(tmp_path: Path) -> None:
+    """The CLI said "trace t.jsonl: 1 lines" of a trace holding ~50 whole lines when EFBIG cut a batch."""
+    bus = EventBus()
+    fake = ShortFile(room=4096)
+    rec = TraceRecorder(tmp_path / "t.jsonl", bus, {}, opener=lambda p: fake)  # type: ignore[arg-type,return-value]
+    for i in range(200):
+        bus.publish(step(i))
+    result = rec.close()
+    whole = fake.data.count(b"\n")
+    assert "EFBIG" in result.write_error and whole > 10
+    assert result.lines_written == whole and result.bytes_written == 4096 == len(fake.data)
+    assert result.lost_after_error >= 1 and result.lines_written - 1 + result.lost_after_error <= 200

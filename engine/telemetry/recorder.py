@@ -238,7 +238,7 @@ class TraceRecorder:
             self._write(encode_lines(events), len(events))
         except OSError as exc:
             self.write_error = _describe_oserror(exc)
-            self.lost_after_error += len(events)
+            self.lost_after_error += len(events) - getattr(exc, "lines_kept", 0)
             # Stop costing the engine anything: no more queueing for a recorder that cannot write.
             self.bus.unsubscribe(self.subscription)
             return
@@ -250,15 +250,25 @@ class TraceRecorder:
         self.counts.update(map(_event_type, events))
 
     def _write(self, data: bytes, lines: int) -> None:
-        """Write ``data`` completely (looping over short writes) and flush."""
+        """Write ``data`` completely (looping over short writes) and flush.
+
+        When a write fails part-way through a batch (EFBIG, ENOSPC), the whole lines that did reach the
+        file are counted before the error goes on (the CLI said "1 lines" of a trace holding fifty), and
+        the ``OSError`` carries ``lines_kept``: the batch's events not lost."""
         view = memoryview(data)
-        while view:
-            n = self._file.write(view)
-            if n is None:  # non-blocking raw file with nothing written; treat as an I/O error
-                raise OSError(errno.EAGAIN, "write would block")
-            self.bytes_written += n
-            view = view[n:]
-        self._file.flush()
+        done = 0
+        try:
+            while done < len(data):
+                n = self._file.write(view[done:])
+                if n is None:  # non-blocking raw file with nothing written; treat as an I/O error
+                    raise OSError(errno.EAGAIN, "write would block")
+                self.bytes_written += n
+                done += n
+            self._file.flush()
+        except OSError as exc:
+            exc.lines_kept = data.count(b"\n", 0, done)  # type: ignore[attr-defined]
+            self.lines_written += exc.lines_kept  # type: ignore[attr-defined]
+            raise
         self.lines_written += lines
 
     # -- publishing and shutdown -------------------------------------------------------------------
