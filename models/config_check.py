@@ -140,8 +140,19 @@ def no_token_id_warning(keys: Optional[tuple[str, ...]]) -> Iterator[None]:
         logger.removeFilter(keep)
 
 
+def _pretraining_context(config: dict[str, Any], where: Optional[str], what: str = "") -> None:
+    """``original_max_position_embeddings``, in a rope dict or at the top level (Phi3-style, where
+    transformers gives it precedence: spec.read_rope)."""
+    original = config.get("original_max_position_embeddings")
+    if original is not None and (isinstance(original, bool) or not isinstance(original, int)
+                                 or not 1 <= original <= MAX_DIM):
+        raise _fail(f"'{what}original_max_position_embeddings' must be in [1, {MAX_DIM}], got {_show(original)}",
+                    where)
+
+
 def _rope(config: dict[str, Any], where: Optional[str]) -> None:
     _number(config, "rope_theta", where, above=1.0)
+    _pretraining_context(config, where)
     for key in _ROPE_DICTS:
         rope = config.get(key)
         if rope is None:
@@ -156,11 +167,7 @@ def _rope(config: dict[str, Any], where: Optional[str]) -> None:
             _number(rope, name, where, above=0.0, what=what)
         for name in ("mscale", "mscale_all_dim"):
             _number(rope, name, where, above=-math.inf, what=what)
-        original = rope.get("original_max_position_embeddings")
-        if original is not None and (isinstance(original, bool) or not isinstance(original, int)
-                                     or not 1 <= original <= MAX_DIM):
-            raise _fail(f"'{what}original_max_position_embeddings' must be in [1, {MAX_DIM}], got {_show(original)}",
-                        where)
+        _pretraining_context(rope, where, what)
         low, high = rope.get("low_freq_factor"), rope.get("high_freq_factor")
         if low is not None and high is not None and not high > low:
             raise _fail(f"'{what}high_freq_factor' ({high}) must be above low_freq_factor ({low})", where)

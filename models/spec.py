@@ -121,6 +121,18 @@ def read_rope(config: Any, max_position_embeddings: int, where: str | None = Non
     if rope_type == "default":
         return float(theta), None
     if rope_type in _ROPE_WITH_ORIGINAL_MAX:
-        raw.setdefault("original_max_position_embeddings", max_position_embeddings)
+        raw["original_max_position_embeddings"] = _pretraining_context(config, raw, max_position_embeddings)
     return float(theta), {"rope_type": rope_type, **raw}
+
+
+def _pretraining_context(config: Any, rope: dict[str, Any], max_position_embeddings: int) -> int:
+    """The ``original_max_position_embeddings`` transformers rotates by (``standardize_rope_params``, run again
+    when it builds the model): a top-level one (Phi3-style) wins over the rope dict's, which defaults to
+    ``max_position_embeddings``. Read here, not from the config object's rope dict: transformers standardised
+    that before setting the top-level key, so it still shows the default, and serving it would rotate every
+    position differently from the reference."""
+    top_level = getattr(config, "original_max_position_embeddings", None)
+    if top_level is not None:
+        return top_level
+    return rope.get("original_max_position_embeddings", max_position_embeddings)
 

@@ -97,6 +97,27 @@ def test_rope_spec_and_context(tmp_path):
     assert spec.max_context_len == 256  # Qwen's yarn recipe leaves max_position_embeddings at the original
 
 
+@pytest.mark.parametrize("family, rope, top_level", [
+    ("qwen2", {"rope_type": "yarn", "factor": 4.0}, 64),  # the rope dict has none: max_position_embeddings is not it
+    ("llama", {**LLAMA3, "original_max_position_embeddings": 64}, 32),  # both: the top-level one wins
+])
+def test_top_level_original_max_position_embeddings_wins_as_in_transformers(tmp_path, family, rope, top_level):
+    """Phi3-style configs keep the pretraining context at the top level; transformers gives it precedence when
+    it builds the model (its config object still shows the rope dict's value), so graphtop must too."""
+    import json
+
+    path = build_tiny_checkpoint(tmp_path, family, rope_scaling=rope)
+    config = json.loads((path / "config.json").read_text())
+    config["original_max_position_embeddings"] = top_level
+    (path / "config.json").write_text(json.dumps(config))
+    loaded = load_checkpoint(path)
+    assert loaded.spec.rope_scaling["original_max_position_embeddings"] == top_level
+    ids = torch.randint(0, loaded.spec.vocab_size, (120,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = hf_model(path)(ids[None]).logits[0]
+    torch.testing.assert_close(ours_logits(loaded.model, ids), want, atol=1e-4, rtol=1e-4)
+
+
 def test_incremental_decode_matches_full_forward(tmp_path):
     """Prefill then one token at a time through the same `attn`: positions drive rope, not order."""
     path = build_tiny_checkpoint(tmp_path, "qwen3", rope_scaling=YARN)
