@@ -83,12 +83,13 @@ def convert_gguf(gguf_file: Path, folder: Path) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
     where, name = str(gguf_file.parent), gguf_file.name
+    reader = _tensor_table(gguf_file)  # the file's layout, before transformers dequantizes from it
     with no_token_id_warning(None):  # checked below, as config.json's would be
         config = _read(lambda: AutoConfig.from_pretrained(where, gguf_file=name), "metadata", gguf_file)
     arch = architecture_name(config)
     config.architectures = [arch]
     spec = _checked_spec(config, gguf_file)  # refuses what graphtop cannot run, before the slow part
-    _check_tensors(spec, gguf_file)
+    _check_tensors(spec, reader, gguf_file)
     tokenizer = _read(lambda: AutoTokenizer.from_pretrained(where, gguf_file=name), "tokenizer", gguf_file)
     check_tokenizer(tokenizer, spec.vocab_size, str(gguf_file))
     model = _load_model(where, name, gguf_file)
@@ -121,13 +122,54 @@ def _checked_spec(config: Any, gguf_file: Path) -> ModelSpec:
     return spec
 
 
-def _check_tensors(spec: ModelSpec, gguf_file: Path) -> None:
+def _tensor_table(gguf_file: Path) -> Any:
+    """gguf-py's reader of the file (what transformers reads it with), refusing a file that is cut short or
+    whose tensors share data bytes: gguf-py reports the first as "cannot reshape array", and serves the
+    second, so two weights would silently hold the same (wrong) values. safetensors refuses both."""
+    reader = _read(lambda: _bounded_reader(gguf_file), "metadata", gguf_file)
+    _check_disjoint(reader.tensors, gguf_file)
+    return reader
+
+
+class _Truncated(Exception):
+    pass
+
+
+def _bounded_reader(gguf_file: Path) -> Any:
+    """A ``GGUFReader`` whose every read past the end of the file raises ``_Truncated`` (said as such) instead
+    of coming back short. ``_get`` is gguf-py's one reading primitive; were it renamed, a truncated file would
+    still be refused, only in gguf-py's words."""
+    import gguf
+    import numpy as np
+
+    class Reader(gguf.GGUFReader):
+        def _get(self, offset: int, dtype: Any, count: int = 1, *args: Any, **kwargs: Any) -> Any:
+            end = int(offset) + np.dtype(dtype).itemsize * int(count)
+            if end > self.data.size:
+                raise _Truncated(end, self.data.size)
+            return super()._get(offset, dtype, count, *args, **kwargs)
+
+    try:
+        return Reader(str(gguf_file))
+    except _Truncated as cut:
+        end, size = cut.args
+        raise CheckpointError(f"GGUF file is truncated: its tensor table or data reaches byte {end:,}, the file "
+                              f"holds {size:,} bytes in {gguf_file}") from None
+
+
+def _check_disjoint(tensors: Any, gguf_file: Path) -> None:
+    """No two tensors' data byte ranges overlap (a tensor table may point anywhere in the file)."""
+    spans = sorted((int(t.data_offset), int(t.data_offset) + int(t.n_bytes), t.name) for t in tensors if t.n_bytes)
+    for (_, end, first), (start, stop, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise CheckpointError(f"GGUF tensors '{first}' and '{second}' overlap in the file (their data share "
+                                  f"{min(end, stop) - start:,} bytes): refused in {gguf_file}")
+
+
+def _check_tensors(spec: ModelSpec, reader: Any, gguf_file: Path) -> None:
     """Every weight of the model the metadata declares, present in the file with its shape, checked from
     the tensor table alone (nothing is dequantized) before transformers allocates the model: it would
     random-initialise a missing or mis-shaped weight, and a tiny file can declare any number of layers."""
-    import gguf
-
-    reader = _read(lambda: gguf.GGUFReader(str(gguf_file)), "tensors", gguf_file)
     held = {t.name: tuple(int(d) for d in reversed(t.shape)) for t in reader.tensors}  # GGUF lists dims inner first
     names = _gguf_names(reader, spec.num_layers)
     if names is None:

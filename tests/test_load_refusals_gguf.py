@@ -172,6 +172,39 @@ def test_a_broken_chat_template_is_refused_naming_the_gguf(folder, tmp_path, cac
     assert refused(path, cache_dir).startswith("chat template is not valid Jinja at line 1")
 
 
+def _tensor_info(path):
+    """The file's tensors by name, from a reader that writes through to it (to damage its tensor table)."""
+    return {t.name: t for t in gguf.GGUFReader(str(path), "r+").tensors}
+
+
+def test_tensors_sharing_data_bytes_are_refused(folder, tmp_path, cache_dir, no_allocation):
+    """A tensor table pointing two tensors at one data range: gguf-py and transformers serve both from it
+    (a silently wrong model)."""
+    path = build_gguf(folder, tmp_path / "o.gguf")
+    tensors = _tensor_info(path)
+    tensors["blk.0.ffn_down.weight"].field.parts[-1][0] = tensors["blk.0.ffn_gate.weight"].field.parts[-1][0]
+    tensors["blk.0.ffn_down.weight"].field.parts[-1].flush()
+    message = refused(path, cache_dir)
+    assert message.startswith("GGUF tensors 'blk.0.ffn_") and "overlap in the file" in message, message
+    assert {"'blk.0.ffn_down.weight'", "'blk.0.ffn_gate.weight'"} <= set(message.split()), message
+
+
+@pytest.mark.parametrize("damage", ["cut", "offset"])
+def test_data_past_the_end_of_the_file_is_refused_as_truncated(folder, tmp_path, cache_dir, damage):
+    """gguf-py said "cannot reshape array of size …" for a file cut short or a tensor offset past its end."""
+    path = build_gguf(folder, tmp_path / "t.gguf")
+    size = path.stat().st_size
+    if damage == "cut":
+        os.truncate(path, size - 100)
+    else:
+        offset = _tensor_info(path)["blk.1.ffn_up.weight"].field.parts[-1]
+        offset[0] = size
+        offset.flush()
+    message = refused(path, cache_dir)
+    assert message.startswith("GGUF file is truncated: its tensor table or data reaches byte "), message
+    assert "reshape" not in message
+
+
 # --- outputs into the converted folder -----------------------------------------------------------
 
 @pytest.mark.parametrize("flag", ["--output", "--record"])
