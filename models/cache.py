@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .errors import CheckpointError
+from .paths import expand_user
 
 CACHE_ENV = "GRAPHTOP_CACHE_DIR"
 MARKER = "config.json"  # a complete checkpoint folder has one
@@ -25,22 +25,12 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
     Raises CheckpointError (one line) for a ``~user`` that cannot be expanded.
     """
     if cache_dir is not None:
-        return _expand(cache_dir, f"cache folder {cache_dir}")
+        return expand_user(cache_dir, f"cache folder {cache_dir}")
     if os.environ.get(CACHE_ENV):
-        return _expand(os.environ[CACHE_ENV], f"{CACHE_ENV}={os.environ[CACHE_ENV]}")
+        return expand_user(os.environ[CACHE_ENV], f"{CACHE_ENV}={os.environ[CACHE_ENV]}")
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("graphtop"))
-
-
-def _expand(folder: Path | str, label: str) -> Path:
-    """``folder`` with ``~`` expanded; pathlib raises a bare RuntimeError for an unknown user (or no
-    home), which would otherwise reach the user as a traceback."""
-    try:
-        return Path(folder).expanduser()
-    except RuntimeError:
-        raise CheckpointError(f"{label}: cannot expand {str(folder).split(os.sep)[0]} (no such user "
-                              "or no home folder)") from None
 
 
 def build_once(target: Path, build: Callable[[Path], None]) -> Path:

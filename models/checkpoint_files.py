@@ -9,6 +9,7 @@ refused, and so is a symbolic link that leaves the folder unless the caller allo
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -19,6 +20,7 @@ import torch
 from safetensors import safe_open
 
 from .errors import CheckpointError
+from .paths import LINK_LOOP, resolve
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -85,24 +87,28 @@ def inside(folder: Path, name: str, allow_external: bool = False, what: str = "f
     if Path(name).is_absolute() or ".." in parts:
         raise CheckpointError(f"{what} '{name}' is outside the checkpoint folder {folder}: refused")
     path = folder / name
+    check_regular(path, what)
     if not allow_external:
-        real, root = path.resolve(), folder.resolve()
+        real, root = resolve(path, f"{what} '{name}' in {folder}"), resolve(folder, f"checkpoint folder {folder}")
         if real != root and root not in real.parents:
             raise CheckpointError(
                 f"{what} '{name}' is a link to {real}, outside the checkpoint folder {folder}: refused "
                 "(--allow-external-weights allows it, e.g. for a Hugging Face cache snapshot)"
             )
-    check_regular(path, what)
     return path
 
 
 def check_regular(path: Path, what: str = "file") -> None:
     """Refuse a checkpoint file that exists but is not a regular file (through links): opening a FIFO
     blocks the loader forever, and transformers silently skips one (a tokenizer_config.json or a chat
-    template that is a FIFO would be dropped without a word). A missing file is the caller's to judge."""
+    template that is a FIFO would be dropped without a word), nor a link loop (transformers would skip it too, or
+    pathlib raise a bare RuntimeError). A missing file is the caller's to judge."""
     try:
         mode = path.stat().st_mode
-    except OSError:
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise CheckpointError(f"{what} '{path.name}' is a symbolic link loop ({LINK_LOOP}): refused in "
+                                  f"{path.parent}") from None
         return
     if stat.S_ISREG(mode):
         return

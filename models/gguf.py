@@ -38,6 +38,7 @@ from .config_check import (
     no_token_id_warning,
 )
 from .errors import CheckpointError
+from .paths import expand_user, resolve
 from .registry import architecture_name, model_class, spec_from_hf_config
 from .spec import ModelSpec
 from .tokenizer_check import check_tokenizer
@@ -53,7 +54,7 @@ def is_gguf(path: Path) -> bool:
 
 def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> Path:
     """The checkpoint folder converted from ``gguf_file``, converting it on first use."""
-    file = Path(gguf_file).expanduser().resolve()
+    file = _real_file(gguf_file)
     if not file.exists():
         raise CheckpointError(f"GGUF file not found: {gguf_file}")
     if not file.is_file():
@@ -61,10 +62,15 @@ def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> P
     return build_once(converted_folder(file, cache_dir), lambda staging: convert_gguf(file, staging))
 
 
+def _real_file(gguf_file: Path | str) -> Path:
+    """The file a GGUF path names, every link followed (the cache key is the real file's)."""
+    return resolve(expand_user(gguf_file, f"GGUF file {gguf_file}"), f"GGUF file {gguf_file}")
+
+
 def converted_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> Path:
     """Where the conversion of ``gguf_file`` lives in the cache (whether or not it exists yet): keyed by the
     file's resolved path, size and modification time, so a changed file is converted again."""
-    file = Path(gguf_file).expanduser().resolve()
+    file = _real_file(gguf_file)
     st = file.stat()
     key = hashlib.sha1(f"{file}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
     return cache_root(cache_dir) / "gguf" / f"{file.stem}-{key}"

@@ -42,6 +42,7 @@ from .errors import CheckpointError
 from .gguf import gguf_folder, is_gguf
 from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
+from .paths import expand_user
 from .registry import architecture_name, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple, located
 from .tokenizer_check import check_tokenizer
@@ -295,7 +296,7 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     so a bad path fails in milliseconds with one clear line. Files must resolve inside the folder
     (``allow_external_weights`` admits symbolic links out of it) and config.json values are validated
     (config_check)."""
-    source = path = Path(path).expanduser()
+    source = path = expand_user(path, f"checkpoint path {path}")
     if is_gguf(path):  # dequantized once into a cached folder (models/gguf.py), read from there
         path = gguf_folder(path)
     check_folder(path)

@@ -212,6 +212,24 @@ def test_links_that_stay_inside_the_folder_are_fine(ckpt):
     assert load_checkpoint(ckpt).spec.num_layers == 2
 
 
+@pytest.mark.parametrize("file", ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json",
+                                  "chat_template.jinja"])
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_link_loop_is_one_line_naming_the_file(ckpt, file, allow):
+    """pathlib's resolve() raised a bare RuntimeError for a link loop (a traceback, exit 1)."""
+    (ckpt / file).unlink(missing_ok=True)
+    (ckpt / file).symlink_to(file)
+    message = load_error(ckpt, allow_external_weights=allow)
+    assert file in message and "Too many levels of symbolic links" in message, message
+
+
+def test_an_unknown_home_folder_is_one_line(tmp_path):
+    """pathlib's expanduser() raised a bare RuntimeError for ``~nosuchuser``."""
+    assert load_error("~graphtop-nosuchuser/model") == (
+        "checkpoint path ~graphtop-nosuchuser/model: cannot expand ~graphtop-nosuchuser (no such user or no home "
+        "folder)")
+
+
 def test_device_weights_are_checked_together_and_the_culprit_named(tmp_path):
     """The GPU path's one multi-tensor pass (run here on host tensors: it is device-agnostic): finite
     weights pass, an L1 sum that overflows is not mistaken for a non-finite weight, and a NaN is

@@ -26,6 +26,20 @@ def test_missing_gguf_file(tmp_path):
     assert load_error(tmp_path / "nope.gguf") == f"GGUF file not found: {tmp_path / 'nope.gguf'}"
 
 
+def test_gguf_link_loop_and_unknown_home_are_one_line(tmp_path, capsys):
+    """pathlib raised a bare RuntimeError for both (a traceback, exit 1)."""
+    (tmp_path / "loop.gguf").symlink_to("loop.gguf")
+    assert load_error(tmp_path / "loop.gguf") == f"GGUF file {tmp_path / 'loop.gguf'}: Too many levels of symbolic links"
+    assert load_error("~graphtop-nosuchuser/m.gguf").endswith("cannot expand ~graphtop-nosuchuser (no such user or "
+                                                               "no home folder)")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    rc = main(["--model", "~graphtop-nosuchuser/m.gguf", "--device", "cpu", "--prompts", str(prompts),
+               "--output", str(tmp_path / "o.jsonl")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "cannot expand ~graphtop-nosuchuser" in err
+
+
 def test_gguf_named_folder_is_refused(tmp_path):
     (tmp_path / "odd.gguf").mkdir()
     assert load_error(tmp_path / "odd.gguf").startswith("GGUF path is not a file")
