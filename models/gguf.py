@@ -42,6 +42,7 @@ from .paths import expand_user, resolve
 from .registry import architecture_name, model_class, spec_from_hf_config
 from .spec import ModelSpec
 from .tokenizer_check import check_tokenizer
+from .weight_checks import check_finite
 
 GGUF_SUFFIX = ".gguf"
 GGUF_EXTRA = "pip install 'graphtop[gguf]'"
@@ -99,6 +100,7 @@ def convert_gguf(gguf_file: Path, folder: Path) -> None:
     tokenizer = _read(lambda: AutoTokenizer.from_pretrained(where, gguf_file=name), "tokenizer", gguf_file)
     check_tokenizer(tokenizer, spec.vocab_size, str(gguf_file))
     model = _load_model(where, name, gguf_file)
+    _check_finite(model, gguf_file)
     _write(model, tokenizer, arch, gguf_file, folder)
 
 
@@ -213,10 +215,13 @@ def _gguf_names(reader: Any, num_layers: int) -> Any:
 
 def _load_model(where: str, name: str, gguf_file: Path) -> Any:
     """transformers' model of the GGUF, refused when a parameter was missing from the file or had another
-    shape (transformers reports those in a table on stderr, random-initialises them and goes on)."""
+    shape (transformers reports those in a table on stderr, random-initialises them and goes on). numpy's
+    warnings about non-finite values while dequantizing stay off stderr: ``_check_finite`` refuses those
+    weights in one line."""
+    import numpy as np
     from transformers import AutoModelForCausalLM
 
-    with no_progress_bars(), _quiet_dequantize(), _transformers_errors_only():
+    with no_progress_bars(), _quiet_dequantize(), _transformers_errors_only(), np.errstate(all="ignore"):
         model, info = _read(lambda: AutoModelForCausalLM.from_pretrained(
             where, gguf_file=name, output_loading_info=True, ignore_mismatched_sizes=True), "tensors", gguf_file)
     mismatched = sorted(info.get("mismatched_keys") or (), key=str)
@@ -228,6 +233,15 @@ def _load_model(where: str, name: str, gguf_file: Path) -> Any:
     if missing:
         raise CheckpointError(f"GGUF file lacks tensor '{missing[0]}'{_more(missing)} in {gguf_file}")
     return model
+
+
+def _check_finite(model: Any, gguf_file: Path) -> None:
+    """Every dequantized weight finite before anything is written (a tensor whose type field lies, or a
+    quantized block with an infinite scale, dequantizes to NaN): refused afterwards, at load, the weights
+    would already sit in the cache, hundreds of MB that every later load refuses again, named there
+    rather than in the user's file."""
+    for key, tensor in model.state_dict().items():
+        check_finite(key, tensor, gguf_file)
 
 
 def _more(items: Any) -> str:

@@ -81,8 +81,9 @@ def build_gguf(folder, path, *, meta=None, edit=None, chat_template=None, eos=No
     tensors = _tensors(folder, config)
     if edit:
         edit(tensors)
-    for name, value in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(value))
+    for name, value in tensors.items():  # uint8: Q8_0 blocks (gguf.quants.quantize)
+        raw = gguf.GGMLQuantizationType.Q8_0 if value.dtype == np.uint8 else None
+        writer.add_tensor(name, np.ascontiguousarray(value), raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -203,6 +204,23 @@ def test_data_past_the_end_of_the_file_is_refused_as_truncated(folder, tmp_path,
     message = refused(path, cache_dir)
     assert message.startswith("GGUF file is truncated: its tensor table or data reaches byte "), message
     assert "reshape" not in message
+
+
+def test_weights_that_dequantize_to_nan_are_refused_before_the_cache(folder, tmp_path, cache_dir, capfd, recwarn):
+    """A Q8_0 block whose scale is infinite dequantizes to NaN (infinity times 0): the folder was written to the
+    cache, then refused at every load naming the cache file, with numpy's RuntimeWarning on stderr."""
+    name = "blk.0.ffn_down.weight"
+
+    def infinite_scale(t):
+        blocks = gguf.quants.quantize(t[name], gguf.GGMLQuantizationType.Q8_0)
+        blocks.reshape(-1, 34)[0, :2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)
+        blocks.reshape(-1, 34)[0, 2] = 0  # infinity times 0: NaN
+        t[name] = blocks
+
+    path = build_gguf(folder, tmp_path / "nan.gguf", edit=infinite_scale)
+    message = refused(path, cache_dir)
+    assert message.startswith("tensor 'model.layers.0.mlp.down_proj.weight' holds 32 non-finite values"), message
+    assert capfd.readouterr().err == "" and [str(w.message) for w in recwarn] == []  # numpy's RuntimeWarning
 
 
 # --- outputs into the converted folder -----------------------------------------------------------
