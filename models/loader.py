@@ -43,7 +43,7 @@ from .gguf import gguf_folder, is_gguf
 from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
 from .paths import expand_user
-from .registry import architecture_name, model_class, resolve, spec_from_hf_config
+from .registry import architecture_name, check_model_type, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple, located
 from .tokenizer_check import check_tokenizer
 from .weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
@@ -303,6 +303,7 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     raw_config = read_config_json(path, allow_external_weights)
     check_architecture_fields(raw_config, str(path))
     resolve(architecture_name(raw_config), str(path))  # before AutoConfig: clearer error
+    check_model_type(raw_config, str(path))
     check_config_fields(raw_config, str(path))
     hf_config = _load_hf_config(path, ignored_token_ids(raw_config, str(path)))
     spec = spec_from_hf_config(hf_config, str(path))

@@ -84,6 +84,20 @@ def resolve(name: str, where: str | None = None) -> Family:
         ) from None
 
 
+def check_model_type(config: dict[str, Any], where: str | None = None) -> None:
+    """Refuse a config.json whose ``architectures[0]`` and ``model_type`` name different families: graphtop
+    builds the first, transformers (AutoConfig, and the parity reference) the second, so one of the two
+    silently serves another model (Qwen3's q/k norms dropped, Qwen2's biases ignored, ...)."""
+    archs, model_type = config.get("architectures") or [], config.get("model_type")
+    if not archs or model_type is None:
+        return
+    family = resolve(str(archs[0]), where)
+    if model_type != family.model_type:
+        raise CheckpointError(located(
+            f"config.json: 'architectures' names {archs[0]} (model_type '{family.model_type}') but 'model_type' is "
+            f"{model_type!r}, which transformers would build instead: refused", where))
+
+
 def spec_from_hf_config(config: Any, where: str | None = None) -> ModelSpec:
     """Freeze a transformers config (v4 or v5 layout) into a ModelSpec, refusing what we can't run."""
     name = architecture_name(config)
