@@ -29,15 +29,17 @@ FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 def check_float_dtype(name: str, stored: str, file: Path) -> None:
     """Refuse a tensor that copying into a float parameter would misread: an integer tensor converts value by
     value, and an 8-bit (or narrower) float is a quantized weight whose scale lives in another tensor
-    (``*.weight_scale_inv``), so copied alone it serves a wrong model without a word."""
-    if stored.startswith(("F8", "F6", "F4")):
+    (``*.weight_scale_inv``), so copied alone it serves a wrong model without a word. Any float name outside
+    FLOAT_DTYPES is such a narrow one (``F8_E4M3``, ``F6_E2M3``, ``F4``); a prefix test would also catch ``F64``."""
+    if stored in FLOAT_DTYPES:
+        return
+    if stored.startswith("F"):
         raise CheckpointError(
             f"tensor '{name}' is stored as {stored}, a quantized format graphtop cannot serve in {file}"
         )
-    if stored not in FLOAT_DTYPES:
-        raise CheckpointError(
-            f"tensor '{name}' is stored as {stored}, not floating point: refusing to convert it into weights in {file}"
-        )
+    raise CheckpointError(
+        f"tensor '{name}' is stored as {stored}, not floating point: refusing to convert it into weights in {file}"
+    )
 
 
 @torch.no_grad()

@@ -157,6 +157,22 @@ def test_huge_finite_weights_are_not_mistaken_for_non_finite(ckpt):
     assert load_checkpoint(ckpt).model.model.norm.weight[0].item() == pytest.approx(3e38)
 
 
+def test_float64_weights_load_converted_and_checked(ckpt):
+    """F64 was refused as "a quantized format" ('F64' starts with 'F6'): it loads as F32 and F16 do, and a
+    value float32 cannot hold is refused as it overflows."""
+    name = "model.layers.0.mlp.up_proj.weight"
+    stored = load_file(ckpt / "model.safetensors")[name].double() * (1 + 1e-12)
+    rewrite_weights(ckpt, lambda t: t.__setitem__(name, stored.clone()))
+    loaded = load_checkpoint(ckpt).model.state_dict()[name]
+    assert loaded.dtype == torch.float32 and torch.equal(loaded, stored.float())
+
+    def overflow(t):
+        t[name][2, 3] = 1e300
+
+    rewrite_weights(ckpt, overflow)
+    assert f"tensor '{name}' holds 1 non-finite values" in load_error(ckpt)
+
+
 @pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.uint8, torch.bool])
 def test_integer_tensor_where_floats_are_expected_is_refused(ckpt, dtype):
     name = "model.embed_tokens.weight"
