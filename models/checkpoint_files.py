@@ -55,10 +55,27 @@ class _NonFinite(ValueError):
     pass
 
 
-def read_json(file: Path, what: str) -> dict[str, Any]:
-    """Parse a JSON object, reporting syntax errors with line and column; NaN/Infinity are refused."""
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _Duplicate(key)
+        seen[key] = value
+    return seen
+
+
+def read_json(file: Path, what: str, unique_keys: bool = False) -> dict[str, Any]:
+    """Parse a JSON object, reporting syntax errors with line and column; NaN/Infinity are refused, and with
+    ``unique_keys`` a key given twice in one object (json keeps the last one without a word)."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        data = json.loads(file.read_text(encoding="utf-8"), parse_constant=_refuse_constant,
+                          object_pairs_hook=_unique_keys if unique_keys else None)
+    except _Duplicate as err:
+        raise CheckpointError(f"malformed {what}: key {_quoted_key(err.args[0])} appears twice in {file}") from None
     except json.JSONDecodeError as err:
         where = f"line {err.lineno} column {err.colno}"
         raise CheckpointError(f"malformed {what}: {err.msg} at {where} in {file}") from None
@@ -73,6 +90,10 @@ def read_json(file: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"malformed {what}: top level is not a JSON object in {file}")
     return data
+
+
+def _quoted_key(key: str) -> str:
+    return repr(key) if len(key) <= 80 else repr(key[:77] + "...")
 
 
 def inside(folder: Path, name: str, allow_external: bool = False, what: str = "file") -> Path:
@@ -185,7 +206,7 @@ def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path
     """Map every tensor name to the safetensors file holding it (sharded or single)."""
     index = path / INDEX_FILE
     if os.path.lexists(index):
-        weight_map = read_json(inside(path, INDEX_FILE, allow_external), INDEX_FILE).get("weight_map")
+        weight_map = read_json(inside(path, INDEX_FILE, allow_external), INDEX_FILE, unique_keys=True).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"malformed {INDEX_FILE}: no 'weight_map' object in {path}")
         if not all(isinstance(shard, str) for shard in weight_map.values()):
@@ -194,6 +215,7 @@ def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path
         for shard, file in shards.items():
             if not file.is_file():
                 raise CheckpointError(f"{INDEX_FILE} names missing shard '{shard}' in {path}")
+        _no_stray_single_file(path, shards)
         return {name: shards[shard] for name, shard in weight_map.items()}
     single = path / SINGLE_FILE
     files = [single] if os.path.lexists(single) else sorted(path.glob("*.safetensors"))
@@ -207,6 +229,15 @@ def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path
             )
         raise CheckpointError(f"no weights (*.safetensors) in {path}")
     return _names_by_file(files, path)
+
+
+def _no_stray_single_file(path: Path, shards: dict[str, Path]) -> None:
+    """An index and a ``model.safetensors`` it does not name: graphtop read the shards, transformers reads the
+    single file, and which is the model is not decided by a loader's preference (as for a tensor in two
+    unindexed files)."""
+    if os.path.lexists(path / SINGLE_FILE) and SINGLE_FILE not in shards:
+        raise CheckpointError(f"both {INDEX_FILE} (with its shards) and a {SINGLE_FILE} it does not name: which "
+                              f"holds the weights is ambiguous (remove one) in {path}")
 
 
 def _names_by_file(files: list[Path], path: Path) -> dict[str, Path]:

@@ -108,6 +108,37 @@ def test_a_tensor_in_two_unindexed_files_is_refused_naming_both(ckpt):
     assert str(ckpt) in message
 
 
+def _split_with_index(ckpt, weight_map_text=None):
+    """The single file as two indexed shards (``weight_map_text``: the index's raw weight_map JSON)."""
+    tensors = load_file(ckpt / "model.safetensors")
+    names = sorted(tensors)
+    shards = {"s1.safetensors": names[:5], "s2.safetensors": names[5:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, ckpt / shard, metadata={"format": "pt"})
+    weight_map = {k: shard for shard, keys in shards.items() for k in keys}
+    text = weight_map_text(weight_map) if weight_map_text else json.dumps(weight_map)
+    (ckpt / "model.safetensors.index.json").write_text('{"metadata": {}, "weight_map": ' + text + "}")
+    return tensors
+
+
+def test_an_index_beside_a_model_safetensors_it_does_not_name_is_refused(ckpt):
+    """transformers serves the single file, graphtop served the shards: which is the model is ambiguous."""
+    tensors = _split_with_index(ckpt)
+    save_file({k: v * 2 for k, v in tensors.items()}, ckpt / "model.safetensors", metadata={"format": "pt"})
+    assert load_error(ckpt) == ("both model.safetensors.index.json (with its shards) and a model.safetensors it does "
+                                f"not name: which holds the weights is ambiguous (remove one) in {ckpt}")
+    (ckpt / "model.safetensors").unlink()
+    assert torch.equal(load_checkpoint(ckpt).model.model.norm.weight, tensors["model.norm.weight"])
+
+
+def test_a_tensor_listed_twice_in_the_weight_map_is_refused(ckpt):
+    """json keeps the last of two equal keys without a word."""
+    _split_with_index(ckpt, lambda wm: json.dumps(wm)[:-1] + ', "model.norm.weight": "s1.safetensors"}')
+    (ckpt / "model.safetensors").unlink()
+    assert load_error(ckpt) == (f"malformed model.safetensors.index.json: key 'model.norm.weight' appears twice in "
+                                f"{ckpt / 'model.safetensors.index.json'}")
+
+
 def test_tensors_split_over_unindexed_files_still_load(ckpt):
     tensors = load_file(ckpt / "model.safetensors")
     (ckpt / "model.safetensors").unlink()
