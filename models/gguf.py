@@ -285,8 +285,19 @@ def _read(load: Any, what: str, file: Path) -> Any:
     except CheckpointError:
         raise
     except Exception as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        msg = _one_line(str(err)) or type(err).__name__
         raise CheckpointError(f"GGUF {what} not readable by transformers ({type(err).__name__}: {msg}) in {file}") from None
+
+
+_REASON_CHARS = 300
+
+
+def _one_line(reason: str) -> str:
+    """transformers' reason joined into one line, not cut at its first: a config validation error's first line
+    names only the validator ("Class validation error for validator 'validate_architecture':"), the reason
+    follows it. Bounded, so a long report stays a readable line."""
+    text = " ".join(line.strip() for line in reason.splitlines() if line.strip())
+    return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 1] + "…"
 
 
 @contextmanager

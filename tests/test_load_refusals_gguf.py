@@ -168,6 +168,19 @@ def test_metadata_out_of_range_is_refused_like_a_config_json(folder, tmp_path, c
     assert "Model config:" not in capfd.readouterr().err
 
 
+def test_metadata_transformers_refuses_keeps_its_reason(folder, tmp_path, cache_dir, no_allocation):
+    """transformers' message spans lines and its first names only the validator: the reason was cut off."""
+    from transformers import LlamaConfig
+
+    with pytest.raises(Exception) as reference:
+        LlamaConfig(hidden_size=64, num_attention_heads=7)
+    reason = [line.strip() for line in str(reference.value).splitlines() if line.strip()]
+    assert len(reason) > 1
+    path = build_gguf(folder, tmp_path / "h.gguf", meta={"head_count": 7, "head_count_kv": 7})
+    message = refused(path, cache_dir)
+    assert message.startswith("GGUF metadata not readable by transformers (") and reason[-1] in message, message
+
+
 def test_a_broken_chat_template_is_refused_naming_the_gguf(folder, tmp_path, cache_dir, no_allocation):
     path = build_gguf(folder, tmp_path / "c.gguf", chat_template="{% for m in messages %}{{ m.content ")
     assert refused(path, cache_dir).startswith("chat template is not valid Jinja at line 1")
