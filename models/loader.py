@@ -42,7 +42,7 @@ from .errors import CheckpointError
 from .gguf import gguf_folder, is_gguf
 from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
-from .paths import expand_user
+from .paths import expand_user, utf8_path
 from .registry import architecture_name, check_model_type, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple, located
 from .tokenizer_check import check_tokenizer
@@ -296,9 +296,9 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     so a bad path fails in milliseconds with one clear line. Files must resolve inside the folder
     (``allow_external_weights`` admits symbolic links out of it) and config.json values are validated
     (config_check)."""
-    source = path = expand_user(path, f"checkpoint path {path}")
+    source = path = utf8_path(expand_user(path, f"checkpoint path {path}"), "checkpoint path")
     if is_gguf(path):  # dequantized once into a cached folder (models/gguf.py), read from there
-        path = gguf_folder(path)
+        path = utf8_path(gguf_folder(path), "converted folder")
     check_folder(path)
     raw_config = read_config_json(path, allow_external_weights)
     check_architecture_fields(raw_config, str(path))

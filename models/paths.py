@@ -1,4 +1,5 @@
-"""The two pathlib calls on a user's path that raise a bare RuntimeError instead of an OSError.
+"""A user's path made safe to use: the two pathlib calls that raise a bare RuntimeError instead of an
+OSError, and names the Rust readers cannot open.
 
 ``Path.expanduser`` raises one for a ``~user`` that does not exist (or no home folder), and on Python
 before 3.13 ``Path.resolve`` raises one for a symbolic-link loop. Either would reach the user as a
@@ -33,3 +34,16 @@ def resolve(path: Path, label: str) -> Path:
     except (RuntimeError, OSError) as err:
         reason = LINK_LOOP if isinstance(err, RuntimeError) else (err.strerror or str(err))
         raise CheckpointError(f"{label}: {reason}") from None
+
+
+def utf8_path(path: Path, label: str) -> Path:
+    """``path``, refused when it is not valid UTF-8 (a raw byte in a file name, as Python decodes it):
+    safetensors and tokenizers open only UTF-8 paths, and the weights were then called "corrupt or
+    truncated" while the file was fine."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise CheckpointError(f"{label} {shown} is not valid UTF-8, and the safetensors and tokenizers readers "
+                              "open only UTF-8 paths: rename it") from None
+    return path

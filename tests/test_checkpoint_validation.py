@@ -246,6 +246,17 @@ def test_an_unknown_home_folder_is_one_line(tmp_path):
         "folder)")
 
 
+def test_a_path_that_is_not_utf8_is_refused_as_such(ckpt, tmp_path):
+    """The safetensors reader opens only UTF-8 paths: a folder name with a raw byte was reported as "corrupt or
+    truncated safetensors file" while the weights were fine."""
+    import os
+
+    folder = tmp_path / os.fsdecode(b"m\xff")
+    shutil.copytree(ckpt, folder)
+    assert load_error(folder) == (f"checkpoint path {tmp_path}/m\\xff is not valid UTF-8, and the safetensors and "
+                                  "tokenizers readers open only UTF-8 paths: rename it")
+
+
 def test_device_weights_are_checked_together_and_the_culprit_named(tmp_path):
     """The GPU path's one multi-tensor pass (run here on host tensors: it is device-agnostic): finite
     weights pass, an L1 sum that overflows is not mistaken for a non-finite weight, and a NaN is
