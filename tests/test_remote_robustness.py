@@ -99,8 +99,10 @@ class ScriptedEndpoint:
     """A ROUTER that answers ``Hello`` with a Welcome, a snapshot and scripted frames (no engine)."""
 
     def __init__(self, address: str, frames: Iterable[Any] = (), next_seq: int = 0,
-                 protocol: int = p.PROTOCOL_VERSION, greeting: Any = None) -> None:
-        """``greeting``: a message sent in answer to Hello instead of the Welcome and snapshot."""
+                 protocol: int = p.PROTOCOL_VERSION, greeting: Any = None, pid: int | None = None) -> None:
+        """``greeting``: a message sent in answer to Hello instead of the Welcome and snapshot; ``pid``: the
+        engine process the Welcome names (this one by default)."""
+        self.pid = os.getpid() if pid is None else pid
         self.address = address
         self.frames = list(frames)
         self.next_seq = next_seq
@@ -128,7 +130,7 @@ class ScriptedEndpoint:
                     sock.send_multipart([identity, p.encoder.encode(self.greeting)])
                 elif isinstance(p.client_decoder.decode(payload), p.Hello):
                     sock.send_multipart([identity, p.encoder.encode(p.Welcome(
-                        self.protocol, os.getpid(), "scripted", time.time(), status, self.next_seq, 0, []))])
+                        self.protocol, self.pid, "scripted", time.time(), status, self.next_seq, 0, []))])
                     sock.send_multipart([identity, p.encoder.encode(p.Snapshot(p.event_pairs(boot_events()), True))])
                     for f in self.frames:
                         sock.send_multipart([identity, p.encoder.encode(f)])
@@ -161,6 +163,50 @@ async def test_dashboard_attached_to_an_endpoint_that_sends_bogus_frames(tmp_pat
     finally:
         session.shutdown()
         endpoint.close()
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("engine", ["killed", "silent"])
+async def test_an_engine_killed_or_silent_is_said_lastingly(tmp_path: Path, monkeypatch, engine: str) -> None:
+    """SIGKILLed, an engine sends no Closing: a toast said "no word" for a while, then the frozen panels passed
+    for a live engine. Its pid (same host) now ends the session; a quiet live one keeps a status badge."""
+    import graphtop.tui.remote_session as remote
+
+    monkeypatch.setattr(remote, "STALE_AFTER_S", 0.5)  # the scripted endpoint sends no heartbeat
+    endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", pid=_dead_pid() if engine == "killed" else None)
+    session = RemoteSession(endpoint.address, "t", label="scripted")
+    try:
+        session.connect()
+        app = GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=20)
+        async with app.run_test(size=(160, 48)) as pilot:
+            if engine == "killed":
+                await wait_until(pilot, lambda: session.ended is not None, timeout=10)
+                assert session.ended == f"the engine (pid {endpoint.pid}) exited without closing its endpoint"
+                app.clear_notifications()  # the toast goes; the word stays
+                await pilot.pause(0.3)
+                assert "ENGINE GONE" in screen_text(app) and session.silent_for is None
+            else:
+                await wait_until(pilot, lambda: "NO WORD FOR" in screen_text(app), timeout=10)
+                assert session.ended is None and session.silent_for > 0.5
+    finally:
+        session.shutdown()
+        endpoint.close()
+
+
+def test_a_remote_engine_only_goes_silent() -> None:
+    """Over TCP the pid names a process on another host: it is never taken as gone."""
+    session = RemoteSession("tcp://192.0.2.1:5555", "t")
+    session._handle(frame(p.Welcome(p.PROTOCOL_VERSION, _dead_pid(), "x", time.time(), p.EngineStatus(), 0, 0, [])))
+    session._last_message -= 60
+    session._check_liveness(time.monotonic())
+    assert session.ended is None and session.silent_for > 59
 
 
 def test_a_malformed_welcome_refuses_the_attach(tmp_path: Path) -> None:

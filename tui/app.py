@@ -307,8 +307,17 @@ class GraphtopApp(GraphActions, FileActions):
         if replay is not None:
             mode = "REPLAY · PAUSED" if replay.paused else "REPLAY"
         else:
-            mode = "PAUSED" if self.paused else ""
+            mode = " · ".join(m for m in (self._engine_mode(), "PAUSED" if self.paused else "") if m)
         self.dashboard.status_line.update_view(self.state, mode=mode, dropped=self.session.dropped, force=force)
+
+    def _engine_mode(self) -> str:
+        """A lasting word in the status line for a live engine that is gone or silent: the toast about it
+        goes away, and the panels' last picture would otherwise pass for a live one."""
+        session = self.session
+        if session.ended:
+            return "ENGINE GONE"
+        silent = session.silent_for
+        return f"NO WORD FOR {silent:.0f} S" if silent else ""
 
     def _notify_events(self, events: Iterable[Event]) -> None:
         ev: Any

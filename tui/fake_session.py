@@ -183,6 +183,7 @@ class FakeSession:
         self._prefill: Optional[list[int]] = None
         self.parity_every = 0
         self.ended: Optional[str] = None  # tests set it to play an engine that went away
+        self.silent_for: Optional[float] = None  # tests set it to play an engine that went quiet
         self.logs: list[tuple[int, str]] = []  # tests append engine log records
 
     def publish(self, *events: Event) -> None:

@@ -316,6 +316,25 @@ class RemoteSession:
         if silent and not self._stale and self.welcome is not None and self._ended is None:
             self._logs.append((logging.WARNING, f"no word from the engine for {STALE_AFTER_S:g} s"))
         self._stale = silent
+        if silent and self._ended is None and self.welcome is not None and self._engine_exited(self.welcome):
+            # killed (SIGKILL, the OOM killer): no Closing came, and the picture froze with no lasting word
+            self._ended = f"the engine (pid {self.welcome.pid}) exited without closing its endpoint"
+
+    def _engine_exited(self, welcome: p.Welcome) -> bool:
+        """Whether the engine's process is known to be gone: only for an endpoint on this host (an ipc://
+        socket), where its pid means something; a remote engine can only go silent."""
+        if not self.endpoint.startswith("ipc://"):
+            return False
+        from graphtop.engine.telemetry.pid_check import process_alive
+
+        return not process_alive(welcome.pid, welcome.started)
+
+    @property
+    def silent_for(self) -> Optional[float]:
+        """Seconds without a message, once past ``STALE_AFTER_S`` (the engine's heartbeat is every second)."""
+        if not self._stale or self._ended is not None or self.welcome is None:
+            return None
+        return time.monotonic() - self._last_message
 
     def _receive(self, sock: zmq.Socket, limit: int = 500) -> None:
         for _ in range(limit):

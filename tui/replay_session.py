@@ -26,6 +26,7 @@ class ReplaySession:
     hosts_engine = False
     detaches = False
     ended = None
+    silent_for = None
 
     def __init__(
         self,

@@ -113,7 +113,8 @@ class Session(Protocol):
     ``replay`` is None except for a recorded trace; ``hosts_engine`` says the engine runs in this
     process (the app then shortens the GIL switch interval for it); ``detaches`` says ``q`` leaves a
     running engine behind (a viewer attached to an endpoint); ``ended`` says why a live engine is
-    gone (None while it runs).
+    gone (None while it runs); ``silent_for`` is how long an engine that should be talking has said
+    nothing, once that is past the stale threshold (None while it talks, or when it cannot go silent).
     """
 
     kind: str  # "live" | "replay"
@@ -134,6 +135,8 @@ class Session(Protocol):
     def chat_available(self) -> bool: ...
     @property
     def ended(self) -> Optional[str]: ...
+    @property
+    def silent_for(self) -> Optional[float]: ...
     def submit(self, prompt: str, settings: SamplingSettings, chat: bool) -> StreamHandle:
         """Run ``prompt`` (``chat``: through the chat template, when the tokenizer has one). Before the
         engine is ready the prompt is held and sent once it is; raises only when it never will be."""
@@ -188,6 +191,7 @@ class EngineSession:
     hosts_engine = True
     detaches = False
     ended = None
+    silent_for = None  # the engine is in this process: it cannot go silent without the dashboard
 
     def __init__(
         self,

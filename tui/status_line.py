@@ -43,7 +43,8 @@ class StatusLine(Horizontal):
         self.query_one("#badge-mode").display = False
 
     def update_view(self, state: DashboardState, *, mode: str, dropped: int, force: bool = False) -> None:
-        """``mode`` is '' (live), 'PAUSED', 'REPLAY', 'REPLAY · PAUSED' or 'LOADING'.
+        """``mode`` is '' (live), 'PAUSED', 'REPLAY', 'REPLAY · PAUSED', 'LOADING', or 'ENGINE GONE' / 'NO WORD
+        FOR N S' (with ' · PAUSED' when paused) for a live engine that went away or quiet.
 
         Keyed on what the line shows (the hit rate as displayed, not the step count), so a busy
         engine whose hit rate holds steady costs no repaint at all.
@@ -83,6 +84,7 @@ class StatusLine(Horizontal):
         badge.display = bool(mode)
         set_content(badge, Content(mode))
         badge.set_class("paused" in mode.lower(), "-paused")
+        badge.set_class(mode.startswith(("ENGINE GONE", "NO WORD")), "-engine-lost")
         self.call_after_refresh(self._fit)  # the badges just took (or gave back) room
 
     def _fit(self) -> None:
