@@ -65,6 +65,11 @@ __all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolv
 log = logging.getLogger("graphtop.engine")
 
 
+def _publishing(engine: "Engine") -> bool:
+    """Whether ``engine`` still publishes on its bus (the bus's claim holds until it is closed)."""
+    return not engine._closed
+
+
 class Engine:
     def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False,
                  tp: Optional[TensorParallelGroup] = None):
@@ -75,6 +80,7 @@ class Engine:
         self.tp = tp
         self.config = config
         self.bus = bus if bus is not None else EventBus()
+        self.bus.check_unclaimed()  # before anything is built or published (claimed once built, below)
         self.checkpoint = checkpoint
         self.model = checkpoint.model
         self.tokenizer = checkpoint.tokenizer
@@ -166,6 +172,7 @@ class Engine:
         self._closed = False
         self._close_after_step: Optional[str] = None  # close() called from a callback inside a step
         self._last_error: Optional[str] = None
+        self.bus.claim(self, _publishing)
 
     # --- construction -------------------------------------------------------------------------
     @classmethod

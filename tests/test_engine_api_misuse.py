@@ -227,3 +227,26 @@ def test_config_must_be_an_engine_config(llama):
     with pytest.raises(TypeError, match="config must be an EngineConfig, got str"):
         Engine.from_pretrained(llama, config="cfg")  # type: ignore[arg-type]
     EngineConfig().validate()  # the defaults pass
+
+
+def test_one_bus_carries_one_open_engine(make_engine, llama):
+    """Two engines on one bus both numbered requests req-0, …: one's finished req-0 removed the other's live
+    one from every viewer. A second open engine is refused before anything is built; a closed or collected
+    one hands the bus on."""
+    import gc
+
+    from graphtop.engine.telemetry.bus import BusInUse, EventBus
+
+    bus = EventBus()
+    first = make_engine(llama, bus=bus, graphs=False)
+    sub = bus.subscribe("watch")
+    with pytest.raises(BusInUse) as info:
+        make_engine(llama, bus=bus, graphs=False)
+    assert "already carries the events of another engine" in _one_line(info)
+    assert not [e for e in sub.drain() if e.type == "engine_started"]  # the refused one published nothing
+    first.close()
+    second = make_engine(llama, bus=bus, graphs=False)  # the closed one hands the bus on
+    assert second.generate(["hello"], GREEDY)[0].finish_reason
+    del second
+    gc.collect()
+    make_engine(llama, bus=bus, graphs=False).close()  # so does one collected without close()

@@ -20,13 +20,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import deque
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from ..timeouts import wait_timeout
 from .events import EVENT_TYPES, Event, ErrorEvent, StepEvent
 
-__all__ = ["EventBus", "Subscription", "LoggingSubscriber"]
+__all__ = ["EventBus", "Subscription", "LoggingSubscriber", "BusInUse"]
+
+
+class BusInUse(ValueError):
+    """An EventBus given to a second engine while the first still publishes on it."""
 
 
 class Subscription:
@@ -150,6 +155,29 @@ class EventBus:
     def __init__(self) -> None:
         self._subs: tuple[Subscription, ...] = ()
         self._lock = threading.Lock()
+        self._publisher: Optional[tuple[weakref.ref[Any], Callable[[Any], bool]]] = None
+
+    def check_unclaimed(self) -> None:
+        """Raise ``BusInUse`` while a publisher that claimed this bus is alive and still publishing.
+
+        Why: events carry no publisher identity, and two engines both number their requests req-0,
+        req-1, …: on one bus, one engine's finished req-0 removed the other's live req-0 from every viewer's
+        picture. One bus, one engine (a closed or collected one hands the bus on)."""
+        if self._publisher is None:
+            return
+        ref, publishing = self._publisher
+        owner = ref()
+        if owner is not None and publishing(owner):
+            raise BusInUse("this EventBus already carries the events of another engine that is still open: give "
+                           "each engine its own bus (events name no engine, and both number requests req-0, "
+                           "req-1, …), or close the other engine first")
+
+    def claim(self, owner: Any, publishing: Callable[[Any], bool]) -> None:
+        """Make ``owner`` this bus's publisher while ``publishing(owner)`` holds (weakly: a collected owner
+        frees the bus)."""
+        with self._lock:
+            self.check_unclaimed()
+            self._publisher = (weakref.ref(owner), publishing)
 
     @property
     def has_subscribers(self) -> bool:
