@@ -34,6 +34,7 @@ from .detokenizer import IncrementalDetokenizer
 from .device import EngineError, resolve_device
 from .distributed.errors import TensorParallelError
 from .background import BackgroundServer
+from .cleanup import DeferredInterrupts
 from .distributed.group import TensorParallelGroup
 from .distributed.setup import RankSetup
 from .engine_events import EngineEvents
@@ -512,13 +513,27 @@ class Engine:
             message = f"{type(error).__name__}: {error}".splitlines()[0]
         self._last_error = message
         self.bus.publish(ev.ErrorEvent(message=message, where="step", fatal=False))
-        self._fail_in_flight(message)
+        interrupts = DeferredInterrupts()
+        self._fail_in_flight(message, interrupts)
+        interrupts.reraise()  # a callback's Ctrl-C, once every request has finished
 
-    def _fail_in_flight(self, message: str) -> None:
-        """Finish every admitted or waiting request as cancelled with ``message`` (holding the guard)."""
+    def _fail_in_flight(self, message: str, interrupts: DeferredInterrupts) -> None:
+        """Finish every admitted or waiting request as cancelled with ``message`` (holding the guard);
+        a callback that interrupts one finish does not stop the others (engine/cleanup.py)."""
         self.loop.discard_in_flight()  # a launched step's tokens are not delivered to failed requests
         for req in list(self.scheduler.running) + list(self.scheduler.waiting):
-            self.output.finish(req, FinishReason.CANCELLED, error=message)
+            with interrupts.deferred():
+                self.output.finish(req, FinishReason.CANCELLED, error=message)
+
+    def _finish_queued(self, message: str, interrupts: DeferredInterrupts) -> None:
+        """Commands that will never be applied finish too, so that no one waits on them."""
+        for command in self.commands.drain():
+            if isinstance(command, Submit):
+                self._ids.release(command.request.request_id)
+                with interrupts.deferred():
+                    command.request.handle._finish(FinishReason.CANCELLED, message)
+            elif isinstance(command, AwaitCapture):
+                command.done.set()
 
     def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop the background thread; False if its step outlasted ``timeout`` (it stops after it)."""
@@ -534,11 +549,15 @@ class Engine:
             if self.background.owns_current_thread():
                 self.background.stop()  # only asks: the thread stops after this step
             return
-        with self._guard.hold("close()"):
-            self._close_locked(reason)
-        self.background.stop()  # it has seen the engine closed (or sees it at its next step): join it
+        try:
+            with self._guard.hold("close()"):
+                self._close_locked(reason)
+        finally:
+            self.background.stop()  # it has seen the engine closed (or sees it at its next step): join it
 
     def _close_locked(self, reason: str) -> None:
+        """Everything is released before a callback's KeyboardInterrupt goes on: ``_closed`` is set first,
+        so a close cut short could never be repeated."""
         with self._lifecycle:
             if self._closed:
                 return
@@ -546,13 +565,9 @@ class Engine:
         self.background.stop(timeout=0)  # it checks the flag between steps; the guard waits for its step
         if self.telemetry is not None:
             self.telemetry.close()
-        self._fail_in_flight(reason)
-        for command in self.commands.drain():  # never applied: finished too, so no one waits on them
-            if isinstance(command, Submit):
-                self._ids.release(command.request.request_id)
-                command.request.handle._finish(FinishReason.CANCELLED, reason)
-            elif isinstance(command, AwaitCapture):
-                command.done.set()
+        interrupts = DeferredInterrupts()
+        self._fail_in_flight(reason, interrupts)
+        self._finish_queued(reason, interrupts)
         self.parity.close()
         # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.
         healthy = self.tp is None or self.tp.failure is None
@@ -568,3 +583,4 @@ class Engine:
         if self.device.type == "cuda" and healthy:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
+        interrupts.reraise()

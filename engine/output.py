@@ -80,16 +80,18 @@ class OutputProcessor:
             # The streamed text is provisional; the final text is one full decode of the output.
             text = self.tokenizer.decode(req.output_ids, skip_special_tokens=True)
             req.handle._set_text(text)
-        req.handle._finish(reason, error)
-        self.publish(
-            ev.RequestFinished(
-                request_id=req.request_id,
-                output_tokens=len(req.output_ids),
-                finish_reason=reason.value,
-                latency_ms=(time.perf_counter() - req.arrival) * 1e3,
-                error=error,
+        try:
+            req.handle._finish(reason, error)  # its on_update may raise KeyboardInterrupt (engine/cleanup.py)
+        finally:  # the request has finished either way: every reader of the events must hear it
+            self.publish(
+                ev.RequestFinished(
+                    request_id=req.request_id,
+                    output_tokens=len(req.output_ids),
+                    finish_reason=reason.value,
+                    latency_ms=(time.perf_counter() - req.arrival) * 1e3,
+                    error=error,
+                )
             )
-        )
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:

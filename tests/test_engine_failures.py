@@ -144,6 +144,60 @@ def test_a_callback_that_raises_is_detached_and_nothing_else_changes(engine, ref
     assert "on_update callback of request" in caplog.text
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_a_callback_that_interrupts_the_failed_step_clean_up_does_not_cut_it_short(make_engine, llama, reference,
+                                                                                    interrupt):
+    """A Ctrl-C (or sys.exit) raised by a callback on every call: it fails the step, and again as the
+    clean-up finishes that request; the other requests still finish and give their pages back."""
+    bus = EventBus()
+    sub = bus.subscribe("test", maxsize=10_000)
+    engine = make_engine(llama, bus=bus, graphs=False)
+    try:
+        def interrupting(handle: RequestHandle) -> None:
+            raise interrupt("from a callback")
+
+        first = engine.submit([5, 6, 7], LONG)
+        first.on_update = interrupting
+        others = [engine.submit(p, LONG) for p in PROMPTS]
+        with pytest.raises(interrupt, match="from a callback"):
+            engine.run_until_done([first, *others])
+        assert all(h.finish_reason is FinishReason.CANCELLED for h in [first, *others])
+        assert not engine.scheduler.running and not engine.scheduler.waiting
+        assert engine.pool.used_pages == 0
+        finished = [e.request_id for e in sub.drain() if isinstance(e, ev.RequestFinished)]
+        assert sorted(finished) == sorted(h.request_id for h in [first, *others])
+        _serves_cleanly(engine, reference)
+    finally:
+        engine.close()
+
+
+def test_a_callback_that_interrupts_close_does_not_cut_it_short(make_engine, llama, tmp_path):
+    """close() finishes every request and releases the pool and the graphs, then the callback's
+    KeyboardInterrupt goes on; a stream on a handle of the closed engine ends."""
+    def interrupting(handle: RequestHandle) -> None:
+        raise KeyboardInterrupt("Ctrl-C in a callback")
+
+    engine = make_engine(llama)
+    engine.serve_telemetry(runtime_dir=tmp_path)
+    first = engine.submit([5, 6, 7], LONG)
+    others = [engine.submit(p, LONG) for p in PROMPTS]
+    for _ in range(3):
+        engine.step()
+    queued = engine.submit([9, 9, 9], LONG)  # a Submit command still in the queue at close
+    queued.on_update = first.on_update = interrupting
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C in a callback"):
+        engine.close("closing")
+    assert {(h.finish_reason, h.error) for h in [first, *others, queued]} == {(FinishReason.CANCELLED, "closing")}
+    assert not engine.scheduler.running and not engine.scheduler.waiting and engine.commands.empty()
+    assert engine.pool.k_cache == [] and engine.model_runner.decode is None and engine.telemetry.closed
+    engine.close()  # a no-op now
+    texts: list[str] = []
+    reader = threading.Thread(target=lambda: texts.append("".join(others[0].stream())), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive() and texts == [others[0].text]
+
+
 @pytest.mark.parametrize("call", ["generate", "wait_for_capture", "step", "run_until_done"])
 @pytest.mark.parametrize("background", [False, True])
 def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine, reference, call, background):
