@@ -171,6 +171,7 @@ class Engine:
         self._guard = StepGuard()
         self._lifecycle = threading.Lock()  # closing, and queueing a submit, are one or the other first
         self._closed = False
+        self._failure: Optional[str] = None  # why the engine failed for good (its tensor-parallel group)
         self._close_after_step: Optional[str] = None  # close() called from a callback inside a step
         self._last_error: Optional[str] = None
         self.bus.claim(self, _publishing)
@@ -263,10 +264,12 @@ class Engine:
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:
             req.detok = IncrementalDetokenizer(self.tokenizer)
-        with self._lifecycle:  # queued before close drains the queue, or refused: never lost in between
-            if self._closed:
+        with self._lifecycle:  # queued before a close or a failure drains the queue, or refused: never lost
+            try:
+                self._check_open()
+            except EngineError:
                 self._ids.release(rid)
-                raise EngineError("the engine is closed")
+                raise
             self.commands.put(Submit(req))
         return handle
 
@@ -361,6 +364,8 @@ class Engine:
             finished = done.is_set()
         if self._closed:  # close sets every waiter's event: graphs are gone, not captured
             raise EngineError("the engine was closed while waiting for its graphs to capture")
+        if self._failure is not None:  # so does a tensor-parallel failure
+            raise TensorParallelError(self._failure)
         return finished
 
     @property
@@ -496,8 +501,14 @@ class Engine:
         self.background.start()
 
     def _check_open(self) -> None:
+        """Every entry point that gives the engine work asks this first: a closed engine, or one whose
+        tensor-parallel group has failed (no step can run any more), would leave that work unanswered.
+        The group's own ``failure`` counts before a step has noticed it."""
         if self._closed:
             raise EngineError("the engine is closed")
+        failure = self._failure or (self.tp.failure if self.tp is not None else None)
+        if failure:
+            raise TensorParallelError(failure)
 
     @property
     def last_error(self) -> Optional[str]:
@@ -515,6 +526,10 @@ class Engine:
         self.bus.publish(ev.ErrorEvent(message=message, where="step", fatal=False))
         interrupts = DeferredInterrupts()
         self._fail_in_flight(message, interrupts)
+        if isinstance(error, TensorParallelError):  # fatal: no later step will apply what is queued
+            with self._lifecycle:  # a submit is queued before this (and drained below) or refused after
+                self._failure = str(error)
+            self._finish_queued(message, interrupts)
         interrupts.reraise()  # a callback's Ctrl-C, once every request has finished
 
     def _fail_in_flight(self, message: str, interrupts: DeferredInterrupts) -> None:

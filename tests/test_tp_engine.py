@@ -167,3 +167,45 @@ def test_tp2_recapture_mid_run_stays_in_step(tiny_ckpt, make_engine, torch_one_t
         passes = {(e.rank, e.phase) for e in events if e.type == "capture_started" and e.reason == "recapture"}
         assert passes == {(r, p) for r in range(tp) for p in ("decode", "prefill")}
     assert tokens[2] == tokens[1]
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_failed_group_refuses_new_work_and_finishes_what_was_queued(tiny_ckpt, make_engine, torch_one_thread,
+                                                                       background):
+    """Once a rank has died, submit (and every other command) raises the failure at once instead of
+    queueing work no step will ever serve; requests in flight or still queued finish ``cancelled``
+    with it."""
+    import signal
+    import time
+
+    from graphtop.engine.distributed.errors import TensorParallelError
+    from graphtop.engine.request import FinishReason
+
+    eng = make_engine(tiny_ckpt("llama"), tp_size=2, **SMALL)
+    try:
+        long = SamplingParams(max_new_tokens=200, ignore_eos=True)
+        running = eng.submit(PROMPTS[0], long)
+        if background:
+            eng.start_background()
+            while not running.token_ids:
+                time.sleep(0.01)
+        else:
+            eng.step()
+        queued = eng.submit(PROMPTS[1], long)  # without the background thread: still a queued command
+        os.kill(eng.tp.worker_pids[1], signal.SIGKILL)
+        assert eng.tp.await_failure(30) == "tensor-parallel rank 1 died (killed by SIGKILL)"
+        t0 = time.monotonic()
+        for call in (lambda: eng.submit("after the failure"), lambda: eng.generate(["after"]),
+                     eng.start_background, lambda: eng.recapture(decode_bs=[1]), eng.wait_for_capture):
+            with pytest.raises(TensorParallelError, match="^tensor-parallel rank 1 died"):
+                call()
+        assert time.monotonic() - t0 < 5
+        if not background:
+            with pytest.raises(TensorParallelError):
+                eng.run_until_done([running, queued])
+        assert running.wait(30) and queued.wait(30)
+        for h in (running, queued):
+            assert h.finish_reason is FinishReason.CANCELLED and "tensor-parallel rank 1 died" in h.error
+        assert eng.pool.used_pages == 0 and eng.commands.empty()
+    finally:
+        eng.close()
