@@ -209,3 +209,25 @@ def test_a_failed_group_refuses_new_work_and_finishes_what_was_queued(tiny_ckpt,
         assert eng.pool.used_pages == 0 and eng.commands.empty()
     finally:
         eng.close()
+
+
+def test_a_second_tp_engine_while_one_is_open_is_one_line_before_any_spawn(tiny_ckpt, make_engine,
+                                                                           torch_one_thread):
+    """One tensor-parallel engine per process (one torch.distributed group): a second is refused up front,
+    with nothing spawned (it failed after its worker had loaded, ~14 s, with torch's RuntimeError)."""
+    import time
+
+    from tp_procs import spawned_workers
+
+    from graphtop.engine.device import EngineError
+
+    first = make_engine(tiny_ckpt("llama"), tp_size=2, **SMALL)
+    try:
+        workers = spawned_workers(os.getpid())
+        t0 = time.monotonic()
+        with pytest.raises(EngineError, match="^this process already has a torch.distributed process group") as e:
+            make_engine(tiny_ckpt("llama"), tp_size=2, **SMALL)
+        assert len(str(e.value).splitlines()) == 1 and "one tensor-parallel engine per process" in str(e.value)
+        assert time.monotonic() - t0 < 5 and spawned_workers(os.getpid()) == workers
+    finally:
+        first.close()

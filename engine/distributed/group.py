@@ -38,7 +38,7 @@ from ..telemetry import events as ev
 from .collectives import TorchCollectives, build_collectives
 from .errors import TensorParallelError
 from .lockstep import MirroredModelRunner
-from .process_group import RankGroup, join_group, multicast_off, rank_device
+from .process_group import RankGroup, group_in_use, join_group, multicast_off, rank_device
 from .setup import RankSetup, agree_plan
 from .wire import encode_control
 from .worker import WorkerArgs, worker_main
@@ -81,6 +81,9 @@ class TensorParallelGroup:
               publish: Callable[[ev.Event], None]) -> "TensorParallelGroup":
         """Spawn ranks 1..size-1, join the group as rank 0, set up the collectives. ``meta``: the
         checkpoint as rank 0 read it (``models.loader.CheckpointMeta``): workers get its path and spec."""
+        problem = group_in_use()
+        if problem:
+            raise EngineError(problem)
         if device.type == "cuda" and (device.index or 0) + size > torch.cuda.device_count():
             raise EngineError(f"--tp {size} needs {size} GPUs from {device}; torch sees {torch.cuda.device_count()}")
         multicast_off()  # before the spawn: the workers inherit it

@@ -60,9 +60,20 @@ def rank_device(base: torch.device, rank: int) -> torch.device:
     return torch.device("cuda", (base.index or 0) + rank)
 
 
-def join_group(rank: int, size: int, device: torch.device, store_path: str) -> RankGroup:
+def group_in_use() -> Optional[str]:
+    """Why this process cannot start a tensor-parallel group, or None. torch.distributed has one default
+    group per process, so one tensor-parallel engine per process: asked before any worker is spawned,
+    since a second engine would otherwise fail only once its workers had loaded."""
     if dist.is_initialized():
-        raise RuntimeError("a torch.distributed process group already exists in this process")
+        return ("this process already has a torch.distributed process group (another tensor-parallel engine "
+                "still open?): one tensor-parallel engine per process; close the other one first")
+    return None
+
+
+def join_group(rank: int, size: int, device: torch.device, store_path: str) -> RankGroup:
+    problem = group_in_use()
+    if problem:
+        raise RuntimeError(problem)
     multicast_off()
     init = f"file://{store_path}"
     if device.type == "cuda":
