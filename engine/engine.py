@@ -281,7 +281,7 @@ class Engine:
         if isinstance(prompts, str):
             raise TypeError("generate takes a list of prompts; for one prompt pass [prompt], or use submit")
         self._check_open()
-        self._guard.refuse_inside("generate()")
+        self.refuse_inside_step("generate()")
         params = self._check_params(params)
         encoded = [encode_prompt(self.tokenizer, p, False) for p in prompts]
         handles = [self._submit_encoded(text, ids, params, None) for text, ids in encoded]
@@ -348,7 +348,7 @@ class Engine:
         EngineError if the engine is (or gets) closed. ``timeout`` None or ``inf`` waits forever; NaN is a
         ValueError (``engine/timeouts.py``)."""
         timeout = wait_timeout(timeout, "wait_for_capture")
-        self._guard.refuse_inside("wait_for_capture()")
+        self.refuse_inside_step("wait_for_capture()")
         done = threading.Event()
         with self._lifecycle:
             self._check_open()
@@ -418,7 +418,7 @@ class Engine:
         for h in handles:
             if not isinstance(h, RequestHandle):
                 raise TypeError(f"run_until_done takes the handles submit returned, got {type(h).__name__}")
-        self._guard.refuse_inside("run_until_done()")
+        self.refuse_inside_step("run_until_done()")
         if self.background.running and not self.background.owns_current_thread():
             for h in handles:  # the background thread serves them: wait instead of stepping
                 h.wait()
@@ -429,6 +429,13 @@ class Engine:
                 break
             while remaining and remaining[-1].finished:  # each handle is looked at once it finished
                 remaining.pop()
+
+    def refuse_inside_step(self, what: str) -> None:
+        """An EngineError if the calling thread is inside a step (an ``on_update`` callback, on the
+        background thread or the caller's): whatever would wait on the engine there waits on itself.
+        The one check for every waiting call, the engine's and ``RequestHandle``'s (``StepGuard``); the
+        serving thread runs no caller code outside its steps, so it is covered too."""
+        self._guard.refuse_inside(what)
 
     def step(self) -> bool:
         """Run one scheduled forward (see ``StepLoop.step``). Returns False when there was nothing to do.

@@ -19,12 +19,14 @@ log = logging.getLogger("graphtop.engine")
 
 class RequestOwner(Protocol):
     """What a handle needs from whoever serves its request (the engine): a way to make progress when
-    nobody else drives the loop, and a way to cancel."""
+    nobody else drives the loop, a way to cancel, and the refusal of a wait that would wait on itself."""
 
     @property
     def background_running(self) -> bool: ...
 
     def step(self) -> bool: ...
+
+    def refuse_inside_step(self, what: str) -> None: ...
 
     def cancel_handle(self, handle: "RequestHandle") -> None: ...
 
@@ -185,8 +187,13 @@ class RequestHandle:
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until finished. Only useful when the engine runs in its background thread. ``timeout``
-        None or ``inf`` waits forever; NaN is a ValueError (``engine/timeouts.py``)."""
+        None or ``inf`` waits forever; NaN is a ValueError (``engine/timeouts.py``).
+
+        From an ``on_update`` callback it is an EngineError, even for a finished handle: the callback
+        runs inside a step, and only that step's thread could finish the request (a deadlock, or the
+        whole timeout lost, depending on timing otherwise)."""
         timeout = wait_timeout(timeout, "RequestHandle.wait")
+        self._engine.refuse_inside_step("RequestHandle.wait()")
         with self._cond, self._waiting():
             return self._cond.wait_for(lambda: self._finished, timeout)
 
@@ -195,9 +202,11 @@ class RequestHandle:
 
         Leaving the loop early (``break``, an exception, the generator closed or collected) cancels the
         request, as an abandoned stream does in vLLM: nobody reads its tokens any more, and it would
-        otherwise hold its KV pages and a running slot until it ran to its length."""
+        otherwise hold its KV pages and a running slot until it ran to its length. From an ``on_update``
+        callback it is an EngineError, as ``wait`` is (the request is left running)."""
         try:
             while True:
+                self._engine.refuse_inside_step("RequestHandle.stream()")
                 if not self._engine.background_running:
                     if not self._finished:
                         self._engine.step()

@@ -221,6 +221,40 @@ def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine,
     assert [h.token_ids for h in others] == reference
 
 
+@pytest.mark.parametrize("call", ["wait", "stream"])
+@pytest.mark.parametrize("background", [False, True])
+def test_waiting_on_another_handle_from_a_callback_is_refused_not_a_deadlock(engine, reference, call, background):
+    # Only the thread running the callback could finish ``other``: waiting there deadlocked the
+    # background thread (and every close() after it). A watchdog finishes ``other`` by hand if the
+    # callback blocks, so a regression fails here instead of hanging the suite.
+    refused: list[str] = []
+    other = engine.submit(PROMPTS[0], LONG)
+
+    def callback(handle: RequestHandle) -> None:
+        if not refused:
+            try:
+                other.wait() if call == "wait" else list(other.stream())
+                refused.append("not refused")
+            except EngineError as e:
+                refused.append(str(e))
+
+    if background:
+        engine.start_background()
+    first = engine.submit([5, 6, 7], SamplingParams(max_new_tokens=2))
+    first.on_update = callback
+    rest = [engine.submit(p, LONG) for p in PROMPTS[1:]]
+    worker = threading.Thread(target=engine.run_until_done, args=([first, other, *rest],))
+    worker.start()
+    worker.join(30)
+    if worker.is_alive():
+        other._finish(FinishReason.CANCELLED, "the test's watchdog")
+        worker.join(30)
+        pytest.fail(f"RequestHandle.{call}() from a callback blocked the engine")
+    assert refused == [f"RequestHandle.{call}() cannot be called from inside a step (an on_update callback runs "
+                       "there); submit() and cancel() can, and close() closes once the step is over"]
+    assert [h.token_ids for h in (other, *rest)] == reference and first.finish_reason is FinishReason.LENGTH
+
+
 @pytest.mark.parametrize("background", [False, True])
 def test_close_from_a_callback_closes_once_the_step_is_over(engine, background):
     def close_when_done(handle: RequestHandle) -> None:

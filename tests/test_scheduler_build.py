@@ -139,6 +139,9 @@ def test_a_pushed_token_notifies_only_when_a_reader_waits(monkeypatch):
     class Owner:
         background_running = True
 
+        def refuse_inside_step(self, what: str) -> None:
+            pass
+
     handle = RequestHandle("r", Owner(), "p", [1])
     notified = []
     real = handle._cond.notify_all
