@@ -24,6 +24,8 @@ class BackgroundServer:
         self._step, self._wake = step, wake
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._idle = threading.Condition()
+        self._idle_steps = 0  # steps that found nothing to do (wait_idle counts them)
 
     @property
     def running(self) -> bool:
@@ -58,6 +60,19 @@ class BackgroundServer:
         self._thread = None
         return True
 
+    def wait_idle(self) -> bool:
+        """Block until a step that began after this call found nothing to do (True), or until the thread
+        stops (False). The step in flight when it is called may have drained the queue before the
+        caller's last submit, so its answer does not count: the second idle step after the call does."""
+        with self._idle:
+            target = self._idle_steps + 2
+            while self._idle_steps < target:
+                if self._stop.is_set() or not self.running:
+                    return False
+                self._wake.set()  # an idle loop looks again at once instead of after IDLE_WAIT_S
+                self._idle.wait(IDLE_WAIT_S)
+        return True
+
     def _serve(self) -> None:
         while not self._stop.is_set():
             try:
@@ -69,5 +84,8 @@ class BackgroundServer:
                 log.exception("engine step failed")
                 continue
             if not worked:
+                with self._idle:
+                    self._idle_steps += 1
+                    self._idle.notify_all()
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()

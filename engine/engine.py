@@ -407,7 +407,13 @@ class Engine:
 
     # --- the loop and its commands ---------------------------------------------------------------
     def run_until_idle(self) -> None:
-        """Step until nothing is left to do: every request served, and any pending capture finished."""
+        """Step until nothing is left to do: every request served, and any pending capture finished.
+        With the background thread serving, wait until it finds nothing to do instead, as
+        ``run_until_done`` and ``generate`` wait (stepping there would be refused); should it stop first
+        (``close``, ``shutdown``), the steps left are run here."""
+        self.refuse_inside_step("run_until_idle()")
+        if self.background.running and self.background.wait_idle():
+            return
         while self.step():
             pass
 
@@ -504,6 +510,9 @@ class Engine:
         return self.background.running
 
     def start_background(self) -> None:
+        """Serve on the engine's own thread from now on. Refused inside a step (a callback): the caller
+        driving that step would find its next step refused half-way through its generate."""
+        self.refuse_inside_step("start_background()")
         self._check_open()
         self.background.start()
 

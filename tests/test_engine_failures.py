@@ -198,16 +198,19 @@ def test_a_callback_that_interrupts_close_does_not_cut_it_short(make_engine, lla
     assert not reader.is_alive() and texts == [others[0].text]
 
 
-@pytest.mark.parametrize("call", ["generate", "wait_for_capture", "step", "run_until_done"])
+@pytest.mark.parametrize("call", ["generate", "wait_for_capture", "step", "run_until_done", "run_until_idle",
+                                  "start_background"])
 @pytest.mark.parametrize("background", [False, True])
 def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine, reference, call, background):
+    # start_background() from a callback made the caller's own run_until_done fail at its next step
     refused: list[str] = []
 
     def callback(handle: RequestHandle) -> None:
         if handle.finished and not refused:
             try:
                 {"generate": lambda: engine.generate([[1, 2, 3]]), "wait_for_capture": engine.wait_for_capture,
-                 "step": engine.step, "run_until_done": lambda: engine.run_until_done([handle])}[call]()
+                 "step": engine.step, "run_until_done": lambda: engine.run_until_done([handle]),
+                 "run_until_idle": engine.run_until_idle, "start_background": engine.start_background}[call]()
             except EngineError as e:
                 refused.append(str(e))
 
@@ -253,6 +256,31 @@ def test_waiting_on_another_handle_from_a_callback_is_refused_not_a_deadlock(eng
     assert refused == [f"RequestHandle.{call}() cannot be called from inside a step (an on_update callback runs "
                        "there); submit() and cancel() can, and close() closes once the step is over"]
     assert [h.token_ids for h in (other, *rest)] == reference and first.finish_reason is FinishReason.LENGTH
+
+
+def test_run_until_idle_waits_for_the_background_thread_as_run_until_done_does(engine, reference):
+    # it said "wait on the handles instead of calling step()", a call the caller never made
+    engine.start_background()
+    handles = [engine.submit(p, LONG) for p in PROMPTS]
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(_outcome(engine.run_until_idle)))
+    worker.start()
+    worker.join(60)
+    assert outcome == [None] and [h.token_ids for h in handles] == reference
+    assert engine.background_running  # it waited: the background thread still serves
+    engine.shutdown()
+    late = engine.submit(PROMPTS[0], LONG)  # the thread stopped: run_until_idle steps itself
+    engine.run_until_idle()
+    assert late.token_ids == reference[0]
+
+
+def _outcome(call) -> object:
+    """None, or the exception ``call`` raised (a thread's failure, for the test's own thread to see)."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the test compares whatever escaped
+        return e
+    return None
 
 
 @pytest.mark.parametrize("background", [False, True])
