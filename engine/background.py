@@ -4,12 +4,20 @@ the command queue's wake event when there is none.
 A step that raises must not end serving: the engine has already failed the requests in flight with
 the reason (``Engine.step``) and the loop goes on with whatever comes next. Only a tensor-parallel
 failure ends it, since no step can run once a rank is gone.
+
+A program may end without closing the engine. The thread is a daemon (it must not keep the program
+alive), but a daemon thread still inside a step when Python finalizes is cut off inside torch and the
+process aborts ("terminate called without an active exception", exit 134). So while the thread serves,
+an atexit hook stops it and closes the engine first; the hook holds only a weak reference (an engine
+whose thread was stopped can still be collected) and a stop that joins the thread takes it back.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from typing import Callable, Optional
 
 from .distributed.errors import TensorParallelError
@@ -17,11 +25,14 @@ from .distributed.errors import TensorParallelError
 log = logging.getLogger("graphtop.engine")
 
 IDLE_WAIT_S = 0.05  # longest sleep between polls while idle (a command wakes the loop at once)
+EXIT_STOP_S = 10.0  # at interpreter exit, how long the step in flight may take to end (exit never hangs)
 
 
 class BackgroundServer:
-    def __init__(self, step: Callable[[], bool], wake: threading.Event) -> None:
-        self._step, self._wake = step, wake
+    def __init__(self, step: Callable[[], bool], wake: threading.Event, close: Callable[[], None]) -> None:
+        """``close``: closes the engine, at interpreter exit once the thread has stopped."""
+        self._step, self._wake, self._close = step, wake, close
+        self._exit_hook: Optional[Callable[[], None]] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._idle = threading.Condition()
@@ -44,6 +55,9 @@ class BackgroundServer:
         self._stop.clear()
         self._thread = threading.Thread(target=self._serve, name="graphtop-engine", daemon=True)
         self._thread.start()
+        if self._exit_hook is None:
+            self._exit_hook = _weakly(self._at_exit)
+            atexit.register(self._exit_hook)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Ask the thread to stop after its step and wait up to ``timeout``; False if it is still in
@@ -58,7 +72,16 @@ class BackgroundServer:
         if thread.is_alive():
             return False
         self._thread = None
+        if self._exit_hook is not None:  # nothing left to stop at exit
+            atexit.unregister(self._exit_hook)
+            self._exit_hook = None
         return True
+
+    def _at_exit(self) -> None:
+        if self.stop(EXIT_STOP_S):
+            self._close()
+        else:  # closing would wait for that step: better an abort than a program that never exits
+            log.warning("at exit, the engine's step outlasted %.0f s; the engine was not closed", EXIT_STOP_S)
 
     def wait_idle(self) -> bool:
         """Block until a step that began after this call found nothing to do (True), or until the thread
@@ -89,3 +112,15 @@ class BackgroundServer:
                     self._idle.notify_all()
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
+
+
+def _weakly(method: Callable[[], None]) -> Callable[[], None]:
+    """``method`` through a weak reference to its object: a no-op once that object is collected."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call

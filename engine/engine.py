@@ -166,7 +166,7 @@ class Engine:
         self.loop = StepLoop(self.scheduler, self.pool, self.model_runner, self.output, self.events, self.commands,
                              self._apply, TokenReadback(self.device, self.max_running), self.max_context_len,
                              config.overlap_schedule, self.parity)
-        self.background = BackgroundServer(self.step, self.commands.wake)
+        self.background = BackgroundServer(self.step, self.commands.wake, lambda: self.close("the program exited"))
         self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
         self._guard = StepGuard()
         self._lifecycle = threading.Lock()  # closing, and queueing a submit, are one or the other first

@@ -5,9 +5,14 @@ said once, and the engine then serves a good request with the tokens a clean run
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
+import subprocess
+import sys
 import threading
 import time
+import weakref
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -348,6 +353,56 @@ def test_a_shutdown_that_timed_out_leaves_one_serving_thread(engine, reference):
     engine.start_background()
     _serves_cleanly(engine, reference)
     assert sum(t.name == "graphtop-engine" for t in threading.enumerate()) == 1
+
+
+# --- program exit ------------------------------------------------------------------------------------
+EXIT_SCRIPT = """
+import sys, time, torch
+torch.set_num_threads(1)
+from graphtop.engine import Engine, EngineConfig, SamplingParams
+from graphtop.engine.graphs.config import GraphConfig
+graphs = GraphConfig(decode_backend="disabled", prefill_backend="disabled")
+engine = Engine.from_pretrained(sys.argv[1], config=EngineConfig(device="cpu", dtype="float32", graphs=graphs,
+                                max_total_tokens=4096, max_running_requests=8, chunked_prefill_size=64))
+engine.start_background()
+h = engine.submit([5, 6, 7], SamplingParams(max_new_tokens=10_000, ignore_eos=True))
+h.on_update = lambda h: h.finished and print("finished:", h.finish_reason.value, h.error, flush=True)
+while len(h.token_ids) < 3:
+    time.sleep(0.001)
+print("exiting mid-step", flush=True)
+"""
+
+
+def test_a_program_that_exits_while_the_background_thread_steps_exits_cleanly(tiny_ckpt, tmp_path):
+    # It aborted: "terminate called without an active exception", exit code 134 (the daemon thread
+    # was cut off inside torch as Python finalized).
+    script = tmp_path / "exit_mid_step.py"
+    script.write_text(EXIT_SCRIPT)
+    ckpt = tiny_ckpt("llama", max_position_embeddings=4096)  # 4096 tokens: it is still running at exit
+    run = subprocess.run([sys.executable, str(script), str(ckpt)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "terminate called" not in run.stderr and run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == ["exiting mid-step", "finished: cancelled the program exited"]
+
+
+def test_the_exit_hook_is_taken_back_by_close_and_keeps_no_engine_alive(make_engine, llama, monkeypatch):
+    hooks: set = set()
+    monkeypatch.setattr(atexit, "register", hooks.add)
+    monkeypatch.setattr(atexit, "unregister", hooks.discard)
+    engine = make_engine(llama, graphs=False)
+    engine.start_background()
+    assert len(hooks) == 1
+    engine.close()
+    assert hooks == set()
+    other = make_engine(llama, graphs=False)
+    other.start_background()
+    assert not other.shutdown(timeout=0)  # only asked: the hook stays until a stop joins the thread
+    other.background._thread.join(10)
+    ref = weakref.ref(other)
+    del other
+    gc.collect()
+    assert ref() is None and len(hooks) == 1
+    hooks.pop()()  # the program's exit, after the engine was collected: nothing to do
 
 
 # --- cancel --------------------------------------------------------------------------------------------
