@@ -204,44 +204,24 @@ def test_a_callback_that_interrupts_close_does_not_cut_it_short(make_engine, lla
 
 
 @pytest.mark.parametrize("call", ["generate", "wait_for_capture", "step", "run_until_done", "run_until_idle",
-                                  "start_background"])
+                                  "start_background", "RequestHandle.wait", "RequestHandle.stream"])
 @pytest.mark.parametrize("background", [False, True])
 def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine, reference, call, background):
-    # start_background() from a callback made the caller's own run_until_done fail at its next step
+    # start_background() from a callback made the caller's own run_until_done fail at its next step. Only
+    # the thread running the callback could finish ``other``: waiting on it there deadlocked the background
+    # thread (and every close() after it). A watchdog finishes ``other`` by hand if the callback blocks, so
+    # a regression fails here instead of hanging the suite.
     refused: list[str] = []
+    other = engine.submit(PROMPTS[0], LONG)
+    calls = {"generate": lambda: engine.generate([[1, 2, 3]]), "wait_for_capture": engine.wait_for_capture,
+             "step": engine.step, "run_until_done": lambda: engine.run_until_done([other]),
+             "run_until_idle": engine.run_until_idle, "start_background": engine.start_background,
+             "RequestHandle.wait": other.wait, "RequestHandle.stream": lambda: list(other.stream())}
 
     def callback(handle: RequestHandle) -> None:
         if handle.finished and not refused:
             try:
-                {"generate": lambda: engine.generate([[1, 2, 3]]), "wait_for_capture": engine.wait_for_capture,
-                 "step": engine.step, "run_until_done": lambda: engine.run_until_done([handle]),
-                 "run_until_idle": engine.run_until_idle, "start_background": engine.start_background}[call]()
-            except EngineError as e:
-                refused.append(str(e))
-
-    if background:
-        engine.start_background()
-    first = engine.submit([5, 6, 7], SamplingParams(max_new_tokens=2))
-    first.on_update = callback
-    others = [engine.submit(p, LONG) for p in PROMPTS]
-    engine.run_until_done([first, *others])
-    assert len(refused) == 1 and refused[0].startswith(f"{call}() cannot be called from inside a step")
-    assert [h.token_ids for h in others] == reference
-
-
-@pytest.mark.parametrize("call", ["wait", "stream"])
-@pytest.mark.parametrize("background", [False, True])
-def test_waiting_on_another_handle_from_a_callback_is_refused_not_a_deadlock(engine, reference, call, background):
-    # Only the thread running the callback could finish ``other``: waiting there deadlocked the
-    # background thread (and every close() after it). A watchdog finishes ``other`` by hand if the
-    # callback blocks, so a regression fails here instead of hanging the suite.
-    refused: list[str] = []
-    other = engine.submit(PROMPTS[0], LONG)
-
-    def callback(handle: RequestHandle) -> None:
-        if not refused:
-            try:
-                other.wait() if call == "wait" else list(other.stream())
+                calls[call]()
                 refused.append("not refused")
             except EngineError as e:
                 refused.append(str(e))
@@ -257,9 +237,9 @@ def test_waiting_on_another_handle_from_a_callback_is_refused_not_a_deadlock(eng
     if worker.is_alive():
         other._finish(FinishReason.CANCELLED, "the test's watchdog")
         worker.join(30)
-        pytest.fail(f"RequestHandle.{call}() from a callback blocked the engine")
-    assert refused == [f"RequestHandle.{call}() cannot be called from inside a step (an on_update callback runs "
-                       "there); submit() and cancel() can, and close() closes once the step is over"]
+        pytest.fail(f"{call}() from a callback blocked the engine")
+    assert refused == [f"{call}() cannot be called from inside a step (an on_update callback runs there); "
+                       "submit() and cancel() can, and close() closes once the step is over"]
     assert [h.token_ids for h in (other, *rest)] == reference and first.finish_reason is FinishReason.LENGTH
 
 
