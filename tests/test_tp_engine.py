@@ -231,3 +231,28 @@ def test_a_second_tp_engine_while_one_is_open_is_one_line_before_any_spawn(tiny_
         assert time.monotonic() - t0 < 5 and spawned_workers(os.getpid()) == workers
     finally:
         first.close()
+
+
+def test_a_program_without_a_main_guard_is_told_why_its_worker_died(tiny_ckpt, tmp_path):
+    """The worker re-imports the main module, builds an engine there and dies in multiprocessing's
+    bootstrapping check: the program heard only "rank 1 died (exit code 1)", the reason was in the
+    worker's stderr."""
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import sys\n"
+        "from graphtop.engine import Engine\n"
+        "from graphtop.engine.config import EngineConfig\n"
+        "try:\n"
+        "    Engine.from_pretrained(sys.argv[1], config=EngineConfig(device='cpu', dtype='float32', tp_size=2,\n"
+        "                                                            max_total_tokens=256)).close()\n"
+        "    print('built')\n"
+        "except Exception as exc:\n"
+        "    print(f'{type(exc).__name__}: {exc}', flush=True)\n"
+        "    raise\n"
+    )
+    out = subprocess.run([sys.executable, str(script), str(tiny_ckpt("llama"))], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    said = [line for line in out.stdout.splitlines() if line.startswith("TensorParallelError")]
+    assert said == ["TensorParallelError: tensor-parallel rank 1 died (exit code 1): it ended before it started (if "
+                    "the program builds the engine at import time, put that under `if __name__ == \"__main__\":`: "
+                    "each worker is a spawned process that imports the main module again)"], out.stdout

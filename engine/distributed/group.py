@@ -49,6 +49,12 @@ ABORT_AFTER_S = 5.0
 EXIT_AFTER_S = 20.0
 
 
+_NO_MAIN_GUARD = ("it ended before it started (if the program builds the engine at import time, put that under "
+                  "`if __name__ == \"__main__\":`: each worker is a spawned process that imports the main module again)")
+"""What a worker that exits 1 before it reports ready most likely hit: multiprocessing's "bootstrapping
+phase" error, printed in the worker's stderr only (the parent said just "exit code 1")."""
+
+
 class TensorParallelGroup:
     """Built by ``start``; the engine holds it as ``engine.tp`` (``comm``: rank 0's collectives,
     ``worker_pids``, ``failure``: why the group ended, or None)."""
@@ -219,7 +225,7 @@ class TensorParallelGroup:
             self._drain()  # its last words may still be in the queue
             code = proc.exitcode
             how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-            said = self.errors.get(rank)
+            said = self.errors.get(rank) or (_NO_MAIN_GUARD if code == 1 and rank not in self.worker_pids else None)
             self.failure = f"tensor-parallel rank {rank} died ({how})" + (f": {said}" if said else "")
             self.publish(ev.ErrorEvent(message=self.failure, where="tensor-parallel", fatal=True, rank=rank))
             return
