@@ -161,6 +161,11 @@ def test_bad_header_fields(tmp_path: Path) -> None:
     h = TraceHeader(ts=T0, schema_version=99).to_dict()
     with pytest.raises(TraceError, match=r":1: trace schema_version 99 is newer"):
         read_trace(write_lines(tmp_path / "c.jsonl", [json.dumps(h) + "\n"]))
+    for version in (0, -1):  # no graphtop wrote one: versions start at 1
+        h = TraceHeader(ts=T0).to_dict()
+        h["schema_version"] = version
+        with pytest.raises(TraceError, match=rf":1: bad header: schema_version should be 1 or more, got {version}"):
+            read_trace(write_lines(tmp_path / "d.jsonl", [json.dumps(h) + "\n"]))
 
 
 def test_empty_missing_and_concatenated(tmp_path: Path) -> None:

@@ -132,6 +132,8 @@ class TraceDicts:
         version = obj.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
             raise self._error(lineno, f"bad header: schema_version should be int, got {short_repr(version)}")
+        if version < 1:  # versions start at 1: a 0 or a negative one was written by no graphtop
+            raise self._error(lineno, f"bad header: schema_version should be 1 or more, got {short_repr(version)}")
         if version > SCHEMA_VERSION:
             raise self._error(
                 lineno,
