@@ -534,8 +534,8 @@ class Engine:
     def _fail_step(self, error: BaseException) -> None:
         """A step raised: fail what it may have left half-done (the one home of that clean-up, for the
         caller's steps and the background thread's)."""
-        if isinstance(error, KeyboardInterrupt):
-            message = "interrupted (KeyboardInterrupt) during a step"
+        if isinstance(error, KeyboardInterrupt):  # its subclass names the signal (the CLI's Terminated: SIGTERM)
+            message = f"interrupted ({type(error).__name__}) during a step"
         else:
             message = f"{type(error).__name__}: {error}".splitlines()[0]
         self._last_error = message

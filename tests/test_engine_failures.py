@@ -76,6 +76,7 @@ def _raise_on_forward(engine: Engine, call: int, error: BaseException) -> None:
 @pytest.mark.parametrize("error, reason", [
     (RuntimeError("device fell over"), "RuntimeError: device fell over"),
     (KeyboardInterrupt(), "interrupted (KeyboardInterrupt) during a step"),
+    (type("Terminated", (KeyboardInterrupt,), {})(), "interrupted (Terminated) during a step"),  # SIGTERM: not Ctrl-C
 ])
 def test_a_step_that_raises_fails_its_requests_and_the_engine_serves_on(make_engine, llama, reference, overlap,
                                                                           error, reason):
