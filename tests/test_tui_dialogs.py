@@ -30,6 +30,17 @@ async def _open(pilot, action: str) -> PathPromptScreen:
     return screen
 
 
+async def _refused_in_dialog(pilot, action: str, path: Path) -> PathPromptScreen:
+    """Open ``action``'s dialog, enter ``path``: the dialog stays and says it is a FIFO, in one line."""
+    dialog = await _open(pilot, action)
+    dialog.query_one(Input).value = str(path)
+    await pilot.press("enter")
+    assert pilot.app.screen is dialog
+    said = str(dialog.query_one("#path-message").render())
+    assert "is a FIFO" in said and "\n" not in said
+    return dialog
+
+
 async def test_export_dialog_takes_typing_and_enter_at_once(tmp_path: Path) -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -235,12 +246,8 @@ async def test_open_trace_refuses_a_fifo_in_the_dialog(tmp_path: Path) -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        dialog = await _open(pilot, "open_trace")
-        dialog.query_one(Input).value = str(fifo)
-        await pilot.press("enter")
-        assert app.screen is dialog and app.session.kind != "replay"
-        said = str(dialog.query_one("#path-message").render())
-        assert "is a FIFO" in said and "\n" not in said
+        dialog = await _refused_in_dialog(pilot, "open_trace", fifo)
+        assert app.session.kind != "replay"
         app.open_trace(str(fifo))  # the action itself refuses too (a toast)
         await wait_until(pilot, lambda: any("is a FIFO" in m for m in messages(app)))
         dialog.query_one(Input).value = str(tmp_path)
@@ -260,12 +267,7 @@ async def test_export_trace_refuses_a_fifo_and_leaves_no_thread_waiting(tmp_path
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        dialog = await _open(pilot, "export_trace")
-        dialog.query_one(Input).value = str(fifo)
-        await pilot.press("enter")
-        assert app.screen is dialog
-        said = str(dialog.query_one("#path-message").render())
-        assert "is a FIFO" in said and "\n" not in said
+        await _refused_in_dialog(pilot, "export_trace", fifo)
         await pilot.press("escape")
         app._export_to(str(fifo))  # the palette's path
         await wait_until(pilot, lambda: any("is a FIFO" in m for m in messages(app)))

@@ -38,7 +38,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .cli_help import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
-from .stdout_guard import StdoutError, guarded_stdout, stdout_error_line  # noqa: E402
+from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
 from .usage import UsageError, error_line  # noqa: E402
 
 
@@ -361,6 +361,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"graphtop: {word}", file=sys.stderr)
         return status
     except StdoutError as e:
+        silence_stdout()
         line = stdout_error_line(e)
         if line:
             print(f"graphtop: error: {line}", file=sys.stderr)

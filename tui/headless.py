@@ -118,7 +118,7 @@ def _open_recorder(args: Any, bus: Any) -> Any:
 
     if not args.record:
         return None
-    meta = {"argv": getattr(args, "argv", sys.argv[1:]), "model": args.model or "demo", "workload":
+    meta = {"argv": args.argv, "model": args.model or "demo", "workload":
             f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
     try:
         return TraceRecorder(args.record, bus, header_meta=meta, publish=False)

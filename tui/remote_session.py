@@ -26,6 +26,7 @@ import msgspec
 import zmq
 
 from graphtop.engine.telemetry import protocol as p
+from graphtop.engine.telemetry.pid_check import process_alive
 
 from .prompt_queue import PromptQueue
 from .session import Limits, SamplingSettings, SessionError
@@ -325,8 +326,6 @@ class RemoteSession:
         socket), where its pid means something; a remote engine can only go silent."""
         if not self.endpoint.startswith("ipc://"):
             return False
-        from graphtop.engine.telemetry.pid_check import process_alive
-
         return not process_alive(welcome.pid, welcome.started)
 
     @property

@@ -58,7 +58,6 @@ def guarded_stdout() -> Iterator[None]:
 
 def stdout_error_line(exc: StdoutError) -> str:
     """What to print on stderr: nothing for a reader that left (``| head``), else one line."""
-    silence_stdout()
     return "" if exc.broken_pipe else f"cannot write to standard output: {exc.strerror or exc}"
 
 

@@ -23,8 +23,6 @@ PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest client message the server reads (a prompt is at most this big); larger ones are refused."""
 
-
-
 HARD_MAX_MESSAGE_BYTES = 16 << 20
 """ZeroMQ drops the connection of a client that sends more than this (the server never buffers it)."""
 
