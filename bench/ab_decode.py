@@ -55,9 +55,9 @@ import torch  # noqa: E402
 from floor import copy_bandwidth, floor_ms  # noqa: E402
 from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, refuse_past_context, time_steps  # noqa: E402
 
-from graphtop.engine.argmax import argmax_rows  # noqa: E402
+from graphtop.models.kernels.argmax import argmax_rows  # noqa: E402
 from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
-from graphtop.engine.attention import triton_decode as td  # noqa: E402
+from graphtop.models.kernels import decode_attention as td  # noqa: E402
 from graphtop.engine.attention.base import pick_graph_width  # noqa: E402
 from graphtop.engine.graphs import upload as gu  # noqa: E402
 from graphtop.engine.graphs.backend import ShapeKey  # noqa: E402
@@ -65,10 +65,10 @@ from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.runners.base import StepOutput  # noqa: E402
 from graphtop.engine.runners import decode_graph as dg  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
-from graphtop.models import triton_gemv as tg  # noqa: E402
-from graphtop.models import triton_kernels as tk  # noqa: E402
-from graphtop.models import triton_skinny as ts  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.kernels import gemv as tg  # noqa: E402
+from graphtop.models.kernels import fused as tk  # noqa: E402
+from graphtop.models.kernels import skinny as ts  # noqa: E402
+from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
 SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING)

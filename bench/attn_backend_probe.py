@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS  # noqa: E402
-from graphtop.engine.attention.triton_decode import PagedDecode  # noqa: E402
+from graphtop.models.kernels.decode_attention import PagedDecode  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from decode_attn_bench import SHAPES, graph_us, log  # noqa: E402

@@ -28,7 +28,7 @@ from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 # A CPU-sized Qwen3 (the emulated capture records each bucket's contract and runs one forward per phase).
 CPU_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,

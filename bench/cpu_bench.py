@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (tui/cli.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (tui/cli/entry.py)
 
 import torch  # noqa: E402
 
@@ -49,7 +49,7 @@ def default_model() -> str:
 
 
 def checkpoint_folder(model: str) -> Path:
-    from graphtop.models.gguf import gguf_folder, is_gguf
+    from graphtop.models.checkpoint.gguf import gguf_folder, is_gguf
 
     path = Path(model).expanduser()
     return gguf_folder(path) if is_gguf(path) else path

@@ -43,7 +43,7 @@ def _raw_viewer(endpoint: str, token: str) -> None:
     """A viewer that only receives and decodes (no Textual): the endpoint's own cost, without rendering."""
     import threading
 
-    from graphtop.tui.remote_session import RemoteSession
+    from graphtop.tui.sessions.remote import RemoteSession
 
     session = RemoteSession(endpoint, token, label="bench")
     session.start()
@@ -61,7 +61,7 @@ def _raw_viewer(endpoint: str, token: str) -> None:
 
 async def _viewer(endpoint: str, token: str) -> None:
     from graphtop.tui.app import GraphtopApp
-    from graphtop.tui.remote_session import RemoteSession
+    from graphtop.tui.sessions.remote import RemoteSession
 
     session = RemoteSession(endpoint, token, label="bench")
     session.connect()
@@ -130,7 +130,7 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
     from graphtop.engine.telemetry.bus import EventBus
-    from graphtop.models.random_model import hf_config_for, random_checkpoint
+    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     config = EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""), max_context_len=1024,

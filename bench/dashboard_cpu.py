@@ -41,8 +41,8 @@ from graphtop.engine.telemetry.events import (
     RequestQueued,
     StepEvent,
 )
-from graphtop.tui.fake_session import boot_events
-from graphtop.tui.session import Limits
+from graphtop.tui.sessions.fake import boot_events
+from graphtop.tui.sessions.base import Limits
 
 DECODE = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 PREFILL = (64, 128, 256, 512, 1024, 2048)

@@ -1,6 +1,6 @@
 """Decode attention per layer, as a decode graph runs it: FlashInfer's pipeline (q/k-norm+RoPE, K/V
 store, FlashInfer decode, its merge: four launches) against the one-launch Triton kernel
-(engine/attention/triton_decode.py), each captured as L layers in one CUDA graph and timed by replay,
+(models/kernels/decode_attention.py), each captured as L layers in one CUDA graph and timed by replay,
 so launch gaps count. Every layer has its own KV cache, so the caches are not all sitting in L2.
 
     python bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
@@ -38,8 +38,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS  # noqa: E402
-from graphtop.engine.attention.triton_decode import DecodeTuning, PagedDecode  # noqa: E402
-from graphtop.models import triton_kernels as tk  # noqa: E402
+from graphtop.models.kernels.decode_attention import DecodeTuning, PagedDecode  # noqa: E402
+from graphtop.models.kernels import fused as tk  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from graph_bench import PROMPT_LEN, copy_bandwidth  # noqa: E402

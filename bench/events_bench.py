@@ -33,7 +33,7 @@ def build(device: str, shape: str) -> Engine:
     if device == "cpu":
         return Engine.from_pretrained(None, config=EngineConfig(device="cpu", capture_before_serving=True),
                                        bus=EventBus())
-    from graphtop.models.random_model import hf_config_for, random_checkpoint
+    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
     ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
     return Engine(ckpt, EngineConfig(device="cuda", dtype="bfloat16", max_context_len=4096,

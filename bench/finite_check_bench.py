@@ -1,4 +1,4 @@
-"""Cost of refusing non-finite weights at load (models/weight_checks.py), as a share of load time.
+"""Cost of refusing non-finite weights at load (models/checkpoint/weight_checks.py), as a share of load time.
 
 Builds a random checkpoint in a published shape (safetensors written directly, no transformers model
 init), then loads it ``--rounds`` times in alternation with the check on and off (``check_finite``
@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-import graphtop.models.weight_checks as weight_checks
+import graphtop.models.checkpoint.weight_checks as weight_checks
 from graphtop.models import load_checkpoint
-from graphtop.models.demo_corpus import CORPUS
+from graphtop.models.synthetic.demo_corpus import CORPUS
 from graphtop.models.registry import model_class, spec_from_hf_config
-from graphtop.models.tokenizer_train import train_byte_level_bpe
+from graphtop.models.synthetic.tokenizer_train import train_byte_level_bpe
 
 SHAPES = {
     "qwen3-0.6b": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=151936, hidden_size=1024,

@@ -6,7 +6,7 @@ vs the fused Triton GEMV, per launch config, measured the way a decode graph run
 Each variant is captured in a CUDA graph that runs the op once per layer over that many distinct weight
 copies (so weights stream from HBM as in the model, never from L2), replayed several times; the table
 gives µs per op, weight GB/s and the fraction of the measured copy bandwidth. ``--sweep`` tries the
-config grid and prints the best config per (N, K) as a ``TUNED`` dict for models/triton_gemv.py.
+config grid and prints the best config per (N, K) as a ``TUNED`` dict for models/kernels/gemv.py.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from floor import copy_bandwidth, floor_ms  # noqa: E402
 
-from graphtop.models import triton_gemv as tg  # noqa: E402
-from graphtop.models import triton_kernels as tk  # noqa: E402
-from graphtop.models.random_model import SHAPES  # noqa: E402
+from graphtop.models.kernels import gemv as tg  # noqa: E402
+from graphtop.models.kernels import fused as tk  # noqa: E402
+from graphtop.models.synthetic.random_model import SHAPES  # noqa: E402
 
 GRID = [c for c in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
 # --wide: more, longer K tiles and fewer rows a program (more programs in flight for small N)
@@ -163,7 +163,7 @@ def decode_with(shape: str, tuned: dict, bw: float) -> None:
     """Graph decode step at bs 1 (FlashInfer, overlap on) with the shipped TUNED vs shipped + swept."""
     from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps
 
-    from graphtop.models.random_model import hf_config_for, random_checkpoint
+    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
     ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
     shipped = dict(tg.TUNED)

@@ -29,7 +29,7 @@ from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 PROMPT = 128
 HIDDEN = 64

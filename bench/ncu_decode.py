@@ -48,7 +48,7 @@ def attn(args: argparse.Namespace) -> None:
 def step(args: argparse.Namespace) -> None:
     from graph_bench import fill_decode, make_engine, time_steps
 
-    from graphtop.models.random_model import hf_config_for, random_checkpoint
+    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
     ckpt = random_checkpoint(hf_config_for(args.shape), device="cuda", dtype=torch.bfloat16)
     eng = make_engine(ckpt, "flashinfer", graphs=not args.eager, max_running=max(64, args.bs),

@@ -95,7 +95,7 @@ class Half:
             self.wrapper.plan(self.indptr_h, self.indices_h, self.last_h, shape.heads, shape.kv_heads, D, 1,
                               pos_encoding_mode="NONE", q_data_type=DT, kv_data_type=DT, sm_scale=D**-0.5)
         else:
-            from graphtop.engine.attention.triton_decode import PagedDecode
+            from graphtop.models.kernels.decode_attention import PagedDecode
 
             self.kern = PagedDecode(shape.heads, shape.kv_heads, D, 1, D**-0.5, rows, torch.device(dev))
 

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from floor import copy_bandwidth  # noqa: E402
 from gemv_bench import ops_for  # noqa: E402
 
-from graphtop.models import triton_skinny as ts  # noqa: E402
+from graphtop.models.kernels import skinny as ts  # noqa: E402
 
 
 CHAIN = ("o", "gate_up", "down")

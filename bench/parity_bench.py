@@ -30,7 +30,7 @@ from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 PROMPT_LEN = 128
 # A CPU-sized Qwen3 for the smoke check (as bench/capture_bench.py): emulated graphs, fp32.
@@ -75,7 +75,7 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
     context = PROMPT_LEN + new_tokens + 16
     engines = {"without": make_engine(ckpt, args.device, bs, context, 0, args.attention),
                "with": make_engine(ckpt, args.device, bs, context, args.every, args.attention)}
-    if args.compare_pacing:  # the same checks with the re-run's pacing off (engine/parity.py)
+    if args.compare_pacing:  # the same checks with the re-run's pacing off (engine/parity/checker.py)
         engines["unpaced"] = make_engine(ckpt, args.device, bs, context, args.every, args.attention)
         engines["unpaced"].parity.pacing = False
     handles = {name: fill_decode(eng, bs, new_tokens) for name, eng in engines.items()}

@@ -26,7 +26,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from parity_bench import fill_decode, make_engine, sync  # noqa: E402
 
 from graphtop.engine.runners.base import StepOutput  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
 def timed(store: list[float], fn: Any) -> Any:

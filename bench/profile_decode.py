@@ -31,7 +31,7 @@ from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E40
 
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 # name, fused-GEMV rows, overlap schedule, FlashInfer decode kernel, fused-GEMV policy, PDL policy
 VARIANTS = [

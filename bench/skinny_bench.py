@@ -1,5 +1,5 @@
 """Decode projections at 2-256 rows: cuBLAS (plus the SiLU·mul kernel after gate|up, as the fused-kernel
-path runs them today) against the split-K skinny Triton GEMM (models/triton_skinny.py), per launch
+path runs them today) against the split-K skinny Triton GEMM (models/kernels/skinny.py), per launch
 config, measured as a decode graph runs them (bench/gemv_bench.py's harness: one graph over a distinct
 weight copy per layer, so weights stream from HBM).
 
@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from floor import copy_bandwidth  # noqa: E402
 from gemv_bench import graph_us, ops_for  # noqa: E402
 
-from graphtop.models import triton_kernels as tk  # noqa: E402
-from graphtop.models import triton_skinny as ts  # noqa: E402
-from graphtop.models.random_model import SHAPES  # noqa: E402
+from graphtop.models.kernels import fused as tk  # noqa: E402
+from graphtop.models.kernels import skinny as ts  # noqa: E402
+from graphtop.models.synthetic.random_model import SHAPES  # noqa: E402
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages), likeliest first so a cut-off sweep has tried them; SPLIT_K
 # 0 / -2: stream-K over one / two programs an SM

@@ -37,7 +37,7 @@ from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
 def loader(name: str) -> Callable[[EventBus], Engine]:
@@ -93,7 +93,7 @@ def measure(name: str, with_forwards: bool) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="demo,smollm2-135m", help="demo and/or random-weight shapes (models/random_model.py)")
+    ap.add_argument("--shapes", default="demo,smollm2-135m", help="demo and/or random-weight shapes (models/synthetic/random_model.py)")
     ap.add_argument("--model", action="append", default=[], help="a checkpoint folder to add (repeatable)")
     ap.add_argument("--forward-per-bucket", action="store_true", help="also time one eager forward per bucket")
     args = ap.parse_args()

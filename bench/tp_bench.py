@@ -34,7 +34,7 @@ from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
-from graphtop.models.random_model import save_random_checkpoint  # noqa: E402
+from graphtop.models.synthetic.random_model import save_random_checkpoint  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from events_bench import timed  # noqa: E402

@@ -30,9 +30,9 @@ class EngineConfig:
     activation_reserve_mb: int = 2048
     max_total_tokens: Optional[int] = None
     fused_kernels: bool = True  # Triton RMSNorm/RoPE/SiLU and fused qkv/gate_up GEMMs (CUDA, bf16/fp16)
-    overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/overlap.py)
+    overlap_schedule: bool = True  # launch greedy decode step N+1 before reading N back (engine/step/overlap.py)
     fused_gemv_max_rows: int = 1  # fused path: batches of <= this many tokens (max 4) use the fused-GEMV layers
-    parity_every: int = 0  # re-run one graph step in N eagerly and compare logits (engine/parity.py); 0: off
+    parity_every: int = 0  # re-run one graph step in N eagerly and compare logits (engine/parity/checker.py); 0: off
     parity_tolerance: Optional[float] = None  # relative error over which a check is a mismatch; None: by dtype
     allow_external_weights: bool = False  # checkpoint files may be symbolic links out of the folder
     tp_size: int = 1  # tensor-parallel ranks (engine/distributed): one process and one device each

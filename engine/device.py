@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from .errors import EngineError
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class EngineError(RuntimeError):
-    """A problem the user can fix (bad device, backend unavailable, …); the message is one line."""
 
 
 def resolve_device(name: str) -> torch.device:

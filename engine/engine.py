@@ -30,31 +30,32 @@ from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
 from .commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
 from .config import EngineConfig
-from .detokenizer import IncrementalDetokenizer
-from .device import EngineError, resolve_device
-from .distributed.errors import TensorParallelError
-from .background import BackgroundServer
-from .cleanup import DeferredInterrupts
+from .step.detokenizer import IncrementalDetokenizer
+from .device import resolve_device
+from .errors import EngineError
+from .errors import TensorParallelError
+from .step.background import BackgroundServer
+from .step.cleanup import DeferredInterrupts
 from .distributed.group import TensorParallelGroup
 from .distributed.setup import RankSetup
-from .engine_events import EngineEvents
-from .engine_info import EngineInfo, describe, started_events
-from .engine_loading import load_engine
+from .step.events import EngineEvents
+from .lifecycle.info import EngineInfo, describe, started_events
+from .lifecycle.loading import load_engine
 from .kernel_config import resolve_kernel_config
 from .graphs.config import resolve_graph_config
 from .kv_pool import KVLayout, KVPool
 from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
 from .model_runner import ModelRunner
-from .output import OutputProcessor
-from .overlap import TokenReadback
-from .parity import ParityChecker, scratch_pages
+from .step.output import OutputProcessor
+from .step.overlap import TokenReadback
+from .parity.checker import ParityChecker, scratch_pages
 from .prompts import admission_problem, encode_prompt
 from .request import FinishReason, Request, RequestHandle
 from .request_ids import RequestIds
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
-from .step_guard import StepGuard
-from .step_loop import StepLoop
+from .step.guard import StepGuard
+from .step.loop import StepLoop
 from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
@@ -332,7 +333,7 @@ class Engine:
         """Serve this engine's events on an endpoint that viewers attach to (``graphtop attach``,
         ``graphtop ps``) and take their commands back. ``address``: "ipc" (a private Unix socket) or
         "tcp://HOST:PORT" (token-protected). Returns the ``TelemetryServer``; ``close()`` ends it."""
-        from .telemetry_link import serve_telemetry
+        from .lifecycle.telemetry_link import serve_telemetry
 
         self._check_open()
         if self.telemetry is not None and not self.telemetry.closed:
@@ -550,7 +551,7 @@ class Engine:
 
     def _fail_in_flight(self, message: str, interrupts: DeferredInterrupts) -> None:
         """Finish every admitted or waiting request as cancelled with ``message`` (holding the guard);
-        a callback that interrupts one finish does not stop the others (engine/cleanup.py)."""
+        a callback that interrupts one finish does not stop the others (engine/step/cleanup.py)."""
         self.loop.discard_in_flight()  # a launched step's tokens are not delivered to failed requests
         for req in list(self.scheduler.running) + list(self.scheduler.waiting):
             with interrupts.deferred():

@@ -21,7 +21,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # "auto" = on wherever the fused kernels run (CUDA bf16/fp16 with Triton), like "on"
     "fused_gemv": ("auto", "on", "off"),
     # the skinny Triton GEMM for steps of 2-64 tokens, on the projections where it measured faster than
-    # cuBLAS (models/triton_skinny.py TUNED); "off" keeps cuBLAS for every projection; "packed" = "auto",
+    # cuBLAS (models/kernels/skinny.py TUNED); "off" keeps cuBLAS for every projection; "packed" = "auto",
     # and where triton_skinny.PACKED lists the shape's row class (the 8B at 17-64 tokens) the projections read a copy
     # of their weights in the kernel's tile order: faster there, for the layers' projection bytes again
     # in GPU memory (the KV pool is planned around the copy)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from graphtop.models.capacity import fit_problem
+from graphtop.models.checkpoint.capacity import fit_problem
 
 GiB = 1 << 30
 MiB = 1 << 20

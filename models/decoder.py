@@ -17,11 +17,11 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from . import triton_gemv as tg
-from . import triton_kernels as tk
-from . import triton_skinny as ts
-from .layers import RMSNorm, SwiGLUMLP
-from .rope import RopeFactors, RotaryEmbedding
+from .kernels import gemv as tg
+from .kernels import fused as tk
+from .kernels import skinny as ts
+from .layers.mlp import RMSNorm, SwiGLUMLP
+from .layers.rope import RopeFactors, RotaryEmbedding
 from .spec import ModelSpec
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]

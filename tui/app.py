@@ -13,7 +13,7 @@ Data flow, deliberately one-way and pull-based (like memray's live view):
 * the same timer polls in-flight prompt handles for streamed text;
 * the device poller is a second thread worker posting one typed message per second.
 
-What goes where on screen is the :class:`~graphtop.tui.dashboard_screen.DashboardScreen`'s business;
+What goes where on screen is the :class:`~graphtop.tui.screens.dashboard.DashboardScreen`'s business;
 the actions live in the mixins (``app_actions``, ``graph_actions``, ``file_actions``).
 """
 
@@ -36,14 +36,14 @@ from graphtop.themes import DEFAULT_THEME, STYLESHEETS
 
 from .bindings import APP_BINDINGS
 from .commands import GraphtopCommands
-from .dashboard_screen import DashboardScreen
+from .screens.dashboard import DashboardScreen
 from .device_probe import DeviceProbe, DeviceSample
 from .file_actions import FileActions
 from .graph_actions import GraphActions
 from .messages import DeviceSampled, EngineFailed, EngineReady
-from .prompt_console import PromptConsole
+from .widgets.prompt_console import PromptConsole
 from .safe_text import printable
-from .session import Session, SessionError
+from .sessions.base import Session, SessionError
 from .state import DashboardState
 from .usage import error_line
 

@@ -13,11 +13,11 @@ from textual.app import App
 from textual.screen import ModalScreen
 
 from .bindings import LIVE_ACTIONS, REPLAY_ACTIONS
-from .help_screen import HelpScreen
+from .screens.help import HelpScreen
 
 if TYPE_CHECKING:
-    from .dashboard_screen import DashboardScreen
-    from .session import ReplayControls, Session
+    from .screens.dashboard import DashboardScreen
+    from .sessions.base import ReplayControls, Session
     from .state import DashboardState
 
 

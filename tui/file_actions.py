@@ -20,8 +20,8 @@ from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct
 from graphtop.engine.telemetry.trace import write_trace
 
 from .app_actions import AppActions
-from .path_prompt import PathPromptScreen
-from .replay_session import ReplaySession
+from .screens.path_prompt import PathPromptScreen
+from .sessions.replay import ReplaySession
 from .special_files import is_fifo, special_kind
 from .state import DashboardState
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from graphtop.engine.telemetry.events import Event
 
-    from .session import Session
+    from .sessions.base import Session
 
 
 def stamped(prefix: str, suffix: str) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from .app_actions import AppActions
-from .bucket_editor import BucketChoice, BucketEditorScreen
-from .capture_table import CaptureTableScreen
+from .screens.bucket_editor import BucketChoice, BucketEditorScreen
+from .screens.capture_table import CaptureTableScreen
 
 if TYPE_CHECKING:
     from .state import DashboardState

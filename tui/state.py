@@ -36,7 +36,7 @@ from graphtop.engine.telemetry.events import (
 from graphtop.engine.telemetry.stats import BucketTally, HitTally, ParityTally, step_phase
 from graphtop.engine.telemetry.value_limits import MAX_FLOAT, MAX_INT
 
-from .recapture_state import RecaptureTracker
+from .sessions.recapture_state import RecaptureTracker
 from .whatif import WhatIfInputs
 
 CAPTURE_HISTORY = 8

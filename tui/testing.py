@@ -11,7 +11,7 @@ import io
 from typing import Any, Callable, Optional
 
 from .device_probe import DeviceSample, GpuSample
-from .fake_session import GiB, FakeSession, boot_events, step_events
+from .sessions.fake import GiB, FakeSession, boot_events, step_events
 
 FIXED_DEVICE = DeviceSample(
     gpus=(GpuSample(0, "NVIDIA H200", 118 * GiB, 141 * GiB, 87.0, 612.0, 700.0, 61.0),),

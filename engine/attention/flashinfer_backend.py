@@ -31,7 +31,8 @@ from typing import Any, ClassVar, Iterator, Optional
 
 import torch
 
-from graphtop.models import triton_kernels as tk
+from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels.decode_attention import HAVE_TRITON, PagedDecode
 
 from ..batch import ForwardBatch, ForwardMode
 from ..graphs.buffers import BufferSlot, PaddingPolicy
@@ -40,14 +41,14 @@ from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
 from .flashinfer_support import FlashInferUnsupported, kv_cache_problem
 from .page_lists import host_ints, page_lists
-from .triton_decode import HAVE_TRITON, PagedDecode, TritonDecodeWrapper
+from .triton_decode import TritonDecodeWrapper
 
 WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shared by every wrapper
 #: GQA group sizes the CUDA-core decode kernel is instantiated for (DISPATCH_GQA_GROUP_SIZE, minus 16,
 #: where tensor cores win); other groups decode on tensor cores (the prefill fa2 module).
 CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 #: The decode kernel (``KernelConfig.decode_kernel``, engine/kernel_config.py): "auto" takes the Triton kernel
-#: (engine/attention/triton_decode.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one
+#: (models/kernels/decode_attention.py: q/k-norm, RoPE, K/V store, split-KV attention and merge in one
 #: launch) up to TRITON_AUTO_MAX_ROWS rows and FlashInfer's above, or at every size from a GQA group
 #: of TRITON_AUTO_GROUP (``triton_rows_for``); "triton" takes it at every size.
 #: "auto" decodes batches of at most this many rows with the Triton kernel when the GQA group is

@@ -31,12 +31,12 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 import torch.multiprocessing as torch_mp
 
-from ..device import EngineError
+from ..errors import EngineError
 from ..kernel_config import KernelConfig
 from ..memory_plan import MemoryPlan
 from ..telemetry import events as ev
 from .collectives import TorchCollectives, build_collectives
-from .errors import TensorParallelError
+from ..errors import TensorParallelError
 from .lockstep import MirroredModelRunner
 from .process_group import RankGroup, group_in_use, join_group, multicast_off, rank_device
 from .setup import RankSetup, agree_plan

@@ -19,7 +19,7 @@ from ..batch import ForwardBatch
 from ..model_runner import ModelRunner
 from ..runners.base import StepOutput
 from ..runners.bucketed import BucketedGraphRunner
-from .errors import TensorParallelError
+from ..errors import TensorParallelError
 from .process_group import RankGroup
 from .wire import ForwardEncoder, encode_control
 

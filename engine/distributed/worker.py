@@ -30,10 +30,10 @@ from graphtop.models.spec import ModelSpec
 
 from ..attention.base import AttentionShape
 from ..attention.select import select_attention_backend
-from ..engine_events import EngineEvents
+from ..step.events import EngineEvents
 from ..kv_pool import KVLayout, KVPool
 from ..memory_plan import MemoryPlan, plan_kv_pool
-from ..argmax import argmax_rows
+from graphtop.models.kernels.argmax import argmax_rows
 from ..runners.base import StepOutput
 from ..telemetry import events as ev
 from .collectives import build_collectives

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..argmax import argmax_rows, host_ring_supported
+from graphtop.models.kernels.argmax import argmax_rows, host_ring_supported
 from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
@@ -25,7 +25,7 @@ from .bucketed import BucketedGraphRunner, PublishFn
 
 
 HOST_RING = 4
-"""Host token rows a decode runner's graphs write in turn: a row is read back (engine/overlap.py) within
+"""Host token rows a decode runner's graphs write in turn: a row is read back (engine/step/overlap.py) within
 two steps of its replay, at most two steps being in flight, so four never overwrite an unread one.
 0: no ring, the tokens are copied to the host after the replay (bench/ab_decode.py's readback=copy)."""
 

@@ -2,7 +2,7 @@
 
 The endpoint's publisher thread calls ``CommandDesk.handle`` for every command from an attached
 viewer and ``stream_tokens`` once per batch. Commands reach the engine through an :class:`EngineLink`
-(``graphtop.engine.telemetry_link``) whose calls only queue work for the engine thread, so nothing here
+(``graphtop.engine.lifecycle.telemetry_link``) whose calls only queue work for the engine thread, so nothing here
 waits on the engine; a command the engine refuses is answered with its message, never raised.
 
 A viewer names its requests as it likes, but the engine knows them as ``v<serial>/<name>``: each

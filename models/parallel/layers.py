@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import triton_gemv as tg
+from ..kernels import gemv as tg
 from .layout import Communicator, vocab_rows
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..checkpoint_files import SafetensorsReader
+from ..checkpoint.files import SafetensorsReader
 from ..decoder import DecoderForCausalLM
 from ..spec import ModelSpec
 from .layers import ParallelLMHead, RowParallelLinear, VocabParallelEmbedding

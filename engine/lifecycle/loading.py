@@ -1,0 +1,74 @@
+"""``Engine.from_pretrained``: from a checkpoint path (or the demo model) to a serving engine.
+
+Its own module because it is the one place that knows how a tensor-parallel group comes up: the
+checkpoint is read cheaply first (so a bad folder or an unsupported split fails before any process
+starts), the worker ranks are spawned, and rank 0's shard loads while they load theirs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..config import EngineConfig
+from ..device import resolve_device, resolve_dtype
+from ..distributed.group import TensorParallelGroup
+from ..kernel_config import resolve_kernel_config
+from ..telemetry.bus import EventBus
+
+log = logging.getLogger("graphtop.engine")
+
+
+def load_engine(engine_cls: Any, path: Union[str, Path, None], config: Optional[EngineConfig],
+                bus: Optional[EventBus], overrides: dict[str, Any]) -> Any:
+    """An ``engine_cls`` (the Engine) for ``path``; see ``Engine.from_pretrained``."""
+    from graphtop.models import DEMO_NOTE, ensure_demo_model
+
+    if config is not None and not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
+    config = config or EngineConfig()
+    options = {f.name for f in fields(EngineConfig)}
+    for k in overrides:
+        if k not in options:
+            raise TypeError(f"unknown engine option {k!r}")
+    # a copy: the caller's config is theirs to reuse, and stays as it was even when validation refuses
+    config = replace(config, **overrides)
+    config.validate()
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    demo = path is None
+    if demo:
+        path = ensure_demo_model()
+    engine = _load(engine_cls, path, config, bus, device, dtype, demo)
+    if demo:  # once it loaded: a load that fails says so in one line, without this note before it
+        log.warning(DEMO_NOTE)
+    return engine
+
+
+def _load(engine_cls: Any, path: Union[str, Path], config: EngineConfig, bus: Optional[EventBus], device: Any,
+          dtype: Any, demo: bool) -> Any:
+    from graphtop.models import load_checkpoint
+
+    if config.tp_size == 1:
+        ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
+                               allow_external_weights=config.allow_external_weights)
+        return engine_cls(ckpt, config, bus, demo=demo)
+    from graphtop.models import CheckpointError, read_checkpoint
+    from graphtop.models.parallel import TensorParallel, tp_problem
+
+    meta = read_checkpoint(path, allow_external_weights=config.allow_external_weights)
+    problem = tp_problem(meta.spec, config.tp_size)
+    if problem:  # before any process is spawned
+        raise CheckpointError(f"{problem} in {meta.path}")
+    bus = bus if bus is not None else EventBus()  # the workers' events are relayed onto it
+    tp = TensorParallelGroup.start(config.tp_size, device, dtype, meta, resolve_kernel_config(config.kernels),
+                                   bus.publish)
+    try:
+        with tp.step_guard():  # a worker that fails to load or capture ends this with its reason
+            ckpt = load_checkpoint(path, str(tp.device), dtype, TensorParallel(0, tp.size, tp.comm), meta)
+            return engine_cls(ckpt, config, bus, demo=demo, tp=tp)
+    except BaseException:
+        tp.close()
+        raise

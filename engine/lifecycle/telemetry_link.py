@@ -1,0 +1,84 @@
+"""The engine behind a telemetry endpoint: what ``Engine.serve_telemetry`` wires together.
+
+``EngineLink`` turns the endpoint's typed commands into the engine's public, thread-safe calls (each
+only queues work for the engine thread), so the endpoint package needs neither torch nor the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from .info import started_events
+from ..sampling_params import SamplingParams
+from ..telemetry import events as ev
+from ..telemetry.protocol import EngineStatus, Sampling
+from ..telemetry.server import EndpointConfig, TelemetryServer
+
+if TYPE_CHECKING:
+    from ..request import RequestHandle
+
+
+class EngineLink:
+    def __init__(self, engine: Any) -> None:
+        """``engine``: the ``Engine`` (not imported here: engine.py imports this module)."""
+        self.engine = engine
+
+    def status(self) -> EngineStatus:
+        info = self.engine.info
+        return EngineStatus(
+            ready=True, model=info.model, device=f"{info.device} {info.device_name}".strip(),
+            chat=bool(getattr(self.engine.tokenizer, "chat_template", None)),
+            max_running=info.max_running, kv_capacity_tokens=info.kv_capacity_tokens,
+            parity_every=self.engine.parity_every,
+        )
+
+    def state_events(self) -> list[ev.Event]:
+        e = self.engine
+        out: list[ev.Event] = started_events(e.info, e.model_runner.resolved)
+        by_phase: dict[str, list] = {}
+        for rec in e.capture_ledger():
+            by_phase.setdefault(rec.phase, []).append(rec)
+        backends = {"decode": e.info.decode_graph_backend, "prefill": e.info.prefill_graph_backend}
+        for phase, recs in by_phase.items():
+            out.append(ev.CaptureStarted(phase=phase, buckets=tuple(r.bucket for r in recs), backend=backends[phase]))
+            out += [ev.CaptureProgress(phase=phase, bucket=r.bucket, index=i, total=len(recs), seconds=r.seconds,
+                                       memory_bytes=r.memory_bytes, ok=r.ok, failure_reason=r.failure_reason)
+                    for i, r in enumerate(recs, 1)]
+            failed = tuple(r.bucket for r in recs if not r.ok)
+            out.append(ev.CaptureFinished(phase=phase, captured=tuple(r.bucket for r in recs if r.ok), failed=failed,
+                                          seconds=sum(r.seconds for r in recs),
+                                          memory_bytes=sum(r.memory_bytes for r in recs if r.ok), ok=not failed))
+        out += [e.events.ledger(), e.events.kv_state()]
+        return out
+
+    def submit(self, request_id: str, prompt: str, sampling: Sampling, chat: bool) -> "RequestHandle":
+        params = SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                                top_p=sampling.top_p, top_k=sampling.top_k, seed=sampling.seed)
+        return self.engine.submit(prompt, params, chat=chat, request_id=request_id)
+
+    def cancel(self, request_id: str) -> None:
+        self.engine.cancel(request_id)
+
+    def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None:
+        self.engine.recapture(decode_bs=decode_bs, prefill_num_tokens=prefill_num_tokens)
+
+    def set_parity_every(self, every: int) -> None:
+        self.engine.set_parity_every(every)
+
+
+def serve_telemetry(
+    engine: Any,
+    address: str = "ipc",
+    *,
+    runtime_dir: Union[str, Path, None] = None,
+    server: Optional[TelemetryServer] = None,
+) -> TelemetryServer:
+    """Attach ``engine`` to ``server`` (or to a new endpoint on the engine's bus) and return it."""
+    if server is None:
+        server = TelemetryServer(engine.bus, EndpointConfig(
+            address=address, runtime_dir=Path(runtime_dir) if runtime_dir is not None else None,
+            label=engine.info.model,
+        ))
+    server.attach_engine(EngineLink(engine))
+    return server

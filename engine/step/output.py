@@ -1,0 +1,110 @@
+"""Output processing: sampled tokens become streamed text, and requests end for a named reason.
+
+Runs on the step loop's thread after each step's tokens are on the host. Streamed text must always
+be a prefix of the final text, so a tail that may be the start of a stop string is held back until
+the string either completes (and is cut off) or cannot match any more.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from ..batch import ForwardBatch
+from ..request import FinishReason, Request, RequestStatus
+from ..telemetry import events as ev
+
+PublishFn = Callable[[ev.Event], None]
+
+
+class OutputProcessor:
+    def __init__(
+        self,
+        tokenizer: Any,
+        eos_ids: frozenset[int],
+        max_context_len: int,
+        kv_capacity_tokens: int,
+        release: Callable[[Request], None],
+        publish: PublishFn,
+    ):
+        """``release`` frees a finished request's scheduler slot and KV pages."""
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.max_context_len = max_context_len
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.release = release
+        self.publish = publish
+
+    def deliver(self, batch: ForwardBatch, tokens: list[int], placeholders: bool = False) -> None:
+        """``placeholders``: each request's output_ids already ends with a stand-in for its token."""
+        now = time.perf_counter()
+        finish_reason, finished = self.finish_reason, RequestStatus.FINISHED  # once, not per request
+        for req, tok in zip(batch.sample_requests, tokens):
+            if req.status is finished:
+                continue
+            if placeholders:
+                req.output_ids[-1] = tok
+            else:
+                req.output_ids.append(tok)
+            if req.first_token_time is None:
+                req.first_token_time = now
+                self.publish(ev.RequestFirstToken(request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3))
+            text = ""
+            detok = req.detok
+            if detok is not None:
+                detok.push(tok)
+                text = detok.text
+            reason = finish_reason(req, tok, text)
+            stop = req.params.stop
+            if reason is FinishReason.STOP:
+                text = cut_at_stop(text, stop)
+            elif stop:
+                text = text[: len(text) - stop_prefix_len(text, stop)]
+            req.handle._push(tok, text)
+            if reason is not None:
+                self.finish(req, reason)
+
+    def finish_reason(self, req: Request, tok: int, text: str) -> Optional[FinishReason]:
+        p = req.params
+        if not p.ignore_eos and tok in self.eos_ids:
+            return FinishReason.EOS
+        if p.stop and any(s in text for s in p.stop):
+            return FinishReason.STOP
+        if req.ends_by_length(len(req.output_ids), self.max_context_len, self.kv_capacity_tokens):
+            return FinishReason.LENGTH
+        return None
+
+    def finish(self, req: Request, reason: FinishReason, error: Optional[str] = None) -> None:
+        self.release(req)
+        if req.detok is not None and reason is not FinishReason.STOP:
+            # The streamed text is provisional; the final text is one full decode of the output.
+            text = self.tokenizer.decode(req.output_ids, skip_special_tokens=True)
+            req.handle._set_text(text)
+        try:
+            req.handle._finish(reason, error)  # its on_update may raise KeyboardInterrupt (engine/step/cleanup.py)
+        finally:  # the request has finished either way: every reader of the events must hear it
+            self.publish(
+                ev.RequestFinished(
+                    request_id=req.request_id,
+                    output_tokens=len(req.output_ids),
+                    finish_reason=reason.value,
+                    latency_ms=(time.perf_counter() - req.arrival) * 1e3,
+                    error=error,
+                )
+            )
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    cut = min((text.find(s) for s in stops if s in text), default=-1)
+    return text[:cut] if cut >= 0 else text
+
+
+def stop_prefix_len(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``stops``."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best

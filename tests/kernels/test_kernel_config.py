@@ -1,0 +1,65 @@
+"""KernelConfig: typed kernel choices, resolved once; GRAPHTOP_* variables override them in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphtop.engine.config import EngineConfig
+from graphtop.engine.kernel_config import CHOICES, ENV, KernelConfig, resolve_kernel_config
+
+from support.paths import REPO as ROOT
+
+
+def test_defaults_and_config_values_resolve_as_given() -> None:
+    assert resolve_kernel_config(KernelConfig(), {}) == KernelConfig("auto", "auto", "fa2", "auto")
+    chosen = KernelConfig(fused_gemv="off", decode_kernel="triton", prefill_backend="fa3", pdl="on")
+    assert resolve_kernel_config(chosen, {}) == chosen
+    assert not chosen.gemv_layers and KernelConfig().gemv_layers
+    assert not KernelConfig(skinny_gemm="off").skinny_layers and KernelConfig().skinny_layers
+
+
+def test_environment_overrides_each_field() -> None:
+    env = {"GRAPHTOP_PDL": "off", "GRAPHTOP_FLASHINFER_DECODE": "flashinfer", "UNRELATED": "x"}
+    got = resolve_kernel_config(KernelConfig(pdl="on", decode_kernel="triton"), env)
+    assert (got.pdl, got.decode_kernel, got.fused_gemv, got.prefill_backend) == ("off", "flashinfer", "auto", "fa2")
+
+
+@pytest.mark.parametrize("field", sorted(CHOICES))
+def test_bad_values_name_their_source(field: str) -> None:
+    with pytest.raises(ValueError) as from_env:
+        resolve_kernel_config(KernelConfig(), {ENV[field]: "nope"})
+    assert str(from_env.value) == f"{ENV[field]}='nope': use one of {', '.join(CHOICES[field])}"
+    with pytest.raises(ValueError, match=rf"^kernels\.{field}='nope': use one of "):
+        resolve_kernel_config(KernelConfig(**{field: "nope"}), {})
+
+
+def test_engine_config_validation_checks_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    EngineConfig(kernels=KernelConfig(pdl="on")).validate()
+    with pytest.raises(ValueError, match="kernels.pdl='always'"):
+        EngineConfig(kernels=KernelConfig(pdl="always")).validate()
+    monkeypatch.setenv("GRAPHTOP_FUSED_GEMV", "of")
+    with pytest.raises(ValueError, match="GRAPHTOP_FUSED_GEMV='of'"):
+        EngineConfig().validate()
+
+
+def test_kernel_variables_are_read_in_one_module() -> None:
+    """The one home: no other source file names a kernel variable (benchmarks pass configs)."""
+    names = set(ENV.values())
+    hits = []
+    for folder in ("engine", "models", "tui", "bench"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            if any(name in text for name in names):
+                hits.append(str(path.relative_to(ROOT)))
+    assert hits == ["engine/kernel_config.py"]
+
+
+def test_engine_resolves_once_with_overrides(monkeypatch, tiny_ckpt, make_engine) -> None:
+    monkeypatch.setenv("GRAPHTOP_PDL", "off")
+    kernels = KernelConfig(pdl="on", decode_kernel="triton")
+    engine = make_engine(tiny_ckpt("llama"), graphs=False, kernels=kernels)
+    assert engine.kernels == KernelConfig(decode_kernel="triton", pdl="off")
+    assert engine.config.kernels is kernels  # the caller's config is left as given
+    engine.close()

@@ -1,0 +1,53 @@
+"""Snapshots of the main screen with fixed data (no clock, no blink, no device polling), at the sizes a
+terminal is likely to have, in both themes: 80x24 and 100x30 (compact: one view at a time), 120x40
+(the left column beside a compact steps table) and 200x50 (everything at full width).
+
+Regenerate after an intended visual change with ``pytest tests/tui/test_tui_snapshots.py --snapshot-update``
+and look at the SVGs before committing them (``scripts/snapshot_png.py`` renders them to PNG).
+"""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Input
+
+from graphtop.tui.testing import fixed_app, settle
+
+SIZES = [(80, 24), (100, 30), (120, 40), (200, 50)]
+THEMES = ["graphtop-dark", "graphtop-light"]
+
+
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen(snap_compare, theme: str, size: tuple[int, int]) -> None:
+    assert snap_compare(fixed_app(theme), terminal_size=size, run_before=settle)
+
+
+def test_compact_memory_view_light(snap_compare) -> None:
+    async def memory(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("2")
+
+    assert snap_compare(fixed_app("graphtop-light"), terminal_size=(80, 24), run_before=memory)
+
+
+def test_export_dialog_at_80x24_dark(snap_compare) -> None:
+    async def export(pilot) -> None:
+        await settle(pilot)
+        await pilot.app.run_action("export_trace")
+        await pilot.pause()
+        pilot.app.screen.query_one(Input).value = "run.jsonl"  # not the time-stamped default
+        pilot.app.screen.query_one("#path-detail").update("60 events in memory · saved in /work")
+
+    assert snap_compare(fixed_app("graphtop-dark"), terminal_size=(80, 24), run_before=export)
+
+
+def test_bucket_editor_emulated_dark(snap_compare) -> None:
+    async def open_editor(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("b")
+        await pilot.pause()
+        pilot.app.screen.query_one("#decode-input", Input).value = "1,2,4,8-48:8,x"
+        await pilot.pause()
+
+    assert snap_compare(fixed_app("graphtop-dark", emulated=True), terminal_size=(160, 48), run_before=open_editor)

@@ -1,0 +1,166 @@
+"""``graphtop advise TRACE.jsonl``: the bucket lists a recorded workload should have had.
+
+The trace is folded the way the dashboard folds events (``DashboardState``: steps, capture costs,
+the prefill padding cap, the lists in use); the advice comes from the bucket advisor
+(``telemetry.bucket_demand.advise_phase``, the same call the bucket editor makes), and the numbers
+shown for both lists come from the what-if (``whatif.what_if``), whose predictions a recapture
+reproduces. Budgets apply to each phase: ``--max-graphs`` defaults to the graph count of the trace's
+list, so the advice is compared at equal count; memory is unbounded unless ``--max-graph-memory``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+from typing import Any, Optional, Sequence
+
+from graphtop.engine.telemetry.bucket_demand import MAX_EAGER_RATIO
+
+from .flag_types import file_path, finite_float, nonneg_int
+from ..safe_text import one_line
+from ..usage import UsageError
+
+MAX_SIZE = float(2**63)
+"""Bytes a size flag may name: what a 64-bit count (and a trace's numbers) can hold."""
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
+          "g": 1024**3, "gib": 1024**3, "gb": 1000**3, "t": 1024**4, "tib": 1024**4, "tb": 1000**4}
+
+
+def parse_size(text: str) -> float:
+    """Bytes in ``512MiB``, ``1.5G``, ``300MB`` or ``1000000`` (K/M/G/T and KiB/MiB/... are binary,
+    KB/MB/... decimal)."""
+    m = _SIZE.fullmatch(text)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512MiB, 2GiB, 1500000)")
+    size = float(m.group(1)) * _UNITS[unit]
+    if not size <= MAX_SIZE:  # 1e400 became inf: "graph memory inf TiB" was advised
+        raise argparse.ArgumentTypeError(f"{one_line(text)[:40]!r} is past the largest size, 8 EiB")
+    return size
+
+
+def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    from .help_text import HelpFormatter, document
+
+    p = parser_class(prog="graphtop advise", formatter_class=HelpFormatter,
+                     description="Advise CUDA-graph bucket lists for the workload a trace recorded.",
+                     epilog="example: graphtop advise run.jsonl --max-graphs 8 --max-graph-memory 512MiB")
+    p.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop (--record, or Export trace)")
+    p.add_argument("--max-graphs", type=nonneg_int, metavar="N",
+                   help="graphs per phase (default: as many as the trace's list has)")
+    p.add_argument("--max-graph-memory", type=parse_size, metavar="SIZE",
+                   help="estimated graph memory per phase, from the trace's capture ledger (e.g. 512MiB)")
+    p.add_argument("--phase", choices=["decode", "prefill", "both"], default="both")
+    p.add_argument("--eager-ratio", type=finite_float(0.0, MAX_EAGER_RATIO, lo_open=True), metavar="R",
+                   help="eager step time / graph step time (default: measured from the trace, else a default)")
+    return document(p)
+
+
+def run_advise(args: argparse.Namespace) -> int:
+    from graphtop.engine.graphs.bucket_advisor import expected_cost
+    from graphtop.engine.telemetry.bucket_demand import advise_phase
+    from graphtop.engine.telemetry.trace import TraceError, read_trace
+
+    from ..state import DashboardState
+    from ..whatif import what_if
+
+    try:
+        trace = read_trace(args.trace)
+    except TraceError as e:
+        raise UsageError(str(e)) from None
+    state = DashboardState(step_history=None, event_history=0)
+    state.apply_all(trace.events)
+    inputs = state.whatif_inputs()
+    if not inputs.steps:
+        raise UsageError(f"{args.trace}: no steps recorded, nothing to advise from")
+    phases = ["decode", "prefill"] if args.phase == "both" else [args.phase]
+    current = {ph: state.current_buckets(ph) for ph in ("decode", "prefill")}
+    cap = inputs.max_padding_waste
+    advised = dict(current)
+    reports = []
+    for phase in phases:
+        budget = args.max_graphs if args.max_graphs is not None else (len(current[phase]) or None)
+        try:
+            advice, demand = advise_phase(inputs.steps, phase, costs=inputs.costs, max_padding_waste=cap,
+                                          current=current[phase] or None, max_graphs=budget,
+                                          max_memory=args.max_graph_memory, ratio=args.eager_ratio)
+        except ValueError as e:
+            raise UsageError(f"{args.trace}: {e}") from None
+        if demand.steps == 0:
+            continue
+        advised[phase] = list(advice.buckets)
+        ph_cap = cap if phase == "prefill" else None
+        now_cost = expected_cost(phase, demand.sizes, current[phase], eager_ratio=demand.ratio.value,
+                                 max_padding_waste=ph_cap)
+        reports.append((phase, budget, advice, demand, now_cost))
+    if not reports:
+        raise UsageError(f"{args.trace}: no {' or '.join(phases)} steps recorded, nothing to advise from")
+    now = what_if(inputs.steps, current["decode"], current["prefill"], inputs.costs, max_padding_waste=cap,
+                  current_decode=current["decode"], current_prefill=current["prefill"])
+    new = what_if(inputs.steps, advised["decode"], advised["prefill"], inputs.costs, max_padding_waste=cap,
+                  current_decode=current["decode"], current_prefill=current["prefill"])
+    report = format_advice(args, trace, state, reports, now, new, cap)
+    print("".join(one_line(line) + "\n" for line in report.splitlines()), end="")  # trace text: no controls
+    return 0
+
+
+def graph_config_json(advised: dict[str, list[int]], cap: Optional[float]) -> str:
+    """The ``--cuda-graph-config`` that captures the advised lists (an empty list disables the phase)."""
+    out: dict[str, Any] = {}
+    if "decode" in advised:
+        out["decode"] = {"bs": advised["decode"]} if advised["decode"] else {"backend": "disabled"}
+    if "prefill" in advised:
+        body: dict[str, Any] = ({"num_tokens": advised["prefill"]} if advised["prefill"]
+                                else {"backend": "disabled"})
+        if advised["prefill"] and cap is not None:
+            body["max_padding_waste"] = cap  # the advice assumed this cap
+        out["prefill"] = body
+    return json.dumps(out, separators=(",", ":"))
+
+
+def format_advice(args: argparse.Namespace, trace: Any, state: Any, reports: Sequence[tuple], now: Any, new: Any,
+                  cap: Optional[float]) -> str:
+    from graphtop.engine.graphs.bucket_list import format_buckets
+
+    from ..fmt import human_bytes, pct
+
+    def mem(v: Optional[float]) -> str:
+        return "unknown" if v is None else human_bytes(v)
+
+    def rel(cost: float, ideal: float) -> str:
+        return f"{cost / ideal:.3f}×" if ideal else "—"
+
+    lines = [f"graphtop advise: {trace.path}"]
+    steps = now.decode.steps + now.prefill.steps
+    lines.append(f"  {steps:,} steps (decode {now.decode.steps:,} · prefill {now.prefill.steps:,})"
+                 + ("; EMULATED run: graph timings are not real, eager ratios default" if state.emulated else ""))
+    memory = "unbounded" if args.max_graph_memory is None else human_bytes(args.max_graph_memory)
+    lines.append(f"  budget per phase: graphs {'as in the trace' if args.max_graphs is None else args.max_graphs}"
+                 f", graph memory {memory}" + (f"; prefill padding cap {cap:g}" if cap is not None else ""))
+    advised: dict[str, list[int]] = {}
+    for phase, budget, advice, demand, now_cost in reports:
+        a, b = getattr(now, phase), getattr(new, phase)
+        current = state.current_buckets(phase)
+        advised[phase] = list(advice.buckets)
+        rows = [
+            ("buckets", format_buckets(current) or "(none)", format_buckets(advice.buckets) or "(none)"),
+            ("graphs", str(len(current)), str(len(advice.buckets))),
+            ("hit rate", pct(a.hit_rate), pct(b.hit_rate)),
+            ("padding waste", pct(a.padding_waste), pct(b.padding_waste)),
+            ("graph memory (est.)", mem(a.est_memory_bytes), mem(b.est_memory_bytes)),
+            ("cost ÷ ideal", rel(now_cost, advice.ideal), rel(advice.cost, advice.ideal)),
+        ]
+        width = max(12, *(len(r[1]) for r in rows))
+        lines.append("")
+        lines.append(f"{phase:<24}{'now':<{width + 2}}advice" + (f" (at most {budget} graphs)" if budget else ""))
+        for name, x, y in rows:
+            lines.append(f"  {name:<22}{x:<{width + 2}}{y}")
+        lines.append(f"  {'eager ÷ graph step':<22}{demand.ratio.value:.2f} ({demand.ratio.source})")
+        if demand.fixed_eager:
+            lines.append(f"  {demand.fixed_eager:,} step(s) ran eagerly for reasons no bucket list changes")
+    lines.append("")
+    lines.append("--cuda-graph-config " + shlex.quote(graph_config_json(advised, cap)))
+    return "\n".join(lines) + "\n"

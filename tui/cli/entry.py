@@ -1,0 +1,372 @@
+"""The ``graphtop`` command line.
+
+    graphtop [--model PATH] [engine options]                  the dashboard (demo model without --model)
+    graphtop [--model PATH] --prompts FILE --output OUT.jsonl headless generation
+    graphtop [--model PATH] --record TRACE.jsonl (--prompts FILE | --synthetic N)
+    graphtop --replay TRACE.jsonl                             a recorded trace in the dashboard
+    graphtop attach [ENDPOINT]                                the dashboard on a running engine
+    graphtop ps                                               the engines one can attach to
+    graphtop trace summary TRACE.jsonl
+    graphtop trace export TRACE.jsonl OUT.json                 Perfetto JSON (--perfetto accepted)
+    graphtop advise TRACE.jsonl [--max-graphs N] [--max-graph-memory SIZE] [--phase decode|prefill|both]
+
+Usage errors print one line and exit 2, never a traceback. Textual is imported only for the
+interactive modes, torch only once a model is needed. What ``--help`` says beyond each flag's own
+line (the subcommands, examples, formats and defaults) is in ``cli_help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, NoReturn, Optional, Sequence
+
+from .flag_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, file_path, finite_float, int_in, nonempty,
+                        nonneg_int, positive_float, positive_int)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# Read once, when torch loads OpenMP (torch is imported only later). OpenMP's default makes idle
+# threads spin; on a small or busy CPU a spinning thread holds the core its team-mate needs, and a
+# CPU decode step (hundreds of small parallel ops) then ran ~10x slower. Passive threads sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
+from .headless import Terminated, interrupt_status  # noqa: E402
+from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
+from ..usage import UsageError, error_line  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not usage + error
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphtop", usage=USAGE, description="LLM inference with CUDA graphs you can watch.",
+                epilog=commands_epilog(), formatter_class=HelpFormatter)
+    p.add_argument("--model", type=file_path, help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
+    p.add_argument("--allow-external-weights", action="store_true",
+                   help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--attention-backend", choices=["auto", "flashinfer", "torch"], default="auto")
+    p.add_argument("--page-size", type=positive_int, default=1, help="KV page size in tokens")
+    p.add_argument("--chunked-prefill-size", type=positive_int, default=2048,
+                   help="max tokens one prefill step takes (longer prompts are chunked)")
+    p.add_argument("--max-running-requests", type=positive_int)
+    p.add_argument("--max-total-tokens", type=positive_int, help="cap on the KV pool size in tokens")
+    p.add_argument("--max-context-len", type=positive_int)
+    p.add_argument("--mem-fraction-static", type=finite_float(0.0, 1.0, lo_open=True), default=0.85,
+                   help="CUDA: fraction of device memory for weights + KV pool")
+    p.add_argument("--kv-budget-mb", type=positive_int, default=512, help="CPU: KV pool budget in MiB")
+    p.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
+                   help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
+    p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
+                   help="read each decode step's tokens back before launching the next one")
+    p.add_argument("--parity-every", type=nonneg_int, default=0, metavar="N",
+                   help="re-run one graph step in N eagerly and compare logits (default 0: off)")
+    p.add_argument("--parity-tolerance", type=positive_float, metavar="F",
+                   help="relative logit error over which a parity check is a mismatch (default: by dtype)")
+    p.add_argument("--tp", type=positive_int, default=1, metavar="N",
+                   help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)")
+    g = p.add_argument_group("CUDA graphs")
+    g.add_argument("--cuda-graph-config", type=nonempty("JSON config"), metavar="JSON",
+                   help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
+                        '"prefill": {"backend": "breakable", "num_tokens": [64,256]}}\' (beats the flags)')
+    g.add_argument("--cuda-graph-backend-decode", choices=["full", "disabled"])
+    g.add_argument("--cuda-graph-bs-decode", metavar="LIST", help="decode buckets, e.g. 1,2,4,8-64:8")
+    g.add_argument("--cuda-graph-max-bs-decode", type=positive_int)
+    g.add_argument("--cuda-graph-backend-prefill", choices=["breakable", "disabled"])
+    g.add_argument("--cuda-graph-num-tokens-prefill", metavar="LIST", help="prefill token buckets")
+    g.add_argument("--cuda-graph-max-num-tokens-prefill", type=positive_int)
+    g.add_argument("--cuda-graph-max-padding-waste", type=finite_float(0.0),
+                   help="refuse a prefill graph when padding exceeds this fraction of the bucket")
+    g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
+    g.add_argument("--no-graph-emulation", dest="graph_emulation", action="store_false",
+                   help="without CUDA, serve eagerly (reason no_cuda_graphs) instead of emulating graphs")
+    g.add_argument("--capture-before-serving", action="store_true",
+                   help="capture every graph before serving the first request (benchmarks); by default the "
+                        "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured")
+    h = p.add_argument_group("headless")
+    h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
+    h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
+    h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
+    h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
+                   help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
+    h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
+    h.add_argument("--synthetic-output-len", default="uniform:16:128", metavar="DIST")
+    h.add_argument("--synthetic-rate", type=finite_float(0.0, lo_open=True), metavar="REQ_PER_S",
+                   help="Poisson arrival rate (default: all at once)")
+    h.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
+    h.add_argument("--max-new-tokens", type=positive_int, default=128)
+    h.add_argument("--temperature", type=finite_float(0.0), default=0.0)
+    h.add_argument("--top-p", type=finite_float(), default=1.0)
+    h.add_argument("--top-k", type=int_in(-MAX_FLAG_INT), default=0)
+    u = p.add_argument_group("dashboard")
+    u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
+    u.add_argument("--replay", type=file_path, metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
+    t = p.add_argument_group("telemetry")
+    t.add_argument("--telemetry", nargs="?", const="ipc", type=nonempty("address"), metavar="ADDRESS",
+                   help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
+                        "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves")
+    return document(p)
+
+
+def build_attach_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphtop attach", description="Open the dashboard on a running engine; q detaches.",
+                epilog="example:\n  graphtop --synthetic 1000 --telemetry   # a run others can watch\n"
+                       "  graphtop attach                         # from another terminal",
+                formatter_class=HelpFormatter)
+    p.add_argument("endpoint", nargs="?", metavar="ENDPOINT",
+                   help="a pid or endpoint from graphtop ps, or tcp://HOST:PORT (default: the one running engine)")
+    p.add_argument("--token", help="the endpoint's token (needed for an engine of another machine)")
+    p.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
+    p.add_argument("--owner", type=int, help=argparse.SUPPRESS)  # the graphtop process that spawned this viewer
+    p.add_argument("--no-device-poll", dest="poll_device", action="store_false", help=argparse.SUPPRESS)
+    return document(p)
+
+
+def build_ps_parser() -> argparse.ArgumentParser:
+    return _Parser(prog="graphtop ps", description="List the engines of this user one can attach to: pid, model,\n"
+                   "device, uptime, endpoint (engines started with --telemetry, or engine.serve_telemetry()).",
+                   formatter_class=HelpFormatter)
+
+
+def build_trace_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphtop trace", description="Inspect recorded traces (graphtop --record, or Export trace "
+                "in the dashboard).", formatter_class=HelpFormatter,
+                epilog="examples:\n  graphtop trace summary run.jsonl\n  graphtop trace export run.jsonl run.json")
+    sub = p.add_subparsers(dest="cmd", metavar="{summary,export}")
+    s = sub.add_parser("summary", help="a text report: steps, graph hit rate, fallbacks, capture, memory",
+                       description="A text report of a recorded trace.", formatter_class=HelpFormatter)
+    s.error = p.error  # type: ignore[method-assign]
+    s.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
+    e = sub.add_parser("export", help="Perfetto (Chrome trace-event) JSON, to open at ui.perfetto.dev",
+                       description="Export a recorded trace as Perfetto (Chrome trace-event) JSON.",
+                       formatter_class=HelpFormatter)
+    e.error = p.error  # type: ignore[method-assign]
+    e.add_argument("--perfetto", action="store_true",
+                   help="Perfetto JSON: the only format, and the default (accepted for older scripts)")
+    e.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
+    e.add_argument("out", type=file_path, metavar="OUT.json", help="where to write the Perfetto JSON")
+    return p
+
+
+def graph_flags(args: argparse.Namespace) -> dict[str, Any]:
+    from graphtop.engine.graphs.bucket_list import BucketSpecError, parse_buckets
+
+    def buckets(text: Optional[str], flag: str) -> Optional[list[int]]:
+        if text is None:
+            return None
+        try:
+            return parse_buckets(text)
+        except BucketSpecError as e:
+            raise UsageError(f"{flag}: {e}") from None
+
+    flags = {
+        "decode.backend": args.cuda_graph_backend_decode,
+        "decode.bs": buckets(args.cuda_graph_bs_decode, "--cuda-graph-bs-decode"),
+        "decode.max_bs": args.cuda_graph_max_bs_decode,
+        "prefill.backend": args.cuda_graph_backend_prefill,
+        "prefill.num_tokens": buckets(args.cuda_graph_num_tokens_prefill, "--cuda-graph-num-tokens-prefill"),
+        "prefill.max_num_tokens": args.cuda_graph_max_num_tokens_prefill,
+        "prefill.max_padding_waste": args.cuda_graph_max_padding_waste,
+    }
+    if args.disable_cuda_graph:
+        flags["decode.backend"] = "disabled"
+        flags["prefill.backend"] = "disabled"
+    return flags
+
+
+def engine_config_from_args(args: argparse.Namespace) -> Any:
+    from graphtop.engine.config import EngineConfig
+    from graphtop.engine.graphs.config import GraphConfigError, build_graph_config
+
+    try:
+        graphs = build_graph_config(args.cuda_graph_config, graph_flags(args))
+    except GraphConfigError as e:
+        raise UsageError(str(e)) from None
+    graphs.emulate = args.graph_emulation
+    cfg = EngineConfig(
+        device=args.device,
+        dtype=args.dtype,
+        attention_backend=args.attention_backend,
+        page_size=args.page_size,
+        chunked_prefill_size=args.chunked_prefill_size,
+        max_running_requests=args.max_running_requests,
+        max_context_len=args.max_context_len,
+        mem_fraction_static=args.mem_fraction_static,
+        cpu_kv_budget_mb=args.kv_budget_mb,
+        max_total_tokens=args.max_total_tokens,
+        fused_kernels=args.fused_kernels,
+        overlap_schedule=args.overlap_schedule,
+        parity_every=args.parity_every,
+        parity_tolerance=args.parity_tolerance,
+        allow_external_weights=args.allow_external_weights,
+        tp_size=args.tp,
+        capture_before_serving=args.capture_before_serving,
+        graphs=graphs,
+    )
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return cfg
+
+
+def _check_demo_cache() -> None:
+    """The demo model's cache folder (GRAPHTOP_CACHE_DIR) is usable, before anything loads."""
+    from graphtop.models import CheckpointError
+    from graphtop.models.synthetic.demo import check_demo_cache
+
+    try:
+        check_demo_cache()
+    except CheckpointError as e:
+        raise UsageError(str(e)) from None
+
+
+def _run_trace(argv: Sequence[str]) -> int:
+    parser = build_trace_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:  # "graphtop trace" alone: say what it can do
+        parser.print_help()
+        return 0
+    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
+    from graphtop.engine.telemetry.trace import TraceError, read_trace
+
+    if args.cmd == "export":
+        try:  # before reading: a wrong OUT costs nothing, and OUT can never be the trace itself
+            check_output(args.out, "OUT", probe=True)
+            check_distinct([("OUT", args.out)], [("TRACE", args.trace)])
+        except OutputPathError as e:
+            raise UsageError(str(e)) from None
+    try:
+        trace = read_trace(args.trace)
+    except TraceError as e:
+        raise UsageError(str(e)) from None
+    if args.cmd == "summary":
+        from graphtop.engine.telemetry.report import format_summary
+        from graphtop.engine.telemetry.summary import summarize
+
+        print(format_summary(summarize(trace)), end="")
+        return 0
+    from graphtop.engine.telemetry.perfetto import write_perfetto
+
+    try:
+        out = write_perfetto(trace, args.out)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.out}: {e.strerror or e}") from None
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
+    print(f"wrote {out} ({len(trace.events)} events); open it at ui.perfetto.dev")
+    return 0
+
+
+def _main(argv: Sequence[str]) -> int:
+    if argv and argv[0] == "trace":
+        return _run_trace(argv[1:])
+    if argv and argv[0] == "advise":
+        from .advise import build_advise_parser, run_advise
+
+        return run_advise(build_advise_parser(_Parser).parse_args(argv[1:]))
+    if argv and argv[0] == "attach":
+        from graphtop.tui.cli.attach import run_attach
+
+        a = build_attach_parser().parse_args(argv[1:])
+        return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
+    if argv and argv[0] == "ps":
+        extra = build_ps_parser().parse_known_args(argv[1:])[1]
+        if extra:
+            raise UsageError(f"graphtop ps takes no arguments (got {' '.join(extra)})")
+        from graphtop.tui.cli.attach import run_ps
+
+        return run_ps()
+    args = build_parser().parse_args(argv)
+    args.argv = list(argv)  # what a trace header records: this call's arguments, not the process's
+    if args.replay is not None:
+        if args.prompts or args.synthetic or args.record or args.output:
+            raise UsageError("--replay opens a trace; it cannot be combined with a workload or its outputs")
+        if args.model is not None:
+            raise UsageError("--replay opens a trace; there is no model to load with --model")
+        if args.telemetry:
+            raise UsageError("--replay opens a trace; there is no engine to serve with --telemetry")
+        from graphtop.tui.cli.launch import run_replay
+
+        return run_replay(args.replay, args.theme)
+    headless = bool(args.prompts or args.synthetic or args.record or args.output)
+    config = engine_config_from_args(args)
+    if headless:
+        if args.model is None:
+            _check_demo_cache()  # (the dashboard shows the same one-line error, without paying for torch first)
+        from graphtop.tui.cli.headless import run_headless
+
+        return run_headless(args, config)
+    if args.model is not None and not os.path.isdir(args.model):
+        if not os.path.exists(args.model):
+            raise UsageError(f"model folder {args.model} does not exist")
+        if not (os.path.isfile(args.model) and args.model.lower().endswith(".gguf")):
+            raise UsageError(f"model path {args.model} is not a folder (nor a .gguf file)")
+    if args.device != "auto" or args.attention_backend == "flashinfer":
+        # An explicit device or backend that cannot work fails here, not inside the dashboard.
+        from graphtop.engine.attention.select import flashinfer_problem
+        from graphtop.engine.engine import EngineError, resolve_device
+
+        try:
+            device = resolve_device(args.device)
+        except EngineError as e:
+            raise UsageError(str(e)) from None
+        problem = flashinfer_problem(device) if args.attention_backend == "flashinfer" else None
+        if problem:
+            raise UsageError(f"--attention-backend flashinfer: {problem}")
+    from graphtop.tui.cli.launch import run_interactive
+
+    return run_interactive(args.model, config, args.theme, telemetry=args.telemetry or "ipc")
+
+
+def _on_sigterm(signum: int, frame: Any) -> NoReturn:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: a second must not cut the cleanup short
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises Terminated while the CLI runs (the main thread only can set a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        with _sigterm_interrupts(), guarded_stdout():
+            return _main(argv)
+    except UsageError as e:
+        print(error_line(e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        word, status = interrupt_status(e)
+        print(f"graphtop: {word}", file=sys.stderr)
+        return status
+    except StdoutError as e:
+        silence_stdout()
+        line = stdout_error_line(e)
+        if line:
+            print(f"graphtop: error: {line}", file=sys.stderr)
+        return 2 if line else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

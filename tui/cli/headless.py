@@ -1,0 +1,388 @@
+"""Headless runs: a prompts file or a synthetic workload, results to JSONL, events to a trace.
+
+Every check that can fail because of the user's input (paths, prompts, config) runs before the model
+loads, so a typo costs no load time. Output goes through ``safe_write``: an output that names the
+prompts file, the trace or a file of the model is refused, and OUT.jsonl is written to a temporary file
+beside the target and renamed at the end, so an interrupted run never leaves a half-written OUT.jsonl over
+an older one. The trace is staged beside TRACE.jsonl too and put in place once the model has loaded: a
+run that fails before serving anything leaves an older trace as it was.
+
+Nothing finished is lost on the way out: an interrupted run (Ctrl-C, or SIGTERM, which the CLI turns
+into the same exception) writes the results finished so far and keeps the trace, and a run whose
+--output or trace could not be written says so and exits 2 even though the work itself was done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..usage import UsageError, print_error
+from .prompts_file import PromptLine, PromptsFileError, read_prompts
+
+
+def model_files(model: Optional[str]) -> list[tuple[str, str]]:
+    """The files a run reads its model from, as (label, path): a .gguf file and the files of its converted
+    folder in the cache, or the regular files at the top of a checkpoint folder (the demo model's cache
+    folder without --model)."""
+    if model is None:
+        from graphtop.models.synthetic.demo import DEMO_DIRNAME, demo_cache_root
+
+        return _top_files(str(demo_cache_root() / DEMO_DIRNAME), "a file of the demo model")
+    if os.path.isdir(model):
+        return _top_files(model, "a file of --model")
+    return [("--model", model), *_converted_files(model)]
+
+
+def _converted_files(model: str) -> list[tuple[str, str]]:
+    """For a .gguf, the files of its converted folder (which every later load reads instead of the .gguf)."""
+    if not model.lower().endswith(".gguf") or not os.path.isfile(model):
+        return []
+    from graphtop.models import CheckpointError
+    from graphtop.models.checkpoint.gguf import converted_folder
+
+    try:
+        folder = converted_folder(model)
+    except (CheckpointError, OSError, RuntimeError):  # the load fails on the same problem, with its own line
+        return []
+    return _top_files(str(folder), "a file of --model's converted folder")
+
+
+def _top_files(folder: str, label: str) -> list[tuple[str, str]]:
+    try:
+        return [(label, e.path) for e in os.scandir(folder) if e.is_file()]
+    except OSError:  # missing (not converted yet) or unlistable: the load says what is wrong, if anything
+        return []
+
+
+def check_output_paths(args: Any) -> None:
+    """--output and --record: writable, and neither the prompts file, a file of the model nor each other."""
+    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
+
+    outputs = [("--output", args.output), ("--record", args.record)]
+    try:
+        for flag, path in outputs:
+            if path is not None:
+                check_output(path, flag, probe=True)
+        check_distinct(outputs, [("--prompts", args.prompts), *model_files(args.model)])
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
+
+
+#: The longest a synthetic workload's arrivals may be spread over, on average: a rate that puts them
+#: further apart (a typo such as 1e-9 for 1e9) would keep a headless run waiting for years.
+MAX_SYNTHETIC_SPAN_S = 24 * 3600
+
+
+def _check_synthetic_span(n: int, rate: Optional[float]) -> None:
+    if rate is None or n < 2:
+        return
+    span = (n - 1) / rate
+    if span > MAX_SYNTHETIC_SPAN_S:
+        raise UsageError(f"--synthetic-rate {rate:g} spreads {n} requests over ~{span / 3600:.3g} hours on average; "
+                         f"at most {MAX_SYNTHETIC_SPAN_S // 3600} hours (a rate of at least {(n - 1) / MAX_SYNTHETIC_SPAN_S:.3g})")
+
+
+def _load_engine(args: Any, config: Any, bus: Any) -> Any:
+    from graphtop.engine.attention.select import AttentionBackendError
+    from graphtop.engine.engine import Engine, EngineError
+    from graphtop.engine.graphs.config import GraphConfigError
+    from graphtop.engine.memory_plan import MemoryPlanError
+    from graphtop.models import CheckpointError
+
+    try:
+        return Engine.from_pretrained(args.model, config=config, bus=bus)
+    except (CheckpointError, EngineError, GraphConfigError, MemoryPlanError, AttentionBackendError) as e:
+        raise UsageError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+
+
+def _sampling(args: Any, line: Optional[PromptLine]) -> Any:
+    from graphtop.engine.sampling_params import SamplingParams
+
+    base = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                top_k=args.top_k)
+    if line is not None:
+        base.update(line.sampling)  # checked by read_prompts: merging valid values cannot fail
+    return SamplingParams(**base)
+
+
+def _open_recorder(args: Any, bus: Any) -> Any:
+    """The --record trace, staged beside its path until the model has loaded (None without --record)."""
+    from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
+
+    if not args.record:
+        return None
+    meta = {"argv": args.argv, "model": args.model or "demo", "workload":
+            f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
+    try:
+        return TraceRecorder(args.record, bus, header_meta=meta, publish=False)
+    except RecorderError as e:
+        raise UsageError(str(e)) from None
+
+
+def _publish(recorder: Any) -> None:
+    from graphtop.engine.telemetry.recorder import RecorderError
+
+    try:
+        recorder.publish()
+    except RecorderError as e:
+        raise UsageError(str(e)) from None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as a Ctrl-C is: every cleanup an interrupt runs (a staged trace
+    removed, finished results written, the dashboard's viewer stopped) then runs for a kill too, where
+    the default action would end the process on the spot and leave temporary files behind."""
+
+
+def interrupt_status(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The word the CLI says for an interrupt, and the exit status (128 + the signal, the shell's rule)."""
+    if isinstance(exc, Terminated):
+        return "terminated", 128 + signal.SIGTERM
+    return "interrupted", 128 + signal.SIGINT
+
+
+@dataclass
+class _Served:
+    """What a headless run served, in input order, and why it stopped early if it did."""
+
+    results: list[dict]
+    failure: Optional[str] = None  # the engine cannot go on (e.g. a tensor-parallel rank died)
+    interrupted: Optional[KeyboardInterrupt] = None  # results then holds only what had finished
+
+
+def run_headless(args: Any, config: Any) -> int:
+    if args.record and not (args.prompts or args.synthetic):
+        raise UsageError("--record needs a workload: --prompts FILE or --synthetic N")
+    if args.prompts and args.synthetic:
+        raise UsageError("choose one workload: --prompts FILE or --synthetic N")
+    if args.output and not (args.prompts or args.synthetic):
+        raise UsageError("--output needs a workload: --prompts FILE or --synthetic N")
+    try:  # the command-line sampling options themselves (--top-k -1, --top-p 0, ...)
+        _sampling(args, None)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"bad sampling option: {e}") from None
+    lines: list[PromptLine] = []
+    if args.prompts:
+        try:
+            lines = read_prompts(args.prompts)
+        except PromptsFileError as e:
+            raise UsageError(str(e)) from None
+        if args.prompts and not args.output and not args.record:
+            raise UsageError("--prompts needs --output OUT.jsonl (or --record TRACE.jsonl)")
+    synthetic = None
+    if args.synthetic:
+        from graphtop.tui.cli.workload import Dist
+
+        try:
+            Dist.parse(args.synthetic_prompt_len)
+            Dist.parse(args.synthetic_output_len)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        _check_synthetic_span(args.synthetic, args.synthetic_rate)
+    check_output_paths(args)
+    for pl in lines:
+        if pl.error:
+            print_error(f"{args.prompts}:{pl.error}")
+
+    from graphtop.engine.telemetry.bus import EventBus
+
+    from .progress import start_headless_progress
+
+    bus = EventBus()
+    recorder = server = engine = progress = None
+    serving = False  # the model loaded and the trace is at its path: what follows is kept
+    try:  # from the trace's staging on: an interrupt (Ctrl-C, SIGTERM) at any point runs the clean-up below
+        recorder = _open_recorder(args, bus)
+        total = args.synthetic or sum(1 for pl in lines if not pl.error)
+        progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
+        if args.telemetry:  # an endpoint viewers can attach to from before the model loads
+            from .endpoint import open_endpoint
+
+            server = open_endpoint(bus, args.telemetry, args.model or "demo model")
+        engine = _load_engine(args, config, bus)
+        if recorder is not None:
+            _publish(recorder)
+        serving = True
+        if server is not None:
+            engine.serve_telemetry(server=server)
+        if args.synthetic:
+            from graphtop.tui.cli.workload import SyntheticWorkload
+
+            avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
+            synthetic = SyntheticWorkload(
+                args.synthetic, args.seed, prompt_len=args.synthetic_prompt_len,
+                output_len=args.synthetic_output_len, arrival_rate=args.synthetic_rate,
+                vocab_size=engine.spec.vocab_size, avoid_ids=sorted(avoid),
+                max_total_tokens=engine.max_context_len - 1,
+            )
+        t0 = time.perf_counter()
+        served = _serve(engine, args, lines, synthetic)
+        wall = time.perf_counter() - t0
+    finally:
+        if server is not None:
+            server.close("the headless run finished")
+        if engine is not None:
+            engine.close("engine closed")  # stops tensor-parallel workers, too
+        if progress is not None:
+            progress.stop()
+        rec_result = None
+        if recorder is not None and serving:
+            rec_result = recorder.close()
+        elif recorder is not None:
+            recorder.discard()  # nothing was served: an older trace at the path stays
+    if served.interrupted is not None:
+        return _end_interrupted(args, served, args.synthetic or len(lines), rec_result)
+    output_error = _write_error(args.output, served.results)  # before the summary: it is the user's data
+    unreadable = _print_summary(args, served.results, wall, rec_result)
+    lost = [e for e in (output_error, rec_result.error_line if rec_result else None) if e]
+    for line in lost:  # each output that is not all there, even when both are
+        print_error(line)
+    if served.failure:  # the engine cannot go on (e.g. a tensor-parallel rank died): what was done is written
+        print_error(served.failure)
+    if lost or unreadable:
+        return 2  # as any other output that cannot be written (or read back: said in the summary's place)
+    bad = served.failure or any(r.get("error") for r in served.results)
+    return 1 if bad else 0
+
+
+def _end_interrupted(args: Any, served: _Served, total: int, rec_result: Any) -> int:
+    """Ctrl-C or SIGTERM while serving: keep what finished, and say in one line what was kept."""
+    assert served.interrupted is not None
+    word, status = interrupt_status(served.interrupted)
+    said = []
+    if args.output and served.results:
+        said.append(_write_error(args.output, served.results)
+                    or f"{len(served.results)} of {total} results written to {args.output}")
+    elif args.output:
+        said.append(f"no request had finished; {args.output} left as it was")
+    if rec_result is not None:
+        said.append(rec_result.error_line or f"trace {args.record} kept")
+    print(f"graphtop: {word}: {'; '.join(said)}" if said else f"graphtop: {word}", file=sys.stderr)
+    return status
+
+
+def _result(slot: Any) -> dict:
+    return slot if isinstance(slot, dict) else slot.result()
+
+
+def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> _Served:
+    """Results in input order, and what stopped the engine early, if anything did."""
+    from graphtop.engine.engine import TensorParallelError
+
+    slots: list[Any] = []  # dict (already-failed line) or RequestHandle, in input order
+    try:
+        _submit_and_run(engine, args, lines, synthetic, slots)
+    except TensorParallelError as e:
+        engine.close(str(e))  # every request still in flight finishes with the reason
+        return _Served([_result(s) for s in slots], failure=str(e))
+    except KeyboardInterrupt as e:  # before the engine closes, which finishes the rest as cancelled
+        return _Served([_result(s) for s in slots if _had_finished(s)], interrupted=e)
+    return _Served([_result(s) for s in slots])
+
+
+def _had_finished(slot: Any) -> bool:
+    """Done before the interrupt: a rejected line, or a request that ended on its own. A step the
+    interrupt cut short has already finished its requests as cancelled (Engine.step's clean-up), and no
+    headless request is cancelled otherwise."""
+    from graphtop.engine.request import FinishReason
+
+    return isinstance(slot, dict) or (slot.finished and slot.finish_reason is not FinishReason.CANCELLED)
+
+
+def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, slots: list[Any]) -> None:
+    from graphtop.engine.sampling_params import SamplingParams
+
+    if synthetic is None:
+        for pl in lines:
+            if pl.error:
+                slots.append({"id": pl.request_id, "prompt": None, "text": "", "token_ids": [],
+                              "finish_reason": "rejected", "error": pl.error})
+            else:
+                slots.append(engine.submit(pl.prompt, _sampling(args, pl), request_id=pl.request_id))
+        engine.run_until_done([s for s in slots if not isinstance(s, dict)])
+    else:
+        pending = list(synthetic)
+        start = time.perf_counter()
+        while pending or engine.scheduler.has_work():
+            now = time.perf_counter() - start
+            while pending and pending[0].arrival_s <= now:
+                r = pending.pop(0)
+                params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=args.temperature,
+                                        top_p=args.top_p, top_k=args.top_k, seed=args.seed + r.index,
+                                        ignore_eos=True)
+                slots.append(engine.submit(r.prompt_token_ids, params, request_id=f"syn-{r.index}"))
+            if not engine.step() and pending:
+                time.sleep(min(0.01, max(0.0, pending[0].arrival_s - (time.perf_counter() - start))))
+
+
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""Characters str.splitlines (and some editors) break at that json.dumps leaves raw: escaped, so one
+result is one line for every reader."""
+
+
+def _result_line(result: dict) -> bytes:
+    """One output line; text that is not valid Unicode (a lone surrogate) is escaped, not lost."""
+    try:
+        return (json.dumps(result, ensure_ascii=False).translate(_LINE_BREAKS) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(result) + "\n").encode("ascii")
+
+
+def _write_error(path: Optional[str], results: list[dict]) -> Optional[str]:
+    """Write --output (when given); the one-line reason it could not be, or None. Returned, not raised,
+    so a trace that failed too is still reported."""
+    from graphtop.engine.telemetry.safe_write import OutputPathError, write_atomic
+
+    if path is None:
+        return None
+    data = b"".join(_result_line(r) for r in results)
+    try:
+        write_atomic(path, lambda f: f.write(data), "--output")
+    except (OSError, OutputPathError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        return f"cannot write {path}: {reason}"
+    return None
+
+
+def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any) -> bool:
+    """Print the run's summary and the trace's; True when the trace this run wrote cannot be read back."""
+    done = [r for r in results if not r.get("error")]
+    tokens = sum(len(r["token_ids"]) for r in done)
+    print(f"requests {len(results)} ({len(results) - len(done)} failed) · output tokens {tokens} · "
+          f"{wall:.2f} s · {tokens / wall if wall > 0 else 0:.1f} tok/s")
+    for r in results:
+        if r.get("error"):
+            print(f"  {r['id']}: {r['error']}")
+    if rec_result is not None:
+        print(rec_result.describe())
+        if not _summarizable(rec_result):
+            return False
+        from graphtop.engine.telemetry.trace import TraceError, read_trace
+        from graphtop.engine.telemetry.report import format_summary
+        from graphtop.engine.telemetry.summary import summarize
+
+        try:
+            print(format_summary(summarize(read_trace(args.record))), end="")
+        except TraceError as e:
+            print_error(f"could not summarize {args.record}: {e}")
+            return True
+    return False
+
+
+def _summarizable(rec_result: Any) -> bool:
+    """Whether the trace can be read back for its summary: only a complete one, in a regular file. A
+    device or FIFO (``/dev/stdout`` into a pipe) cannot be read back (reading it would wait forever), and a
+    trace that failed or was replaced is not this run's whole trace."""
+    if rec_result.write_error is not None:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(rec_result.path).st_mode)
+    except OSError:
+        return False
