@@ -30,7 +30,7 @@ source "$here/scripts/device_env.sh"
 
 rc=0
 if [ "${GPU_TESTS:-1}" = 1 ]; then
-  files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/test_cuda_*.py tests/cuda/test_flashinfer_cuda.py 2>/dev/null)}
+  files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/cuda/test_*.py 2>/dev/null)}
   # the whole suite takes about a device call's time limit: GPU_TEST_PART=1 runs tests/cuda/test_cuda_kernels.py,
   # GPU_TEST_PART=2 every other file of the list, so two calls cover it
   case "${GPU_TEST_PART:-}" in
