@@ -1,9 +1,9 @@
-"""The README's "Help text" block: ``graphtop --help`` and every subcommand's, at 100 columns.
+"""The "Help text" block of docs/cli.md: ``graphtop --help`` and every subcommand's, at 100 columns.
 
     python scripts/cli_help_md.py            print it
-    python scripts/cli_help_md.py --write    put it into README.md between the cli-help markers
+    python scripts/cli_help_md.py --write    put it into docs/cli.md between the cli-help markers
 
-tests/test_cli_help.py checks that the README holds exactly this, so the README's help stays true:
+tests/cli/test_cli_help.py checks that docs/cli.md holds exactly this, so its help texts stay true:
 after changing a flag or a help text, run it with --write.
 """
 
@@ -18,12 +18,12 @@ from pathlib import Path
 COMMANDS = (["--help"], ["trace", "--help"], ["trace", "summary", "--help"], ["trace", "export", "--help"],
             ["advise", "--help"], ["attach", "--help"], ["ps", "--help"])
 WIDTH = "100"
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 START, END = "<!-- cli-help:start -->", "<!-- cli-help:end -->"
 
 
 def help_text(argv: list[str]) -> str:
-    from graphtop.tui.cli import main
+    from graphtop.tui.cli.entry import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -48,20 +48,20 @@ def markdown() -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def readme_block(text: str) -> str:
-    """What the README holds between the markers."""
+def doc_block(text: str) -> str:
+    """What docs/cli.md holds between the markers."""
     return text.split(START, 1)[1].split(END, 1)[0].strip("\n") + "\n"
 
 
-def write_readme() -> None:
-    text = README.read_text()
+def write_doc() -> None:
+    text = DOC.read_text()
     head, rest = text.split(START, 1)
     tail = rest.split(END, 1)[1]
-    README.write_text(f"{head}{START}\n{markdown()}{END}{tail}")
+    DOC.write_text(f"{head}{START}\n{markdown()}{END}{tail}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
-        write_readme()
+        write_doc()
     else:
         sys.stdout.write(markdown())

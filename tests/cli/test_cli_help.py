@@ -115,7 +115,7 @@ def test_replay_with_an_unknown_theme_is_one_error_line(tmp_path: Path, capsys) 
     assert rc == 2 and err.startswith("graphtop: error: unknown theme 'no-such-theme'") and err.count("\n") == 1
 
 
-def test_readme_holds_the_current_help_texts() -> None:
+def test_docs_cli_holds_the_current_help_texts() -> None:
     import importlib.util
 
     script = SCRIPTS / "cli_help_md.py"
@@ -123,11 +123,11 @@ def test_readme_holds_the_current_help_texts() -> None:
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)
-    readme = module.README.read_text()
+    doc = module.DOC.read_text()
     for argv in module.COMMANDS:
-        assert f"<code>graphtop {' '.join(argv)}</code>" in readme
-    assert module.readme_block(readme) == module.markdown(), \
-        "README's help text is stale: run python scripts/cli_help_md.py --write"
+        assert f"<code>graphtop {' '.join(argv)}</code>" in doc
+    assert module.doc_block(doc) == module.markdown(), \
+        "docs/cli.md's help text is stale: run python scripts/cli_help_md.py --write"
 
 
 def test_an_empty_path_is_refused_not_read_as_no_flag(capsys) -> None:
