@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -371,6 +373,12 @@ def test_perfetto_closes_unfinished_requests_and_handles_nan() -> None:
 
 
 # -- schema doc -----------------------------------------------------------------------------------
+
+
+def test_schema_doc_is_generated_from_the_current_events() -> None:
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "trace_schema_md.py"), "--check"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_schema_doc_covers_every_type_and_field() -> None:
