@@ -28,7 +28,7 @@ import torch
 
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
-from .commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
+from .step.commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
 from .config import EngineConfig
 from .step.detokenizer import IncrementalDetokenizer
 from .device import resolve_device
@@ -50,8 +50,7 @@ from .step.output import OutputProcessor
 from .step.overlap import TokenReadback
 from .parity.checker import ParityChecker, scratch_pages
 from .prompts import admission_problem, encode_prompt
-from .request import FinishReason, Request, RequestHandle
-from .request_ids import RequestIds
+from .request import FinishReason, Request, RequestHandle, RequestIds
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .step.guard import StepGuard
@@ -60,7 +59,7 @@ from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
 from .telemetry.value_limits import is_unicode
-from .timeouts import wait_timeout
+from .arguments import wait_timeout
 
 __all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
 
@@ -347,7 +346,7 @@ class Engine:
         before this call) is captured or failed. With the background thread this waits; otherwise it
         drives ``step()`` itself (requests in flight are served meanwhile). False on timeout; an
         EngineError if the engine is (or gets) closed. ``timeout`` None or ``inf`` waits forever; NaN is a
-        ValueError (``engine/timeouts.py``)."""
+        ValueError (``engine/arguments.py``)."""
         timeout = wait_timeout(timeout, "wait_for_capture")
         self.refuse_inside_step("wait_for_capture()")
         done = threading.Event()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
-from ..short_repr import short_repr, short_text
+from ..arguments import short_repr, short_text
 
 
 MAX_BUCKETS = 512

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ..short_repr import short_repr
+from ..arguments import short_repr
 from .bucket_list import MAX_BUCKETS, BucketSpecError, check_buckets, parse_buckets  # noqa: F401 (MAX_BUCKETS re-exported)
 
 DECODE_BACKENDS = ("full", "disabled")
