@@ -10,7 +10,7 @@ import torch
 
 from ..telemetry import events as ev
 from ..graphs.backend import GraphBackend, ShapeKey
-from ..graphs.bucket_policy import BucketDecision, BucketPolicy
+from ..graphs.bucket_policy import BucketPolicy
 from ..graphs.fallback import FallbackReason
 from ..telemetry.capture import BucketCost
 from .base import GraphRunner
@@ -137,10 +137,3 @@ class BucketedGraphRunner(GraphRunner):
                 if self.backend.warms_up:
                     self._forward(size)  # per-shape warmup outside capture
             self.backend.capture_one(key, lambda: self._forward(size))
-
-    # --- bucket choice (graphs/bucket_policy.py decides; the runner adds what only it knows) ----------
-    def pick_bucket(self, size: int) -> Optional[int]:
-        return self.policy.pick(size)
-
-    def decide(self, size: int) -> BucketDecision:
-        return self.policy.decide(size)

@@ -1,10 +1,11 @@
 """Decode through full graphs, bucketed by request count.
 
-Per step: pick the smallest captured bucket ≥ batch size, let the attention backend plan on the host,
-copy the live batch and the backend's page lists into the static buffers in one upload (padded rows
-point at the dummy KV slot), replay, and slice logits and greedy tokens to the real rows. A backend whose graph reads a fixed-width page table has each
-bucket captured at several widths (``AttentionBackend.graph_widths``); a step replays the narrowest
-that holds its longest row.
+Per step: ``decide`` picks the smallest captured bucket ≥ batch size (the bucket policy), and ``run``
+replays that bucket: the attention backend plans on the host, the live batch and the backend's page
+lists go into the static buffers in one upload (padded rows point at the dummy KV slot), the graph
+replays, and logits and greedy tokens are sliced to the real rows. A backend whose graph reads a
+fixed-width page table has each bucket captured at several widths (``AttentionBackend.graph_widths``);
+a step replays the narrowest that holds its longest row.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from graphtop.models.kernels.argmax import argmax_rows, host_ring_supported
 from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
+from ..graphs.bucket_policy import BucketDecision
 from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
 from ..graphs.fallback import FallbackReason
 from ..graphs.upload import Upload
@@ -97,19 +99,17 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.attention.bind_graph_meta(self.registry, key.size, self._meta_width(key.width, 1))
         self.attention.prepare_capture(key.size)
 
-    def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
-        reason = self.decide(batch.batch_size).reason
-        if reason is not None:
-            return reason
-        if batch.max_pages > self.max_pages:
-            return FallbackReason.CONTEXT_EXCEEDS_GRAPH
-        return None
+    def decide(self, batch: ForwardBatch) -> BucketDecision:
+        decision = self.policy.decide(batch.batch_size)
+        if decision.graph and batch.max_pages > self.max_pages:
+            return BucketDecision(reason=FallbackReason.CONTEXT_EXCEEDS_GRAPH)
+        return decision
 
     @torch.inference_mode()
-    def run(self, batch: ForwardBatch) -> StepOutput:
+    def run(self, batch: ForwardBatch, decision: BucketDecision) -> StepOutput:
         bs = batch.batch_size
-        bucket = self.pick_bucket(bs)
-        assert bucket is not None
+        bucket = decision.bucket
+        assert bucket is not None, "run takes a graph decision"
         width = pick_graph_width(self.widths, batch.max_pages)
         self.attention.bind_graph_meta(self.registry, bucket, self._meta_width(width, batch.max_pages))
         uploads: list[Upload] = []
@@ -126,5 +126,5 @@ class DecodeGraphRunner(BucketedGraphRunner):
         if ids is not None:  # the previous tokens' buffer is rewritten by this replay: point at what it read
             batch.input_ids_device = self.registry.view("input_ids", bs)
         logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
-        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing,
+        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=decision.padded, timing=timing,
                           tokens=self.tokens_out[:bs], tokens_host=tokens_host)
