@@ -19,7 +19,6 @@ from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.bucket_policy import BucketDecision
-from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
 from ..graphs.fallback import FallbackReason
 from ..graphs.upload import Upload
 from .base import StepOutput
@@ -47,15 +46,10 @@ class DecodeGraphRunner(BucketedGraphRunner):
     ):
         self.model = model
         self.attention = attention
-        registry = BufferRegistry(device, max_bs)
-        registry.declare(BufferSlot("input_ids", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.input_ids))
-        registry.declare(BufferSlot("positions", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.positions))
+        super().__init__(backend, device, publish, max_bs)
         attention.init_graph_state(max_bs, max_pages)
         for slot in attention.graph_buffer_slots():
-            registry.declare(slot)
-        self.registry = registry
+            self.registry.declare(slot)
         self.max_pages = getattr(attention, "graph_max_pages", max_pages)
         self.widths = attention.graph_widths()
         vocab = model.spec.vocab_size
@@ -73,13 +67,11 @@ class DecodeGraphRunner(BucketedGraphRunner):
         # each ring row's index as the slot scalar's upload source, made once instead of every step
         self._ring_slots = [torch.tensor([i], dtype=torch.int32) for i in range(self._ring_rows)]
         self._ring_turn = 0
-        backend.bind(registry)
-        super().__init__(backend, device, publish, max_bs)
+        backend.bind(self.registry)
 
     @torch.inference_mode()
     def _forward(self, bs: int) -> torch.Tensor:
-        ids = self.registry.view("input_ids", bs)
-        pos = self.registry.view("positions", bs)
+        ids, pos = self.token_inputs(bs)
         self.attention.prepare_in_graph()
         logits = self.model.decode_logits(ids, pos, self.attention, out=self.logits_out[:bs])
         argmax_rows(logits, out=self.tokens_out[:bs], host_ring=self.host_ring, pdl=self.model.logits_pdl)

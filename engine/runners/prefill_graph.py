@@ -14,7 +14,7 @@ from ..batch import ForwardBatch, ForwardMode
 from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.breakable import eager_on_graph
 from ..graphs.bucket_policy import BucketDecision
-from ..graphs.buffers import BridgeBuffers, BufferRegistry, BufferSlot, PaddingPolicy
+from ..graphs.buffers import BridgeBuffers
 from ..kv_pool import DUMMY_PAGE
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
@@ -35,14 +35,9 @@ class PrefillGraphRunner(BucketedGraphRunner):
     ):
         self.model = model
         self.attention = attention
+        super().__init__(backend, device, publish, max_tokens, max_padding_waste)
         spec = model.spec
         dtype = next(model.parameters()).dtype
-        registry = BufferRegistry(device, max_tokens)
-        registry.declare(BufferSlot("input_ids", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.input_ids))
-        registry.declare(BufferSlot("positions", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.positions))
-        self.registry = registry
 
         def zeros(*shape: int) -> torch.Tensor:
             return torch.zeros(*shape, dtype=dtype, device=device)
@@ -54,13 +49,11 @@ class PrefillGraphRunner(BucketedGraphRunner):
         )
         self.hidden_out = zeros(max_tokens, spec.hidden_size)
         self.attn_call = eager_on_graph(attention.forward)
-        backend.bind(registry, self.bridges)
-        super().__init__(backend, device, publish, max_tokens, max_padding_waste)
+        backend.bind(self.registry, self.bridges)
 
     @torch.inference_mode()
     def _forward(self, n: int) -> torch.Tensor:
-        ids = self.registry.view("input_ids", n)
-        pos = self.registry.view("positions", n)
+        ids, pos = self.token_inputs(n)
         hidden = self.model(ids, pos, self.attn_call)
         out = self.hidden_out[:n]
         out.copy_(hidden)
