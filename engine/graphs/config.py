@@ -74,7 +74,8 @@ class GraphConfig:
     # FallbackReason.NO_CUDA_GRAPHS (False: no per-step emulation cost on a CPU).
     emulate: bool = True
     # Capture with the GC frozen (GraphBackend.capture_session). Off by default: on the H200 freezing
-    # made capture slower, with a small heap and with 3 million extra objects (README, Benchmarks).
+    # made capture slower, with a small heap and with 3 million extra objects (bench/capture_bench.py,
+    # figures in docs/benchmarks.md).
     freeze_gc: bool = False
     locked: set[str] = field(default_factory=set)
 
