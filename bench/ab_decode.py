@@ -61,6 +61,7 @@ from graphtop.models.kernels import decode_attention as td  # noqa: E402
 from graphtop.engine.attention.base import pick_graph_width  # noqa: E402
 from graphtop.engine.graphs import upload as gu  # noqa: E402
 from graphtop.engine.graphs.backend import ShapeKey  # noqa: E402
+from graphtop.engine.graphs.bucket_policy import BucketDecision  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.runners.base import StepOutput  # noqa: E402
 from graphtop.engine.runners import decode_graph as dg  # noqa: E402
@@ -114,12 +115,12 @@ def _separate_copies_forward(self: DecodeGraphRunner, bs: int) -> torch.Tensor:
     return self.model.compute_logits(hidden, out=self.logits_out[:bs])
 
 
-def _separate_copies_run(self: DecodeGraphRunner, batch) -> StepOutput:
+def _separate_copies_run(self: DecodeGraphRunner, batch, decision: BucketDecision) -> StepOutput:
     """A decode replay as before one upload a step (variant upload=separate): the static buffers' own
     copy, the overlap schedule's ids copied device to device, the attention page lists uploaded by the
     backend (three copies), and the greedy argmax launched after the graph (StepOutput.tokens unset)."""
     bs = batch.batch_size
-    bucket = self.pick_bucket(bs)
+    bucket = decision.bucket
     self.registry.fill(batch, bucket)
     if batch.input_ids_device is not None:
         self.registry.view("input_ids", bs).copy_(batch.input_ids_device)
@@ -127,7 +128,7 @@ def _separate_copies_run(self: DecodeGraphRunner, batch) -> StepOutput:
     self.attention.bind_graph_meta(self.registry, bucket, self._meta_width(width, batch.max_pages))
     self.attention.prepare_replay(batch, bucket)
     logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
-    return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing)
+    return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=decision.padded, timing=timing)
 
 
 def parse_tuning(text: str) -> td.DecodeTuning:

@@ -117,7 +117,7 @@ def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int, rounds: int) -
     handles = fill_decode(eng, bs)
     out: dict[str, Any] = {}
     mr = eng.model_runner
-    has_graph = mr.decode is not None and mr.decode.pick_bucket(bs) is not None
+    has_graph = mr.decode is not None and mr.decode.policy.pick(bs) is not None
     graph_t: list[float] = []
     eager_t: list[float] = []
     contexts: list[int] = []
@@ -160,7 +160,7 @@ def prefill_ms(eng: Engine, n_tokens: int, reps: int) -> dict[str, float]:
     params = SamplingParams(max_new_tokens=1, ignore_eos=True, detokenize=False)
     mr = eng.model_runner
     labels = ["eager"]
-    if mr.prefill is not None and mr.prefill.pick_bucket(n_tokens) is not None:
+    if mr.prefill is not None and mr.prefill.policy.pick(n_tokens) is not None:
         labels.insert(0, "graph")
     times: dict[str, list[float]] = {label: [] for label in labels}
     for i in range(reps + 2):

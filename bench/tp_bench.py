@@ -86,7 +86,7 @@ def side_by_side(engines: dict[str, Engine], bs: int, rounds: int, steps: int) -
         ms = statistics.median(rounds_ms[name])
         decode = eng.model_runner.decode
         out[name] = {"step_ms": ms, "tok_s": bs / ms * 1e3, "rounds_ms": rounds_ms[name],
-                     "graph": decode is not None and decode.pick_bucket(bs) is not None}
+                     "graph": decode is not None and decode.policy.pick(bs) is not None}
         drain(eng, handles[name])
     return out
 

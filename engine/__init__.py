@@ -15,7 +15,7 @@ from typing import Any
 _EXPORTS = {
     "Engine": ".engine",
     "EngineError": ".device",
-    "EngineInfo": ".engine_info",
+    "EngineInfo": ".lifecycle.info",
     "EngineConfig": ".config",
     "KernelConfig": ".kernel_config",
     "EventBus": ".telemetry.bus",

@@ -1,8 +1,12 @@
 """The engine: builds the model's serving parts, takes commands, and runs the step loop.
 
-Lifecycle and commands live here; the parts are elsewhere, one concept each: the step loop
-(``step_loop``), output processing (``output``: stop strings, finish reasons), what the engine
-publishes (``engine_events``), the model runner and its graph runners (``model_runner``).
+Construction and the step loop live here; the public methods are grouped by concern in mixins: what
+callers ask (``api/requests.py``: submit, generate, cancel), how they steer it while it serves
+(``api/controls.py``: recapture, parity pacing, telemetry, waiting for capture) and how it stops
+(``lifecycle/closing.py``: close, shutdown, a step that raised). The parts are elsewhere, one concept
+each: the step loop (``step/loop.py``), output processing (``step/output.py``: stop strings, finish
+reasons), what the engine publishes (``step/events.py``), the model runner and its graph runners
+(``model_runner.py``, ``runners/``).
 
 Threading: ``step()`` is the whole hot loop and runs on one thread (the caller's, or the engine's own
 after ``start_background()``). Other threads talk to it only through the command queue drained
@@ -20,47 +24,39 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Union
 
-import torch
-
+from .api.controls import ControlApi
+from .api.requests import RequestApi
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
-from .commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
 from .config import EngineConfig
-from .step.detokenizer import IncrementalDetokenizer
 from .device import resolve_device
-from .errors import EngineError
-from .errors import TensorParallelError
-from .step.background import BackgroundServer
-from .step.cleanup import DeferredInterrupts
 from .distributed.group import TensorParallelGroup
 from .distributed.setup import RankSetup
-from .step.events import EngineEvents
+from .errors import EngineError, TensorParallelError
+from .graphs.config import resolve_graph_config
+from .kernel_config import resolve_kernel_config
+from .kv_pool import KVLayout, KVPool
+from .lifecycle.closing import Closing
 from .lifecycle.info import EngineInfo, describe, started_events
 from .lifecycle.loading import load_engine
-from .kernel_config import resolve_kernel_config
-from .graphs.config import resolve_graph_config
-from .kv_pool import KVLayout, KVPool
 from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
 from .model_runner import ModelRunner
-from .step.output import OutputProcessor
-from .step.overlap import TokenReadback
 from .parity.checker import ParityChecker, scratch_pages
-from .prompts import admission_problem, encode_prompt
-from .request import FinishReason, Request, RequestHandle
-from .request_ids import RequestIds
-from .sampling_params import SamplingParams
+from .request import FinishReason, Request, RequestHandle, RequestIds
 from .scheduler import Scheduler, SchedulerConfig
+from .step.background import BackgroundServer
+from .step.commands import AwaitCapture, Cancel, Command, CommandQueue, SetParityEvery, Submit
+from .step.events import EngineEvents
 from .step.guard import StepGuard
 from .step.loop import StepLoop
+from .step.output import OutputProcessor
+from .step.overlap import TokenReadback
 from .telemetry import events as ev
 from .telemetry.bus import EventBus
 from .telemetry.capture import BucketCost
-from .telemetry.value_limits import is_unicode
-from .timeouts import wait_timeout
 
 __all__ = ["Engine", "EngineError", "EngineInfo", "TensorParallelError", "resolve_device"]
 
@@ -72,7 +68,10 @@ def _publishing(engine: "Engine") -> bool:
     return not engine._closed
 
 
-class Engine:
+class Engine(RequestApi, ControlApi, Closing):
+    """An in-process inference engine for one model (see the module docstring); ``from_pretrained``
+    builds one from a checkpoint folder."""
+
     def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False,
                  tp: Optional[TensorParallelGroup] = None):
         """``tp``: the tensor-parallel group (``from_pretrained`` starts it when ``config.tp_size`` > 1);
@@ -213,162 +212,7 @@ class Engine:
         for event in started_events(self.info, self.model_runner.resolved):
             self.bus.publish(event)
 
-    # --- public API ----------------------------------------------------------------------------
-    def submit(
-        self,
-        prompt: Union[str, Sequence[int]],
-        params: Optional[SamplingParams] = None,
-        *,
-        chat: bool = False,
-        request_id: Optional[str] = None,
-    ) -> RequestHandle:
-        """Queue a prompt (text, or token ids). Thread-safe; returns at once with a streaming handle.
-
-        A prompt that can never be served (empty, past the context or the KV pool, ids outside the
-        vocabulary) comes back as a finished ``rejected`` handle; a wrong type is a TypeError; a request id
-        that a request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
-        """
-        self._check_open()
-        params = self._check_params(params)
-        if request_id is not None and not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        if request_id is not None and not is_unicode(request_id):  # every event of it would poison a trace
-            raise ValueError(f"request_id is not valid Unicode (a lone surrogate): {request_id!r}")
-        text, ids = encode_prompt(self.tokenizer, prompt, chat)
-        return self._submit_encoded(text, ids, params, request_id)
-
-    @staticmethod
-    def _check_params(params: Optional[SamplingParams]) -> SamplingParams:
-        if params is not None and not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        return params or SamplingParams()
-
-    def _submit_encoded(self, text: str, ids: list[int], params: SamplingParams,
-                        request_id: Optional[str]) -> RequestHandle:
-        rid = self._ids.claim(request_id)
-        if rid is None:  # request_id is not None here: only a wanted id can be taken
-            problem = f"request id {request_id!r} is already used by a request in flight"
-            handle = RequestHandle(str(request_id), self, text, ids)
-            handle._finish(FinishReason.REJECTED, problem)
-            # an error, not a request_finished: under that id every reader of the stream (the endpoint's
-            # snapshot, the dashboard, a trace's latencies) would finish the live request
-            self.bus.publish(ev.ErrorEvent(message=f"a submit was rejected: {problem}", where="submit"))
-            return handle
-        handle = RequestHandle(rid, self, text, ids)
-        problem = admission_problem(ids, self.max_context_len, self.pool.capacity_tokens, self.spec.vocab_size)
-        if problem:
-            self._ids.release(rid)
-            handle._finish(FinishReason.REJECTED, problem)
-            self.bus.publish(ev.RequestFinished(request_id=rid, output_tokens=0, finish_reason="rejected",
-                                                error=problem))
-            return handle
-        req = Request(rid, list(ids), params, handle)
-        if params.detokenize:
-            req.detok = IncrementalDetokenizer(self.tokenizer)
-        with self._lifecycle:  # queued before a close or a failure drains the queue, or refused: never lost
-            try:
-                self._check_open()
-            except EngineError:
-                self._ids.release(rid)
-                raise
-            self.commands.put(Submit(req))
-        return handle
-
-    def generate(
-        self, prompts: Iterable[Union[str, Sequence[int]]], params: Optional[SamplingParams] = None
-    ) -> list[RequestHandle]:
-        """Submit all prompts at once (one continuous batch) and serve them to completion. Every prompt
-        is checked before any is submitted: a wrong type refuses the whole call, serving none."""
-        if isinstance(prompts, str):
-            raise TypeError("generate takes a list of prompts; for one prompt pass [prompt], or use submit")
-        self._check_open()
-        self.refuse_inside_step("generate()")
-        params = self._check_params(params)
-        encoded = [encode_prompt(self.tokenizer, p, False) for p in prompts]
-        handles = [self._submit_encoded(text, ids, params, None) for text, ids in encoded]
-        if self.background_running:
-            for h in handles:
-                h.wait()
-        else:
-            self.run_until_done(handles)
-        return handles
-
-    def cancel(self, request_id: str) -> None:
-        """Cancel the request in flight with this id (none: nothing happens). Thread-safe."""
-        if not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        self.commands.put(Cancel(request_id))
-
-    def cancel_handle(self, handle: RequestHandle) -> None:
-        """``RequestHandle.cancel``: cancels that handle's request only, never a newer one with its id."""
-        self.commands.put(Cancel(handle.request_id, handle))
-
-    def recapture(
-        self, decode_bs: Optional[Sequence[int]] = None, prefill_num_tokens: Optional[Sequence[int]] = None
-    ) -> None:
-        """Replace the captured graphs at the next step boundary; in-flight requests continue."""
-        self._check_open()  # a closed engine would publish a request that nothing ever answers
-        cmd = Recapture(tuple(decode_bs) if decode_bs is not None else None,
-                        tuple(prefill_num_tokens) if prefill_num_tokens is not None else None)
-        self.bus.publish(ev.RecaptureRequested(decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens))
-        self.commands.put(cmd)
-
-    def set_parity_every(self, every: int) -> None:
-        """Check one graph step in ``every`` against an eager re-run (0: off), from the next step on;
-        thread-safe. A problem (too little free KV for the scratch pages) is an ``error`` event."""
-        if isinstance(every, bool) or not isinstance(every, int):
-            raise TypeError(f"parity every must be an int, got {type(every).__name__}")
-        if every < 0:
-            raise ValueError(f"parity every must be >= 0, got {every}")
-        if every and self.tp is not None:
-            raise ValueError("parity checks do not run with tensor parallelism (--tp > 1)")
-        self._check_open()
-        self.commands.put(SetParityEvery(every))
-
-    @property
-    def parity_every(self) -> int:
-        return self.parity.every
-
-    def serve_telemetry(self, address: str = "ipc", *, runtime_dir: Any = None, server: Any = None) -> Any:
-        """Serve this engine's events on an endpoint that viewers attach to (``graphtop attach``,
-        ``graphtop ps``) and take their commands back. ``address``: "ipc" (a private Unix socket) or
-        "tcp://HOST:PORT" (token-protected). Returns the ``TelemetryServer``; ``close()`` ends it."""
-        from .lifecycle.telemetry_link import serve_telemetry
-
-        self._check_open()
-        if self.telemetry is not None and not self.telemetry.closed:
-            raise EngineError(f"this engine already serves telemetry at {self.telemetry.endpoint}; "
-                              "close that server first")
-        self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
-        return self.telemetry
-
-    def wait_for_capture(self, timeout: Optional[float] = None) -> bool:
-        """Block until every graph asked for so far (the first capture, and any recapture requested
-        before this call) is captured or failed. With the background thread this waits; otherwise it
-        drives ``step()`` itself (requests in flight are served meanwhile). False on timeout; an
-        EngineError if the engine is (or gets) closed. ``timeout`` None or ``inf`` waits forever; NaN is a
-        ValueError (``engine/timeouts.py``)."""
-        timeout = wait_timeout(timeout, "wait_for_capture")
-        self.refuse_inside_step("wait_for_capture()")
-        done = threading.Event()
-        with self._lifecycle:
-            self._check_open()
-            self.commands.put(AwaitCapture(done))
-        if self.background_running:
-            finished = done.wait(timeout)
-        else:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not done.is_set():
-                self.step()  # the first one applies the command
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-            finished = done.is_set()
-        if self._closed:  # close sets every waiter's event: graphs are gone, not captured
-            raise EngineError("the engine was closed while waiting for its graphs to capture")
-        if self._failure is not None:  # so does a tensor-parallel failure
-            raise TensorParallelError(self._failure)
-        return finished
-
+    # --- what the engine reports ---------------------------------------------------------------
     @property
     def capture_pending(self) -> bool:
         """Graphs are still being captured (between steps); steps whose bucket is not captured yet run
@@ -516,103 +360,3 @@ class Engine:
         self.refuse_inside_step("start_background()")
         self._check_open()
         self.background.start()
-
-    def _check_open(self) -> None:
-        """Every entry point that gives the engine work asks this first: a closed engine, or one whose
-        tensor-parallel group has failed (no step can run any more), would leave that work unanswered.
-        The group's own ``failure`` counts before a step has noticed it."""
-        if self._closed:
-            raise EngineError("the engine is closed")
-        failure = self._failure or (self.tp.failure if self.tp is not None else None)
-        if failure:
-            raise TensorParallelError(failure)
-
-    @property
-    def last_error(self) -> Optional[str]:
-        """Why the last step that raised failed (the engine serves what comes next after it)."""
-        return self._last_error
-
-    def _fail_step(self, error: BaseException) -> None:
-        """A step raised: fail what it may have left half-done (the one home of that clean-up, for the
-        caller's steps and the background thread's)."""
-        if isinstance(error, KeyboardInterrupt):  # its subclass names the signal (the CLI's Terminated: SIGTERM)
-            message = f"interrupted ({type(error).__name__}) during a step"
-        else:
-            message = f"{type(error).__name__}: {error}".splitlines()[0]
-        self._last_error = message
-        self.bus.publish(ev.ErrorEvent(message=message, where="step", fatal=False))
-        interrupts = DeferredInterrupts()
-        self._fail_in_flight(message, interrupts)
-        if isinstance(error, TensorParallelError):  # fatal: no later step will apply what is queued
-            with self._lifecycle:  # a submit is queued before this (and drained below) or refused after
-                self._failure = str(error)
-            self._finish_queued(message, interrupts)
-        interrupts.reraise()  # a callback's Ctrl-C, once every request has finished
-
-    def _fail_in_flight(self, message: str, interrupts: DeferredInterrupts) -> None:
-        """Finish every admitted or waiting request as cancelled with ``message`` (holding the guard);
-        a callback that interrupts one finish does not stop the others (engine/step/cleanup.py)."""
-        self.loop.discard_in_flight()  # a launched step's tokens are not delivered to failed requests
-        for req in list(self.scheduler.running) + list(self.scheduler.waiting):
-            with interrupts.deferred():
-                self.output.finish(req, FinishReason.CANCELLED, error=message)
-
-    def _finish_queued(self, message: str, interrupts: DeferredInterrupts) -> None:
-        """Commands that will never be applied finish too, so that no one waits on them."""
-        for command in self.commands.drain():
-            if isinstance(command, Submit):
-                self._ids.release(command.request.request_id)
-                with interrupts.deferred():
-                    command.request.handle._finish(FinishReason.CANCELLED, message)
-            elif isinstance(command, AwaitCapture):
-                command.done.set()
-
-    def shutdown(self, timeout: float = 10.0) -> bool:
-        """Stop the background thread; False if its step outlasted ``timeout`` (it stops after it)."""
-        return self.background.stop(timeout)
-
-    def close(self, reason: str = "engine closed") -> None:
-        """Stop serving and give device memory back (graphs, KV pool) without waiting for the GC;
-        requests still in flight finish with ``reason`` as their error. Stops the worker ranks.
-        Waits for a step in flight on another thread; from a callback inside a step, closes once that
-        step is over. Idempotent."""
-        if self._guard.inside():
-            self._close_after_step = reason
-            if self.background.owns_current_thread():
-                self.background.stop()  # only asks: the thread stops after this step
-            return
-        try:
-            with self._guard.hold("close()"):
-                self._close_locked(reason)
-        finally:
-            self.background.stop()  # it has seen the engine closed (or sees it at its next step): join it
-
-    def _close_locked(self, reason: str) -> None:
-        """Everything is released before a callback's KeyboardInterrupt goes on: ``_closed`` is set first,
-        so a close cut short could never be repeated."""
-        with self._lifecycle:
-            if self._closed:
-                return
-            self._closed = True
-        self.background.stop(timeout=0)  # it checks the flag between steps; the guard waits for its step
-        if self.telemetry is not None:
-            self.telemetry.close()
-        interrupts = DeferredInterrupts()
-        self._fail_in_flight(reason, interrupts)
-        self._finish_queued(reason, interrupts)
-        self.parity.close()
-        # After a tensor-parallel failure the device may hold a collective that never finishes: no syncs.
-        healthy = self.tp is None or self.tp.failure is None
-        if self.device.type == "cuda" and healthy:  # a launched step may still be using graphs and pool
-            torch.cuda.synchronize(self.device)
-        self.model_runner.release()  # every rank's graphs (they hold collectives) before the group goes
-        if self.tp is not None:
-            self.tp.close()
-        release = getattr(self.attention, "release", None)
-        if release is not None:
-            release()
-        self.pool.release()
-        if self.device.type == "cuda" and healthy:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
-        interrupts.reraise()

@@ -1,6 +1,6 @@
 """Kernel choices: one typed record inside ``EngineConfig``, resolved once, here.
 
-The ``GRAPHTOP_*`` environment variables are kept for kernel experiments (README: tuning knobs): a
+The ``GRAPHTOP_*`` environment variables are kept for kernel experiments (docs/cli.md: tuning knobs): a
 variable that is set overrides its field. This module is the only place that reads them; everything
 downstream (the model's fused layers, the attention backend, the kernels' launch options) receives
 the resolved values as arguments, so a benchmark switches kernels by passing a config, and a typo is

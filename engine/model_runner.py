@@ -1,10 +1,11 @@
 """Routes each batch to a graph runner or the eager runner, and owns graph (re)capture.
 
 Graphs are a fast path, never the only path: a batch a graph cannot take runs eagerly and the step
-record carries the named ``FallbackReason``. Capture, the first one and every recapture, runs in
-slices between steps (``advance_capture``), and each bucket serves the moment it is captured. The model runner is built from parts (model, attention,
-resolved graph config, a ``publish`` callable) and answers with results; it knows nothing of the
-engine that composes it.
+record carries the named ``FallbackReason``. A step's bucket is decided once (``decide``) and that
+decision is what the graph runner replays. Capture, the first one and every recapture, runs in
+slices between steps (``advance_capture``), and each bucket serves the moment it is captured. The
+model runner is built from parts (model, attention, resolved graph config, a ``publish`` callable)
+and answers with results; it knows nothing of the engine that composes it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from .attention.base import AttentionBackend
 from .batch import ForwardBatch, ForwardMode
+from .graphs.bucket_policy import BucketDecision
 from .graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
 from .graphs.config import ResolvedGraphConfig
 from .graphs.factory import graph_backend
@@ -195,27 +197,31 @@ class ModelRunner:
             done.set()
 
     # --- forward -------------------------------------------------------------------------------
-    def fallback_reason(self, batch: ForwardBatch) -> Optional[FallbackReason]:
-        """None when a graph takes ``batch``; otherwise why it runs eagerly."""
+    def decide(self, batch: ForwardBatch) -> tuple[Optional[BucketedGraphRunner], BucketDecision]:
+        """The phase's graph runner and its decision for ``batch`` (the bucket it replays, or why it runs
+        eagerly), made once per step: ``forward`` replays exactly this decision."""
         runner = self.decode if batch.mode is ForwardMode.DECODE else self.prefill
         if runner is not None:
-            return runner.can_run(batch)
+            return runner, runner.decide(batch)
         r = self.resolved
         backend = r.decode_backend if batch.mode is ForwardMode.DECODE else r.prefill_backend
         if backend == "disabled":
-            return FallbackReason.PHASE_DISABLED
+            return None, BucketDecision(reason=FallbackReason.PHASE_DISABLED)
         if not r.available:
-            return FallbackReason.NO_CUDA_GRAPHS
-        return FallbackReason.NO_GRAPHS_CAPTURED  # enabled, but no bucket survived the limits
+            return None, BucketDecision(reason=FallbackReason.NO_CUDA_GRAPHS)
+        # enabled, but no bucket survived the limits
+        return None, BucketDecision(reason=FallbackReason.NO_GRAPHS_CAPTURED)
+
+    def fallback_reason(self, batch: ForwardBatch) -> Optional[FallbackReason]:
+        """None when a graph takes ``batch``; otherwise why it runs eagerly."""
+        return self.decide(batch)[1].reason
 
     def forward(self, batch: ForwardBatch) -> StepOutput:
-        reason = self.fallback_reason(batch)
-        if reason is None:
-            runner = self.decode if batch.mode is ForwardMode.DECODE else self.prefill
-            assert runner is not None
-            return runner.run(batch)
+        runner, decision = self.decide(batch)
+        if runner is not None and decision.graph:
+            return runner.run(batch, decision)
         out = self.eager.run(batch)
-        out.fallback_reason = reason
+        out.fallback_reason = decision.reason
         return out
 
     def release(self) -> None:

@@ -1,8 +1,9 @@
-"""A request's life inside the engine, and the thread-safe handle its submitter holds."""
+"""A request's life inside the engine, the thread-safe handle its submitter holds, and the ids in flight."""
 
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import threading
 import time
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Protocol
 
 from .sampling_params import SamplingParams
-from .timeouts import wait_timeout
+from .arguments import wait_timeout
 
 log = logging.getLogger("graphtop.engine")
 
@@ -187,7 +188,7 @@ class RequestHandle:
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until finished. Only useful when the engine runs in its background thread. ``timeout``
-        None or ``inf`` waits forever; NaN is a ValueError (``engine/timeouts.py``).
+        None or ``inf`` waits forever; NaN is a ValueError (``engine/arguments.py``).
 
         From an ``on_update`` callback it is an EngineError, even for a finished handle: the callback
         runs inside a step, and only that step's thread could finish the request (a deadlock, or the
@@ -240,3 +241,41 @@ class RequestHandle:
             "finish_reason": self.finish_reason.value if self.finish_reason else None,
             **({"error": self.error} if self.error else {}),
         }
+
+
+class RequestIds:
+    """The ids of the requests in flight: the one home of the rule that two live requests cannot share one.
+
+    Cancel goes by id, so a second request under a live id would make one of them uncancellable (or cancel
+    the wrong one). The ids are claimed on the submitting thread, when ``Engine.submit`` returns, rather than
+    when the step loop applies the submit: that way the answer is immediate, and an automatic id (``req-N``)
+    skips one a caller chose, even one whose submit the loop has not reached yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[str] = set()
+        self._auto = itertools.count()
+
+    def claim(self, wanted: Optional[str]) -> Optional[str]:
+        """Claim ``wanted``, or with no id wanted (None or "") the next automatic one that is free;
+        None when ``wanted`` belongs to a request in flight."""
+        with self._lock:
+            if wanted:
+                if wanted in self._live:
+                    return None
+                rid = wanted
+            else:
+                rid = f"req-{next(self._auto)}"
+                while rid in self._live:  # a caller named a live request like an automatic id
+                    rid = f"req-{next(self._auto)}"
+            self._live.add(rid)
+            return rid
+
+    def release(self, rid: str) -> None:
+        """The request under ``rid`` has finished: the id is free again."""
+        with self._lock:
+            self._live.discard(rid)
+
+    def __contains__(self, rid: object) -> bool:
+        with self._lock:
+            return rid in self._live

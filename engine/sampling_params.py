@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-from .short_repr import short_repr
+from .arguments import short_repr
 from .telemetry.value_limits import is_unicode
 
 MAX_NEW_TOKENS = 2**31 - 1

@@ -79,8 +79,8 @@ def test_dashboard_model_loads_without_torch() -> None:
 
 
 def test_the_two_copies_of_the_short_value_rule_agree():
-    """models/ keeps its own copy of engine/short_repr.py's rule (neither may import the other's package)."""
-    from graphtop.engine.short_repr import short_repr
+    """models/ keeps its own copy of engine/arguments.py's rule (neither may import the other's package)."""
+    from graphtop.engine.arguments import short_repr
     from graphtop.models.checkpoint.config_check import _show
 
     for v in [0, -3, 2**200, 1.5, float("nan"), "x" * 100, "short", [[[[1]]]] * 30, None, True, {"k": [1] * 50}]:

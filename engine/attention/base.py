@@ -1,6 +1,6 @@
 """The attention-backend contract (mini-sglang style: one ABC, a backend per kernel library).
 
-The split that makes graphs possible (the seed's ``init_forward_metadata_out_graph`` / ``in_graph``):
+The split that makes graphs possible (attention metadata built out of the graph, read in it):
 - ``prepare`` / ``prepare_replay`` run on the host, outside any graph: they may sync, allocate and
   call host-side planners (FlashInfer ``plan``);
 - ``prepare_in_graph`` holds only device ops over fixed-address buffers, so a graph may capture it;

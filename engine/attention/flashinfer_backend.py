@@ -53,12 +53,13 @@ CUDA_CORE_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 #: of TRITON_AUTO_GROUP (``triton_rows_for``); "triton" takes it at every size.
 #: "auto" decodes batches of at most this many rows with the Triton kernel when the GQA group is
 #: smaller than TRITON_AUTO_GROUP: in bench/decode_attn_bench.py it wins at bs 1-64 on both benchmark
-#: shapes and loses at bs 256 on the Qwen3-0.6B shape (group 2; figures: README, Benchmarks).
+#: shapes and loses at bs 256 on the Qwen3-0.6B shape (group 2; figures: docs/benchmarks.md).
 TRITON_AUTO_MAX_ROWS = 64
 #: from this GQA group on, "auto" takes the Triton kernel at every size: FlashInfer's CUDA-core decode
 #: does a group's dot products one query head at a time, so its cost grows with the group, while the
 #: Triton kernel runs a whole group (padded to 16 rows) as one tensor-core product. On the
-#: Llama-3.1-8B shape (group 4) Triton won at 256 rows in the whole model (README, Benchmarks).
+#: Llama-3.1-8B shape (group 4) Triton won at 256 rows in the whole model (bench/ab_decode.py, group=N;
+#: figures: docs/benchmarks.md).
 TRITON_AUTO_GROUP = 4
 _EVERY_SIZE = 1 << 30  # triton_max_rows of "triton"
 

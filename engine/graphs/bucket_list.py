@@ -18,12 +18,13 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
-from ..short_repr import short_repr, short_text
+from ..arguments import short_repr, short_text
 
 
 MAX_BUCKETS = 512
 """Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
-more emulated), so a longer list is never what anyone meant. The README documents this number."""
+more emulated), so a longer list is never what anyone meant. Part of the contract of every bucket-list
+input (flags, graph config, recapture): the error names it."""
 
 STATIC_BUFFERS_MAXIMUM = "the static buffers' maximum"
 """How a bucket over a graph runner's static buffers is named (``maximum_label``): the buffers are sized

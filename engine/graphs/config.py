@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ..short_repr import short_repr
+from ..arguments import short_repr
 from .bucket_list import MAX_BUCKETS, BucketSpecError, check_buckets, parse_buckets  # noqa: F401 (MAX_BUCKETS re-exported)
 
 DECODE_BACKENDS = ("full", "disabled")
@@ -74,7 +74,8 @@ class GraphConfig:
     # FallbackReason.NO_CUDA_GRAPHS (False: no per-step emulation cost on a CPU).
     emulate: bool = True
     # Capture with the GC frozen (GraphBackend.capture_session). Off by default: on the H200 freezing
-    # made capture slower, with a small heap and with 3 million extra objects (README, Benchmarks).
+    # made capture slower, with a small heap and with 3 million extra objects (bench/capture_bench.py,
+    # figures in docs/benchmarks.md).
     freeze_gc: bool = False
     locked: set[str] = field(default_factory=set)
 

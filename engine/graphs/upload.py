@@ -1,8 +1,8 @@
 """One host-to-device copy and one scatter kernel per replay, whatever the static buffers receive.
 
 Why: between two decode graphs the stream runs only what the next graph needs to start, and each
-op there costs its own launch gap. A step used to upload its ids and positions, its attention page
-lists (three more copies) and its previous tokens separately, then zero the padded tails: six to ten
+op there costs its own launch gap. Uploading a step's ids and positions, its attention page lists
+(three more copies) and its previous tokens separately, then zeroing the padded tails, takes six to ten
 small ops, tens of microseconds in which the GPU idles, more than the rest of a small model's layer.
 Here every new content is packed, as raw bytes, into one pinned buffer, copied in one transfer, and
 scattered into the static buffers by one ``torch._foreach_copy_`` over byte views; contents already

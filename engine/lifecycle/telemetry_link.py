@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 class EngineLink:
     def __init__(self, engine: Any) -> None:
-        """``engine``: the ``Engine`` (not imported here: engine.py imports this module)."""
+        """``engine``: the ``Engine`` (not imported here: the engine imports this module)."""
         self.engine = engine
 
     def status(self) -> EngineStatus:

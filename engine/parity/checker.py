@@ -37,7 +37,7 @@ and each time it may wait up to that interval for the worker; at CPython's defau
 0.2 ms, those waits add up to more than a small graph decode step (``bench/parity_cost.py`` measures
 this directly: a re-run replaced by pure Python slows the steps it overlaps as much as the real one).
 On a GPU the worker also paces itself, one layer per device wait of the step loop
-(``parity_pacing``), so its Python runs while the step loop has nothing to do.
+(``parity/pacing.py``), so its Python runs while the step loop has nothing to do.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ class ParityChecker:
 
     @property
     def pacing(self) -> bool:
-        """Whether the re-run may take one layer per device wait of the step loop (``parity_pacing``):
+        """Whether the re-run may take one layer per device wait of the step loop (``parity/pacing.py``):
         on by default on a GPU; off, its Python competes with the step loop's freely. It paces only
         when checks are rarer than one per ``layers`` steps: a paced check spans about that many
         steps, and a user who asks for more checks gets them, at their cost."""

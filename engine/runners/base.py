@@ -1,4 +1,9 @@
-"""What every phase runner returns, and the contract graph runners add on top of eager."""
+"""What every phase runner returns, the eager runner's contract, and the graph runners'.
+
+A graph runner decides a step's bucket once (``decide``) and replays exactly that decision (``run``): the
+model runner asks for the decision, runs eagerly with its named reason when it is not a graph, and
+otherwise hands it to ``run``, so the bucket that was judged is the bucket that is replayed.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import torch
 
 from ..batch import ForwardBatch
 from ..graphs.backend import ReplayTiming
+from ..graphs.bucket_policy import BucketDecision
 from ..graphs.fallback import FallbackReason
 
 
@@ -35,11 +41,19 @@ class StepOutput:
 
 
 class Runner(ABC):
+    """The path that takes every batch (the eager runner)."""
+
     @abstractmethod
     def run(self, batch: ForwardBatch) -> StepOutput: ...
 
 
-class GraphRunner(Runner):
+class GraphRunner(ABC):
+    """A fast path that takes some batches: the ones its captured graphs fit."""
+
     @abstractmethod
-    def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
-        """None when this batch can replay a graph; otherwise the named reason it cannot."""
+    def decide(self, batch: ForwardBatch) -> BucketDecision:
+        """The bucket this batch replays and its padding, or the named reason it cannot replay one."""
+
+    @abstractmethod
+    def run(self, batch: ForwardBatch, decision: BucketDecision) -> StepOutput:
+        """Replay the graph ``decision`` (a graph decision of ``decide`` for this batch) names."""

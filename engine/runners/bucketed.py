@@ -1,5 +1,5 @@
-"""What decode and prefill graph runners share: a bucket list, capture jobs whose buckets go live as they
-are captured, recapture, the ledger."""
+"""What decode and prefill graph runners share: the static token inputs, a bucket list, capture jobs whose
+buckets go live as they are captured, recapture, the ledger."""
 
 from __future__ import annotations
 
@@ -10,13 +10,21 @@ import torch
 
 from ..telemetry import events as ev
 from ..graphs.backend import GraphBackend, ShapeKey
-from ..graphs.bucket_policy import BucketDecision, BucketPolicy
+from ..graphs.bucket_policy import BucketPolicy
+from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
 from ..graphs.fallback import FallbackReason
 from ..telemetry.capture import BucketCost
 from .base import GraphRunner
 from .capture import CaptureJob
 
 PublishFn = Callable[[ev.Event], None]
+
+TOKEN_SLOTS = (
+    BufferSlot("input_ids", lambda n: (n,), torch.int64, PaddingPolicy.ZERO, source=lambda b, p: b.input_ids),
+    BufferSlot("positions", lambda n: (n,), torch.int64, PaddingPolicy.ZERO, source=lambda b, p: b.positions),
+)
+"""The static inputs of every graph runner's forward, declared first in its registry: the step's token
+ids and their positions, a padded row reading token 0 at position 0."""
 
 
 class BucketedGraphRunner(GraphRunner):
@@ -32,6 +40,14 @@ class BucketedGraphRunner(GraphRunner):
         self.policy = BucketPolicy(self.phase, ())
         self.ledger: dict[int, BucketCost] = {}
         self.job: Optional[CaptureJob] = None
+        # a subclass declares its own slots after these, then binds the backend to the registry
+        self.registry = BufferRegistry(device, max_size)
+        for slot in TOKEN_SLOTS:
+            self.registry.declare(slot)
+
+    def token_inputs(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``size`` rows of the static token ids and positions, as a graph's forward reads them."""
+        return self.registry.view("input_ids", size), self.registry.view("positions", size)
 
     @property
     def configured(self) -> list[int]:
@@ -137,10 +153,3 @@ class BucketedGraphRunner(GraphRunner):
                 if self.backend.warms_up:
                     self._forward(size)  # per-shape warmup outside capture
             self.backend.capture_one(key, lambda: self._forward(size))
-
-    # --- bucket choice (graphs/bucket_policy.py decides; the runner adds what only it knows) ----------
-    def pick_bucket(self, size: int) -> Optional[int]:
-        return self.policy.pick(size)
-
-    def decide(self, size: int) -> BucketDecision:
-        return self.policy.decide(size)

@@ -1,10 +1,11 @@
 """Decode through full graphs, bucketed by request count.
 
-Per step: pick the smallest captured bucket ≥ batch size, let the attention backend plan on the host,
-copy the live batch and the backend's page lists into the static buffers in one upload (padded rows
-point at the dummy KV slot), replay, and slice logits and greedy tokens to the real rows. A backend whose graph reads a fixed-width page table has each
-bucket captured at several widths (``AttentionBackend.graph_widths``); a step replays the narrowest
-that holds its longest row.
+Per step: ``decide`` picks the smallest captured bucket ≥ batch size (the bucket policy), and ``run``
+replays that bucket: the attention backend plans on the host, the live batch and the backend's page
+lists go into the static buffers in one upload (padded rows point at the dummy KV slot), the graph
+replays, and logits and greedy tokens are sliced to the real rows. A backend whose graph reads a
+fixed-width page table has each bucket captured at several widths (``AttentionBackend.graph_widths``);
+a step replays the narrowest that holds its longest row.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from graphtop.models.kernels.argmax import argmax_rows, host_ring_supported
 from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
-from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
+from ..graphs.bucket_policy import BucketDecision
 from ..graphs.fallback import FallbackReason
 from ..graphs.upload import Upload
 from .base import StepOutput
@@ -45,15 +46,10 @@ class DecodeGraphRunner(BucketedGraphRunner):
     ):
         self.model = model
         self.attention = attention
-        registry = BufferRegistry(device, max_bs)
-        registry.declare(BufferSlot("input_ids", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.input_ids))
-        registry.declare(BufferSlot("positions", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.positions))
+        super().__init__(backend, device, publish, max_bs)
         attention.init_graph_state(max_bs, max_pages)
         for slot in attention.graph_buffer_slots():
-            registry.declare(slot)
-        self.registry = registry
+            self.registry.declare(slot)
         self.max_pages = getattr(attention, "graph_max_pages", max_pages)
         self.widths = attention.graph_widths()
         vocab = model.spec.vocab_size
@@ -71,13 +67,11 @@ class DecodeGraphRunner(BucketedGraphRunner):
         # each ring row's index as the slot scalar's upload source, made once instead of every step
         self._ring_slots = [torch.tensor([i], dtype=torch.int32) for i in range(self._ring_rows)]
         self._ring_turn = 0
-        backend.bind(registry)
-        super().__init__(backend, device, publish, max_bs)
+        backend.bind(self.registry)
 
     @torch.inference_mode()
     def _forward(self, bs: int) -> torch.Tensor:
-        ids = self.registry.view("input_ids", bs)
-        pos = self.registry.view("positions", bs)
+        ids, pos = self.token_inputs(bs)
         self.attention.prepare_in_graph()
         logits = self.model.decode_logits(ids, pos, self.attention, out=self.logits_out[:bs])
         argmax_rows(logits, out=self.tokens_out[:bs], host_ring=self.host_ring, pdl=self.model.logits_pdl)
@@ -97,19 +91,17 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.attention.bind_graph_meta(self.registry, key.size, self._meta_width(key.width, 1))
         self.attention.prepare_capture(key.size)
 
-    def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
-        reason = self.decide(batch.batch_size).reason
-        if reason is not None:
-            return reason
-        if batch.max_pages > self.max_pages:
-            return FallbackReason.CONTEXT_EXCEEDS_GRAPH
-        return None
+    def decide(self, batch: ForwardBatch) -> BucketDecision:
+        decision = self.policy.decide(batch.batch_size)
+        if decision.graph and batch.max_pages > self.max_pages:
+            return BucketDecision(reason=FallbackReason.CONTEXT_EXCEEDS_GRAPH)
+        return decision
 
     @torch.inference_mode()
-    def run(self, batch: ForwardBatch) -> StepOutput:
+    def run(self, batch: ForwardBatch, decision: BucketDecision) -> StepOutput:
         bs = batch.batch_size
-        bucket = self.pick_bucket(bs)
-        assert bucket is not None
+        bucket = decision.bucket
+        assert bucket is not None, "run takes a graph decision"
         width = pick_graph_width(self.widths, batch.max_pages)
         self.attention.bind_graph_meta(self.registry, bucket, self._meta_width(width, batch.max_pages))
         uploads: list[Upload] = []
@@ -126,5 +118,5 @@ class DecodeGraphRunner(BucketedGraphRunner):
         if ids is not None:  # the previous tokens' buffer is rewritten by this replay: point at what it read
             batch.input_ids_device = self.registry.view("input_ids", bs)
         logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
-        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=bucket - bs, timing=timing,
+        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=decision.padded, timing=timing,
                           tokens=self.tokens_out[:bs], tokens_host=tokens_host)

@@ -7,16 +7,14 @@ prefill rows are never sampled). A bucket whose padding would waste more than th
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from ..attention.base import AttentionBackend
 from ..batch import ForwardBatch, ForwardMode
 from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.breakable import eager_on_graph
-from ..graphs.buffers import BridgeBuffers, BufferRegistry, BufferSlot, PaddingPolicy
-from ..graphs.fallback import FallbackReason
+from ..graphs.bucket_policy import BucketDecision
+from ..graphs.buffers import BridgeBuffers
 from ..kv_pool import DUMMY_PAGE
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
@@ -37,14 +35,9 @@ class PrefillGraphRunner(BucketedGraphRunner):
     ):
         self.model = model
         self.attention = attention
+        super().__init__(backend, device, publish, max_tokens, max_padding_waste)
         spec = model.spec
         dtype = next(model.parameters()).dtype
-        registry = BufferRegistry(device, max_tokens)
-        registry.declare(BufferSlot("input_ids", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.input_ids))
-        registry.declare(BufferSlot("positions", lambda n: (n,), torch.int64, PaddingPolicy.ZERO,
-                                    source=lambda b, p: b.positions))
-        self.registry = registry
 
         def zeros(*shape: int) -> torch.Tensor:
             return torch.zeros(*shape, dtype=dtype, device=device)
@@ -56,13 +49,11 @@ class PrefillGraphRunner(BucketedGraphRunner):
         )
         self.hidden_out = zeros(max_tokens, spec.hidden_size)
         self.attn_call = eager_on_graph(attention.forward)
-        backend.bind(registry, self.bridges)
-        super().__init__(backend, device, publish, max_tokens, max_padding_waste)
+        backend.bind(self.registry, self.bridges)
 
     @torch.inference_mode()
     def _forward(self, n: int) -> torch.Tensor:
-        ids = self.registry.view("input_ids", n)
-        pos = self.registry.view("positions", n)
+        ids, pos = self.token_inputs(n)
         hidden = self.model(ids, pos, self.attn_call)
         out = self.hidden_out[:n]
         out.copy_(hidden)
@@ -81,17 +72,16 @@ class PrefillGraphRunner(BucketedGraphRunner):
         self.registry.reset()
         self.attention.prepare(self._dummy_batch(key.size))
 
-    def can_run(self, batch: ForwardBatch) -> Optional[FallbackReason]:
-        return self.decide(batch.num_tokens).reason
+    def decide(self, batch: ForwardBatch) -> BucketDecision:
+        return self.policy.decide(batch.num_tokens)
 
     @torch.inference_mode()
-    def run(self, batch: ForwardBatch) -> StepOutput:
-        n = batch.num_tokens
-        bucket = self.pick_bucket(n)
-        assert bucket is not None
+    def run(self, batch: ForwardBatch, decision: BucketDecision) -> StepOutput:
+        bucket = decision.bucket
+        assert bucket is not None, "run takes a graph decision"
         self.registry.fill(batch, bucket)
         self.attention.prepare(batch)  # live metadata, read by the eager breaks at replay
         hidden, timing = self.backend.replay(ShapeKey("prefill", bucket))
         rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(self.device, non_blocking=True)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
-        return StepOutput(logits=logits, path="graph", bucket=bucket, padded=bucket - n, timing=timing)
+        return StepOutput(logits=logits, path="graph", bucket=bucket, padded=decision.padded, timing=timing)

@@ -14,7 +14,7 @@ import time
 from typing import Callable, Optional
 
 from ..batch import ForwardBatch
-from ..commands import Command, CommandQueue
+from .commands import Command, CommandQueue
 from .events import EngineEvents
 from ..kv_pool import KVPool
 from ..model_runner import ModelRunner

@@ -38,8 +38,8 @@ MAX_EAGER_RATIO = 1000.0
 host time of 1e-300 ms), not a graph that fast."""
 
 DEFAULT_EAGER_RATIO = {"decode": 4.0, "prefill": 1.5}
-"""Without a measurement: conservative, below the eager/graph ratios the README's benchmark tables
-report for the small decode batches and short prefills where graphs matter most."""
+"""Without a measurement: conservative, below the eager/graph ratios that bench/graph_bench.py measures
+(docs/benchmarks.md) for the small decode batches and short prefills where graphs matter most."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Iterable, Optional
 
-from ..timeouts import wait_timeout
+from ..arguments import wait_timeout
 from .events import EVENT_TYPES, Event, ErrorEvent, StepEvent
 
 __all__ = ["EventBus", "Subscription", "LoggingSubscriber", "BusInUse"]
@@ -93,7 +93,7 @@ class Subscription:
 
     def get(self, timeout: Optional[float] = None) -> Optional[Event]:
         """Return the next event, waiting up to ``timeout`` seconds (forever if None or ``inf``; NaN is a
-        ValueError, see ``engine/timeouts.py``).
+        ValueError, see ``engine/arguments.py``).
 
         Returns None on timeout or once the subscription is closed and empty. The wait happens on
         the consumer side only; the publisher never waits for it.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..short_repr import short_repr  # noqa: F401 (re-exported: the readers quote bad values with it)
+from ..arguments import short_repr  # noqa: F401 (re-exported: the readers quote bad values with it)
 
 
 class SchemaError(ValueError):

@@ -48,7 +48,7 @@ def _finite(v: float) -> bool:
 
 
 def _show(v: Any) -> str:
-    """``graphtop.engine.short_repr``'s rule (models never import engine, and engine's telemetry must
+    """``graphtop.engine.arguments.short_repr``'s rule (models never import engine, and engine's telemetry must
     not import models, which imports torch: the one rule is written twice, tested alike)."""
     if isinstance(v, int) and v.bit_length() > 128:
         return f"an integer of {v.bit_length()} bits"

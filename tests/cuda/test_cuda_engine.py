@@ -130,7 +130,7 @@ def test_default_decode_list_captures_and_graph_matches_eager(qwen3_shape, monke
         eng.step()
     batch = eng.scheduler.schedule()
     assert batch is not None and batch.mode.value == "decode" and batch.batch_size == 5
-    g = eng.model_runner.decode.run(batch)
+    g = eng.model_runner.decode.run(batch, eng.model_runner.decode.decide(batch))
     assert g.bucket == 8 and g.padded == 3
     g_logits = g.logits.clone()
     e_logits = eng.model_runner.eager.run(batch).logits
@@ -203,7 +203,7 @@ def test_packed_skinny_weights_are_reported_where_they_took_effect(shape):
     else:
         assert model.packed_rows() == [] and "packed skinny weights: none for this shape" in note, note
     batch = _decode_batch_of(eng, 64)
-    g = eng.model_runner.decode.run(batch)
+    g = eng.model_runner.decode.run(batch, eng.model_runner.decode.decide(batch))
     assert g.path == "graph" and g.bucket == 64
     g_logits = g.logits.clone()
     eager = eng.model_runner.eager.run(batch).logits
@@ -229,7 +229,7 @@ def _assert_lm_head_fused_then_apart(eng: Engine, rows: int, turn_off: Callable[
     wider sums: 2e-2, above), the fused lm_head moves only where the norm rounds, and the graph's tokens
     are its own logits' argmax."""
     batch = _decode_batch_of(eng, rows)
-    g = eng.model_runner.decode.run(batch)
+    g = eng.model_runner.decode.run(batch, eng.model_runner.decode.decide(batch))
     assert g.path == "graph" and g.bucket == rows
     g_logits = g.logits.clone()
     fused = eng.model_runner.eager.run(batch).logits
@@ -251,8 +251,9 @@ def test_breakable_prefill_equals_eager_prefill(qwen3_shape):
             eng.loop.apply_commands()
             batch = eng.scheduler.schedule()
             assert batch.mode.value == "prefill"
-            assert eng.model_runner.prefill.can_run(batch) is None
-            out = eng.model_runner.prefill.run(batch)
+            decision = eng.model_runner.prefill.decide(batch)
+            assert decision.graph
+            out = eng.model_runner.prefill.run(batch, decision)
             assert out.padded == out.bucket - batch.num_tokens
             seg_total, seg_ms, brk_ms = out.read_timing()
             assert seg_ms is not None and brk_ms is not None and seg_ms > 0 and brk_ms > 0

@@ -402,7 +402,7 @@ def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch, gr
         graphed.step()
     batch = graphed.scheduler.schedule()
     assert batch is not None and batch.mode is ForwardMode.DECODE and batch.batch_size == 5
-    g = graphed.model_runner.decode.run(batch)
+    g = graphed.model_runner.decode.run(batch, graphed.model_runner.decode.decide(batch))
     assert g.bucket == 8 and g.padded == 3
     g_logits = g.logits.clone()
     e_logits = graphed.model_runner.eager.run(batch).logits

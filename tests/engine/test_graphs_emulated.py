@@ -16,6 +16,7 @@ import graphtop.engine.model_runner as model_runner_mod
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.attention import torch_native
 from graphtop.engine.telemetry.bus import EventBus
+from graphtop.engine.graphs.bucket_policy import BucketDecision
 from graphtop.engine.graphs.buffers import StaticBufferError
 from graphtop.engine.graphs.config import GraphConfig, build_graph_config
 from graphtop.engine.graphs.fallback import FallbackReason
@@ -96,7 +97,7 @@ def test_bucket_choice_is_smallest_captured_at_least_size(llama, make_engine):
     assert engine.decode_buckets == [1, 3, 8] and engine.prefill_buckets == [8, 24, 64]
     for runner, buckets in ((engine.model_runner.decode, [1, 3, 8]), (engine.model_runner.prefill, [8, 24, 64])):
         for n in range(0, 70):
-            assert runner.pick_bucket(n) == next((b for b in buckets if b >= n), None)
+            assert runner.policy.pick(n) == next((b for b in buckets if b >= n), None)
     used = set()
     for s in steps_of(events):
         size = s.batch_size if s.phase == "decode" else s.num_tokens
@@ -107,6 +108,27 @@ def test_bucket_choice_is_smallest_captured_at_least_size(llama, make_engine):
         used.add((s.phase, s.bucket))
     assert {b for p, b in used if p == "decode"} == {1, 3, 8}  # the workload hit every decode bucket
     assert any(s.padded for s in steps_of(events, "decode")) and any(s.padded for s in steps_of(events, "prefill"))
+
+
+def test_a_step_replays_the_bucket_decided_for_it(llama, make_engine, monkeypatch):
+    """A step's bucket is decided once and the graph runner replays that decision without picking again:
+    a decode runner whose decision is bucket 8 for every batch replays 8 (padded to it, not the smallest
+    bucket that fits), one decision a step, and serves the tokens eager serves."""
+    _, eager_tokens, _ = serve(make_engine, llama, PROMPTS[:3], 6, graphs=False)
+    shipped = DecodeGraphRunner.decide
+    decided: list[int] = []
+
+    def widest(self: DecodeGraphRunner, batch) -> BucketDecision:
+        decided.append(batch.batch_size)
+        decision = shipped(self, batch)
+        return BucketDecision(8, 8 - batch.batch_size) if decision.graph else decision
+
+    monkeypatch.setattr(DecodeGraphRunner, "decide", widest)
+    _, tokens, events = serve(make_engine, llama, PROMPTS[:3], 6, graphs=locked({"decode.bs": [1, 2, 4, 8]}))
+    decode = steps_of(events, "decode")
+    assert decode and all(s.path == "graph" and s.bucket == 8 and s.padded == 8 - s.batch_size for s in decode)
+    assert decided == [s.batch_size for s in decode]
+    assert tokens == eager_tokens
 
 
 def test_engine_reports_emulation_everywhere(llama, make_engine):

@@ -105,8 +105,8 @@ def test_decode_graphs_take_the_greedy_tokens_themselves(llama, make_engine, mon
     outs = []
     real = runner.run
 
-    def spy(batch):
-        out = real(batch)
+    def spy(batch, decision):
+        out = real(batch, decision)
         outs.append((out.logits.argmax(-1).tolist(), out.tokens.tolist(), out.tokens.data_ptr()))
         return out
 

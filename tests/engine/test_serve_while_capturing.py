@@ -120,7 +120,7 @@ def test_idle_engine_captures_and_wait_for_capture_drives_it(llama, make_engine)
 
 
 def test_waits_take_inf_as_no_timeout_and_refuse_nan(llama, make_engine):
-    """The timeout policy of engine/timeouts.py: inf waits forever (threading raised OverflowError), NaN
+    """The timeout policy of engine/arguments.py: inf waits forever (threading raised OverflowError), NaN
     is a one-line ValueError (RequestHandle.wait spun on it)."""
     engine = make_engine(llama, capture_before_serving=False)
     engine.start_background()

@@ -12,7 +12,7 @@ import argparse
 import math
 from typing import Callable, Optional
 
-from graphtop.engine.short_repr import short_repr
+from graphtop.engine.arguments import short_repr
 
 MAX_FLAG_INT = 2**31 - 1
 MAX_SYNTHETIC_REQUESTS = 100_000

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from graphtop.engine.short_repr import short_repr
+from graphtop.engine.arguments import short_repr
 
 SAMPLING_FIELDS = {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "ignore_eos"}
 MAX_ID_CHARS = 256

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator, Optional, Union
 
-from .request import Request, RequestHandle
+from ..request import Request, RequestHandle
 
 
 @dataclass(frozen=True)
