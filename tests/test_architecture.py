@@ -85,3 +85,17 @@ def test_the_two_copies_of_the_short_value_rule_agree():
 
     for v in [0, -3, 2**200, 1.5, float("nan"), "x" * 100, "short", [[[[1]]]] * 30, None, True, {"k": [1] * 50}]:
         assert _show(v) == short_repr(v), v
+
+
+def test_every_package_folder_is_installed() -> None:
+    """pyproject.toml lists the packages by hand (the folders are renamed into graphtop.*): a new
+    sub-package missing there works in an editable checkout and is absent from a built wheel."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        "graphtop." + ".".join(init.parent.relative_to(REPO).parts)
+        for top in ("engine", "models", "tui", "themes")
+        for init in (REPO / top).rglob("__init__.py")
+    }
+    assert listed == found
