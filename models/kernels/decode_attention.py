@@ -25,7 +25,7 @@ Llama-3.1-8B shape (GQA group 4), but loses at bs 256 on the Qwen3-0.6B shape (g
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
