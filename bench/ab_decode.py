@@ -31,10 +31,10 @@ uploader's copy stream; readback=copy copies the greedy tokens to the host after
 instead of having the graph write them into a pinned ring; silu_pdl=off launches the SiLU·mul kernel
 (between a cuBLAS gate|up and a skinny down) without programmatic dependent launch; norms=separate runs
 a layer's add+RMSNorms as their own kernels where the skinny GEMM would carry them
-(``triton_skinny.NORMS_IN_PROJECTIONS`` off); post_norm=64 (16+64, none) sets the row classes where
-the post-attention add+RMSNorm alone runs as its own kernel (``triton_skinny.POST_NORM_APART``, both shapes);
+(``skinny_tuning.NORMS_IN_PROJECTIONS`` off); post_norm=64 (16+64, none) sets the row classes where
+the post-attention add+RMSNorm alone runs as its own kernel (``skinny_tuning.POST_NORM_APART``, both shapes);
 lm_head=cublas leaves the final RMSNorm and the lm_head to their own kernel and cuBLAS at every size (at the
-fused GEMV's rows, ``triton_gemv.LM_HEAD_GEMV`` off; at the skinny GEMM's, its lm_head configs removed);
+fused GEMV's rows, ``gemv.LM_HEAD_GEMV`` off; at the skinny GEMM's, its lm_head configs removed);
 argmax_pdl=off launches the greedy argmax without PDL.
 """
 

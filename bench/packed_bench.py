@@ -1,5 +1,5 @@
 """The skinny projections on row-major weights against copies in their launch's tile order
-(``triton_skinny.pack``), on a decoder's o -> gate|up -> down chain, measured as a decode graph runs it.
+(``skinny.pack``), on a decoder's o -> gate|up -> down chain, measured as a decode graph runs it.
 
 Why: row-major, a program's [BLOCK_N, BLOCK_K] weight tile is BLOCK_N runs of BLOCK_K elements a row pitch
 apart (128-512 bytes each); packed, it is one contiguous block, so HBM serves whole pages.

@@ -219,7 +219,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
 
     ``norm_weight``: pro = RMSNorm; ``silu_mul``: x is [gate | up] (2K columns) and pro = silu(gate) * up.
     ``out`` may be ``residual`` itself (each output element is read and written by one program).
-    ``pdl``: launch with programmatic dependent launch (default: ``triton_kernels.use_pdl``'s "auto").
+    ``pdl``: launch with programmatic dependent launch (default: ``fused.use_pdl``'s "auto").
     ``trigger``: without ``pdl``, still let a PDL-launched kernel after this one start early.
     ``config``: (block_n, block_k, warps, stages[, split_k]); split-K is skipped where it does not
     apply (an RMSNorm prologue, K not a multiple of split_k * block_k).
