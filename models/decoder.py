@@ -19,9 +19,22 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from .layers.linear import (QKV, Config, LayerKernels, Projections, class_rows, fused_kernels_run, gemv_add,
-                            gemv_norm, gemv_row_limit, lm_head_gemv_on, lm_head_settings, logits_with_norm,
-                            packed_classes, row_class)
+from .layers.linear import (
+    QKV,
+    Config,
+    LayerKernels,
+    Projections,
+    class_rows,
+    fused_kernels_run,
+    gemv_add,
+    gemv_norm,
+    gemv_row_limit,
+    lm_head_gemv_on,
+    lm_head_settings,
+    logits_with_norm,
+    packed_classes,
+    row_class,
+)
 from .layers.mlp import SwiGLUMLP
 from .layers.norm import PreNorm, RMSNorm, final_norm, fold_norm, fused_input_norm
 from .layers.rope import RopeFactors, RotaryEmbedding, fused_norm_rope

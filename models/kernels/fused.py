@@ -30,7 +30,7 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 PDL_AUTO_MAX_BYTES = 128 << 20
 SILU_MUL_PDL = True
 """Whether the SiLU·mul kernel between a cuBLAS gate|up and a PDL-launched skinny down projection
-launches with PDL itself (DecoderLayer; bench/ab_decode.py's silu_pdl=off measures it without)."""
+launches with PDL itself (layers/activation.py; bench/ab_decode.py's silu_pdl=off measures it without)."""
 _pdl: dict[int, bool] = {}
 
 

@@ -23,8 +23,8 @@ from .fused import HAVE_TRITON, use_pdl
 
 TRIGGER_NEXT = True
 """Whether a fused GEMV launched without PDL (the long gate|up, ``use_pdl``'s "auto") lets the PDL-launched
-GEMV after it (down) start its programs while its own last ones run (read by ``DecoderLayer.set_pdl``;
-bench/ab_decode.py gemv_trigger=off measures it without)."""
+GEMV after it (down) start its programs while its own last ones run (read by ``LayerKernels.set_pdl`` in
+models/layers/linear.py; bench/ab_decode.py gemv_trigger=off measures it without)."""
 
 LM_HEAD_GEMV = True
 """Whether a decode step on the fused-GEMV layers also takes its final RMSNorm and lm_head in one GEMV

@@ -314,8 +314,8 @@ def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: b
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I]; with ``norm`` the
     input is RMSNorm(x). Into ``out`` (contiguous rows) when given.
 
-    ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``configs_for`` gives the measured ones) must
-    satisfy ``config_ok``.
+    ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages; ``skinny_tuning.configs_for`` gives the measured
+    ones) must satisfy ``skinny_tuning.config_ok``.
     """
     n = weight.shape[0] // 2 if silu_mul else weight.shape[0]
     if out is None:

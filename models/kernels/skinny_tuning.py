@@ -8,8 +8,6 @@ Plain data and lookups, no Triton: the decoder's dispatch (models/layers/linear.
 
 from __future__ import annotations
 
-from typing import Optional
-
 MIN_M, MAX_M = 2, 256
 PACKED: frozenset[tuple[int, int]] = frozenset({(4096, 64)})
 """(hidden size, row class) where the skinny projections read a copy of their weight in the launch's tile
@@ -64,7 +62,7 @@ TUNED: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int]] = {
 Config = tuple[int, int, int, int, int]
 
 
-def row_class(m: int) -> Optional[int]:
+def row_class(m: int) -> int | None:
     """The ``TUNED`` row class of an m-row batch, None outside the kernel's range."""
     if m < MIN_M or m > MAX_M:
         return None

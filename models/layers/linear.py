@@ -18,7 +18,6 @@ Every path is deterministic: a graph replays the launches its eager warmup made,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from torch import nn
@@ -31,7 +30,25 @@ from ..kernels.skinny_tuning import Config, class_rows, row_class
 from .activation import silu_and_mul, silu_mul_pdl
 from .norm import PreNorm, RMSNorm, add_norm
 
-__all__ = ["Config", "LayerKernels", "Projections", "class_rows", "row_class"]
+__all__ = [
+    "DOWN",
+    "GATE_UP",
+    "QKV",
+    "Config",
+    "LayerKernels",
+    "O",
+    "Projections",
+    "class_rows",
+    "fused_kernels_run",
+    "gemv_add",
+    "gemv_norm",
+    "gemv_row_limit",
+    "lm_head_gemv_on",
+    "lm_head_settings",
+    "logits_with_norm",
+    "packed_classes",
+    "row_class",
+]
 
 Projections = tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear]
 """A fused decoder layer's projections in the order of ``LayerKernels``' settings: qkv, o, gate_up, down."""
@@ -139,8 +156,8 @@ class LayerKernels:
             self.packed_copies[key] = ts.pack(proj.weight.detach(), cfg, silu)
         return self.packed_copies[key]
 
-    def project(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: Optional[int],
-                silu_mul: bool = False, norm: Optional[ts.NormInput] = None) -> torch.Tensor:
+    def project(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: int | None,
+                silu_mul: bool = False, norm: ts.NormInput | None = None) -> torch.Tensor:
         """``proj(x)`` (then SiLU·mul of its [gate | up] halves), of RMSNorm(x) with ``norm`` (only at
         ``norms_in_projections`` row classes): on the skinny GEMM where it won at this many rows, else
         cuBLAS (and the SiLU·mul kernel). ``i``: which of the layer's projections (qkv, o, gate_up, down)."""
@@ -156,21 +173,21 @@ class LayerKernels:
             y = proj(x)
         return silu_and_mul(y, self.silu_pdl) if silu_mul else y
 
-    def project_add(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: Optional[int],
+    def project_add(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: int | None,
                     residual: torch.Tensor) -> torch.Tensor:
         """``residual += proj(x)`` on the skinny GEMM (``ts.skinny_add``) for projection ``i`` (o or down)
         at a row class with the norms in the projections; returns the rows' squares as slab partials."""
         w, packed = self._weight(i, proj, cls)
         return ts.skinny_add(x, w, residual, config=self.skinny[i][cls], pdl=self.skinny_pdl, packed=packed)
 
-    def _weight(self, i: int, proj: nn.Linear, cls: Optional[int]) -> tuple[torch.Tensor, bool]:
+    def _weight(self, i: int, proj: nn.Linear, cls: int | None) -> tuple[torch.Tensor, bool]:
         """Projection ``i``'s (qkv, o, gate_up, down) weight for a skinny launch at row class ``cls``:
         its packed copy if it has one there, else the weight; and whether it is packed."""
         w = self.packed[i].get(cls)
         return (proj.weight, False) if w is None else (w, True)
 
     def attention_out_mlp_in(self, o_proj: nn.Linear, attended: torch.Tensor, residual: torch.Tensor,
-                             gate_up_proj: nn.Linear, pln: RMSNorm, cls: Optional[int]) -> torch.Tensor:
+                             gate_up_proj: nn.Linear, pln: RMSNorm, cls: int | None) -> torch.Tensor:
         """o projection, residual add, post-attention RMSNorm, gate|up and SiLU·mul: silu(gate) * up. At a
         row class with the norms in the projections (and not ``post_norm_apart``) o adds into ``residual``
         and gate|up normalises it; else o, the add+RMSNorm kernel, then gate|up."""
@@ -181,8 +198,8 @@ class LayerKernels:
         h = add_norm(self.project(o_proj, attended, O, cls), residual, pln, self.skinny_pdl)
         return self.project(gate_up_proj, h, GATE_UP, cls, silu_mul=True)
 
-    def mlp_out(self, down_proj: nn.Linear, gu: torch.Tensor, residual: torch.Tensor, cls: Optional[int]
-                ) -> tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+    def mlp_out(self, down_proj: nn.Linear, gu: torch.Tensor, residual: torch.Tensor, cls: int | None
+                ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
         """The down projection into the stream (x, residual, sumsq) between layers: at a row class with the
         norms in the projections it adds into ``residual`` and the next q|k|v normalises it (x None,
         ``sumsq`` its rows' squares); else x is its output, still to be added."""
@@ -209,8 +226,8 @@ def lm_head_gemv_on() -> bool:
     return tg.LM_HEAD_GEMV
 
 
-def logits_with_norm(pre: PreNorm, norm: RMSNorm, weight: torch.Tensor, *, gemv: bool, config: Optional[Config],
-                     gemv_pdl: bool, tail_pdl: bool, out: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+def logits_with_norm(pre: PreNorm, norm: RMSNorm, weight: torch.Tensor, *, gemv: bool, config: Config | None,
+                     gemv_pdl: bool, tail_pdl: bool, out: torch.Tensor | None) -> torch.Tensor | None:
     """The logits with the final RMSNorm in the lm_head's own kernel: the fused GEMV's prologue (``gemv``),
     or the skinny GEMM's per-row scale (``config``, where the stream's last down projection left its rows'
     squares); None where neither applies."""

@@ -10,7 +10,6 @@ projection's, ``fold_norm``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import nn
@@ -42,12 +41,12 @@ class PreNorm:
     normalises in its own epilogue)."""
 
     residual: torch.Tensor
-    x: Optional[torch.Tensor] = None
-    sumsq: Optional[torch.Tensor] = None
+    x: torch.Tensor | None = None
+    sumsq: torch.Tensor | None = None
 
 
-def fused_input_norm(x: Optional[torch.Tensor], residual: Optional[torch.Tensor], sumsq: Optional[torch.Tensor],
-                     ln: RMSNorm, pdl: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[ts.NormInput]]:
+def fused_input_norm(x: torch.Tensor | None, residual: torch.Tensor | None, sumsq: torch.Tensor | None,
+                     ln: RMSNorm, pdl: bool) -> tuple[torch.Tensor, torch.Tensor, ts.NormInput | None]:
     """A fused layer's input RMSNorm over the stream (x, residual, sumsq) (``DecoderLayer.forward_fused``):
     (h, residual, norm), h the q|k|v projection's input. The first layer's embeddings (``residual`` None)
     take the RMSNorm kernel, a pending ``x`` the add+RMSNorm kernel (``pdl``: the skinny GEMM's launch

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import nn
@@ -143,7 +142,7 @@ class RopeFactors:
 
 
 def fused_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, rope: RotaryEmbedding,
-                    q_norm: Optional[RMSNorm] = None, k_norm: Optional[RMSNorm] = None) -> torch.Tensor:
+                    q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None) -> torch.Tensor:
     """The fused path's q/k RMSNorm (Qwen3: ``q_norm`` and ``k_norm`` given) and RoPE in one launch
     (models/kernels/fused.py), from the cached table: returns a contiguous q, rotates k (a strided view of
     the fused projection is fine) in place."""
