@@ -31,10 +31,10 @@ uploader's copy stream; readback=copy copies the greedy tokens to the host after
 instead of having the graph write them into a pinned ring; silu_pdl=off launches the SiLU·mul kernel
 (between a cuBLAS gate|up and a skinny down) without programmatic dependent launch; norms=separate runs
 a layer's add+RMSNorms as their own kernels where the skinny GEMM would carry them
-(``triton_skinny.NORMS_IN_PROJECTIONS`` off); post_norm=64 (16+64, none) sets the row classes where
-the post-attention add+RMSNorm alone runs as its own kernel (``triton_skinny.POST_NORM_APART``, both shapes);
+(``skinny_tuning.NORMS_IN_PROJECTIONS`` off); post_norm=64 (16+64, none) sets the row classes where
+the post-attention add+RMSNorm alone runs as its own kernel (``skinny_tuning.POST_NORM_APART``, both shapes);
 lm_head=cublas leaves the final RMSNorm and the lm_head to their own kernel and cuBLAS at every size (at the
-fused GEMV's rows, ``triton_gemv.LM_HEAD_GEMV`` off; at the skinny GEMM's, its lm_head configs removed);
+fused GEMV's rows, ``gemv.LM_HEAD_GEMV`` off; at the skinny GEMM's, its lm_head configs removed);
 argmax_pdl=off launches the greedy argmax without PDL.
 """
 
@@ -68,19 +68,19 @@ from graphtop.engine.runners import decode_graph as dg  # noqa: E402
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
 from graphtop.models.kernels import gemv as tg  # noqa: E402
 from graphtop.models.kernels import fused as tk  # noqa: E402
-from graphtop.models.kernels import skinny as ts  # noqa: E402
+from graphtop.models.kernels import skinny_tuning as st  # noqa: E402
 from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
 SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING)
-SHIPPED_SKINNY = dict(ts.TUNED)
+SHIPPED_SKINNY = dict(st.TUNED)
 SHIPPED_FORWARD = DecodeGraphRunner._forward
 SHIPPED_RUN = DecodeGraphRunner.run
 SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
 SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
 SHIPPED_SILU_PDL = tk.SILU_MUL_PDL
-SHIPPED_NORMS = ts.NORMS_IN_PROJECTIONS
-SHIPPED_POST_NORM = ts.POST_NORM_APART
+SHIPPED_NORMS = st.NORMS_IN_PROJECTIONS
+SHIPPED_POST_NORM = st.POST_NORM_APART
 SHIPPED_GEMV = dict(tg.TUNED)
 SHIPPED_TRIGGER = tg.TRIGGER_NEXT
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
@@ -142,15 +142,15 @@ def apply(variant: str) -> dict:
     kernel: dict[str, str] = {}
     overrides: dict = {}
     td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING = SHIPPED_TUNING
-    ts.TUNED.clear()
-    ts.TUNED.update(SHIPPED_SKINNY)
+    st.TUNED.clear()
+    st.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
     DecodeGraphRunner.run = SHIPPED_RUN
     fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
     tk.PDL_AUTO_MAX_BYTES = SHIPPED_PDL_MAX
     tk.SILU_MUL_PDL = SHIPPED_SILU_PDL
-    ts.NORMS_IN_PROJECTIONS = SHIPPED_NORMS
-    ts.POST_NORM_APART = SHIPPED_POST_NORM
+    st.NORMS_IN_PROJECTIONS = SHIPPED_NORMS
+    st.POST_NORM_APART = SHIPPED_POST_NORM
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
     tg.TRIGGER_NEXT = SHIPPED_TRIGGER
@@ -180,16 +180,16 @@ def apply(variant: str) -> dict:
         elif key == "huge":
             td.HUGE_TUNING = parse_tuning(value)
         elif key == "tuned":  # skinny configs from bench/skinny_bench.py --tuned-out, over the shipped ones
-            ts.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
+            st.TUNED.update({tuple(k): tuple(c) for k, c in json.loads(Path(value).read_text())})
         elif key == "sk":  # N:K:row_class:silu:block_n:block_k:split:warps:stages[+...], over the shipped ones
             for entry in value.split("+"):  # without a config: that projection back on cuBLAS
                 n, k, cls, silu, *cfg = map(int, entry.split(":"))
                 if cfg:
-                    ts.TUNED[(n, k, cls, bool(silu))] = tuple(cfg)
+                    st.TUNED[(n, k, cls, bool(silu))] = tuple(cfg)
                 else:
-                    ts.TUNED.pop((n, k, cls, bool(silu)), None)
+                    st.TUNED.pop((n, k, cls, bool(silu)), None)
         elif key == "streamk":  # every skinny config (shipped and sk= so far) on stream-K: 0 or -2
-            ts.TUNED.update({kk: c[:2] + (int(value),) + c[3:] for kk, c in ts.TUNED.items()})
+            st.TUNED.update({kk: c[:2] + (int(value),) + c[3:] for kk, c in st.TUNED.items()})
         elif key == "skinny":
             kernel["skinny_gemm"] = value
         elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
@@ -208,10 +208,10 @@ def apply(variant: str) -> dict:
         elif key == "silu_pdl" and value == "off":  # the SiLU·mul kernel launched without PDL
             tk.SILU_MUL_PDL = False
         elif key == "post_norm":  # row classes (16+64, or none) whose post-attention add+RMSNorm runs apart
-            ts.POST_NORM_APART = frozenset(
+            st.POST_NORM_APART = frozenset(
                 (h, int(c)) for h in (1024, 4096) for c in value.split("+") if value != "none")
         elif key == "norms" and value == "separate":  # add+RMSNorm kernels between the skinny projections
-            ts.NORMS_IN_PROJECTIONS = False
+            st.NORMS_IN_PROJECTIONS = False
         elif key == "h2d" and value == "compute":  # the step's upload on the compute stream, in line
             gu.COPY_STREAM = False
         elif key == "readback" and value == "copy":  # the tokens copied to the host after each replay
@@ -220,8 +220,8 @@ def apply(variant: str) -> dict:
             torch.backends.cuda.preferred_blas_library(value)
         elif key == "lm_head" and value == "cublas":  # the final RMSNorm kernel, then cuBLAS, at every size
             tg.LM_HEAD_GEMV = False
-            for shape_key in [kk for kk in ts.TUNED if kk[0] in LM_HEAD_ROWS]:
-                del ts.TUNED[shape_key]
+            for shape_key in [kk for kk in st.TUNED if kk[0] in LM_HEAD_ROWS]:
+                del st.TUNED[shape_key]
         elif key == "argmax_pdl" and value == "off":  # the greedy argmax's two kernels launched plainly
             dg.argmax_rows = _argmax_without_pdl
         elif key == "logits" and value == "float32":

@@ -1,5 +1,5 @@
 """The skinny projections on row-major weights against copies in their launch's tile order
-(``triton_skinny.pack``), on a decoder's o -> gate|up -> down chain, measured as a decode graph runs it.
+(``skinny.pack``), on a decoder's o -> gate|up -> down chain, measured as a decode graph runs it.
 
 Why: row-major, a program's [BLOCK_N, BLOCK_K] weight tile is BLOCK_N runs of BLOCK_K elements a row pitch
 apart (128-512 bytes each); packed, it is one contiguous block, so HBM serves whole pages.
@@ -26,6 +26,7 @@ from floor import copy_bandwidth  # noqa: E402
 from gemv_bench import ops_for  # noqa: E402
 
 from graphtop.models.kernels import skinny as ts  # noqa: E402
+from graphtop.models.kernels import skinny_tuning as st  # noqa: E402
 
 
 CHAIN = ("o", "gate_up", "down")
@@ -36,14 +37,14 @@ def shapes_of(shape: str) -> dict[str, tuple[int, int]]:
     return {name: (n, k) for name, n, k, _ in ops_for(shape) if name in CHAIN}
 
 
-def configs(shape: str, m: int) -> dict[str, ts.Config] | None:
+def configs(shape: str, m: int) -> dict[str, st.Config] | None:
     """The shipped configs of o, gate|up (with SiLU·mul) and down at m rows, None if one is missing."""
-    cls = ts.row_class(m)
-    cfg = {name: ts.TUNED.get((n, k, cls, name == "gate_up")) for name, (n, k) in shapes_of(shape).items()}
+    cls = st.row_class(m)
+    cfg = {name: st.TUNED.get((n, k, cls, name == "gate_up")) for name, (n, k) in shapes_of(shape).items()}
     return None if any(v is None for v in cfg.values()) else cfg  # type: ignore[return-value]
 
 
-def chain(cfg: dict[str, ts.Config], weights: list, attended: torch.Tensor, residual: torch.Tensor,
+def chain(cfg: dict[str, st.Config], weights: list, attended: torch.Tensor, residual: torch.Tensor,
           packed: bool) -> None:
     """One pass over the layers: o adds into the residual, gate|up normalises it, down adds again."""
     for wo, wgu, wd in weights:

@@ -32,6 +32,7 @@ from gemv_bench import graph_us, ops_for  # noqa: E402
 
 from graphtop.models.kernels import fused as tk  # noqa: E402
 from graphtop.models.kernels import skinny as ts  # noqa: E402
+from graphtop.models.kernels import skinny_tuning as st  # noqa: E402
 from graphtop.models.synthetic.random_model import SHAPES  # noqa: E402
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages), likeliest first so a cut-off sweep has tried them; SPLIT_K
@@ -86,13 +87,14 @@ def main() -> int:
                     tk.silu_and_mul(y)
             return run
 
-        cls = ts.row_class(m)
+        cls = st.row_class(m)
         t_cub = graph_us(cublas, layers)
-        shipped = ts.TUNED.get((n, k, cls, silu))
+        shipped = st.TUNED.get((n, k, cls, silu))
         # the shipped config first, so a sweep cut off by its time cap still compares against it
         grid = GRID if m <= 64 else WIDE_M_GRID
         configs = [c for c in dict.fromkeys([shipped] + (grid if args.sweep else [])) if c
-                   and ts.config_ok(n, k, c, silu) and (c[2] <= 0 or 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096)]
+                   and st.config_ok(n, k, c, silu)
+                   and (c[2] <= 0 or 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096)]
         best, t_shipped, unfit = None, None, 0
         t0 = time.time()
         for cfg in configs:

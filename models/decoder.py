@@ -6,22 +6,38 @@ their absolute `positions`; attention over the KV cache is delegated to the engi
 free of padding, caches and batch logic, and keeps `forward` CUDA-graph capturable: no
 host syncs, no value-dependent control flow, all shapes derived from input shapes.
 
-Parameter names equal HF checkpoint names, so loading is a name -> parameter copy.
+Parameter names equal HF checkpoint names, so loading is a name -> parameter copy. This file is the
+model's structure; on the fused path (CUDA bf16/fp16 with Triton) which kernel runs each norm, projection
+and activation is decided in models/layers/ (norm.py, linear.py, activation.py, rope.py), the kernels
+themselves are in models/kernels/.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 from torch import nn
 
-from .kernels import gemv as tg
-from .kernels import fused as tk
-from .kernels import skinny as ts
-from .layers.mlp import RMSNorm, SwiGLUMLP
-from .layers.rope import RopeFactors, RotaryEmbedding
+from .layers.linear import (
+    QKV,
+    Config,
+    LayerKernels,
+    Projections,
+    class_rows,
+    fused_kernels_run,
+    gemv_add,
+    gemv_norm,
+    gemv_row_limit,
+    lm_head_gemv_on,
+    lm_head_settings,
+    logits_with_norm,
+    packed_classes,
+    row_class,
+)
+from .layers.mlp import SwiGLUMLP
+from .layers.norm import PreNorm, RMSNorm, final_norm, fold_norm, fused_input_norm
+from .layers.rope import RopeFactors, RotaryEmbedding, fused_norm_rope
 from .spec import ModelSpec
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
@@ -79,11 +95,8 @@ class Attention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if self.qk_norm:
-            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache, self.q_norm.weight, self.k_norm.weight,
-                                self.q_norm.eps)
-        else:
-            q = tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache)
+        q_norm, k_norm = (self.q_norm, self.k_norm) if self.qk_norm else (None, None)
+        q = fused_norm_rope(positions, q, k, rope, q_norm, k_norm)
         return attn(q, k, v, self.layer_id).reshape(-1, self.num_heads * self.head_dim)
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
@@ -105,23 +118,8 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(spec, layer_id)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
-        self.gemv_pdl: tuple[bool, ...] = (False, False, False, False)  # qkv, o, gate_up, down (set_pdl)
-        self.gate_up_trigger = False  # a plain gate|up GEMV lets the PDL down projection start early (set_pdl)
-        # qkv, o, gate_up, down: row class -> skinny-GEMM config where it beat cuBLAS (set_skinny)
-        self.skinny: tuple[dict[int, ts.Config], ...] = ({}, {}, {}, {})
-        self.skinny_pdl = False
-        self.silu_pdl = False
-        # row class -> plain skinny config of gate|up where it has no fused SiLU·mul one (SiLU·mul kernel after)
-        self.skinny_gate_up_plain: dict[int, ts.Config] = {}
-        # row classes whose add+RMSNorms ride in the skinny projections around them (set_skinny)
-        self.norms_in_projections: frozenset[int] = frozenset()
-        # of those, the classes whose post-attention add+RMSNorm runs as its own kernel (ts.POST_NORM_APART)
-        self.post_norm_apart: frozenset[int] = frozenset()
-        # qkv, o, gate_up, down: row class -> the weight in that class's tile order (ts.pack), where packed
-        self.packed: tuple[dict[int, torch.Tensor], ...] = ({}, {}, {}, {})
-        # every copy ever made, by (projection, row class, config): reused when asked again, never freed
-        # (a graph captured with one keeps reading it after the settings change)
-        self.packed_copies: dict[tuple[int, int, ts.Config], torch.Tensor] = {}
+        #: which kernel each projection takes on the fused path, per row class (set_pdl, set_skinny)
+        self.kernels = LayerKernels()
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -135,160 +133,46 @@ class DecoderLayer(nn.Module):
         The stream between layers is (x, residual, sumsq): x the last sublayer's output still to be
         added to ``residual`` (None for the first layer's embeddings, which are ``x``), or, at row
         classes in ``norms_in_projections``, x None and ``residual`` already summed by the down
-        projection, with its rows' squares as slab partials ``sumsq`` (``ts.skinny_add``)."""
-        ln, sa, mlp, pln = self.input_layernorm, self.self_attn, self.mlp, self.post_attention_layernorm
-        rows = (residual if x is None else x).shape[0]
-        cls = ts.row_class(rows)
-        if sumsq is not None:
-            assert residual is not None
-            h, norm = residual, ts.NormInput(sumsq, ln.eps)
-        elif residual is None:
-            residual, h, norm = x, tk.rms_norm(x, ln.weight, ln.eps), None
-        else:
-            h, norm = tk.add_rms_norm(x, residual, ln.weight, ln.eps, self.skinny_pdl), None
-        attended = sa.attend_fused(self._project(sa.qkv_proj, h, 0, cls, norm=norm), positions, rope, attn)
-        norms_in = cls in self.norms_in_projections
-        if norms_in and cls not in self.post_norm_apart:  # o adds into the residual, gate|up normalises it
-            sumsq = self._project_add(sa.o_proj, attended, 1, cls, residual)
-            gu = self._project(mlp.gate_up_proj, residual, 2, cls, silu_mul=True,
-                               norm=ts.NormInput(sumsq, pln.eps))
-        else:
-            h = tk.add_rms_norm(self._project(sa.o_proj, attended, 1, cls), residual, pln.weight, pln.eps,
-                                self.skinny_pdl)
-            gu = self._project(mlp.gate_up_proj, h, 2, cls, silu_mul=True)
-        if norms_in:  # down adds into the residual, the next layer's q|k|v normalises it
-            return None, residual, self._project_add(mlp.down_proj, gu, 3, cls, residual)
-        return self._project(mlp.down_proj, gu, 3, cls), residual, None
+        projection, with its rows' squares as slab partials ``sumsq`` (``LayerKernels.mlp_out``)."""
+        k, sa, mlp = self.kernels, self.self_attn, self.mlp
+        cls = row_class((residual if x is None else x).shape[0])
+        h, residual, norm = fused_input_norm(x, residual, sumsq, self.input_layernorm, k.skinny_pdl)
+        attended = sa.attend_fused(k.project(sa.qkv_proj, h, QKV, cls, norm=norm), positions, rope, attn)
+        gu = k.attention_out_mlp_in(sa.o_proj, attended, residual, mlp.gate_up_proj, self.post_attention_layernorm,
+                                    cls)
+        return k.mlp_out(mlp.down_proj, gu, residual, cls)
 
-    def _project(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: Optional[int],
-                 silu_mul: bool = False, norm: Optional[ts.NormInput] = None) -> torch.Tensor:
-        """``proj(x)`` (then SiLU·mul of its [gate | up] halves), of RMSNorm(x) with ``norm`` (only at
-        ``norms_in_projections`` row classes): on the skinny GEMM where it won at this many rows, else
-        cuBLAS (and the SiLU·mul kernel). ``i``: which of the layer's projections (qkv, o, gate_up, down)."""
-        cfg = self.skinny[i].get(cls)  # no config for None: outside the skinny GEMM's rows
-        if cfg is not None:
-            w, packed = self._weight(i, proj, cls)
-            return ts.skinny(x, w, silu_mul=silu_mul, config=cfg, pdl=self.skinny_pdl, norm=norm, packed=packed)
-        plain = self.skinny_gate_up_plain.get(cls) if silu_mul else None
-        assert norm is None or plain is not None, "a norm rides only in the skinny GEMM"
-        if plain is not None:
-            y = ts.skinny(x, proj.weight, config=plain, pdl=self.skinny_pdl, norm=norm)
-        else:
-            y = proj(x)
-        return tk.silu_and_mul(y, self.silu_pdl) if silu_mul else y
+    def projections(self) -> Projections:
+        """The fused path's projections (after ``fuse``), in ``LayerKernels``' order: qkv, o, gate_up, down."""
+        sa, mlp = self.self_attn, self.mlp
+        return sa.qkv_proj, sa.o_proj, mlp.gate_up_proj, mlp.down_proj
 
-    def _project_add(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: Optional[int],
-                     residual: torch.Tensor) -> torch.Tensor:
-        """``residual += proj(x)`` on the skinny GEMM (``ts.skinny_add``) for projection ``i`` (o or down)
-        at a row class with the norms in the projections; returns the rows' squares as slab partials."""
-        w, packed = self._weight(i, proj, cls)
-        return ts.skinny_add(x, w, residual, config=self.skinny[i][cls], pdl=self.skinny_pdl, packed=packed)
-
-    def _weight(self, i: int, proj: nn.Linear, cls: Optional[int]) -> tuple[torch.Tensor, bool]:
-        """Projection ``i``'s (qkv, o, gate_up, down) weight for a skinny launch at row class ``cls``:
-        its packed copy if it has one there, else the weight; and whether it is packed."""
-        w = self.packed[i].get(cls)
-        return (proj.weight, False) if w is None else (w, True)
-
-    @torch.no_grad()
     def fold_norm_weights(self) -> None:
-        """Fold each RMSNorm's weight into the fused projection after it (its input columns), leaving
-        the norms' weights at one, so a projection can take RMSNorm(x) as x times a per-row scale
-        applied to its sums (``ts.NormInput``): the skinny GEMM's K loop stays the plain one. Every
-        fused path (GEMV, skinny, cuBLAS) runs on the folded weights, so their numerics agree with
-        each other; against HF's bf16 the rounding moves from the normalised activations to the
-        weights (one bf16 rounding of W * w instead of one of w * x), an ulp-level change of the same size."""
-        for norm, proj in ((self.input_layernorm, self.self_attn.qkv_proj),
-                           (self.post_attention_layernorm, self.mlp.gate_up_proj)):
-            proj.weight.mul_(norm.weight.to(proj.weight.dtype)[None, :])
-            norm.weight.fill_(1.0)
+        """Fold each RMSNorm's weight into the fused projection after it (``norm.fold_norm``), leaving the
+        norms' weights at one, so a skinny projection can take RMSNorm(x) as a per-row scale of its sums."""
+        fold_norm(self.input_layernorm, self.self_attn.qkv_proj)
+        fold_norm(self.post_attention_layernorm, self.mlp.gate_up_proj)
 
     def set_skinny(self, enabled: bool, policy: str, packed: bool = False) -> None:
-        """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a
-        tensor-parallel row shard all-reduces in its forward) whose shape has a measured win in
-        ``ts.TUNED``. It launches with PDL unless the policy is "off": its weight tile is requested
-        before the wait whatever the weight size (bench/skinny_bench.py measured it with PDL); so do
-        the layer's add+RMSNorms, which let the projection after them launch at once. ``packed``: at
-        ``ts.PACKED`` row classes the projections read copies of their weights in tile order (``ts.pack``)."""
-        sa, mlp = self.self_attn, self.mlp
-
-        def eligible(p: nn.Module) -> bool:
-            return enabled and type(p) is nn.Linear and p.bias is None
-
-        projs = ((sa.qkv_proj, False), (sa.o_proj, False), (mlp.gate_up_proj, True), (mlp.down_proj, False))
-        self.skinny = tuple(ts.configs_for(*p.weight.shape, silu) if eligible(p) else {} for p, silu in projs)
-        self.skinny_pdl = enabled and tk.use_pdl(sa.qkv_proj.weight.device, 0, policy)
-        gu = mlp.gate_up_proj
-        self.skinny_gate_up_plain = {
-            c: cfg for c, cfg in ts.configs_for(*gu.weight.shape).items() if c not in self.skinny[2]
-        } if eligible(gu) else {}
-        # the SiLU·mul kernel after a gate|up without the fused epilogue lets the skinny down start early too
-        self.silu_pdl = self.skinny_pdl and tk.SILU_MUL_PDL
-        # the norms ride in the projections where all four take the skinny GEMM (o and down add into the
-        # residual, q|k|v and gate|up normalise it) unless measured slower there (ts.NORMS_APART)
-        qkv, o, gate_up, down = self.skinny
-        hidden = sa.o_proj.weight.shape[0]
-        self.norms_in_projections = frozenset(
-            c for c in ts.ROW_CLASSES
-            if ts.NORMS_IN_PROJECTIONS and (hidden, c) not in ts.NORMS_APART and c in qkv and c in o
-            and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
-        self.post_norm_apart = frozenset(c for c in self.norms_in_projections if (hidden, c) in ts.POST_NORM_APART)
-        self.packed = tuple({c: self._packed_copy(i, c, cfg, p, silu) for c, cfg in configs.items()
-                             if packed and ts.packs(hidden, c, cfg)}
-                            for i, ((p, silu), configs) in enumerate(zip(projs, self.skinny)))
-
-    def _packed_copy(self, i: int, cls: int, cfg: ts.Config, proj: nn.Linear, silu: bool) -> torch.Tensor:
-        """Projection ``i``'s weight in ``cfg``'s tile order, made once per (projection, class, config)."""
-        key = (i, cls, cfg)
-        if key not in self.packed_copies:
-            self.packed_copies[key] = ts.pack(proj.weight.detach(), cfg, silu)
-        return self.packed_copies[key]
+        """Which projections take the skinny GEMM at 2-64 rows, with which launch policy, on packed weight
+        copies or not (``LayerKernels.set_skinny``)."""
+        self.kernels.set_skinny(self.projections(), enabled, policy, packed)
 
     def set_pdl(self, policy: str) -> None:
-        """Decide once, per projection, whether its fused GEMV launches with PDL
-        (``triton_kernels.use_pdl``), so no launch re-evaluates the policy; and whether a gate|up left
-        without PDL lets the down projection after it start early (``triton_gemv.TRIGGER_NEXT``)."""
-        sa, mlp = self.self_attn, self.mlp
-        self.gemv_pdl = tuple(
-            tk.use_pdl(w.device, w.numel() * w.element_size(), policy)
-            for w in (sa.qkv_proj.weight, sa.o_proj.weight, mlp.gate_up_proj.weight, mlp.down_proj.weight)
-        )
-        self.gate_up_trigger = self.gemv_pdl[3] and not self.gemv_pdl[2] and tg.TRIGGER_NEXT
+        """Whether each projection's fused GEMV launches with PDL (``LayerKernels.set_pdl``)."""
+        self.kernels.set_pdl(self.projections(), policy)
 
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
                       attn: AttentionFn) -> None:
-        """Decode at <= ``tg.MAX_M`` rows: 7 launches instead of 10. ``h`` is the residual stream,
+        """Decode at <= ``gemv.MAX_M`` rows: 7 launches instead of 10. ``h`` is the residual stream,
         updated in place: RMSNorms ride in the GEMV prologues, residual adds in the epilogues."""
         ln, sa, pln, mlp = self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
-        pdl_qkv, pdl_o, pdl_gu, pdl_down = self.gemv_pdl
-        qkv = tg.gemv(h, sa.qkv_proj.weight, sa.qkv_proj.bias, norm_weight=ln.weight, eps=ln.eps, pdl=pdl_qkv)
+        pdl_qkv, pdl_o, pdl_gu, pdl_down = self.kernels.gemv_pdl
+        qkv = gemv_norm(sa.qkv_proj, h, ln, pdl_qkv)
         o = sa.attend_fused(qkv, positions, rope, attn)
-        _gemv_add(sa.o_proj, o, h, pdl_o)
-        gu = tg.gemv(h, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, norm_weight=pln.weight, eps=pln.eps,
-                     pdl=pdl_gu, trigger=self.gate_up_trigger)
-        _gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
-
-
-def _gemv_add(proj: nn.Linear, x: torch.Tensor, h: torch.Tensor, pdl: bool, silu_mul: bool = False) -> None:
-    """``h += proj(x)`` in place, the residual add in the GEMV's epilogue. A projection may bring its
-    own (a tensor-parallel row shard adds its partial sum and all-reduces: models/parallel/layers.py)."""
-    own = getattr(proj, "gemv_add", None)
-    if own is not None:
-        own(x, h, pdl, silu_mul)
-    else:
-        tg.gemv(x, proj.weight, proj.bias, silu_mul=silu_mul, residual=h, out=h, pdl=pdl)
-
-
-@dataclass(frozen=True)
-class PreNorm:
-    """The residual stream before the final RMSNorm: ``residual``, plus ``x``, a last sublayer output not
-    yet added to it (the fused path's stream), or, where the last down projection added into it on the
-    skinny GEMM, ``sumsq``, its rows' squares as slab partials (``ts.NormInput``: a skinny lm_head then
-    normalises in its own epilogue)."""
-
-    residual: torch.Tensor
-    x: Optional[torch.Tensor] = None
-    sumsq: Optional[torch.Tensor] = None
+        gemv_add(sa.o_proj, o, h, pdl_o)
+        gu = gemv_norm(mlp.gate_up_proj, h, pln, pdl_gu, trigger=self.kernels.gate_up_trigger)
+        gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
 
 
 class DecoderModel(nn.Module):
@@ -343,12 +227,7 @@ class DecoderModel(nn.Module):
 
     def final_norm(self, pre: PreNorm) -> torch.Tensor:
         """The final RMSNorm of ``pre`` (after its pending add), by the path that produced it."""
-        if not self.fused:
-            assert pre.x is None
-            return self.norm(pre.residual)
-        if pre.x is None:  # the last down projection added into the residual already
-            return tk.rms_norm(pre.residual, self.norm.weight, self.norm.eps)
-        return tk.add_rms_norm(pre.x, pre.residual, self.norm.weight, self.norm.eps)
+        return final_norm(self.norm, pre, self.fused)
 
 
 class DecoderForCausalLM(nn.Module):
@@ -364,7 +243,7 @@ class DecoderForCausalLM(nn.Module):
         self.lm_head_pdl = False  # the lm_head GEMV launches with PDL (enable_fused_kernels)
         self.logits_pdl = False  # the step's tail (skinny lm_head, argmax) launches with PDL (enable_fused_kernels)
         # row class -> skinny-GEMM config of the lm_head, the final norm's weight folded into it (enable_fused_kernels)
-        self.lm_head_skinny: dict[int, ts.Config] = {}
+        self.lm_head_skinny: dict[int, Config] = {}
 
     def tie_weights(self) -> None:
         """Share lm_head with the embeddings when the config says so.
@@ -393,10 +272,9 @@ class DecoderForCausalLM(nn.Module):
         tokens may take the skinny GEMM (``DecoderLayer.set_skinny``), ``packed`` on weight copies in its
         tile order at the row classes that measured faster so. Calling it again only updates those settings.
         """
-        p = self.model.embed_tokens.weight
-        if not tk.available(p.device, p.dtype):
+        if not fused_kernels_run(self.model.embed_tokens.weight):
             return self.model.fused
-        self.model.gemv_max_rows = min(gemv_max_rows, tg.MAX_M) if gemv else 0
+        self.model.gemv_max_rows = gemv_row_limit(gemv_max_rows) if gemv else 0
         if not self.model.fused:
             for layer in self.model.layers:
                 layer.self_attn.fuse()
@@ -407,50 +285,47 @@ class DecoderForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.set_pdl(pdl)
             layer.set_skinny(skinny, pdl, packed)
-        w = self.lm_head.weight
-        self.lm_head_pdl = tk.use_pdl(w.device, w.numel() * w.element_size(), pdl)
-        self.logits_pdl = tk.use_pdl(w.device, 0, pdl)
         folded = bool((self.model.norm.weight == 1).all())
-        self.lm_head_skinny = ts.configs_for(*w.shape) if skinny and folded and self._plain_lm_head() else {}
+        self.lm_head_pdl, self.logits_pdl, self.lm_head_skinny = lm_head_settings(
+            self.lm_head.weight, pdl, skinny and folded and self._plain_lm_head())
         return True
 
     def packed_copy_bytes(self) -> int:
         """The most GPU memory ``enable_fused_kernels(packed=True)`` may add: a copy of every decoder
-        layer's projection weights for each row class ``ts.PACKED`` lists for this hidden size (the
+        layer's projection weights for each row class ``skinny_tuning.PACKED`` lists for this hidden size (the
         skinny GEMM's tables decide which projections are copied)."""
-        classes = sum(1 for h, _ in ts.PACKED if h == self.spec.hidden_size)
+        classes = packed_classes(self.spec.hidden_size)
         return classes * sum(p.numel() * p.element_size() for layer in self.model.layers
                              for m in (layer.self_attn, layer.mlp) for p in m.parameters() if p.dim() == 2)
 
     def packed_rows(self) -> list[tuple[int, int]]:
         """The batch sizes (fewest, most rows) at which some projection reads a packed weight copy now."""
-        classes = {c for layer in self.model.layers for by_class in layer.packed for c in by_class}
-        return [ts.class_rows(c) for c in sorted(classes)]
+        classes = {c for layer in self.model.layers for by_class in layer.kernels.packed for c in by_class}
+        return [class_rows(c) for c in sorted(classes)]
 
     def packed_bytes(self) -> int:
         """GPU memory the layers' packed weight copies hold (every copy made, in use or kept for a graph)."""
-        return sum(w.numel() * w.element_size() for layer in self.model.layers for w in layer.packed_copies.values())
+        return sum(w.numel() * w.element_size() for layer in self.model.layers
+                   for w in layer.kernels.packed_copies.values())
 
     def _plain_lm_head(self) -> bool:
         """An unsharded, bias-free lm_head (a vocab-parallel one gathers in its own forward)."""
         return type(self.lm_head) is nn.Linear and self.lm_head.bias is None
 
-    @torch.no_grad()
     def _fold_final_norm(self) -> None:
         """Fold the final RMSNorm's weight into an untied lm_head, as ``DecoderLayer.fold_norm_weights``
         does for the layers' projections, so a skinny lm_head can take the norm as a per-row scale
-        (``ts.NormInput``). A tied head is the embedding table too and keeps the norm's weight."""
+        (``skinny.NormInput``). A tied head is the embedding table too and keeps the norm's weight."""
         if self.spec.tie_word_embeddings or not self._plain_lm_head():
             return
-        self.lm_head.weight.mul_(self.model.norm.weight.to(self.lm_head.weight.dtype)[None, :])
-        self.model.norm.weight.fill_(1.0)
+        fold_norm(self.model.norm, self.lm_head)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         return self.model(input_ids, positions, attn)
 
     def gemv_logits(self, rows: int) -> bool:
         """Whether a decode step of ``rows`` tokens takes its final RMSNorm and lm_head in one GEMV."""
-        return tg.LM_HEAD_GEMV and self.model.gemv_rows(rows) and self._plain_lm_head()
+        return lm_head_gemv_on() and self.model.gemv_rows(rows) and self._plain_lm_head()
 
     def decode_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn,
                       out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -464,18 +339,13 @@ class DecoderForCausalLM(nn.Module):
         steps both come here, so their logits agree to the bit."""
         rows = input_ids.shape[0]
         gemv = self.gemv_logits(rows)
-        cfg = self.lm_head_skinny.get(ts.row_class(rows))  # empty unless the fused kernels are on
+        cfg = self.lm_head_skinny.get(row_class(rows))  # empty unless the fused kernels are on
         if not gemv and cfg is None:
             return self.compute_logits(self.model(input_ids, positions, attn), out=out)
         pre = self.model.forward_pre_norm(input_ids, positions, attn)
-        norm, w = self.model.norm, self.lm_head.weight
-        if gemv:
-            return tg.gemv(pre.residual, w, norm_weight=norm.weight, eps=norm.eps, out=out, pdl=self.lm_head_pdl,
-                           trigger=True)
-        if cfg is not None and pre.sumsq is not None:
-            return ts.skinny(pre.residual, w, config=cfg, pdl=self.logits_pdl, norm=ts.NormInput(pre.sumsq, norm.eps),
-                             out=out)
-        return self.compute_logits(self.model.final_norm(pre), out=out)
+        logits = logits_with_norm(pre, self.model.norm, self.lm_head.weight, gemv=gemv, config=cfg,
+                                  gemv_pdl=self.lm_head_pdl, tail_pdl=self.logits_pdl, out=out)
+        return logits if logits is not None else self.compute_logits(self.model.final_norm(pre), out=out)
 
     def compute_logits(self, hidden: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits for the rows of `hidden` the caller selected (usually each request's last token), in

@@ -66,7 +66,7 @@ def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None,
     the tokens are also written into ``ring[slot]`` (CUDA with Triton only: ``host_ring_supported``).
     ``pdl``: both launches with programmatic dependent launch (Hopper+; the caller's policy,
     ``DecoderForCausalLM.logits_pdl``): each may start while the kernel before it drains, which the
-    lm_head GEMV allows (``triton_gemv.gemv(trigger=True)``)."""
+    lm_head GEMV allows (``gemv.gemv(trigger=True)``)."""
     if not host_ring_supported(logits):  # the Triton kernels' own conditions
         assert host_ring is None, "host_ring needs the Triton kernel"
         top = torch.argmax(logits, dim=-1)

@@ -25,7 +25,7 @@ Llama-3.1-8B shape (GQA group 4), but loses at bs 256 on the Qwen3-0.6B shape (g
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
@@ -84,7 +84,8 @@ if HAVE_TRITON:
         online softmax over the splits in split order. Unrolled over SPLITS with the inactive ones
         masked, it has no cross-thread reduction and stores nothing between its loads, so they can all
         be in flight at once: merging one head after another waited for each head's loads, reductions
-        and store in turn, and a split cost several times its bytes (README: Benchmarks)."""
+        and store in turn, and a split cost several times its bytes (bench/decode_attn_bench.py,
+        bench/ab_decode.py; docs/benchmarks.md)."""
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         den = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, D], dtype=tl.float32)
@@ -237,7 +238,7 @@ class DecodeTuning:
 
     Defaults: the best mean of ``bench/decode_attn_bench.py --sweep`` over bs 1 and 8 at contexts 220
     and 1000, both benchmark shapes; in the whole model (``bench/ab_decode.py``) neither smaller nor
-    larger split chunks did better (README: the issue #17 sweep), except at 2-63 rows (DEFAULT_TUNING)."""
+    larger split chunks did better (docs/benchmarks.md), except at 2-63 rows (DEFAULT_TUNING)."""
 
     block_t: int = 128
     min_chunk: int = 256
@@ -250,14 +251,14 @@ class DecodeTuning:
     # registers a thread may use (ptxas .maxnreg), 0 for the compiler's choice. The first K/V tile is
     # held in registers across the PDL wait, so a program's registers, not its shared memory, decide
     # how many fit an SM; a cap can buy more warps per scheduler, at the risk of spills. No shipped launch sets
-    # one: in the model no capped launch beat them (bench/decode_attn_bench.py --sweep-regs; README)
+    # one: in the model no capped launch beat them (bench/decode_attn_bench.py --sweep-regs)
     maxnreg: int = 0
 
 
 #: what a PagedDecode built without ``tuning`` uses below LARGE_ROWS rows (head_dim <= 128; wider heads
 #: halve block_t). 128-token splits since the splits' merge runs every query head at once: cheap enough
 #: that a short context in two prefetched tiles beats one program loading its second tile after the PDL
-#: wait (``bench/ab_decode.py``, the Llama-3.1-8B shape at 8-16 rows; README: Benchmarks)
+#: wait (``bench/ab_decode.py``, the Llama-3.1-8B shape at 8-16 rows; docs/benchmarks.md)
 DEFAULT_TUNING = DecodeTuning(min_chunk=128)
 #: below LARGE_ROWS rows for GQA groups of at most SMALL_GROUP query heads a KV head: 64-token tiles
 #: and splits, two warps. With so few query rows a program's work is short, and short contexts spread
@@ -270,7 +271,7 @@ SMALL_GROUP_TUNING = DecodeTuning(block_t=64, min_chunk=64, num_warps=2)
 #: flight while the q|k|v projection drains, and nothing is loaded after the wait but q|k|v itself.
 #: At one row the grid (KV heads x splits) fits the SMs even at one program each (the tile's shared
 #: memory allows no more); at 8 rows it does not, and the default's smaller tiles stay
-#: (``bench/ab_decode.py``, Llama-3.1-8B at 1 and 8 rows, README: Benchmarks)
+#: (``bench/ab_decode.py``, Llama-3.1-8B at 1 and 8 rows; docs/benchmarks.md)
 ONE_ROW_TUNING = DecodeTuning(block_t=256, num_warps=8)
 #: from this many rows on: two warps a program, one more stage. Rows x KV heads fill the SMs (no context
 #: splits), so more, leaner programs in flight beat wider ones (``bench/decode_attn_bench.py --sweep

@@ -30,7 +30,7 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 PDL_AUTO_MAX_BYTES = 128 << 20
 SILU_MUL_PDL = True
 """Whether the SiLU·mul kernel between a cuBLAS gate|up and a PDL-launched skinny down projection
-launches with PDL itself (DecoderLayer; bench/ab_decode.py's silu_pdl=off measures it without)."""
+launches with PDL itself (layers/activation.py; bench/ab_decode.py's silu_pdl=off measures it without)."""
 _pdl: dict[int, bool] = {}
 
 
@@ -49,7 +49,7 @@ def use_pdl(device: torch.device, weight_bytes: int = 0, policy: str = "auto") -
     ``policy`` (the engine's ``KernelConfig.pdl``, checked there): "on" for every such kernel, "off"
     for none, "auto" for kernels of at most ``PDL_AUTO_MAX_BYTES`` of weights: in bench/ab_decode.py
     (variants pdl_max=...) PDL sped up every projection of the 8B shape but its gate|up, whose long
-    multi-wave GEMV ran slower with it (README, Benchmarks)."""
+    multi-wave GEMV ran slower with it (docs/benchmarks.md)."""
     if policy == "off" or not HAVE_TRITON or device.type != "cuda":
         return False
     if policy == "auto" and weight_bytes > PDL_AUTO_MAX_BYTES:

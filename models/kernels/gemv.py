@@ -23,8 +23,8 @@ from .fused import HAVE_TRITON, use_pdl
 
 TRIGGER_NEXT = True
 """Whether a fused GEMV launched without PDL (the long gate|up, ``use_pdl``'s "auto") lets the PDL-launched
-GEMV after it (down) start its programs while its own last ones run (read by ``DecoderLayer.set_pdl``;
-bench/ab_decode.py gemv_trigger=off measures it without)."""
+GEMV after it (down) start its programs while its own last ones run (read by ``LayerKernels.set_pdl`` in
+models/layers/linear.py; bench/ab_decode.py gemv_trigger=off measures it without)."""
 
 LM_HEAD_GEMV = True
 """Whether a decode step on the fused-GEMV layers also takes its final RMSNorm and lm_head in one GEMV
@@ -219,7 +219,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
 
     ``norm_weight``: pro = RMSNorm; ``silu_mul``: x is [gate | up] (2K columns) and pro = silu(gate) * up.
     ``out`` may be ``residual`` itself (each output element is read and written by one program).
-    ``pdl``: launch with programmatic dependent launch (default: ``triton_kernels.use_pdl``'s "auto").
+    ``pdl``: launch with programmatic dependent launch (default: ``fused.use_pdl``'s "auto").
     ``trigger``: without ``pdl``, still let a PDL-launched kernel after this one start early.
     ``config``: (block_n, block_k, warps, stages[, split_k]); split-K is skipped where it does not
     apply (an RMSNorm prologue, K not a multiple of split_k * block_k).

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..kernels import fused as tk
 from ..spec import ModelSpec
+from .norm import RMSNorm
 
 
 def _base_inv_freq(base: float, dim: int) -> torch.Tensor:
@@ -137,3 +139,13 @@ class RopeFactors:
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         x1, x2 = x.chunk(2, dim=-1)
         return x * self.cos + torch.cat((x2, x1), dim=-1) * self.signed_sin
+
+
+def fused_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, rope: RotaryEmbedding,
+                    q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None) -> torch.Tensor:
+    """The fused path's q/k RMSNorm (Qwen3: ``q_norm`` and ``k_norm`` given) and RoPE in one launch
+    (models/kernels/fused.py), from the cached table: returns a contiguous q, rotates k (a strided view of
+    the fused projection is fine) in place."""
+    if q_norm is not None and k_norm is not None:
+        return tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache, q_norm.weight, k_norm.weight, q_norm.eps)
+    return tk.qk_norm_rope(positions, q, k, rope.cos_sin_cache)

@@ -30,7 +30,7 @@ def _warm_and_capture(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_norms_rope_silu_match_torch(dtype):
     from graphtop.models.kernels import fused as tk
-    from graphtop.models.layers.mlp import RMSNorm
+    from graphtop.models.layers.norm import RMSNorm
 
     torch.manual_seed(0)
     dev = "cuda"
@@ -60,7 +60,7 @@ def test_norms_rope_silu_match_torch(dtype):
 @pytest.mark.parametrize("norm", [True, False])
 def test_qk_norm_rope_and_store_kv_match_torch(norm):
     from graphtop.models.kernels import fused as tk
-    from graphtop.models.layers.mlp import RMSNorm
+    from graphtop.models.layers.norm import RMSNorm
     from graphtop.models.layers.rope import apply_rope
 
     torch.manual_seed(1)
@@ -140,7 +140,7 @@ def test_fused_gemv_matches_torch(m, kind, config):
     import torch.nn.functional as F
 
     from graphtop.models.kernels import gemv as tg
-    from graphtop.models.layers.mlp import RMSNorm
+    from graphtop.models.layers.norm import RMSNorm
 
     torch.manual_seed(m)
     dev, dt, n, k = "cuda", torch.bfloat16, 3000, 1024  # N not a multiple of any block
@@ -345,7 +345,7 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         DecodeTuning,
         PagedDecode,
     )
-    from graphtop.models.layers.mlp import RMSNorm
+    from graphtop.models.layers.norm import RMSNorm
     from graphtop.models.layers.rope import apply_rope
 
     torch.manual_seed(page_size)

@@ -78,13 +78,14 @@ def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pa
 
     from graphtop.models.kernels import fused as tk
     from graphtop.models.kernels import skinny as ts
+    from graphtop.models.kernels import skinny_tuning as st
 
     torch.manual_seed(m)
     d = 4096
     k, n = {"o->gate_up": (4096, 28672), "down->qkv": (14336, 6144), "down->lm_head": (14336, 128256)}[pair]
-    cls = ts.row_class(m)
+    cls = st.row_class(m)
     silu = pair == "o->gate_up"  # the 8B's gate|up has SiLU·mul configs at both row classes
-    producer, consumer = ts.configs_for(d, k)[cls], ts.configs_for(n, d, silu)[cls]
+    producer, consumer = st.configs_for(d, k)[cls], st.configs_for(n, d, silu)[cls]
     if stream_k:
         producer, consumer = (c[:2] + (0,) + c[3:] for c in (producer, consumer))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -144,8 +145,8 @@ def test_skinny_replays_in_a_graph(cfg):
 def test_skinny_layers_match_cublas_layers(post_norm_apart):
     """A Qwen3-0.6B-shaped model (4 layers) with the skinny GEMM on its tuned projections agrees with
     the same model on cuBLAS at 2-64 rows; greedy choices agree wherever the margin is decided. Also
-    with the post-attention add+RMSNorm as its own kernel (``ts.POST_NORM_APART``)."""
-    from graphtop.models.kernels import skinny as ts
+    with the post-attention add+RMSNorm as its own kernel (``st.POST_NORM_APART``)."""
+    from graphtop.models.kernels import skinny_tuning as st
     from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
     cfg = hf_config_for("qwen3-0.6b", num_hidden_layers=4)
@@ -153,11 +154,11 @@ def test_skinny_layers_match_cublas_layers(post_norm_apart):
     b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=5).model
     assert a.enable_fused_kernels(gemv_max_rows=0, skinny=False) and b.enable_fused_kernels(gemv_max_rows=0)
     layer = b.model.layers[0]
-    assert all(layer.skinny) and not any(a.model.layers[0].skinny)  # every 0.6B projection has a config
-    assert layer.norms_in_projections == {16, 64} - {c for h, c in ts.NORMS_APART if h == 1024}
+    assert all(layer.kernels.skinny) and not any(a.model.layers[0].kernels.skinny)  # every 0.6B projection has a config
+    assert layer.kernels.norms_in_projections == {16, 64} - {c for h, c in st.NORMS_APART if h == 1024}
     for other in b.model.layers:  # the path the 0.6B keeps off at 16 rows agrees too
-        other.norms_in_projections = frozenset({16, 64})
-        other.post_norm_apart = other.norms_in_projections if post_norm_apart else frozenset()
+        other.kernels.norms_in_projections = frozenset({16, 64})
+        other.kernels.post_norm_apart = other.kernels.norms_in_projections if post_norm_apart else frozenset()
     _assert_models_agree(a, b, (2, 8, 40, 64))
 
 
@@ -171,7 +172,8 @@ def test_llama_8b_layers_as_shipped_match_cublas_layers():
     b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=7).model
     assert a.enable_fused_kernels(gemv_max_rows=0, skinny=False) and b.enable_fused_kernels(gemv_max_rows=0)
     layer = b.model.layers[0]
-    assert all(layer.skinny) and layer.norms_in_projections == {16, 64} and not layer.post_norm_apart
+    kernels = layer.kernels
+    assert all(kernels.skinny) and kernels.norms_in_projections == {16, 64} and not kernels.post_norm_apart
     _assert_models_agree(a, b, (2, 8, 40, 64))
 
 
@@ -263,15 +265,16 @@ def test_models_on_packed_weights_equal_the_row_major_ones(shape, monkeypatch):
     from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
     from graphtop.models.layers.reference_attention import ContiguousAttention
 
-    from graphtop.models.kernels import skinny as ts
+    from graphtop.models.kernels import skinny_tuning as st
 
-    monkeypatch.setattr(ts, "PACKED", ts.PACKED | {(1024, 64)})
+    monkeypatch.setattr(st, "PACKED", st.PACKED | {(1024, 64)})
     cfg = hf_config_for(shape, num_hidden_layers=2)
     a = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model
     b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model
     assert a.enable_fused_kernels(gemv_max_rows=0) and b.enable_fused_kernels(gemv_max_rows=0, packed=True)
-    assert any(b.model.layers[0].packed) and not any(a.model.layers[0].packed)
-    copies = sum(w.numel() * w.element_size() for layer in b.model.layers for d in layer.packed for w in d.values())
+    assert any(b.model.layers[0].kernels.packed) and not any(a.model.layers[0].kernels.packed)
+    copies = sum(w.numel() * w.element_size() for layer in b.model.layers for d in layer.kernels.packed
+                 for w in d.values())
     assert 0 < copies <= b.packed_copy_bytes()
 
     for t in (2, 8, 40, 64):

@@ -10,15 +10,16 @@ from torch import nn
 
 from graphtop.engine.kernel_config import KernelConfig, resolve_kernel_config
 from graphtop.models.kernels import skinny as ts
+from graphtop.models.kernels import skinny_tuning as st
 from graphtop.models.decoder import DecoderLayer
 from graphtop.models.synthetic.random_model import SHAPES, hf_config_for
 from graphtop.models.registry import spec_from_hf_config
 
 
 def test_every_tuned_config_tiles_its_shape() -> None:
-    for (n, k, cls, silu), cfg in ts.TUNED.items():
-        assert cls in ts.ROW_CLASSES
-        assert ts.config_ok(n, k, cfg, silu), ((n, k, cls, silu), cfg)
+    for (n, k, cls, silu), cfg in st.TUNED.items():
+        assert cls in st.ROW_CLASSES
+        assert st.config_ok(n, k, cfg, silu), ((n, k, cls, silu), cfg)
 
 
 def test_tuned_shapes_are_the_measured_models_projections() -> None:
@@ -33,23 +34,23 @@ def test_tuned_shapes_are_the_measured_models_projections() -> None:
         shapes |= {(q + 2 * kv, h, False), (h, q, False), (2 * i, h, True), (2 * i, h, False), (h, i, False)}
         if not c.get("tie_word_embeddings", False):  # an untied lm_head takes the final norm folded in
             shapes.add((c["vocab_size"], h, False))
-    assert {(n, k, silu) for n, k, _, silu in ts.TUNED} <= shapes
+    assert {(n, k, silu) for n, k, _, silu in st.TUNED} <= shapes
 
 
 def test_row_classes() -> None:
-    assert [ts.row_class(m) for m in (0, 1, 2, 16, 17, 64, 65, 128, 129, 256, 257)] == [
+    assert [st.row_class(m) for m in (0, 1, 2, 16, 17, 64, 65, 128, 129, 256, 257)] == [
         None, None, 16, 16, 64, 64, 128, 128, 256, 256, None]
-    assert ts.configs_for(4096, 1024) == {16: ts.TUNED[(4096, 1024, 16, False)],
-                                          64: ts.TUNED[(4096, 1024, 64, False)]}
-    assert ts.configs_for(6144, 1024, silu=True) == {16: ts.TUNED[(6144, 1024, 16, True)]}
-    assert ts.configs_for(123, 456) == {}
+    assert st.configs_for(4096, 1024) == {16: st.TUNED[(4096, 1024, 16, False)],
+                                          64: st.TUNED[(4096, 1024, 64, False)]}
+    assert st.configs_for(6144, 1024, silu=True) == {16: st.TUNED[(6144, 1024, 16, True)]}
+    assert st.configs_for(123, 456) == {}
 
 
 def test_config_ok_rejects_partial_tiles() -> None:
-    assert ts.config_ok(1024, 2048, (32, 128, 4, 4, 3))
-    assert not ts.config_ok(1000, 2048, (32, 128, 1, 4, 3))  # N not whole slabs
-    assert not ts.config_ok(1024, 2048, (32, 256, 16, 4, 3))  # a split shorter than one K tile
-    assert not ts.config_ok(1024, 2000, (32, 128, 1, 4, 3))
+    assert st.config_ok(1024, 2048, (32, 128, 4, 4, 3))
+    assert not st.config_ok(1000, 2048, (32, 128, 1, 4, 3))  # N not whole slabs
+    assert not st.config_ok(1024, 2048, (32, 256, 16, 4, 3))  # a split shorter than one K tile
+    assert not st.config_ok(1024, 2000, (32, 128, 1, 4, 3))
 
 
 def _fused_layer(shape: str, **overrides) -> DecoderLayer:
@@ -64,23 +65,23 @@ def _fused_layer(shape: str, **overrides) -> DecoderLayer:
 def test_a_layer_hands_the_skinny_gemm_only_its_measured_plain_projections() -> None:
     layer = _fused_layer("qwen3-0.6b")
     layer.set_skinny(True, "auto")
-    qkv, o, gate_up, down = layer.skinny
+    qkv, o, gate_up, down = layer.kernels.skinny
     assert set(qkv) == {16, 64} and set(o) == {16, 64} and set(gate_up) == {16} and set(down) == {16, 64}
     # at 64 rows gate|up runs the plain skinny GEMM, the SiLU·mul kernel after it
-    assert layer.skinny_gate_up_plain == {64: ts.TUNED[(6144, 1024, 64, False)]}
+    assert layer.kernels.skinny_gate_up_plain == {64: st.TUNED[(6144, 1024, 64, False)]}
     layer.set_skinny(False, "auto")
-    assert layer.skinny == ({}, {}, {}, {}) and layer.skinny_gate_up_plain == {}
+    assert layer.kernels.skinny == ({}, {}, {}, {}) and layer.kernels.skinny_gate_up_plain == {}
     # a shape nobody measured keeps cuBLAS everywhere
     other = _fused_layer("qwen3-0.6b", hidden_size=512)
     other.set_skinny(True, "auto")
-    assert other.skinny == ({}, {}, {}, {})
+    assert other.kernels.skinny == ({}, {}, {}, {})
 
 
 def test_a_plain_gate_up_config_yields_to_a_fused_one(monkeypatch) -> None:
-    monkeypatch.setitem(ts.TUNED, (6144, 1024, 16, False), (64, 128, 1, 4, 4))
+    monkeypatch.setitem(st.TUNED, (6144, 1024, 16, False), (64, 128, 1, 4, 4))
     layer = _fused_layer("qwen3-0.6b")
     layer.set_skinny(True, "auto")
-    assert 16 in layer.skinny[2] and 16 not in layer.skinny_gate_up_plain
+    assert 16 in layer.kernels.skinny[2] and 16 not in layer.kernels.skinny_gate_up_plain
 
 
 def test_the_silu_mul_kernel_launches_with_pdl_when_the_skinny_gemm_does(monkeypatch) -> None:
@@ -89,12 +90,12 @@ def test_the_silu_mul_kernel_launches_with_pdl_when_the_skinny_gemm_does(monkeyp
     layer = _fused_layer("qwen3-0.6b")
     monkeypatch.setattr(tk, "use_pdl", lambda device, weight_bytes=0, policy="auto": policy != "off")
     layer.set_skinny(True, "auto")
-    assert layer.skinny_pdl and layer.silu_pdl
+    assert layer.kernels.skinny_pdl and layer.kernels.silu_pdl
     layer.set_skinny(True, "off")
-    assert not layer.skinny_pdl and not layer.silu_pdl
+    assert not layer.kernels.skinny_pdl and not layer.kernels.silu_pdl
     monkeypatch.setattr(tk, "SILU_MUL_PDL", False)
     layer.set_skinny(True, "auto")
-    assert layer.skinny_pdl and not layer.silu_pdl
+    assert layer.kernels.skinny_pdl and not layer.kernels.silu_pdl
 
 
 def test_a_plain_gate_up_gemv_lets_the_pdl_down_projection_start_early(monkeypatch) -> None:
@@ -110,15 +111,15 @@ def test_a_plain_gate_up_gemv_lets_the_pdl_down_projection_start_early(monkeypat
     monkeypatch.setattr(tk, "use_pdl", use_pdl)
     big, small = (_fused_layer(shape).to(torch.bfloat16) for shape in ("llama-3.1-8b", "qwen3-0.6b"))
     big.set_pdl("auto")
-    assert big.gemv_pdl == (True, True, False, True) and big.gate_up_trigger
+    assert big.kernels.gemv_pdl == (True, True, False, True) and big.kernels.gate_up_trigger
     small.set_pdl("auto")
-    assert all(small.gemv_pdl) and not small.gate_up_trigger
+    assert all(small.kernels.gemv_pdl) and not small.kernels.gate_up_trigger
     for policy in ("on", "off"):
         big.set_pdl(policy)
-        assert not big.gate_up_trigger
+        assert not big.kernels.gate_up_trigger
     monkeypatch.setattr(tg, "TRIGGER_NEXT", False)
     big.set_pdl("auto")
-    assert not big.gate_up_trigger
+    assert not big.kernels.gate_up_trigger
 
 
 def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
@@ -131,48 +132,48 @@ def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
         layer.self_attn.o_proj = RowShard(w.shape[1], w.shape[0], bias=False)
         layer.mlp.down_proj = nn.Linear(layer.mlp.down_proj.in_features, layer.mlp.down_proj.out_features, bias=True)
     layer.set_skinny(True, "auto")
-    qkv, o, gate_up, down = layer.skinny
+    qkv, o, gate_up, down = layer.kernels.skinny
     assert qkv and gate_up and not o and not down
-    assert layer.norms_in_projections == frozenset()  # o and down cannot add into the residual
+    assert layer.kernels.norms_in_projections == frozenset()  # o and down cannot add into the residual
 
 
 def test_norms_ride_in_the_projections_where_all_four_take_the_skinny_gemm(monkeypatch) -> None:
     layer = _fused_layer("llama-3.1-8b")
     layer.set_skinny(True, "auto")
-    assert layer.norms_in_projections == {16, 64}
+    assert layer.kernels.norms_in_projections == {16, 64}
     # the 0.6B's gate|up at 64 rows has a plain config (the SiLU·mul kernel after it): it still normalises;
     # at 16 rows the separate norm kernels measured faster
     small = _fused_layer("qwen3-0.6b")
     small.set_skinny(True, "auto")
-    assert small.norms_in_projections == {64}
-    monkeypatch.setattr(ts, "NORMS_APART", frozenset())
+    assert small.kernels.norms_in_projections == {64}
+    monkeypatch.setattr(st, "NORMS_APART", frozenset())
     small.set_skinny(True, "auto")
-    assert small.norms_in_projections == {16, 64}
-    monkeypatch.delitem(ts.TUNED, (4096, 4096, 64, False))  # the 8B's o back on cuBLAS at 64 rows
+    assert small.kernels.norms_in_projections == {16, 64}
+    monkeypatch.delitem(st.TUNED, (4096, 4096, 64, False))  # the 8B's o back on cuBLAS at 64 rows
     layer.set_skinny(True, "auto")
-    assert layer.norms_in_projections == {16}
-    monkeypatch.setattr(ts, "NORMS_IN_PROJECTIONS", False)
+    assert layer.kernels.norms_in_projections == {16}
+    monkeypatch.setattr(st, "NORMS_IN_PROJECTIONS", False)
     layer.set_skinny(True, "auto")
-    assert layer.norms_in_projections == frozenset()
+    assert layer.kernels.norms_in_projections == frozenset()
     layer.set_skinny(False, "auto")
-    assert layer.norms_in_projections == frozenset()
+    assert layer.kernels.norms_in_projections == frozenset()
 
 
 def test_the_post_attention_norm_runs_apart_only_where_measured_faster(monkeypatch) -> None:
-    """ts.POST_NORM_APART picks, among the row classes with the norms in the projections, those whose
+    """st.POST_NORM_APART picks, among the row classes with the norms in the projections, those whose
     post-attention add+RMSNorm stays a kernel of its own: none as shipped (measured slower everywhere)."""
     layer, small = _fused_layer("llama-3.1-8b"), _fused_layer("qwen3-0.6b")
     for lay in (layer, small):
         lay.set_skinny(True, "auto")
-    assert layer.post_norm_apart == frozenset() and small.post_norm_apart == frozenset()
-    monkeypatch.setattr(ts, "POST_NORM_APART", frozenset({(4096, 16), (4096, 64), (1024, 16)}))
+    assert layer.kernels.post_norm_apart == frozenset() and small.kernels.post_norm_apart == frozenset()
+    monkeypatch.setattr(st, "POST_NORM_APART", frozenset({(4096, 16), (4096, 64), (1024, 16)}))
     layer.set_skinny(True, "auto")
     small.set_skinny(True, "auto")
-    assert layer.post_norm_apart == {16, 64}
-    assert small.post_norm_apart == frozenset()  # its norms are apart at 16 rows anyway: not in the projections
-    monkeypatch.setattr(ts, "NORMS_IN_PROJECTIONS", False)
+    assert layer.kernels.post_norm_apart == {16, 64}
+    assert small.kernels.post_norm_apart == frozenset()  # its norms are apart at 16 rows anyway: not in the projections
+    monkeypatch.setattr(st, "NORMS_IN_PROJECTIONS", False)
     layer.set_skinny(True, "auto")
-    assert layer.post_norm_apart == frozenset()
+    assert layer.kernels.post_norm_apart == frozenset()
 
 
 def test_the_kernel_config_switch() -> None:
@@ -248,46 +249,47 @@ def test_pack_puts_each_tile_in_one_contiguous_block() -> None:
 
 
 def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
-    """A layer makes packed copies only with ``packed`` and only at ``ts.PACKED``'s (hidden size, row
+    """A layer makes packed copies only with ``packed`` and only at ``st.PACKED``'s (hidden size, row
     class) of split-K configs (the 8B's 64-row class as shipped); asking again without it drops them from
     use but keeps them alive (a graph captured before may still read them), and asking again with it
     reuses them."""
     layer = _fused_layer("llama-3.1-8b")  # on the meta device: shapes only
     layer.set_skinny(True, "auto")
-    assert layer.packed == ({}, {}, {}, {})
+    assert layer.kernels.packed == ({}, {}, {}, {})
     layer.set_skinny(True, "auto", packed=True)
-    assert [set(d) for d in layer.packed] == [{64}, {64}, {64}, {64}]
-    w = layer.packed[2][64]
+    assert [set(d) for d in layer.kernels.packed] == [{64}, {64}, {64}, {64}]
+    w = layer.kernels.packed[2][64]
     assert w.shape == layer.mlp.gate_up_proj.weight.shape and w.is_contiguous()
     layer.set_skinny(True, "auto")
-    assert layer.packed == ({}, {}, {}, {}) and any(r is w for r in layer.packed_copies.values())
-    monkeypatch.setattr(ts, "PACKED", frozenset({(4096, 16), (4096, 64)}))
+    assert layer.kernels.packed == ({}, {}, {}, {}) and any(r is w for r in layer.kernels.packed_copies.values())
+    monkeypatch.setattr(st, "PACKED", frozenset({(4096, 16), (4096, 64)}))
     layer.set_skinny(True, "auto", packed=True)
-    assert all(16 in d for d in layer.packed)
-    assert layer.packed[2][64] is w and len(layer.packed_copies) == 8  # asked again: the same copy, no new one
+    assert all(16 in d for d in layer.kernels.packed)
+    # asked again: the same copy, no new one
+    assert layer.kernels.packed[2][64] is w and len(layer.kernels.packed_copies) == 8
     layer.set_skinny(False, "auto", packed=True)
-    assert layer.packed == ({}, {}, {}, {})
+    assert layer.kernels.packed == ({}, {}, {}, {})
 
 
 def test_only_split_k_launches_at_listed_classes_read_packed_weights(monkeypatch) -> None:
-    """``ts.packs`` is the one place deciding which launches read a packed copy: a listed (hidden size,
+    """``st.packs`` is the one place deciding which launches read a packed copy: a listed (hidden size,
     row class) and a split-K config; a stream-K config (split <= 0) at a listed class is left row-major,
     and a layer whose configs there are stream-K makes no copy."""
-    monkeypatch.setattr(ts, "PACKED", frozenset({(4096, 64)}))
+    monkeypatch.setattr(st, "PACKED", frozenset({(4096, 64)}))
     split_k, stream_k = (64, 128, 2, 4, 4), (64, 128, 0, 4, 4)
-    assert ts.packs(4096, 64, split_k) and ts.packs(4096, 64, (64, 128, 1, 4, 4))
-    assert not ts.packs(4096, 64, stream_k) and not ts.packs(4096, 64, (64, 128, -2, 4, 4))
-    assert not ts.packs(4096, 16, split_k) and not ts.packs(1024, 64, split_k)
+    assert st.packs(4096, 64, split_k) and st.packs(4096, 64, (64, 128, 1, 4, 4))
+    assert not st.packs(4096, 64, stream_k) and not st.packs(4096, 64, (64, 128, -2, 4, 4))
+    assert not st.packs(4096, 16, split_k) and not st.packs(1024, 64, split_k)
     layer = _fused_layer("llama-3.1-8b")
-    tuned = {key: (cfg[:2] + (0,) + cfg[3:] if key[2] == 64 else cfg) for key, cfg in ts.TUNED.items()}
-    monkeypatch.setattr(ts, "TUNED", tuned)
+    tuned = {key: (cfg[:2] + (0,) + cfg[3:] if key[2] == 64 else cfg) for key, cfg in st.TUNED.items()}
+    monkeypatch.setattr(st, "TUNED", tuned)
     layer.set_skinny(True, "auto", packed=True)
-    assert layer.skinny[2][64][2] == 0 and layer.packed == ({}, {}, {}, {})
+    assert layer.kernels.skinny[2][64][2] == 0 and layer.kernels.packed == ({}, {}, {}, {})
 
 
 def test_a_row_class_serves_the_rows_above_the_class_before_it() -> None:
-    assert [ts.class_rows(c) for c in ts.ROW_CLASSES] == [(2, 16), (17, 64), (65, 128), (129, 256)]
-    assert all(ts.row_class(lo) == c == ts.row_class(hi) for c in ts.ROW_CLASSES for lo, hi in [ts.class_rows(c)])
+    assert [st.class_rows(c) for c in st.ROW_CLASSES] == [(2, 16), (17, 64), (65, 128), (129, 256)]
+    assert all(st.row_class(lo) == c == st.row_class(hi) for c in st.ROW_CLASSES for lo, hi in [st.class_rows(c)])
 
 
 def test_the_model_says_where_packed_copies_are_read_and_what_they_hold(monkeypatch) -> None:
@@ -303,7 +305,7 @@ def test_the_model_says_where_packed_copies_are_read_and_what_they_hold(monkeypa
     for layer in model.model.layers:
         layer.self_attn.fuse()
         layer.mlp.fuse()
-    monkeypatch.setattr(ts, "PACKED", frozenset({(4096, 16), (4096, 64)}))
+    monkeypatch.setattr(st, "PACKED", frozenset({(4096, 16), (4096, 64)}))
 
     def ask(packed: bool) -> None:
         for layer in model.model.layers:
@@ -319,7 +321,7 @@ def test_the_model_says_where_packed_copies_are_read_and_what_they_hold(monkeypa
 
 
 def test_the_kv_pool_is_planned_around_one_copy_per_packed_row_class(monkeypatch) -> None:
-    """``packed_copy_bytes``: the layers' projection bytes once per ``ts.PACKED`` row class of the model's
+    """``packed_copy_bytes``: the layers' projection bytes once per ``st.PACKED`` row class of the model's
     hidden size, nothing for a shape it does not list (the engine adds it to the weights it plans for)."""
     from graphtop.models.decoder import DecoderForCausalLM
 
@@ -330,7 +332,7 @@ def test_the_kv_pool_is_planned_around_one_copy_per_packed_row_class(monkeypatch
                     for p in (*layer.self_attn.parameters(), *layer.mlp.parameters()) if p.dim() == 2)
     model.to(torch.bfloat16)
     assert model.packed_copy_bytes() == 0  # the 0.6B is not listed as shipped
-    monkeypatch.setattr(ts, "PACKED", frozenset({(1024, 64), (1024, 16), (4096, 64)}))
+    monkeypatch.setattr(st, "PACKED", frozenset({(1024, 64), (1024, 16), (4096, 64)}))
     assert model.packed_copy_bytes() == 2 * per_layer > 0
 
 
@@ -346,10 +348,10 @@ def test_each_launch_reads_the_packed_copy_only_at_a_packed_row_class(monkeypatc
     layer.mlp.fuse()
     for cls in (16, 64):  # the tiny shape's projections, as if measured: qkv, o, gate|up (SiLU·mul), down
         for n, k, silu in ((128, 64, False), (64, 64, False), (256, 64, True), (64, 128, False)):
-            monkeypatch.setitem(ts.TUNED, (n, k, cls, silu), (32, 32, 1, 4, 4))
-    monkeypatch.setattr(ts, "PACKED", frozenset({(64, 64)}))
+            monkeypatch.setitem(st.TUNED, (n, k, cls, silu), (32, 32, 1, 4, 4))
+    monkeypatch.setattr(st, "PACKED", frozenset({(64, 64)}))
     layer.set_skinny(True, "off", packed=True)
-    assert layer.norms_in_projections == {16, 64} and [set(d) for d in layer.packed] == [{64}] * 4
+    assert layer.kernels.norms_in_projections == {16, 64} and [set(d) for d in layer.kernels.packed] == [{64}] * 4
     launches: list[tuple[torch.Tensor, bool]] = []
 
     def skinny(x, w, *, config, silu_mul=False, pdl=None, norm=None, out=None, packed=False):
@@ -372,6 +374,6 @@ def test_each_launch_reads_the_packed_copy_only_at_a_packed_row_class(monkeypatc
         assert len(launches) == 4
         for (w, packed), i, proj in zip(launches, range(4), projs):
             if cls == 64:
-                assert packed and w is layer.packed[i][64] and w is not proj.weight
+                assert packed and w is layer.kernels.packed[i][64] and w is not proj.weight
             else:
                 assert not packed and w is proj.weight

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graphtop.models.kernels import stream_k as sk
-from graphtop.models.kernels import skinny as ts
+from graphtop.models.kernels import skinny_tuning as tuning
 
 
 @given(slabs=st.integers(1, 300), tiles=st.integers(1, 64), programs=st.integers(1, 400))
@@ -43,7 +43,7 @@ def test_programs_per_sm_and_config_check() -> None:
     assert sk.stream_k_programs(-2, 132, 3072) == 264
     assert sk.stream_k_programs(-2, 132, 100) == 100  # never more programs than units
     # a stream-K config needs whole slabs and whole K tiles, nothing about splits
-    assert ts.config_ok(6144, 4096, (64, 128, 0, 4, 4))
-    assert ts.config_ok(28672, 4096, (128, 64, 0, 4, 4), silu=True)
-    assert not ts.config_ok(6144, 4096, (64, 384, 0, 4, 4))
-    assert not ts.config_ok(6100, 4096, (64, 128, 0, 4, 4))
+    assert tuning.config_ok(6144, 4096, (64, 128, 0, 4, 4))
+    assert tuning.config_ok(28672, 4096, (128, 64, 0, 4, 4), silu=True)
+    assert not tuning.config_ok(6144, 4096, (64, 384, 0, 4, 4))
+    assert not tuning.config_ok(6100, 4096, (64, 128, 0, 4, 4))

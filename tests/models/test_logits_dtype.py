@@ -49,7 +49,7 @@ def test_final_norm_folds_into_an_untied_lm_head_only(tiny_ckpt, family, tied):
     """The fused path folds the final RMSNorm's weight into an untied lm_head (so a skinny lm_head can
     normalise by a per-row scale): the norm's weight becomes ones and the logits stay the same up to
     the fold's rounding. A tied head is also the embedding table: nothing moves."""
-    from graphtop.models.decoder import PreNorm
+    from graphtop.models.layers.norm import PreNorm
 
     model = load_checkpoint(tiny_ckpt(family, tie_word_embeddings=tied), dtype=torch.float32).model
     norm_weight = model.model.norm.weight.detach().clone()
