@@ -22,7 +22,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "fused_gemv": ("auto", "on", "off"),
     # the skinny Triton GEMM for steps of 2-64 tokens, on the projections where it measured faster than
     # cuBLAS (models/kernels/skinny.py TUNED); "off" keeps cuBLAS for every projection; "packed" = "auto",
-    # and where triton_skinny.PACKED lists the shape's row class (the 8B at 17-64 tokens) the projections read a copy
+    # and where models/kernels/skinny_tuning.PACKED lists the shape's row class (the 8B at 17-64 tokens) the projections read a copy
     # of their weights in the kernel's tile order: faster there, for the layers' projection bytes again
     # in GPU memory (the KV pool is planned around the copy)
     "skinny_gemm": ("auto", "off", "packed"),
