@@ -21,10 +21,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # "auto" = on wherever the fused kernels run (CUDA bf16/fp16 with Triton), like "on"
     "fused_gemv": ("auto", "on", "off"),
     # the skinny Triton GEMM for steps of 2-64 tokens, on the projections where it measured faster than
-    # cuBLAS (models/kernels/skinny.py TUNED); "off" keeps cuBLAS for every projection; "packed" = "auto",
-    # and where models/kernels/skinny_tuning.PACKED lists the shape's row class (the 8B at 17-64 tokens) the projections read a copy
-    # of their weights in the kernel's tile order: faster there, for the layers' projection bytes again
-    # in GPU memory (the KV pool is planned around the copy)
+    # cuBLAS (models/kernels/skinny_tuning.py TUNED); "off" keeps cuBLAS for every projection; "packed" =
+    # "auto", and where skinny_tuning.PACKED lists the shape's row class (the 8B at 17-64 tokens) the
+    # projections read a copy of their weights in the kernel's tile order: faster there, for the layers'
+    # projection bytes again in GPU memory (the KV pool is planned around the copy)
     "skinny_gemm": ("auto", "off", "packed"),
     # decode attention with the FlashInfer backend: "auto" = graphtop's one-launch Triton kernel up to
     # 64 rows and FlashInfer's own above, or Triton at every size for GQA groups >= 4
