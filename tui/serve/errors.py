@@ -60,7 +60,7 @@ def _loc_name(loc: Sequence[Any]) -> Optional[str]:
     for p in parts:
         if isinstance(p, int):
             name += f"[{p}]"
-        elif not str(p).startswith(("function-", "union[", "list[", "str", "int", "constrained")):
+        elif "[" not in str(p) and not str(p).startswith("function-"):  # not a union member's tag
             name += f".{p}" if name else str(p)
     return name or None
 
@@ -82,7 +82,7 @@ def validation_error(exc: RequestValidationError) -> ApiError:
     if kind == "missing":
         return ApiError(400, f"{param} is required", param=param, code="missing_field")
     if param is None:
-        return ApiError(400, f"the request body must be a JSON object ({first.get('msg', 'not valid')})")
+        return ApiError(400, "the request body must be a JSON object")
     got = first.get("input")
     shown = "" if isinstance(got, (dict, list)) else f", got {json.dumps(got)[:60]}" if _jsonable(got) else ""
     return ApiError(400, f"{param}: {first.get('msg', 'not valid')}{shown}", param=param, code="invalid_value")
