@@ -39,6 +39,9 @@ BAD = [
     # (path, body, param, code, words of the message)
     (COMPLETIONS, '{"prompt": "x",', None, "invalid_json", "not valid JSON"),
     (COMPLETIONS, "[1, 2]", None, None, "must be a JSON object"),
+    (COMPLETIONS, "", None, "missing_body", "the request body is empty"),
+    (COMPLETIONS, '{"prompt": "\\ud800"}', "prompt", None, "prompt is not valid Unicode"),
+    (CHAT, '{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages[0].content", None, "not valid Unicode"),
     (COMPLETIONS, {"prompt": "x", "temperature": "hot"}, "temperature", "invalid_value", "valid number"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": "8"}, "max_tokens", "invalid_value", "valid integer"),
     (COMPLETIONS, {"prompt": "x", "n": True}, "n", "invalid_value", "valid integer"),
@@ -87,6 +90,22 @@ def test_neutral_values_of_unsupported_fields_are_accepted(served) -> None:
     body = {"prompt": "Hi", "max_tokens": 2, "logprobs": None, "echo": False, "frequency_penalty": 0,
             "presence_penalty": 0.0, "best_of": 1, "user": "someone"}
     assert post(served.url, COMPLETIONS, body).status_code == 200
+
+
+def test_a_body_sent_as_text_is_refused_as_not_json(served) -> None:
+    response = httpx.post(served.url + COMPLETIONS, content='{"prompt": "Hi"}', headers={"content-type": "text/plain"},
+                          timeout=TIMEOUT_S)
+    assert_error(response, 400, needle="Content-Type: application/json")
+
+
+def test_a_bug_is_a_500_with_one_line(served, monkeypatch) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom\nline two")
+
+    monkeypatch.setattr(served.engine, "submit", broken)
+    assert_error(post(served.url, COMPLETIONS, {"prompt": "Hi"}), 500, needle="internal error: RuntimeError: boom")
+    monkeypatch.undo()
+    assert post(served.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 2}).status_code == 200
 
 
 def test_unknown_routes_and_methods_are_error_objects(served) -> None:

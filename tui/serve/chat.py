@@ -45,13 +45,13 @@ def _message(i: int, m: Any) -> dict[str, str]:
     if name is not None:
         if not isinstance(name, str):
             raise ApiError(400, f"{where}.name must be a string", param=f"{where}.name")
-        out["name"] = name
+        out["name"] = _unicode(f"{where}.name", name)
     return out
 
 
 def _content(where: str, content: Any) -> str:
     if isinstance(content, str):
-        return content
+        return _unicode(f"{where}.content", content)
     if not isinstance(content, list):
         raise ApiError(400, f"{where}.content must be a string or a list of text parts", param=f"{where}.content")
     texts = []
@@ -64,5 +64,14 @@ def _content(where: str, content: Any) -> str:
                            code="unsupported_value")
         if set(part) - {"type", "text"} or not isinstance(part.get("text"), str):
             raise ApiError(400, f"{at} must be {{\"type\": \"text\", \"text\": STRING}}", param=at)
-        texts.append(part["text"])
+        texts.append(_unicode(f"{at}.text", part["text"]))
     return "\n".join(texts)
+
+
+def _unicode(where: str, text: str) -> str:
+    """JSON may carry a lone surrogate (``"\\ud800"``); the tokenizer would fail on it with a riddle."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(400, f"{where} is not valid Unicode ({e.reason} at character {e.start})", param=where) from None
+    return text

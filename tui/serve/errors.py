@@ -9,15 +9,12 @@ malformed body is a 400 naming the field, and a bug is a 500 with one line.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-log = logging.getLogger("graphtop.serve")
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
@@ -79,10 +76,12 @@ def validation_error(exc: RequestValidationError) -> ApiError:
     if kind == "extra_forbidden":
         return ApiError(400, f"unknown field {param!r}: graphtop does not take it", param=param,
                         code="unknown_field")
+    if kind == "missing" and param is None:
+        return ApiError(400, "the request body is empty: send a JSON object", code="missing_body")
     if kind == "missing":
         return ApiError(400, f"{param} is required", param=param, code="missing_field")
     if param is None:
-        return ApiError(400, "the request body must be a JSON object")
+        return ApiError(400, "the request body must be a JSON object (Content-Type: application/json)")
     got = first.get("input")
     shown = "" if isinstance(got, (dict, list)) else f", got {json.dumps(got)[:60]}" if _jsonable(got) else ""
     return ApiError(400, f"{param}: {first.get('msg', 'not valid')}{shown}", param=param, code="invalid_value")
@@ -116,6 +115,5 @@ def install_handlers(app: FastAPI) -> None:
         return error_response(ApiError(exc.status_code, message, headers=getattr(exc, "headers", None)))
 
     @app.exception_handler(Exception)
-    async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("request %s failed", request.url.path)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:  # a bug: uvicorn logs its traceback
         return error_response(ApiError(500, f"internal error: {type(exc).__name__}: {one_line(str(exc))}"))
