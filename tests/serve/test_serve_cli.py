@@ -112,16 +112,22 @@ def _read_lines(stream, lines: "queue.Queue[str]") -> None:
 def test_served_traffic_gives_a_trace_that_advise_turns_into_a_graph_config(demo_cache, tmp_path, capsys,
                                                                             monkeypatch) -> None:
     trace = tmp_path / "served.jsonl"
-    env = {**os.environ, "GRAPHTOP_CACHE_DIR": str(demo_cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "GRAPHTOP_CACHE_DIR": str(demo_cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "GRAPHTOP_RUNTIME_DIR": str(runtime)}
     proc = subprocess.Popen([sys.executable, "-m", "graphtop.tui.cli.entry", "serve", "--port", "0", *SMALL,
-                             "--record", str(trace)], env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+                             "--record", str(trace), "--telemetry"], env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     lines: "queue.Queue[str]" = queue.Queue()
     threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True).start()
     try:
-        said = ""
+        said, before = "", []
         while "serving" not in said:
             said = lines.get(timeout=120)
+            before.append(said)
+        assert any(line.startswith("graphtop: telemetry on ipc://") for line in before), before  # graphtop attach
+        assert len(list(runtime.glob("*.json"))) == 1  # graphtop ps lists it
         url = re.search(r"at (http://127\.0\.0\.1:\d+)/v1 ", said).group(1)
         with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
             for i, prompt in enumerate(["Hi", "The cat sat on the mat and looked around the room", "Hello there"]):

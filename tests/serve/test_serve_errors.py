@@ -86,7 +86,11 @@ def test_a_prompt_over_the_context_is_a_400(served) -> None:
     assert str(served.engine.max_context_len) in error["message"]
 
 
-def test_neutral_values_of_unsupported_fields_are_accepted(served) -> None:
+def test_a_max_tokens_past_any_context_and_neutral_values_are_accepted(served) -> None:
+    near_the_end = [3 + i % 500 for i in range(served.engine.max_context_len - 3)]  # room for 3 tokens
+    huge = post(served.url, COMPLETIONS, {"prompt": near_the_end, "max_tokens": 10**15, "ignore_eos": True})
+    assert huge.status_code == 200 and huge.json()["choices"][0]["finish_reason"] == "length"  # the context ends it
+    assert huge.json()["usage"]["completion_tokens"] == 3
     body = {"prompt": "Hi", "max_tokens": 2, "logprobs": None, "echo": False, "frequency_penalty": 0,
             "presence_penalty": 0.0, "best_of": 1, "user": "someone"}
     assert post(served.url, COMPLETIONS, body).status_code == 200

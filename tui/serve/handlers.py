@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from graphtop.engine.prompts import Unencodable, encode_messages, has_chat_template
-from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.sampling_params import MAX_NEW_TOKENS, SamplingParams
 
 from .chat import chat_messages
 from .errors import ApiError, error_body, one_line
@@ -62,7 +62,7 @@ def sampling(body: Union[CompletionRequest, ChatCompletionRequest], max_tokens: 
         raise ApiError(400, str(e), param="stop") from None
     try:
         return SamplingParams(
-            max_new_tokens=max_tokens,
+            max_new_tokens=min(max_tokens, MAX_NEW_TOKENS),  # past any context: the context ends it first
             temperature=DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             top_k=0 if body.top_k in (None, -1) else body.top_k,
