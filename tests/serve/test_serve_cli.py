@@ -68,6 +68,13 @@ def test_serve_usage_errors_are_one_line(capsys, tmp_path, monkeypatch, no_model
     assert_usage_error(*run(capsys, *argv, *extra), needle)
 
 
+def test_the_serve_command_line_is_read_without_importing_the_http_stack() -> None:
+    code = ("import sys; from graphtop.tui.cli.entry import build_serve_parser; build_serve_parser();"
+            "print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_a_reachable_address_without_a_key_is_warned_about(capsys, tmp_path) -> None:
     rc, out, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "0", "--model", tmp_path / "absent")
     lines = err.strip().splitlines()

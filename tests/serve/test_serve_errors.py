@@ -155,8 +155,8 @@ def test_a_client_that_leaves_a_non_streaming_request_is_cancelled(served) -> No
 
     def leave() -> None:
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(served.url + COMPLETIONS, json={"prompt": "Hello", "max_tokens": 1500, "ignore_eos": True},
-                       timeout=httpx.Timeout(TIMEOUT_S, read=1.0))
+            httpx.post(served.url + COMPLETIONS, json={"prompt": "Hello", "max_tokens": 2000, "ignore_eos": True},
+                       timeout=httpx.Timeout(TIMEOUT_S, read=0.5))
         started.set()
 
     thread = threading.Thread(target=leave)
