@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional

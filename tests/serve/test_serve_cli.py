@@ -76,7 +76,7 @@ def test_the_serve_command_line_is_read_without_importing_the_http_stack() -> No
 
 
 def test_a_reachable_address_without_a_key_is_warned_about(capsys, tmp_path) -> None:
-    rc, out, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "0", "--model", tmp_path / "absent")
+    rc, _, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "0", "--model", tmp_path / "absent")
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 2 and "not found" in lines[1]  # the load fails after the warning
     assert lines[0].startswith("graphtop: warning: serving on 0.0.0.0 without --api-key")

@@ -198,9 +198,9 @@ def test_a_fatal_engine_failure_turns_health_unhealthy(demo_model) -> None:
             return real()
 
         s.engine.loop.step = fatal
-        with httpx.Client(timeout=TIMEOUT_S) as client:
-            with client.stream("POST", s.url + COMPLETIONS, json={"prompt": "Hi", "max_tokens": 3, "stream": True}) as r:
-                body = r.read().decode()
+        stream = {"prompt": "Hi", "max_tokens": 3, "stream": True}
+        with httpx.Client(timeout=TIMEOUT_S) as client, client.stream("POST", s.url + COMPLETIONS, json=stream) as r:
+            body = r.read().decode()
         assert r.status_code == 200  # the status was sent before the failure: the error is in the stream
         chunks = [json.loads(part) for part in body.split("data: ")[1:-1]]
         error = chunks[-1]["error"]

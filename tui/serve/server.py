@@ -55,10 +55,10 @@ class ApiServer:
     costs are counted); one is made here otherwise. ``start()`` returns once the server accepts
     connections; ``close()`` stops it (the engine is the caller's to close)."""
 
-    def __init__(self, engine: Any, options: ServeOptions = ServeOptions(), *, metrics: Optional[MetricsCollector] = None,
-                 sock: Optional[socket.socket] = None) -> None:
+    def __init__(self, engine: Any, options: Optional[ServeOptions] = None, *,
+                 metrics: Optional[MetricsCollector] = None, sock: Optional[socket.socket] = None) -> None:
         self.engine = engine
-        self.options = options
+        self.options = options = options if options is not None else ServeOptions()
         self._own_metrics = metrics is None
         self.metrics = metrics if metrics is not None else MetricsCollector(engine.bus)
         self.sock = sock if sock is not None else listen(options.host, options.port)
