@@ -45,16 +45,26 @@ def encode_prompt(tokenizer: Any, prompt: Union[str, Sequence[int]], chat: bool)
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:
         raise ValueError(f"prompt is not valid Unicode ({e.reason} at character {e.start})") from None
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = _tokenizer_call(lambda: tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-        ))
-        if isinstance(ids, Unencodable):
-            return prompt, ids
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return prompt, list(ids)
+    if chat and has_chat_template(tokenizer):
+        return prompt, encode_messages(tokenizer, [{"role": "user", "content": prompt}])
     return prompt, _tokenizer_call(lambda: tokenizer.encode(prompt, add_special_tokens=True))
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_messages(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """A conversation through the tokenizer's chat template, ready for the assistant's turn: its token ids,
+    or an ``Unencodable`` saying why the template refused it. The one home of the template call, for a
+    chat prompt of ``submit`` (one user message) and the HTTP API's chat completions alike, so both give
+    the same ids for the same conversation."""
+    ids = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    if isinstance(ids, Unencodable):
+        return ids
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return list(ids)
 
 
 def admission_problem(ids: Sequence[int], max_context_len: int, kv_capacity_tokens: int,

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 COMMANDS = (["--help"], ["trace", "--help"], ["trace", "summary", "--help"], ["trace", "export", "--help"],
-            ["advise", "--help"], ["attach", "--help"], ["ps", "--help"])
+            ["advise", "--help"], ["attach", "--help"], ["ps", "--help"], ["serve", "--help"])
 WIDTH = "100"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 START, END = "<!-- cli-help:start -->", "<!-- cli-help:end -->"

@@ -54,6 +54,9 @@ def test_the_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
         ("graphtop.engine.graphs.bucket_policy", "graphtop.models", "Telemetry and the pure graph policies"),
         ("graphtop.engine.step.loop", "graphtop.tui.state", "The engine (telemetry included) never imports"),
         ("graphtop.engine.telemetry.bus", "textual", "The engine (telemetry included) never imports"),
+        ("graphtop.engine.telemetry.metrics", "fastapi", "The engine (telemetry included) never imports"),
+        ("graphtop.engine.engine", "uvicorn", "The engine (telemetry included) never imports"),
+        ("graphtop.engine.telemetry.metrics", "torch", "Telemetry and the pure graph policies import no torch"),
         ("graphtop.models.decoder", "graphtop.engine.batch", "Models never import the engine"),
         ("graphtop.models.layers.linear", "triton", "Triton is imported by models.kernels alone"),
         ("graphtop.engine.attention.flashinfer_backend", "triton", "Triton is imported by models.kernels alone"),
@@ -74,7 +77,8 @@ def test_dashboard_model_loads_without_torch() -> None:
     import sys
 
     code = ("import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.telemetry.summary,"
-            " graphtop.engine.telemetry.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config;"
+            " graphtop.engine.telemetry.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config,"
+            " graphtop.engine.telemetry.metrics;"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

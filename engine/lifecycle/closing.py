@@ -64,6 +64,16 @@ class Closing:
             raise TensorParallelError(failure)
 
     @property
+    def unavailable(self) -> Optional[str]:
+        """Why the engine takes no more work (closed, or its tensor-parallel group failed), in one line;
+        None while it does. What a server's health check asks, without submitting anything."""
+        try:
+            self._check_open()
+        except EngineError as e:
+            return str(e)
+        return None
+
+    @property
     def last_error(self) -> Optional[str]:
         """Why the last step that raised failed (the engine serves what comes next after it)."""
         return self._last_error

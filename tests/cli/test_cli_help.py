@@ -13,13 +13,13 @@ import pytest
 from graphtop.engine.telemetry.trace import write_trace
 from graphtop.tui.cli.advise import build_advise_parser
 from graphtop.tui.cli.entry import (
-    _Parser, build_attach_parser, build_parser, build_ps_parser, build_trace_parser, main,
+    _Parser, build_attach_parser, build_parser, build_ps_parser, build_serve_parser, build_trace_parser, main,
 )
 from graphtop.tui.cli.help_text import COMMANDS
 from graphtop.tui.sessions.fake import boot_events, step_events
 from support.paths import SCRIPTS
 
-MODE_SWITCHES = {"--prompts", "--output", "--record", "--synthetic", "--replay", "--cuda-graph-config"}
+MODE_SWITCHES = {"--prompts", "--output", "--record", "--synthetic", "--replay", "--cuda-graph-config", "--serve"}
 """Flags whose absence is the default (a mode not chosen); their help says what they turn on."""
 
 
@@ -36,17 +36,17 @@ def all_parsers() -> list[argparse.ArgumentParser]:
     trace = build_trace_parser()
     subs = next(a for a in trace._actions if isinstance(a, argparse._SubParsersAction))
     return [build_parser(), build_attach_parser(), build_ps_parser(), build_advise_parser(_Parser), trace,
-            *subs.choices.values()]
+            build_serve_parser(), *subs.choices.values()]
 
 
 def test_top_level_help_lists_every_subcommand_with_a_line_and_examples(capsys) -> None:
     rc, out, err = run(capsys, "--help")
     assert rc == 0 and err == ""
-    assert "graphtop {trace,advise,attach,ps}" in out
+    assert "graphtop {trace,advise,attach,ps,serve}" in out
     for command, what in COMMANDS:
         assert f"  {command}" in out and what in out
     examples = out.split("examples:")[1]
-    for name in ("trace summary", "trace export", "advise", "attach", "--replay", "--prompts", "--synthetic"):
+    for name in ("trace summary", "trace export", "advise", "attach", "--replay", "--prompts", "--synthetic", "serve"):
         assert f"graphtop {name}" in examples
     assert "examples:" in out and "graphtop: error:" in out
     assert max(len(line) for line in out.split("commands (")[1].splitlines()) < 80

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, NoReturn, Optional, Sequence
 
 from .flag_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, file_path, finite_float, int_in, nonempty,
-                        nonneg_int, positive_float, positive_int)
+                        nonneg_int, positive_float, positive_int, serve_address)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -50,6 +50,35 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphtop", usage=USAGE, description="LLM inference with CUDA graphs you can watch.",
                 epilog=commands_epilog(), formatter_class=HelpFormatter)
+    add_engine_flags(p)
+    h = p.add_argument_group("headless")
+    h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
+    h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
+    h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
+    h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
+                   help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
+    h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
+    h.add_argument("--synthetic-output-len", default="uniform:16:128", metavar="DIST")
+    h.add_argument("--synthetic-rate", type=finite_float(0.0, lo_open=True), metavar="REQ_PER_S",
+                   help="Poisson arrival rate (default: all at once)")
+    h.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
+    h.add_argument("--max-new-tokens", type=positive_int, default=128)
+    h.add_argument("--temperature", type=finite_float(0.0), default=0.0)
+    h.add_argument("--top-p", type=finite_float(), default=1.0)
+    h.add_argument("--top-k", type=int_in(-MAX_FLAG_INT), default=0)
+    u = p.add_argument_group("dashboard")
+    u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
+    u.add_argument("--replay", type=file_path, metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
+    u.add_argument("--serve", type=serve_address, metavar="[HOST:]PORT",
+                   help="serve the OpenAI-compatible API of graphtop serve while the dashboard runs (host "
+                        "127.0.0.1 unless given; the API key, if any, from $GRAPHTOP_API_KEY)")
+    t = p.add_argument_group("telemetry")
+    add_telemetry_flag(t)
+    return document(p)
+
+
+def add_engine_flags(p: argparse.ArgumentParser) -> None:
+    """The model, engine and CUDA-graph flags: the main command's, and ``graphtop serve``'s."""
     p.add_argument("--model", type=file_path, help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
     p.add_argument("--allow-external-weights", action="store_true",
                    help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)")
@@ -94,28 +123,39 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--capture-before-serving", action="store_true",
                    help="capture every graph before serving the first request (benchmarks); by default the "
                         "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured")
-    h = p.add_argument_group("headless")
-    h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
-    h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
-    h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
-    h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
-                   help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
-    h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
-    h.add_argument("--synthetic-output-len", default="uniform:16:128", metavar="DIST")
-    h.add_argument("--synthetic-rate", type=finite_float(0.0, lo_open=True), metavar="REQ_PER_S",
-                   help="Poisson arrival rate (default: all at once)")
-    h.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
-    h.add_argument("--max-new-tokens", type=positive_int, default=128)
-    h.add_argument("--temperature", type=finite_float(0.0), default=0.0)
-    h.add_argument("--top-p", type=finite_float(), default=1.0)
-    h.add_argument("--top-k", type=int_in(-MAX_FLAG_INT), default=0)
-    u = p.add_argument_group("dashboard")
-    u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
-    u.add_argument("--replay", type=file_path, metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
-    t = p.add_argument_group("telemetry")
+
+
+def add_telemetry_flag(t: Any) -> None:
     t.add_argument("--telemetry", nargs="?", const="ipc", type=nonempty("address"), metavar="ADDRESS",
                    help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
                         "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves")
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    from graphtop.tui.serve.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_PORT
+
+    p = _Parser(prog="graphtop serve", formatter_class=HelpFormatter,
+                description="Serve a model over an OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions,\n"
+                            "/v1/models, /health, and Prometheus metrics at /metrics. Headless; every engine and\n"
+                            "CUDA-graph flag of graphtop applies. Ctrl-C (or SIGTERM) stops it.",
+                epilog="examples:\n  graphtop serve --model ~/models/Qwen3-0.6B --port 8000\n"
+                       "  graphtop serve --record served.jsonl --telemetry   # watch: graphtop attach\n"
+                       "  graphtop advise served.jsonl                        # buckets for that traffic")
+    add_engine_flags(p)
+    s = p.add_argument_group("server")
+    s.add_argument("--host", default=DEFAULT_HOST, metavar="HOST",
+                   help="address to listen on (another than loopback without --api-key prints a warning)")
+    s.add_argument("--port", type=int_in(0, 65535), default=DEFAULT_PORT, metavar="PORT",
+                   help="port to listen on (0: a free one, printed at start)")
+    s.add_argument("--api-key", type=nonempty("API key"), metavar="KEY",
+                   help="clients of /v1 must send Authorization: Bearer KEY (default: $GRAPHTOP_API_KEY, else none)")
+    s.add_argument("--max-queued-requests", type=nonneg_int, default=DEFAULT_MAX_QUEUED, metavar="N",
+                   help="requests that may wait beyond the running batch; past them a request gets 429")
+    s.add_argument("--served-model-name", type=nonempty("name"), metavar="NAME",
+                   help="the model id of /v1/models (default: the model's folder or file name, demo for the demo)")
+    s.add_argument("--record", type=file_path, metavar="TRACE.jsonl",
+                   help="save the event trace of what was served (graphtop advise reads it)")
+    add_telemetry_flag(p.add_argument_group("telemetry"))
     return document(p)
 
 
@@ -281,6 +321,15 @@ def _main(argv: Sequence[str]) -> int:
 
         a = build_attach_parser().parse_args(argv[1:])
         return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
+    if argv and argv[0] == "serve":
+        args = build_serve_parser().parse_args(argv[1:])
+        args.argv = list(argv)
+        config = engine_config_from_args(args)
+        if args.model is None:
+            _check_demo_cache()
+        from .serve import run_serve
+
+        return run_serve(args, config)
     if argv and argv[0] == "ps":
         extra = build_ps_parser().parse_known_args(argv[1:])[1]
         if extra:
@@ -297,10 +346,14 @@ def _main(argv: Sequence[str]) -> int:
             raise UsageError("--replay opens a trace; there is no model to load with --model")
         if args.telemetry:
             raise UsageError("--replay opens a trace; there is no engine to serve with --telemetry")
+        if args.serve:
+            raise UsageError("--replay opens a trace; there is no engine to serve with --serve")
         from graphtop.tui.cli.launch import run_replay
 
         return run_replay(args.replay, args.theme)
     headless = bool(args.prompts or args.synthetic or args.record or args.output)
+    if headless and args.serve:
+        raise UsageError("--serve goes with the dashboard; for a server without one use graphtop serve")
     config = engine_config_from_args(args)
     if headless:
         if args.model is None:
@@ -327,7 +380,14 @@ def _main(argv: Sequence[str]) -> int:
             raise UsageError(f"--attention-backend flashinfer: {problem}")
     from graphtop.tui.cli.launch import run_interactive
 
-    return run_interactive(args.model, config, args.theme, telemetry=args.telemetry or "ipc")
+    serve = None
+    if args.serve:
+        from graphtop.tui.serve.options import DEFAULT_MAX_QUEUED
+
+        from .serve import serve_options
+
+        serve = serve_options(*args.serve, None, DEFAULT_MAX_QUEUED, args.model, None)
+    return run_interactive(args.model, config, args.theme, telemetry=args.telemetry or "ipc", serve=serve)
 
 
 def _on_sigterm(signum: int, frame: Any) -> NoReturn:

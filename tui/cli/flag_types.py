@@ -85,3 +85,23 @@ def nonempty(what: str) -> Callable[[str], str]:
 
 file_path = nonempty("path")
 """A path flag: ``--prompts ''`` would open the dashboard instead of the headless run asked for."""
+
+
+def serve_address(text: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` (``8000``, ``0.0.0.0:8000``, ``[::1]:8000``) as (host, port); the host defaults to
+    127.0.0.1, the one address only this machine reaches."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    host = host.strip("[]") if host.startswith("[") and host.endswith("]") else host
+    if sep and not host:
+        raise argparse.ArgumentTypeError(f"{short_repr(text)}: the host before ':' is empty (use PORT or HOST:PORT)")
+    if ":" in host and not text.startswith("["):
+        raise argparse.ArgumentTypeError(f"{short_repr(text)}: write an IPv6 host in brackets, [::1]:PORT")
+    try:
+        number = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{short_repr(text)} is not [HOST:]PORT") from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"port {number} is not in 0..65535")
+    return host, number

@@ -19,6 +19,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("advise TRACE", "bucket lists that workload should have had"),
     ("attach [ENDPOINT]", "the dashboard on a running engine (q detaches)"),
     ("ps", "the engines of this user one can attach to"),
+    ("serve", "an OpenAI-compatible HTTP API with Prometheus metrics"),
 )
 
 EXAMPLES: tuple[tuple[str, str], ...] = (
@@ -32,6 +33,7 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("graphtop advise run.jsonl --max-graphs 8", "better bucket lists"),
     ("graphtop --synthetic 1000 --telemetry", "a run others can watch,"),
     ("graphtop attach", "... from another terminal"),
+    ("graphtop serve --model ~/models/Qwen3-0.6B", "OpenAI API on 127.0.0.1:8000"),
 )
 
 
@@ -48,7 +50,7 @@ def commands_epilog() -> str:
 
 
 USAGE = ("graphtop [--model PATH] [options]\n"
-         "       graphtop {trace,advise,attach,ps} ...   (see commands below)")
+         "       graphtop {trace,advise,attach,ps,serve} ...   (see commands below)")
 
 
 @dataclass(frozen=True)

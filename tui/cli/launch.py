@@ -47,9 +47,14 @@ def run_interactive(
     poll_device: bool = True,
     session: Any = None,
     telemetry: str = "ipc",
+    serve: Any = None,
 ) -> int:
     """Serve a live engine (loaded in the background) and open the dashboard on it in a child
     process. Returns an exit code.
+
+    ``serve``: ``ServeOptions`` of an OpenAI-compatible API to serve beside the dashboard once the
+    engine runs (``--serve``); its socket is bound here, before the dashboard starts, so a port in use
+    is a one-line error.
 
     ``device_label`` only decorates the label shown while the model loads (the engine's own
     EngineStarted event then names the device). ``session`` runs the dashboard in this process on a
@@ -64,6 +69,7 @@ def run_interactive(
 
     from .endpoint import TOKEN_ENV, open_endpoint
 
+    api = _ApiBeside(serve) if serve is not None else None
     label = model_path or "demo model"
     if device_label:
         label = f"{label} on {device_label}"
@@ -77,7 +83,9 @@ def run_interactive(
         argv.append("--no-device-poll")
     child = subprocess.Popen(argv, env={**os.environ, TOKEN_ENV: server.token})
     holder: dict[str, Any] = {}
-    loader = threading.Thread(target=_load_engine, args=(model_path, engine_config, bus, server, holder),
+    if api is not None:
+        api.subscribe(bus)
+    loader = threading.Thread(target=_load_engine, args=(model_path, engine_config, bus, server, holder, api),
                               name="graphtop-engine-load", daemon=True)
     with _QuietTerminal():
         loader.start()
@@ -95,6 +103,8 @@ def run_interactive(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    if api is not None:
+        api.close()
     engine = holder.get("engine")
     if engine is not None:
         engine.shutdown()
@@ -102,7 +112,40 @@ def run_interactive(
     return code
 
 
-def _load_engine(model_path: Optional[str], config: Any, bus: Any, server: Any, holder: dict[str, Any]) -> None:
+class _ApiBeside:
+    """The dashboard's ``--serve``: the socket bound now, metrics subscribed before the engine exists (so
+    they count its capture), the server started once the engine serves."""
+
+    def __init__(self, options: Any) -> None:
+        from .serve import bind, warn_if_exposed
+
+        self.options = options
+        self.sock = bind(options)
+        warn_if_exposed(options)
+        self.metrics: Any = None
+        self.server: Any = None
+
+    def subscribe(self, bus: Any) -> None:
+        from graphtop.engine.telemetry.metrics import MetricsCollector
+
+        self.metrics = MetricsCollector(bus)
+
+    def start(self, engine: Any) -> None:
+        from graphtop.tui.serve.server import ApiServer
+
+        self.server = ApiServer(engine, self.options, metrics=self.metrics, sock=self.sock).start()
+        logging.getLogger("graphtop").info("serving the OpenAI API at %s/v1", self.server.url)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        self.sock.close()
+
+
+def _load_engine(model_path: Optional[str], config: Any, bus: Any, server: Any, holder: dict[str, Any],
+                 api: Optional[_ApiBeside] = None) -> None:
     """Load, serve, start: the viewer child watches the load and capture through the endpoint."""
     try:
         from graphtop.engine import Engine, EngineConfig
@@ -114,6 +157,11 @@ def _load_engine(model_path: Optional[str], config: Any, bus: Any, server: Any, 
     holder["engine"] = engine
     engine.serve_telemetry(server=server)
     engine.start_background()
+    if api is not None:
+        try:
+            api.start(engine)
+        except Exception as exc:  # the dashboard still shows the engine; the log says why there is no API
+            logging.getLogger("graphtop").error("the OpenAI API could not start: %s", exc)
 
 
 class _QuietTerminal:

@@ -1,0 +1,199 @@
+"""What the HTTP API costs: one synthetic workload served through ``graphtop serve``'s API and through the
+Python API of the same engine, in one run, with the ratio.
+
+The workload is the synthetic one of ``graphtop --synthetic`` (tui/cli/workload.py): seeded token-id
+prompts, prompt and output lengths from distributions, Poisson arrivals. Every request asks for exactly
+its output length (``ignore_eos``), greedily. Through HTTP an async client (httpx) streams each request
+from ``/v1/completions``; through the Python API the same requests are submitted at the same arrival
+times and their tokens timed by ``on_update``. Both report output tokens/s over the serving window, TTFT
+and the inter-token latency (per stream chunk through HTTP, per token through the API) at p50 and p99.
+
+    python3 bench/serve_bench.py [--model PATH] [--requests 200] [--rate 20] [--prompt-len uniform:16:256]
+        [--output-len uniform:16:128] [--device auto] [--json OUT.json]
+
+CPU smoke test (the demo model): python3 bench/serve_bench.py --device cpu --requests 8 --rate 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (tui/cli/entry.py)
+
+
+@dataclass
+class Timing:
+    """One request: when it was sent, when each token (or chunk) came, how many tokens it made."""
+
+    sent: float
+    arrivals: list[float] = field(default_factory=list)
+    tokens: int = 0
+
+
+@dataclass
+class Report:
+    path: str
+    requests: int
+    output_tokens: int
+    seconds: float
+    tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    pos = (len(values) - 1) * q / 100
+    lo, hi = int(pos), min(int(pos) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def report(path: str, timings: list[Timing]) -> Report:
+    start = min(t.sent for t in timings)
+    end = max(t.arrivals[-1] for t in timings if t.arrivals)
+    tokens = sum(t.tokens for t in timings)
+    ttft = [(t.arrivals[0] - t.sent) * 1e3 for t in timings if t.arrivals]
+    itl = [(b - a) * 1e3 for t in timings for a, b in zip(t.arrivals, t.arrivals[1:])]
+    window = end - start
+    return Report(path, len(timings), tokens, window, tokens / window if window > 0 else 0.0, percentile(ttft, 50),
+                  percentile(ttft, 99), percentile(itl, 50), percentile(itl, 99))
+
+
+async def _http_one(client: Any, start: float, req: Any, model: str) -> Timing:
+    await asyncio.sleep(max(0.0, start + req.arrival_s - time.perf_counter()))
+    body = {"model": model, "prompt": req.prompt_token_ids, "max_tokens": req.max_new_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    timing = Timing(time.perf_counter())
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            raise SystemExit(f"serve_bench: HTTP {response.status_code}: {(await response.aread())[:200]!r}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                timing.tokens = chunk["usage"]["completion_tokens"]
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                timing.arrivals.append(time.perf_counter())
+    return timing
+
+
+async def run_http(url: str, requests: list[Any], model: str) -> list[Timing]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=len(requests) + 8, max_keepalive_connections=len(requests) + 8)
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0), limits=limits) as client:
+        start = time.perf_counter()
+        return list(await asyncio.gather(*(_http_one(client, start, r, model) for r in requests)))
+
+
+def run_api(engine: Any, requests: list[Any]) -> list[Timing]:
+    """The same arrivals through ``engine.submit``; ``on_update`` (engine thread) stamps each token."""
+    from graphtop.engine.sampling_params import SamplingParams
+
+    timings: list[Timing] = []
+    handles = []
+    start = time.perf_counter()
+    for r in requests:
+        time.sleep(max(0.0, start + r.arrival_s - time.perf_counter()))
+        timing = Timing(time.perf_counter())
+
+        def stamp(handle: Any, timing: Timing = timing) -> None:
+            if not handle.finished:  # one call per token; the last call is the finish, which brings none
+                timing.arrivals.append(time.perf_counter())
+
+        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=0.0, ignore_eos=True)
+        handle = engine.submit(r.prompt_token_ids, params)
+        handle.on_update = stamp
+        timings.append(timing)
+        handles.append(handle)
+    for handle, timing in zip(handles, timings):
+        handle.wait()
+        timing.tokens = len(handle.token_ids)
+    return timings
+
+
+def workload(engine: Any, args: argparse.Namespace) -> list[Any]:
+    from graphtop.tui.cli.workload import SyntheticWorkload
+
+    avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
+    return SyntheticWorkload(args.requests, args.seed, prompt_len=args.prompt_len, output_len=args.output_len,
+                             arrival_rate=args.rate, vocab_size=engine.spec.vocab_size, avoid_ids=sorted(avoid),
+                             max_total_tokens=engine.max_context_len - 1).requests()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="serve_bench.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", help="checkpoint folder or .gguf (default: the demo model)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--requests", type=int, default=200)
+    p.add_argument("--rate", type=float, default=20.0, help="Poisson arrivals, requests/s (0: all at once)")
+    p.add_argument("--prompt-len", default="uniform:16:256")
+    p.add_argument("--output-len", default="uniform:16:128")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-running-requests", type=int)
+    p.add_argument("--warmup", type=int, default=4, help="requests served (both ways) before timing")
+    p.add_argument("--json", help="write both reports and the ratios here")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.rate == 0:
+        args.rate = None
+    from graphtop.engine import Engine, EngineConfig
+    from graphtop.tui.serve import ApiServer, ServeOptions
+
+    config = EngineConfig(device=args.device, max_running_requests=args.max_running_requests,
+                          capture_before_serving=True)
+    engine = Engine.from_pretrained(args.model, config=config)
+    engine.start_background()
+    server = ApiServer(engine, ServeOptions(port=0, model_name="bench", max_queued_requests=None)).start()
+    try:
+        requests = workload(engine, args)
+        warm = requests[: args.warmup]
+        asyncio.run(run_http(server.url, [_at_zero(r) for r in warm], "bench"))
+        run_api(engine, [_at_zero(r) for r in warm])
+        http = report("http", asyncio.run(run_http(server.url, requests, "bench")))
+        api = report("python-api", run_api(engine, requests))
+    finally:
+        server.close()
+        engine.close()
+    print(f"{len(requests)} requests, prompt {args.prompt_len}, output {args.output_len}, "
+          f"{'all at once' if args.rate is None else f'Poisson {args.rate:g} req/s'}, device {engine.info.device}")
+    print(f"{'path':<12}{'tok/s':>10}{'TTFT p50':>11}{'TTFT p99':>11}{'ITL p50':>10}{'ITL p99':>10}  (ms)")
+    for r in (http, api):
+        print(f"{r.path:<12}{r.tokens_per_s:>10.1f}{r.ttft_p50_ms:>11.2f}{r.ttft_p99_ms:>11.2f}"
+              f"{r.itl_p50_ms:>10.2f}{r.itl_p99_ms:>10.2f}")
+    ratios = {"tokens_per_s": http.tokens_per_s / api.tokens_per_s if api.tokens_per_s else float("nan"),
+              "ttft_p50": http.ttft_p50_ms / api.ttft_p50_ms if api.ttft_p50_ms else float("nan")}
+    print(f"HTTP ÷ Python API: throughput {ratios['tokens_per_s']:.3f}×, TTFT p50 {ratios['ttft_p50']:.3f}×")
+    if http.output_tokens != api.output_tokens:
+        print(f"serve_bench: the two paths made {http.output_tokens} and {api.output_tokens} tokens", file=sys.stderr)
+        return 1
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"http": asdict(http), "python_api": asdict(api), "ratio": ratios}, f, indent=2)
+    return 0
+
+
+def _at_zero(req: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(req, arrival_s=0.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""``graphtop serve``: the engine behind an OpenAI-compatible HTTP API, headless, until Ctrl-C or SIGTERM.
+
+Everything that can fail because of the command line runs before the model loads: the server options,
+the --record path, and the listening socket itself (a port in use is one line and costs no load). The
+metrics collector and the trace recorder subscribe to the bus before the engine exists, so the capture
+of its graphs is in both, and ``/metrics`` counts exactly what the trace records.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Optional
+
+from ..usage import UsageError, print_error
+
+API_KEY_ENV = "GRAPHTOP_API_KEY"
+"""Where the API key may come from instead of --api-key (argv is visible to every user of the machine)."""
+POLL_S = 0.5
+
+
+def serve_options(host: str, port: int, api_key: Optional[str], max_queued: Optional[int], model: Optional[str],
+                  name: Optional[str]) -> Any:
+    """The ServeOptions of a command line (UsageError for a bad value); the key falls back to the
+    environment's."""
+    from graphtop.tui.serve.options import ServeOptions, model_name_for
+
+    try:
+        return ServeOptions(host=host, port=port, api_key=api_key or os.environ.get(API_KEY_ENV) or None,
+                            max_queued_requests=max_queued, model_name=name or model_name_for(model))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def bind(options: Any) -> Any:
+    """The listening socket, bound before the model loads; UsageError when it cannot be."""
+    from graphtop.tui.serve.server import ServeError, listen
+
+    try:
+        return listen(options.host, options.port)
+    except ServeError as e:
+        raise UsageError(str(e)) from None
+
+
+def warn_if_exposed(options: Any) -> None:
+    from graphtop.tui.serve.options import exposure_warning
+
+    warning = exposure_warning(options)
+    if warning:
+        print(f"graphtop: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _check_record(args: Any) -> None:
+    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
+
+    from .headless import model_files
+
+    if args.record is None:
+        return
+    try:
+        check_output(args.record, "--record", probe=True)
+        check_distinct([("--record", args.record)], model_files(args.model))
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
+
+
+def _recorder(args: Any, bus: Any) -> Any:
+    from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
+
+    if args.record is None:
+        return None
+    meta = {"argv": args.argv, "model": args.model or "demo", "workload": "served over HTTP (graphtop serve)"}
+    try:
+        return TraceRecorder(args.record, bus, header_meta=meta, publish=False)
+    except RecorderError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_serve(args: Any, config: Any) -> int:
+    options = serve_options(args.host, args.port, args.api_key, args.max_queued_requests, args.model,
+                            args.served_model_name)
+    _check_record(args)
+    sock = bind(options)
+    warn_if_exposed(options)
+
+    from graphtop.engine.telemetry.bus import EventBus
+    from graphtop.engine.telemetry.metrics import MetricsCollector
+    from graphtop.engine.telemetry.recorder import RecorderError
+    from graphtop.tui.serve.server import ApiServer, ServeError
+
+    from .headless import _load_engine
+
+    bus = EventBus()
+    metrics = MetricsCollector(bus)
+    recorder = endpoint = engine = api = None
+    serving = False
+    stopped = "stopped"
+    try:
+        recorder = _recorder(args, bus)
+        if args.telemetry:
+            from .endpoint import open_endpoint
+
+            endpoint = open_endpoint(bus, args.telemetry, args.model or "demo model")
+        engine = _load_engine(args, config, bus)
+        if recorder is not None:
+            try:
+                recorder.publish()
+            except RecorderError as e:
+                raise UsageError(str(e)) from None
+        serving = True
+        if endpoint is not None:
+            engine.serve_telemetry(server=endpoint)
+        engine.start_background()
+        try:
+            api = ApiServer(engine, options, metrics=metrics, sock=sock).start()
+        except ServeError as e:
+            raise UsageError(str(e)) from None
+        print(f"graphtop: serving {options.model_name} at {api.url}/v1 (OpenAI API) · {api.url}/metrics · "
+              f"{api.url}/health — Ctrl-C stops", file=sys.stderr, flush=True)
+        wait = threading.Event()
+        while api.running:
+            wait.wait(POLL_S)
+        stopped = "the API server stopped"
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the way a server is stopped
+        from .headless import interrupt_status
+
+        stopped = f"stopped ({interrupt_status(e)[0]})"
+    finally:
+        if api is not None:
+            api.close()
+        if endpoint is not None:
+            endpoint.close("graphtop serve stopped")
+        if engine is not None:
+            engine.close("the server stopped")
+        metrics.close()
+        sock.close()
+        rec_result = None
+        if recorder is not None and serving:
+            rec_result = recorder.close()
+        elif recorder is not None:
+            recorder.discard()
+    line = f"graphtop: {stopped}"
+    if rec_result is not None:
+        line += f"; {rec_result.describe()}"
+    print(line, file=sys.stderr, flush=True)
+    if rec_result is not None and rec_result.error_line:
+        print_error(rec_result.error_line)
+        return 2
+    return 0 if stopped.startswith("stopped") else 1

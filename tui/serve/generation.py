@@ -1,0 +1,154 @@
+"""One HTTP request's engine requests, streamed from the engine's thread into the server's event loop.
+
+The engine steps on its own thread and never waits for the HTTP layer: a handle's ``on_update`` (called
+on the engine thread after each token and at the finish) only schedules a wake-up on the event loop
+(``loop.call_soon_threadsafe``), at most one pending per request group; the loop then reads each
+handle's new text and finish itself. A client that goes away cancels its requests (``cancel``), which
+frees their KV pages at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional, Sequence
+
+from graphtop.engine.errors import EngineError
+from graphtop.engine.request import FinishReason, RequestHandle
+from graphtop.engine.sampling_params import SamplingParams
+
+from .errors import ApiError, one_line
+
+FINISH = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+"""The engine's finish reasons as OpenAI names them (an end-of-sequence token is a natural stop)."""
+
+
+class EngineFailed(Exception):
+    """A request the engine ended without finishing it (a failed step, a closed engine); one line."""
+
+
+@dataclass
+class ChoiceUpdate:
+    """New text of one choice; ``finish_reason`` once it has finished."""
+
+    index: int
+    text: str
+    finish_reason: Optional[str] = None
+
+
+class Admission:
+    """The bound on requests in flight: the engine's running slots plus ``max_queued`` waiting ones.
+    Past it a request is refused with 429 and ``Retry-After`` instead of queueing without limit. Used
+    on the event loop's thread only."""
+
+    def __init__(self, max_running: int, max_queued: Optional[int]) -> None:
+        self.limit = None if max_queued is None else max_running + max_queued
+        self.in_flight = 0
+
+    def admit(self, count: int) -> None:
+        if self.limit is not None and self.in_flight + count > self.limit:
+            raise ApiError(429, f"the server is at its limit of {self.limit} requests in flight "
+                           f"({self.in_flight} now); retry later", code="too_many_requests",
+                           headers={"Retry-After": "1"})
+        self.in_flight += count
+
+    def release(self, count: int) -> None:
+        self.in_flight -= count
+
+
+class Generation:
+    """``n`` choices for each prompt, as engine requests ``{request_id}-{i}`` (choice ``i`` of the whole
+    request: prompt ``p``'s choice ``j`` is ``p * n + j``, OpenAI's numbering)."""
+
+    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.handles: list[RequestHandle] = []
+        self._loop = loop
+        self._event = asyncio.Event()
+        self._wake_pending = False
+        self._done: list[bool] = []
+
+    def submit(self, prompts: Sequence[Any], params: SamplingParams, n: int, request_id: str, param: str) -> None:
+        """Queue every choice; a prompt the engine refuses cancels those already queued (ApiError 400),
+        a closed engine is a 503. ``param``: the request field the prompts came from."""
+        try:
+            for p, prompt in enumerate(prompts):
+                for j in range(n):
+                    seeded = params if params.seed is None or j == 0 else params.replace(seed=params.seed + j)
+                    handle = self.engine.submit(prompt, seeded, request_id=f"{request_id}-{len(self.handles)}")
+                    self.handles.append(handle)
+                    if handle.finish_reason is FinishReason.REJECTED:
+                        code = "context_length_exceeded" if "limit" in (handle.error or "") else "invalid_prompt"
+                        where = f"{param}[{p}]" if len(prompts) > 1 else param
+                        raise ApiError(400, f"{where}: {handle.error}", param=param, code=code)
+        except EngineError as e:
+            self.cancel()
+            raise ApiError(503, f"the engine is not serving: {one_line(str(e))}", code="engine_unavailable") from None
+        except (TypeError, ValueError) as e:
+            self.cancel()
+            raise ApiError(400, f"{param}: {one_line(str(e))}", param=param) from None
+        except ApiError:
+            self.cancel()
+            raise
+        self._done = [False] * len(self.handles)
+        for handle in self.handles:
+            handle.on_update = self._on_update
+        self._event.set()  # whatever happened before the callbacks were attached is read at once
+
+    def _on_update(self, handle: RequestHandle) -> None:
+        """On the engine's thread: wake the loop, at most once until it has looked."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        try:
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:  # the loop is closed: the server is gone, and so is the reader
+            pass
+
+    def _wake(self) -> None:
+        self._wake_pending = False  # cleared before the reader runs: a token after this wakes it again
+        self._event.set()
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._done) and all(self._done)
+
+    async def updates(self) -> AsyncIterator[list[ChoiceUpdate]]:
+        """New text of every choice as it comes, a list per wake-up, until each has finished.
+        EngineFailed when the engine ended one without finishing it."""
+        while not self.finished:
+            await self._event.wait()
+            self._event.clear()
+            batch = self._collect()
+            if batch:
+                yield batch
+
+    def _collect(self) -> list[ChoiceUpdate]:
+        out = []
+        for i, handle in enumerate(self.handles):
+            if self._done[i]:
+                continue
+            finished = handle.finished  # first: a finished handle's text is final
+            text = handle.new_text()
+            if not finished:
+                if text:
+                    out.append(ChoiceUpdate(i, text))
+                continue
+            self._done[i] = True
+            reason = FINISH.get(handle.finish_reason)  # type: ignore[arg-type]
+            if reason is None:
+                raise EngineFailed(one_line(handle.error or f"the request was {handle.finish_reason.value}"))
+            out.append(ChoiceUpdate(i, text, reason))
+        return out
+
+    def cancel(self) -> None:
+        """Cancel every choice still running (a client that left, or a sibling refused)."""
+        for handle in self.handles:
+            handle.on_update = None
+            handle.cancel()
+
+    def usage(self, prompt_count: int, n: int) -> dict[str, int]:
+        """OpenAI's usage: each prompt's tokens once, every choice's generated tokens."""
+        prompt = sum(len(self.handles[p * n].prompt_ids) for p in range(prompt_count))
+        completion = sum(len(h.token_ids) for h in self.handles)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

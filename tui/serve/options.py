@@ -1,0 +1,61 @@
+"""What a server is told: where to listen, who may call it, how many requests may wait."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Optional
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_MAX_QUEUED = 1024
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """``max_queued_requests``: requests that may wait for a running slot beyond the engine's running
+    batch (None: no bound); past it a request gets 429. ``api_key``: clients must send
+    ``Authorization: Bearer KEY`` to ``/v1/*`` (``/health`` and ``/metrics`` stay open, as in vLLM).
+    ``model_name``: the id ``/v1/models`` lists and requests must name (or leave out)."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    api_key: Optional[str] = None
+    max_queued_requests: Optional[int] = DEFAULT_MAX_QUEUED
+    model_name: str = "graphtop"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.port, int) or isinstance(self.port, bool) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be an integer in 0..65535, got {self.port!r}")
+        if self.max_queued_requests is not None and self.max_queued_requests < 0:
+            raise ValueError(f"max_queued_requests must be >= 0, got {self.max_queued_requests}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("the API key is empty")
+        if not self.model_name:
+            raise ValueError("the served model name is empty")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach ``host`` (an empty host or a wildcard reaches every interface)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(options: ServeOptions) -> Optional[str]:
+    """The warning for a server other machines can reach with no API key, or None."""
+    if options.api_key is None and not is_loopback(options.host):
+        return (f"serving on {options.host} without --api-key: anyone who can reach this machine can use the "
+                "model (pass --api-key KEY, or bind to 127.0.0.1)")
+    return None
+
+
+def model_name_for(model: Optional[str]) -> str:
+    """The served model id: the checkpoint's folder or file name, or ``demo`` for the demo model."""
+    if model is None:
+        return "demo"
+    name = model.rstrip("/").rsplit("/", 1)[-1]
+    return name or model
