@@ -364,7 +364,8 @@ def test_a_viewer_cannot_claim_or_cancel_requests_that_are_not_its_own(serve) ->
     wait_for(lambda: len(link.submitted) == 1, what="the first viewer's submit")
     engine_id = link.submitted[0][0]
     assert engine_id == "v1/" + mine.request_id
-    raw = RawClient(server.endpoint, server.token)  # a hostile viewer names the first one's ids, as the events show them
+    # a hostile viewer names the first one's ids, as the events show them
+    raw = RawClient(server.endpoint, server.token)
     raw.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, server.token)))
     assert isinstance(raw.recv(), p.Welcome)
     for rid in (engine_id, mine.request_id, "req-7"):
