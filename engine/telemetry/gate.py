@@ -102,10 +102,10 @@ class Gate:
                 request = self.zap.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            # version, request id, domain, address, routing id, mechanism, credentials (PLAIN: user, password)
-            if len(request) < 6:
-                continue  # not ZeroMQ's own request (only it can reach this inproc socket)
-            request_id, address, mechanism, creds = request[1], request[3], request[5], request[6:]
+            # version, request id, domain, address, routing id, mechanism, credentials (PLAIN: user, password);
+            # every request is answered (a REP socket takes no request before it answered the last)
+            fields = request + [b""] * (6 - len(request))  # a short request (never ZeroMQ's) is refused too
+            request_id, address, mechanism, creds = fields[1], fields[3], fields[5], fields[6:]
             ok = mechanism == b"PLAIN" and len(creds) == 2 and hmac.compare_digest(creds[1], self._token)
             self.zap.send_multipart([b"1.0", request_id, b"200" if ok else b"400",
                                      b"OK" if ok else b"wrong token", b"", b""])
@@ -128,6 +128,7 @@ class Gate:
             fd = event["value"]
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self._pending.pop(fd, None)
+            if event["event"] != zmq.EVENT_ACCEPTED:
                 continue
             now = time.monotonic()
             horizon = now - self.config.handshake_s
