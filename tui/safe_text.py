@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from graphtop.engine.telemetry.plain_text import field_text, one_line, printable
+from graphtop.engine.telemetry.plain_text import field_text, json_escaped, one_line, printable
 
-__all__ = ["field_text", "literal", "one_line", "printable", "safe_content"]
+__all__ = ["field_text", "json_escaped", "literal", "one_line", "printable", "safe_content"]
 
 if TYPE_CHECKING:  # the CLI's error lines use printable() without loading Textual
     from textual.content import Content

@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
+from .consistency import check_consistent
 from .value_limits import SchemaError, check_free, check_range, check_text, short_repr
 
 SCHEMA_VERSION = 1
@@ -402,6 +403,7 @@ def validate_event_dict(obj: Any) -> type[Event]:
                 continue
             raise SchemaError(f"{tag}: missing field {f.name!r}")
         _check_value(f"{tag}.{f.name}", hints[f.name], obj[f.name])
+    check_consistent(tag, obj)
     return cls
 
 

@@ -1,9 +1,9 @@
 """The telemetry endpoint's wire protocol: typed messages, encoded with msgpack by msgspec.
 
-One ZeroMQ ROUTER socket in the engine process, one DEALER per viewer; every ZeroMQ message is a
-single frame holding one of the message structs below (tagged by ``kind``). Both ends decode with
-a typed ``msgspec`` decoder, so a malformed or unexpected message fails in one place as a
-``msgspec.DecodeError``/``ValidationError`` instead of reaching engine code.
+One ZeroMQ ROUTER socket in the engine process, one DEALER per viewer; every ZeroMQ message holds one
+of the message structs below (tagged by ``kind``), in one frame or, past ``wire.FRAME_BYTES``, several.
+Both ends decode with a typed ``msgspec`` decoder, so a malformed or unexpected message fails in one
+place as a ``msgspec.DecodeError``/``ValidationError`` instead of reaching engine code.
 
 Events travel as ``(type tag, event)`` pairs: the sender encodes the event dataclasses as they are
 (no ``to_dict`` copy), the receiver decodes each one into its class with a per-type decoder.
@@ -18,13 +18,12 @@ import msgspec
 
 from .events import EVENT_TYPES, Event
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: the token is checked in ZeroMQ's handshake (PLAIN) and long messages come in frames (``wire``)."""
 
 MAX_MESSAGE_BYTES = 1 << 20
-"""Largest client message the server reads (a prompt is at most this big); larger ones are refused."""
-
-HARD_MAX_MESSAGE_BYTES = 16 << 20
-"""ZeroMQ drops the connection of a client that sends more than this (the server never buffers it)."""
+"""Largest client message the server reads (a prompt is at most this big); larger ones are refused. It
+travels in frames of at most ``wire.FRAME_BYTES``: ZeroMQ drops a peer that sends a longer frame."""
 
 EVENTS_PER_MESSAGE = 512
 """Events per ``Events``/``Snapshot`` message: bounds the time the encoder holds the GIL at once."""

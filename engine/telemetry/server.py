@@ -8,11 +8,14 @@ killed costs the engine nothing: its ZeroMQ queue fills (``send_hwm`` messages) 
 for it are dropped and counted, or it is gone and forgotten. Viewers see every loss as a gap in the
 event numbers.
 
-Transport: one ROUTER socket; each viewer is a DEALER that first sends ``Hello`` with the endpoint's
-token and gets ``Welcome``, the snapshot, then the live stream. By default the socket is a Unix socket
-in the private runtime folder (see ``runtime``); ``tcp://HOST:PORT`` is opt-in. Anything a client
-sends that is not a well-formed message from an attached viewer is refused and logged (a warning on
-``graphtop.telemetry`` and an ``error`` event, both rate-limited), never raised into the engine.
+Transport: one ROUTER socket; each viewer is a DEALER that gives the endpoint's token in ZeroMQ's
+handshake (checked by the :class:`~.gate.Gate`: a peer without it is never handed to the endpoint, and
+the number of peers in their handshake is capped), then sends ``Hello`` and gets ``Welcome``, the
+snapshot, then the live stream. Messages travel in frames of at most ``wire.FRAME_BYTES``, joined here.
+By default the socket is a Unix socket in the private runtime folder (see ``runtime``);
+``tcp://HOST:PORT`` is opt-in. Anything a client sends that is not a well-formed message from an
+attached viewer is refused and logged (a warning on ``graphtop.telemetry`` and an ``error`` event, both
+rate-limited), never raised into the engine.
 
 Commands go to a :class:`CommandDesk` (``endpoint_commands``) and from there to the engine's link. The
 server exists before the engine may be loaded (``graphtop --model`` shows the load in the viewer), so
@@ -39,6 +42,7 @@ from . import protocol as p
 from .bus import EventBus
 from .endpoint_commands import CommandDesk, EngineLink, Viewer
 from .events import ErrorEvent, Event
+from .gate import Gate, GateConfig
 from .log_forward import LogForwarder
 from .plain_text import one_line
 from .runtime import (
@@ -64,6 +68,8 @@ class EndpointConfig:
     max_message_bytes: int = p.MAX_MESSAGE_BYTES
     recent_steps: int = 4096
     refusals_per_s: float = 2.0
+    max_pending: int = 32  # connections in their handshake at once (see ``gate``)
+    handshake_s: float = 5.0  # a connection that has not passed the handshake by then is dropped
 
 
 class TelemetryServer:
@@ -77,8 +83,10 @@ class TelemetryServer:
         self.token = new_token()
         self.started = time.time()
         self._ctx = zmq.Context()
+        self.gate = Gate(self._ctx, GateConfig(self.token, config.max_pending, config.handshake_s))
         self._sock = self._bind(self._resolve_address(config.address))
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.gate.watch(self._sock, self.endpoint)
         if self.endpoint.startswith("ipc://"):
             os.chmod(self.endpoint[len("ipc://"):], 0o600)
         self._entry = EndpointEntry(os.getpid(), self.endpoint, self.token, config.label, "", self.started)
@@ -117,14 +125,15 @@ class TelemetryServer:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full or vanished viewer raises, so it is counted
         sock.setsockopt(zmq.SNDHWM, self.config.send_hwm)
         sock.setsockopt(zmq.RCVHWM, 1000)
-        sock.setsockopt(zmq.MAXMSGSIZE, p.HARD_MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.LINGER, 100)
         sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)  # dead TCP peers are noticed, not waited on
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
+        self.gate.secure(sock)
         try:
             sock.bind(address)
         except zmq.ZMQError as exc:
             sock.close(0)
+            self.gate.close()
             self._ctx.term()
             raise EndpointError(f"cannot serve telemetry on {address}: {exc}") from None
         return sock
@@ -183,14 +192,17 @@ class TelemetryServer:
     # -- publisher thread ---------------------------------------------------------------------------
     def _run(self) -> None:
         poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
+        for sock in [self._sock, *self.gate.sockets]:
+            poller.register(sock, zmq.POLLIN)
         timeout_ms = max(1, int(self.config.flush_interval_s * 1000))
         try:
             while not self._stop.is_set():
                 try:
-                    incoming = poller.poll(timeout_ms)
+                    incoming = dict(poller.poll(timeout_ms))
+                    for reason in self.gate.serve():  # handshakes first: a viewer waits on its answer
+                        self._refuse(None, reason)
                     self._publish()  # first, so a viewer saying Hello now gets a snapshot up to now
-                    if incoming:
+                    if self._sock in incoming:
                         self._receive()
                     self._tick()
                 except Exception:  # the endpoint must outlive any bug in it, and never stop the engine
@@ -199,6 +211,7 @@ class TelemetryServer:
             self._tick()
             self._broadcast(p.encoder.encode(p.Closing(self._closing_reason)))
         finally:
+            self.gate.close()
             self._sock.close()
             self._ctx.term()
 
@@ -267,14 +280,12 @@ class TelemetryServer:
             except zmq.Again:
                 return
             identity = frames[0]
-            if len(frames) != 2:
-                self._refuse(identity, f"malformed message ({len(frames) - 1} frames, expected 1)")
+            size = sum(map(len, frames[1:]))  # a message longer than a frame comes in several (``wire``)
+            if size > self.config.max_message_bytes:
+                self._refuse(identity, f"message of {size} bytes is over the "
+                                       f"{self.config.max_message_bytes}-byte limit", message_bytes=size)
                 continue
-            payload = frames[1]
-            if len(payload) > self.config.max_message_bytes:
-                self._refuse(identity, f"message of {len(payload)} bytes is over the "
-                                       f"{self.config.max_message_bytes}-byte limit", message_bytes=len(payload))
-                continue
+            payload = b"".join(frames[1:])
             try:
                 msg = p.client_decoder.decode(payload)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -254,6 +254,6 @@ def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = 
     if left_out:
         logging.getLogger("graphtop.trace").warning(
             "%s: left out %d event(s) the trace reader would refuse (a number that is not finite or past "
-            "the schema's limits)",
+            "the schema's limits, or values that contradict each other)",
             path, left_out)
     return count

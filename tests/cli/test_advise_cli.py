@@ -28,7 +28,8 @@ def _capture(phase: str, buckets: list[int], per_bucket: int) -> list:
 
 def _step(phase: str, size: int, path: str, bucket=None, reason=None, host=1.0, replay=None) -> StepEvent:
     return StepEvent(step=0, phase=phase, batch_size=size if phase == "decode" else 1, num_tokens=size,
-                     bucket=bucket, padded=(bucket - size) if bucket else 0, path=path, fallback_reason=reason,
+                     bucket=bucket, padded=(bucket - size) if bucket else 0,
+                     padding_waste=(bucket - size) / bucket if bucket else 0.0, path=path, fallback_reason=reason,
                      host_ms=host, replay_ms=replay, ts=2.0)
 
 

@@ -169,11 +169,12 @@ def test_ps_skips_entries_this_version_did_not_write(capsys, runtime, change) ->
 def test_ps_prints_entry_text_without_terminal_controls(capsys, runtime) -> None:
     import json
 
-    (runtime / "1-1.json").write_text(json.dumps({**GOOD_ENTRY, "model": "m\nFORGED", "endpoint": "ipc://x\x1b[2J"}))
+    (runtime / "1-1.json").write_text(json.dumps({**GOOD_ENTRY, "model": "m\nFORGED\u202e", "device": "\u2066cpu",
+                                                  "endpoint": "ipc://x\x1b[2J"}))
     rc, out, err = run(capsys, "ps")
     lines = out.strip().splitlines()
-    assert rc == 0 and len(lines) == 2 and "\x1b" not in out
-    assert "m FORGED" in lines[1] and lines[1].endswith("ipc://x\u241b[2J")
+    assert rc == 0 and len(lines) == 2 and "\x1b" not in out and "\u202e" not in out and "\u2066" not in out
+    assert "m FORGED\ufffd" in lines[1] and "\ufffdcpu" in lines[1] and lines[1].endswith("ipc://x\u241b[2J")
 
 
 def test_ps_and_attach_skip_what_is_not_an_entry_file(capsys, runtime) -> None:

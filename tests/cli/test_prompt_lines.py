@@ -119,6 +119,28 @@ def test_every_bad_line_is_written_with_its_reason_and_the_others_are_served(tin
                                                       for e in err.strip().splitlines())
 
 
+def test_results_and_their_summary_show_no_terminal_or_bidi_controls(tiny_ckpt, tmp_path, capsys):
+    """A prompts file names its requests and the trace path is the user's: an id with a right-to-left
+    override or a C1 control was written raw in OUT.jsonl (json leaves both as they are), where ``cat`` or
+    ``--output /dev/stdout`` showed them to the terminal, and the trace's line in the run's summary
+    printed its path raw. Now the results escape them (the same values for a JSON reader) and the summary
+    shows stand-ins."""
+    sly = "evil\u202etxt.exe\u009b2J\u2068"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello", "id": sly}) + "\nplain\n", encoding="utf-8")
+    out, trace = tmp_path / "out.jsonl", tmp_path / f"{sly}.jsonl"
+    rc = main(["--model", str(tiny_ckpt("llama")), "--prompts", str(prompts), "--output", str(out),
+               "--record", str(trace), *SHORT_RUN])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    raw = out.read_text(encoding="utf-8")
+    assert [json.loads(line)["id"] for line in raw.splitlines()] == [sly, "line-2"]
+    assert "evil\\u202etxt.exe\\u009b2J\\u2068" in raw
+    assert f"trace {tmp_path}/evil\ufffdtxt.exe\ufffd2J\ufffd.jsonl: " in stdout  # the run's summary
+    for text in (raw, stdout, err):
+        assert not any(c in text for c in "\u202e\u009b\u2068\x1b"), ascii(text)
+
+
 def test_a_prompts_file_past_the_limit_is_an_error_not_an_endless_read(tmp_path, monkeypatch):
     import graphtop.tui.cli.prompts_file as prompts_mod
     from pathlib import Path

@@ -19,6 +19,7 @@ import pytest
 import zmq
 
 from graphtop.engine.telemetry import protocol as p
+from graphtop.engine.telemetry import wire
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import ErrorEvent, Event, ParityNotRun, StepEvent
 from graphtop.engine.telemetry.runtime import EndpointError, list_entries, private_dir
@@ -121,12 +122,16 @@ def drain_until(session: RemoteSession, n: int, timeout: float = 10.0, *, types:
 
 
 class RawClient:
-    """A client speaking raw frames: it can send what no real viewer would."""
+    """A client speaking raw frames: it can send what no real viewer would. With ``token`` it passes the
+    endpoint's handshake (a hostile viewer that holds the token); without, it never does."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, token: Optional[str] = None) -> None:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if token is not None:
+            self.sock.setsockopt(zmq.PLAIN_USERNAME, b"raw")
+            self.sock.setsockopt_string(zmq.PLAIN_PASSWORD, token)
         self.sock.connect(endpoint)
 
     def send(self, *frames: bytes) -> None:
@@ -206,7 +211,7 @@ def test_several_viewers_at_once(serve) -> None:
 def test_a_stuck_viewer_loses_batches_counted_never_blocking_the_publisher(serve) -> None:
     bus = EventBus()
     server = serve(bus, send_hwm=2)
-    stuck = RawClient(server.endpoint)
+    stuck = RawClient(server.endpoint, server.token)
     stuck.sock.setsockopt(zmq.RCVHWM, 1)
     stuck.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, server.token)))
     wait_for(lambda: len(server.viewers) == 1, what="the stuck viewer to attach")
@@ -267,6 +272,22 @@ def test_prompt_streams_back_to_the_viewer_that_sent_it(serve) -> None:
     session.shutdown()
 
 
+def test_a_prompt_longer_than_a_frame_arrives_whole(serve) -> None:
+    """The endpoint reads frames of at most 64 KiB (``wire``); a longer prompt goes in several and is
+    joined, up to the 1 MiB message limit."""
+    server = serve()
+    link = FakeLink()
+    server.attach_engine(link)
+    session = viewer(server)
+    wait_for(lambda: session.can_submit, what="ready status")
+    prompt = "".join(f"{i:07d}é" for i in range(100_000))  # 800 KB of text, 900 KB as UTF-8
+    assert wire.FRAME_BYTES * 10 < len(p.encoder.encode(p.Submit("r", prompt))) <= p.MAX_MESSAGE_BYTES
+    handle = session.submit(prompt, SamplingSettings(), False)
+    assert handle.wait(10) and handle.error is None
+    assert link.submitted[0][1] == prompt
+    session.shutdown()
+
+
 def test_recapture_cancel_and_export_commands(serve, tmp_path: Path) -> None:
     bus = EventBus()
     server = serve(bus)
@@ -304,7 +325,7 @@ def test_recapture_cancel_and_export_commands(serve, tmp_path: Path) -> None:
 
 def test_commands_before_the_engine_is_loaded_are_answered_not_lost(serve) -> None:
     server = serve()
-    raw = RawClient(server.endpoint)
+    raw = RawClient(server.endpoint, server.token)
     raw.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, server.token)))
     welcome = raw.recv()
     assert isinstance(welcome, p.Welcome) and not welcome.status.ready
@@ -343,7 +364,8 @@ def test_a_viewer_cannot_claim_or_cancel_requests_that_are_not_its_own(serve) ->
     wait_for(lambda: len(link.submitted) == 1, what="the first viewer's submit")
     engine_id = link.submitted[0][0]
     assert engine_id == "v1/" + mine.request_id
-    raw = RawClient(server.endpoint)  # a hostile viewer names the first one's ids, as the events show them
+    # a hostile viewer names the first one's ids, as the events show them
+    raw = RawClient(server.endpoint, server.token)
     raw.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, server.token)))
     assert isinstance(raw.recv(), p.Welcome)
     for rid in (engine_id, mine.request_id, "req-7"):
@@ -384,26 +406,30 @@ def test_wrong_token_garbage_and_oversize_are_refused_and_logged_engine_unaffect
 
     with pytest.raises(AttachError, match="wrong token"):
         RemoteSession(server.endpoint, "not-the-token").connect()
-    raw = RawClient(server.endpoint)
+    raw = RawClient(server.endpoint, server.token)
     cases = [
         ((b"\x00garbage\xff",), "malformed message"),
         ((p.encoder.encode({"type": "Submit"}),), "malformed message"),
         ((p.encoder.encode(p.Hello(99, server.token)),), "protocol 99"),
         ((p.encoder.encode(p.Submit("r", "x")),), "has not attached"),
-        ((b"a", b"b"), "2 frames"),
-        ((b"x" * (p.MAX_MESSAGE_BYTES + 1),), "byte limit"),
+        (tuple(wire.frames(b"x" * (p.MAX_MESSAGE_BYTES + 1))), "byte limit"),
     ]
     for frames, reason in cases:
         raw.send(*frames)
         msg = raw.recv()
         assert isinstance(msg, p.Refused) and reason in msg.reason, (reason, msg)
         # only a size refusal carries the refused message's size (a viewer matches it to its submit)
-        assert msg.message_bytes == (len(frames[0]) if reason == "byte limit" else None)
+        assert msg.message_bytes == (sum(map(len, frames)) if reason == "byte limit" else None)
+    # a message in several frames is read as one (a long prompt travels so)
+    submit = p.encoder.encode(p.Submit("r", "x"))
+    raw.send(submit[:3], submit[3:])
+    assert "has not attached" in raw.recv().reason
     raw.close()
 
-    # far over the hard limit: ZeroMQ drops that client's connection without buffering it
-    huge = RawClient(server.endpoint)
-    huge.send(b"x" * (p.HARD_MAX_MESSAGE_BYTES + 1))
+    # a frame over the frame limit, even from a client that holds the token: ZeroMQ drops the connection
+    # without buffering it
+    huge = RawClient(server.endpoint, server.token)
+    huge.send(b"x" * (wire.FRAME_BYTES + 1))
     # a non-ZeroMQ client writing junk at the socket: the handshake fails, nothing reaches the server
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(server.endpoint[len("ipc://"):])
@@ -424,7 +450,7 @@ def test_refusals_are_rate_limited(serve) -> None:
     bus = EventBus()
     server = serve(bus, refusals_per_s=2.0)
     watch = bus.subscribe("watch", types=["error"])
-    raw = RawClient(server.endpoint)
+    raw = RawClient(server.endpoint, server.token)
     for _ in range(50):
         raw.send(b"junk")
     wait_for(lambda: server.refused == 50, what="50 refusals")
@@ -610,7 +636,7 @@ def test_a_refusal_quoting_the_client_is_one_printable_line(serve, caplog) -> No
     server = serve(bus, refusals_per_s=100.0)
     sub = bus.subscribe("test")
     seen: list = []
-    raw = RawClient(server.endpoint)
+    raw = RawClient(server.endpoint, server.token)
     raw.send(msgspec.msgpack.encode({"type": "x'\nCRITICAL graphtop: engine compromised\x1b[31m\n"}))
     refused = raw.recv()
     assert isinstance(refused, p.Refused)
@@ -676,7 +702,7 @@ def test_exports_wait_on_the_worker_and_one_viewer_may_queue_only_a_few(serve, t
     server = serve()
     link = GatedLink()
     server.attach_engine(link)
-    raw = RawClient(server.endpoint)
+    raw = RawClient(server.endpoint, server.token)
     raw.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, server.token)))
     assert isinstance(raw.recv(), p.Welcome)
     raw.send(p.encoder.encode(p.Submit("r1", "x")))  # holds the worker until the gate opens

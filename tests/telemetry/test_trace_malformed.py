@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtop.engine.telemetry.events import ErrorEvent, MemoryLedger, StepEvent, TraceHeader
+from graphtop.engine.telemetry.events import ErrorEvent, MemoryLedger, ParityCheck, StepEvent, TraceHeader
 from graphtop.engine.telemetry.trace import TraceError, read_trace
 from graphtop.tui.cli.entry import main
 
@@ -27,6 +27,30 @@ def _dict_line(event, **changes) -> dict:
 
 LEDGER = MemoryLedger(ts=1001.0, device="cpu", total=10, weights=4, kv_pool=3)
 STEP = StepEvent(ts=1001.0, step=1, phase="decode", batch_size=1, num_tokens=1, host_ms=1.0)
+GRAPH_STEP = StepEvent(ts=1001.0, step=1, phase="decode", batch_size=16, num_tokens=16, bucket=64, padded=48,
+                       padding_waste=0.75, path="graph", host_ms=1.0, replay_ms=0.5)
+PREFILL_STEP = StepEvent(ts=1001.0, step=1, phase="prefill", batch_size=2, num_tokens=100, bucket=128, padded=28,
+                         padding_waste=28 / 128, path="graph", host_ms=1.0)
+PARITY = ParityCheck(ts=1001.0, step=1, phase="decode", batch_size=4, num_tokens=4, bucket=8, rows=4)
+
+# values each valid alone that no engine writes together (engine/telemetry/consistency.py)
+IMPOSSIBLE_LINES = {
+    "bucket-0": (_json(_dict_line(GRAPH_STEP, bucket=0)), "bucket 0"),
+    "bucket-under-batch": (_json(_dict_line(GRAPH_STEP, bucket=8, padded=0, padding_waste=0.0)),
+                           "bucket 8 is smaller than the step's 16 rows"),
+    "prefill-bucket-under-tokens": (_json(_dict_line(PREFILL_STEP, bucket=64, padded=0, padding_waste=0.0)),
+                                    "bucket 64 is smaller than the step's 100 tokens"),
+    "padded-past-bucket": (_json(_dict_line(GRAPH_STEP, padded=60, padding_waste=60 / 64)), "padded 60"),
+    "waste-not-padded-over-bucket": (_json(_dict_line(GRAPH_STEP, padding_waste=0.0)), "padding_waste 0.0"),
+    "waste-over-one": (_json(_dict_line(GRAPH_STEP, padding_waste=7.5)), "padding_waste 7.5"),
+    "eager-with-padding": (_json(_dict_line(GRAPH_STEP, path="eager", bucket=None)), "eager step"),
+    "graph-without-bucket": (_json(_dict_line(GRAPH_STEP, bucket=None, padded=0, padding_waste=0.0)),
+                             "without a bucket"),
+    "tokens-under-requests": (_json(_dict_line(STEP, batch_size=16, num_tokens=4)), "16 requests in 4 tokens"),
+    "unknown-path": (_json(_dict_line(STEP, path="warp")), "neither graph nor eager"),
+    "parity-bucket-0": (_json(_dict_line(PARITY, bucket=0)), "bucket 0"),
+    "parity-fraction-over-one": (_json(_dict_line(PARITY, argmax_agree=2.0)), "argmax_agree 2.0"),
+}
 
 # (bad line 2, what the message must say)
 BAD_LINES = {
@@ -51,6 +75,7 @@ BAD_LINES = {
                        "Unicode"),
     "nan-inside-any": (_json({"type": "config_downgrade", "ts": 1001.0, "key": "k", "old": [1.0], "new": 2,
                                    "reason": "r"}).replace("[1.0]", "[1e999]"), "finite"),
+    **IMPOSSIBLE_LINES,
 }
 
 
@@ -82,6 +107,32 @@ def test_trace_commands_exit_2_with_one_line(tmp_path, capsys, case, command):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"graphtop: error: {path}:2: ")
     assert not out.exists()
+
+
+def test_possible_steps_read_and_summarise(tmp_path):
+    """The impossible lines above are these ones changed: as written, they are read and reported."""
+    from graphtop.engine.telemetry.report import format_summary
+    from graphtop.engine.telemetry.summary import summarize
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(HEADER + "".join(_json(e.to_dict()) + "\n" for e in (GRAPH_STEP, PREFILL_STEP, PARITY, STEP)))
+    trace = read_trace(path)
+    assert trace.events == [GRAPH_STEP, PREFILL_STEP, PARITY, STEP]
+    assert "76 padded of 192 bucket tokens" in format_summary(summarize(trace))  # 48 of 64, 28 of 128
+
+
+@pytest.mark.parametrize("case", ["bucket-0", "padded-past-bucket"])
+def test_advise_and_replay_refuse_impossible_values_with_the_line(tmp_path, capsys, monkeypatch, case):
+    import graphtop.tui.app
+    from graphtop.tui.cli.launch import run_replay
+
+    monkeypatch.setattr(graphtop.tui.app, "GraphtopApp", None)  # never opens a terminal UI here
+    path = _trace(tmp_path, IMPOSSIBLE_LINES[case][0])
+    assert main(["advise", str(path)]) == 2
+    assert run_replay(str(path)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith(f"graphtop: error: {path}:2: ") for line in err), err
+    assert all(IMPOSSIBLE_LINES[case][1] in line for line in err)
 
 
 def test_bad_header_line_is_reported_too(tmp_path):
@@ -149,8 +200,12 @@ def _events_at(int_value: int, float_value: float) -> list:
                 values[f.name] = int_value
             elif hint is float:
                 values[f.name] = float_value
+        if cls in (ev.StepEvent, ev.ParityCheck):  # at the limits, yet possible: a full bucket (none at 0)
+            values.update(bucket=int_value or None)
         if cls is ev.StepEvent:
-            values["path"] = "graph"
+            values.update(path="graph" if int_value else "eager", padded=0, padding_waste=0.0)
+        if cls is ev.ParityCheck:  # fractions of the rows
+            values.update(argmax_agree=min(float_value, 1.0), top5_overlap=min(float_value, 1.0))
         out.append(cls(ts=1000.0 + n, **values))
     return out
 

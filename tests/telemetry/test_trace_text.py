@@ -43,3 +43,25 @@ def test_a_header_meta_with_lone_surrogates_reads_back(tmp_path, writer):
         write_trace(path, [event], meta=meta)
     trace = read_trace(path)
     assert trace.header.meta["argv"] == ["x\\xff", "y\\ud800"] and len(trace.events) == 1
+
+
+UNSAFE = "\x1b\x9b\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+@pytest.mark.parametrize("command", ["trace summary", "advise"])
+def test_text_reports_show_no_terminal_or_bidi_controls(tmp_path, capsys, command):
+    """``graphtop trace summary`` printed a right-to-left override (U+202E) from a trace as it was: a
+    terminal then showed the line's end reversed. Every control (C0, C1, bidi) is a stand-in now."""
+    from graphtop.engine.telemetry.events import EngineStarted, ErrorEvent, StepEvent
+    from graphtop.tui.cli.entry import main
+
+    sly = "evil\u202etxt.exe \x1b]0;t\x07 \x9b31m \u2066x\u2069"
+    events = [EngineStarted(model=sly, device="cpu", ts=1.0), ErrorEvent(message=sly, where=sly, ts=2.0)]
+    events += [StepEvent(step=i, phase="decode", batch_size=2, num_tokens=2, path="eager", fallback_reason=sly,
+                         host_ms=1.0, ts=3.0 + i) for i in range(1, 4)]
+    path = tmp_path / "evil\u202etxt.exe\x1b[31m\u2067.jsonl"  # both reports name the trace
+    write_trace(path, events)
+    assert main([*command.split(), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "evil\ufffdtxt.exe\u241b[31m\ufffd.jsonl" in out  # the text is there, its controls as stand-ins
+    assert not any(c in out for c in UNSAFE), [hex(ord(c)) for c in out if c in UNSAFE]

@@ -19,6 +19,7 @@ import pytest
 import zmq
 
 from graphtop.engine.telemetry import protocol as p
+from graphtop.engine.telemetry.gate import Gate, GateConfig
 from graphtop.engine.telemetry.events import EngineStarted, StepEvent
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.cli.entry import main
@@ -41,7 +42,7 @@ def steps(*numbers: int) -> list[tuple[str, Any]]:
 
 def welcomed(next_seq: int = 0, bus_dropped: int = 0) -> RemoteSession:
     session = RemoteSession("ipc:///nowhere", "t")
-    session._handle(frame(p.Welcome(1, 1, "x", 0.0, p.EngineStatus(), next_seq, bus_dropped, [])))
+    session._handle(frame(p.Welcome(p.PROTOCOL_VERSION, 1, "x", 0.0, p.EngineStatus(), next_seq, bus_dropped, [])))
     return session
 
 
@@ -99,15 +100,18 @@ class ScriptedEndpoint:
     """A ROUTER that answers ``Hello`` with a Welcome, a snapshot and scripted frames (no engine)."""
 
     def __init__(self, address: str, frames: Iterable[Any] = (), next_seq: int = 0,
-                 protocol: int = p.PROTOCOL_VERSION, greeting: Any = None, pid: int | None = None) -> None:
+                 protocol: int = p.PROTOCOL_VERSION, greeting: Any = None, pid: int | None = None,
+                 gated: bool = True) -> None:
         """``greeting``: a message sent in answer to Hello instead of the Welcome and snapshot; ``pid``: the
-        engine process the Welcome names (this one by default)."""
+        engine process the Welcome names (this one by default); ``gated``: the token is checked in the
+        handshake (else ZeroMQ's NULL mechanism, as endpoints of protocol 1 had)."""
         self.pid = os.getpid() if pid is None else pid
         self.address = address
         self.frames = list(frames)
         self.next_seq = next_seq
         self.protocol = protocol
         self.greeting = greeting
+        self.gated = gated
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -116,16 +120,21 @@ class ScriptedEndpoint:
 
     def _run(self) -> None:
         ctx = zmq.Context()
+        gate = Gate(ctx, GateConfig(token="t"))  # the viewers here give the token "t" in the handshake
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.gated:
+            gate.secure(sock)
         sock.bind(self.address)
         self._ready.set()
         status = p.EngineStatus(ready=True, model="scripted", device="cpu", max_running=8, kv_capacity_tokens=1024)
         try:
             while not self._stop.is_set():
+                gate.serve()
                 if not sock.poll(20):
                     continue
-                identity, payload = sock.recv_multipart()
+                identity, *parts = sock.recv_multipart()
+                payload = b"".join(parts)
                 if isinstance(p.client_decoder.decode(payload), p.Hello) and self.greeting is not None:
                     sock.send_multipart([identity, p.encoder.encode(self.greeting)])
                 elif isinstance(p.client_decoder.decode(payload), p.Hello):
@@ -135,6 +144,7 @@ class ScriptedEndpoint:
                     for f in self.frames:
                         sock.send_multipart([identity, p.encoder.encode(f)])
         finally:
+            gate.close()
             sock.close()
             ctx.term()
 
@@ -258,8 +268,21 @@ def test_a_connect_error_is_the_reason_given() -> None:
     assert "None" not in message and "\n" not in message
 
 
+def test_an_endpoint_without_the_handshake_token_check_is_named_at_once(tmp_path: Path) -> None:
+    """An endpoint of protocol 1 takes no token in its handshake: the handshake fails, and the viewer says
+    so in one line instead of waiting out its connect timeout in silence."""
+    endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", gated=False)
+    started = time.monotonic()
+    try:
+        with pytest.raises(AttachError, match="another graphtop version") as info:
+            RemoteSession(endpoint.address, "t", connect_timeout=20).connect()
+        assert "\n" not in str(info.value) and time.monotonic() - started < 10
+    finally:
+        endpoint.close()
+
+
 def test_a_welcome_of_another_protocol_version_refuses_the_attach(tmp_path: Path) -> None:
-    """A Welcome of protocol 2 was taken as ours: its messages would then be read by version 1's rules."""
+    """A Welcome of a newer protocol was taken as ours: its messages would then be read by this version's rules."""
     endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", protocol=p.PROTOCOL_VERSION + 1)
     try:
         with pytest.raises(AttachError) as info:

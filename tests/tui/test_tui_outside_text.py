@@ -38,6 +38,22 @@ def test_printable_shows_controls_as_stand_ins_one_for_one() -> None:
     assert printable(plain) is plain
 
 
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_bidi_controls_are_stand_ins_too() -> None:
+    """A right-to-left override showed ``evil\u202etxt.exe`` as ``evilexe.txt``: every bidi control is a
+    stand-in now, one for one, in every report (they share ``printable``), and dropped from a field."""
+    from graphtop.tui.safe_text import field_text, one_line
+    from graphtop.tui.usage import error_line
+
+    for raw in (f"a{c}b" for c in BIDI):
+        assert printable(raw) == "a\ufffdb" and one_line(raw) == "a\ufffdb" and field_text(raw) == "ab", ascii(raw)
+    assert error_line("no model evil\u202etxt.exe") == "graphtop: error: no model evil\ufffdtxt.exe"
+    arabic = "\u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd"  # right-to-left letters are text
+    assert printable(arabic) is arabic
+
+
 def test_safe_content_keeps_the_style_spans() -> None:
     styled = Content.from_markup("[b]$x[/b] tail", x="\x1b[31mred")
     safe = safe_content(styled)

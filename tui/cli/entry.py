@@ -39,6 +39,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
 from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
+from ..safe_text import one_line  # noqa: E402
 from ..usage import UsageError, error_line  # noqa: E402
 
 
@@ -305,7 +306,7 @@ def _run_trace(argv: Sequence[str]) -> int:
         raise UsageError(f"cannot write {args.out}: {e.strerror or e}") from None
     except OutputPathError as e:
         raise UsageError(str(e)) from None
-    print(f"wrote {out} ({len(trace.events)} events); open it at ui.perfetto.dev")
+    print(f"wrote {one_line(str(out))} ({len(trace.events)} events); open it at ui.perfetto.dev")
     return 0
 
 
@@ -424,7 +425,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         silence_stdout()
         line = stdout_error_line(e)
         if line:
-            print(f"graphtop: error: {line}", file=sys.stderr)
+            print(error_line(line), file=sys.stderr)
         return 2 if line else 1
 
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..safe_text import json_escaped, one_line
 from ..usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 
@@ -264,7 +265,7 @@ def _end_interrupted(args: Any, served: _Served, total: int, rec_result: Any) ->
         said.append(f"no request had finished; {args.output} left as it was")
     if rec_result is not None:
         said.append(rec_result.error_line or f"trace {args.record} kept")
-    print(f"graphtop: {word}: {'; '.join(said)}" if said else f"graphtop: {word}", file=sys.stderr)
+    print(one_line(f"graphtop: {word}: {'; '.join(said)}" if said else f"graphtop: {word}"), file=sys.stderr)
     return status
 
 
@@ -328,11 +329,10 @@ result is one line for every reader."""
 
 
 def _result_line(result: dict) -> bytes:
-    """One output line; text that is not valid Unicode (a lone surrogate) is escaped, not lost."""
-    try:
-        return (json.dumps(result, ensure_ascii=False).translate(_LINE_BREAKS) + "\n").encode("utf-8")
-    except UnicodeEncodeError:
-        return (json.dumps(result) + "\n").encode("ascii")
+    """One output line, safe to show on a terminal (``cat OUT.jsonl``, ``--output /dev/stdout``): what a
+    terminal acts on (C1 and bidi controls; ``json`` escapes C0) and text that is not valid Unicode (a lone
+    surrogate) are written as ``\\u`` escapes: the same values, nothing lost."""
+    return (json_escaped(json.dumps(result, ensure_ascii=False)).translate(_LINE_BREAKS) + "\n").encode("utf-8")
 
 
 def _write_error(path: Optional[str], results: list[dict]) -> Optional[str]:
@@ -359,9 +359,9 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
           f"{wall:.2f} s · {tokens / wall if wall > 0 else 0:.1f} tok/s")
     for r in results:
         if r.get("error"):
-            print(f"  {r['id']}: {r['error']}")
+            print(f"  {one_line(str(r['id']))}: {one_line(str(r['error']))}")  # the prompts file's, the engine's
     if rec_result is not None:
-        print(rec_result.describe())
+        print(one_line(rec_result.describe()))
         if not _summarizable(rec_result):
             return False
         from graphtop.engine.telemetry.trace import TraceError, read_trace

@@ -26,6 +26,7 @@ import msgspec
 import zmq
 
 from graphtop.engine.telemetry import protocol as p
+from graphtop.engine.telemetry import wire
 from graphtop.engine.telemetry.pid_check import process_alive
 
 from .prompt_queue import PromptQueue
@@ -153,6 +154,10 @@ class RemoteSession:
     def connect(self) -> p.Welcome:
         """Attach (blocking, up to ``connect_timeout``); raise AttachError when refused or unanswered."""
         if self._thread is None:
+            try:
+                wire.credentials(self._token)
+            except ValueError as exc:
+                raise AttachError(f"cannot attach to {self.endpoint}: {exc}") from None
             self._thread = threading.Thread(target=self._run, name="graphtop-viewer-io", daemon=True)
             self._thread.start()
         if not self._welcomed.wait(self.connect_timeout):
@@ -278,11 +283,8 @@ class RemoteSession:
 
     def _run(self) -> None:
         ctx = zmq.Context()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 200)  # Bye gets out; a dead engine does not hold us longer
-        sock.setsockopt(zmq.RCVHWM, 1000)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
+        sock = wire.viewer_socket(ctx, self._token, self.name)  # connect() checked the token's length
+        watch = wire.HandshakeWatch(sock)
         try:
             sock.connect(self.endpoint)
             sock.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, self._token, self.name)), zmq.NOBLOCK)
@@ -290,9 +292,14 @@ class RemoteSession:
             while not self._stop.is_set():
                 if sock.poll(20):
                     self._receive(sock)
+                refused = watch.failure()
+                if refused is not None:  # said in the handshake: no message will ever come
+                    self._refused = self._refused or refused
+                    self._ended = self._ended or f"{self.endpoint} refused this viewer: {refused}"
+                    break
                 while True:
                     try:
-                        sock.send(self._outbox.get_nowait(), zmq.NOBLOCK)
+                        sock.send_multipart(wire.frames(self._outbox.get_nowait()), zmq.NOBLOCK)
                     except (queue.Empty, zmq.Again):
                         break
                 now = time.monotonic()
@@ -307,6 +314,7 @@ class RemoteSession:
         finally:
             self._welcomed.set()  # a connect() still waiting learns that it failed
             self.prompts.fail(self._ended or "the dashboard detached")  # held prompts will never go now
+            watch.close()
             sock.close()
             ctx.term()
 

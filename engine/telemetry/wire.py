@@ -1,0 +1,88 @@
+"""How the telemetry endpoint's two ends set up their ZeroMQ sockets: the token is checked in ZeroMQ's own
+handshake, and every message travels in frames of at most ``FRAME_BYTES``.
+
+Why: ZeroMQ hands a multipart message over only once every part has arrived, and its ``MAXMSGSIZE``
+bounds each part, never the message. An endpoint that read the token from the first message therefore
+let anyone who could reach it make the engine's process buffer any amount first (one message of 30
+parts of 15 MiB took an engine from 273 MB to 996 MB). So the viewer gives the token in the handshake
+(ZeroMQ's PLAIN mechanism, username and password; ``gate`` answers it): until that is accepted, ZeroMQ
+hands the engine no message at all, and reads at most one handshake frame of ``FRAME_BYTES`` from the
+peer. The server's sockets refuse any frame past ``FRAME_BYTES`` (ZeroMQ drops the connection before
+reading it), so a message longer than that (a long prompt) is cut into frames of that size and the
+server joins them: the 1 MiB message limit (``protocol.MAX_MESSAGE_BYTES``) is unchanged.
+
+PLAIN is not encryption: the token crosses a TCP endpoint in clear, as it did in ``Hello``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import zmq
+
+FRAME_BYTES = 64 << 10
+"""Largest frame the endpoint reads (ZeroMQ's ``MAXMSGSIZE``): a peer that sends a longer one, in its
+handshake or after it, is disconnected before the frame is buffered."""
+
+ZAP_DOMAIN = "graphtop"
+PLAIN_FIELD_BYTES = 255
+"""The PLAIN mechanism's limit on a username or a password (one length byte on the wire)."""
+
+
+def frames(payload: bytes) -> list[bytes]:
+    """``payload`` cut into frames of at most ``FRAME_BYTES`` (one frame when it is that short)."""
+    if len(payload) <= FRAME_BYTES:
+        return [payload]
+    return [payload[i : i + FRAME_BYTES] for i in range(0, len(payload), FRAME_BYTES)]
+
+
+def credentials(token: str) -> bytes:
+    """The token as the PLAIN password; ``ValueError`` (one line) when no endpoint can have it."""
+    raw = token.encode("utf-8", "surrogateescape")
+    if not raw or len(raw) > PLAIN_FIELD_BYTES:
+        raise ValueError(f"wrong token: an endpoint's token is 1-{PLAIN_FIELD_BYTES} bytes, this one {len(raw)}")
+    return raw
+
+
+def viewer_socket(ctx: zmq.Context, token: str, name: str) -> zmq.Socket:
+    """A viewer's DEALER, set up to pass the endpoint's handshake with ``token``."""
+    password = credentials(token)
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 200)  # Bye gets out; a dead engine does not hold us longer
+    sock.setsockopt(zmq.RCVHWM, 1000)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
+    sock.setsockopt(zmq.PLAIN_USERNAME, name.encode("utf-8", "replace")[:PLAIN_FIELD_BYTES] or b"viewer")
+    sock.setsockopt(zmq.PLAIN_PASSWORD, password)
+    return sock
+
+
+class HandshakeWatch:
+    """Why the endpoint refused this viewer's handshake, from the socket's monitor: a wrong token (the
+    endpoint's ZAP handler said no) or another mechanism (an endpoint of an older graphtop, or not
+    graphtop). Without it a refused viewer would only see silence until its connect timeout."""
+
+    _EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._sock = sock
+        self.monitor = sock.get_monitor_socket(self._EVENTS)
+
+    def failure(self) -> Optional[str]:
+        """The reason of a refused handshake since the last call, if any (never blocks)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                return "wrong token"
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                return ("its handshake is not this viewer's (an endpoint of another graphtop version, or "
+                        "not graphtop): attach with the graphtop version that runs the engine")
+
+    def close(self) -> None:
+        self._sock.disable_monitor()
+        self.monitor.close(0)
