@@ -1,6 +1,6 @@
 """Dashboard CPU (GIL) cost under realistic engine traffic, without a GPU.
 
-    python bench/dashboard_cpu.py [--seconds 10] [--steps-per-sec 500] [--no-device] [--profile OUT.prof]
+    python3 bench/dashboard_cpu.py [--seconds 10] [--steps-per-sec 500] [--no-device] [--profile OUT.prof]
                                   [--sim-engine] [--json OUT.json]
 
 The dashboard runs in the main thread while the engine serves from its own thread of the same
@@ -257,7 +257,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=2.0)
@@ -267,7 +267,11 @@ def main() -> int:
                     help="producer contends for the GIL like the engine; report its rate vs headless")
     ap.add_argument("--profile", metavar="OUT.prof", help="cProfile the UI thread during the measurement")
     ap.add_argument("--json", metavar="OUT.json")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     res = asyncio.run(_measure(args))
     if args.sim_engine:
         headless = _headless_sim_rate(args)
