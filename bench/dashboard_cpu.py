@@ -65,6 +65,8 @@ class SyntheticSession:
     hosts_engine = True  # the stand-in engine thread shares this process, as an in-process engine would
     detaches = False
     ended = None
+    silent_for = None  # the stand-in publishes from this process: it cannot go silent
+    parity_every = 0
 
     def __init__(self, steps_per_sec: float = 500.0, bs: int = 64, sim_engine: bool = False,
                  step_gil_s: float = 0.0003, releases_per_step: int = 10) -> None:
@@ -153,6 +155,9 @@ class SyntheticSession:
 
     def recapture(self, decode_bs, prefill_num_tokens) -> None:  # pragma: no cover
         raise RuntimeError("synthetic session cannot recapture")
+
+    def set_parity_every(self, every: int) -> None:  # pragma: no cover
+        raise RuntimeError("synthetic session runs no parity checks")
 
     def buckets(self):
         return list(DECODE), list(PREFILL)

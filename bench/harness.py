@@ -35,8 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 PROMPT_LEN = 128
 MAX_CONTEXT = 1088  # prompt 128 + decode, and a 1024-token prefill
 CPU_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=64, vocab_size=8192)
-"""Overrides that shrink a published shape to a CPU-sized one of the same family (smoke and dry runs)."""
+                 num_key_value_heads=2, head_dim=64, vocab_size=1024)
+"""Overrides that shrink a published shape to a CPU-sized one of the same family (smoke and dry runs). Its
+vocabulary fits the 512-token tokenizer a saved random checkpoint gets (a loader refuses a tokenizer of
+fewer than half the model's tokens), and 2 or 4 ranks split its heads evenly."""
 
 
 def log(*a: Any) -> None:
