@@ -38,7 +38,7 @@ CPU_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, nu
                  num_key_value_heads=2, head_dim=64, vocab_size=1024)
 """Overrides that shrink a published shape to a CPU-sized one of the same family (smoke and dry runs). Its
 vocabulary fits the 512-token tokenizer a saved random checkpoint gets (a loader refuses a tokenizer of
-fewer than half the model's tokens), and 2 or 4 ranks split its heads evenly."""
+fewer than half the model's tokens), and 2 ranks split its heads evenly."""
 
 
 def log(*a: Any) -> None:
