@@ -1,11 +1,11 @@
 """Interleaved A/B of decode-path variants on one checkpoint: every variant is its own engine (its
 graphs captured under its settings), all serving the same batch side by side; timing rounds alternate
 between them, so clock drift and context growth hit every variant alike. Prints each variant's median
-graph step and its ratio to the HBM floor (bench/floor.py). Each engine's KV pool holds every row's
+graph step and its ratio to the HBM floor (bench/harness.py). Each engine's KV pool holds every row's
 context up to the last timed step (``final_context``), so the batch runs whole; a prompt whose run would
 outgrow the benchmark's context is refused.
 
-    python bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1] [--rounds 8] [--steps 20]
+    python3 bench/ab_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1] [--rounds 8] [--steps 20]
         [--variants "pdl=auto;pdl=off;pdl=on;pdl=auto"]  (the default; also e.g. "pdl=off,tuning=64/64/4/2")
 
 A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decode kernel
@@ -42,34 +42,43 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 from types import MethodType
 
-sys.path.insert(0, str(Path(__file__).parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import (
+    PROMPT_LEN,
+    comma_ints,
+    copy_bandwidth,
+    drain,
+    fill_decode,
+    floor_ms,
+    interleaved,
+    log,
+    make_engine,
+    random_ckpt,
+    refuse_past_context,
+    release_cuda,
+    time_steps,
+)
 
-import torch  # noqa: E402
-from floor import copy_bandwidth, floor_ms  # noqa: E402
-from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, refuse_past_context, time_steps  # noqa: E402
+import torch
 
-from graphtop.models.kernels.argmax import argmax_rows  # noqa: E402
-from graphtop.engine.attention import flashinfer_backend as fb  # noqa: E402
-from graphtop.models.kernels import decode_attention as td  # noqa: E402
-from graphtop.engine.attention.base import pick_graph_width  # noqa: E402
-from graphtop.engine.graphs import upload as gu  # noqa: E402
-from graphtop.engine.graphs.backend import ShapeKey  # noqa: E402
-from graphtop.engine.graphs.bucket_policy import BucketDecision  # noqa: E402
-from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
-from graphtop.engine.runners.base import StepOutput  # noqa: E402
-from graphtop.engine.runners import decode_graph as dg  # noqa: E402
-from graphtop.engine.runners.decode_graph import DecodeGraphRunner  # noqa: E402
-from graphtop.models.kernels import gemv as tg  # noqa: E402
-from graphtop.models.kernels import fused as tk  # noqa: E402
-from graphtop.models.kernels import skinny_tuning as st  # noqa: E402
-from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.models.kernels.argmax import argmax_rows
+from graphtop.engine.attention import flashinfer_backend as fb
+from graphtop.models.kernels import decode_attention as td
+from graphtop.engine.attention.base import pick_graph_width
+from graphtop.engine.graphs import upload as gu
+from graphtop.engine.graphs.backend import ShapeKey
+from graphtop.engine.graphs.bucket_policy import BucketDecision
+from graphtop.engine.kernel_config import KernelConfig
+from graphtop.engine.runners.base import StepOutput
+from graphtop.engine.runners import decode_graph as dg
+from graphtop.engine.runners.decode_graph import DecodeGraphRunner
+from graphtop.models.kernels import gemv as tg
+from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels import skinny_tuning as st
 
 
 SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING)
@@ -254,46 +263,52 @@ def compare(shape: str, ckpt, bs: int, prompt: int, variants: list[str], args: a
         handles.append(fill_decode(eng, bs, prompt_len=prompt))
         time_steps(eng, 5)
     apply("")
-    times: list[list[float]] = [[] for _ in variants]
-    for _ in range(args.rounds):
-        for i, eng in enumerate(engines):
-            times[i].append(time_steps(eng, args.steps))
+    figures = interleaved({str(i): (lambda e=eng: time_steps(e, args.steps)) for i, eng in enumerate(engines)},
+                          args.rounds)
+    times = list(figures.values())
     ctx = prompt + 5 + args.rounds * args.steps // 2  # the middle of the timed steps
     floor = floor_ms(ckpt.model, [ctx] * bs, bw)
     base = statistics.median(times[0])
     for v, t in zip(variants, times):
         med = statistics.median(t)
-        print(f"[{shape} bs {bs}, context ~{ctx}] {v or 'defaults':40s} graph step {med:.3f} ms "
-              f"(min {min(t):.3f})  ÷ floor {floor:.3f} = {med / floor:.3f}×  ÷ first {med / base:.3f}",
-              flush=True)
+        log(f"[{shape} bs {bs}, context ~{ctx}] {v or 'defaults':40s} graph step {med:.3f} ms "
+            f"(min {min(t):.3f})  ÷ floor {floor:.3f} = {med / floor:.3f}×  ÷ first {med / base:.3f}")
     for eng, h in zip(engines, handles):
         drain(eng, h)
         eng.close()
     del engines, handles
-    torch.cuda.empty_cache()
+    release_cuda()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--variants", default="pdl=auto;pdl=off;pdl=on;pdl=auto")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--bs", default="1", help="batch sizes, comma list")
     ap.add_argument("--prompt", default=str(PROMPT_LEN), help="prompt tokens, comma list (context = prompt + steps)")
-    args = ap.parse_args()
-    for prompt in map(int, args.prompt.split(",")):
-        refuse_past_context(ap, final_context(prompt, args), f"prompt {prompt} and {args.rounds} rounds of {args.steps} steps")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    for prompt in comma_ints(args.prompt):
+        refuse_past_context(ap, final_context(prompt, args),
+                            f"prompt {prompt} and {args.rounds} rounds of {args.steps} steps")
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
     bw = copy_bandwidth(torch.device("cuda"))
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    log(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     variants = args.variants.split(";")
     for shape in args.shapes.split(","):
-        ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
-        for prompt in map(int, args.prompt.split(",")):
-            for bs in map(int, args.bs.split(",")):
+        ckpt = random_ckpt(shape)
+        for prompt in comma_ints(args.prompt):
+            for bs in comma_ints(args.bs):
                 compare(shape, ckpt, bs, prompt, variants, args, bw)
         del ckpt
-        torch.cuda.empty_cache()
+        release_cuda()
     return 0
 
 

@@ -9,15 +9,14 @@ one, from the moment every request has its first token (prefill done) to the las
 
     python3 bench/cpu_bench.py [--model DIR|FILE.gguf] [--rounds 5] [--new-tokens 32] [--inflight 16]
         [--variants eager,graphs] [--threads N] [--json OUT.json]
-    python3 bench/cpu_bench.py --startup     # load time and capture time per phase, default buckets
 
-Targets (issue 14): graphtop bs 1 >= transformers bs 1; graphtop at 16 in flight >= 4x transformers bs 1.
+Targets: graphtop bs 1 >= transformers bs 1; graphtop at 16 in flight >= 4x transformers bs 1. Load and
+capture times on the CPU: bench/time_to_graphs.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,33 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (tui/cli/entry.py)
+# as the graphtop command sets it (tui/cli/entry.py); read when torch loads OpenMP, so before the harness
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from harness import checkpoint_folder, interleaved, log, smollm2_gguf, write_json  # noqa: E402
 
 import torch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle. "
           "Describe the sea, the weather and the keeper's thoughts in detail.")
 
 
 def default_model() -> str:
     """The SmolLM2 GGUF fetched by scripts/fetch_smollm2.py, if it is there."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from fetch_smollm2 import gguf_path
-
-    path = gguf_path()
+    path = smollm2_gguf()
     if not path.is_file():
         raise SystemExit(f"cpu_bench: {path} not found; run `python3 scripts/fetch_smollm2.py` or pass --model")
     return str(path)
-
-
-def checkpoint_folder(model: str) -> Path:
-    from graphtop.models.checkpoint.gguf import gguf_folder, is_gguf
-
-    path = Path(model).expanduser()
-    return gguf_folder(path) if is_gguf(path) else path
 
 
 def stamp() -> tuple[float, float]:
@@ -151,12 +140,11 @@ def run_speed(args: argparse.Namespace) -> dict:
         contestants[f"graphtop {v} {args.inflight} in flight"] = lambda e=eng: graphtop_rate(e, many, args.new_tokens)
     for fn in contestants.values():  # warm-up: first calls pay one-off allocation and kernel selection
         fn()
-    rates: dict[str, list[Rate]] = {name: [] for name in contestants}
-    for r in range(args.rounds):
-        for name, fn in contestants.items():
-            rates[name].append(fn())
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1].wall:.1f}" for n, v in rates.items()),
-              flush=True)
+
+    def progress(r: int, rates: dict[str, list[Rate]]) -> None:
+        log(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1].wall:.1f}" for n, v in rates.items()))
+
+    rates = interleaved(contestants, args.rounds, on_round=progress)
     print(f"\nSmolLM2 decode, median of {args.rounds} interleaved rounds, torch threads {torch.get_num_threads()}, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, prompt {len(one[0])} tokens, {args.new_tokens} new tokens, "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -177,57 +165,26 @@ def run_speed(args: argparse.Namespace) -> dict:
     return result
 
 
-def run_startup(args: argparse.Namespace) -> dict:
-    """Load time, then capture time per phase with the default bucket lists (from the capture events)."""
-    from graphtop.engine import Engine, EngineConfig
-    from graphtop.engine.telemetry import events as ev
-    from graphtop.engine.telemetry.bus import EventBus
-
-    model = args.model or default_model()
-    t0 = time.perf_counter()
-    folder = checkpoint_folder(model)
-    convert_s = time.perf_counter() - t0
-    bus = EventBus()
-    sub = bus.subscribe("bench")
-    wall0, t0 = time.time(), time.perf_counter()
-    engine = Engine.from_pretrained(str(folder), config=EngineConfig(device="cpu", dtype="float32"), bus=bus)
-    total = time.perf_counter() - t0
-    events = sub.drain()
-    load_s = next(e for e in events if isinstance(e, ev.EngineStarted)).ts - wall0
-    out: dict = {"gguf_lookup_or_convert_s": convert_s, "load_s": load_s, "engine_ready_s": total, "phases": {}}
-    print(f"model {model}\n  GGUF -> folder (cached after the first run) {convert_s:.2f} s")
-    print(f"  load (checkpoint, tokenizer, KV pool) {load_s:.2f} s; engine ready after {total:.2f} s")
-    for fin in (e for e in events if isinstance(e, ev.CaptureFinished)):
-        per = sorted(((e.bucket, e.seconds) for e in events
-                      if isinstance(e, ev.CaptureProgress) and e.phase == fin.phase), key=lambda x: -x[1])
-        out["phases"][fin.phase] = {"buckets": len(per), "seconds": fin.seconds, "per_bucket": dict(per)}
-        top = ", ".join(f"{b}: {s:.2f}s" for b, s in per[:5])
-        print(f"  capture {fin.phase:7s} {len(per):3d} buckets {fin.seconds:7.2f} s (slowest {top})")
-    # Each phase first runs one eager forward at its largest bucket (the runners' warm-up), outside
-    # the capture events' timing; that and the rest of start-up is what remains.
-    rest = total - load_s - sum(p["seconds"] for p in out["phases"].values())
-    out["warmup_and_rest_s"] = rest
-    print(f"  warm-up forwards at the largest buckets and the rest {rest:.2f} s; load average {os.getloadavg()[0]:.1f}")
-    engine.close()
-    return out
-
-
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", help="checkpoint folder or .gguf (default: the SmolLM2 GGUF fetched by the script)")
+    ap.add_argument("--model", help="checkpoint folder or .gguf (default: the SmolLM2 GGUF that "
+                    "scripts/fetch_smollm2.py fetches)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--inflight", type=int, default=16)
     ap.add_argument("--variants", default="eager,graphs")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's own choice)")
-    ap.add_argument("--startup", action="store_true", help="measure load and default capture instead")
     ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = run_startup(args) if args.startup else run_speed(args)
+    result = run_speed(args)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(Path(args.json).parent, Path(args.json).name, result)
     return 0
 
 

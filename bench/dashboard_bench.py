@@ -1,7 +1,7 @@
 """Dashboard overhead in the real configuration: decode tokens/s with a dashboard attached ÷ headless.
 
-    python bench/dashboard_bench.py --out OUT_DIR [--configs qwen3-0.6b:1,qwen3-0.6b:64,llama-3.1-8b:1]
-                                    [--tokens 512] [--rounds 5] [--device cuda|cpu] [--layers N]
+    python3 bench/dashboard_bench.py --out OUT_DIR [--configs qwen3-0.6b:1,qwen3-0.6b:64,llama-3.1-8b:1]
+                                     [--tokens 512] [--rounds 5] [--device cuda|cpu] [--layers N]
 
 For each shape:bs, one engine serves the same workload (bs requests × tokens new tokens, greedy,
 ignore_eos) from its background thread, in interleaved rounds (ABBA order):
@@ -34,6 +34,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# The viewer process imports only the dashboard (no torch, no harness): it starts in a fraction of a second.
 
 
 # -- the viewer process ----------------------------------------------------------------------------
@@ -126,11 +127,11 @@ def attached_round(engine: Any, bs: int, tokens: int, seed: int, runtime: Path, 
 
 def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -> dict:
     import torch
+    from harness import interleaved, log, random_ckpt, release_cuda
 
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
     from graphtop.engine.telemetry.bus import EventBus
-    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     config = EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""), max_context_len=1024,
@@ -140,30 +141,34 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
         engine = Engine.from_pretrained(None, config=config, bus=EventBus())
     else:
         overrides = {"num_hidden_layers": args.layers} if args.layers else {}
-        ckpt = random_checkpoint(hf_config_for(shape, **overrides), device=args.device, dtype=dtype)
+        ckpt = random_ckpt(shape, device=args.device, dtype=dtype, **overrides)
         engine = Engine(ckpt, config, EventBus())
     engine.start_background()
     try:
         workload(engine, bs, 16, seed=99)  # warm up
         attached_round(engine, bs, 16, 98, runtime, args.viewer_kind)  # and the viewer's first start (imports)
-        headless, attached, reports = [], [], []
-        for r in range(args.rounds):
-            order = ("headless", "attached") if r % 2 == 0 else ("attached", "headless")
-            for kind in order:
-                if kind == "headless":
-                    headless.append(workload(engine, bs, args.tokens, seed=r))
-                else:
-                    rate, report = attached_round(engine, bs, args.tokens, r, runtime, args.viewer_kind)
-                    attached.append(rate)
-                    reports.append(report)
+        reports: list[dict] = []
+        round_no = 0  # both sides of a round serve the same prompts
+
+        def attached_rate() -> float:
+            rate, report = attached_round(engine, bs, args.tokens, round_no, runtime, args.viewer_kind)
+            reports.append(report)
+            return rate
+
+        def progress(r: int, figures: dict[str, list[float]]) -> None:
+            nonlocal round_no
+            round_no = r + 1
             rep = reports[-1]
-            print(f"{shape} bs {bs} round {r}: headless {headless[-1]:.0f} tok/s, attached {attached[-1]:.0f} tok/s; "
-                  f"viewer showed {rep['steps']} of {rep['engine_steps']} steps, dropped {rep['dropped']}", flush=True)
+            log(f"{shape} bs {bs} round {r}: headless {figures['headless'][-1]:.0f} tok/s, attached "
+                f"{figures['attached'][-1]:.0f} tok/s; viewer showed {rep['steps']} of {rep['engine_steps']} steps, "
+                f"dropped {rep['dropped']}")
+
+        figures = interleaved({"headless": lambda: workload(engine, bs, args.tokens, seed=round_no),
+                               "attached": attached_rate}, args.rounds, abba=True, on_round=progress)
+        headless, attached = figures["headless"], figures["attached"]
     finally:
         engine.close()
-        del engine
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
+        release_cuda()
     ratio = statistics.median(attached) / statistics.median(headless)
     print(f"dashboard attached / headless decode tokens/s ({shape}, bs {bs}): "
           f"{statistics.median(attached):.0f} / {statistics.median(headless):.0f} = {ratio:.3f}", flush=True)
@@ -173,8 +178,8 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
             "viewer": reports, "every_step_shown_or_counted": accounted, "ratio": ratio}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     ap.add_argument("--configs", default="qwen3-0.6b:1,qwen3-0.6b:64,llama-3.1-8b:1", help="shape:bs,...")
     ap.add_argument("--tokens", type=int, default=512)
@@ -184,7 +189,11 @@ def main() -> int:
     ap.add_argument("--viewer-kind", choices=["dashboard", "raw"], default="dashboard",
                     help="raw: a viewer that only receives (the endpoint's cost without rendering)")
     ap.add_argument("--viewer", nargs=3, metavar=("KIND", "ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.viewer:
         kind, endpoint, token = args.viewer
         if kind == "raw":
@@ -204,9 +213,9 @@ def main() -> int:
         for item in args.configs.split(","):
             shape, bs = item.rsplit(":", 1)
             results.append(bench_config(shape, int(bs), args, Path(runtime)))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dashboard_bench.json").write_text(json.dumps(results, indent=1))
+    from harness import write_json
+
+    write_json(args.out, "dashboard_bench.json", results)
     print("summary (attached ÷ headless, median of interleaved rounds):")
     for r in results:
         print(f"  {r['shape']:>14} bs {r['bs']:>3}: {r['ratio']:.3f}"

@@ -1,6 +1,6 @@
 """Dashboard CPU (GIL) cost under realistic engine traffic, without a GPU.
 
-    python bench/dashboard_cpu.py [--seconds 10] [--steps-per-sec 500] [--no-device] [--profile OUT.prof]
+    python3 bench/dashboard_cpu.py [--seconds 10] [--steps-per-sec 500] [--no-device] [--profile OUT.prof]
                                   [--sim-engine] [--json OUT.json]
 
 The dashboard runs in the main thread while the engine serves from its own thread of the same
@@ -65,6 +65,8 @@ class SyntheticSession:
     hosts_engine = True  # the stand-in engine thread shares this process, as an in-process engine would
     detaches = False
     ended = None
+    silent_for = None  # the stand-in publishes from this process: it cannot go silent
+    parity_every = 0
 
     def __init__(self, steps_per_sec: float = 500.0, bs: int = 64, sim_engine: bool = False,
                  step_gil_s: float = 0.0003, releases_per_step: int = 10) -> None:
@@ -153,6 +155,9 @@ class SyntheticSession:
 
     def recapture(self, decode_bs, prefill_num_tokens) -> None:  # pragma: no cover
         raise RuntimeError("synthetic session cannot recapture")
+
+    def set_parity_every(self, every: int) -> None:  # pragma: no cover
+        raise RuntimeError("synthetic session runs no parity checks")
 
     def buckets(self):
         return list(DECODE), list(PREFILL)
@@ -257,7 +262,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=2.0)
@@ -267,7 +272,11 @@ def main() -> int:
                     help="producer contends for the GIL like the engine; report its rate vs headless")
     ap.add_argument("--profile", metavar="OUT.prof", help="cProfile the UI thread during the measurement")
     ap.add_argument("--json", metavar="OUT.json")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     res = asyncio.run(_measure(args))
     if args.sim_engine:
         headless = _headless_sim_rate(args)

@@ -3,7 +3,7 @@ store, FlashInfer decode, its merge: four launches) against the one-launch Trito
 (models/kernels/decode_attention.py), each captured as L layers in one CUDA graph and timed by replay,
 so launch gaps count. Every layer has its own KV cache, so the caches are not all sitting in L2.
 
-    python bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
+    python3 bench/decode_attn_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
         [--ctx 220,1000,4000] [--layouts shuffled,contiguous,engine] [--q-entry] [--sweep] [--sweep-bs 1,8]
         [--sweep-ctx 220,1000] [--out DIR]
 
@@ -27,32 +27,22 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import PROMPT_LEN, attention_heads, copy_bandwidth, graph_us, log, write_json
 
-import torch  # noqa: E402
+import torch
 
-from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS  # noqa: E402
-from graphtop.models.kernels.decode_attention import DecodeTuning, PagedDecode  # noqa: E402
-from graphtop.models.kernels import fused as tk  # noqa: E402
+from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS
+from graphtop.models.kernels.decode_attention import DecodeTuning, PagedDecode
+from graphtop.models.kernels import fused as tk
 
-sys.path.insert(0, str(Path(__file__).parent))
-from graph_bench import PROMPT_LEN, copy_bandwidth  # noqa: E402
-
-# (q heads, kv heads, qk-norm) of the benchmark shapes; head_dim 128
-SHAPES = {"qwen3-0.6b": (16, 8, True), "llama-3.1-8b": (32, 8, False)}
+SHAPES = {name: attention_heads(name) for name in ("qwen3-0.6b", "llama-3.1-8b")}  # head_dim 128 both
 D = 128
 DT = torch.bfloat16
 KV_BUDGET = 6 << 30  # bytes of KV cache across the graph's layers
-
-
-def log(*a: Any) -> None:
-    print(*a, flush=True)
 
 
 LAYOUTS = ("shuffled", "contiguous", "engine")
@@ -104,32 +94,10 @@ class Case:
         self.kw = torch.rand(D, device="cuda", dtype=DT, generator=g) + 0.5 if norm else None
 
 
-def graph_us(case: Case, layer_fn: Callable[[int], Any], reps: int = 20) -> float:
-    """Per-layer µs of a graph that runs ``layer_fn`` for every layer of the case."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for layer in range(case.layers):  # warm up: JIT, autotune, workspaces
-            layer_fn(layer)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for layer in range(case.layers):
-            layer_fn(layer)
-    for _ in range(3):
-        graph.replay()
-    best = float("inf")
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        best = min(best, a.elapsed_time(b) * 1e3 / reps / case.layers)
-    del graph
-    return best
+def layer_us(case: Case, layer_fn: Callable[[int], Any], reps: int = 20) -> float:
+    """Per-layer µs of a graph that runs ``layer_fn`` for every layer of the case (best of 3 x ``reps``
+    replays)."""
+    return graph_us(layer_fn, case.layers, replays=reps, samples=3, best=True)
 
 
 def flashinfer_layer(case: Case) -> Callable[[int], Any]:
@@ -226,8 +194,8 @@ def regs_grid(case: Case) -> list[DecodeTuning]:
                         for bt, nw, ns, reg in shapes]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--bs", default="1,8,64,256")
     ap.add_argument("--ctx", default="220,1000,4000")
@@ -243,7 +211,14 @@ def main() -> int:
     grids.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to eight stages")
     grids.add_argument("--sweep-regs", action="store_true", help="sweep launches with a register cap")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
     rows = []
     log("| shape | bs | context | slots | FlashInfer pipeline µs/layer | Triton one-launch µs/layer "
         "| FlashInfer ÷ Triton | Triton without PDL | K/V bytes µs at the copy bandwidth |"
@@ -256,15 +231,15 @@ def main() -> int:
             if bs * ctx > 256 * 1000:
                 continue
             case = Case(SHAPES[shape], bs, ctx, layout=layout)
-            fi = graph_us(case, flashinfer_layer(case))
-            tr = graph_us(case, triton_layer(case))
-            tr0 = graph_us(case, triton_layer(case, pdl=False))
+            fi = layer_us(case, flashinfer_layer(case))
+            tr = layer_us(case, triton_layer(case))
+            tr0 = layer_us(case, triton_layer(case, pdl=False))
             kv_us = 2 * bs * ctx * case.hkv * D * 2 / bw * 1e6
             row = dict(shape=shape, bs=bs, ctx=ctx, layout=layout, flashinfer_us=fi, triton_us=tr,
                        triton_no_pdl_us=tr0, kv_bytes_us=kv_us, copy_bw=bw)
             line = f"| {shape} | {bs} | {ctx} | {layout} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} | {kv_us:.2f} |"
             if args.q_entry:
-                row["triton_q_us"] = graph_us(case, triton_q_layer(case))
+                row["triton_q_us"] = layer_us(case, triton_q_layer(case))
                 line += f" {row['triton_q_us']:.2f} |"
             rows.append(row)
             log(line)
@@ -273,7 +248,8 @@ def main() -> int:
     if args.sweep:
         small = [DecodeTuning(bt, mc, nw, 2) for bt in (32, 64, 128) for mc in (128, 256, 512)
                  for nw in (2, 4) if mc >= bt]
-        # from 64 rows on, rows x KV heads fill the SMs and splitting the context never won (README):
+        # from 64 rows on, rows x KV heads fill the SMs and splitting the context never won
+        # (docs/benchmarks.md, tried and not shipped):
         # only the tile's shape
         large = [DecodeTuning(bt, 256, nw, ns) for bt in (16, 32, 64, 128) for nw in (2, 4, 8) for ns in (2, 3, 4)
                  if bt * ns <= 256]
@@ -290,7 +266,7 @@ def main() -> int:
                     grid = splits_grid(case)
                 for t in grid:
                     try:
-                        res.append((graph_us(case, triton_layer(case, t), reps=10), t))
+                        res.append((layer_us(case, triton_layer(case, t), reps=10), t))
                     except Exception as exc:  # a shape the compiler refuses: report, go on
                         log(f"  {t}: {type(exc).__name__}: {str(exc)[:100]}")
                 res.sort(key=lambda r: r[0])
@@ -298,8 +274,7 @@ def main() -> int:
                 rows.append(dict(shape=shape, bs=bs, ctx=ctx, sweep=[(us, t.__dict__) for us, t in res]))
                 del case
                 torch.cuda.empty_cache()
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "decode_attn.json").write_text(json.dumps(rows, indent=1))
+    write_json(args.out, "decode_attn.json", rows)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Small-batch projections of real model shapes: cuBLAS (+ the separate norm/SiLU/add kernels it needs)
 vs the fused Triton GEMV, per launch config, measured the way a decode graph runs them.
 
-    python bench/gemv_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--m 1] [--sweep]
+    python3 bench/gemv_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--m 1] [--sweep]
 
 Each variant is captured in a CUDA graph that runs the op once per layer over that many distinct weight
 copies (so weights stream from HBM as in the model, never from L2), replayed several times; the table
@@ -13,65 +13,39 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import statistics
 import sys
 from typing import Callable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import (
+    PROMPT_LEN,
+    comma_ints,
+    copy_bandwidth,
+    drain,
+    fill_decode,
+    floor_ms,
+    graph_us,
+    log,
+    make_engine,
+    projections,
+    random_ckpt,
+    release_cuda,
+    time_steps,
+)
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from floor import copy_bandwidth, floor_ms  # noqa: E402
-
-from graphtop.models.kernels import gemv as tg  # noqa: E402
-from graphtop.models.kernels import fused as tk  # noqa: E402
-from graphtop.models.synthetic.random_model import SHAPES  # noqa: E402
+from graphtop.models.kernels import gemv as tg
+from graphtop.models.kernels import fused as tk
+from graphtop.models.synthetic.random_model import SHAPES
 
 GRID = [c for c in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
 # --wide: more, longer K tiles and fewer rows a program (more programs in flight for small N)
 WIDE_GRID = [c for c in itertools.product((4, 8, 16), (1024, 2048), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
 
 
-def graph_us(fn: Callable[[int], None], layers: int, reps: int = 7) -> float:
-    """µs per op: a graph of ``fn(l)`` for every layer l, replayed ``reps`` times, median."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for l in range(layers):
-            fn(l)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for l in range(layers):
-            fn(l)
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / layers)
-    del g
-    return statistics.median(ts)
-
-
-def ops_for(shape: str) -> list[tuple[str, int, int, str]]:
-    c = SHAPES[shape]
-    h, i = c["hidden_size"], c["intermediate_size"]
-    hd = c.get("head_dim") or h // c["num_attention_heads"]
-    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-    return [("qkv", q + 2 * kv, h, "norm"), ("o", h, q, "res"), ("gate_up", 2 * i, h, "norm"),
-            ("down", h, i, "silu_res")]
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--m", default="1", help="comma list of row counts; --sweep tunes at the first")
     ap.add_argument("--sweep", action="store_true")
@@ -79,15 +53,22 @@ def main() -> int:
     ap.add_argument("--ops", default="qkv,o,gate_up,down")
     ap.add_argument("--decode", action="store_true",
                     help="after the sweep: decode step at bs 1 with the shipped configs vs the swept ones")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
     bw = copy_bandwidth(torch.device("cuda"))
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
-    ms = [int(v) for v in args.m.split(",")]
+    log(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    ms = comma_ints(args.m)
     dt, dev = torch.bfloat16, "cuda"
     tuned: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     for shape, m in itertools.product(args.shapes.split(","), ms):
         layers = SHAPES[shape]["num_hidden_layers"]
-        for name, n, k, kind in ops_for(shape):
+        for name, n, k, kind in projections(shape):
             if name not in args.ops.split(","):
                 continue
             ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(layers)]
@@ -97,7 +78,7 @@ def main() -> int:
             res = torch.randn(m, n, dtype=dt, device=dev)
             out = torch.empty(m, n, dtype=dt, device=dev)
 
-            def cublas(l: int) -> None:  # what the fused-kernel path does today around this GEMM
+            def cublas(l: int) -> None:  # what the fused-kernel path does around this GEMM
                 if kind == "norm":
                     F.linear(tk.rms_norm(x, nw, 1e-6), ws[l])
                 elif kind == "silu_res":
@@ -127,7 +108,7 @@ def main() -> int:
                 try:
                     t = graph_us(fused(cfg), layers)
                 except Exception as exc:  # a config that does not compile/fit is skipped
-                    print(f"  {cfg}: {type(exc).__name__}", flush=True)
+                    log(f"  {cfg}: {type(exc).__name__}")
                     continue
                 if best is None or t < best[0]:
                     best = (t, cfg)
@@ -149,7 +130,7 @@ def main() -> int:
                   f"{t_plain:7.2f} us ({byts / t_plain * 1e8 / bw:5.1f}% bw), fused {best[0]:7.2f} us "
                   f"({byts / best[0] * 1e8 / bw:5.1f}% bw) cfg {best[1]} rel err {err:.1e}",
                   flush=True)
-            del ws
+            ws.clear()
             torch.cuda.empty_cache()
     if args.sweep:
         print("TUNED = {" + ", ".join(f"({n}, {k}): {c}" for (n, k), c in tuned.items()) + "}")
@@ -161,11 +142,7 @@ def main() -> int:
 
 def decode_with(shape: str, tuned: dict, bw: float) -> None:
     """Graph decode step at bs 1 (FlashInfer, overlap on) with the shipped TUNED vs shipped + swept."""
-    from graph_bench import PROMPT_LEN, drain, fill_decode, make_engine, time_steps
-
-    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
-
-    ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
+    ckpt = random_ckpt(shape)
     shipped = dict(tg.TUNED)
     for label, table in (("shipped configs", shipped), ("swept configs", {**shipped, **tuned}),
                          ("shipped configs again", shipped)):
@@ -181,7 +158,7 @@ def decode_with(shape: str, tuned: dict, bw: float) -> None:
         drain(eng, handles)
         eng.close()
         del eng, handles
-        torch.cuda.empty_cache()
+        release_cuda()
     tg.TUNED.clear()
     tg.TUNED.update(shipped)
 

@@ -1,9 +1,9 @@
 """Decode/prefill benchmark: graphtop graph vs eager, FlashInfer vs torch-native, the HBM floor
-(bench/floor.py), transformers' own decode (eager, and its step in a hand-captured CUDA graph),
+(bench/harness.py), transformers' own decode (eager, and its step in a hand-captured CUDA graph),
 capture cost, and event-stream overhead — all measured side by side in one run on one device,
 printed as a table of ratios and saved as JSON.
 
-    python bench/graph_bench.py --out OUT_DIR [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
+    python3 bench/graph_bench.py --out OUT_DIR [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
         [--rounds 5] [--prefill 64,128,256,512,1024]
 
 Step times are whole serving steps (schedule → forward → sample → events), timed across N steps with
@@ -14,93 +14,39 @@ and eager decode of one batch alternate in rounds on the same live engine; figur
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Optional
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+from events_bench import events_overhead
+from harness import (
+    PROMPT_LEN,
+    comma_ints,
+    copy_bandwidth,
+    drain,
+    fill_decode,
+    floor_ms,
+    fmt,
+    interleaved,
+    log,
+    make_engine,
+    md_table,
+    random_ckpt,
+    ratio,
+    refuse_past_context,
+    release_cuda,
+    time_steps,
+    write_json,
+    write_text,
+)
 
-import torch  # noqa: E402
+import torch
 
-from graphtop.engine.config import EngineConfig  # noqa: E402
-from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
-from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
-from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from floor import copy_bandwidth, floor_ms  # noqa: E402,F401  (copy_bandwidth: re-exported for the other benches)
-
-PROMPT_LEN = 128
-MAX_CONTEXT = 1088  # prompt 128 + decode, and a 1024-token prefill
-
-
-def log(*a: Any) -> None:
-    print(*a, flush=True)
-
-
-def make_engine(ckpt: Any, attention: str, graphs: bool, bus: Optional[EventBus] = None,
-                max_running: int = 256, gemv_rows: int = 1, decode_bs: Optional[list[int]] = None,
-                prefill_graphs: bool = True, longest_context: int = 0, **overrides: Any) -> Engine:
-    """An engine for benchmarks: page size 1 unless ``page_size`` is given; ``decode_bs`` limits the
-    decode graphs to those buckets and ``prefill_graphs=False`` captures none (quicker A/B engines).
-    The KV pool holds ``max_running`` requests of ``longest_context`` tokens (at least 400): a batch
-    that outgrows it runs fewer rows or preempts them mid-measurement, while the floor counts them all."""
-    gcfg = GraphConfig()
-    if not graphs:
-        gcfg.set("decode.backend", "disabled")
-        gcfg.set("prefill.backend", "disabled")
-    if decode_bs is not None:
-        gcfg.set("decode.bs", decode_bs)
-    if not prefill_graphs:
-        gcfg.set("prefill.backend", "disabled")
-    page_size = overrides.pop("page_size", 1)
-    tokens_per_request = max(400, longest_context + 8)
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, page_size=page_size,
-                       chunked_prefill_size=1024, max_running_requests=max_running,
-                       max_context_len=MAX_CONTEXT, max_total_tokens=max_running * tokens_per_request + 4096, graphs=gcfg,
-                       fused_gemv_max_rows=gemv_rows, capture_before_serving=True, **overrides)
-    return Engine(ckpt, cfg, bus)
-
-
-def fill_decode(eng: Engine, bs: int, seed: int = 0, prompt_len: int = PROMPT_LEN) -> list:
-    g = torch.Generator().manual_seed(seed)
-    vocab = eng.spec.vocab_size
-    params = SamplingParams(max_new_tokens=MAX_CONTEXT - prompt_len - 2, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params)
-               for _ in range(bs)]
-    while any(len(h._token_ids) == 0 for h in handles):
-        eng.step()
-    return handles
-
-
-def drain(eng: Engine, handles: list) -> None:
-    for h in handles:
-        eng.cancel(h.request_id)
-    eng.run_until_idle()
-    assert eng.pool.used_pages == 0, "KV pool not empty after drain"
-
-
-def time_steps(eng: Engine, n: int) -> float:
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        eng.step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e3
-
-
-def refuse_past_context(ap: argparse.ArgumentParser, context: int, what: str) -> None:
-    """Stop the run (one line, exit 2) where a request would outgrow the benchmark's context."""
-    if context > MAX_CONTEXT - 2:
-        ap.error(f"{what} reach {context} tokens of context, past the benchmark's {MAX_CONTEXT - 2}")
+from graphtop.engine.engine import Engine
+from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.telemetry.bus import EventBus
 
 
 def decode_run_context(steps: int, eager_steps: int, rounds: int) -> int:
@@ -117,21 +63,26 @@ def decode_ms(eng: Engine, bs: int, steps: int, eager_steps: int, rounds: int) -
     handles = fill_decode(eng, bs)
     out: dict[str, Any] = {}
     mr = eng.model_runner
-    has_graph = mr.decode is not None and mr.decode.policy.pick(bs) is not None
-    graph_t: list[float] = []
-    eager_t: list[float] = []
     contexts: list[int] = []
-    time_steps(eng, 5)
-    for _ in range(rounds):
-        if has_graph:
-            contexts.append(PROMPT_LEN + len(handles[0]._token_ids) + steps // 2)
-            graph_t.append(time_steps(eng, steps))
+
+    def graph_round() -> float:
+        contexts.append(PROMPT_LEN + len(handles[0]._token_ids) + steps // 2)
+        return time_steps(eng, steps)
+
+    def eager_round() -> float:
         saved, mr.decode = mr.decode, None
         try:
-            time_steps(eng, 1)
-            eager_t.append(time_steps(eng, eager_steps))
+            time_steps(eng, 1)  # the switch's first step, untimed
+            return time_steps(eng, eager_steps)
         finally:
             mr.decode = saved
+
+    rounds_of = {"eager": eager_round}
+    if mr.decode is not None and mr.decode.policy.pick(bs) is not None:
+        rounds_of = {"graph": graph_round, **rounds_of}
+    time_steps(eng, 5)
+    figures = interleaved(rounds_of, rounds)
+    graph_t, eager_t = figures.get("graph", []), figures["eager"]
     if graph_t:
         out["graph"] = statistics.median(graph_t)
         out["graph_rounds"] = graph_t
@@ -180,23 +131,6 @@ def prefill_ms(eng: Engine, n_tokens: int, reps: int) -> dict[str, float]:
             finally:
                 mr.prefill = saved
     return {label: statistics.median(t) for label, t in times.items()}
-
-
-def events_overhead(eng: Engine, rounds: int, steps: int) -> dict[str, float]:
-    """Decode step time at bs 1 with a trace recorder subscribed vs no subscriber, interleaved."""
-    from graphtop.engine.telemetry.recorder import TraceRecorder
-
-    handles = fill_decode(eng, 1)
-    on, off = [], []
-    for r in range(rounds):
-        off.append(time_steps(eng, steps))
-        path = Path(tempfile.mkdtemp()) / "trace.jsonl"
-        rec = TraceRecorder(str(path), eng.bus, header_meta={"bench": "events_overhead"})
-        on.append(time_steps(eng, steps))
-        rec.close()
-    drain(eng, handles)
-    return {"off_ms": statistics.median(off), "on_ms": statistics.median(on),
-            "ratio": statistics.median(on) / statistics.median(off)}
 
 
 def hf_decode_ms(hf_config: Any, bs: int, steps: int) -> float:
@@ -287,8 +221,8 @@ def capture_stats(bus_sub: Any) -> dict[str, Any]:
 
 def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: list[str]) -> dict[str, Any]:
     overrides = {"num_hidden_layers": args.layers} if args.layers else {}
-    hf_config = hf_config_for(shape, **overrides)
-    ckpt = random_checkpoint(hf_config, device="cuda", dtype=torch.bfloat16)
+    ckpt = random_ckpt(shape, **overrides)
+    hf_config = ckpt.hf_config
     res: dict[str, Any] = {"shape": shape, "weights_bytes": ckpt.weights_bytes, "decode": {}, "prefill": {},
                            "capture": {}}
     for attn in attentions:
@@ -311,14 +245,13 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
             res["prefill"].setdefault(attn, {})[n] = p
             log(f"[{shape}/{attn}] prefill {n}: {p}")
         if attn == attentions[0] and args.events:
-            res["events"] = events_overhead(eng, rounds=5, steps=args.steps)
+            res["events"] = events_overhead(eng, 1, args.steps, 5, torch.cuda.synchronize)
             log(f"[{shape}/{attn}] events overhead {res['events']}")
         eng.close()  # graphs and pool released now, before the next engine captures
         del eng
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        release_cuda()
     del ckpt
-    torch.cuda.empty_cache()
+    release_cuda()
     res["transformers"], res["transformers_graph"] = {}, {}
     for bs in args.hf_bs:
         res["transformers"][bs] = hf_decode_ms(hf_config, bs, args.hf_steps)
@@ -330,55 +263,38 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| shape | attention | bs | context | graph ms | eager ms | eager/graph | worst round | HBM floor ms "
-             "| graph/floor | transformers ms | transformers in a CUDA graph ms | transformers-graph/graph |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    decode = []
     for r in results:
         for attn, by_bs in r["decode"].items():
             for bs, d in by_bs.items():
                 g, e, floor = d.get("graph"), d.get("eager"), d["floor_ms"]
                 hf, hfg = r["transformers"].get(bs), r["transformers_graph"].get(bs)
-                lines.append(
-                    f"| {r['shape']} | {attn} | {bs} | {int(d['context'])} | {_f(g)} | {_f(e)} | {_r(e, g)} | "
-                    f"{_x(d.get('worst_eager_over_graph'))} | {floor:.3f} | {_r(g, floor)} | {_f(hf)} | {_f(hfg)} | {_r(hfg, g)} |"
-                )
-    lines += ["", "| shape | attention | prefill tokens | breakable ms (= TTFT, idle engine) | eager ms | "
-              "eager/breakable |",
-              "|---|---|---|---|---|---|"]
-    for r in results:
-        for attn, by_n in r["prefill"].items():
-            for n, p in by_n.items():
-                lines.append(f"| {r['shape']} | {attn} | {n} | {_f(p.get('graph'))} | {_f(p.get('eager'))} | "
-                             f"{_r(p.get('eager'), p.get('graph'))} |")
-    lines += ["", "| shape | attention | phase | buckets | capture s | graph memory MiB |", "|---|---|---|---|---|---|"]
-    for r in results:
-        for attn, phases in r["capture"].items():
-            for phase, c in phases.items():
-                lines.append(f"| {r['shape']} | {attn} | {phase} | {c['buckets']} | {c['seconds']:.2f} | "
-                             f"{c['memory_bytes'] / 2**20:.0f} |")
+                decode.append([r["shape"], attn, bs, int(d["context"]), fmt(g), fmt(e), ratio(e, g),
+                               ratio(d.get("worst_eager_over_graph"), 1.0), f"{floor:.3f}", ratio(g, floor),
+                               fmt(hf), fmt(hfg), ratio(hfg, g)])
+    prefill = [[r["shape"], attn, n, fmt(p.get("graph")), fmt(p.get("eager")), ratio(p.get("eager"), p.get("graph"))]
+               for r in results for attn, by_n in r["prefill"].items() for n, p in by_n.items()]
+    capture = [[r["shape"], attn, phase, c["buckets"], f"{c['seconds']:.2f}", f"{c['memory_bytes'] / 2**20:.0f}"]
+               for r in results for attn, phases in r["capture"].items() for phase, c in phases.items()]
+    parts = [
+        md_table(["shape", "attention", "bs", "context", "graph ms", "eager ms", "eager/graph", "worst round",
+                  "HBM floor ms", "graph/floor", "transformers ms", "transformers in a CUDA graph ms",
+                  "transformers-graph/graph"], decode),
+        md_table(["shape", "attention", "prefill tokens", "breakable ms (= TTFT, idle engine)", "eager ms",
+                  "eager/breakable"], prefill),
+        md_table(["shape", "attention", "phase", "buckets", "capture s", "graph memory MiB"], capture),
+    ]
     for r in results:
         if "events" in r:
             ev = r["events"]
-            lines.append(f"\nevents on/off at bs 1 ({r['shape']}): {ev['on_ms']:.4f} / {ev['off_ms']:.4f} ms "
+            parts.append(f"events on/off at bs 1 ({r['shape']}): {ev['on_ms']:.4f} / {ev['off_ms']:.4f} ms "
                          f"= {ev['ratio']:.4f}")
-    return "\n".join(lines)
+    return "\n\n".join(parts)
 
 
-def _f(v: Optional[float]) -> str:
-    return "–" if v is None else f"{v:.3f}"
-
-
-def _x(v: Optional[float]) -> str:
-    return "–" if v is None else f"{v:.2f}×"
-
-
-def _r(a: Optional[float], b: Optional[float]) -> str:
-    return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}×"
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"), help="folder for bench.json and bench.md")
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--attention", default="flashinfer,torch")
     ap.add_argument("--bs", default="1,8,64,256")
@@ -392,15 +308,16 @@ def main() -> int:
     ap.add_argument("--prefill-reps", type=int, default=5)
     ap.add_argument("--layers", type=int, default=0, help="override layer count (quick runs)")
     ap.add_argument("--no-events", dest="events", action="store_false")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
     refuse_past_context(ap, decode_run_context(args.steps, args.eager_steps, args.rounds),
                         f"{args.rounds} rounds of {args.steps} graph and {args.eager_steps} eager steps")
-    args.bs = [int(x) for x in args.bs.split(",") if x]
-    args.prefill = [int(x) for x in args.prefill.split(",") if x]
-    args.hf_bs = [int(x) for x in args.hf_bs.split(",") if x]
-    args.hf_graph_bs = [int(x) for x in args.hf_graph_bs.split(",") if x]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    args.bs, args.prefill = comma_ints(args.bs), comma_ints(args.prefill)
+    args.hf_bs, args.hf_graph_bs = comma_ints(args.hf_bs), comma_ints(args.hf_graph_bs)
     if not torch.cuda.is_available():
         print("graph_bench: needs a CUDA device", file=sys.stderr)
         return 2
@@ -416,10 +333,10 @@ def main() -> int:
     results = []
     for shape in [s for s in args.shapes.split(",") if s]:
         results.append(bench_shape(shape, args, bw, attentions))
-        (out / "bench.json").write_text(json.dumps({"device": torch.cuda.get_device_name(dev),
-                                                    "copy_bandwidth": bw, "results": results}, indent=1))
+        write_json(args.out, "bench.json", {"device": torch.cuda.get_device_name(dev), "copy_bandwidth": bw,
+                                            "results": results})
     md = table(results)
-    (out / "bench.md").write_text(md + "\n")
+    write_text(args.out, "bench.md", md + "\n")
     print(md)
     return 0
 

@@ -16,46 +16,31 @@ the attention backend: FlashInfer's planning does not run here).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
+from typing import Any, Callable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import PROMPT_LEN, comma_ints, fill_decode, log, make_engine, random_ckpt
 
-import torch  # noqa: E402
+import torch
 
-from graphtop.engine.config import EngineConfig  # noqa: E402
-from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
-from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
-from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
-
-PROMPT = 128
 HIDDEN = 64
+NEW_TOKENS = 1064  # room for the timed steps (refused past it), so the batch stays whole
 
 
-def engine(bs: int) -> Engine:
+def engine(bs: int) -> Any:
     """``bs`` requests past their prefill on a tiny model whose forward returns zeros."""
-    cfg = hf_config_for("qwen3-0.6b", num_hidden_layers=1, hidden_size=HIDDEN, intermediate_size=128,
-                        num_attention_heads=2, num_key_value_heads=1, head_dim=32, vocab_size=512)
-    ckpt = random_checkpoint(cfg, device="cpu", dtype=torch.float32)
+    ckpt = random_ckpt("qwen3-0.6b", device="cpu", dtype=torch.float32, num_hidden_layers=1, hidden_size=HIDDEN,
+                       intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                       vocab_size=512)
     ckpt.model.forward = lambda input_ids, positions, attn: torch.zeros(input_ids.shape[0], HIDDEN)
-    graphs = GraphConfig()
-    graphs.set("decode.bs", [bs])
-    graphs.set("prefill.backend", "disabled")
-    cfg = EngineConfig(device="cpu", dtype="float32", attention_backend="torch", max_running_requests=bs,
-                       max_context_len=4096, max_total_tokens=bs * 1200 + 4096, chunked_prefill_size=8192,
-                       graphs=graphs, capture_before_serving=True)
-    eng = Engine(ckpt, cfg, EventBus())
-    params = SamplingParams(max_new_tokens=3000, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(list(range(10, 10 + PROMPT)), params) for _ in range(bs)]
-    while any(not h.token_ids for h in handles):
-        eng.step()
+    eng = make_engine(ckpt, "torch", device="cpu", max_running=bs, decode_bs=[bs], prefill_graphs=False,
+                      max_context=4096, longest_context=PROMPT_LEN + NEW_TOKENS, chunked_prefill_size=8192)
+    fill_decode(eng, bs, max_new_tokens=NEW_TOKENS)
     return eng
 
 
-def best_ms(fn, steps: int, reps: int) -> float:
+def best_ms(fn: Callable[[], Any], steps: int, reps: int) -> float:
     times = []
     for _ in range(reps):
         t = time.thread_time()
@@ -65,14 +50,21 @@ def best_ms(fn, steps: int, reps: int) -> float:
     return min(times)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bs", default="64,256")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--steps", type=int, default=50)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.steps * args.reps >= NEW_TOKENS:
+        ap.error(f"{args.reps} repetitions of {args.steps} steps outgrow the requests' {NEW_TOKENS} tokens")
     torch.set_num_threads(1)
-    for bs in map(int, args.bs.split(",")):
+    for bs in comma_ints(args.bs):
         eng = engine(bs)
         tokens = [7] * bs
 
@@ -81,7 +73,7 @@ def main() -> int:
             eng.output.deliver(batch, tokens)
 
         sd = best_ms(schedule_and_deliver, args.steps, args.reps)
-        print(f"bs {bs}: schedule + deliver {sd:.3f} ms a decode step (host CPU time)", flush=True)
+        log(f"bs {bs}: schedule + deliver {sd:.3f} ms a decode step (host CPU time)")
         eng.close()
     return 0
 

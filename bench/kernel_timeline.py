@@ -8,7 +8,7 @@ the step is how far it moves the end of the work. Kernels are told apart by name
 place after the step's attention kernel, so the four projections of a layer (one GEMV kernel with
 different grids and places) get a row each.
 
-    python bench/kernel_timeline.py TRACE.json [--steps 10]
+    python3 bench/kernel_timeline.py TRACE.json [--steps 10]
 """
 
 from __future__ import annotations
@@ -90,11 +90,15 @@ def report(trace_path: Path, steps: int) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--steps", type=int, default=10, help="decode steps the trace holds")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     print(report(args.trace, args.steps))
     return 0
 

@@ -1,10 +1,10 @@
 """Launches for Nsight Compute: the kernels inside an NVTX range named ``ncu`` are the ones to profile
 (``ncu --nvtx --nvtx-include "ncu/" ...``; scripts/ncu_check.sh runs the usual reports).
 
-    python bench/ncu_decode.py attn --shape llama-3.1-8b --cases 64:220:engine,64:220:shuffled
+    python3 bench/ncu_decode.py attn --shape llama-3.1-8b --cases 64:220:engine,64:220:shuffled
         one decode-attention launch per case (rows:context:slot layout, bench/decode_attn_bench.py's
         caches), the shipped launch shape of that many rows, in the order given
-    python bench/ncu_decode.py step --shape llama-3.1-8b --bs 64 [--steps 2] [--eager]
+    python3 bench/ncu_decode.py step --shape llama-3.1-8b --bs 64 [--steps 2] [--eager]
         whole decode steps of a live engine (random weights, prompt 128), graphs replayed unless --eager
 
 Why: timing alone says how long a kernel takes, not whether it waits on DRAM, on latency or on its
@@ -14,21 +14,17 @@ issue slots; the hardware counters say which, per kernel, with the step's real l
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import fill_decode, log, make_engine, random_ckpt, time_steps
 
-import torch  # noqa: E402
+import torch
+from decode_attn_bench import SHAPES, Case, triton_layer
 
 RANGE = "ncu"
 
 
 def attn(args: argparse.Namespace) -> None:
-    from decode_attn_bench import SHAPES, Case, triton_layer
-
     for spec in args.cases.split(","):
         bs, ctx, layout = spec.split(":")
         case = Case(SHAPES[args.shape], int(bs), int(ctx), layout=layout)
@@ -40,17 +36,13 @@ def attn(args: argparse.Namespace) -> None:
         layer(0)
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
-        print(f"profiled: attention {args.shape} rows {bs} context {ctx} slots {layout}", flush=True)
+        log(f"profiled: attention {args.shape} rows {bs} context {ctx} slots {layout}")
         del case, layer
         torch.cuda.empty_cache()
 
 
 def step(args: argparse.Namespace) -> None:
-    from graph_bench import fill_decode, make_engine, time_steps
-
-    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
-
-    ckpt = random_checkpoint(hf_config_for(args.shape), device="cuda", dtype=torch.bfloat16)
+    ckpt = random_ckpt(args.shape)
     eng = make_engine(ckpt, "flashinfer", graphs=not args.eager, max_running=max(64, args.bs),
                       decode_bs=[args.bs], prefill_graphs=False)
     fill_decode(eng, args.bs)
@@ -60,13 +52,13 @@ def step(args: argparse.Namespace) -> None:
         eng.step()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
-    print(f"profiled: {args.steps} decode steps of {args.shape} at {args.bs} rows "
-          f"({'eager' if args.eager else 'graphs'}; {eng.attention.describe()})", flush=True)
+    log(f"profiled: {args.steps} decode steps of {args.shape} at {args.bs} rows "
+        f"({'eager' if args.eager else 'graphs'}; {eng.attention.describe()})")
     eng.close()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
     a = sub.add_parser("attn")
     a.add_argument("--shape", default="llama-3.1-8b")
@@ -76,7 +68,14 @@ def main() -> int:
     s.add_argument("--bs", type=int, default=64)
     s.add_argument("--steps", type=int, default=2)
     s.add_argument("--eager", action="store_true")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
     (attn if args.what == "attn" else step)(args)
     return 0
 

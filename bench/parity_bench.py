@@ -6,79 +6,53 @@ steps alternate between them (the order flips every round), so clock drift and c
 both alike. Prints the median decode tokens/s of each and the ratio with ÷ without (the target on the
 H200 is >= 0.97 at N = 64), and what the checks found (run, skipped, mismatches, worst relative error).
 
-    python bench/parity_bench.py --device cuda [--shape qwen3-0.6b] [--batch-sizes 1,64] [--every 64]
+    python3 bench/parity_bench.py --device cuda [--shape qwen3-0.6b] [--batch-sizes 1,64] [--every 64]
         [--rounds 8] [--steps 256] [--attention auto] [--compare-pacing]
-    python bench/parity_bench.py --device cpu   # smoke check: a CPU-sized Qwen3, emulated graphs
+    python3 bench/parity_bench.py --device cpu   # smoke check: a CPU-sized Qwen3, emulated graphs
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import os
-import statistics
 import sys
-import time
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+from harness import (
+    CPU_SHAPE,
+    PROMPT_LEN,
+    comma_ints,
+    fill_decode,
+    interleaved,
+    log,
+    make_engine,
+    medians,
+    random_ckpt,
+    release_cuda,
+    sync_for,
+    time_steps,
+)
 
-import torch  # noqa: E402
-
-from graphtop.engine.config import EngineConfig  # noqa: E402
-from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
-from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
-
-PROMPT_LEN = 128
-# A CPU-sized Qwen3 for the smoke check (as bench/capture_bench.py): emulated graphs, fp32.
-CPU_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=64, vocab_size=8192)
-
-
-def make_engine(ckpt: Any, device: str, bs: int, context: int, every: int, attention: str) -> Engine:
-    cfg = EngineConfig(device=device, dtype="bfloat16" if device == "cuda" else "float32", attention_backend=attention,
-                       page_size=1, chunked_prefill_size=1024, max_running_requests=bs, max_context_len=context,
-                       max_total_tokens=bs * context + 4096, parity_every=every)
-    return Engine(ckpt, cfg, EventBus())
+import torch
 
 
-def fill_decode(eng: Engine, bs: int, new_tokens: int) -> list:
-    g = torch.Generator().manual_seed(bs)
-    vocab = eng.spec.vocab_size
-    params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(torch.randint(10, vocab - 10, (PROMPT_LEN,), generator=g).tolist(), params)
-               for _ in range(bs)]
-    while any(len(h._token_ids) == 0 for h in handles):  # through the prefills
-        eng.step()
-    return handles
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def tokens_per_s(eng: Engine, bs: int, steps: int, device: str) -> float:
-    sync(device)
-    t = time.perf_counter()
-    for _ in range(steps):
-        eng.step()
-    sync(device)
-    return bs * steps / (time.perf_counter() - t)
+def tokens_per_s(eng: Any, bs: int, steps: int, device: str) -> float:
+    return bs * steps / time_steps(eng, steps, sync_for(device)) * 1e3
 
 
 def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, float]:
     new_tokens = (args.rounds + 1) * args.steps + 8
     context = PROMPT_LEN + new_tokens + 16
-    engines = {"without": make_engine(ckpt, args.device, bs, context, 0, args.attention),
-               "with": make_engine(ckpt, args.device, bs, context, args.every, args.attention)}
+
+    def engine(every: int) -> Any:
+        return make_engine(ckpt, args.attention, device=args.device, max_running=bs, max_context=context,
+                           longest_context=context, parity_every=every)
+
+    engines = {"without": engine(0), "with": engine(args.every)}
     if args.compare_pacing:  # the same checks with the re-run's pacing off (engine/parity/checker.py)
-        engines["unpaced"] = make_engine(ckpt, args.device, bs, context, args.every, args.attention)
+        engines["unpaced"] = engine(args.every)
         engines["unpaced"].parity.pacing = False
-    handles = {name: fill_decode(eng, bs, new_tokens) for name, eng in engines.items()}
+    handles = {name: fill_decode(eng, bs, seed=bs, max_new_tokens=new_tokens) for name, eng in engines.items()}
     for eng in engines.values():  # warm up, checks included (the first eager re-run compiles its kernels)
         tokens_per_s(eng, bs, args.steps, args.device)
     checkers = {name: eng.parity for name, eng in engines.items() if name != "without"}
@@ -86,12 +60,9 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
     for name, checker in checkers.items():
         checker.wait_idle()
         before[name] = (checker.checks, checker.skipped)
-    rates: dict[str, list[float]] = {name: [] for name in engines}
-    for r in range(args.rounds):
-        order = list(engines) if r % 2 == 0 else list(reversed(engines))
-        for name in order:
-            rates[name].append(tokens_per_s(engines[name], bs, args.steps, args.device))
-    out = {name: statistics.median(v) for name, v in rates.items()}
+    rates = interleaved({name: (lambda e=eng: tokens_per_s(e, bs, args.steps, args.device))
+                         for name, eng in engines.items()}, args.rounds, abba=True)
+    out = medians(rates)
     result: dict[str, float] = {"bs": bs, "without_tok_s": out["without"]}
     for name, checker in checkers.items():
         checker.wait_idle()
@@ -114,12 +85,11 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
         eng.close()
     del engines, handles
     gc.collect()
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
+    release_cuda()
     return result
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--shape", default="qwen3-0.6b")
@@ -130,19 +100,24 @@ def main() -> int:
     ap.add_argument("--attention", default="auto", choices=["auto", "flashinfer", "torch"])
     ap.add_argument("--compare-pacing", action="store_true",
                     help="also time an engine whose parity re-run is not paced (its Python competes freely)")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
     cuda = args.device == "cuda"
     args.rounds = args.rounds or (8 if cuda else 3)
     args.steps = args.steps or (256 if cuda else 64)
-    sizes = [int(s) for s in (args.batch_sizes or ("1,64" if cuda else "1,8")).split(",")]
+    sizes = comma_ints(args.batch_sizes or ("1,64" if cuda else "1,8"))
+    if cuda and not torch.cuda.is_available():
+        ap.error("--device cuda needs a CUDA device (--device cpu is a smoke check)")
     if cuda:
-        ckpt = random_checkpoint(hf_config_for(args.shape), device="cuda", dtype=torch.bfloat16)
-        print(f"{torch.cuda.get_device_name()} · {args.shape} (random bf16 weights) · attention {args.attention}",
-              flush=True)
+        ckpt = random_ckpt(args.shape)
+        log(f"{torch.cuda.get_device_name()} · {args.shape} (random bf16 weights) · attention {args.attention}")
     else:
         torch.set_num_threads(1)
-        ckpt = random_checkpoint(hf_config_for(args.shape, **CPU_SHAPE),
-                                 device="cpu", dtype=torch.float32)
+        ckpt = random_ckpt(args.shape, device="cpu", dtype=torch.float32, **CPU_SHAPE)
         print(f"cpu · {args.shape} CPU-sized, emulated graphs: a smoke check, not a throughput figure (the eager"
               " re-run competes with the engine for the same cores)", flush=True)
     results = [run_batch_size(ckpt, args, bs) for bs in sizes]

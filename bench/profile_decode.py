@@ -2,7 +2,7 @@
 variants (overlap schedule, fused-GEMV layers, one-launch decode attention, PDL), the GPU kernels of a few
 steps (torch.profiler) and the host functions (cProfile), for one batch size.
 
-    python bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64] [--out DIR]
+    python3 bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64] [--out DIR]
         [--ab ";norms=separate"]  (profile each bench/ab_decode.py variant in turn)
 
 Writes ``profile_<shape>_bs<bs>.json`` (Chrome trace of the last variant; open in Perfetto) under --out.
@@ -19,19 +19,16 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import comma_ints, drain, fill_decode, log, make_engine, random_ckpt, release_cuda, time_steps
 
-import kernel_timeline  # noqa: E402
-import torch  # noqa: E402
-from ab_decode import apply  # noqa: E402
-from graph_bench import drain, fill_decode, make_engine, time_steps  # noqa: E402
+import kernel_timeline
+import torch
+from ab_decode import apply
 
-from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
-from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
+from graphtop.engine.kernel_config import KernelConfig
+from graphtop.engine.telemetry.bus import EventBus
 
 # name, fused-GEMV rows, overlap schedule, FlashInfer decode kernel, fused-GEMV policy, PDL policy
 VARIANTS = [
@@ -43,8 +40,8 @@ VARIANTS = [
 ]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="qwen3-0.6b")
     ap.add_argument("--bs", default="1", help="batch sizes, comma list (one checkpoint per shape)")
     ap.add_argument("--attention", default="flashinfer")
@@ -55,18 +52,25 @@ def main() -> int:
                     "its launch settings (sk=, norms=, tuning=block_t/min_chunk/warps/stages[/prefetch[/waves]], "
                     "large=, ...; the ladder above still picks the kernel config); the i-th one's trace is "
                     "profile_<shape>_bs<bs>_ab<i>.json")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
     Path(args.out).mkdir(parents=True, exist_ok=True)  # the traces land here after minutes of work
     ab: list[Optional[str]] = [*args.ab.split(";")] if args.ab else [None]
     for shape in args.shapes.split(","):
-        ckpt = random_checkpoint(hf_config_for(shape), device="cuda", dtype=torch.bfloat16)
-        for bs in (int(b) for b in args.bs.split(",")):
+        ckpt = random_ckpt(shape)
+        for bs in comma_ints(args.bs):
             for i, variant in enumerate(ab):
                 if variant is not None:
                     apply(variant)  # module-level settings for the engines built next
                 profile_shape(shape, ckpt, bs, args, "" if variant is None else f"_ab{i}", variant)
         del ckpt
-        torch.cuda.empty_cache()
+        release_cuda()
     if args.ab:
         apply("")
     return 0
@@ -75,7 +79,7 @@ def main() -> int:
 TRACE_STEPS = 10
 
 
-def kernel_table(eng, rows: int):
+def kernel_table(eng: Any, rows: int) -> tuple[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as p:
@@ -83,7 +87,7 @@ def kernel_table(eng, rows: int):
     return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60), p
 
 
-def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace, suffix: str = "",
+def profile_shape(shape: str, ckpt: Any, bs: int, args: argparse.Namespace, suffix: str = "",
                   ab_variant: Optional[str] = None) -> None:
     tag = f"{shape} bs {bs} {args.attention}" + (f" [{ab_variant or 'defaults'}]" if ab_variant is not None else "")
     picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
@@ -95,24 +99,24 @@ def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace, suffix: s
             eng = make_engine(ckpt, args.attention, graphs=True, bus=bus, max_running=max(64, bs), gemv_rows=rows,
                               overlap_schedule=overlap, kernels=kernels)
         except Exception as exc:  # report and go on with the next variant
-            print(f"[{tag}] {name}: engine failed: {type(exc).__name__}: {exc}", flush=True)
+            log(f"[{tag}] {name}: engine failed: {type(exc).__name__}: {exc}")
             continue
         failed = [(e.phase, e.bucket, e.failure_reason) for e in caps.drain() if not e.ok]
         bus.unsubscribe(caps)
         if failed:
-            print(f"[{tag}] {name}: {len(failed)} captures failed, first: {failed[0]}", flush=True)
+            log(f"[{tag}] {name}: {len(failed)} captures failed, first: {failed[0]}")
         handles = fill_decode(eng, bs)
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, args.steps) for _ in range(3))[1]
-        print(f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
-              f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})", flush=True)
+        log(f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
+            f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})")
         table, prof = kernel_table(eng, 14)
-        print(table, flush=True)
+        log(table)
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(trace))  # a profile exports once: the last variant's is kept
-            print(f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py)\n"
-                  f"{kernel_timeline.report(trace, TRACE_STEPS)}", flush=True)
+            log(f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py)\n"
+                f"{kernel_timeline.report(trace, TRACE_STEPS)}")
             if n == len(picked) - 1:
                 shutil.copyfile(trace, Path(args.out) / f"profile_{shape}_bs{bs}{suffix}.json")
         if n == len(picked) - 1:
@@ -122,11 +126,11 @@ def profile_shape(shape: str, ckpt, bs: int, args: argparse.Namespace, suffix: s
             cp.disable()
             s = io.StringIO()
             pstats.Stats(cp, stream=s).sort_stats("tottime").print_stats(22)
-            print(f"[{tag}] host profile over {args.steps} steps (tottime)\n{s.getvalue()}", flush=True)
+            log(f"[{tag}] host profile over {args.steps} steps (tottime)\n{s.getvalue()}")
         drain(eng, handles)
         eng.close()  # graphs released here, not by a GC pass during the next variant's capture
         del eng, handles
-        torch.cuda.empty_cache()
+        release_cuda()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Decode projections at 2-256 rows: cuBLAS (plus the SiLU·mul kernel after gate|up, as the fused-kernel
-path runs them today) against the split-K skinny Triton GEMM (models/kernels/skinny.py), per launch
-config, measured as a decode graph runs them (bench/gemv_bench.py's harness: one graph over a distinct
-weight copy per layer, so weights stream from HBM).
+path runs them) against the split-K skinny Triton GEMM (models/kernels/skinny.py), per launch config,
+measured as a decode graph runs them (``harness.graph_us``: one graph over a distinct weight copy per
+layer, so weights stream from HBM).
 
-    python bench/skinny_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--m 8,64] [--sweep] [--budget-s 300]
+    python3 bench/skinny_bench.py [--shapes qwen3-0.6b,llama-3.1-8b] [--m 8,64] [--sweep] [--budget-s 300]
         [--tuned-out FILE]
 
 ``--sweep`` tries the shipped config, then the grid (best-first order, stopping at the time budget), and
@@ -16,24 +16,19 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 import time
 from typing import Callable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import comma_ints, copy_bandwidth, graph_us, log, projections
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from floor import copy_bandwidth  # noqa: E402
-from gemv_bench import graph_us, ops_for  # noqa: E402
-
-from graphtop.models.kernels import fused as tk  # noqa: E402
-from graphtop.models.kernels import skinny as ts  # noqa: E402
-from graphtop.models.kernels import skinny_tuning as st  # noqa: E402
-from graphtop.models.synthetic.random_model import SHAPES  # noqa: E402
+from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels import skinny as ts
+from graphtop.models.kernels import skinny_tuning as st
+from graphtop.models.synthetic.random_model import SHAPES
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages), likeliest first so a cut-off sweep has tried them; SPLIT_K
 # 0 / -2: stream-K over one / two programs an SM
@@ -44,8 +39,8 @@ WIDE_M_GRID = [(bn, bk, sp, w, st) for st in (3, 4, 2) for bn, w in ((64, 4), (1
                for bk in (64, 128) for sp in (1, 2, 4, 8)]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--m", default="8,64")
     ap.add_argument("--sweep", action="store_true")
@@ -54,16 +49,23 @@ def main() -> int:
     ap.add_argument("--ops", default="qkv,o,gate_up,down",
                     help="also gate_up_plain: the gate|up GEMM without SiLU·mul in its epilogue, the kernel after it")
     ap.add_argument("--tuned-out", help="write the best config per (N, K, row class, silu) here as JSON")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
     bw = copy_bandwidth(torch.device("cuda"))
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    log(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     dt, dev = torch.bfloat16, "cuda"
     wanted = args.ops.split(",")
     def ops_with_plain_gate_up(shape: str) -> list[tuple[str, int, int, str]]:
-        ops = ops_for(shape)
+        ops = projections(shape)
         return ops + [("gate_up_plain",) + op[1:] for op in ops if op[0] == "gate_up"]
 
-    cases = [(shape, m, op) for shape, m in itertools.product(args.shapes.split(","), map(int, args.m.split(",")))
+    cases = [(shape, m, op) for shape, m in itertools.product(args.shapes.split(","), comma_ints(args.m))
              for op in ops_with_plain_gate_up(shape) if op[0] in wanted]
     per_op = args.per_op_s or args.budget_s / max(1, len(cases))
     tuned: dict[tuple[int, int, int, bool], tuple] = {}

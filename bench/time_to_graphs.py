@@ -1,6 +1,6 @@
 """Time until every graph is live on a CPU (emulated graphs): the demo model and a SmolLM2-135M-shaped one.
 
-    python bench/time_to_graphs.py [--shapes demo,smollm2-135m] [--model PATH] [--forward-per-bucket]
+    python3 bench/time_to_graphs.py [--shapes demo,smollm2-135m] [--model DIR|FILE.gguf] [--forward-per-bucket]
 
 For each model, with the default engine settings (serve while capturing, default bucket lists):
 
@@ -15,7 +15,8 @@ on a shared machine the wall time grows with the load average, the CPU time much
 
 ``--forward-per-bucket`` also times one eager forward per bucket at the same lists: the work the
 emulated capture did per bucket before it recorded the contract instead (minutes for SmolLM2-135M
-on two cores). ``--model PATH`` adds a real checkpoint folder (e.g. SmolLM2-135M-Instruct).
+on two cores). ``--model`` adds a real checkpoint: a folder, or a ``.gguf`` file (converted to a folder in
+the user cache first, untimed; e.g. the SmolLM2-135M-Instruct GGUF of scripts/fetch_smollm2.py).
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ import os
 import time
 from typing import Any, Callable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 # Spinning OpenMP threads make small CPU forwards up to ~10x slower, and erratic, on a busy 2-core
 # machine; set before torch loads OpenMP (an OMP_WAIT_POLICY already set is kept and printed).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from harness import checkpoint_folder, md_table, random_ckpt  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -37,17 +38,17 @@ from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint  # noqa: E402
 
 
 def loader(name: str) -> Callable[[EventBus], Engine]:
-    """A function that builds a fresh CPU engine for ``name`` (demo, a random shape, or a folder)."""
+    """A function that builds a fresh CPU engine for ``name`` (demo, a random shape, a folder or a GGUF)."""
     config = EngineConfig(device="cpu", dtype="float32")
     if name == "demo":
         return lambda bus: Engine.from_pretrained(None, config=config, bus=bus)
-    if os.path.isdir(name):
-        return lambda bus: Engine.from_pretrained(name, config=config, bus=bus)
-    return lambda bus: Engine(random_checkpoint(hf_config_for(name), device="cpu", dtype=torch.float32), config, bus)
+    if os.path.exists(name):
+        folder = str(checkpoint_folder(name))
+        return lambda bus: Engine.from_pretrained(folder, config=config, bus=bus)
+    return lambda bus: Engine(random_ckpt(name, device="cpu", dtype=torch.float32), config, bus)
 
 
 def forward_per_bucket(engine: Engine) -> float:
@@ -71,8 +72,8 @@ def measure(name: str, with_forwards: bool) -> dict[str, Any]:
     t2, c2 = time.perf_counter(), time.process_time()
     phases = {e.phase: e.seconds for e in sub.drain()}
     row: dict[str, Any] = dict(
-        model=os.path.basename(os.path.normpath(name)), load_s=t1 - t0, load_cpu_s=c1 - c0, capture_s=t2 - t1, capture_cpu_s=c2 - c1,
-        all_live_s=t2 - t0, all_live_cpu_s=c2 - c0,
+        model=os.path.basename(os.path.normpath(name)), load_s=t1 - t0, load_cpu_s=c1 - c0,
+        capture_s=t2 - t1, capture_cpu_s=c2 - c1, all_live_s=t2 - t0, all_live_cpu_s=c2 - c0,
         decode_buckets=len(engine.decode_buckets), prefill_buckets=len(engine.prefill_buckets),
         decode_capture_s=phases.get("decode"), prefill_capture_s=phases.get("prefill"),
     )
@@ -91,27 +92,36 @@ def measure(name: str, with_forwards: bool) -> dict[str, Any]:
     return row
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="demo,smollm2-135m", help="demo and/or random-weight shapes (models/synthetic/random_model.py)")
-    ap.add_argument("--model", action="append", default=[], help="a checkpoint folder to add (repeatable)")
+    ap.add_argument("--shapes", default="demo,smollm2-135m",
+                    help="demo and/or random-weight shapes (models/synthetic/random_model.py)")
+    ap.add_argument("--model", action="append", default=[],
+                    help="a checkpoint folder or .gguf file to add (repeatable)")
     ap.add_argument("--forward-per-bucket", action="store_true", help="also time one eager forward per bucket")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
           f"{os.environ['OMP_WAIT_POLICY']}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     rows = [measure(name, args.forward_per_bucket) for name in args.shapes.split(",") + args.model if name]
-    print("| model | buckets decode + prefill | load s | capture s (decode, prefill) | all graphs live s "
-          "| first token s |" + (" one forward per bucket s |" if args.forward_per_bucket else ""))
-    print("|---|---|---|---|---|---|" + ("---|" if args.forward_per_bucket else ""))
+    header = ["model", "buckets decode + prefill", "load s", "capture s (decode, prefill)", "all graphs live s",
+              "first token s"] + (["one forward per bucket s"] if args.forward_per_bucket else [])
+    table = []
     for r in rows:
-        line = (f"| {r['model']} | {r['decode_buckets']} + {r['prefill_buckets']} | {r['load_s']:.2f} "
-                f"[{r['load_cpu_s']:.2f}] | {r['capture_s']:.2f} [{r['capture_cpu_s']:.2f}] "
-                f"({r['decode_capture_s']:.2f}, {r['prefill_capture_s']:.2f}) | "
-                f"{r['all_live_s']:.2f} [{r['all_live_cpu_s']:.2f}] | {r['first_token_s']:.2f} "
-                f"[{r['first_token_cpu_s']:.2f}]{', capture still running' if r['capture_pending_at_first_token'] else ''} |")
+        pending = ", capture still running" if r["capture_pending_at_first_token"] else ""
+        row = [r["model"], f"{r['decode_buckets']} + {r['prefill_buckets']}",
+               f"{r['load_s']:.2f} [{r['load_cpu_s']:.2f}]",
+               f"{r['capture_s']:.2f} [{r['capture_cpu_s']:.2f}] ({r['decode_capture_s']:.2f}, "
+               f"{r['prefill_capture_s']:.2f})",
+               f"{r['all_live_s']:.2f} [{r['all_live_cpu_s']:.2f}]",
+               f"{r['first_token_s']:.2f} [{r['first_token_cpu_s']:.2f}]{pending}"]
         if args.forward_per_bucket:
-            line += f" {r['forward_per_bucket_s']:.1f} |"
-        print(line)
+            row.append(f"{r['forward_per_bucket_s']:.1f}")
+        table.append(row)
+    print(md_table(header, table))
     return 0
 
 

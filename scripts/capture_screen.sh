@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate docs/screen.txt, the README's text capture of the dashboard's main screen.
+# Regenerate docs/screen.txt, the text capture of the dashboard's main screen (docs/dashboard.md).
 #
 # Runs `graphtop` (the demo model, on whatever `--device auto` picks: the CPU here) in a detached
 # 160x45 tmux session, waits for graph capture to finish, sends one prompt, waits for it to finish

@@ -7,7 +7,7 @@ shim=/tmp/graphtop-shim
 rm -rf "$shim" && mkdir -p "$shim/graphtop"
 for pkg in engine models tui themes; do ln -s "$here/$pkg" "$shim/graphtop/$pkg"; done
 export PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}"
-# Packages the device image lacks travel as wheels in .whl (see README): textual & co. (pure python),
+# Packages the GPU machine's image lacks travel as wheels in .whl (docs/development.md): textual & co. (pure python),
 # pyzmq and msgspec (cp312 manylinux x86_64).
 if [ -d "$here/.whl" ] && ls "$here"/.whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/whl-site \

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# One-go GPU run (the H200 through the device tool): set up FlashInfer from the carried bundle, make
-# graphtop importable without network, run the `cuda` tests, then the benchmark. Logs and figures go to
-# the folder given as $1 (default: $OUT, else ./gpu-out).
-#   device run:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
-# The dashboard benchmark needs textual, pyzmq and msgspec: wheels in .whl/ (README, GPU workflow) are
+# One-go GPU run: set up FlashInfer from the carried bundle, make graphtop importable without network, run
+# the `cuda` tests, then the benchmarks (docs/development.md, the GPU workflow). Logs and figures go to the
+# folder given as $1 (default: $OUT, else ./gpu-out).
+#   on the GPU machine:  source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/gpu_check.sh $OUT
+# The dashboard benchmark needs textual, pyzmq and msgspec: wheels in .whl/ (docs/development.md) are
 # installed here without network.
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
-#      graph,events,dashboard (default) and gemv,skinny,profile,attn,ab,capture,parity,finite,tp (GEMV_ARGS, SKINNY_ARGS, PROFILE_ARGS,
-#      ATTN_ARGS, AB_ARGS, CAPTURE_ARGS, PARITY_ARGS, FINITE_ARGS, TP_ARGS; tp needs 2 GPUs); BENCH_ARGS / EVENTS_ARGS /
-#      DASH_ARGS add flags to bench/graph_bench.py / bench/events_bench.py / bench/dashboard_bench.py; PYTEST_ARGS
-#      adds pytest flags; GPU_TEST_FILES replaces the list of test files (default: every tests/test_cuda_*.py and
-#      tests/cuda/test_flashinfer_cuda.py); GPU_TEST_PART=1 / 2 runs tests/cuda/test_cuda_kernels.py / the other files
-#      of the list; GPU_TEST_SPREAD=N (default 8; 0 or 1: off) runs the decode attention's reference test in N
-#      processes first when pytest-xdist is importable and PYTEST_ARGS is empty, then the rest in one.
+#      graph,events,dashboard (default) and gemv,skinny,profile,attn,ab,parity,tp; each has its flags variable:
+#      graph BENCH_ARGS, events EVENTS_ARGS, dashboard DASH_ARGS, gemv GEMV_ARGS, skinny SKINNY_ARGS,
+#      profile PROFILE_ARGS, attn ATTN_ARGS, ab AB_ARGS, parity PARITY_ARGS, tp TP_ARGS (tp needs 2 GPUs);
+#      the scripts are bench/graph_bench.py, events_bench.py, dashboard_bench.py, gemv_bench.py,
+#      skinny_bench.py, profile_decode.py, decode_attn_bench.py, ab_decode.py, parity_bench.py, tp_bench.py
+#      (docs/benchmarks.md has the figures). PYTEST_ARGS adds pytest flags; GPU_TEST_FILES replaces the list
+#      of test files (default: every tests/cuda/test_*.py); GPU_TEST_PART=1 / 2 runs
+#      tests/cuda/test_cuda_kernels.py / the other files of the list; GPU_TEST_SPREAD=N (default 8; 0 or 1:
+#      off) runs the decode attention's reference test in N processes first when pytest-xdist is importable
+#      and PYTEST_ARGS is empty, then the rest in one.
 #   tensor parallel on 2 GPUs only:
 #      GPU_TEST_FILES=tests/cuda/test_cuda_tp.py GPU_BENCHES=tp bash scripts/gpu_check.sh $OUT
 set -uo pipefail
@@ -31,14 +34,14 @@ source "$here/scripts/device_env.sh"
 rc=0
 if [ "${GPU_TESTS:-1}" = 1 ]; then
   files=${GPU_TEST_FILES:-$(cd "$here" && ls tests/cuda/test_*.py 2>/dev/null)}
-  # the whole suite takes about a device call's time limit: GPU_TEST_PART=1 runs tests/cuda/test_cuda_kernels.py,
-  # GPU_TEST_PART=2 every other file of the list, so two calls cover it
+  # the whole suite is long: GPU_TEST_PART=1 runs tests/cuda/test_cuda_kernels.py, GPU_TEST_PART=2 every
+  # other file of the list, so two shorter runs cover it
   case "${GPU_TEST_PART:-}" in
     1) files=$(printf '%s\n' $files | grep -x 'tests/cuda/test_cuda_kernels.py') ;;
     2) files=$(printf '%s\n' $files | grep -vx 'tests/cuda/test_cuda_kernels.py') ;;
   esac
   # a test still running after GPU_TEST_STACKS_S seconds gets every thread's stack printed (a hang shows
-  # where it waits, even when the device call's time limit ends the run)
+  # where it waits, even when a time limit ends the run)
   run_tests() {
     (cd "$here" && python3 -m pytest -m cuda -q -p no:cacheprovider -rs --durations=10 \
         -o faulthandler_timeout="${GPU_TEST_STACKS_S:-240}" ${PYTEST_ARGS:-} "$@" 2>&1) \
@@ -48,8 +51,8 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   }
   : > "$out/cuda-tests.log"
   # The decode attention's reference test is mostly Triton compiling its launches, one at a time: with
-  # pytest-xdist (a carried wheel) GPU_TEST_SPREAD processes share it and the GPU, so the whole suite can fit
-  # one call. Every other test runs in one process (some read the GPU's free memory).
+  # pytest-xdist (a carried wheel) GPU_TEST_SPREAD processes share it and the GPU, so the whole suite fits
+  # one run of about ten minutes. Every other test runs in one process (some read the GPU's free memory).
   ref=tests/cuda/test_cuda_kernels.py::test_triton_paged_decode_matches_reference
   spread=${GPU_TEST_SPREAD:-8}
   if [ "$spread" -gt 1 ] && [ -z "${PYTEST_ARGS:-}" ] && printf '%s\n' $files | grep -qx tests/cuda/test_cuda_kernels.py \
@@ -76,10 +79,7 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,attn,* ]] && run_bench attn.log python3 bench/decode_attn_bench.py --out "$out" ${ATTN_ARGS:-}
   [[ $benches == *,ab,* ]] && run_bench ab.log python3 bench/ab_decode.py ${AB_ARGS:-}
   [[ $benches == *,profile,* ]] && run_bench profile.log python3 bench/profile_decode.py --out "$out" ${PROFILE_ARGS:-}
-  [[ $benches == *,capture,* ]] && run_bench capture.log python3 bench/capture_bench.py --device cuda ${CAPTURE_ARGS:-}
   [[ $benches == *,parity,* ]] && run_bench parity.log python3 bench/parity_bench.py --device cuda ${PARITY_ARGS:-}
-  [[ $benches == *,finite,* ]] && run_bench finite.log python3 bench/finite_check_bench.py --device cuda \
-    --dtype bfloat16 ${FINITE_ARGS:-}
   [[ $benches == *,tp,* ]] && run_bench tp.log python3 bench/tp_bench.py --out "$out" ${TP_ARGS:-}
 fi
 exit "$rc"

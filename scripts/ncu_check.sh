@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Nsight Compute on the device (the H200 runs on Firecracker, where ncu reads the hardware counters):
+# Nsight Compute on the GPU machine (where ncu reads the hardware counters):
 # per-kernel counters of whole decode steps, and the full report of single decode-attention launches.
 # The launches come from bench/ncu_decode.py, inside its NVTX range "ncu". Reports go to $1 (default $OUT).
-#   device run: source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/ncu_check.sh $OUT
+#   on the GPU machine: source .carry/flashinfer/install.sh /tmp/site || exit 1; bash scripts/ncu_check.sh $OUT
 # Env: NCU_STEPS  shape:rows pairs, space-separated (default "llama-3.1-8b:64"), each profiled over
 #                 NCU_STEP_COUNT decode steps (default 2) with the SpeedOfLight, LaunchStats, Occupancy and
 #                 MemoryWorkloadAnalysis sections, CSV, to ncu_step_<shape>_<rows>.csv
@@ -15,7 +15,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$here/scripts/device_env.sh"
 ncu=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 [ -n "$ncu" ] || { echo "ncu not found" | tee "$out/ncu.log"; exit 2; }
-# leave the clocks alone (the device notes: METHOD.md); only kernels inside the range "ncu"
+# leave the clocks alone (figures comparable with the benchmarks'); only kernels inside the range "ncu"
 base=("$ncu" --clock-control none --nvtx --nvtx-include "ncu/")
 rc=0
 cd "$here"

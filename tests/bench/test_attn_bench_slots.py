@@ -4,14 +4,9 @@ row per decode step."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-
-
-import decode_attn_bench as dab  # noqa: E402
+import decode_attn_bench as dab
 
 
 @pytest.mark.parametrize("layout", dab.LAYOUTS)

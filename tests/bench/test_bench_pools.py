@@ -7,14 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
 
 from support.paths import BENCH
 
-import ab_decode  # noqa: E402
-import graph_bench  # noqa: E402
+import ab_decode
+import graph_bench
+import harness
 
 
 def test_final_context_bounds_what_the_run_reaches(tiny_ckpt, make_engine):
@@ -23,15 +23,13 @@ def test_final_context_bounds_what_the_run_reaches(tiny_ckpt, make_engine):
     args = Namespace(rounds=2, steps=3)
     bs, prompt = 3, 20
     eng = make_engine(tiny_ckpt("llama"), graphs=False)
-    handles = graph_bench.fill_decode(eng, bs, prompt_len=prompt)
+    handles = harness.fill_decode(eng, bs, prompt_len=prompt)
     for _ in range(5 + args.rounds * args.steps):
         eng.step()
     longest = max(prompt + len(h._token_ids) for h in handles)
     final = ab_decode.final_context(prompt, args)
     assert final - 2 <= longest <= final  # a bound, and a close one (the engine may trail a step)
-    for h in handles:
-        eng.cancel(h.request_id)
-    eng.run_until_idle()
+    harness.drain(eng, handles)
 
 
 def test_decode_run_context_bounds_what_graph_bench_reaches(tiny_ckpt, make_engine, monkeypatch):
@@ -44,7 +42,7 @@ def test_decode_run_context_bounds_what_graph_bench_reaches(tiny_ckpt, make_engi
     drain = graph_bench.drain
 
     def measure_then_drain(eng, handles):
-        longest.append(max(graph_bench.PROMPT_LEN + len(h._token_ids) for h in handles))
+        longest.append(max(harness.PROMPT_LEN + len(h._token_ids) for h in handles))
         drain(eng, handles)
 
     monkeypatch.setattr(graph_bench, "drain", measure_then_drain)
@@ -52,6 +50,7 @@ def test_decode_run_context_bounds_what_graph_bench_reaches(tiny_ckpt, make_engi
     eng = make_engine(tiny_ckpt("llama"), max_context_len=512)
     out = graph_bench.decode_ms(eng, 3, steps, eager_steps, rounds)
     assert "graph" in out  # the graph rounds ran
+    assert len(out["graph_rounds"]) == len(out["eager_rounds"]) == rounds
     final = graph_bench.decode_run_context(steps, eager_steps, rounds)
     assert final - 2 <= longest[0] <= final
 

@@ -4,12 +4,8 @@ time is reported as a gap, and a layer's projections are told apart by grid and 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-
-
-import kernel_timeline as kt  # noqa: E402
+import kernel_timeline as kt
 
 
 def _k(name: str, ts: float, dur: float, grid=(1, 1, 1)) -> dict:
