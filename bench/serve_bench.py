@@ -1,15 +1,17 @@
 """What the HTTP API costs: one synthetic workload served through ``graphtop serve``'s API and through the
 Python API of the same engine, in one run, with the ratio.
 
-The workload is the synthetic one of ``graphtop --synthetic`` (tui/cli/workload.py): seeded token-id
-prompts, prompt and output lengths from distributions, Poisson arrivals. Every request asks for exactly
-its output length (``ignore_eos``), greedily. Through HTTP an async client (httpx) streams each request
-from ``/v1/completions``; through the Python API the same requests are submitted at the same arrival
-times and their tokens timed by ``on_update``. Both report output tokens/s over the serving window, TTFT
-and the inter-token latency (per stream chunk through HTTP, per token through the API) at p50 and p99.
+The workload is the synthetic one of ``graphtop --synthetic`` (tui/cli/workload.py): seeded token-id prompts,
+prompt and output lengths from distributions, Poisson arrivals. Every request asks for exactly its output
+length (``ignore_eos``), greedily. Through HTTP an async client (httpx, in a process of its own) streams each
+request from ``/v1/completions``; through the Python API the same requests are submitted at the same arrival
+times and their tokens timed by ``on_update``. Both report output tokens/s over the serving window, TTFT and
+the inter-token latency (per stream chunk through HTTP, per token through the API) at p50 and p99.
 
-    python3 bench/serve_bench.py [--model PATH] [--requests 200] [--rate 20] [--prompt-len uniform:16:256]
-        [--output-len uniform:16:128] [--device auto] [--json OUT.json]
+Options: --model PATH or --shape llama-3.1-8b (random bf16 weights, CUDA), --requests, --rate, --prompt-len,
+--output-len, --device, --json OUT.json. On an H200, the 8B shape:
+
+    python3 bench/serve_bench.py --shape llama-3.1-8b --device cuda --requests 200 --rate 20
 
 CPU smoke test (the demo model): python3 bench/serve_bench.py --device cpu --requests 8 --rate 20
 """
@@ -22,7 +24,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -99,6 +101,20 @@ async def run_http(url: str, requests: list[Any], model: str) -> list[Timing]:
         return list(await asyncio.gather(*(_http_one(client, start, r, model) for r in requests)))
 
 
+def http_client_process(url: str, requests: list[Any], model: str) -> list[Timing]:
+    """The HTTP load runs in a process of its own, as a real client would: in the server's process its
+    event loop would take the GIL from the engine's thread and the server's, and bill the API for it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_run_http_sync, url, requests, model).result()
+
+
+def _run_http_sync(url: str, requests: list[Any], model: str) -> list[Timing]:
+    return asyncio.run(run_http(url, requests, model))
+
+
 def run_api(engine: Any, requests: list[Any]) -> list[Timing]:
     """The same arrivals through ``engine.submit``; ``on_update`` (engine thread) stamps each token."""
     from graphtop.engine.sampling_params import SamplingParams
@@ -134,9 +150,10 @@ def workload(engine: Any, args: argparse.Namespace) -> list[Any]:
                              max_total_tokens=engine.max_context_len - 1).requests()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serve_bench.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="checkpoint folder or .gguf (default: the demo model)")
+    p.add_argument("--shape", help="random bf16 weights in a published shape instead (qwen3-0.6b, llama-3.1-8b; CUDA)")
     p.add_argument("--device", default="auto")
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--rate", type=float, default=20.0, help="Poisson arrivals, requests/s (0: all at once)")
@@ -150,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parser().parse_args(argv)
     if args.rate == 0:
         args.rate = None
     from graphtop.engine import Engine, EngineConfig
@@ -158,15 +175,21 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     config = EngineConfig(device=args.device, max_running_requests=args.max_running_requests,
                           capture_before_serving=True)
-    engine = Engine.from_pretrained(args.model, config=config)
+    if args.shape:
+        from harness import random_ckpt
+
+        engine = Engine(random_ckpt(args.shape, device=args.device if args.device != "auto" else "cuda"),
+                        replace(config, dtype="bfloat16"))
+    else:
+        engine = Engine.from_pretrained(args.model, config=config)
     engine.start_background()
     server = ApiServer(engine, ServeOptions(port=0, model_name="bench", max_queued_requests=None)).start()
     try:
         requests = workload(engine, args)
         warm = requests[: args.warmup]
-        asyncio.run(run_http(server.url, [_at_zero(r) for r in warm], "bench"))
+        http_client_process(server.url, [_at_zero(r) for r in warm], "bench")
         run_api(engine, [_at_zero(r) for r in warm])
-        http = report("http", asyncio.run(run_http(server.url, requests, "bench")))
+        http = report("http", http_client_process(server.url, requests, "bench"))
         api = report("python-api", run_api(engine, requests))
     finally:
         server.close()
@@ -190,8 +213,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _at_zero(req: Any) -> Any:
-    from dataclasses import replace
-
     return replace(req, arrival_s=0.0)
 
 
