@@ -29,7 +29,7 @@ import torch
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
 from .commands import AwaitCapture, Cancel, Command, CommandQueue, Recapture, SetParityEvery, Submit
-from .config import EngineConfig
+from .config import EngineConfig, context_limit
 from .step.detokenizer import IncrementalDetokenizer
 from .device import resolve_device
 from .errors import EngineError
@@ -92,7 +92,7 @@ class Engine:
         self.demo = demo
         self.kernels = resolve_kernel_config(config.kernels)
 
-        self.max_context_len = min(config.max_context_len or spec.max_position_embeddings, spec.max_position_embeddings)
+        self.max_context_len = context_limit(config.max_context_len, spec.max_position_embeddings)
         local = self.model.spec  # this rank's heads and KV heads (the whole model's without tensor parallelism)
         layout = KVLayout(local.num_layers, local.num_kv_heads, local.head_dim, self.dtype)
         plan_inputs = dict(
