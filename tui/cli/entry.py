@@ -337,7 +337,12 @@ def _on_sigterm(signum: int, frame: Any) -> NoReturn:
 
 @contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises Terminated while the CLI runs (the main thread only can set a handler)."""
+    """SIGTERM raises Terminated while the CLI runs (the main thread only can set a handler).
+
+    After a SIGTERM, further ones stay ignored to the end of the process: the run is ending by it, and a
+    second one (a supervisor that sends another, a user who presses kill twice) landing after the CLI
+    returned, while the interpreter shuts down, would end it by the signal instead of exit 143. Without
+    a SIGTERM the caller's handler is put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -345,7 +350,8 @@ def _sigterm_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
