@@ -49,7 +49,8 @@ from .model_runner import ModelRunner
 from .step.output import OutputProcessor
 from .step.overlap import TokenReadback
 from .parity.checker import ParityChecker, scratch_pages
-from .prompts import admission_problem, encode_prompt
+from .prompt_bytes import PromptByteLimit
+from .prompts import Prompt, admission_problem, encode_prompt
 from .request import FinishReason, Request, RequestHandle
 from .request_ids import RequestIds
 from .sampling_params import SamplingParams
@@ -93,6 +94,7 @@ class Engine:
         self.kernels = resolve_kernel_config(config.kernels)
 
         self.max_context_len = context_limit(config.max_context_len, spec.max_position_embeddings)
+        self.prompt_limit = PromptByteLimit(self.tokenizer, self.max_context_len)  # too long by its bytes alone
         local = self.model.spec  # this rank's heads and KV heads (the whole model's without tensor parallelism)
         layout = KVLayout(local.num_layers, local.num_kv_heads, local.head_dim, self.dtype)
         plan_inputs = dict(
@@ -216,17 +218,21 @@ class Engine:
     # --- public API ----------------------------------------------------------------------------
     def submit(
         self,
-        prompt: Union[str, Sequence[int]],
+        prompt: Prompt,
         params: Optional[SamplingParams] = None,
         *,
         chat: bool = False,
         request_id: Optional[str] = None,
     ) -> RequestHandle:
-        """Queue a prompt (text, or token ids). Thread-safe; returns at once with a streaming handle.
+        """Queue a prompt (text, token ids, or a conversation: ``[{"role": "user", "content": ...}, ...]``,
+        which always goes through the chat template; ``chat`` sends text through it). Thread-safe; returns
+        at once with a streaming handle.
 
         A prompt that can never be served (empty, past the context or the KV pool, ids outside the
-        vocabulary) comes back as a finished ``rejected`` handle; a wrong type is a TypeError; a request id
-        that a request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
+        vocabulary, a conversation for a model without a chat template) comes back as a finished
+        ``rejected`` handle; text too long for the context by its bytes alone is rejected without being
+        tokenized. A wrong type is a TypeError, a malformed conversation a ValueError; a request id that a
+        request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
         """
         self._check_open()
         params = self._check_params(params)
@@ -234,7 +240,7 @@ class Engine:
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         if request_id is not None and not is_unicode(request_id):  # every event of it would poison a trace
             raise ValueError(f"request_id is not valid Unicode (a lone surrogate): {request_id!r}")
-        text, ids = encode_prompt(self.tokenizer, prompt, chat)
+        text, ids = encode_prompt(self.tokenizer, prompt, chat, self.prompt_limit)
         return self._submit_encoded(text, ids, params, request_id)
 
     @staticmethod
@@ -284,7 +290,7 @@ class Engine:
         self._check_open()
         self.refuse_inside_step("generate()")
         params = self._check_params(params)
-        encoded = [encode_prompt(self.tokenizer, p, False) for p in prompts]
+        encoded = [encode_prompt(self.tokenizer, p, False, self.prompt_limit) for p in prompts]
         handles = [self._submit_encoded(text, ids, params, None) for text, ids in encoded]
         if self.background_running:
             for h in handles:
