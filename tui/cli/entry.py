@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
     h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
+    h.add_argument("--chat", action="store_true",
+                   help="send every prompt through the model's chat template (an Instruct model answers it); "
+                        'a prompt line\'s own "chat" decides for that line')
     h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
                    help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
     h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
@@ -300,6 +303,8 @@ def _main(argv: Sequence[str]) -> int:
         from graphtop.tui.cli.launch import run_replay
 
         return run_replay(args.replay, args.theme)
+    if args.chat and not args.prompts:  # synthetic prompts are token ids; the dashboard has its own chat toggle
+        raise UsageError("--chat applies to the lines of --prompts FILE")
     headless = bool(args.prompts or args.synthetic or args.record or args.output)
     config = engine_config_from_args(args)
     if headless:

@@ -207,6 +207,8 @@ def run_headless(args: Any, config: Any) -> int:
 
             server = open_endpoint(bus, args.telemetry, args.model or "demo model")
         engine = _load_engine(args, config, bus)
+        if args.chat and not _has_chat_template(engine):
+            raise UsageError("--chat: the model has no chat template (its tokenizer defines none)")
         if recorder is not None:
             _publish(recorder)
         serving = True
@@ -296,16 +298,31 @@ def _had_finished(slot: Any) -> bool:
     return isinstance(slot, dict) or (slot.finished and slot.finish_reason is not FinishReason.CANCELLED)
 
 
+def _has_chat_template(engine: Any) -> bool:
+    return bool(getattr(engine.tokenizer, "chat_template", None))
+
+
+def _rejected(pl: PromptLine, error: str) -> dict:
+    return {"id": pl.request_id, "prompt": pl.prompt if pl.error is None else None, "text": "", "token_ids": [],
+            "finish_reason": "rejected", "error": error}
+
+
+def _submit_line(engine: Any, args: Any, pl: PromptLine) -> Any:
+    """A RequestHandle for the line, or the result of a line that cannot be submitted."""
+    if pl.error:
+        return _rejected(pl, pl.error)
+    prompt, chat = pl.submitted(bool(getattr(args, "chat", False)))
+    if chat and isinstance(prompt, str) and not _has_chat_template(engine):
+        return _rejected(pl, f"line {pl.line}: \"chat\": true, but the model has no chat template")
+    return engine.submit(prompt, _sampling(args, pl), chat=chat, request_id=pl.request_id)
+
+
 def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, slots: list[Any]) -> None:
     from graphtop.engine.sampling_params import SamplingParams
 
     if synthetic is None:
         for pl in lines:
-            if pl.error:
-                slots.append({"id": pl.request_id, "prompt": None, "text": "", "token_ids": [],
-                              "finish_reason": "rejected", "error": pl.error})
-            else:
-                slots.append(engine.submit(pl.prompt, _sampling(args, pl), request_id=pl.request_id))
+            slots.append(_submit_line(engine, args, pl))
         engine.run_until_done([s for s in slots if not isinstance(s, dict)])
     else:
         pending = list(synthetic)
