@@ -71,7 +71,8 @@ def _keeps_text(pre_tokenizer: Optional[dict]) -> bool:
 def _is_byte_level(pre_tokenizer: Optional[dict]) -> bool:
     if pre_tokenizer is None:
         return False
-    return pre_tokenizer.get("type") == "ByteLevel" or any(_is_byte_level(p) for p in pre_tokenizer.get("pretokenizers", []))
+    parts = pre_tokenizer.get("pretokenizers", [])
+    return pre_tokenizer.get("type") == "ByteLevel" or any(_is_byte_level(p) for p in parts)
 
 
 def max_bytes_per_token(tokenizer: Any) -> Optional[int]:

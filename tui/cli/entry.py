@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
     h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
+    h.add_argument("--resume", action="store_true",
+                   help="finish a killed --prompts run: keep the results already in --output OUT.jsonl, run the "
+                        "other lines and append theirs")
     h.add_argument("--chat", action="store_true",
                    help="send every prompt through the model's chat template (an Instruct model answers it); "
                         'a prompt line\'s own "chat" decides for that line')

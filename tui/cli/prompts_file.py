@@ -2,7 +2,9 @@
 
 A JSON line is ``{"prompt": "..."}`` or a conversation ``{"messages": [{"role": ..., "content": ...}]}``,
 plus sampling fields, an ``id`` and ``"chat": true|false`` (whether a prompt goes through the model's chat
-template; a conversation always does). The one parser for prompt lines. A line that cannot be served is rejected alone, with its number and
+template; a conversation always does).
+
+The one parser for prompt lines. A line that cannot be served is rejected alone, with its number and
 the reason, and the other lines still run; nothing a line holds can raise out of here. Lines end at
 ``\\n`` only: U+2028, U+0085 and the other characters ``str.splitlines`` breaks at are legal inside a
 JSON string and inside a prompt. Sampling values are checked by ``SamplingParams`` itself, so a line
