@@ -74,7 +74,7 @@ def test_a_bad_conversation_line_is_rejected_alone(tiny_ckpt, tmp_path, capsys):
     assert got["ok"]["finish_reason"] == "length" and len(got["ok"]["token_ids"]) == 6
     assert got["line-2"]["finish_reason"] == "rejected"  # a rejected line's result goes by its line number
     assert got["line-2"]["error"].startswith("line 2: message #0: 'role' must be one of system, user, assistant")
-    assert f"p.jsonl:line 2: message #0: 'role'" in err
+    assert "p.jsonl:line 2: message #0: 'role'" in err
 
 
 @pytest.fixture
