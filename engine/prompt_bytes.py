@@ -34,6 +34,23 @@ _KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Split", "Digits", "Punctua
 Whitespace, WhitespaceSplit and BertPreTokenizer drop the spaces they split at."""
 
 
+UTF8_NEVER = frozenset([0xC0, 0xC1, *range(0xF5, 0x100)])
+"""Bytes no UTF-8 text holds: a byte-level vocabulary may lack their characters (SmolLM2's does)."""
+
+
+def _byte_level_chars() -> dict[int, str]:
+    """The character byte-level BPE (GPT-2's ``bytes_to_unicode``) stands each byte for: printable bytes
+    for themselves, the others for 256 + n in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
 def _state(component: Any) -> Optional[dict]:
     return None if component is None else json.loads(component.__getstate__())
 
@@ -75,8 +92,25 @@ def _is_byte_level(pre_tokenizer: Optional[dict]) -> bool:
     return pre_tokenizer.get("type") == "ByteLevel" or any(_is_byte_level(p) for p in parts)
 
 
-def max_bytes_per_token(tokenizer: Any) -> Optional[int]:
-    """The most bytes of prompt text one token can stand for, or None when no safe bound is known."""
+@dataclass(frozen=True)
+class TokenBytes:
+    """What a tokenizer's tokens cover: at most ``per_token`` bytes each, and the ``dropped`` bytes (of a
+    byte-level vocabulary without their character, SmolLM2's control bytes) none at all."""
+
+    per_token: int
+    dropped: bytes = b""
+
+    def counted(self, data: bytes) -> int:
+        """The bytes of ``data`` some token covers."""
+        return len(data) - sum(data.count(b) for b in self.dropped)
+
+
+MAX_DROPPED = 32
+"""A byte-level vocabulary lacking more byte characters than this is not trusted with a bound."""
+
+
+def token_bytes(tokenizer: Any) -> Optional[TokenBytes]:
+    """The bound on what one token of ``tokenizer`` covers, or None when no safe bound is known."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
@@ -91,22 +125,31 @@ def max_bytes_per_token(tokenizer: Any) -> Optional[int]:
     if model is None or model.get("type") != "BPE" or factor is None or not _keeps_text(pre_tokenizer):
         return None
     byte_level = _is_byte_level(pre_tokenizer)
-    if byte_level:
-        from tokenizers.pre_tokenizers import ByteLevel
-
-        alphabet = set(ByteLevel.alphabet())
-        if not alphabet <= set(vocab) and not model.get("byte_fallback") and model.get("unk_token") is None:
-            return None  # a byte with no token would be dropped
-    elif not model.get("byte_fallback") and (model.get("unk_token") is None or model.get("fuse_unk")):
+    dropped = b""
+    if byte_level and not model.get("byte_fallback") and model.get("unk_token") is None:
+        chars = _byte_level_chars()  # a byte whose character is no token is dropped by the tokenizer
+        dropped = bytes(b for b in range(256) if b not in UTF8_NEVER and chars[b] not in vocab)
+        if len(dropped) > MAX_DROPPED:
+            return None
+    elif not byte_level and not model.get("byte_fallback") and (model.get("unk_token") is None
+                                                                 or model.get("fuse_unk")):
         return None  # an unknown character is dropped, or a run of them is one token
+
+    byte_chars = set(_byte_level_chars().values()) if byte_level else set()
 
     def covered(token: str) -> int:  # a byte-level character stands for one byte
         if byte_level:
-            return sum(1 if c in alphabet else len(c.encode("utf-8")) for c in token)
+            return sum(1 if c in byte_chars else len(c.encode("utf-8")) for c in token)
         return len(token.encode("utf-8"))
 
     longest = max([covered(t) for t in vocab] + [len(t.encode("utf-8")) for t in added] + [UNKNOWN_CHAR_BYTES])
-    return int(longest * factor + 0.999999)
+    return TokenBytes(int(longest * factor + 0.999999), dropped)
+
+
+def max_bytes_per_token(tokenizer: Any) -> Optional[int]:
+    """The most bytes of prompt text one token can stand for, or None when no safe bound is known."""
+    bound = token_bytes(tokenizer)
+    return bound.per_token if bound is not None else None
 
 
 @dataclass
@@ -118,24 +161,29 @@ class PromptByteLimit:
 
     tokenizer: Any
     max_context_len: int
-    _bound: Any = field(default=None, init=False, repr=False)
+    _bound: Optional[TokenBytes] = field(default=None, init=False, repr=False)
     _known: bool = field(default=False, init=False, repr=False)
 
     @property
-    def bytes_per_token(self) -> Optional[int]:
+    def bound(self) -> Optional[TokenBytes]:
         if not self._known:
-            self._bound, self._known = max_bytes_per_token(self.tokenizer), True
+            self._bound, self._known = token_bytes(self.tokenizer), True
         return self._bound
+
+    @property
+    def bytes_per_token(self) -> Optional[int]:
+        return self.bound.per_token if self.bound is not None else None
 
     def problem(self, text: str) -> Optional[str]:
         """Why ``text`` can never fit in the context, judged from its bytes alone; None when it may fit."""
         if len(text) < self.max_context_len:  # at least a byte a token: it may fit whatever the tokenizer
             return None
-        bound = self.bytes_per_token
-        if bound is None or len(text) * 4 < self.max_context_len * bound:  # 4: the most bytes a character takes
+        bound = self.bound
+        if bound is None or len(text) * 4 < self.max_context_len * bound.per_token:  # 4: most bytes of a character
             return None
-        size = len(text.encode("utf-8", "surrogatepass"))
-        at_least = -(-size // bound)
+        data = text.encode("utf-8", "surrogatepass")
+        size = bound.counted(data)
+        at_least = -(-size // bound.per_token)
         if at_least < self.max_context_len:
             return None
-        return f"prompt has at least {at_least} tokens ({size} bytes); the context limit is {self.max_context_len}"
+        return f"prompt has at least {at_least} tokens ({len(data)} bytes); the context limit is {self.max_context_len}"

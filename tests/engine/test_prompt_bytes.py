@@ -57,6 +57,22 @@ def test_tokenizers_that_may_drop_text_get_no_bound():
     assert max_bytes_per_token(_fast(bpe, normalizers.NFKC())) == 20  # "Ａ" (3 bytes) -> "A", "𝐀" (4) -> "A"
 
 
+def test_bytes_a_byte_level_vocabulary_has_no_token_for_are_not_counted():
+    """SmolLM2's vocabulary has no character for some control bytes: the tokenizer drops them, so a prompt
+    of millions of them is a few tokens and must not be rejected by its size."""
+    from tokenizers import models, pre_tokenizers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    chars = bytes_to_unicode()
+    vocab = {c: i for i, c in enumerate(c for b, c in sorted(chars.items()) if b != 0x04)}
+    tok = _fast(models.BPE(vocab, []), pre_tokenizer=pre_tokenizers.ByteLevel(add_prefix_space=False))
+    limit = PromptByteLimit(tok, max_context_len=256)
+    assert limit.bound.dropped == b"\x04" and limit.bound.per_token == 4
+    text = "ab" + "\x04" * 100_000
+    assert len(tok.encode(text)) == 2 and limit.problem(text) is None
+    assert limit.problem("ab" * 100_000).startswith("prompt has at least 50000 tokens (200000 bytes)")
+
+
 def test_the_limit_says_it_in_the_token_count_rejections_words():
     limit = PromptByteLimit(shared_tokenizer(), max_context_len=256)
     bound = limit.bytes_per_token
