@@ -94,6 +94,29 @@ def test_resume_drops_a_cut_line_and_redoes_cancelled_requests(ckpt, tmp_path, c
     assert out.startswith("requests 3 (0 failed)")
 
 
+def test_an_interrupted_resume_says_what_out_holds(ckpt, tmp_path, capsys, monkeypatch):
+    import signal
+
+    from graphtop.engine.step.loop import StepLoop
+
+    prompts = _prompts(tmp_path, 3)
+    out_file = tmp_path / "out.jsonl"
+    kept = _result("line-2", "request 2: once upon a time")
+    out_file.write_text(json.dumps(kept) + "\n")
+    real_step = StepLoop.step
+
+    def step(self):  # Ctrl-C at the first step: nothing of this run has finished
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_step(self)
+
+    monkeypatch.setattr(StepLoop, "step", step)
+    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--resume", *BATCH)
+    assert rc == 130
+    assert err.splitlines() == [f"graphtop: interrupted: 1 of 3 results written to {out_file} (1 of them by an "
+                                "earlier run; --resume finishes it)"]
+    assert _complete_lines(out_file) == [kept]
+
+
 def test_resume_without_an_output_yet_runs_everything(ckpt, tmp_path, capsys):
     prompts = _prompts(tmp_path, 2)
     rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl", "--resume",

@@ -282,8 +282,8 @@ def _end_interrupted(args: Any, served: _Served, total: int, rec_result: Any, ou
         if error:
             said.append(error)
         elif out.written or before:
-            said.append(f"{out.written + before} of {total + before} results written to {args.output}"
-                        + (f" ({before} from before; --resume goes on)" if before else ""))
+            earlier = f" ({before} of them by an earlier run; --resume finishes it)" if before else ""
+            said.append(f"{out.written + before} of {total + before} results written to {args.output}{earlier}")
         else:
             said.append(f"no request had finished; {args.output} left as it was")
     if rec_result is not None:
