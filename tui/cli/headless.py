@@ -29,7 +29,9 @@ from ..usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 from .results_file import ResultsFile, result_line
 from .resume import Resumed, drop_unkept, read_resume
-from .serving import _has_chat_template, _sampling, _serve, _Served
+from .serving import Served, has_chat_template
+from .serving import sampling as _sampling  # the names tests patch and read
+from .serving import serve as _serve
 
 
 def model_files(model: Optional[str]) -> list[tuple[str, str]]:
@@ -191,7 +193,7 @@ def run_headless(args: Any, config: Any) -> int:
 
     bus = EventBus()
     recorder = server = engine = progress = out = None
-    served: Optional[_Served] = None
+    served: Optional[Served] = None
     serving = False  # the model loaded and the trace is at its path: what follows is kept
     try:  # from the trace's staging on: an interrupt (Ctrl-C, SIGTERM) at any point runs the clean-up below
         recorder = _open_recorder(args, bus)
@@ -203,7 +205,7 @@ def run_headless(args: Any, config: Any) -> int:
 
             server = open_endpoint(bus, args.telemetry, args.model or "demo model")
         engine = _load_engine(args, config, bus)
-        if args.chat and not _has_chat_template(engine):
+        if args.chat and not has_chat_template(engine):
             raise UsageError("--chat: the model has no chat template (its tokenizer defines none)")
         if recorder is not None:
             _publish(recorder)
@@ -270,7 +272,7 @@ def _open_results(args: Any, resumed: Optional[Resumed]) -> Optional[ResultsFile
         raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
 
 
-def _end_interrupted(args: Any, served: _Served, total: int, rec_result: Any, out: Optional[ResultsFile],
+def _end_interrupted(args: Any, served: Served, total: int, rec_result: Any, out: Optional[ResultsFile],
                      resumed: Optional[Resumed]) -> int:
     """Ctrl-C or SIGTERM while serving: keep what finished, and say in one line what was kept."""
     assert served.interrupted is not None

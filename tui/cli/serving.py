@@ -17,7 +17,7 @@ from .prompts_file import PromptLine
 
 
 @dataclass
-class _Served:
+class Served:
     """What a headless run served, in input order, and why it stopped early if it did."""
 
     results: list[dict]
@@ -25,7 +25,7 @@ class _Served:
     interrupted: Optional[KeyboardInterrupt] = None  # results then holds only what had finished
 
 
-def _sampling(args: Any, line: Optional[PromptLine]) -> Any:
+def sampling(args: Any, line: Optional[PromptLine]) -> Any:
     from graphtop.engine.sampling_params import SamplingParams
 
     base = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -70,8 +70,8 @@ class _Finished:
                 self.sink(_result(slot))
 
 
-def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any,
-           sink: Optional[Callable[[dict], None]] = None) -> _Served:
+def serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any,
+           sink: Optional[Callable[[dict], None]] = None) -> Served:
     """Results in input order, each also handed to ``sink`` as it finishes, and what stopped the engine
     early, if anything did."""
     from graphtop.engine.engine import TensorParallelError
@@ -82,12 +82,12 @@ def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any,
     except TensorParallelError as e:
         engine.close(str(e))  # every request still in flight finishes with the reason
         done.flush()
-        return _Served([_result(s) for s in done.slots], failure=str(e))
+        return Served([_result(s) for s in done.slots], failure=str(e))
     except KeyboardInterrupt as e:  # before the engine closes, which finishes the rest as cancelled
         done.flush(_had_finished)
-        return _Served([_result(s) for s in done.slots if _had_finished(s)], interrupted=e)
+        return Served([_result(s) for s in done.slots if _had_finished(s)], interrupted=e)
     done.flush()
-    return _Served([_result(s) for s in done.slots])
+    return Served([_result(s) for s in done.slots])
 
 
 def _had_finished(slot: Any) -> bool:
@@ -99,7 +99,7 @@ def _had_finished(slot: Any) -> bool:
     return isinstance(slot, dict) or (slot.finished and slot.finish_reason is not FinishReason.CANCELLED)
 
 
-def _has_chat_template(engine: Any) -> bool:
+def has_chat_template(engine: Any) -> bool:
     return bool(getattr(engine.tokenizer, "chat_template", None))
 
 
@@ -113,9 +113,9 @@ def _submit_line(engine: Any, args: Any, pl: PromptLine) -> Any:
     if pl.error:
         return _rejected(pl, pl.error)
     prompt, chat = pl.submitted(bool(getattr(args, "chat", False)))
-    if chat and isinstance(prompt, str) and not _has_chat_template(engine):
+    if chat and isinstance(prompt, str) and not has_chat_template(engine):
         return _rejected(pl, f"line {pl.line}: \"chat\": true, but the model has no chat template")
-    return engine.submit(prompt, _sampling(args, pl), chat=chat, request_id=pl.request_id)
+    return engine.submit(prompt, sampling(args, pl), chat=chat, request_id=pl.request_id)
 
 
 def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, done: _Finished) -> None:
