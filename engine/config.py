@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .errors import EngineError
 from .graphs.config import GraphConfig
 from .kernel_config import KernelConfig, resolve_kernel_config
 
@@ -89,3 +90,17 @@ class EngineConfig:
                             "GraphConfig(decode_bs=...) or build_graph_config(json_text, {})")
         self.graphs.validate()  # the checks JSON and flags go through (GraphConfigError, a ValueError)
         resolve_kernel_config(self.kernels)  # a bad value (or GRAPHTOP_* override) is a usage error here
+
+
+def context_limit(max_context_len: Optional[int], model_positions: int) -> int:
+    """The context length an engine runs with: ``max_context_len``, or the model's positions without one.
+
+    One above the model's positions is refused, not lowered without a word: a run asked for a longer
+    context than it gets would only learn it from requests cut short (vLLM refuses a max_model_len above
+    the model's derived maximum the same way)."""
+    if max_context_len is None:
+        return model_positions
+    if max_context_len > model_positions:
+        raise EngineError(f"max context len {max_context_len} is above the model's {model_positions} positions "
+                          f"(max_position_embeddings): use at most {model_positions}, or leave it unset")
+    return max_context_len

@@ -31,7 +31,7 @@ from .api.controls import ControlApi
 from .api.requests import RequestApi
 from .attention.base import AttentionShape
 from .attention.select import select_attention_backend
-from .config import EngineConfig
+from .config import EngineConfig, context_limit
 from .device import resolve_device
 from .distributed.group import TensorParallelGroup
 from .distributed.setup import RankSetup
@@ -45,6 +45,7 @@ from .lifecycle.loading import load_engine
 from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
 from .model_runner import ModelRunner
 from .parity.checker import ParityChecker, scratch_pages
+from .prompt_bytes import PromptByteLimit
 from .request import FinishReason, Request, RequestHandle, RequestIds
 from .scheduler import Scheduler, SchedulerConfig
 from .step.background import BackgroundServer
@@ -91,7 +92,8 @@ class Engine(RequestApi, ControlApi, Closing):
         self.demo = demo
         self.kernels = resolve_kernel_config(config.kernels)
 
-        self.max_context_len = min(config.max_context_len or spec.max_position_embeddings, spec.max_position_embeddings)
+        self.max_context_len = context_limit(config.max_context_len, spec.max_position_embeddings)
+        self.prompt_limit = PromptByteLimit(self.tokenizer, self.max_context_len)  # too long by its bytes alone
         local = self.model.spec  # this rank's heads and KV heads (the whole model's without tensor parallelism)
         layout = KVLayout(local.num_layers, local.num_kv_heads, local.head_dim, self.dtype)
         plan_inputs = dict(

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from .conversation import as_messages, is_conversation
+from .prompt_bytes import PromptByteLimit
+
+Prompt = Union[str, Sequence[int], Sequence[Mapping[str, str]]]
+"""Text, token ids, or a conversation (``[{"role": ..., "content": ...}, ...]``)."""
 
 _NOT_CAUGHT = (KeyboardInterrupt, SystemExit, GeneratorExit)
 """What a tokenizer call may raise that is not about the prompt: a Ctrl-C, an exit, a closing generator."""
 
 
 class Unencodable(list):
-    """The token ids (none) of a prompt the tokenizer failed on, and why: ``admission_problem`` rejects it
-    like any prompt that can never be served, so one bad prompt finishes as ``rejected`` instead of ending
-    the run (and its finished results) with a traceback."""
+    """The token ids (none) of a prompt that was not tokenized, and why (the tokenizer failed on it, it is
+    too long for the context by its bytes alone, a conversation for a model without a chat template):
+    ``admission_problem`` rejects it like any prompt that can never be served, so one bad prompt finishes
+    as ``rejected`` instead of ending the run (and its finished results) with a traceback."""
 
     def __init__(self, problem: str) -> None:
         super().__init__()
@@ -32,11 +39,16 @@ def _tokenizer_call(call: Callable[[], Any]) -> Any:
         return Unencodable(f"the tokenizer failed on this prompt ({type(err).__name__}{': ' if text else ''}{text})")
 
 
-def encode_prompt(tokenizer: Any, prompt: Union[str, Sequence[int]], chat: bool) -> tuple[str, list[int]]:
+def encode_prompt(tokenizer: Any, prompt: Prompt, chat: bool,
+                  limit: Optional[PromptByteLimit] = None) -> tuple[str, list[int]]:
     """(display text, token ids). Text goes through the chat template when asked and the tokenizer has
-    one; token ids are taken as they are and decoded for display."""
+    one; a conversation always does (its display text is the rendered conversation); token ids are taken
+    as they are and decoded for display. ``limit``: text too long for the context by its bytes alone is
+    rejected without being tokenized."""
     if isinstance(prompt, (bytes, bytearray)):
         raise TypeError("a prompt is text (str) or a sequence of token ids, got bytes: decode it first")
+    if is_conversation(prompt):
+        return _encode_conversation(tokenizer, as_messages(prompt), limit)
     if not isinstance(prompt, str):
         ids = [_token_id(i, t) for i, t in enumerate(prompt)]
         text = _tokenizer_call(lambda: tokenizer.decode(ids))  # for display only: admission_problem judges ids
@@ -46,25 +58,49 @@ def encode_prompt(tokenizer: Any, prompt: Union[str, Sequence[int]], chat: bool)
     except UnicodeEncodeError as e:
         raise ValueError(f"prompt is not valid Unicode ({e.reason} at character {e.start})") from None
     if chat and has_chat_template(tokenizer):
-        return prompt, encode_messages(tokenizer, [{"role": "user", "content": prompt}])
+        return prompt, _chat_ids(tokenizer, [{"role": "user", "content": prompt}], limit)[1]
+    problem = limit.problem(prompt) if limit is not None else None
+    if problem:
+        return prompt, Unencodable(problem)
     return prompt, _tokenizer_call(lambda: tokenizer.encode(prompt, add_special_tokens=True))
+
+
+def _encode_conversation(tokenizer: Any, messages: list[dict[str, str]],
+                         limit: Optional[PromptByteLimit]) -> tuple[str, list[int]]:
+    if not has_chat_template(tokenizer):
+        return "", Unencodable("the model has no chat template: a conversation ('messages') needs one")
+    return _chat_ids(tokenizer, messages, limit)
+
+
+def _chat_ids(tokenizer: Any, messages: list[dict[str, str]],
+              limit: Optional[PromptByteLimit]) -> tuple[str, list[int]]:
+    """(the rendered conversation, its token ids) through the chat template. The text is rendered on its own
+    first (cheap) so one too long for the context is rejected before the tokenizer spends minutes on it;
+    the ids come from transformers' own tokenizing render (which guards the template's control tokens)."""
+    text = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                                 tokenize=False))
+    if isinstance(text, Unencodable):
+        return "", text
+    problem = limit.problem(text) if limit is not None and isinstance(text, str) else None
+    if problem:
+        return text, Unencodable(problem)
+    ids = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    if isinstance(ids, Unencodable):
+        return text, ids
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return text, list(ids)
 
 
 def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def encode_messages(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+def encode_messages(tokenizer: Any, messages: list[dict[str, str]], limit: Optional[PromptByteLimit] = None) -> list[int]:
     """A conversation through the tokenizer's chat template, ready for the assistant's turn: its token ids,
-    or an ``Unencodable`` saying why the template refused it. The one home of the template call, for a
-    chat prompt of ``submit`` (one user message) and the HTTP API's chat completions alike, so both give
-    the same ids for the same conversation."""
-    ids = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
-    if isinstance(ids, Unencodable):
-        return ids
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return list(ids)
+    or an ``Unencodable`` saying why it cannot be served. The one home of the template call, for a chat
+    prompt of ``submit`` and the HTTP API's chat completions alike, so both give the same ids."""
+    return _chat_ids(tokenizer, messages, limit)[1]
 
 
 def admission_problem(ids: Sequence[int], max_context_len: int, kv_capacity_tokens: int,

@@ -39,6 +39,7 @@ from .checkpoint.config_check import (
 )
 from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
+from .checkpoint.gguf import Progress as GGUFProgress
 from .checkpoint.gguf import gguf_folder, is_gguf
 from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
@@ -291,14 +292,15 @@ class CheckpointMeta:
     source: Optional[Path] = None  # what the user named: the folder, or the .gguf file it came from
 
 
-def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -> CheckpointMeta:
+def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False,
+                    progress: Optional[GGUFProgress] = None) -> CheckpointMeta:
     """The cheap checks and reads (folder, config, architecture, weight files, tokenizer), in that order,
     so a bad path fails in milliseconds with one clear line. Files must resolve inside the folder
     (``allow_external_weights`` admits symbolic links out of it) and config.json values are validated
-    (config_check)."""
+    (config_check). ``progress`` hears a .gguf's one-time conversion (the slow part of its first load)."""
     source = path = utf8_path(expand_user(path, f"checkpoint path {path}"), "checkpoint path")
     if is_gguf(path):  # dequantized once into a cached folder (models/checkpoint/gguf.py), read from there
-        path = utf8_path(gguf_folder(path), "converted folder")
+        path = utf8_path(gguf_folder(path, progress=progress), "converted folder")
     check_folder(path)
     raw_config = read_config_json(path, allow_external_weights)
     check_architecture_fields(raw_config, str(path))
@@ -320,14 +322,14 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False) -
 def load_checkpoint(
     path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None,
     tp: Optional[TensorParallel] = None, meta: Optional[CheckpointMeta] = None, *,
-    allow_external_weights: bool = False,
+    allow_external_weights: bool = False, progress: Optional[GGUFProgress] = None,
 ) -> LoadedCheckpoint:
     """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder, or a ``.gguf`` file of one
     (dequantized once into a cached folder, models/checkpoint/gguf.py).
 
     ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
     whole model's, ``model.spec`` is the rank's (its heads, KV heads and MLP features). ``meta``: what
-    ``read_checkpoint`` already read of ``path``.
+    ``read_checkpoint`` already read of ``path``; ``progress``: see ``read_checkpoint``.
 
     Raises CheckpointError (a ValueError) with a one-line message for any checkpoint
     problem; ValueError for a bad `dtype` argument. Never unpickles, never runs remote code.
@@ -335,7 +337,8 @@ def load_checkpoint(
     config.json values are validated (config_check) and the model must fit before it is allocated;
     weights must be floating point and finite.
     """
-    meta = meta if meta is not None else read_checkpoint(path, allow_external_weights=allow_external_weights)
+    if meta is None:
+        meta = read_checkpoint(path, allow_external_weights=allow_external_weights, progress=progress)
     model = load_weights(meta.path, meta.spec, device, resolve_dtype(dtype, meta.hf_config), tp, meta.locations)
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.source or meta.path, meta.hf_config,

@@ -22,6 +22,7 @@ from graphtop.engine.telemetry.events import (
     ErrorEvent,
     Event,
     KVPoolState,
+    LoadProgress,
     MemoryLedger,
     ParityCheck,
     ParityNotRun,
@@ -103,6 +104,7 @@ class DashboardState:
     ) -> None:
         self.revs: Counter[str] = Counter()
         self.info: Optional[EngineStarted] = None
+        self.load_progress: Optional[LoadProgress] = None  # a long load's latest step (a .gguf's conversion)
         self._captures = CaptureTracker(history=CAPTURE_HISTORY)
         self.costs: dict[tuple[str, int], BucketCost] = {}
         self.ledger: Optional[MemoryLedger] = None  # rank 0's (the engine's own device)
@@ -295,6 +297,11 @@ class DashboardState:
 
     def _on_started(self, ev: EngineStarted) -> None:
         self.info = ev
+        self.load_progress = None
+        self.revs["info"] += 1
+
+    def _on_load_progress(self, ev: LoadProgress) -> None:
+        self.load_progress = ev
         self.revs["info"] += 1
 
     def _on_capture_started(self, ev: CaptureStarted) -> None:
@@ -408,6 +415,7 @@ class DashboardState:
 
 _HANDLERS = {  # keyed by the events' ``type`` tags (see graphtop.engine.telemetry.events)
     "engine_started": DashboardState._on_started,
+    "load_progress": DashboardState._on_load_progress,
     "capture_started": DashboardState._on_capture_started,
     "capture_progress": DashboardState._on_capture_progress,
     "capture_finished": DashboardState._on_capture_finished,

@@ -58,7 +58,7 @@ class RequestApi:
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         if request_id is not None and not is_unicode(request_id):  # every event of it would poison a trace
             raise ValueError(f"request_id is not valid Unicode (a lone surrogate): {request_id!r}")
-        text, ids = encode_prompt(self.tokenizer, prompt, chat)
+        text, ids = encode_prompt(self.tokenizer, prompt, chat, self.prompt_limit)
         return self._submit_encoded(text, ids, params, request_id)
 
     @staticmethod
@@ -108,7 +108,7 @@ class RequestApi:
         self._check_open()
         self.refuse_inside_step("generate()")
         params = self._check_params(params)
-        encoded = [encode_prompt(self.tokenizer, p, False) for p in prompts]
+        encoded = [encode_prompt(self.tokenizer, p, False, self.prompt_limit) for p in prompts]
         handles = [self._submit_encoded(text, ids, params, None) for text, ids in encoded]
         if self.background_running:
             for h in handles:

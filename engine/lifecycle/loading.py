@@ -16,6 +16,7 @@ from ..config import EngineConfig
 from ..device import resolve_device, resolve_dtype
 from ..distributed.group import TensorParallelGroup
 from ..kernel_config import resolve_kernel_config
+from ..telemetry import events as ev
 from ..telemetry.bus import EventBus
 
 log = logging.getLogger("graphtop.engine")
@@ -51,14 +52,15 @@ def _load(engine_cls: Any, path: Union[str, Path], config: EngineConfig, bus: Op
           dtype: Any, demo: bool) -> Any:
     from graphtop.models import load_checkpoint
 
+    progress = _progress(bus)
     if config.tp_size == 1:
         ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
-                               allow_external_weights=config.allow_external_weights)
+                               allow_external_weights=config.allow_external_weights, progress=progress)
         return engine_cls(ckpt, config, bus, demo=demo)
     from graphtop.models import CheckpointError, read_checkpoint
     from graphtop.models.parallel import TensorParallel, tp_problem
 
-    meta = read_checkpoint(path, allow_external_weights=config.allow_external_weights)
+    meta = read_checkpoint(path, allow_external_weights=config.allow_external_weights, progress=progress)
     problem = tp_problem(meta.spec, config.tp_size)
     if problem:  # before any process is spawned
         raise CheckpointError(f"{problem} in {meta.path}")
@@ -72,3 +74,15 @@ def _load(engine_cls: Any, path: Union[str, Path], config: EngineConfig, bus: Op
     except BaseException:
         tp.close()
         raise
+
+
+def _progress(bus: Optional[EventBus]) -> Any:
+    """What the checkpoint loader calls with its progress (a .gguf's one-time conversion): ``load_progress``
+    events on ``bus``, where the displays (the headless progress line, the dashboard) show them."""
+    if bus is None:
+        return None
+
+    def publish(label: str, step: str, done: int, total: int) -> None:
+        bus.publish(ev.LoadProgress(label=label, step=step, done=done, total=total))
+
+    return publish

@@ -108,6 +108,23 @@ class EngineStarted(Event):
 
 
 @dataclass(frozen=True)
+class LoadProgress(Event):
+    """How far a long model load is, before ``engine_started``: a .gguf's one-time conversion into the
+    cache (tens of seconds that later loads skip). ``total`` 0: a step of unknown length."""
+
+    type: ClassVar[str] = "load_progress"
+    label: str = ""  # what the load does: "converting GGUF to the cache (one time)"
+    step: str = ""  # where it is: "reading the metadata", "tensor", "writing the converted folder", ...
+    done: int = 0
+    total: int = 0
+
+    def describe(self) -> str:
+        """``converting GGUF to the cache (one time) — tensor 12/272``."""
+        where = f"{self.step} {self.done}/{self.total}" if self.total else self.step
+        return f"{self.label} — {where}" if where else self.label
+
+
+@dataclass(frozen=True)
 class CaptureStarted(Event):
     type: ClassVar[str] = "capture_started"
     phase: str = ""  # decode | prefill
@@ -314,6 +331,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         TraceHeader,
         EngineStarted,
+        LoadProgress,
         CaptureStarted,
         CaptureProgress,
         CaptureFinished,

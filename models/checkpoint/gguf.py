@@ -24,7 +24,7 @@ import importlib.util
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
@@ -48,19 +48,32 @@ GGUF_SUFFIX = ".gguf"
 GGUF_EXTRA = "pip install 'graphtop[gguf]'"
 SOURCE_FILE = "gguf_source.json"  # what a cached folder was converted from
 
+CONVERTING = "converting GGUF to the cache (one time)"
+"""What a first load of a .gguf says it does: tens of seconds (dequantizing every tensor) that later loads skip."""
+
+Progress = Callable[[str, str, int, int], None]
+"""``progress(label, step, done, total)``: where a conversion is (``total`` 0: a step of unknown length).
+Called on the loading thread; it must be quick and must not raise."""
+
+
+def _no_progress(label: str, step: str, done: int, total: int) -> None:
+    pass
+
 
 def is_gguf(path: Path) -> bool:
     return path.suffix.lower() == GGUF_SUFFIX
 
 
-def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None) -> Path:
-    """The checkpoint folder converted from ``gguf_file``, converting it on first use."""
+def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None,
+                progress: Optional[Progress] = None) -> Path:
+    """The checkpoint folder converted from ``gguf_file``, converting it on first use (``progress`` hears how
+    far the conversion is; a load from the cache says nothing)."""
     file = _real_file(gguf_file)
     if not file.exists():
         raise CheckpointError(f"GGUF file not found: {gguf_file}")
     if not file.is_file():
         raise CheckpointError(f"GGUF path is not a file: {gguf_file}")
-    return build_once(converted_folder(file, cache_dir), lambda staging: convert_gguf(file, staging))
+    return build_once(converted_folder(file, cache_dir), lambda staging: convert_gguf(file, staging, progress))
 
 
 def _real_file(gguf_file: Path | str) -> Path:
@@ -77,7 +90,7 @@ def converted_folder(gguf_file: Path | str, cache_dir: Path | str | None = None)
     return cache_root(cache_dir) / "gguf" / f"{file.stem}-{key}"
 
 
-def convert_gguf(gguf_file: Path, folder: Path) -> None:
+def convert_gguf(gguf_file: Path, folder: Path, progress: Optional[Progress] = None) -> None:
     """Write an HF safetensors checkpoint (config, weights, tokenizer) of ``gguf_file`` into ``folder``.
 
     Everything is checked before anything is written (``build_once`` then removes the staging folder, so a
@@ -89,7 +102,11 @@ def convert_gguf(gguf_file: Path, folder: Path) -> None:
         raise CheckpointError(f"reading GGUF needs the package(s) {', '.join(missing)}: {GGUF_EXTRA} ({gguf_file})")
     from transformers import AutoConfig, AutoTokenizer
 
+    def say(step: str, done: int = 0, total: int = 0) -> None:
+        (progress or _no_progress)(CONVERTING, step, done, total)
+
     where, name = str(gguf_file.parent), gguf_file.name
+    say("reading the metadata")
     reader = _tensor_table(gguf_file)  # the file's layout, before transformers dequantizes from it
     with no_token_id_warning(None):  # checked below, as config.json's would be
         config = _read(lambda: AutoConfig.from_pretrained(where, gguf_file=name), "metadata", gguf_file)
@@ -97,10 +114,13 @@ def convert_gguf(gguf_file: Path, folder: Path) -> None:
     config.architectures = [arch]
     spec = _checked_spec(config, gguf_file)  # refuses what graphtop cannot run, before the slow part
     _check_tensors(spec, reader, gguf_file)
+    say("reading the tokenizer")
     tokenizer = _read(lambda: AutoTokenizer.from_pretrained(where, gguf_file=name), "tokenizer", gguf_file)
     check_tokenizer(tokenizer, spec.vocab_size, str(gguf_file))
-    model = _load_model(where, name, gguf_file)
+    model = _load_model(where, name, gguf_file, lambda done, total: say("tensor", done, total))
+    say("checking the weights")
     _check_finite(model, gguf_file)
+    say("writing the converted folder")
     _write(model, tokenizer, arch, gguf_file, folder)
 
 
@@ -213,15 +233,15 @@ def _gguf_names(reader: Any, num_layers: int) -> Any:
     return None if key is None else gguf.get_tensor_name_map(key, num_layers)
 
 
-def _load_model(where: str, name: str, gguf_file: Path) -> Any:
+def _load_model(where: str, name: str, gguf_file: Path, tensors: Callable[[int, int], None]) -> Any:
     """transformers' model of the GGUF, refused when a parameter was missing from the file or had another
     shape (transformers reports those in a table on stderr, random-initialises them and goes on). numpy's
     warnings about non-finite values while dequantizing stay off stderr: ``_check_finite`` refuses those
-    weights in one line."""
+    weights in one line. ``tensors(done, total)`` hears each tensor dequantized."""
     import numpy as np
     from transformers import AutoModelForCausalLM
 
-    with no_progress_bars(), _quiet_dequantize(), _transformers_errors_only(), np.errstate(all="ignore"):
+    with no_progress_bars(), _counted_dequantize(tensors), _transformers_errors_only(), np.errstate(all="ignore"):
         model, info = _read(lambda: AutoModelForCausalLM.from_pretrained(
             where, gguf_file=name, output_loading_info=True, ignore_mismatched_sizes=True), "tensors", gguf_file)
     mismatched = sorted(info.get("mismatched_keys") or (), key=str)
@@ -300,19 +320,34 @@ def _one_line(reason: str) -> str:
     return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 1] + "…"
 
 
-@contextmanager
-def _quiet_dequantize() -> Iterator[None]:
-    """transformers' dequantization loop draws a plain tqdm bar on stderr, outside its own progress-bar
-    switch; a stray bar would tear the dashboard or the headless progress display."""
-    import functools
+def _counting(items: Iterable[Any], tensors: Callable[[int, int], None]) -> Iterator[Any]:
+    """``items`` one by one, saying how many are done after each."""
+    items = list(items)
+    tensors(0, len(items))
+    for done, item in enumerate(items, 1):
+        yield item
+        tensors(done, len(items))
 
+
+@contextmanager
+def _counted_dequantize(tensors: Callable[[int, int], None]) -> Iterator[None]:
+    """transformers' dequantization loop draws a plain tqdm bar on stderr, outside its own progress-bar
+    switch; a stray bar would tear the dashboard or the headless progress display. The loop iterates over
+    that bar, so its place is taken by an iterator that reports each tensor to ``tensors`` instead (the
+    loading progress the displays draw); a transformers without the name keeps its bar switched off."""
     from transformers import modeling_gguf_pytorch_utils as mod
 
     bar = getattr(mod, "tqdm", None)
     if bar is None:
         yield
         return
-    mod.tqdm = functools.partial(bar, disable=True)
+
+    def counted(iterable: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if iterable is None:  # a bar driven by hand: kept, switched off
+            return bar(*args, **{**kwargs, "disable": True})
+        return _counting(iterable, tensors)
+
+    mod.tqdm = counted
     try:
         yield
     finally:

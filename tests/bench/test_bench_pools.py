@@ -47,7 +47,7 @@ def test_decode_run_context_bounds_what_graph_bench_reaches(tiny_ckpt, make_engi
 
     monkeypatch.setattr(graph_bench, "drain", measure_then_drain)
     steps, eager_steps, rounds = 3, 2, 2
-    eng = make_engine(tiny_ckpt("llama"), max_context_len=512)
+    eng = make_engine(tiny_ckpt("llama"), max_context_len=256)  # the tiny model's positions
     out = graph_bench.decode_ms(eng, 3, steps, eager_steps, rounds)
     assert "graph" in out  # the graph rounds ran
     assert len(out["graph_rounds"]) == len(out["eager_rounds"]) == rounds

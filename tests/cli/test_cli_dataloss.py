@@ -9,6 +9,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -222,6 +223,34 @@ def test_sigterm_while_the_model_loads_leaves_no_temporary_file(ckpt, prompts, t
     assert err.splitlines() == ["graphtop: terminated"] and out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt", "t.jsonl"]
     assert trace.read_text() == "an older trace\n"
+
+
+_MORE_SIGTERMS = """
+import atexit, os, signal, sys, time
+from graphtop.engine.engine import Engine
+from graphtop.engine.step.loop import StepLoop
+from graphtop.tui.cli.entry import main
+
+def kill_me():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.05)  # the signal is delivered before this returns
+
+real_step, real_close = StepLoop.step, Engine.close
+StepLoop.step = lambda self: (kill_me(), real_step(self))[1]  # the first SIGTERM: while serving
+Engine.close = lambda self, *a, **k: (kill_me(), real_close(self, *a, **k))[1]  # during the clean-up
+atexit.register(kill_me)  # after main returned, while the interpreter shuts down
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_more_sigterms_during_the_clean_up_still_exit_143(ckpt, prompts, tmp_path):
+    """A second SIGTERM once the CLI had returned (the handler put back) ended the process by the signal."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    out_file = tmp_path / "o.jsonl"
+    proc = subprocess.run([sys.executable, "-c", _MORE_SIGTERMS, "--model", str(ckpt), "--prompts", str(prompts),
+                           "--output", str(out_file), *SHORT_RUN], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 143, proc.stderr
+    assert proc.stderr.splitlines() == [f"graphtop: terminated: no request had finished; {out_file} left as it was"]
 
 
 def test_a_trace_recorded_into_a_fifo_is_not_read_back(ckpt, prompts, tmp_path):

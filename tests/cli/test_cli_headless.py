@@ -327,6 +327,20 @@ def test_prompt_over_context_limit_is_rejected_while_others_complete(ckpt, tmp_p
     assert f"line-2: {long_['error']}" in out
 
 
+def test_a_huge_prompt_line_is_rejected_by_its_bytes_before_tokenizing(ckpt, tmp_path, capsys):
+    """A 50 MB line was tokenized for minutes before its rejection for length; its bytes alone say it."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("short one\n" + "once upon a time " * 300_000 + "\n")
+    out_file = tmp_path / "out.jsonl"
+    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--max-new-tokens", 2,
+                       *ENGINE_ARGS)
+    assert rc == 1 and "Traceback" not in err
+    short, huge = _read_results(out_file)
+    assert short["finish_reason"] == "length"
+    assert huge["finish_reason"] == "rejected" and huge["token_ids"] == []
+    assert huge["error"].startswith("prompt has at least ") and huge["error"].endswith("; the context limit is 256")
+
+
 def test_a_non_utf8_argument_is_recorded_so_the_trace_reads_back(ckpt, tmp_path, capsys):
     """The header held the surrogate-escaped argv; the reader refused the whole trace over it, yet the run
     exited 0 (summary, export, advise and --replay all refused the file)."""

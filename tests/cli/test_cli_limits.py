@@ -71,6 +71,19 @@ def test_bucket_over_the_pool_is_one_line_error(tiny_ckpt, tmp_path, prompts, ca
     assert_usage_error(rc, "", err, needle)
 
 
+def test_a_context_over_the_models_positions_is_refused_not_lowered(tiny_ckpt, tmp_path, prompts, capsys):
+    """--max-context-len above max_position_embeddings ran with the model's length and no word about it."""
+    out_file = tmp_path / "o.jsonl"
+    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", out_file, *SHORT_RUN,
+                     "--max-context-len", "1000000000")
+    assert_usage_error(rc, "", err, "max context len 1000000000 is above the model's 256 positions",
+                       "use at most 256")
+    assert not out_file.exists()
+    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", out_file, *SHORT_RUN,
+                     "--max-context-len", "256")  # the model's own length is accepted
+    assert rc == 0, err
+
+
 def test_kv_budget_beyond_host_memory_is_refused_with_the_estimate(tiny_ckpt, tmp_path, prompts, capsys):
     rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
                      "--device", "cpu", "--kv-budget-mb", "1000000000")

@@ -19,8 +19,16 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 BAD = {
     "seed over 64 bits": ('{"prompt": "a", "seed": 18446744073709551616}', "seed"),
     "seed true": ('{"prompt": "a", "seed": true}', "seed must be an integer"),
-    "chat messages": ('{"messages": [{"role": "user", "content": "hi"}]}', "no 'prompt' field (it has 'messages')"),
     "empty object": ('{}', "no 'prompt' field: a JSON line is"),
+    "prompt and messages": ('{"prompt": "a", "messages": [{"role": "user", "content": "hi"}]}', "not both"),
+    "chat string": ('{"prompt": "a", "chat": "yes"}', "'chat' must be true or false, got str"),
+    "messages not a list": ('{"messages": "hi"}', "'messages' must be a list of messages, got str"),
+    "messages empty": ('{"messages": []}', "'messages' is empty"),
+    "message role": ('{"messages": [{"role": "bot", "content": "hi"}]}', "message #0: 'role' must be one of"),
+    "message content": ('{"messages": [{"role": "user", "content": ["hi"]}]}', "'content' must be a string, got list"),
+    "message field": ('{"messages": [{"role": "user", "content": "hi", "tool": 1}]}', "unknown field(s) tool"),
+    "message text": ('{"messages": ["hi"]}', "message #0: a message is an object"),
+    "messages chat false": ('{"messages": [{"role": "user", "content": "hi"}], "chat": false}', "contradicts"),
     "prompt number": ('{"prompt": 5}', "'prompt' must be a string"),
     "seed float": ('{"prompt": "a", "seed": 1.5}', "seed must be an integer"),
     "seed NaN": ('{"prompt": "a", "seed": NaN}', "NaN is not a finite number"),
@@ -53,6 +61,19 @@ def test_bad_line_is_one_line_error_naming_the_reason(case):
     assert pl.prompt is None and pl.error is not None, pl
     assert pl.error.startswith("line 7: ") and needle in pl.error and "\n" not in pl.error
     assert len(pl.error) < 200
+
+
+def test_chat_lines_and_conversations_are_accepted():
+    conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi\u2028there"}]
+    pl = parse_line(2, json.dumps({"messages": conversation, "id": "c", "max_new_tokens": 3}))
+    assert pl.error is None and pl.messages == conversation and pl.prompt is None and pl.sampling == {"max_new_tokens": 3}
+    assert pl.submitted(chat_by_default=False) == (conversation, True)
+    chat = parse_line(3, '{"prompt": "a", "chat": true}')
+    plain = parse_line(4, '{"prompt": "a", "chat": false}')
+    either = parse_line(5, '{"prompt": "a"}')
+    assert chat.submitted(False) == ("a", True) and plain.submitted(True) == ("a", False)
+    assert either.submitted(True) == ("a", True) and either.submitted(False) == ("a", False)  # --chat decides
+    assert parse_line(6, "plain text").submitted(True) == ("plain text", True)
 
 
 def test_accepted_sampling_values_build_sampling_params():

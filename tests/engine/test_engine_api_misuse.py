@@ -205,6 +205,14 @@ def test_engine_config_types_and_ranges(llama, overrides, error, needle):
     assert needle in _one_line(info)
 
 
+def test_a_context_over_the_models_positions_is_refused(llama):
+    """EngineConfig(max_context_len=...) above the model's max_position_embeddings (256) was lowered silently."""
+    with pytest.raises(EngineError) as info:
+        Engine.from_pretrained(llama, config=EngineConfig(device="cpu", max_total_tokens=512, max_context_len=257))
+    assert _one_line(info) == ("max context len 257 is above the model's 256 positions (max_position_embeddings): "
+                               "use at most 256, or leave it unset")
+
+
 def test_overrides_leave_the_callers_config_as_it_was(llama):
     """from_pretrained's keyword overrides go to a copy: the caller's config is unchanged after a load
     and after a refused one, so it can be reused as given."""

@@ -4,7 +4,6 @@ line naming the .gguf, before the model is allocated, and leaves nothing in the 
 
 from __future__ import annotations
 
-import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,80 +14,16 @@ gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
 import numpy as np  # noqa: E402
-from safetensors.numpy import load_file  # noqa: E402
 
 from graphtop.models import CheckpointError, load_checkpoint  # noqa: E402
 from graphtop.models.checkpoint import gguf as gguf_mod  # noqa: E402
-
-_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-          "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-          "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+from support.gguf_files import build_gguf  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-def _permute(w, heads):
-    """llama.cpp's q/k row order (convert_hf_to_gguf), which transformers undoes when reading."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def _tensors(folder, config):
-    out = {}
-    for key, value in load_file(folder / "model.safetensors").items():
-        fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-                 "lm_head.weight": "output.weight"}
-        if key in fixed:
-            out[fixed[key]] = value
-            continue
-        _, _, layer, *rest = key.split(".")
-        module = ".".join(rest[:-1])
-        if module == "self_attn.q_proj":
-            value = _permute(value, config["num_attention_heads"])
-        if module == "self_attn.k_proj":
-            value = _permute(value, config["num_key_value_heads"])
-        out[f"blk.{layer}.{_NAMES[module]}.weight"] = value
-    return out
-
-
-def build_gguf(folder, path, *, meta=None, edit=None, chat_template=None, eos=None):
-    """A float32 llama GGUF of the tiny checkpoint ``folder``; ``meta`` overrides the size keys,
-    ``edit(tensors)`` changes the tensors."""
-    config = json.loads((folder / "config.json").read_text())
-    tok = json.loads((folder / "tokenizer.json").read_text())
-    sizes = dict(context_length=config["max_position_embeddings"], embedding_length=config["hidden_size"],
-                 block_count=config["num_hidden_layers"], feed_forward_length=config["intermediate_size"],
-                 head_count=config["num_attention_heads"], head_count_kv=config["num_key_value_heads"])
-    sizes.update(meta or {})
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny")
-    for key, value in sizes.items():
-        getattr(writer, f"add_{key}")(value)
-    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
-    writer.add_rope_freq_base(10000.0)
-    tokens = [t for t, _ in sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * len(tokens))
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
-    writer.add_eos_token_id(config["eos_token_id"] if eos is None else eos)
-    if chat_template:
-        writer.add_chat_template(chat_template)
-    tensors = _tensors(folder, config)
-    if edit:
-        edit(tensors)
-    for name, value in tensors.items():  # uint8: Q8_0 blocks (gguf.quants.quantize)
-        raw = gguf.GGMLQuantizationType.Q8_0 if value.dtype == np.uint8 else None
-        writer.add_tensor(name, np.ascontiguousarray(value), raw_dtype=raw)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture
@@ -257,3 +192,20 @@ def test_an_output_into_the_converted_folder_is_refused(folder, tmp_path, capsys
                        "--record", outputs["--record"], *SHORT_RUN)
     assert_usage_error(rc, out, err, f"{flag} {target} is the same file as a file of --model's converted folder")
     assert target.read_bytes() == before
+
+
+def test_the_conversion_says_how_far_it_is_and_a_cached_load_says_nothing(folder, tmp_path, cache_dir):
+    """A first load of a .gguf showed "loading model 0/?" for its whole conversion: it now reports each step,
+    and each tensor dequantized of how many."""
+    path = build_gguf(folder, tmp_path / "ok.gguf")
+    heard = []
+    load_checkpoint(path, progress=lambda label, step, done, total: heard.append((label, step, done, total)))
+    assert {label for label, *_ in heard} == {gguf_mod.CONVERTING}
+    steps = [step for _, step, _, _ in heard]
+    assert steps[0] == "reading the metadata" and steps[-1] == "writing the converted folder"
+    tensors = [(done, total) for _, step, done, total in heard if step == "tensor"]
+    count = len(gguf.GGUFReader(str(path)).tensors)
+    assert tensors == [(i, count) for i in range(count + 1)]  # 0 of N, then each one as it is done
+    again = []
+    load_checkpoint(path, progress=lambda *a: again.append(a))
+    assert again == []  # read from the cache: nothing to convert

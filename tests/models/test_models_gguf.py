@@ -13,7 +13,7 @@ import pytest
 
 from graphtop.models.checkpoint import gguf as gguf_mod
 from graphtop.tui.cli.entry import main
-from support.load_support import load_error
+from support.load_support import load_error, require_gguf_packages
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +46,7 @@ def test_gguf_named_folder_is_refused(tmp_path):
 
 
 def test_garbage_gguf_is_one_line_and_leaves_no_cache_entry(tmp_path, private_cache_dir):
+    require_gguf_packages()  # gguf-py's reader is what finds the file unreadable
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all" * 10)
     message = load_error(bad)
@@ -64,6 +65,7 @@ def test_missing_packages_name_the_extra(tmp_path, monkeypatch):
 
 
 def test_cli_bad_gguf_is_usage_error(tmp_path, capsys):
+    require_gguf_packages()
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"\0" * 64)
     prompts = tmp_path / "p.txt"

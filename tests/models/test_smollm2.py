@@ -122,3 +122,21 @@ def test_greedy_text_equals_transformers(folder, reference, graphs):
 def test_it_knows_the_capital_of_france(reference):
     *_, texts = reference
     assert "Paris" in texts[len(PLAIN)]  # the chat answer: a real model, not noise
+
+
+def test_headless_chat_answers_the_question(folder, tmp_path, capsys):
+    """A prompts file run with --chat, and a conversation line: the Instruct model answers (a bare question
+    without the chat template came back as empty text)."""
+    from graphtop.tui.cli.entry import main
+
+    question = CHAT[0]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(f"{question}\n" + json.dumps({"id": "conversation", "messages": [
+        {"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": question}]}) + "\n")
+    out = tmp_path / "o.jsonl"
+    rc = main(["--model", str(folder), "--prompts", str(prompts), "--output", str(out), "--chat", "--device", "cpu",
+               "--dtype", "float32", "--max-new-tokens", str(MAX_NEW), "--max-total-tokens", "4096",
+               "--disable-cuda-graph"])
+    assert rc == 0, capsys.readouterr().err
+    results = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert "Paris" in results["line-1"]["text"] and "Paris" in results["conversation"]["text"]

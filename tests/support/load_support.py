@@ -26,3 +26,14 @@ def load_error(path, **kwargs) -> str:
     message = str(info.value)
     assert "\n" not in message and len(message) < 400 and isinstance(info.value, ValueError), message
     return message
+
+
+GGUF_PACKAGES = ("gguf", "accelerate")
+"""What reading a .gguf needs (the ``gguf`` extra; the ``dev`` extra holds them too)."""
+
+
+def require_gguf_packages() -> None:
+    """Skip the calling test where the ``gguf`` extra is not installed: a test that reads a .gguf would
+    otherwise fail on "reading GGUF needs the package(s) ...", which says nothing about what it tests."""
+    for name in GGUF_PACKAGES:
+        pytest.importorskip(name, reason=f"reading GGUF needs {name} (pip install -e '.[dev]')")

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
     h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
+    h.add_argument("--resume", action="store_true",
+                   help="finish a killed --prompts run: keep the results already in --output OUT.jsonl, run the "
+                        "other lines and append theirs")
+    h.add_argument("--chat", action="store_true",
+                   help="send every prompt through the model's chat template (an Instruct model answers it); "
+                        'a prompt line\'s own "chat" decides for that line')
     h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
                    help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
     h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
@@ -352,6 +358,8 @@ def _main(argv: Sequence[str]) -> int:
         from graphtop.tui.cli.launch import run_replay
 
         return run_replay(args.replay, args.theme)
+    if args.chat and not args.prompts:  # synthetic prompts are token ids; the dashboard has its own chat toggle
+        raise UsageError("--chat applies to the lines of --prompts FILE")
     headless = bool(args.prompts or args.synthetic or args.record or args.output)
     if headless and args.serve:
         raise UsageError("--serve goes with the dashboard; for a server without one use graphtop serve")
@@ -398,7 +406,12 @@ def _on_sigterm(signum: int, frame: Any) -> NoReturn:
 
 @contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises Terminated while the CLI runs (the main thread only can set a handler)."""
+    """SIGTERM raises Terminated while the CLI runs (the main thread only can set a handler).
+
+    After a SIGTERM, further ones stay ignored to the end of the process: the run is ending by it, and a
+    second one (a supervisor that sends another, a user who presses kill twice) landing after the CLI
+    returned, while the interpreter shuts down, would end it by the signal instead of exit 143. Without
+    a SIGTERM the caller's handler is put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -406,7 +419,8 @@ def _sigterm_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

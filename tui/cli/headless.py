@@ -1,31 +1,38 @@
 """Headless runs: a prompts file or a synthetic workload, results to JSONL, events to a trace.
 
-Every check that can fail because of the user's input (paths, prompts, config) runs before the model
-loads, so a typo costs no load time. Output goes through ``safe_write``: an output that names the
-prompts file, the trace or a file of the model is refused, and OUT.jsonl is written to a temporary file
-beside the target and renamed at the end, so an interrupted run never leaves a half-written OUT.jsonl over
-an older one. The trace is staged beside TRACE.jsonl too and put in place once the model has loaded: a
-run that fails before serving anything leaves an older trace as it was.
+Every check that can fail because of the user's input (paths, prompts, config, --resume's OUT) runs
+before the model loads, so a typo costs no load time. Output goes through ``safe_write``: an output that
+names the prompts file, the trace or a file of the model is refused. OUT.jsonl gets each result the moment
+its request finishes (``results_file``: a run killed with kill -9 keeps every finished result, and
+``--resume`` finishes it), is put in place only once a result is written (a run that finishes nothing
+leaves an older OUT.jsonl as it was) and is rewritten in request order when the run ends. The trace is
+staged beside TRACE.jsonl too and put in place once the model has loaded: a run that fails before
+serving anything leaves an older trace as it was.
 
 Nothing finished is lost on the way out: an interrupted run (Ctrl-C, or SIGTERM, which the CLI turns
-into the same exception) writes the results finished so far and keeps the trace, and a run whose
---output or trace could not be written says so and exits 2 even though the work itself was done.
+into the same exception) keeps the results finished so far and the trace, and a run whose --output or
+trace could not be written says so and exits 2 even though the work itself was done.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..safe_text import json_escaped, one_line
+from graphtop.engine.telemetry.safe_write import OutputPathError
+
+from ..safe_text import one_line
 from ..usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
+from .results_file import ResultsFile, result_line
+from .resume import Resumed, drop_unkept, read_resume
+from .serving import Served, has_chat_template
+from .serving import sampling as _sampling  # the names tests patch and read
+from .serving import serve as _serve
 
 
 def model_files(model: Optional[str]) -> list[tuple[str, str]]:
@@ -103,16 +110,6 @@ def _load_engine(args: Any, config: Any, bus: Any) -> Any:
         raise UsageError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
 
-def _sampling(args: Any, line: Optional[PromptLine]) -> Any:
-    from graphtop.engine.sampling_params import SamplingParams
-
-    base = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                top_k=args.top_k)
-    if line is not None:
-        base.update(line.sampling)  # checked by read_prompts: merging valid values cannot fail
-    return SamplingParams(**base)
-
-
 def _open_recorder(args: Any, bus: Any) -> Any:
     """The --record trace, staged beside its path until the model has loaded (None without --record)."""
     from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
@@ -149,22 +146,19 @@ def interrupt_status(exc: KeyboardInterrupt) -> tuple[str, int]:
     return "interrupted", 128 + signal.SIGINT
 
 
-@dataclass
-class _Served:
-    """What a headless run served, in input order, and why it stopped early if it did."""
-
-    results: list[dict]
-    failure: Optional[str] = None  # the engine cannot go on (e.g. a tensor-parallel rank died)
-    interrupted: Optional[KeyboardInterrupt] = None  # results then holds only what had finished
-
-
-def run_headless(args: Any, config: Any) -> int:
+def _check_workload_flags(args: Any) -> None:
     if args.record and not (args.prompts or args.synthetic):
         raise UsageError("--record needs a workload: --prompts FILE or --synthetic N")
     if args.prompts and args.synthetic:
         raise UsageError("choose one workload: --prompts FILE or --synthetic N")
     if args.output and not (args.prompts or args.synthetic):
         raise UsageError("--output needs a workload: --prompts FILE or --synthetic N")
+    if args.resume and not (args.prompts and args.output):
+        raise UsageError("--resume finishes a --prompts FILE --output OUT.jsonl run from the results in OUT")
+
+
+def run_headless(args: Any, config: Any) -> int:
+    _check_workload_flags(args)
     try:  # the command-line sampling options themselves (--top-k -1, --top-p 0, ...)
         _sampling(args, None)
     except (TypeError, ValueError) as e:
@@ -188,7 +182,9 @@ def run_headless(args: Any, config: Any) -> int:
             raise UsageError(str(e)) from None
         _check_synthetic_span(args.synthetic, args.synthetic_rate)
     check_output_paths(args)
-    for pl in lines:
+    resumed = read_resume(args.output, args.prompts, lines) if args.resume else None
+    to_serve = resumed.to_serve(lines) if resumed is not None else lines
+    for pl in to_serve:
         if pl.error:
             print_error(f"{args.prompts}:{pl.error}")
 
@@ -197,17 +193,21 @@ def run_headless(args: Any, config: Any) -> int:
     from .progress import start_headless_progress
 
     bus = EventBus()
-    recorder = server = engine = progress = None
+    recorder = server = engine = progress = out = None
+    served: Optional[Served] = None
     serving = False  # the model loaded and the trace is at its path: what follows is kept
     try:  # from the trace's staging on: an interrupt (Ctrl-C, SIGTERM) at any point runs the clean-up below
         recorder = _open_recorder(args, bus)
-        total = args.synthetic or sum(1 for pl in lines if not pl.error)
+        out = _open_results(args, resumed)
+        total = args.synthetic or sum(1 for pl in to_serve if not pl.error)
         progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
         if args.telemetry:  # an endpoint viewers can attach to from before the model loads
             from .endpoint import open_endpoint
 
             server = open_endpoint(bus, args.telemetry, args.model or "demo model")
         engine = _load_engine(args, config, bus)
+        if args.chat and not has_chat_template(engine):
+            raise UsageError("--chat: the model has no chat template (its tokenizer defines none)")
         if recorder is not None:
             _publish(recorder)
         serving = True
@@ -224,7 +224,7 @@ def run_headless(args: Any, config: Any) -> int:
                 max_total_tokens=engine.max_context_len - 1,
             )
         t0 = time.perf_counter()
-        served = _serve(engine, args, lines, synthetic)
+        served = _serve(engine, args, to_serve, synthetic, out.add if out is not None else None)
         wall = time.perf_counter() - t0
     finally:
         if server is not None:
@@ -238,10 +238,17 @@ def run_headless(args: Any, config: Any) -> int:
             rec_result = recorder.close()
         elif recorder is not None:
             recorder.discard()  # nothing was served: an older trace at the path stays
+        if out is not None and served is None:
+            out.finish(None)  # stopped before serving, or by an error: OUT keeps what was written, if anything
     if served.interrupted is not None:
-        return _end_interrupted(args, served, args.synthetic or len(lines), rec_result)
-    output_error = _write_error(args.output, served.results)  # before the summary: it is the user's data
+        return _end_interrupted(args, served, len(to_serve) if not args.synthetic else args.synthetic, rec_result,
+                                out, resumed)
+    results = resumed.merged(lines, to_serve, served.results) if resumed is not None else served.results
+    output_error = out.finish(results) if out is not None else None  # before the summary: it is the user's data
     unreadable = _print_summary(args, served.results, wall, rec_result)
+    if resumed is not None:
+        print(f"resumed: {len(resumed.kept)} results were already in {args.output}; {args.output} holds "
+              f"{len(results)} of {len(lines)}")
     lost = [e for e in (output_error, rec_result.error_line if rec_result else None) if e]
     for line in lost:  # each output that is not all there, even when both are
         print_error(line)
@@ -249,106 +256,46 @@ def run_headless(args: Any, config: Any) -> int:
         print_error(served.failure)
     if lost or unreadable:
         return 2  # as any other output that cannot be written (or read back: said in the summary's place)
-    bad = served.failure or any(r.get("error") for r in served.results)
+    bad = served.failure or any(r.get("error") for r in results)
     return 1 if bad else 0
 
 
-def _end_interrupted(args: Any, served: _Served, total: int, rec_result: Any) -> int:
+def _open_results(args: Any, resumed: Optional[Resumed]) -> Optional[ResultsFile]:
+    if not args.output:
+        return None
+    if resumed is not None:
+        drop_unkept(args.output, resumed)
+    try:
+        return ResultsFile(args.output, resume=resumed is not None).open()
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
+
+
+def _end_interrupted(args: Any, served: Served, total: int, rec_result: Any, out: Optional[ResultsFile],
+                     resumed: Optional[Resumed]) -> int:
     """Ctrl-C or SIGTERM while serving: keep what finished, and say in one line what was kept."""
     assert served.interrupted is not None
     word, status = interrupt_status(served.interrupted)
     said = []
-    if args.output and served.results:
-        said.append(_write_error(args.output, served.results)
-                    or f"{len(served.results)} of {total} results written to {args.output}")
-    elif args.output:
-        said.append(f"no request had finished; {args.output} left as it was")
+    if out is not None:
+        error = out.finish(None)
+        before = len(resumed.kept) if resumed is not None else 0
+        if error:
+            said.append(error)
+        elif out.written or before:
+            earlier = f" ({before} of them by an earlier run; --resume finishes it)" if before else ""
+            said.append(f"{out.written + before} of {total + before} results written to {args.output}{earlier}")
+        else:
+            said.append(f"no request had finished; {args.output} left as it was")
     if rec_result is not None:
         said.append(rec_result.error_line or f"trace {args.record} kept")
     print(one_line(f"graphtop: {word}: {'; '.join(said)}" if said else f"graphtop: {word}"), file=sys.stderr)
     return status
 
 
-def _result(slot: Any) -> dict:
-    return slot if isinstance(slot, dict) else slot.result()
-
-
-def _serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any) -> _Served:
-    """Results in input order, and what stopped the engine early, if anything did."""
-    from graphtop.engine.engine import TensorParallelError
-
-    slots: list[Any] = []  # dict (already-failed line) or RequestHandle, in input order
-    try:
-        _submit_and_run(engine, args, lines, synthetic, slots)
-    except TensorParallelError as e:
-        engine.close(str(e))  # every request still in flight finishes with the reason
-        return _Served([_result(s) for s in slots], failure=str(e))
-    except KeyboardInterrupt as e:  # before the engine closes, which finishes the rest as cancelled
-        return _Served([_result(s) for s in slots if _had_finished(s)], interrupted=e)
-    return _Served([_result(s) for s in slots])
-
-
-def _had_finished(slot: Any) -> bool:
-    """Done before the interrupt: a rejected line, or a request that ended on its own. A step the
-    interrupt cut short has already finished its requests as cancelled (Engine.step's clean-up), and no
-    headless request is cancelled otherwise."""
-    from graphtop.engine.request import FinishReason
-
-    return isinstance(slot, dict) or (slot.finished and slot.finish_reason is not FinishReason.CANCELLED)
-
-
-def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, slots: list[Any]) -> None:
-    from graphtop.engine.sampling_params import SamplingParams
-
-    if synthetic is None:
-        for pl in lines:
-            if pl.error:
-                slots.append({"id": pl.request_id, "prompt": None, "text": "", "token_ids": [],
-                              "finish_reason": "rejected", "error": pl.error})
-            else:
-                slots.append(engine.submit(pl.prompt, _sampling(args, pl), request_id=pl.request_id))
-        engine.run_until_done([s for s in slots if not isinstance(s, dict)])
-    else:
-        pending = list(synthetic)
-        start = time.perf_counter()
-        while pending or engine.scheduler.has_work():
-            now = time.perf_counter() - start
-            while pending and pending[0].arrival_s <= now:
-                r = pending.pop(0)
-                params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=args.temperature,
-                                        top_p=args.top_p, top_k=args.top_k, seed=args.seed + r.index,
-                                        ignore_eos=True)
-                slots.append(engine.submit(r.prompt_token_ids, params, request_id=f"syn-{r.index}"))
-            if not engine.step() and pending:
-                time.sleep(min(0.01, max(0.0, pending[0].arrival_s - (time.perf_counter() - start))))
-
-
-_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
-"""Characters str.splitlines (and some editors) break at that json.dumps leaves raw: escaped, so one
-result is one line for every reader."""
-
-
-def _result_line(result: dict) -> bytes:
-    """One output line, safe to show on a terminal (``cat OUT.jsonl``, ``--output /dev/stdout``): what a
-    terminal acts on (C1 and bidi controls; ``json`` escapes C0) and text that is not valid Unicode (a lone
-    surrogate) are written as ``\\u`` escapes: the same values, nothing lost."""
-    return (json_escaped(json.dumps(result, ensure_ascii=False)).translate(_LINE_BREAKS) + "\n").encode("utf-8")
-
-
-def _write_error(path: Optional[str], results: list[dict]) -> Optional[str]:
-    """Write --output (when given); the one-line reason it could not be, or None. Returned, not raised,
-    so a trace that failed too is still reported."""
-    from graphtop.engine.telemetry.safe_write import OutputPathError, write_atomic
-
-    if path is None:
-        return None
-    data = b"".join(_result_line(r) for r in results)
-    try:
-        write_atomic(path, lambda f: f.write(data), "--output")
-    except (OSError, OutputPathError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        return f"cannot write {path}: {reason}"
-    return None
+_result_line = result_line  # the name the prompt-line fuzz tests read results back with
 
 
 def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any) -> bool:

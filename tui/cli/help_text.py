@@ -69,7 +69,8 @@ FLAG_DOCS: dict[str, FlagDoc] = {
     "--max-running-requests": FlagDoc("max requests decoded together (the largest decode batch)", "N",
                                       "256, or fewer when the KV pool has fewer pages"),
     "--max-total-tokens": FlagDoc(metavar="N", default="what the memory budget holds"),
-    "--max-context-len": FlagDoc("longest prompt + output of one request, in tokens", "N",
+    "--max-context-len": FlagDoc("longest prompt + output of one request, in tokens; more than the model's "
+                                 "max_position_embeddings is refused", "N",
                                  "the model's max_position_embeddings"),
     "--mem-fraction-static": FlagDoc(metavar="F"),
     "--kv-budget-mb": FlagDoc(metavar="MIB"),

@@ -1,5 +1,5 @@
-"""Progress for headless runs on a terminal: model loading, graph capture per phase, requests done of
-total and output tokens per second, drawn with rich on stderr.
+"""Progress for headless runs on a terminal: model loading (a .gguf's one-time conversion tensor by tensor),
+graph capture per phase, requests done of total and output tokens per second, drawn with rich on stderr.
 
 It is one more subscriber of the engine's event bus (its own thread drains it), so the engine knows
 nothing about it. It exists only when stderr is a terminal: a piped or redirected run gets exactly
@@ -22,7 +22,7 @@ from rich.progress import (
 from graphtop.engine.telemetry import events as ev
 
 # What the display reads; KV and ledger events are frequent and say nothing it shows.
-EVENT_TYPES = ("engine_started", "capture_started", "capture_progress", "capture_finished",
+EVENT_TYPES = ("engine_started", "load_progress", "capture_started", "capture_progress", "capture_finished",
                "request_queued", "request_first_token", "request_finished", "step")
 NOTE_INTERVAL_S = 0.2  # tokens/s is recomputed at most this often
 
@@ -78,6 +78,10 @@ class HeadlessProgress:
         if isinstance(event, ev.EngineStarted):
             p.update(self._loading, description=f"loaded {Path(event.model).name or event.model}",
                      total=1, completed=1, note=f"{event.device_name} · {event.dtype}")
+        elif isinstance(event, ev.LoadProgress):  # a long load says what it does (a .gguf's conversion)
+            step = f" — {event.step}" if event.step else ""  # its count is the bar's own i/N column
+            p.update(self._loading, description=f"{event.label}{step}", total=event.total or None,
+                     completed=event.done)
         elif isinstance(event, ev.CaptureStarted) and event.buckets:
             self._capture[event.phase] = p.add_task(f"capture {event.phase}", total=len(event.buckets),
                                                     note=f"{event.backend}")

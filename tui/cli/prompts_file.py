@@ -1,5 +1,9 @@
 """Reading a prompts file: JSON objects or plain text lines, one prompt per line.
 
+A JSON line is ``{"prompt": "..."}`` or a conversation ``{"messages": [{"role": ..., "content": ...}]}``,
+plus sampling fields, an ``id`` and ``"chat": true|false`` (whether a prompt goes through the model's chat
+template; a conversation always does).
+
 The one parser for prompt lines. A line that cannot be served is rejected alone, with its number and
 the reason, and the other lines still run; nothing a line holds can raise out of here. Lines end at
 ``\\n`` only: U+2028, U+0085 and the other characters ``str.splitlines`` breaks at are legal inside a
@@ -15,8 +19,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from graphtop.engine.arguments import short_repr
+from graphtop.engine.conversation import conversation_problem
 
 SAMPLING_FIELDS = {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "ignore_eos"}
+OTHER_FIELDS = {"prompt", "messages", "id", "chat"}
 MAX_ID_CHARS = 256
 #: Read whole before anything runs: bounded, so a device that never ends (/dev/zero) is an error, not a hang.
 MAX_FILE_BYTES = 256 << 20
@@ -33,10 +39,18 @@ class PromptLine:
     sampling: dict[str, Any] = field(default_factory=dict)
     id: Optional[str] = None
     error: Optional[str] = None
+    chat: Optional[bool] = None  # the line's "chat"; None: the run's --chat decides
+    messages: Optional[list[dict[str, str]]] = None  # a conversation line (``prompt`` is then None)
 
     @property
     def request_id(self) -> str:
         return self.id or f"line-{self.line}"
+
+    def submitted(self, chat_by_default: bool) -> tuple[Any, bool]:
+        """What ``Engine.submit`` takes for this line: (prompt or conversation, chat)."""
+        if self.messages is not None:
+            return self.messages, True
+        return self.prompt, self.chat if self.chat is not None else chat_by_default
 
 
 def read_prompts(path: str) -> list[PromptLine]:
@@ -143,19 +157,33 @@ def parse_line(n: int, line: str) -> PromptLine:
         return bad(problem)
     if not isinstance(obj, dict):
         return bad("expected a JSON object")
-    if "prompt" not in obj:  # e.g. a chat line {"messages": [...]}, which this format does not take
+    if "prompt" not in obj and "messages" not in obj:
         others = f" (it has {', '.join(short_repr(k) for k in sorted(obj)[:5])})" if obj else ""
-        return bad(f"no 'prompt' field{others}: a JSON line is {{\"prompt\": \"...\"}} plus sampling fields")
-    prompt = obj["prompt"]
-    if not isinstance(prompt, str):
+        return bad(f"no 'prompt' field{others}: a JSON line is {{\"prompt\": \"...\"}} or {{\"messages\": [...]}} "
+                   "plus sampling fields")
+    if "prompt" in obj and "messages" in obj:
+        return bad("a line has 'prompt' or 'messages', not both")
+    prompt, messages = obj.get("prompt"), obj.get("messages")
+    if "prompt" in obj and not isinstance(prompt, str):
         return bad("'prompt' must be a string")
-    unknown = set(obj) - SAMPLING_FIELDS - {"prompt", "id"}
+    unknown = set(obj) - SAMPLING_FIELDS - OTHER_FIELDS
     if unknown:
         return bad(f"unknown field(s) {', '.join(sorted(unknown))}")
+    chat = obj.get("chat")
+    if "chat" in obj and not isinstance(chat, bool):
+        return bad(f"'chat' must be true or false, got {type(chat).__name__}")
     rid, problem = _request_id(obj.get("id"))
-    problem = problem or _text_problem("prompt", prompt)
+    if "messages" in obj:
+        problem = problem or conversation_problem(messages)
+        if chat is False and not problem:
+            problem = "'messages' always go through the chat template: \"chat\": false contradicts them"
+    else:
+        problem = problem or _text_problem("prompt", prompt)
     sampling = {k: v for k, v in obj.items() if k in SAMPLING_FIELDS}
     problem = problem or _sampling_problem(sampling)
     if problem:
         return bad(problem)
-    return PromptLine(n, prompt, sampling, id=rid)
+    if "messages" in obj:
+        conversation = [{"role": m["role"], "content": m["content"]} for m in messages]
+        return PromptLine(n, None, sampling, id=rid, chat=True, messages=conversation)
+    return PromptLine(n, prompt, sampling, id=rid, chat=chat)

@@ -95,7 +95,7 @@ async def chat_completions(ctx: ServeContext, body: ChatCompletionRequest, reque
     if not has_chat_template(tokenizer):
         raise ApiError(400, "this model has no chat template: use /v1/completions", param="messages",
                        code="no_chat_template")
-    ids = encode_messages(tokenizer, messages)
+    ids = encode_messages(tokenizer, messages, ctx.engine.prompt_limit)
     if isinstance(ids, Unencodable):
         raise ApiError(400, f"messages: {ids.problem}", param="messages")
     room = max(1, ctx.engine.max_context_len - len(ids))

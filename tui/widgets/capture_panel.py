@@ -66,6 +66,7 @@ class CapturePanel(Panel):
             lines.append(Content.from_markup("[$error]engine failed:[/] $e", e=state.failed))
         elif state.info is None:
             lines.append(Content.from_markup("[$warning]●[/] loading $m…", m=self.session_label))
+            lines.extend(load_lines(state))
             lines.append(Content.from_markup("[$text-muted]prompts typed now run once it is loaded[/]"))
         for phase in ("decode", "prefill"):
             cap = state.capture.get(phase)
@@ -97,6 +98,20 @@ class CapturePanel(Panel):
             else:
                 lines.append(Content.from_markup("[$text-muted]no graphs configured: every step runs eagerly[/]"))
         set_content(self.query_one("#capture-body", Static), Content("\n").join(lines))
+
+
+def load_lines(state: DashboardState) -> list[Content]:
+    """A long load's step (a .gguf's one-time conversion), with a bar where its length is known."""
+    ev = state.load_progress
+    if ev is None:
+        return []
+    lines = [Content.from_markup("  $label", label=ev.label)]
+    if ev.total:
+        lines.append(Content.from_markup("  [$primary]$bar[/] $step $done/$total", bar=bar(ev.done / ev.total, 12),
+                                         step=ev.step, done=str(ev.done), total=str(ev.total)))
+    else:
+        lines.append(Content.from_markup("  $step…", step=ev.step))
+    return lines
 
 
 def rank_lines(state: DashboardState) -> list[Content]:
