@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from ..errors import EngineError
 from ..kv_pool import KVPool
-from ..prompts import admission_problem, encode_prompt
+from ..prompt_bytes import PromptByteLimit
+from ..prompts import Prompt, admission_problem, encode_prompt
 from ..request import FinishReason, Request, RequestHandle, RequestIds
 from ..sampling_params import SamplingParams
 from ..step.commands import Cancel, CommandQueue, Submit
@@ -31,6 +32,7 @@ class RequestApi:
     pool: KVPool
     commands: CommandQueue
     max_context_len: int
+    prompt_limit: PromptByteLimit
     background_running: bool
     _ids: RequestIds
     _lifecycle: threading.Lock
@@ -40,17 +42,21 @@ class RequestApi:
 
     def submit(
         self,
-        prompt: Union[str, Sequence[int]],
+        prompt: Prompt,
         params: Optional[SamplingParams] = None,
         *,
         chat: bool = False,
         request_id: Optional[str] = None,
     ) -> RequestHandle:
-        """Queue a prompt (text, or token ids). Thread-safe; returns at once with a streaming handle.
+        """Queue a prompt (text, token ids, or a conversation: ``[{"role": "user", "content": ...}, ...]``,
+        which always goes through the chat template; ``chat`` sends text through it). Thread-safe; returns
+        at once with a streaming handle.
 
         A prompt that can never be served (empty, past the context or the KV pool, ids outside the
-        vocabulary) comes back as a finished ``rejected`` handle; a wrong type is a TypeError; a request id
-        that a request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
+        vocabulary, a conversation for a model without a chat template) comes back as a finished
+        ``rejected`` handle; text too long for the context by its bytes alone is rejected without being
+        tokenized. A wrong type is a TypeError, a malformed conversation a ValueError; a request id that a
+        request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
         """
         self._check_open()
         params = self._check_params(params)
