@@ -1,5 +1,5 @@
 """Torch-native decode graphs are captured at several page-table widths, and a step replays the
-narrowest that holds its longest row (issue #17: one 4096-token table made every layer gather 4096
+narrowest that holds its longest row (one 4096-token table made every layer gather 4096
 slots a row, slower than the eager step from batch 64 on). Kernels that walk each row's own pages keep
 one graph per bucket."""
 
