@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from graphtop.tui.app import GraphtopApp
-from graphtop.tui.sessions.base import EngineSession
+from graphtop.tui.sessions.local import EngineSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
 
 engine_mod = pytest.importorskip("graphtop.engine")

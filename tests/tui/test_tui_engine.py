@@ -16,7 +16,7 @@ from graphtop.tui.app import GraphtopApp
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.widgets.steps_table import StepsTable
-from graphtop.tui.sessions.base import EngineSession
+from graphtop.tui.sessions.local import EngineSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
 
 engine_mod = pytest.importorskip("graphtop.engine")

@@ -132,7 +132,7 @@ async def test_dropped_events_are_shown_and_engine_end_is_said(tmp_path: Path) -
         async with app.run_test(size=(250, 48)) as pilot:  # wide: the drop count ends the status line
             await wait_until(pilot, lambda: app.state.info is not None, timeout=10)
             # the endpoint skips 7 events for this viewer: the status line says so
-            session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session._expected_seq + 7, 0, []))))
+            session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session.stream.expected_seq + 7, 0, []))))
             await pilot.pause(0.3)
             assert "dropped events 7" in screen_text(app)
             server.close("the run finished")
