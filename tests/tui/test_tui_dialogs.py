@@ -11,7 +11,7 @@ from textual.widgets import Input, Label
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.sessions.fake import FakeSession
 from graphtop.tui.screens.path_prompt import PathPromptScreen
-from graphtop.tui.testing import settle, wait_until
+from graphtop.tui.testing import leave_prompt, settle, wait_until
 
 from support.tui_pilot import make_app, open_path_prompt as _open
 
@@ -90,6 +90,7 @@ async def test_palette_does_not_stack_over_a_dialog() -> None:
             await pilot.pause()
             assert app.screen is dialog and not CommandPalette.is_open(app)
             await pilot.press("escape")
+        await leave_prompt(pilot)
         await pilot.press("b")
         assert isinstance(app.screen, BucketEditorScreen)
         await pilot.press("ctrl+p")
@@ -106,6 +107,7 @@ async def test_bucket_editor_takes_typing_at_once_and_says_its_keys() -> None:
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await leave_prompt(pilot)
         await pilot.press("b")
         editor = app.screen
         assert isinstance(editor, BucketEditorScreen)
@@ -206,7 +208,7 @@ async def test_a_trace_is_read_off_the_ui_thread_and_only_the_newest_open_wins(t
         monkeypatch.setattr(ReplaySession, "from_path", staticmethod(slow_read))
         live = app.session
         reading_first = app.open_trace(str(first))
-        await pilot.press("question_mark")  # the help screen comes up while the trace is being read
+        await pilot.press("f1")  # the help screen comes up while the trace is being read
         await pilot.pause()
         assert app.screen is not app.dashboard and app.session is live
         await pilot.press("escape")
