@@ -187,6 +187,7 @@ class GraphtopApp(GraphActions, FileActions):
     def apply_mode(self) -> None:
         """Live or replay: the replay bar instead of the prompt console, and the keys that apply."""
         self.dashboard.set_replay(self.session.kind == "replay")
+        self.dashboard.replay_bar.live_behind = self.live_session is not None
         self.refresh_bindings()
 
     # ------------------------------------------------------------------ workers

@@ -49,8 +49,8 @@ class AppActions(App[int]):
             return False
         if action in ("quit", "detach"):
             return True
-        if isinstance(self.screen, ModalScreen) and action != "leave_input":
-            return False
+        if isinstance(self.screen, ModalScreen):
+            return False  # a dialog's own keys (escape: cancel) are the ones that apply
         if action == "show_view":
             return self.dashboard.compact
         if action == "focus_prompt":

@@ -130,7 +130,7 @@ async def test_screenshot_saves_in_the_current_directory_and_says_where(tmp_path
         await pilot.press("enter")  # the suggested name, in the current directory
         await wait_until(pilot, lambda: any(n.title == "screenshot saved" for n in app._notifications))
         (svg,) = tmp_path.glob("graphtop-*.svg")
-        assert str(svg) in messages(app) and "<svg" in svg.read_text()
+        assert f"{svg.name}\nin {svg.parent}" in messages(app) and "<svg" in svg.read_text()
         assert "Save a screenshot" not in svg.read_text()  # taken after the dialog closed
 
         dialog = await _open(pilot, "screenshot_prompt")
