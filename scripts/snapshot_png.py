@@ -2,7 +2,7 @@
 
     python scripts/snapshot_png.py [OUT_DIR] [SVG ...]
 
-Default: every SVG under tests/__snapshots__, into /tmp/graphtop-snapshots. Needs cairosvg (not a
+Default: every SVG under tests/*/__snapshots__, into /tmp/graphtop-snapshots. Needs cairosvg (not a
 graphtop dependency: ``pip install cairosvg``). Fonts differ from a terminal's, so letter widths may
 drift a little; read the text in the SVG (or the test's screen_text) when alignment matters.
 """
@@ -20,7 +20,8 @@ def main(argv: list[str]) -> int:
         print("snapshot_png: needs cairosvg (pip install cairosvg)", file=sys.stderr)
         return 2
     out = Path(argv[0]) if argv else Path("/tmp/graphtop-snapshots")
-    svgs = [Path(a) for a in argv[1:]] or sorted(Path(__file__).resolve().parents[1].glob("tests/__snapshots__/**/*.svg"))
+    repo = Path(__file__).resolve().parents[1]
+    svgs = [Path(a) for a in argv[1:]] or sorted(repo.glob("tests/**/__snapshots__/**/*.svg"))
     out.mkdir(parents=True, exist_ok=True)
     for svg in svgs:
         png = out / (svg.stem + ".png")

@@ -322,7 +322,7 @@ class GraphtopApp(GraphActions, FileActions):
                 self._stop.set()
                 self.exit(1, return_code=1, message=error_line(ended))
                 return
-            self.notify(f"{ended} — q closes the dashboard", title="engine gone", severity="warning", timeout=30)
+            self.notify(f"{ended} — ctrl+q closes the dashboard", title="engine gone", severity="warning", timeout=30)
 
     def render_all(self, *, force: bool = False, now: Optional[float] = None) -> None:
         """Re-render every panel whose state areas changed (all of them when ``force``); with
