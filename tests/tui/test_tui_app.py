@@ -315,7 +315,7 @@ async def test_help_screen() -> None:
         await settle(pilot)
         await pilot.press("f1")
         assert isinstance(app.screen, HelpScreen)
-        assert "Buckets" in screen_text(app) and "ctrl+p" in screen_text(app)
+        assert "Buckets" in screen_text(app) and "^p" in screen_text(app)
         help_text = app.screen.text
         assert "EMULATED" in help_text
         await pilot.press("escape")

@@ -47,7 +47,7 @@ async def test_export_dialog_takes_typing_and_enter_at_once(tmp_path: Path) -> N
         assert field.value == str(target)
         await pilot.press("enter")
         assert not isinstance(app.screen, PathPromptScreen)
-        await wait_until(pilot, lambda: any(str(target) in m for m in messages(app)))
+        await wait_until(pilot, lambda: any(f"{target.name}\nin {target.parent}" in m for m in messages(app)))
         assert target.exists() and target.read_text().count("\n") > len(app.state.recorded)  # header + events
 
 
@@ -71,7 +71,7 @@ async def test_open_trace_dialog_enter_opens_the_replay(tmp_path: Path) -> None:
         app._export_to(str(target))
         await wait_until(pilot, lambda: target.exists() and any("trace exported" == n.title for n in app._notifications))
         dialog = await _open(pilot, "open_trace")
-        assert "enter opens · escape cancels" == str(dialog.query_one("#path-hint").render())
+        assert "enter opens · → completes · ↓ the list · escape cancels" == str(dialog.query_one("#path-hint").render())
         await pilot.press(*str(target), "enter")
         await wait_until(pilot, lambda: app.session.kind == "replay")
 

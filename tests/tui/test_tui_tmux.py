@@ -163,9 +163,13 @@ def request_state(screen: str, prompt: str) -> tuple[bool, bool, Optional[str]]:
     engine panels instead: steps were run and nothing is running any more.
     """
     rows = console_lines(screen)
-    header = next((r for r in rows if re.search(rf"#\S+ {re.escape(prompt)} ", r)), None)
-    body = [r for r in rows if r is not header and r.strip() and "top-p" not in r]
-    if header is not None:
+    at = next((i for i, r in enumerate(rows) if re.search(rf"#\S+ {re.escape(prompt)} ", r)), None)
+    header = None
+    body = [r for r in rows if r.strip() and "top-p" not in r]
+    if at is not None:  # the header may wrap: its state then ends up on the next row
+        wrapped = at + 1 < len(rows) and rows[at + 1].lstrip().startswith("·")
+        header = " ".join(rows[at:at + 2]) if wrapped else rows[at]
+        body = [r for i, r in enumerate(rows) if r.strip() and "top-p" not in r and not at <= i <= at + wrapped]
         finished = "done (" in header or "error:" in header
     else:
         stepped = re.search(r"\d+\s+(decode|prefill)\s+\d+\s+\d+", screen) is not None
