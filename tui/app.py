@@ -26,7 +26,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
-from textual import on, work
+from textual import events, on, work
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
@@ -38,6 +38,7 @@ from .bindings import APP_BINDINGS
 from .commands import GraphtopCommands
 from .screens.dashboard import DashboardScreen
 from .device_probe import DeviceProbe, DeviceSample
+from .early_keys import EarlyKeys
 from .file_actions import FileActions
 from .graph_actions import GraphActions
 from .messages import DeviceSampled, EngineFailed, EngineReady
@@ -57,7 +58,7 @@ class GraphtopApp(GraphActions, FileActions):
     TITLE = "graphtop"
     CSS_PATH = [str(p) for p in STYLESHEETS]
     COMMANDS = FileActions.COMMANDS | {GraphtopCommands}
-    AUTO_FOCUS = None  # keys work at once; "/" focuses the prompt; dialogs focus their own field
+    AUTO_FOCUS = None  # the prompt takes the focus once the screen is ready (live); dialogs focus their field
     BINDINGS = APP_BINDINGS
 
     def __init__(
@@ -103,6 +104,8 @@ class GraphtopApp(GraphActions, FileActions):
         self.engine_ready = False
         self.engine_error: Optional[str] = None
         self._stop = threading.Event()
+        self._early_keys: Optional[EarlyKeys] = EarlyKeys() if self.live_session is not None else None
+        """Text keys typed before the prompt had the focus (``early_keys``); None once it has."""
         if not animate:
             self.animation_level = "none"
 
@@ -132,6 +135,22 @@ class GraphtopApp(GraphActions, FileActions):
         if self.poll_device:
             self._poll_device()
         self.render_all(force=True)
+        self._prompt_takes_keys()
+
+    def _prompt_takes_keys(self) -> None:
+        """With a live engine the prompt has the focus from the first frame, and the keys typed before
+        it could take them are typed into it, in order."""
+        early, self._early_keys = self._early_keys, None
+        if self.live_session is not None and self.dashboard.focus_prompt() and early is not None:
+            early.type_into(self.prompt_console)
+
+    async def on_event(self, event: events.Event) -> None:
+        """Text keys are held while the prompt cannot take them yet (``early_keys``)."""
+        early = self._early_keys
+        if (early is not None and isinstance(event, events.Key) and not event.is_forwarded
+                and early.hold(event.key, event.character)):
+            return
+        await super().on_event(event)
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -139,9 +158,12 @@ class GraphtopApp(GraphActions, FileActions):
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
 
+    TOAST_REPAINT_AFTER_S = 0.5
+    """How long after a toast's timeout the screen is repainted (``_repaint_after_toast``)."""
+
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: Optional[float] = None, markup: bool = False) -> None:
-        """Every toast shows its text as it is: never as markup, controls as stand-ins.
+        """Every toast shows its text as it is: never as markup, controls as stand-ins; and it goes.
 
         Toasts carry paths the user typed, engine errors and logs, and a remote engine's words; with
         Textual's default (markup on) ``[/INST]`` crashed the app and ``[@click=app.quit]`` made a
@@ -149,10 +171,23 @@ class GraphtopApp(GraphActions, FileActions):
         """
         super().notify(printable(str(message)), title=printable(str(title)), severity=severity,
                        timeout=timeout, markup=False)
+        shown_for = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
+        self.set_timer(shown_for + self.TOAST_REPAINT_AFTER_S, self._repaint_after_toast, name="graphtop-toast")
+
+    def _repaint_after_toast(self) -> None:
+        """Repaint the whole screen once a toast has expired.
+
+        Textual (8.2) removes an expired toast but, while a hidden panel's text changes (the compact
+        layout's other views, the device panel every second), does not always repaint what the toast
+        covered: in a real terminal the toast stayed on screen for minutes, until a key changed the view.
+        """
+        if not self._stop.is_set():
+            self.screen.refresh()
 
     def apply_mode(self) -> None:
         """Live or replay: the replay bar instead of the prompt console, and the keys that apply."""
         self.dashboard.set_replay(self.session.kind == "replay")
+        self.dashboard.replay_bar.live_behind = self.live_session is not None
         self.refresh_bindings()
 
     # ------------------------------------------------------------------ workers
@@ -287,7 +322,7 @@ class GraphtopApp(GraphActions, FileActions):
                 self._stop.set()
                 self.exit(1, return_code=1, message=error_line(ended))
                 return
-            self.notify(f"{ended} — q closes the dashboard", title="engine gone", severity="warning", timeout=30)
+            self.notify(f"{ended} — ctrl+q closes the dashboard", title="engine gone", severity="warning", timeout=30)
 
     def render_all(self, *, force: bool = False, now: Optional[float] = None) -> None:
         """Re-render every panel whose state areas changed (all of them when ``force``); with

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from textual.app import App
 from textual.screen import ModalScreen
+from textual.widgets import Input
 
 from .bindings import LIVE_ACTIONS, REPLAY_ACTIONS
 from .screens.help import HelpScreen
@@ -40,32 +41,52 @@ class AppActions(App[int]):
         def apply_mode(self) -> None: ...
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Replay keys only in a replay; bucket editing and the prompt only with a live engine; view
-        keys only in the compact layout; ``q`` is labelled Detach when the engine keeps running
-        without this dashboard. Over a dialog only quitting works: no command palette (it would
-        stack a second dialog) and no dashboard key (it would act behind the dialog)."""
+        """What a key does here: its mode (``applies_in_mode``), no dashboard key over a dialog (it
+        would act behind it; ctrl+q still quits), view keys only in the compact layout, "/" only away
+        from the prompt and escape only where there is an input to leave (so the footer lists the
+        keys that do something, and no more)."""
+        if not self.applies_in_mode(action):
+            return False
+        if action in ("quit", "detach"):
+            return True
+        if isinstance(self.screen, ModalScreen):
+            return False  # a dialog's own keys (escape: cancel) are the ones that apply
+        if action == "show_view":
+            return self.dashboard.compact
+        if action == "focus_prompt":
+            return not self.typing_in_prompt
+        if action == "leave_input":
+            return isinstance(self.focused, Input) or bool(self.screen.query("HelpPanel"))
+        return True
+
+    def applies_in_mode(self, action: str) -> bool:
+        """One meaning per key in each mode: ``q`` quits, or detaches when the engine keeps running
+        without this dashboard; replay keys only in a replay (back to live only with a live engine
+        behind it); bucket editing and the prompt only with a live engine. The help screen lists the
+        keys this says yes to."""
         replay = self.session.kind == "replay"
         if action in ("quit", "detach"):
             detaches = self.live_session is not None and self.live_session.detaches
             return (action == "detach") == detaches
-        if isinstance(self.screen, ModalScreen) and action not in ("close", "leave_input"):
-            return False
+        if action == "back_to_live":
+            return replay and self.live_session is not None
         if action in REPLAY_ACTIONS:
             return replay
         if action in LIVE_ACTIONS:
             return not replay
-        if action == "show_view":
-            return self.dashboard.compact
         return True
+
+    @property
+    def typing_in_prompt(self) -> bool:
+        """The prompt input has the focus (from the first frame, with a live engine)."""
+        focused = self.focused
+        return focused is not None and focused.id == "prompt"
 
     async def action_quit(self) -> None:
         self._stop.set()
         self.exit(0)
 
     async def action_detach(self) -> None:
-        await self.action_quit()
-
-    async def action_close(self) -> None:
         await self.action_quit()
 
     def action_help(self) -> None:
@@ -83,15 +104,12 @@ class AppActions(App[int]):
         self.render_status(force=True)
 
     def action_focus_prompt(self) -> None:
-        """"/" asks for the prompt, so a console hidden from the palette comes back for it."""
+        """"/" asks for the prompt, so a console hidden from the palette comes back for it. The focus
+        moves at once (``DashboardScreen.focus_prompt``): keys typed right after "/" are the prompt's."""
         dashboard = self.dashboard
         if "console" in dashboard.hidden:
             self.action_toggle_panel("console")
-        if dashboard.compact:
-            dashboard.show_view("prompt")
-        if dashboard.prompt_console.display:
-            dashboard.prompt_console.query_one("#prompt").focus()
-        else:
+        if not dashboard.focus_prompt():
             self.notify("no prompt console: the engine takes no prompts here", severity="warning")
 
     def action_leave_input(self) -> None:

@@ -3,6 +3,10 @@
 Every binding has an id and a tooltip (the help screen lists them from here, so it never goes
 stale). The view keys 1-4 switch what a small terminal shows (``DashboardScreen``); they are not in
 the footer because the view bar above the panels names them.
+
+With a live engine the prompt has the focus from the first frame, so typing is a prompt and a
+letter is a letter: the single-key shortcuts work once escape has left the input (the footer then
+lists them). Ctrl+q quits from anywhere, which is why the footer names it rather than q.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 from textual.binding import Binding
 
 APP_BINDINGS = [
-    Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit graphtop (shuts the engine down)"),
-    Binding("q", "detach", "Detach", id="app.detach",
+    Binding("ctrl+q", "quit", "Quit", priority=True, id="app.quit_ctrl",
+            tooltip="Quit graphtop (shuts the engine down), even while typing"),
+    Binding("ctrl+q", "detach", "Detach", priority=True, id="app.detach_ctrl",
+            tooltip="Close this dashboard, even while typing; the engine keeps running (graphtop attach comes back)"),
+    Binding("q", "quit", "Quit", show=False, id="app.quit", tooltip="Quit graphtop (shuts the engine down)"),
+    Binding("q", "detach", "Detach", show=False, id="app.detach",
             tooltip="Close this dashboard; the engine keeps running (graphtop attach comes back)"),
-    Binding("ctrl+q", "close", "Quit", show=False, priority=True, id="app.quit_ctrl",
-            tooltip="Quit graphtop (or detach from the engine), even from an input"),
     Binding("question_mark,f1", "help", "Help", id="app.help",
             tooltip="Keys, what each panel shows, every fallback reason and ledger row explained"),
     Binding("space", "toggle_pause", "Pause", id="app.pause",
@@ -23,9 +29,9 @@ APP_BINDINGS = [
             tooltip="Edit decode/prefill buckets with a what-if preview, then recapture"),
     Binding("c", "capture_table", "Costs", id="app.capture_table",
             tooltip="Per-bucket capture time and memory"),
-    Binding("slash", "focus_prompt", "Prompt", id="app.focus_prompt", tooltip="Type a prompt"),
-    Binding("escape", "leave_input", "Leave input", show=False, id="app.leave_input",
-            tooltip="Leave the input so single-key shortcuts work again"),
+    Binding("slash", "focus_prompt", "Prompt", id="app.focus_prompt", tooltip="Back to the prompt, to type"),
+    Binding("escape", "leave_input", "Shortcuts", id="app.leave_input",
+            tooltip="Leave the input so the single-key shortcuts work (the prompt has the focus at start)"),
     Binding("1", "show_view('steps')", "Steps", show=False, id="view.steps",
             tooltip="Small terminal: show the steps table, hit rate and fallbacks"),
     Binding("2", "show_view('memory')", "Memory", show=False, id="view.memory",
@@ -44,9 +50,11 @@ APP_BINDINGS = [
     Binding("plus,equals_sign", "speed(1)", "Faster", show=False, id="replay.faster",
             tooltip="Replay: play faster"),
     Binding("minus", "speed(-1)", "Slower", show=False, id="replay.slower", tooltip="Replay: play slower"),
+    Binding("l", "back_to_live", "Live", id="replay.live",
+            tooltip="Replay of a trace opened beside a live engine: back to the live engine"),
 ]
 
-REPLAY_ACTIONS = frozenset({"seek", "seek_events", "seek_to", "speed"})
+REPLAY_ACTIONS = frozenset({"seek", "seek_events", "seek_to", "speed", "back_to_live"})
 """Only in a replay."""
 LIVE_ACTIONS = frozenset({"buckets", "focus_prompt"})
 """Only with a live engine (a replay has no buckets to edit and no prompt to type)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU, free_applies
+
 __all__ = ["Explanation", "FALLBACK_REASONS", "LEDGER_ROWS", "STATUS_ITEMS", "explain_fallback",
            "explain_ledger_row"]
 
@@ -78,7 +80,7 @@ LEDGER_ROWS: dict[str, Explanation] = {
 }
 """The memory ledger's rows, as the panel names them."""
 
-CPU_FREE = Explanation("not applicable on CPU: host memory has no device limit to be free of",
+CPU_FREE = Explanation(f"{FREE_ON_CPU}: host memory has no device limit to be free of",
                        "nothing to tune; the KV pool is sized by --kv-budget-mb")
 
 STATUS_ITEMS: tuple[tuple[str, str], ...] = (
@@ -98,6 +100,6 @@ def explain_fallback(reason: str) -> Explanation:
 
 
 def explain_ledger_row(row: str, *, device: str = "cuda") -> Explanation:
-    if row == "free" and device.startswith("cpu"):
+    if row == "free" and not free_applies(device):
         return CPU_FREE
     return LEDGER_ROWS[row]

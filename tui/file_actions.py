@@ -37,6 +37,15 @@ def stamped(prefix: str, suffix: str) -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
 
 
+def name_then_folder(path: "str | Path") -> str:
+    """A written file for a toast: its name whole on one line, ``in`` its folder on the next.
+
+    Why: a toast is 40 columns wide on an 80-column terminal; a full path wrapped there split the file
+    name, the part the user wants to read back."""
+    p = Path(path)
+    return f"{p.name}\nin {p.parent}"
+
+
 class PathTextError(ValueError):
     """Typed text that names no file at all; the message is one line."""
 
@@ -142,7 +151,7 @@ class FileActions(AppActions):
         except OSError as exc:
             self.notify(f"{target}: {exc.strerror or exc}", title="screenshot not saved", severity="error")
             return None
-        self.notify(str(target), title="screenshot saved")
+        self.notify(name_then_folder(target), title="screenshot saved")
         return target
 
     # ------------------------------------------------------------------ traces
@@ -195,12 +204,12 @@ class FileActions(AppActions):
                                   severity="error")
         else:
             left_out = sum(1 for ev in events if ev.type != "trace_header") - n  # the reader would refuse them
-            note = f" ({left_out:,} left out: numbers a trace cannot hold, e.g. NaN)" if left_out else ""
-            self.call_from_thread(self.notify, f"{n:,} events → {path}{note}", title="trace exported")
+            note = f"\n({left_out:,} left out: numbers a trace cannot hold, e.g. NaN)" if left_out else ""
+            self.call_from_thread(self.notify, f"{n:,} events → {name_then_folder(path)}{note}", title="trace exported")
 
     def action_open_trace(self) -> None:
         self.push_screen(PathPromptScreen("Open trace", "", f"a .jsonl trace written by graphtop · from {Path.cwd()}",
-                                          verb="opens", source=trace_to_open),
+                                          verb="opens", source=trace_to_open, choices=".jsonl"),
                          callback=self.open_trace)
 
     def open_trace(self, path: Optional[str]) -> "Optional[Worker[None]]":

@@ -63,5 +63,13 @@ async def settle(pilot: Any) -> None:
     await pilot.pause()
 
 
+async def leave_prompt(pilot: Any) -> None:
+    """Escape out of the prompt (it has the focus from the first frame with a live engine): the
+    single-key shortcuts act from here on."""
+    await pilot.press("escape")
+    await pilot.pause()
+    assert pilot.app.focused is None, pilot.app.focused
+
+
 if __name__ == "__main__":  # pragma: no cover - manual look at the fixed screen
     fixed_app().run()

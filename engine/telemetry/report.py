@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .ledger_words import FREE_ON_CPU, free_applies
 from .plain_text import one_line
 from .stats import Percentiles
 from .summary import TraceSummary
@@ -163,9 +164,10 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
             ("decode graphs", m.decode_graphs),
             ("prefill graphs", m.prefill_graphs),
             ("activation reserve", m.activation_reserve),
-            ("free", m.free),
         ):
             out.append(f"  {label:<20}{_bytes(value):>12}")
+        free = _bytes(m.free) if free_applies(m.device) else FREE_ON_CPU  # the dashboard's words
+        out.append(f"  {'free':<20}{free:>12}")
     if s.kv_capacity_tokens:
         out.append(
             f"  KV pool peak {s.kv_peak_used_tokens}/{s.kv_capacity_tokens} tokens"

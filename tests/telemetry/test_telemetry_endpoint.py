@@ -235,9 +235,9 @@ def test_gaps_in_the_stream_are_counted_as_dropped(serve) -> None:
     server = serve()
     session = RemoteSession(server.endpoint, server.token)
     session.connect()
-    session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session._expected_seq + 5, 0, []))))
+    session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session.stream.expected_seq + 5, 0, []))))
     assert session.gaps == 5 and session.dropped == 5
-    session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session._expected_seq, 7, []))))
+    session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session.stream.expected_seq, 7, []))))
     assert session.dropped == 12  # the endpoint's own queue losses count too
     session.shutdown()
 

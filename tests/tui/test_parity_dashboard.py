@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from graphtop.tui.app import GraphtopApp
-from graphtop.tui.sessions.base import EngineSession
+from graphtop.tui.sessions.local import EngineSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
 
 engine_mod = pytest.importorskip("graphtop.engine")
@@ -33,7 +33,7 @@ async def test_palette_toggle_runs_checks_on_the_live_engine(tiny_ckpt) -> None:
             assert session.parity_every == 0
             app.action_toggle_parity()
             await wait_until(pilot, lambda: session.parity_every == app.PARITY_EVERY, timeout=10)
-            await pilot.press("slash", *"parity", "enter", "escape")  # 128 new tokens: 64+ graph steps
+            await pilot.press(*"parity", "enter", "escape")  # 128 new tokens: 64+ graph steps
             await wait_until(pilot, lambda: app.state.parity.checks > 0, timeout=120)
             await pilot.pause(0.6)
             text = screen_text(app)

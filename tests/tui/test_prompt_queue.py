@@ -9,7 +9,8 @@ import pytest
 
 from graphtop.tui.sessions.fake import FakeHandle
 from graphtop.tui.sessions.prompt_queue import PromptQueue, QueuedHandle
-from graphtop.tui.sessions.base import EngineSession, SamplingSettings
+from graphtop.tui.sessions.base import SamplingSettings
+from graphtop.tui.sessions.local import EngineSession
 
 GREEDY = SamplingSettings(max_new_tokens=6)
 

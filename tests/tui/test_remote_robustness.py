@@ -24,7 +24,8 @@ from graphtop.engine.telemetry.events import EngineStarted, StepEvent
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.cli.entry import main
 from graphtop.tui.sessions.fake import boot_events
-from graphtop.tui.sessions.remote import MAX_SEQ_JUMP, AttachError, RemoteSession
+from graphtop.tui.sessions.event_stream import MAX_SEQ_JUMP
+from graphtop.tui.sessions.remote import AttachError, RemoteSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
 
 HUGE = 2**63 - 1

@@ -19,7 +19,7 @@ from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
 from graphtop.tui.screens.help import HelpScreen
 from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.widgets.steps_table import StepsTable
-from graphtop.tui.testing import fixed_app, screen_text, settle, wait_until
+from graphtop.tui.testing import fixed_app, leave_prompt, screen_text, settle, wait_until
 
 from support.tui_pilot import make_app, pump
 
@@ -122,7 +122,7 @@ async def test_ui_timer_drains_events_and_streams_without_help() -> None:
         await wait_until(pilot, lambda: app.state.total_steps == 40)
         session.publish(*step_events(3, start_step=500))
         await wait_until(pilot, lambda: app.query_one("#steps-table", StepsTable).get_row_at(0)[0] == 502)
-        await pilot.press("slash", *"p", "enter")
+        await pilot.press(*"p", "enter")  # the prompt has the focus from the start
         await wait_until(pilot, lambda: app.query_one(RequestView).done)
         assert app.query_one(RequestView).text == "x y"
 
@@ -205,8 +205,7 @@ async def test_prompt_streams_and_several_run_at_once() -> None:
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash")
-        assert app.focused is app.query_one("#prompt")
+        assert app.focused is app.query_one("#prompt")  # from the first frame
         await pilot.press(*"hi", "enter")
         await pilot.press(*"yo", "enter")
         assert [s[0] for s in session.submitted] == ["hi", "yo"]
@@ -245,7 +244,7 @@ async def test_prompt_history_up_down() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash", *"first", "enter", *"second", "enter", *"dra")
+        await pilot.press(*"first", "enter", *"second", "enter", *"dra")
         prompt = app.query_one("#prompt", Input)
         await pilot.press("up")
         assert prompt.value == "second"
@@ -258,16 +257,38 @@ async def test_prompt_history_up_down() -> None:
 
 
 async def test_single_keys_do_not_fire_while_typing() -> None:
+    """The prompt has the focus from the first frame: letters are text and no printable key acts
+    (space does not pause); escape leaves it, "/" comes back to it at once, q quits."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash", "q", "b", "space", "question_mark")
-        assert app.query_one("#prompt", Input).value == "qb ?"
-        assert app.is_running and not isinstance(app.screen, (HelpScreen, BucketEditorScreen))
-        await pilot.press("escape")
-        assert app.focused is None
+        await pilot.press("q", "b", "space", "question_mark", "slash", "1")
+        assert app.query_one("#prompt", Input).value == "qb ?/1"
+        assert app.is_running and not app.paused and not isinstance(app.screen, (HelpScreen, BucketEditorScreen))
+        await leave_prompt(pilot)
+        await pilot.press("slash", *"hi")  # in one burst: the keys after "/" are the prompt's
+        assert app.query_one("#prompt", Input).value == "qb ?/1hi" and not app.paused
+        await leave_prompt(pilot)
         await pilot.press("q")
     assert app.return_code == 0
+
+
+async def test_printable_keys_on_the_console_go_to_the_prompt() -> None:
+    """With the focus on the conversation or the chat checkbox (clicked, or tabbed to) a printable key
+    is still the prompt's: it never reaches the shortcuts (space would pause, q quit)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.screen.set_focus(app.query_one("#outputs"))
+        await pilot.press("space", "q")
+        assert app.focused is app.query_one("#prompt") and app.query_one("#prompt", Input).value == " q"
+        checkbox = app.query_one("#chat")
+        app.screen.set_focus(checkbox)
+        await pilot.press("space")  # the checkbox's own key
+        assert app.focused is checkbox and not app.paused
+        await pilot.press("b")
+        assert app.focused is app.query_one("#prompt") and not isinstance(app.screen, BucketEditorScreen)
+        assert app.is_running and not app.paused
 
 
 async def test_space_pauses_the_live_view() -> None:
@@ -276,6 +297,7 @@ async def test_space_pauses_the_live_view() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         table = app.query_one("#steps-table", StepsTable)
+        await leave_prompt(pilot)
         await pilot.press("space")
         assert app.paused and "PAUSED" in screen_text(app)
         session.publish(*step_events(5, start_step=1000))
@@ -293,11 +315,12 @@ async def test_help_screen() -> None:
         await settle(pilot)
         await pilot.press("f1")
         assert isinstance(app.screen, HelpScreen)
-        assert "Buckets" in screen_text(app) and "ctrl+p" in screen_text(app)
-        help_text = str(app.screen.query_one("#help-text").render())
+        assert "Buckets" in screen_text(app) and "^p" in screen_text(app)
+        help_text = app.screen.text
         assert "EMULATED" in help_text
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+        await leave_prompt(pilot)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
 
@@ -315,6 +338,7 @@ def test_every_binding_has_id_and_tooltip() -> None:
 
 
 async def _open_editor(pilot) -> BucketEditorScreen:
+    await leave_prompt(pilot)
     await pilot.press("b")
     await pilot.pause()
     assert isinstance(pilot.app.screen, BucketEditorScreen)
@@ -388,7 +412,7 @@ async def test_bucket_editor_unchanged_phase_is_left_alone_and_prompts_keep_stre
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash", *"stream", "enter", "escape")
+        await pilot.press(*"stream", "enter", "escape")
         await pump(pilot)
         editor = await _open_editor(pilot)
         await _type(pilot, editor, "decode", "1,2,4,8,16,32,48")
@@ -514,6 +538,7 @@ async def test_capture_table_modal() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await leave_prompt(pilot)
         await pilot.press("c")
         assert isinstance(app.screen, CaptureTableScreen)
         table = app.screen.query_one(DataTable)

@@ -11,7 +11,7 @@ from textual.widgets import Input, Label
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.sessions.fake import FakeSession
 from graphtop.tui.screens.path_prompt import PathPromptScreen
-from graphtop.tui.testing import settle, wait_until
+from graphtop.tui.testing import leave_prompt, settle, wait_until
 
 from support.tui_pilot import make_app, open_path_prompt as _open
 
@@ -47,7 +47,7 @@ async def test_export_dialog_takes_typing_and_enter_at_once(tmp_path: Path) -> N
         assert field.value == str(target)
         await pilot.press("enter")
         assert not isinstance(app.screen, PathPromptScreen)
-        await wait_until(pilot, lambda: any(str(target) in m for m in messages(app)))
+        await wait_until(pilot, lambda: any(f"{target.name}\nin {target.parent}" in m for m in messages(app)))
         assert target.exists() and target.read_text().count("\n") > len(app.state.recorded)  # header + events
 
 
@@ -71,7 +71,7 @@ async def test_open_trace_dialog_enter_opens_the_replay(tmp_path: Path) -> None:
         app._export_to(str(target))
         await wait_until(pilot, lambda: target.exists() and any("trace exported" == n.title for n in app._notifications))
         dialog = await _open(pilot, "open_trace")
-        assert "enter opens · escape cancels" == str(dialog.query_one("#path-hint").render())
+        assert "enter opens · → completes · ↓ the list · escape cancels" == str(dialog.query_one("#path-hint").render())
         await pilot.press(*str(target), "enter")
         await wait_until(pilot, lambda: app.session.kind == "replay")
 
@@ -90,6 +90,7 @@ async def test_palette_does_not_stack_over_a_dialog() -> None:
             await pilot.pause()
             assert app.screen is dialog and not CommandPalette.is_open(app)
             await pilot.press("escape")
+        await leave_prompt(pilot)
         await pilot.press("b")
         assert isinstance(app.screen, BucketEditorScreen)
         await pilot.press("ctrl+p")
@@ -106,6 +107,7 @@ async def test_bucket_editor_takes_typing_at_once_and_says_its_keys() -> None:
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await leave_prompt(pilot)
         await pilot.press("b")
         editor = app.screen
         assert isinstance(editor, BucketEditorScreen)
@@ -128,7 +130,7 @@ async def test_screenshot_saves_in_the_current_directory_and_says_where(tmp_path
         await pilot.press("enter")  # the suggested name, in the current directory
         await wait_until(pilot, lambda: any(n.title == "screenshot saved" for n in app._notifications))
         (svg,) = tmp_path.glob("graphtop-*.svg")
-        assert str(svg) in messages(app) and "<svg" in svg.read_text()
+        assert f"{svg.name}\nin {svg.parent}" in messages(app) and "<svg" in svg.read_text()
         assert "Save a screenshot" not in svg.read_text()  # taken after the dialog closed
 
         dialog = await _open(pilot, "screenshot_prompt")
@@ -206,7 +208,7 @@ async def test_a_trace_is_read_off_the_ui_thread_and_only_the_newest_open_wins(t
         monkeypatch.setattr(ReplaySession, "from_path", staticmethod(slow_read))
         live = app.session
         reading_first = app.open_trace(str(first))
-        await pilot.press("question_mark")  # the help screen comes up while the trace is being read
+        await pilot.press("f1")  # the help screen comes up while the trace is being read
         await pilot.pause()
         assert app.screen is not app.dashboard and app.session is live
         await pilot.press("escape")
@@ -270,7 +272,8 @@ async def test_export_trace_refuses_a_fifo_and_leaves_no_thread_waiting(tmp_path
 
 
 async def test_export_to_a_folder_that_does_not_exist_is_said_in_the_dialog(tmp_path: Path) -> None:
-    """The README promises the dialog stays open with the message; it closed and then toasted."""
+    """A path the export cannot write is said in the dialog, which stays open to fix it (docs/dashboard-keys.md,
+    dialogs), rather than closing and toasting."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

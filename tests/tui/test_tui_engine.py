@@ -16,7 +16,7 @@ from graphtop.tui.app import GraphtopApp
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.widgets.steps_table import StepsTable
-from graphtop.tui.sessions.base import EngineSession
+from graphtop.tui.sessions.local import EngineSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
 
 engine_mod = pytest.importorskip("graphtop.engine")
@@ -70,7 +70,7 @@ async def test_real_engine_capture_prompt_and_recapture(load_gate) -> None:
             assert len(state.capture["decode"].costs) == len(session.buckets()[0])
 
             # a prompt streams through the real handle
-            await pilot.press("slash", *"hello graphs", "enter", "escape")
+            await pilot.press(*"hello graphs", "enter", "escape")
             await wait_until(pilot, lambda: app.query(RequestView) and app.query_one(RequestView).done, timeout=60)
             view = app.query_one(RequestView)
             assert view.text and view.handle.finish_reason is not None
@@ -103,7 +103,7 @@ async def test_prompt_typed_while_the_model_loads_is_queued_then_answered(load_g
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
             assert "loading demo model" in screen_text(app)
-            await pilot.press("slash", *"early bird", "enter")
+            await pilot.press(*"early bird", "enter")
             await pilot.pause(0.2)
             view = app.query_one(RequestView)
             assert "queued — runs once the model is loaded" in screen_text(app) and not view.done

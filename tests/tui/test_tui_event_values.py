@@ -24,7 +24,7 @@ from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
 from graphtop.tui.state import DashboardState
 from graphtop.tui.widgets.steps_table import StepsTable, row_values
-from graphtop.tui.testing import FIXED_DEVICE, screen_text, settle
+from graphtop.tui.testing import FIXED_DEVICE, leave_prompt, screen_text, settle
 
 SIZE = (160, 48)  # the layout where the replay sparkline is drawn
 NAN, INF = float("nan"), float("inf")
@@ -69,6 +69,7 @@ async def test_non_finite_timings_never_reach_the_charts() -> None:
         text = screen_text(app)
         assert not re.search(r"\b(nan|inf|infinity)\b", text, re.I), text
         assert "p50" in text  # the caption still summarises the valid replays
+        await leave_prompt(pilot)
         await pilot.press("b")  # the what-if over the steps (the bucket editor) copes too
         await pilot.pause()
         assert isinstance(app.screen, BucketEditorScreen)
@@ -93,6 +94,7 @@ async def test_malformed_graph_config_reads_as_absent(graph_config: dict) -> Non
         state = app.state
         assert state.graph_max_bucket("decode") is None and state.graph_max_bucket("prefill") is None
         assert state.prefill_padding_cap() is None and state.planned_phases() == []
+        await leave_prompt(pilot)
         await pilot.press("b")  # read the static-buffer maxima: crashed with AttributeError / TypeError
         await pilot.pause()
         assert isinstance(app.screen, BucketEditorScreen)

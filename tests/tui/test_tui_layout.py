@@ -8,7 +8,7 @@ import pytest
 from graphtop.tui.screens.dashboard import DashboardScreen
 from graphtop.tui.widgets.steps_columns import COLUMNS, full_plan, plan_columns
 from graphtop.tui.widgets.steps_table import StepsTable
-from graphtop.tui.testing import fixed_app, screen_text, settle, wait_until
+from graphtop.tui.testing import fixed_app, leave_prompt, screen_text, settle, wait_until
 
 SIZES = [(80, 24), (100, 30), (120, 40), (200, 50)]
 
@@ -26,6 +26,10 @@ async def test_steps_hit_rate_fallbacks_kv_and_ledger_are_visible_or_one_key_awa
         screen: DashboardScreen = app.dashboard
         compact = size[0] < 120 or size[1] < 38
         assert screen.compact == compact
+        assert app.focused is app.query_one("#prompt") and shown(app, "console")  # the first view: type at once
+        if compact:
+            await leave_prompt(pilot)
+            await pilot.press("1")
         text = screen_text(app)
         assert "graph hits 88.3%" in text.splitlines()[0]  # labelled, on the status line at every size
         assert "eager fallbacks (7)" in text and "exceeds_max_bucket" in text
@@ -63,6 +67,7 @@ async def test_resizing_switches_layouts_and_keeps_the_view() -> None:
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         assert not app.dashboard.compact
+        await leave_prompt(pilot)
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert app.dashboard.compact and shown(app, "steps") and not shown(app, "ledger")
@@ -110,7 +115,8 @@ async def test_compact_views_skip_what_is_hidden_and_replay_has_no_prompt_view(t
         await pilot.pause()
         assert "memory" not in app.dashboard.available_views()
         assert "2 memory" not in screen_text(app).splitlines()[1]
-        await pilot.press("2")
+        await leave_prompt(pilot)
+        await pilot.press("1", "2")
         assert app.dashboard.view == "steps"
         app.action_toggle_panel("kv")  # shown again: the view that has it comes up
         await pilot.pause()
@@ -128,14 +134,40 @@ async def test_compact_views_skip_what_is_hidden_and_replay_has_no_prompt_view(t
 
 
 async def test_slash_in_a_compact_layout_opens_the_prompt_view() -> None:
+    """From another view, "/" brings the prompt view with the focus at once: the keys typed right after
+    it, in the same burst, are the prompt's (space pauses nothing)."""
     app = fixed_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("slash")
-        assert app.dashboard.view == "prompt" and app.focused is app.query_one("#prompt")
-        await pilot.press(*"hi", "enter")
+        await leave_prompt(pilot)
+        await pilot.press("1")
+        assert app.dashboard.view == "steps"
+        await pilot.press("slash", *"hi there", "enter")
         await pilot.pause()
-        assert app.session.submitted[-1][0] == "hi"
+        assert app.dashboard.view == "prompt" and app.focused is app.query_one("#prompt")
+        assert app.session.submitted[-1][0] == "hi there" and not app.paused
+
+
+async def test_a_compact_layout_opens_on_the_prompt_and_keeps_it_while_typing() -> None:
+    """The first frame of a small terminal is the prompt view with the focus in the prompt; a terminal
+    that shrinks while the prompt has the focus shows the prompt view (the typing stays in sight), and a
+    view chosen with the mouse takes the focus away from a prompt it hides."""
+    app = fixed_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.dashboard.view == "prompt" and app.focused is app.query_one("#prompt")
+        await pilot.resize_terminal(200, 50)
+        await pilot.pause()
+        await pilot.press(*"abc")
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause()
+        assert app.dashboard.view == "prompt" and shown(app, "console") and app.focused is app.query_one("#prompt")
+        bar = screen_text(app).splitlines()[1]
+        await pilot.click("#views", offset=(bar.index("1 steps") + 2, 0))
+        await pilot.pause()
+        assert app.dashboard.view == "steps" and app.focused is None
+        await pilot.press("space")  # a shortcut again, not typing into a hidden prompt
+        assert app.paused and app.query_one("#prompt").value == "abc"
 
 
 def test_compact_column_plan_fits_and_keeps_the_telling_columns() -> None:
@@ -185,13 +217,13 @@ async def test_a_click_on_the_view_bar_switches_the_view() -> None:
         await pilot.click("#views", offset=(bar.index("2 memory") + 2, 0))
         await pilot.pause()
         assert app.dashboard.view == "memory" and shown(app, "ledger")
+        assert app.focused is None  # the prompt the click hid has let go of the focus
 
 
 async def test_the_sampling_row_fits_80_columns_chat_box_included() -> None:
     app = fixed_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("4")
-        await pilot.pause()
+        assert app.dashboard.view == "prompt"
         row = next(line for line in screen_text(app).splitlines() if "top-k" in line)
         assert "chat" in row and "seed" in row

@@ -16,7 +16,7 @@ from graphtop.tui.file_actions import PathTextError, path_from_text
 from graphtop.tui.screens.path_prompt import PathPromptScreen
 from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.safe_text import literal, printable, safe_content
-from graphtop.tui.testing import settle, wait_until
+from graphtop.tui.testing import leave_prompt, settle, wait_until
 
 from support.tui_pilot import make_app, pump
 from support.tui_pilot import open_path_prompt as _open
@@ -103,7 +103,7 @@ async def test_a_completion_with_terminal_controls_is_drawn_with_stand_ins() -> 
     app = make_app(FakeSession(reply="\x1b]0;PWNED\x07 \x1b[5;31mBLINK"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash", *"\x1b[1mhi", "enter")
+        await pilot.press(*"\x1b[1mhi", "enter")  # the prompt has the focus from the start
         await wait_until(pilot, lambda: bool(app.query(RequestView)))
         view = app.query_one(RequestView)
         await wait_until(pilot, lambda: (view.poll() or True) and view.done)
@@ -228,9 +228,8 @@ async def test_pasted_controls_never_get_into_a_field() -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash")
         prompt = app.query_one("#prompt", Input)
-        assert isinstance(prompt, CleanInput)
+        assert isinstance(prompt, CleanInput) and app.focused is prompt
         prompt.post_message(events.Paste(PASTE))
         await pilot.pause()
         assert prompt.value == "A]0;pwnedB[2JCDEF" and prompt.cursor_position == len(prompt.value)
@@ -241,7 +240,9 @@ async def test_pasted_controls_never_get_into_a_field() -> None:
         dialog.query_one(Input).post_message(events.Paste(PASTE))
         await pilot.pause()
         assert dialog.query_one(Input).value == "A]0;pwnedB[2JCDEF"
-        await pilot.press("escape", "b")
+        await pilot.press("escape")
+        await leave_prompt(pilot)
+        await pilot.press("b")
         await pilot.pause()
         editor = app.screen
         assert isinstance(editor, BucketEditorScreen)
@@ -265,6 +266,7 @@ async def test_the_bucket_editors_error_line_shows_controls_as_stand_ins(monkeyp
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await leave_prompt(pilot)
         await pilot.press("b")
         await pilot.pause()
         editor = app.screen
@@ -283,7 +285,6 @@ async def test_a_multi_line_paste_into_the_prompt_is_kept_whole() -> None:
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("slash")
         prompt = app.query_one("#prompt", Input)
         prompt.post_message(events.Paste("Summarise this:\nfirst line\r\nsecond line\n"))
         await pilot.pause()

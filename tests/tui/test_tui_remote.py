@@ -57,10 +57,10 @@ async def test_dashboard_attached_to_a_real_engine(tiny_ckpt, make_engine, tmp_p
             assert state.current_buckets("decode") == engine.decode_buckets  # from the snapshot alone
             await pilot.pause(0.2)
             text = screen_text(app)
-            assert "EMULATED" in text and "q Detach" in _footer(app) and "Quit" not in _footer(app)
+            assert "EMULATED" in text and "^q Detach" in _footer(app) and "Quit" not in _footer(app)
 
             # a prompt streams back over the endpoint into the console
-            await pilot.press("slash", *"hello graphs", "enter", "escape")
+            await pilot.press(*"hello graphs", "enter", "escape")
             await wait_until(pilot, lambda: app.query(RequestView) and app.query_one(RequestView).done, timeout=60)
             view = app.query_one(RequestView)
             assert view.text and view.handle.finish_reason == "length" and view.handle.error is None
@@ -132,7 +132,7 @@ async def test_dropped_events_are_shown_and_engine_end_is_said(tmp_path: Path) -
         async with app.run_test(size=(250, 48)) as pilot:  # wide: the drop count ends the status line
             await wait_until(pilot, lambda: app.state.info is not None, timeout=10)
             # the endpoint skips 7 events for this viewer: the status line says so
-            session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session._expected_seq + 7, 0, []))))
+            session._handle(p.server_decoder.decode(p.encoder.encode(p.Events(session.stream.expected_seq + 7, 0, []))))
             await pilot.pause(0.3)
             assert "dropped events 7" in screen_text(app)
             server.close("the run finished")
@@ -172,7 +172,7 @@ async def test_parity_toggle_reaches_the_engine_over_the_endpoint(tiny_ckpt, mak
             await wait_until(pilot, lambda: engine.parity_every == app.PARITY_EVERY, timeout=30)
             session.set_parity_every(1)  # every graph step, so a short prompt is checked
             await wait_until(pilot, lambda: engine.parity_every == 1, timeout=30)
-            await pilot.press("slash", *"check me", "enter", "escape")
+            await pilot.press(*"check me", "enter", "escape")
             await wait_until(pilot, lambda: app.state.parity.checks > 0, timeout=60)
             assert app.state.parity.mismatches == 0
             app.action_toggle_parity()

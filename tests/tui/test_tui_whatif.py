@@ -112,7 +112,7 @@ async def test_a_phase_with_graphs_disabled_is_read_only_and_left_out_of_recaptu
 
     from graphtop.tui.screens.bucket_editor import BucketEditorScreen
     from graphtop.tui.sessions.fake import FakeSession, boot_events, step_events
-    from graphtop.tui.testing import settle
+    from graphtop.tui.testing import leave_prompt, settle
 
     from support.tui_pilot import make_app
 
@@ -124,6 +124,7 @@ async def test_a_phase_with_graphs_disabled_is_read_only_and_left_out_of_recaptu
     app = make_app(session)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
+        await leave_prompt(pilot)
         await pilot.press("b")
         await pilot.pause()
         editor = app.screen

@@ -5,6 +5,10 @@ seen so far, and the Recapture button stays disabled until both lists parse: a r
 seconds of GPU time, so nothing half-typed should be able to trigger one. ``ctrl+o`` (Advise) fills
 both fields with the bucket advisor's lists for the steps seen so far, at the graph counts in use and
 within the static buffers' size, so the what-if shows the advice before anything is recaptured.
+
+On a short terminal (below ``SHORT_HEIGHT`` rows, 80x24 included) the editor packs itself: fields and
+buttons one row high, no syntax line (the placeholder and the error line say it), so the what-if, the
+reason the editor exists, is on screen without scrolling.
 """
 
 from __future__ import annotations
@@ -12,17 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Mapping, Optional, Sequence
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, format_buckets, parse_buckets
 from graphtop.engine.telemetry.bucket_demand import advise_phase
 
+from .dialog import Dialog
 from ..widgets.clean_input import CleanInput
 from ..fmt import human_bytes, pct, secs
 from ..sessions.recapture_state import estimate_capture_seconds
@@ -73,10 +77,12 @@ def preview_text(now: WhatIf, cand: WhatIf, recapture_s: Optional[float] = None,
     return Content("\n").join(lines)
 
 
-class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
+class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
     """Two bucket fields with inline errors, a what-if preview, Recapture / Cancel."""
 
     AUTO_FOCUS = "#decode-input"
+    SHORT_HEIGHT = 40
+    """Below this many terminal rows the editor packs itself (``-short``) so the what-if shows whole."""
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="buckets.cancel", tooltip="Close without recapturing"),
         Binding("ctrl+s", "confirm", "Recapture", id="buckets.confirm",
@@ -138,7 +144,8 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
                 yield CleanInput(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128",
                             disabled="prefill" in self.disabled_phases)
                 yield Label("", id="prefill-msg", classes="field-msg")
-                yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", classes="modal-hint")
+                yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", id="syntax-hint",
+                            classes="modal-hint")
                 yield Static(id="whatif")
             yield Label("enter/ctrl+s recapture · ctrl+o advise · tab next field · escape cancel",
                         classes="modal-hint")
@@ -150,9 +157,19 @@ class BucketEditorScreen(ModalScreen[Optional[BucketChoice]]):
     def on_mount(self) -> None:
         for field in self.query(Input):
             field.cursor_blink = self._blink
+        self._fit(self.app.size.height)
         self._validate("decode")
         self._validate("prefill")
         self.call_after_refresh(self.query_one("#editor-body").scroll_home, animate=False)  # labels above the field
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        short = height < self.SHORT_HEIGHT
+        self.set_class(short, "-short")
+        for widget in (*self.query(Input), *self.query(Button)):
+            widget.compact = short
 
     def _validate(self, phase: str) -> None:
         text = self.query_one(f"#{phase}-input", Input).value

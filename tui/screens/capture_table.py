@@ -9,14 +9,14 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
+from .dialog import Dialog
 from ..fmt import human_bytes, secs
 from ..state import DashboardState
 
 
-class CaptureTableScreen(ModalScreen[None]):
+class CaptureTableScreen(Dialog[None]):
     """Every bucket of the latest capture of each phase, plus failures with their reasons."""
 
     AUTO_FOCUS = "DataTable"  # arrows move through the rows at once

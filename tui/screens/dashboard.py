@@ -64,7 +64,7 @@ class DashboardScreen(Screen[None]):
     """From here the prompt console gets more rows."""
     SHORT_HEIGHT = 30
     """Below this the steps panel drops its replay-time sparkline (the caption keeps the numbers)."""
-    AUTO_FOCUS = None  # keys work at once; "/" focuses the prompt
+    AUTO_FOCUS = None  # the app gives the prompt the focus once it knows the engine takes prompts
 
     def __init__(self, label: str, *, poll_device: bool = True, animate: bool = True) -> None:
         super().__init__(id="dashboard")
@@ -120,7 +120,10 @@ class DashboardScreen(Screen[None]):
             return
         self._size = size
         width, height = size
+        was_compact = self.compact
         self.compact = width < self.COMPACT_WIDTH or height < self.COMPACT_HEIGHT
+        if self.compact and not was_compact and self._typing():
+            self.view = "prompt"  # a terminal that shrinks while the prompt has the focus keeps it in sight
         self.set_class(self.compact, "-compact")
         self.set_class(width >= self.ROOMY_WIDTH, "-roomy")
         self.set_class(height >= self.TALL_HEIGHT, "-tall")
@@ -164,6 +167,15 @@ class DashboardScreen(Screen[None]):
         self.prompt_console.set_class(not self._main.display, "-fill")
         self.view_bar.display = self.compact
         self.replay_bar.display = self.replay
+        focused = self.focused
+        if focused is not None and not all(node.display for node in focused.ancestors_with_self
+                                           if isinstance(node, Widget)):
+            self.set_focus(None)  # a hidden input would take the keys typed next, out of sight
+
+    def _typing(self) -> bool:
+        """The focus is in the prompt console (the prompt, or a sampling field)."""
+        focused = self.focused
+        return focused is not None and self.prompt_console in focused.ancestors_with_self
 
     def show_view(self, name: str) -> bool:
         """Switch the compact layout to ``name``; False when it has nothing to show."""
@@ -171,6 +183,20 @@ class DashboardScreen(Screen[None]):
             return False
         self.view = name
         self.reflow()
+        return True
+
+    def focus_prompt(self) -> bool:
+        """Give the prompt input the focus now (the prompt view in the compact layout); False when
+        there is no prompt console to type in (a replay, or hidden from the palette).
+
+        ``Screen.set_focus``, not ``Widget.focus``: the latter waits for the next message loop turn,
+        and keys already queued behind the one that asked (a user typing fast) would reach the app's
+        single-key bindings instead of the prompt."""
+        if self.compact and self.view != "prompt":
+            self.show_view("prompt")
+        if not self.prompt_console.display:
+            return False
+        self.set_focus(self.prompt_console.prompt_input)
         return True
 
     def toggle_panel(self, name: str) -> None:

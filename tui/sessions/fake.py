@@ -2,7 +2,7 @@
 
 Used by the pilot and snapshot tests (deterministic: fixed timestamps, no threads, no clocks) and
 handy for working on the dashboard without loading a model. Everything the real
-:class:`~graphtop.tui.sessions.base.EngineSession` does is mirrored closely enough that the app cannot
+:class:`~graphtop.tui.sessions.local.EngineSession` does is mirrored closely enough that the app cannot
 tell them apart.
 """
 

@@ -6,9 +6,8 @@ live stream, decodes events into a bounded queue the UI timer drains, feeds stre
 :class:`RemoteHandle`s, and sends the commands the UI queued. Rendering never waits on the socket and
 the engine never waits on the viewer.
 
-Lost events are counted, never hidden: gaps in the stream's event numbers (batches the engine dropped
-for this viewer), the endpoint's own queue losses since this viewer attached, and events this queue
-had no room for all add up in ``dropped``, which the status line shows.
+Lost events are counted, never hidden (``event_stream.EventStream``): they add up in ``dropped``, which
+the status line shows.
 """
 
 from __future__ import annotations
@@ -29,23 +28,15 @@ from graphtop.engine.telemetry import protocol as p
 from graphtop.engine.telemetry import wire
 from graphtop.engine.telemetry.pid_check import process_alive
 
-from .prompt_queue import PromptQueue
 from .base import Limits, SamplingSettings, SessionError
+from .event_stream import EventStream
+from .prompt_queue import PromptQueue
 
 if TYPE_CHECKING:
     from graphtop.engine.telemetry.events import Event
 
 STALE_AFTER_S = 5.0
 """No message (the engine sends a heartbeat every second) for this long: say the engine is silent."""
-
-MAX_SEQ_JUMP = 1 << 24
-"""The furthest one ``Events`` frame may move the stream's counters (``first_seq`` past the next
-expected number, ``bus_dropped`` past the last count) and be believed at once. A real engine numbers
-its events 0, 1, 2… and only ever counts ``bus_dropped`` up: a viewer misses at most what the engine
-published while this viewer's queue was full (16 M events: half an hour at 10,000 events a second). A frame
-that moves them further, or backwards, is held until the next frame says which stream is real (see
-``_on_events``), so one bogus frame can neither inflate ``dropped`` nor make every later event look
-already seen, and a real jump of any size is still counted exactly, one frame late."""
 
 
 class AttachError(Exception):
@@ -125,7 +116,6 @@ class RemoteSession:
         self.status = p.EngineStatus()
         self._parity_every: Optional[int] = None
         self.prompts = PromptQueue()  # prompts typed before the engine is ready
-        self._events: deque[Event] = deque()
         self._logs: deque[tuple[int, str]] = deque(maxlen=200)
         self._handles: dict[str, RemoteHandle] = {}
         self._results: dict[int, p.Result] = {}
@@ -137,15 +127,7 @@ class RemoteSession:
         self._ended: Optional[str] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        # loss accounting (see the module docstring)
-        self._expected_seq: Optional[int] = None
-        self.gaps = 0
-        self.local_dropped = 0
-        self.undecodable = 0
-        self._bus_base = 0
-        self._bus_now = 0
-        self._held: Optional[p.RawEvents] = None  # a frame that moved the counters implausibly far
-        self._protocol_warned = False
+        self.stream = EventStream(queue_size, lambda message: self._logs.append((logging.WARNING, message)))
         self.snapshot_done = threading.Event()
         self._last_message = time.monotonic()
         self._stale = False
@@ -184,13 +166,16 @@ class RemoteSession:
 
     # -- Session protocol ---------------------------------------------------------------------------
     def drain(self, max_items: Optional[int] = None) -> list[Event]:
-        q = self._events
-        n = len(q) if max_items is None else min(max_items, len(q))
-        return [q.popleft() for _ in range(n)]
+        return self.stream.drain(max_items)
 
     @property
     def dropped(self) -> int:
-        return self.gaps + (self._bus_now - self._bus_base) + self.local_dropped + self.undecodable
+        return self.stream.dropped
+
+    @property
+    def gaps(self) -> int:
+        """Events the stream's numbering says this viewer missed (part of ``dropped``)."""
+        return self.stream.gaps
 
     @property
     def can_submit(self) -> bool:
@@ -353,13 +338,13 @@ class RemoteSession:
             try:
                 msg = p.server_decoder.decode(payload)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                self.undecodable += 1
+                self.stream.undecodable += 1
                 continue
             self._handle(msg)
 
     def _handle(self, msg: Any) -> None:
         if isinstance(msg, p.RawEvents):
-            self._on_events(msg)
+            self.stream.on_events(msg)
         elif isinstance(msg, p.Tokens):
             handle = self._handles.get(msg.request_id)
             if handle is not None:
@@ -367,7 +352,7 @@ class RemoteSession:
                 if msg.finished:
                     del self._handles[msg.request_id]
         elif isinstance(msg, p.RawSnapshot):
-            self._push(msg.events)
+            self.stream.push(msg.events)
             if msg.done:
                 self.snapshot_done.set()
         elif isinstance(msg, p.Welcome):
@@ -382,8 +367,7 @@ class RemoteSession:
                 self._welcomed.set()
                 return
             self.welcome = msg
-            self._expected_seq = msg.next_seq
-            self._bus_base = self._bus_now = msg.bus_dropped
+            self.stream.welcome(msg.next_seq, msg.bus_dropped)
             self._logs.extend(msg.logs)
             self._on_status(msg.status)
             self._welcomed.set()
@@ -433,70 +417,3 @@ class RemoteSession:
             self.prompts.fail(status.failed)
         elif status.ready and self._ended is None:
             self.prompts.release(self._submit_now)
-
-    def _on_events(self, msg: p.RawEvents) -> None:
-        """Count what the stream lost, then queue the frame's events.
-
-        ``first_seq`` numbers events from 0 up and ``bus_dropped`` only counts up (the endpoint's
-        ``StateKeeper`` and bus subscription), so a gap in the numbers is exactly what this viewer
-        missed. A negative counter is a protocol error: the frame is dropped (said once). A frame
-        that moves the counters backwards or further than ``MAX_SEQ_JUMP`` is held: if the next frame
-        continues from it the stream really moved (a restart, a long stall) and both are taken; if the
-        next one continues from before it, it was bogus and is dropped."""
-        if msg.first_seq < 0 or msg.bus_dropped < 0:
-            self._protocol_error(f"negative counters (first_seq {msg.first_seq}, bus_dropped {msg.bus_dropped})")
-            return
-        expected = self._expected_seq
-        if expected is None or self._follows(msg, expected, self._bus_now):
-            self._discard_held()
-            self._take(msg)
-            return
-        held = self._held
-        if held is not None and self._follows(msg, held.first_seq + len(held.events), held.bus_dropped):
-            self._held = None  # the stream did move there: resynchronise on it (_take counts a gap ahead)
-            if held.bus_dropped < self._bus_now:  # counted from a new base: the losses counted so far stay
-                self._bus_base -= self._bus_now - held.bus_dropped
-            self._take(held)
-            self._take(msg)
-            return
-        self._discard_held()
-        self._held = msg
-
-    @staticmethod
-    def _follows(msg: p.RawEvents, expected: int, bus: int) -> bool:
-        """``msg`` can come after a frame that ended at ``expected`` with ``bus`` losses counted."""
-        return expected <= msg.first_seq <= expected + MAX_SEQ_JUMP and bus <= msg.bus_dropped <= bus + MAX_SEQ_JUMP
-
-    def _take(self, msg: p.RawEvents) -> None:
-        """Queue a frame known to follow the stream so far, counting the numbers it skipped."""
-        expected = self._expected_seq
-        if expected is not None and msg.first_seq > expected:
-            self.gaps += msg.first_seq - expected
-        self._expected_seq = msg.first_seq + len(msg.events)
-        self._bus_now = msg.bus_dropped
-        self._push(msg.events)
-
-    def _discard_held(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            self._protocol_error(f"an event batch numbered {held.first_seq} (expected {self._expected_seq}) with "
-                                 f"bus_dropped {held.bus_dropped} (was {self._bus_now})")
-
-    def _protocol_error(self, what: str) -> None:
-        """Say (once) that a malformed frame was dropped. Its events are not counted as lost here: if the
-        real stream lost any, the next frame's number shows the gap, and ``_take`` counts it."""
-        if not self._protocol_warned:
-            self._protocol_warned = True
-            self._logs.append((logging.WARNING, f"the engine sent a malformed frame, ignored: {what} "
-                                                "(said once; a gap it hides shows in 'dropped' with the next frame)"))
-
-    def _push(self, pairs: list[tuple[str, msgspec.Raw]]) -> None:
-        if not pairs:
-            return
-        events, bad = p.decode_events(pairs)
-        self.undecodable += bad
-        room = self.queue_size - len(self._events)
-        if len(events) > room:
-            self.local_dropped += len(events) - max(room, 0)
-            events = events[: max(room, 0)]
-        self._events.extend(events)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.content import Content
 
+from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU, free_applies
+
 from ..explain import explain_ledger_row
 from ..fmt import bar, human_bytes
 from .panel import Panel
@@ -46,14 +48,14 @@ class LedgerPanel(Panel):
             body.show(rank_columns(state), [None, *(explain_ledger_row(n, device=led.device).line(n)
                                                     for n, _, _ in ROWS)])
             return
-        cpu = led.device.startswith("cpu")
+        cpu = not free_applies(led.device)
         total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
         lines, tips = [], []
         for name, attr, style in ROWS:
             value = getattr(led, attr)
             tips.append(explain_ledger_row(name, device=led.device).line(name))
             if name == "free" and cpu:
-                lines.append(Content.from_markup("$name [$text-muted]not applicable on CPU[/]", name=f"{name:<14}"))
+                lines.append(Content.from_markup("$name [$text-muted]$na[/]", name=f"{name:<14}", na=FREE_ON_CPU))
                 continue
             lines.append(
                 Content.from_markup(

@@ -7,16 +7,21 @@ The whole conversation stays on screen to scroll back through, one block per req
 last ``KEEP`` requests, each up to ``request_view.MAX_CHARS`` of text, with a note of what was let
 go. The view follows new text only while it is scrolled to the bottom (Textual's anchor), so reading
 an earlier answer is not interrupted by a stream; page up/down scroll it from the prompt.
+
+While the console has the focus, every printable key is the prompt's: one typed with the focus on the
+conversation or the chat checkbox goes into the prompt rather than on to the app's single-key
+shortcuts (a space would pause the live view, a q quit).
 """
 
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Input, Static
+from textual.widgets import Checkbox, Input, Static
 
 from .history_input import HistoryInput
 from .request_view import RequestView
@@ -61,7 +66,9 @@ class PromptConsole(Vertical):
         yield SamplingRow(blink=self._blink, id="sampling")
         with VerticalScroll(id="outputs"):
             yield Static(id="outputs-note")
-        prompt = HistoryInput(placeholder="prompt — enter sends, ↑/↓ history, escape leaves", id="prompt")
+        # back to the prompt ("/", or a key typed on the conversation), the draft stays: typing adds to it
+        prompt = HistoryInput(placeholder="type a prompt — enter sends · ↑/↓ history · escape for the shortcuts",
+                              id="prompt", select_on_focus=False)
         prompt.cursor_blink = self._blink
         yield prompt
 
@@ -85,11 +92,20 @@ class PromptConsole(Vertical):
     def views(self) -> list[RequestView]:
         return list(self.query(RequestView))
 
+    @property
+    def prompt_input(self) -> HistoryInput:
+        return self.query_one("#prompt", HistoryInput)
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "prompt":
             return
         event.stop()
-        text = event.value.strip()
+        self.send_prompt()
+
+    def send_prompt(self) -> None:
+        """Send what the prompt holds (nothing when it is blank); the settings row must parse."""
+        prompt = self.prompt_input
+        text = prompt.value.strip()
         if not text:
             return
         try:
@@ -97,10 +113,30 @@ class PromptConsole(Vertical):
         except ValueError as exc:
             self.app.notify(str(exc), title="not sent", severity="error")
             return
-        prompt = self.query_one("#prompt", HistoryInput)
         prompt.remember(text)
         prompt.value = ""
         self.post_message(self.PromptSubmitted(text, settings, self.query_one(SamplingRow).chat))
+
+    def type_text(self, text: str) -> None:
+        """Type ``text`` into the prompt at its cursor (keys held while the dashboard started)."""
+        self.prompt_input.insert_text_at_cursor(text)
+
+    def delete_left(self) -> None:
+        self.prompt_input.action_delete_left()
+
+    def on_key(self, event: events.Key) -> None:
+        """A printable key from a focused part of the console that takes no text (the conversation,
+        the chat checkbox) goes into the prompt, not on to the app's shortcuts. Space and enter on
+        the checkbox still toggle it (its own binding)."""
+        focused = self.screen.focused
+        if not event.is_printable or event.character is None or isinstance(focused, Input):
+            return
+        if isinstance(focused, Checkbox) and event.key == "space":
+            return
+        event.stop()
+        event.prevent_default()
+        self.screen.set_focus(self.prompt_input)
+        self.type_text(event.character)
 
     def add_request(self, handle: StreamHandle, prompt: str, settings: SamplingSettings) -> RequestView:
         """Show a new in-flight request (called by the app after submitting it)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Label, Static
 
 from ..explain import STATUS_ITEMS
@@ -89,7 +90,10 @@ class StatusLine(Horizontal):
 
     def _fit(self) -> None:
         """Join the parts that fit the line's width, dropping the least telling ones first."""
-        text_widget = self.query_one("#status-text", Static)
+        try:
+            text_widget = self.query_one("#status-text", Static)
+        except NoMatches:  # called after a refresh that came while the app shut down, its children gone
+            return
         room = (text_widget.size.width or self.app.size.width) - 2
         parts = [(prio, part) for prio, part in self._parts if part.cell_length]
         sep = Content(" │ ")

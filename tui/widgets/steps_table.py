@@ -65,7 +65,7 @@ class StepsTable(ScrollView, can_focus=True):
         color: $foreground;
         height: auto;
         max-height: 100%;
-        scrollbar-size-vertical: 1;
+        scrollbar-visibility: hidden;  /* a thumb drawn in the last column read as a glyph in the rows */
         &:focus {
             background-tint: $foreground 5%;
             & > .steps-table--header { background-tint: $foreground 5%; }
