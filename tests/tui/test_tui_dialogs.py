@@ -272,7 +272,7 @@ async def test_export_trace_refuses_a_fifo_and_leaves_no_thread_waiting(tmp_path
 
 
 async def test_export_to_a_folder_that_does_not_exist_is_said_in_the_dialog(tmp_path: Path) -> None:
-    """A path the export cannot write is said in the dialog, which stays open to fix it (docs/dashboard-keys.md,
+    """A path the export cannot write is said in the dialog, which stays open to fix it (docs/dashboard.md,
     dialogs), rather than closing and toasting."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
