@@ -13,12 +13,13 @@ A variant sets the PDL policy (pdl=auto|on|off, ``KernelConfig.pdl``), the decod
 the Triton decode launch shape below ``LARGE_ROWS`` rows (tuning=..., for every GQA group; small=...,
 for groups up to ``SMALL_GROUP`` only; one=..., one row of the larger groups; default=..., 2 or more rows of
 the larger groups), from ``LARGE_ROWS`` and from ``HUGE_ROWS`` rows (large=... /
-huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves[/maxnreg]]] and the skinny GEMM (skinny=auto|off,
+huge=...), each block_t/min_chunk/warps/stages[/prefetch 0, 1 or 2[/waves[/maxnreg]]] and the skinny GEMM
+(skinny=auto|off,
 ``KernelConfig.skinny_gemm``; tuned=FILE adds configs from ``bench/skinny_bench.py --tuned-out`` over
 the shipped ones, sk=N:K:row_class:silu:block_n:block_k:split:warps:stages[+...] adds or replaces some (split 0
 or -2: stream-K over one or two programs an SM; streamk=0 or -2 turns every config so far into that),
-sk=N:K:row_class:silu puts one back on cuBLAS) for the engines built under it. logits=float32 captures the decode graphs the way they
-were before logits stayed in the model's dtype (a float copy, then a copy into a float output buffer);
+sk=N:K:row_class:silu puts one back on cuBLAS) for the engines built under it. logits=float32 captures the
+decode graphs with float32 logits (a float copy, then a copy into a float output buffer);
 group=N moves ``TRITON_AUTO_GROUP`` (group=99: FlashInfer above 64 rows, whatever the GQA group);
 pdl_max=MiB moves ``PDL_AUTO_MAX_BYTES``, the largest fused GEMV that pdl=auto launches with PDL;
 gemv=N:K:block_n:block_k:warps:stages[:split][+...] replaces fused-GEMV launch configs; gemv_trigger=off
@@ -47,6 +48,7 @@ import sys
 from pathlib import Path
 from types import MethodType
 
+import torch
 from harness import (
     PROMPT_LEN,
     comma_ints,
@@ -63,23 +65,20 @@ from harness import (
     time_steps,
 )
 
-import torch
-
-from graphtop.models.kernels.argmax import argmax_rows
 from graphtop.engine.attention import flashinfer_backend as fb
-from graphtop.models.kernels import decode_attention as td
 from graphtop.engine.attention.base import pick_graph_width
 from graphtop.engine.graphs import upload as gu
 from graphtop.engine.graphs.backend import ShapeKey
 from graphtop.engine.graphs.bucket_policy import BucketDecision
 from graphtop.engine.kernel_config import KernelConfig
-from graphtop.engine.runners.base import StepOutput
 from graphtop.engine.runners import decode_graph as dg
+from graphtop.engine.runners.base import StepOutput
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner
-from graphtop.models.kernels import gemv as tg
+from graphtop.models.kernels import decode_attention as td
 from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels import gemv as tg
 from graphtop.models.kernels import skinny_tuning as st
-
+from graphtop.models.kernels.argmax import argmax_rows
 
 SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.HUGE_TUNING, td.ONE_ROW_TUNING)
 SHIPPED_SKINNY = dict(st.TUNED)
@@ -218,7 +217,8 @@ def apply(variant: str) -> dict:
             tk.SILU_MUL_PDL = False
         elif key == "post_norm":  # row classes (16+64, or none) whose post-attention add+RMSNorm runs apart
             st.POST_NORM_APART = frozenset(
-                (h, int(c)) for h in (1024, 4096) for c in value.split("+") if value != "none")
+                (h, int(c)) for h in (1024, 4096) for c in value.split("+") if value != "none"
+            )
         elif key == "norms" and value == "separate":  # add+RMSNorm kernels between the skinny projections
             st.NORMS_IN_PROJECTIONS = False
         elif key == "h2d" and value == "compute":  # the step's upload on the compute stream, in line
@@ -251,11 +251,21 @@ def compare(shape: str, ckpt, bs: int, prompt: int, variants: list[str], args: a
     engines, handles = [], []
     tokens = final_context(prompt, args)
     for v in variants:
-        eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=max(8, bs), decode_bs=[bs],
-                          prefill_graphs=False, longest_context=tokens, **apply(v))
+        eng = make_engine(
+            ckpt,
+            "flashinfer",
+            graphs=True,
+            max_running=max(8, bs),
+            decode_bs=[bs],
+            prefill_graphs=False,
+            longest_context=tokens,
+            **apply(v),
+        )
         if eng.kv_capacity_tokens < bs * tokens:
-            raise SystemExit(f"the KV pool holds {eng.kv_capacity_tokens} tokens, fewer than {bs} rows x "
-                             f"{tokens}: lower --bs or --prompt")
+            raise SystemExit(
+                f"the KV pool holds {eng.kv_capacity_tokens} tokens, fewer than {bs} rows x "
+                f"{tokens}: lower --bs or --prompt"
+            )
         if DecodeGraphRunner.run is not SHIPPED_RUN:  # per engine: the class's run is reset for the next
             runner = eng.model_runner.decode
             runner.run = MethodType(DecodeGraphRunner.run, runner)
@@ -263,16 +273,19 @@ def compare(shape: str, ckpt, bs: int, prompt: int, variants: list[str], args: a
         handles.append(fill_decode(eng, bs, prompt_len=prompt))
         time_steps(eng, 5)
     apply("")
-    figures = interleaved({str(i): (lambda e=eng: time_steps(e, args.steps)) for i, eng in enumerate(engines)},
-                          args.rounds)
+    figures = interleaved(
+        {str(i): (lambda e=eng: time_steps(e, args.steps)) for i, eng in enumerate(engines)}, args.rounds
+    )
     times = list(figures.values())
     ctx = prompt + 5 + args.rounds * args.steps // 2  # the middle of the timed steps
     floor = floor_ms(ckpt.model, [ctx] * bs, bw)
     base = statistics.median(times[0])
     for v, t in zip(variants, times):
         med = statistics.median(t)
-        log(f"[{shape} bs {bs}, context ~{ctx}] {v or 'defaults':40s} graph step {med:.3f} ms "
-            f"(min {min(t):.3f})  ÷ floor {floor:.3f} = {med / floor:.3f}×  ÷ first {med / base:.3f}")
+        log(
+            f"[{shape} bs {bs}, context ~{ctx}] {v or 'defaults':40s} graph step {med:.3f} ms "
+            f"(min {min(t):.3f})  ÷ floor {floor:.3f} = {med / floor:.3f}×  ÷ first {med / base:.3f}"
+        )
     for eng, h in zip(engines, handles):
         drain(eng, h)
         eng.close()
@@ -295,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     for prompt in comma_ints(args.prompt):
-        refuse_past_context(ap, final_context(prompt, args),
-                            f"prompt {prompt} and {args.rounds} rounds of {args.steps} steps")
+        refuse_past_context(
+            ap, final_context(prompt, args), f"prompt {prompt} and {args.rounds} rounds of {args.steps} steps"
+        )
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
     bw = copy_bandwidth(torch.device("cuda"))

@@ -28,12 +28,13 @@ from typing import Any, Callable
 # as the graphtop command sets it (tui/cli/entry.py); read when torch loads OpenMP, so before the harness
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import torch  # noqa: E402
 from harness import checkpoint_folder, interleaved, log, smollm2_gguf, write_json  # noqa: E402
 
-import torch  # noqa: E402
-
-PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle. "
-          "Describe the sea, the weather and the keeper's thoughts in detail.")
+PROMPT = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle. "
+    "Describe the sea, the weather and the keeper's thoughts in detail."
+)
 
 
 def default_model() -> str:
@@ -86,9 +87,15 @@ class HFContestant:
     def rate(self) -> Rate:
         self.stamps = []
         n = self.new_tokens
-        self.model.generate(self.ids, attention_mask=torch.ones_like(self.ids), do_sample=False,
-                            max_new_tokens=n, min_new_tokens=n, logits_processor=self.processors,
-                            pad_token_id=self.model.config.eos_token_id)
+        self.model.generate(
+            self.ids,
+            attention_mask=torch.ones_like(self.ids),
+            do_sample=False,
+            max_new_tokens=n,
+            min_new_tokens=n,
+            logits_processor=self.processors,
+            pad_token_id=self.model.config.eos_token_id,
+        )
         # stamp i is taken before token i is chosen: stamps[0] ends prefill, n-1 intervals decode
         return Rate.between(len(self.stamps) - 1, self.stamps[0], self.stamps[-1])
 
@@ -145,11 +152,19 @@ def run_speed(args: argparse.Namespace) -> dict:
         log(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1].wall:.1f}" for n, v in rates.items()))
 
     rates = interleaved(contestants, args.rounds, on_round=progress)
-    print(f"\nSmolLM2 decode, median of {args.rounds} interleaved rounds, torch threads {torch.get_num_threads()}, "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, prompt {len(one[0])} tokens, {args.new_tokens} new tokens, "
-          f"load average {os.getloadavg()[0]:.1f}")
-    result: dict = {"threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "prompt_tokens": len(one[0]),
-                    "inflight": args.inflight, "rounds": {n: [vars(x) for x in v] for n, v in rates.items()}}
+    print(
+        f"\nSmolLM2 decode, median of {args.rounds} interleaved rounds, torch threads {torch.get_num_threads()}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, prompt {len(one[0])} tokens, "
+        f"{args.new_tokens} new tokens, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    result: dict = {
+        "threads": torch.get_num_threads(),
+        "new_tokens": args.new_tokens,
+        "prompt_tokens": len(one[0]),
+        "inflight": args.inflight,
+        "rounds": {n: [vars(x) for x in v] for n, v in rates.items()},
+    }
     for metric in ("wall", "cpu"):
         med = {name: statistics.median(getattr(x, metric) for x in v) for name, v in rates.items()}
         base = med[hf.name]
@@ -159,16 +174,19 @@ def run_speed(args: argparse.Namespace) -> dict:
             print(f"  {name:36s} {v:8.1f}   {v / base:5.2f}x transformers bs 1")
         for v in variants:
             b1, bn = med[f"graphtop {v} bs 1"] / base, med[f"graphtop {v} {args.inflight} in flight"] / base
-            print(f"  target {v}: bs 1 {b1:.2f}x (>= 1: {'met' if b1 >= 1 else 'NOT met'}), "
-                  f"{args.inflight} in flight {bn:.2f}x (>= 4: {'met' if bn >= 4 else 'NOT met'})")
+            print(
+                f"  target {v}: bs 1 {b1:.2f}x (>= 1: {'met' if b1 >= 1 else 'NOT met'}), "
+                f"{args.inflight} in flight {bn:.2f}x (>= 4: {'met' if bn >= 4 else 'NOT met'})"
+            )
         result[f"median_{metric}"] = med
     return result
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", help="checkpoint folder or .gguf (default: the SmolLM2 GGUF that "
-                    "scripts/fetch_smollm2.py fetches)")
+    ap.add_argument(
+        "--model", help="checkpoint folder or .gguf (default: the SmolLM2 GGUF that scripts/fetch_smollm2.py fetches)"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--inflight", type=int, default=16)

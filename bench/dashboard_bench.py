@@ -15,9 +15,9 @@ ignore_eos) from its background thread, in interleaved rounds (ABBA order):
 
 The figure is median(attached) ÷ median(headless). ``--viewer-kind raw`` swaps the dashboard for a viewer
 that only receives, which separates the endpoint's cost from the renderer's (on a machine with cores to
-spare, the viewer process should cost the engine nothing either way). ``--device cpu --configs demo:1,demo:8 --tokens 64`` is
-a smoke run on the built-in demo model (no GPU needed; the ratio means little there).
-"""
+spare, the viewer process should cost the engine nothing either way).
+``--device cpu --configs demo:1,demo:8 --tokens 64`` is a smoke run on the built-in demo model (no GPU needed;
+the ratio means little there)."""
 
 from __future__ import annotations
 
@@ -103,8 +103,12 @@ def workload(engine: Any, bs: int, tokens: int, seed: int) -> float:
 
 def attached_round(engine: Any, bs: int, tokens: int, seed: int, runtime: Path, kind: str) -> tuple[float, dict]:
     server = engine.serve_telemetry(runtime_dir=runtime)
-    viewer = subprocess.Popen([sys.executable, __file__, "--viewer", kind, server.endpoint, server.token],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    viewer = subprocess.Popen(
+        [sys.executable, __file__, "--viewer", kind, server.endpoint, server.token],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = viewer.stdout.readline().strip()  # type: ignore[union-attr]
         if line != "ready":
@@ -134,8 +138,12 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
     from graphtop.engine.telemetry.bus import EventBus
 
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    config = EngineConfig(device=args.device, dtype=str(dtype).replace("torch.", ""), max_context_len=1024,
-                          max_total_tokens=max(bs, 8) * 1024)
+    config = EngineConfig(
+        device=args.device,
+        dtype=str(dtype).replace("torch.", ""),
+        max_context_len=1024,
+        max_total_tokens=max(bs, 8) * 1024,
+    )
     if shape == "demo":  # the built-in tiny model, few buckets: a quick smoke run
         config.graphs.decode_bs, config.graphs.prefill_num_tokens = [1, 2, 4, 8, 16, 32, 64], [128, 512, 1024]
         engine = Engine.from_pretrained(None, config=config, bus=EventBus())
@@ -159,23 +167,40 @@ def bench_config(shape: str, bs: int, args: argparse.Namespace, runtime: Path) -
             nonlocal round_no
             round_no = r + 1
             rep = reports[-1]
-            log(f"{shape} bs {bs} round {r}: headless {figures['headless'][-1]:.0f} tok/s, attached "
+            log(
+                f"{shape} bs {bs} round {r}: headless {figures['headless'][-1]:.0f} tok/s, attached "
                 f"{figures['attached'][-1]:.0f} tok/s; viewer showed {rep['steps']} of {rep['engine_steps']} steps, "
-                f"dropped {rep['dropped']}")
+                f"dropped {rep['dropped']}"
+            )
 
-        figures = interleaved({"headless": lambda: workload(engine, bs, args.tokens, seed=round_no),
-                               "attached": attached_rate}, args.rounds, abba=True, on_round=progress)
+        figures = interleaved(
+            {"headless": lambda: workload(engine, bs, args.tokens, seed=round_no), "attached": attached_rate},
+            args.rounds,
+            abba=True,
+            on_round=progress,
+        )
         headless, attached = figures["headless"], figures["attached"]
     finally:
         engine.close()
         release_cuda()
     ratio = statistics.median(attached) / statistics.median(headless)
-    print(f"dashboard attached / headless decode tokens/s ({shape}, bs {bs}): "
-          f"{statistics.median(attached):.0f} / {statistics.median(headless):.0f} = {ratio:.3f}", flush=True)
+    print(
+        f"dashboard attached / headless decode tokens/s ({shape}, bs {bs}): "
+        f"{statistics.median(attached):.0f} / {statistics.median(headless):.0f} = {ratio:.3f}",
+        flush=True,
+    )
     accounted = all(r["steps"] + r["dropped"] >= r["engine_steps"] for r in reports)
-    return {"shape": shape, "bs": bs, "tokens": args.tokens, "viewer_kind": args.viewer_kind,
-            "headless_tok_s": headless, "attached_tok_s": attached,
-            "viewer": reports, "every_step_shown_or_counted": accounted, "ratio": ratio}
+    return {
+        "shape": shape,
+        "bs": bs,
+        "tokens": args.tokens,
+        "viewer_kind": args.viewer_kind,
+        "headless_tok_s": headless,
+        "attached_tok_s": attached,
+        "viewer": reports,
+        "every_step_shown_or_counted": accounted,
+        "ratio": ratio,
+    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -186,8 +211,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a smoke run)")
     ap.add_argument("--layers", type=int, default=0, help="override the layer count (smoke runs)")
-    ap.add_argument("--viewer-kind", choices=["dashboard", "raw"], default="dashboard",
-                    help="raw: a viewer that only receives (the endpoint's cost without rendering)")
+    ap.add_argument(
+        "--viewer-kind",
+        choices=["dashboard", "raw"],
+        default="dashboard",
+        help="raw: a viewer that only receives (the endpoint's cost without rendering)",
+    )
     ap.add_argument("--viewer", nargs=3, metavar=("KIND", "ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
     return ap
 
@@ -218,8 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, "dashboard_bench.json", results)
     print("summary (attached ÷ headless, median of interleaved rounds):")
     for r in results:
-        print(f"  {r['shape']:>14} bs {r['bs']:>3}: {r['ratio']:.3f}"
-              f"{'' if r['every_step_shown_or_counted'] else '  (viewer lost steps without counting them!)'}")
+        print(
+            f"  {r['shape']:>14} bs {r['bs']:>3}: {r['ratio']:.3f}"
+            f"{'' if r['every_step_shown_or_counted'] else '  (viewer lost steps without counting them!)'}"
+        )
     return 0 if all(r["every_step_shown_or_counted"] for r in results) else 1
 
 

@@ -41,8 +41,8 @@ from graphtop.engine.telemetry.events import (
     RequestQueued,
     StepEvent,
 )
-from graphtop.tui.sessions.fake import boot_events
 from graphtop.tui.sessions.base import Limits
+from graphtop.tui.sessions.fake import boot_events
 
 DECODE = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 PREFILL = (64, 128, 256, 512, 1024, 2048)
@@ -68,8 +68,14 @@ class SyntheticSession:
     silent_for = None  # the stand-in publishes from this process: it cannot go silent
     parity_every = 0
 
-    def __init__(self, steps_per_sec: float = 500.0, bs: int = 64, sim_engine: bool = False,
-                 step_gil_s: float = 0.0003, releases_per_step: int = 10) -> None:
+    def __init__(
+        self,
+        steps_per_sec: float = 500.0,
+        bs: int = 64,
+        sim_engine: bool = False,
+        step_gil_s: float = 0.0003,
+        releases_per_step: int = 10,
+    ) -> None:
         self.steps_per_sec = steps_per_sec
         self.bs = bs
         self.sim_engine = sim_engine
@@ -119,25 +125,74 @@ class SyntheticSession:
                 next_req = now + 0.25
                 req += 1
                 rid = f"req-{req}"
-                publish(RequestFinished(request_id=f"req-{req - 1}", output_tokens=256, finish_reason="length",
-                                        latency_ms=540.0, ts=ts))
+                publish(
+                    RequestFinished(
+                        request_id=f"req-{req - 1}", output_tokens=256, finish_reason="length", latency_ms=540.0, ts=ts
+                    )
+                )
                 publish(RequestQueued(request_id=rid, prompt_tokens=128, max_new_tokens=256, ts=ts))
-                publish(StepEvent(step=i, phase="prefill", batch_size=1, num_tokens=128, bucket=128, padded=0,
-                                  padding_waste=0.0, path="graph", host_ms=0.35, replay_ms=1.9,
-                                  segment_ms=1.2, break_ms=0.4, ts=ts))
+                publish(
+                    StepEvent(
+                        step=i,
+                        phase="prefill",
+                        batch_size=1,
+                        num_tokens=128,
+                        bucket=128,
+                        padded=0,
+                        padding_waste=0.0,
+                        path="graph",
+                        host_ms=0.35,
+                        replay_ms=1.9,
+                        segment_ms=1.2,
+                        break_ms=0.4,
+                        ts=ts,
+                    )
+                )
                 publish(RequestFirstToken(request_id=rid, ttft_ms=4.1, ts=ts))
                 continue
             if i % 97 == 0:
-                publish(StepEvent(step=i, phase="decode", batch_size=bs, num_tokens=bs, bucket=None, path="eager",
-                                  fallback_reason="sampling params need eager", host_ms=3.1, ts=ts))
+                publish(
+                    StepEvent(
+                        step=i,
+                        phase="decode",
+                        batch_size=bs,
+                        num_tokens=bs,
+                        bucket=None,
+                        path="eager",
+                        fallback_reason="sampling params need eager",
+                        host_ms=3.1,
+                        ts=ts,
+                    )
+                )
             else:
-                publish(StepEvent(step=i, phase="decode", batch_size=bs, num_tokens=bs, bucket=64, padded=0,
-                                  padding_waste=0.0, path="graph", host_ms=0.28,
-                                  replay_ms=1.6 + (i % 11) * 0.01, ts=ts))
+                publish(
+                    StepEvent(
+                        step=i,
+                        phase="decode",
+                        batch_size=bs,
+                        num_tokens=bs,
+                        bucket=64,
+                        padded=0,
+                        padding_waste=0.0,
+                        path="graph",
+                        host_ms=0.28,
+                        replay_ms=1.6 + (i % 11) * 0.01,
+                        ts=ts,
+                    )
+                )
             if now >= next_kv:
                 next_kv = now + 0.05
-                publish(KVPoolState(capacity_tokens=cap, used_tokens=(bs * (128 + i % 256)) % cap, page_size=16,
-                                    running=bs, queued=i % 3, max_running=bs, ts=ts))
+                publish(
+                    KVPoolState(
+                        capacity_tokens=cap,
+                        used_tokens=(bs * (128 + i % 256)) % cap,
+                        page_size=16,
+                        running=bs,
+                        queued=i % 3,
+                        max_running=bs,
+                        ts=ts,
+                    )
+                )
 
     # -- Session protocol ---------------------------------------------------------------------
     def drain(self, max_items: Optional[int] = None) -> list:
@@ -188,8 +243,7 @@ def _thread_cpu(exclude: set[int]) -> float:
     except ImportError:  # pragma: no cover
         return float("nan")
     main = threading.main_thread().native_id
-    return sum(t.user_time + t.system_time for t in psutil.Process().threads()
-               if t.id not in exclude and t.id != main)
+    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id not in exclude and t.id != main)
 
 
 def _headless_sim_rate(args: argparse.Namespace) -> float:
@@ -268,8 +322,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--steps-per-sec", type=float, default=500.0)
     ap.add_argument("--no-device", action="store_true", help="no NVML/psutil polling worker")
-    ap.add_argument("--sim-engine", action="store_true",
-                    help="producer contends for the GIL like the engine; report its rate vs headless")
+    ap.add_argument(
+        "--sim-engine",
+        action="store_true",
+        help="producer contends for the GIL like the engine; report its rate vs headless",
+    )
     ap.add_argument("--profile", metavar="OUT.prof", help="cProfile the UI thread during the measurement")
     ap.add_argument("--json", metavar="OUT.json")
     return ap

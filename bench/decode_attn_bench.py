@@ -31,13 +31,12 @@ import os
 import sys
 from typing import Any, Callable
 
+import torch
 from harness import PROMPT_LEN, attention_heads, copy_bandwidth, graph_us, log, write_json
 
-import torch
-
 from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS
-from graphtop.models.kernels.decode_attention import DecodeTuning, PagedDecode
 from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels.decode_attention import DecodeTuning, PagedDecode
 
 SHAPES = {name: attention_heads(name) for name in ("qwen3-0.6b", "llama-3.1-8b")}  # head_dim 128 both
 D = 128
@@ -71,8 +70,9 @@ class Case:
     """One batch: per-layer caches, the page lists (page size 1, slots laid out by ``layout``), q|k|v
     rows, positions."""
 
-    def __init__(self, heads: tuple[int, int, bool], bs: int, ctx: int, seed: int = 0,
-                 layout: str = "shuffled") -> None:
+    def __init__(
+        self, heads: tuple[int, int, bool], bs: int, ctx: int, seed: int = 0, layout: str = "shuffled"
+    ) -> None:
         hq, hkv, norm = heads
         self.hq, self.hkv, self.bs, self.ctx = hq, hkv, bs, ctx
         slots = bs * ctx + 1
@@ -106,12 +106,28 @@ def flashinfer_layer(case: Case) -> Callable[[int], Any]:
     hq, hkv = case.hq, case.hkv
     ws = torch.zeros(256 << 20, dtype=torch.uint8, device="cuda")
     w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        ws, "NHD", use_cuda_graph=True, use_tensor_cores=(hq // hkv) not in CUDA_CORE_DECODE_GROUPS,
-        paged_kv_indptr_buffer=case.indptr.clone(), paged_kv_indices_buffer=case.indices.clone(),
-        paged_kv_last_page_len_buffer=case.last.clone(), backend="fa2",
+        ws,
+        "NHD",
+        use_cuda_graph=True,
+        use_tensor_cores=(hq // hkv) not in CUDA_CORE_DECODE_GROUPS,
+        paged_kv_indptr_buffer=case.indptr.clone(),
+        paged_kv_indices_buffer=case.indices.clone(),
+        paged_kv_last_page_len_buffer=case.last.clone(),
+        backend="fa2",
     )
-    w.plan(case.indptr_h, case.indices, case.last_h, hq, hkv, D, 1, pos_encoding_mode="NONE",
-           q_data_type=DT, kv_data_type=DT, sm_scale=D**-0.5)
+    w.plan(
+        case.indptr_h,
+        case.indices,
+        case.last_h,
+        hq,
+        hkv,
+        D,
+        1,
+        pos_encoding_mode="NONE",
+        q_data_type=DT,
+        kv_data_type=DT,
+        sm_scale=D**-0.5,
+    )
     q_size, kv_size = hq * D, hkv * D
 
     def layer(i: int) -> Any:
@@ -136,8 +152,19 @@ def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | Non
     kern = paged_decode(case, tuning, pdl)
 
     def layer(i: int) -> Any:
-        return kern.run_qkv(case.qkv, case.pos, case.cs, case.qw, case.kw, 1e-6, case.kc[i], case.vc[i],
-                            case.indptr, case.indices, case.last)
+        return kern.run_qkv(
+            case.qkv,
+            case.pos,
+            case.cs,
+            case.qw,
+            case.kw,
+            1e-6,
+            case.kc[i],
+            case.vc[i],
+            case.indptr,
+            case.indices,
+            case.last,
+        )
 
     return layer
 
@@ -164,17 +191,31 @@ def deep_grid(case: Case) -> list[DecodeTuning]:
     """The shipped launch of the case's rows, then deeper pipelines with its split chunk."""
     shipped = shipped_tuning(case)
     mc = shipped.min_chunk
-    return [shipped] + [DecodeTuning(bt, mc, nw, ns) for bt, nw, ns in
-                        ((16, 2, 5), (16, 2, 6), (16, 2, 8), (32, 2, 5), (32, 2, 6), (32, 2, 7), (64, 2, 5),
-                         (64, 4, 5), (128, 4, 5))]
+    return [shipped] + [
+        DecodeTuning(bt, mc, nw, ns)
+        for bt, nw, ns in (
+            (16, 2, 5),
+            (16, 2, 6),
+            (16, 2, 8),
+            (32, 2, 5),
+            (32, 2, 6),
+            (32, 2, 7),
+            (64, 2, 5),
+            (64, 4, 5),
+            (128, 4, 5),
+        )
+    ]
 
 
 def splits_grid(case: Case) -> list[DecodeTuning]:
     """The shipped launch of the case's rows, then small split chunks over more programs: waves 8 / 16 give
     two / four programs a (row, KV head) at 64 rows on 132 SMs."""
-    return [shipped_tuning(case)] + [DecodeTuning(bt, mc, 2, ns, 2, waves) for bt, mc in
-                                         ((32, 32), (32, 64), (64, 64), (64, 128)) for waves in (8, 16)
-                                         for ns in (2, 3)]
+    return [shipped_tuning(case)] + [
+        DecodeTuning(bt, mc, 2, ns, 2, waves)
+        for bt, mc in ((32, 32), (32, 64), (64, 64), (64, 128))
+        for waves in (8, 16)
+        for ns in (2, 3)
+    ]
 
 
 def regs_grid(case: Case) -> list[DecodeTuning]:
@@ -186,12 +227,12 @@ def regs_grid(case: Case) -> list[DecodeTuning]:
     if bs >= 256:
         shapes = ((16, 2, 6, 128), (16, 2, 6, 96), (16, 4, 6, 128), (32, 2, 3, 128), (32, 4, 3, 128), (32, 4, 4, 128))
     elif bs >= 64:
-        shapes = ((64, 4, 3, 128), (64, 4, 2, 128), (32, 4, 3, 0), (32, 4, 4, 128), (32, 2, 3, 128),
-                  (64, 4, 3, 0))
+        shapes = ((64, 4, 3, 128), (64, 4, 2, 128), (32, 4, 3, 0), (32, 4, 4, 128), (32, 2, 3, 128), (64, 4, 3, 0))
     else:
         shapes = ((128, 8, 2, 128), (64, 4, 2, 128), (64, 4, 3, 128), (128, 4, 2, 168))
-    return [shipped] + [DecodeTuning(bt, mc, nw, ns, shipped.prefetch, shipped.waves, reg)
-                        for bt, nw, ns, reg in shapes]
+    return [shipped] + [
+        DecodeTuning(bt, mc, nw, ns, shipped.prefetch, shipped.waves, reg) for bt, nw, ns, reg in shapes
+    ]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -199,10 +240,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--shapes", default="qwen3-0.6b,llama-3.1-8b")
     ap.add_argument("--bs", default="1,8,64,256")
     ap.add_argument("--ctx", default="220,1000,4000")
-    ap.add_argument("--layouts", default="shuffled",
-                    help=f"slot layouts of the table's caches, comma list of {', '.join(LAYOUTS)}")
-    ap.add_argument("--q-entry", action="store_true",
-                    help="also time the shipped launch from q over cached K/V (no norm, RoPE or K/V store)")
+    ap.add_argument(
+        "--layouts", default="shuffled", help=f"slot layouts of the table's caches, comma list of {', '.join(LAYOUTS)}"
+    )
+    ap.add_argument(
+        "--q-entry",
+        action="store_true",
+        help="also time the shipped launch from q over cached K/V (no norm, RoPE or K/V store)",
+    )
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-bs", default="1,8")
     ap.add_argument("--sweep-ctx", default="220,1000")
@@ -220,14 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
     rows = []
-    log("| shape | bs | context | slots | FlashInfer pipeline µs/layer | Triton one-launch µs/layer "
+    log(
+        "| shape | bs | context | slots | FlashInfer pipeline µs/layer | Triton one-launch µs/layer "
         "| FlashInfer ÷ Triton | Triton without PDL | K/V bytes µs at the copy bandwidth |"
-        + (" Triton from q µs/layer |" if args.q_entry else ""))
+        + (" Triton from q µs/layer |" if args.q_entry else "")
+    )
     log("|---|---|---|---|---|---|---|---|---|" + ("---|" if args.q_entry else ""))
     bw = copy_bandwidth(torch.device("cuda"))
     for shape in args.shapes.split(","):
-        for bs, ctx, layout in itertools.product(map(int, args.bs.split(",")), map(int, args.ctx.split(",")),
-                                                 args.layouts.split(",")):
+        for bs, ctx, layout in itertools.product(
+            map(int, args.bs.split(",")), map(int, args.ctx.split(",")), args.layouts.split(",")
+        ):
             if bs * ctx > 256 * 1000:
                 continue
             case = Case(SHAPES[shape], bs, ctx, layout=layout)
@@ -235,9 +283,21 @@ def main(argv: list[str] | None = None) -> int:
             tr = layer_us(case, triton_layer(case))
             tr0 = layer_us(case, triton_layer(case, pdl=False))
             kv_us = 2 * bs * ctx * case.hkv * D * 2 / bw * 1e6
-            row = dict(shape=shape, bs=bs, ctx=ctx, layout=layout, flashinfer_us=fi, triton_us=tr,
-                       triton_no_pdl_us=tr0, kv_bytes_us=kv_us, copy_bw=bw)
-            line = f"| {shape} | {bs} | {ctx} | {layout} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} | {kv_us:.2f} |"
+            row = dict(
+                shape=shape,
+                bs=bs,
+                ctx=ctx,
+                layout=layout,
+                flashinfer_us=fi,
+                triton_us=tr,
+                triton_no_pdl_us=tr0,
+                kv_bytes_us=kv_us,
+                copy_bw=bw,
+            )
+            line = (
+                f"| {shape} | {bs} | {ctx} | {layout} | {fi:.2f} | {tr:.2f} | {fi / tr:.2f}× | {tr0:.2f} "
+                f"| {kv_us:.2f} |"
+            )
             if args.q_entry:
                 row["triton_q_us"] = layer_us(case, triton_q_layer(case))
                 line += f" {row['triton_q_us']:.2f} |"
@@ -246,13 +306,19 @@ def main(argv: list[str] | None = None) -> int:
             del case
             torch.cuda.empty_cache()
     if args.sweep:
-        small = [DecodeTuning(bt, mc, nw, 2) for bt in (32, 64, 128) for mc in (128, 256, 512)
-                 for nw in (2, 4) if mc >= bt]
+        small = [
+            DecodeTuning(bt, mc, nw, 2) for bt in (32, 64, 128) for mc in (128, 256, 512) for nw in (2, 4) if mc >= bt
+        ]
         # from 64 rows on, rows x KV heads fill the SMs and splitting the context never won
         # (docs/benchmarks.md, tried and not shipped):
         # only the tile's shape
-        large = [DecodeTuning(bt, 256, nw, ns) for bt in (16, 32, 64, 128) for nw in (2, 4, 8) for ns in (2, 3, 4)
-                 if bt * ns <= 256]
+        large = [
+            DecodeTuning(bt, 256, nw, ns)
+            for bt in (16, 32, 64, 128)
+            for nw in (2, 4, 8)
+            for ns in (2, 3, 4)
+            if bt * ns <= 256
+        ]
         for shape in args.shapes.split(","):
             for bs, ctx in itertools.product(map(int, args.sweep_bs.split(",")), map(int, args.sweep_ctx.split(","))):
                 case = Case(SHAPES[shape], bs, ctx)

@@ -16,9 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import fill_decode, log, make_engine, random_ckpt, refuse_past_context, sync_for, time_steps
-
 import torch
+from harness import fill_decode, log, make_engine, random_ckpt, refuse_past_context, sync_for, time_steps
 
 from graphtop.engine.telemetry.recorder import TraceRecorder
 
@@ -56,8 +55,9 @@ def build(device: str, shape: str, bs: int) -> Any:
         from graphtop.engine.engine import Engine
         from graphtop.engine.telemetry.bus import EventBus
 
-        return Engine.from_pretrained(None, config=EngineConfig(device="cpu", capture_before_serving=True),
-                                      bus=EventBus())
+        return Engine.from_pretrained(
+            None, config=EngineConfig(device="cpu", capture_before_serving=True), bus=EventBus()
+        )
     return make_engine(random_ckpt(shape), max_running=max(8, bs))
 
 
@@ -80,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = build(args.device, args.shape, args.bs)
     try:
         r = events_overhead(engine, args.bs, args.steps, args.rounds, sync_for(args.device))
-        log(f"events on/off, {args.device}, bs {args.bs}, decode graph path "
-            f"({engine.model_runner.decode_backend_label}): {r['on_ms']:.4f} / {r['off_ms']:.4f} ms = {r['ratio']:.4f}")
+        log(
+            f"events on/off, {args.device}, bs {args.bs}, decode graph path "
+            f"({engine.model_runner.decode_backend_label}): {r['on_ms']:.4f} / {r['off_ms']:.4f} ms = {r['ratio']:.4f}"
+        )
     finally:
         engine.close()
     return 0

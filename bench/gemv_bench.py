@@ -16,6 +16,8 @@ import itertools
 import sys
 from typing import Callable
 
+import torch
+import torch.nn.functional as F
 from harness import (
     PROMPT_LEN,
     comma_ints,
@@ -32,11 +34,8 @@ from harness import (
     time_steps,
 )
 
-import torch
-import torch.nn.functional as F
-
-from graphtop.models.kernels import gemv as tg
 from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels import gemv as tg
 from graphtop.models.synthetic.random_model import SHAPES
 
 GRID = [c for c in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8), (2, 4)) if c[0] * c[1] <= 16384]
@@ -51,8 +50,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--wide", action="store_true", help="sweep WIDE_GRID instead of GRID")
     ap.add_argument("--ops", default="qkv,o,gate_up,down")
-    ap.add_argument("--decode", action="store_true",
-                    help="after the sweep: decode step at bs 1 with the shipped configs vs the swept ones")
+    ap.add_argument(
+        "--decode",
+        action="store_true",
+        help="after the sweep: decode step at bs 1 with the shipped configs vs the swept ones",
+    )
     return ap
 
 
@@ -78,25 +80,26 @@ def main(argv: list[str] | None = None) -> int:
             res = torch.randn(m, n, dtype=dt, device=dev)
             out = torch.empty(m, n, dtype=dt, device=dev)
 
-            def cublas(l: int) -> None:  # what the fused-kernel path does around this GEMM
+            def cublas(layer: int) -> None:  # what the fused-kernel path does around this GEMM
                 if kind == "norm":
-                    F.linear(tk.rms_norm(x, nw, 1e-6), ws[l])
+                    F.linear(tk.rms_norm(x, nw, 1e-6), ws[layer])
                 elif kind == "silu_res":
-                    res.add_(F.linear(tk.silu_and_mul(x), ws[l]))
+                    res.add_(F.linear(tk.silu_and_mul(x), ws[layer]))
                 else:
-                    res.add_(F.linear(x, ws[l]))
+                    res.add_(F.linear(x, ws[layer]))
 
-            def plain(l: int) -> None:
-                F.linear(x[:, :k], ws[l])
+            def plain(layer: int) -> None:
+                F.linear(x[:, :k], ws[layer])
 
             def fused(cfg: tuple[int, int, int, int]) -> Callable[[int], None]:
-                def run(l: int) -> None:
+                def run(layer: int) -> None:
                     if kind == "norm":
-                        tg.gemv(x, ws[l], norm_weight=nw, eps=1e-6, out=out, config=cfg)
+                        tg.gemv(x, ws[layer], norm_weight=nw, eps=1e-6, out=out, config=cfg)
                     elif kind == "silu_res":
-                        tg.gemv(x, ws[l], silu_mul=True, residual=res, out=res, config=cfg)
+                        tg.gemv(x, ws[layer], silu_mul=True, residual=res, out=res, config=cfg)
                     else:
-                        tg.gemv(x, ws[l], residual=res, out=res, config=cfg)
+                        tg.gemv(x, ws[layer], residual=res, out=res, config=cfg)
+
                 return run
 
             byts = n * k * 2
@@ -126,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
                 ref = res + F.linear(x, ws[0])
                 got = tg.gemv(x, ws[0], residual=res, config=best[1])
             err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
-            print(f"{shape:14s} M={m} {name:8s} N={n:6d} K={k:6d}: cuBLAS seq {t_cub:7.2f} us, cuBLAS GEMV alone "
-                  f"{t_plain:7.2f} us ({byts / t_plain * 1e8 / bw:5.1f}% bw), fused {best[0]:7.2f} us "
-                  f"({byts / best[0] * 1e8 / bw:5.1f}% bw) cfg {best[1]} rel err {err:.1e}",
-                  flush=True)
+            print(
+                f"{shape:14s} M={m} {name:8s} N={n:6d} K={k:6d}: cuBLAS seq {t_cub:7.2f} us, cuBLAS GEMV alone "
+                f"{t_plain:7.2f} us ({byts / t_plain * 1e8 / bw:5.1f}% bw), fused {best[0]:7.2f} us "
+                f"({byts / best[0] * 1e8 / bw:5.1f}% bw) cfg {best[1]} rel err {err:.1e}",
+                flush=True,
+            )
             ws.clear()
             torch.cuda.empty_cache()
     if args.sweep:
@@ -144,8 +149,11 @@ def decode_with(shape: str, tuned: dict, bw: float) -> None:
     """Graph decode step at bs 1 (FlashInfer, overlap on) with the shipped TUNED vs shipped + swept."""
     ckpt = random_ckpt(shape)
     shipped = dict(tg.TUNED)
-    for label, table in (("shipped configs", shipped), ("swept configs", {**shipped, **tuned}),
-                         ("shipped configs again", shipped)):
+    for label, table in (
+        ("shipped configs", shipped),
+        ("swept configs", {**shipped, **tuned}),
+        ("shipped configs again", shipped),
+    ):
         tg.TUNED.clear()
         tg.TUNED.update(table)
         eng = make_engine(ckpt, "flashinfer", graphs=True, max_running=16)
@@ -153,8 +161,10 @@ def decode_with(shape: str, tuned: dict, bw: float) -> None:
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, 100) for _ in range(5))[2]
         floor = floor_ms(ckpt.model, [PROMPT_LEN + len(handles[0].token_ids)], bw)
-        print(f"{shape} bs 1 graph decode, {label}: {ms:.3f} ms, floor {floor:.3f} ms, {ms / floor:.3f}x floor",
-              flush=True)
+        print(
+            f"{shape} bs 1 graph decode, {label}: {ms:.3f} ms, floor {floor:.3f} ms, {ms / floor:.3f}x floor",
+            flush=True,
+        )
         drain(eng, handles)
         eng.close()
         del eng, handles

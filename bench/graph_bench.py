@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any, Optional
 
+import torch
 from events_bench import events_overhead
 from harness import (
     PROMPT_LEN,
@@ -41,8 +42,6 @@ from harness import (
     write_json,
     write_text,
 )
-
-import torch
 
 from graphtop.engine.engine import Engine
 from graphtop.engine.sampling_params import SamplingParams
@@ -214,8 +213,12 @@ def capture_stats(bus_sub: Any) -> dict[str, Any]:
     stats: dict[str, Any] = {}
     for e in bus_sub.drain():
         if e.type == "capture_finished":
-            stats[e.phase] = {"seconds": e.seconds, "memory_bytes": e.memory_bytes,
-                              "buckets": len(e.captured), "failed": list(e.failed)}
+            stats[e.phase] = {
+                "seconds": e.seconds,
+                "memory_bytes": e.memory_bytes,
+                "buckets": len(e.captured),
+                "failed": list(e.failed),
+            }
     return stats
 
 
@@ -223,8 +226,13 @@ def bench_shape(shape: str, args: argparse.Namespace, bw: float, attentions: lis
     overrides = {"num_hidden_layers": args.layers} if args.layers else {}
     ckpt = random_ckpt(shape, **overrides)
     hf_config = ckpt.hf_config
-    res: dict[str, Any] = {"shape": shape, "weights_bytes": ckpt.weights_bytes, "decode": {}, "prefill": {},
-                           "capture": {}}
+    res: dict[str, Any] = {
+        "shape": shape,
+        "weights_bytes": ckpt.weights_bytes,
+        "decode": {},
+        "prefill": {},
+        "capture": {},
+    }
     for attn in attentions:
         bus = EventBus()
         sub = bus.subscribe("bench", types={"capture_finished"})
@@ -269,26 +277,73 @@ def table(results: list[dict[str, Any]]) -> str:
             for bs, d in by_bs.items():
                 g, e, floor = d.get("graph"), d.get("eager"), d["floor_ms"]
                 hf, hfg = r["transformers"].get(bs), r["transformers_graph"].get(bs)
-                decode.append([r["shape"], attn, bs, int(d["context"]), fmt(g), fmt(e), ratio(e, g),
-                               ratio(d.get("worst_eager_over_graph"), 1.0), f"{floor:.3f}", ratio(g, floor),
-                               fmt(hf), fmt(hfg), ratio(hfg, g)])
-    prefill = [[r["shape"], attn, n, fmt(p.get("graph")), fmt(p.get("eager")), ratio(p.get("eager"), p.get("graph"))]
-               for r in results for attn, by_n in r["prefill"].items() for n, p in by_n.items()]
-    capture = [[r["shape"], attn, phase, c["buckets"], f"{c['seconds']:.2f}", f"{c['memory_bytes'] / 2**20:.0f}"]
-               for r in results for attn, phases in r["capture"].items() for phase, c in phases.items()]
+                decode.append(
+                    [
+                        r["shape"],
+                        attn,
+                        bs,
+                        int(d["context"]),
+                        fmt(g),
+                        fmt(e),
+                        ratio(e, g),
+                        ratio(d.get("worst_eager_over_graph"), 1.0),
+                        f"{floor:.3f}",
+                        ratio(g, floor),
+                        fmt(hf),
+                        fmt(hfg),
+                        ratio(hfg, g),
+                    ]
+                )
+    prefill = [
+        [r["shape"], attn, n, fmt(p.get("graph")), fmt(p.get("eager")), ratio(p.get("eager"), p.get("graph"))]
+        for r in results
+        for attn, by_n in r["prefill"].items()
+        for n, p in by_n.items()
+    ]
+    capture = [
+        [r["shape"], attn, phase, c["buckets"], f"{c['seconds']:.2f}", f"{c['memory_bytes'] / 2**20:.0f}"]
+        for r in results
+        for attn, phases in r["capture"].items()
+        for phase, c in phases.items()
+    ]
     parts = [
-        md_table(["shape", "attention", "bs", "context", "graph ms", "eager ms", "eager/graph", "worst round",
-                  "HBM floor ms", "graph/floor", "transformers ms", "transformers in a CUDA graph ms",
-                  "transformers-graph/graph"], decode),
-        md_table(["shape", "attention", "prefill tokens", "breakable ms (= TTFT, idle engine)", "eager ms",
-                  "eager/breakable"], prefill),
+        md_table(
+            [
+                "shape",
+                "attention",
+                "bs",
+                "context",
+                "graph ms",
+                "eager ms",
+                "eager/graph",
+                "worst round",
+                "HBM floor ms",
+                "graph/floor",
+                "transformers ms",
+                "transformers in a CUDA graph ms",
+                "transformers-graph/graph",
+            ],
+            decode,
+        ),
+        md_table(
+            [
+                "shape",
+                "attention",
+                "prefill tokens",
+                "breakable ms (= TTFT, idle engine)",
+                "eager ms",
+                "eager/breakable",
+            ],
+            prefill,
+        ),
         md_table(["shape", "attention", "phase", "buckets", "capture s", "graph memory MiB"], capture),
     ]
     for r in results:
         if "events" in r:
             ev = r["events"]
-            parts.append(f"events on/off at bs 1 ({r['shape']}): {ev['on_ms']:.4f} / {ev['off_ms']:.4f} ms "
-                         f"= {ev['ratio']:.4f}")
+            parts.append(
+                f"events on/off at bs 1 ({r['shape']}): {ev['on_ms']:.4f} / {ev['off_ms']:.4f} ms = {ev['ratio']:.4f}"
+            )
     return "\n\n".join(parts)
 
 
@@ -314,8 +369,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
-    refuse_past_context(ap, decode_run_context(args.steps, args.eager_steps, args.rounds),
-                        f"{args.rounds} rounds of {args.steps} graph and {args.eager_steps} eager steps")
+    refuse_past_context(
+        ap,
+        decode_run_context(args.steps, args.eager_steps, args.rounds),
+        f"{args.rounds} rounds of {args.steps} graph and {args.eager_steps} eager steps",
+    )
     args.bs, args.prefill = comma_ints(args.bs), comma_ints(args.prefill)
     args.hf_bs, args.hf_graph_bs = comma_ints(args.hf_bs), comma_ints(args.hf_graph_bs)
     if not torch.cuda.is_available():
@@ -333,8 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for shape in [s for s in args.shapes.split(",") if s]:
         results.append(bench_shape(shape, args, bw, attentions))
-        write_json(args.out, "bench.json", {"device": torch.cuda.get_device_name(dev), "copy_bandwidth": bw,
-                                            "results": results})
+        write_json(
+            args.out,
+            "bench.json",
+            {"device": torch.cuda.get_device_name(dev), "copy_bandwidth": bw, "results": results},
+        )
     md = table(results)
     write_text(args.out, "bench.md", md + "\n")
     print(md)

@@ -34,8 +34,15 @@ from graphtop.models.synthetic.random_model import SHAPES, hf_config_for, random
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_LEN = 128
 MAX_CONTEXT = 1088  # prompt 128 + decode, and a 1024-token prefill
-CPU_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=64, vocab_size=1024)
+CPU_SHAPE = dict(
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=1024,
+)
 """Overrides that shrink a published shape to a CPU-sized one of the same family (smoke and dry runs). Its
 vocabulary fits the 512-token tokenizer a saved random checkpoint gets (a loader refuses a tokenizer of
 fewer than half the model's tokens), and 2 ranks split its heads evenly."""
@@ -121,8 +128,12 @@ def projections(shape: str) -> list[tuple[str, int, int, str]]:
     h, i = c["hidden_size"], c["intermediate_size"]
     hd = c.get("head_dim") or h // c["num_attention_heads"]
     q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-    return [("qkv", q + 2 * kv, h, "norm"), ("o", h, q, "res"), ("gate_up", 2 * i, h, "norm"),
-            ("down", h, i, "silu_res")]
+    return [
+        ("qkv", q + 2 * kv, h, "norm"),
+        ("o", h, q, "res"),
+        ("gate_up", 2 * i, h, "norm"),
+        ("down", h, i, "silu_res"),
+    ]
 
 
 def smollm2_gguf() -> Path:
@@ -143,9 +154,18 @@ def checkpoint_folder(model: str) -> Path:
     return gguf_folder(path) if is_gguf(path) else path
 
 
-def engine_config(attention: str = "auto", graphs: bool = True, max_running: int = 256, gemv_rows: int = 1,
-                  decode_bs: Optional[list[int]] = None, prefill_graphs: bool = True, longest_context: int = 0,
-                  device: str = "cuda", max_context: int = MAX_CONTEXT, **overrides: Any) -> EngineConfig:
+def engine_config(
+    attention: str = "auto",
+    graphs: bool = True,
+    max_running: int = 256,
+    gemv_rows: int = 1,
+    decode_bs: Optional[list[int]] = None,
+    prefill_graphs: bool = True,
+    longest_context: int = 0,
+    device: str = "cuda",
+    max_context: int = MAX_CONTEXT,
+    **overrides: Any,
+) -> EngineConfig:
     """The benchmarks' engine settings: page size 1 unless ``page_size`` is given, graphs captured before
     the engine serves; ``decode_bs`` limits the decode graphs to those buckets and ``prefill_graphs=False``
     captures none (quicker A/B engines). The KV pool holds ``max_running`` requests of ``longest_context``
@@ -160,22 +180,32 @@ def engine_config(attention: str = "auto", graphs: bool = True, max_running: int
         gcfg.set("decode.bs", decode_bs)
     tokens_per_request = max(400, longest_context + 8)
     settings: dict[str, Any] = dict(
-        device=device, dtype="bfloat16" if device.startswith("cuda") else "float32", attention_backend=attention,
-        page_size=1, chunked_prefill_size=1024, max_running_requests=max_running, max_context_len=max_context,
-        max_total_tokens=max_running * tokens_per_request + 4096, graphs=gcfg, fused_gemv_max_rows=gemv_rows,
-        capture_before_serving=True)
+        device=device,
+        dtype="bfloat16" if device.startswith("cuda") else "float32",
+        attention_backend=attention,
+        page_size=1,
+        chunked_prefill_size=1024,
+        max_running_requests=max_running,
+        max_context_len=max_context,
+        max_total_tokens=max_running * tokens_per_request + 4096,
+        graphs=gcfg,
+        fused_gemv_max_rows=gemv_rows,
+        capture_before_serving=True,
+    )
     settings.update(overrides)
     return EngineConfig(**settings)
 
 
-def make_engine(ckpt: Any, attention: str = "auto", graphs: bool = True, bus: Optional[EventBus] = None,
-                **settings: Any) -> Engine:
+def make_engine(
+    ckpt: Any, attention: str = "auto", graphs: bool = True, bus: Optional[EventBus] = None, **settings: Any
+) -> Engine:
     """An engine over a loaded checkpoint with ``engine_config``'s settings."""
     return Engine(ckpt, engine_config(attention, graphs, **settings), bus if bus is not None else EventBus())
 
 
-def fill_decode(eng: Engine, bs: int, seed: int = 0, prompt_len: int = PROMPT_LEN,
-                max_new_tokens: Optional[int] = None) -> list:
+def fill_decode(
+    eng: Engine, bs: int, seed: int = 0, prompt_len: int = PROMPT_LEN, max_new_tokens: Optional[int] = None
+) -> list:
     """``bs`` greedy requests of random ``prompt_len``-token prompts, stepped until each has its first token
     (the prefills done): what follows are decode steps. They run to ``max_new_tokens`` (default: the
     benchmark context's room) or until cancelled."""
@@ -183,8 +213,9 @@ def fill_decode(eng: Engine, bs: int, seed: int = 0, prompt_len: int = PROMPT_LE
     vocab = eng.spec.vocab_size
     new = max_new_tokens if max_new_tokens is not None else MAX_CONTEXT - prompt_len - 2
     params = SamplingParams(max_new_tokens=new, ignore_eos=True, detokenize=False)
-    handles = [eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params)
-               for _ in range(bs)]
+    handles = [
+        eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params) for _ in range(bs)
+    ]
     while any(len(h._token_ids) == 0 for h in handles):
         eng.step()
     return handles
@@ -268,8 +299,12 @@ def graph_us(fn: Callable[[int], Any], layers: int, replays: int = 1, samples: i
 T = TypeVar("T")
 
 
-def interleaved(contestants: dict[str, Callable[[], T]], rounds: int, abba: bool = False,
-                on_round: Optional[Callable[[int, dict[str, list[T]]], None]] = None) -> dict[str, list[T]]:
+def interleaved(
+    contestants: dict[str, Callable[[], T]],
+    rounds: int,
+    abba: bool = False,
+    on_round: Optional[Callable[[int, dict[str, list[T]]], None]] = None,
+) -> dict[str, list[T]]:
     """Every contestant's figure for each of ``rounds`` rounds, the contestants taking turns within a round
     (with ``abba`` the order reverses every other round), so clock drift, context growth and other load on
     the machine hit all of them alike. ``on_round(r, figures)`` runs after each round (progress lines)."""

@@ -20,9 +20,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from harness import PROMPT_LEN, comma_ints, fill_decode, log, make_engine, random_ckpt
-
 import torch
+from harness import PROMPT_LEN, comma_ints, fill_decode, log, make_engine, random_ckpt
 
 HIDDEN = 64
 NEW_TOKENS = 1064  # room for the timed steps (refused past it), so the batch stays whole
@@ -30,12 +29,30 @@ NEW_TOKENS = 1064  # room for the timed steps (refused past it), so the batch st
 
 def engine(bs: int) -> Any:
     """``bs`` requests past their prefill on a tiny model whose forward returns zeros."""
-    ckpt = random_ckpt("qwen3-0.6b", device="cpu", dtype=torch.float32, num_hidden_layers=1, hidden_size=HIDDEN,
-                       intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-                       vocab_size=512)
+    ckpt = random_ckpt(
+        "qwen3-0.6b",
+        device="cpu",
+        dtype=torch.float32,
+        num_hidden_layers=1,
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        vocab_size=512,
+    )
     ckpt.model.forward = lambda input_ids, positions, attn: torch.zeros(input_ids.shape[0], HIDDEN)
-    eng = make_engine(ckpt, "torch", device="cpu", max_running=bs, decode_bs=[bs], prefill_graphs=False,
-                      max_context=4096, longest_context=PROMPT_LEN + NEW_TOKENS, chunked_prefill_size=8192)
+    eng = make_engine(
+        ckpt,
+        "torch",
+        device="cpu",
+        max_running=bs,
+        decode_bs=[bs],
+        prefill_graphs=False,
+        max_context=4096,
+        longest_context=PROMPT_LEN + NEW_TOKENS,
+        chunked_prefill_size=8192,
+    )
     fill_decode(eng, bs, max_new_tokens=NEW_TOKENS)
     return eng
 

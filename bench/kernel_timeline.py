@@ -78,15 +78,21 @@ def attribute(evs: list[dict]) -> dict[str, Row]:
 def report(trace_path: Path, steps: int) -> str:
     rows = attribute(kernels(json.loads(trace_path.read_text())))
     total = sum(r.advance_us for r in rows.values())
-    lines = [f"{'kernel (grid, place after attention)':80s} {'n/step':>6s} {'dur us':>7s} {'gap us':>7s} "
-             f"{'early us':>8s} {'charged us/step':>15s} {'share':>6s}"]
+    lines = [
+        f"{'kernel (grid, place after attention)':80s} {'n/step':>6s} {'dur us':>7s} {'gap us':>7s} "
+        f"{'early us':>8s} {'charged us/step':>15s} {'share':>6s}"
+    ]
     for key, r in sorted(rows.items(), key=lambda kv: -kv[1].advance_us):
         n = r.count
-        lines.append(f"{key:80s} {n / steps:6.1f} {r.busy_us / n:7.2f} {r.gap_us / n:7.2f} "
-                     f"{r.early_us / n:8.2f} {r.advance_us / steps:15.1f} {r.advance_us / total:6.1%}")
+        lines.append(
+            f"{key:80s} {n / steps:6.1f} {r.busy_us / n:7.2f} {r.gap_us / n:7.2f} "
+            f"{r.early_us / n:8.2f} {r.advance_us / steps:15.1f} {r.advance_us / total:6.1%}"
+        )
     gaps = sum(r.gap_us for r in rows.values())
-    lines.append(f"{'total busy (charged) / idle (gaps) per step':80s} {'':6s} {'':7s} {gaps / steps:7.1f} "
-                 f"{'':8s} {total / steps:15.1f}")
+    lines.append(
+        f"{'total busy (charged) / idle (gaps) per step':80s} {'':6s} {'':7s} {gaps / steps:7.1f} "
+        f"{'':8s} {total / steps:15.1f}"
+    )
     return "\n".join(lines)
 
 

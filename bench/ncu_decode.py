@@ -16,10 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness import fill_decode, log, make_engine, random_ckpt, time_steps
-
 import torch
 from decode_attn_bench import SHAPES, Case, triton_layer
+from harness import fill_decode, log, make_engine, random_ckpt, time_steps
 
 RANGE = "ncu"
 
@@ -43,8 +42,14 @@ def attn(args: argparse.Namespace) -> None:
 
 def step(args: argparse.Namespace) -> None:
     ckpt = random_ckpt(args.shape)
-    eng = make_engine(ckpt, "flashinfer", graphs=not args.eager, max_running=max(64, args.bs),
-                      decode_bs=[args.bs], prefill_graphs=False)
+    eng = make_engine(
+        ckpt,
+        "flashinfer",
+        graphs=not args.eager,
+        max_running=max(64, args.bs),
+        decode_bs=[args.bs],
+        prefill_graphs=False,
+    )
     fill_decode(eng, args.bs)
     time_steps(eng, 10)
     torch.cuda.nvtx.range_push(RANGE)
@@ -52,8 +57,10 @@ def step(args: argparse.Namespace) -> None:
         eng.step()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
-    log(f"profiled: {args.steps} decode steps of {args.shape} at {args.bs} rows "
-        f"({'eager' if args.eager else 'graphs'}; {eng.attention.describe()})")
+    log(
+        f"profiled: {args.steps} decode steps of {args.shape} at {args.bs} rows "
+        f"({'eager' if args.eager else 'graphs'}; {eng.attention.describe()})"
+    )
     eng.close()
 
 

@@ -18,6 +18,7 @@ import gc
 import sys
 from typing import Any
 
+import torch
 from harness import (
     CPU_SHAPE,
     PROMPT_LEN,
@@ -33,8 +34,6 @@ from harness import (
     time_steps,
 )
 
-import torch
-
 
 def tokens_per_s(eng: Any, bs: int, steps: int, device: str) -> float:
     return bs * steps / time_steps(eng, steps, sync_for(device)) * 1e3
@@ -45,8 +44,15 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
     context = PROMPT_LEN + new_tokens + 16
 
     def engine(every: int) -> Any:
-        return make_engine(ckpt, args.attention, device=args.device, max_running=bs, max_context=context,
-                           longest_context=context, parity_every=every)
+        return make_engine(
+            ckpt,
+            args.attention,
+            device=args.device,
+            max_running=bs,
+            max_context=context,
+            longest_context=context,
+            parity_every=every,
+        )
 
     engines = {"without": engine(0), "with": engine(args.every)}
     if args.compare_pacing:  # the same checks with the re-run's pacing off (engine/parity/checker.py)
@@ -60,8 +66,11 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
     for name, checker in checkers.items():
         checker.wait_idle()
         before[name] = (checker.checks, checker.skipped)
-    rates = interleaved({name: (lambda e=eng: tokens_per_s(e, bs, args.steps, args.device))
-                         for name, eng in engines.items()}, args.rounds, abba=True)
+    rates = interleaved(
+        {name: (lambda e=eng: tokens_per_s(e, bs, args.steps, args.device)) for name, eng in engines.items()},
+        args.rounds,
+        abba=True,
+    )
     out = medians(rates)
     result: dict[str, float] = {"bs": bs, "without_tok_s": out["without"]}
     for name, checker in checkers.items():
@@ -69,12 +78,17 @@ def run_batch_size(ckpt: Any, args: argparse.Namespace, bs: int) -> dict[str, fl
         checks, skipped = checker.checks - before[name][0], checker.skipped - before[name][1]
         ratio = out[name] / out["without"]
         label = f"with (1 in {args.every})" if name == "with" else f"{name} (1 in {args.every})"
-        print(f"bs {bs:>3}: without {out['without']:10.1f} tok/s   {label} {out[name]:10.1f} tok/s"
-              f"   {name} ÷ without {ratio:.3f}   (medians of {args.rounds} rounds × {args.steps} steps;"
-              f" rounds {min(rates[name]) / max(rates['without']):.3f}–{max(rates[name]) / min(rates['without']):.3f})",
-              flush=True)
-        print(f"        checks run {checks}, skipped {skipped} (one still running), mismatches {checker.mismatches},"
-              f" worst rel err {checker.worst_rel_err:.3g} (tolerance {checker.tolerance:g})", flush=True)
+        print(
+            f"bs {bs:>3}: without {out['without']:10.1f} tok/s   {label} {out[name]:10.1f} tok/s"
+            f"   {name} ÷ without {ratio:.3f}   (medians of {args.rounds} rounds × {args.steps} steps;"
+            f" rounds {min(rates[name]) / max(rates['without']):.3f}–{max(rates[name]) / min(rates['without']):.3f})",
+            flush=True,
+        )
+        print(
+            f"        checks run {checks}, skipped {skipped} (one still running), mismatches {checker.mismatches},"
+            f" worst rel err {checker.worst_rel_err:.3g} (tolerance {checker.tolerance:g})",
+            flush=True,
+        )
         result[f"{name}_tok_s"], result[f"{name}_ratio"] = out[name], ratio
         if name == "with":
             result.update(with_tok_s=out[name], ratio=ratio, checks=checks, skipped=skipped)
@@ -98,8 +112,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=None, help="default 8 (CUDA) or 3 (CPU)")
     ap.add_argument("--steps", type=int, default=None, help="steps per timing round; default 256 (CUDA) or 64 (CPU)")
     ap.add_argument("--attention", default="auto", choices=["auto", "flashinfer", "torch"])
-    ap.add_argument("--compare-pacing", action="store_true",
-                    help="also time an engine whose parity re-run is not paced (its Python competes freely)")
+    ap.add_argument(
+        "--compare-pacing",
+        action="store_true",
+        help="also time an engine whose parity re-run is not paced (its Python competes freely)",
+    )
     return ap
 
 
@@ -118,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         torch.set_num_threads(1)
         ckpt = random_ckpt(args.shape, device="cpu", dtype=torch.float32, **CPU_SHAPE)
-        print(f"cpu · {args.shape} CPU-sized, emulated graphs: a smoke check, not a throughput figure (the eager"
-              " re-run competes with the engine for the same cores)", flush=True)
+        print(
+            f"cpu · {args.shape} CPU-sized, emulated graphs: a smoke check, not a throughput figure (the eager"
+            " re-run competes with the engine for the same cores)",
+            flush=True,
+        )
     results = [run_batch_size(ckpt, args, bs) for bs in sizes]
     worst = min(r["ratio"] for r in results)
     print(f"lowest with ÷ without: {worst:.3f}" + (" (target >= 0.97)" if cuda else ""), flush=True)

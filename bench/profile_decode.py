@@ -21,11 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from harness import comma_ints, drain, fill_decode, log, make_engine, random_ckpt, release_cuda, time_steps
-
 import kernel_timeline
 import torch
 from ab_decode import apply
+from harness import comma_ints, drain, fill_decode, log, make_engine, random_ckpt, release_cuda, time_steps
 
 from graphtop.engine.kernel_config import KernelConfig
 from graphtop.engine.telemetry.bus import EventBus
@@ -48,10 +47,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--variants", default="", help="comma list of variant indices (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--ab", default="", help="';'-separated bench/ab_decode.py variants, each profiled in turn with "
-                    "its launch settings (sk=, norms=, tuning=block_t/min_chunk/warps/stages[/prefetch[/waves]], "
-                    "large=, ...; the ladder above still picks the kernel config); the i-th one's trace is "
-                    "profile_<shape>_bs<bs>_ab<i>.json")
+    ap.add_argument(
+        "--ab",
+        default="",
+        help="';'-separated bench/ab_decode.py variants, each profiled in turn with "
+        "its launch settings (sk=, norms=, tuning=block_t/min_chunk/warps/stages[/prefetch[/waves]], "
+        "large=, ...; the ladder above still picks the kernel config); the i-th one's trace is "
+        "profile_<shape>_bs<bs>_ab<i>.json",
+    )
     return ap
 
 
@@ -87,8 +90,9 @@ def kernel_table(eng: Any, rows: int) -> tuple[str, Any]:
     return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60), p
 
 
-def profile_shape(shape: str, ckpt: Any, bs: int, args: argparse.Namespace, suffix: str = "",
-                  ab_variant: Optional[str] = None) -> None:
+def profile_shape(
+    shape: str, ckpt: Any, bs: int, args: argparse.Namespace, suffix: str = "", ab_variant: Optional[str] = None
+) -> None:
     tag = f"{shape} bs {bs} {args.attention}" + (f" [{ab_variant or 'defaults'}]" if ab_variant is not None else "")
     picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     for n, (name, rows, overlap, kernel, gemv, pdl) in enumerate(picked):
@@ -96,8 +100,16 @@ def profile_shape(shape: str, ckpt: Any, bs: int, args: argparse.Namespace, suff
         bus = EventBus()
         caps = bus.subscribe("captures", types={"capture_progress"})
         try:
-            eng = make_engine(ckpt, args.attention, graphs=True, bus=bus, max_running=max(64, bs), gemv_rows=rows,
-                              overlap_schedule=overlap, kernels=kernels)
+            eng = make_engine(
+                ckpt,
+                args.attention,
+                graphs=True,
+                bus=bus,
+                max_running=max(64, bs),
+                gemv_rows=rows,
+                overlap_schedule=overlap,
+                kernels=kernels,
+            )
         except Exception as exc:  # report and go on with the next variant
             log(f"[{tag}] {name}: engine failed: {type(exc).__name__}: {exc}")
             continue
@@ -108,15 +120,19 @@ def profile_shape(shape: str, ckpt: Any, bs: int, args: argparse.Namespace, suff
         handles = fill_decode(eng, bs)
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, args.steps) for _ in range(3))[1]
-        log(f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
-            f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})")
+        log(
+            f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
+            f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})"
+        )
         table, prof = kernel_table(eng, 14)
         log(table)
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(trace))  # a profile exports once: the last variant's is kept
-            log(f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py)\n"
-                f"{kernel_timeline.report(trace, TRACE_STEPS)}")
+            log(
+                f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py)\n"
+                f"{kernel_timeline.report(trace, TRACE_STEPS)}"
+            )
             if n == len(picked) - 1:
                 shutil.copyfile(trace, Path(args.out) / f"profile_{shape}_bs{bs}{suffix}.json")
         if n == len(picked) - 1:

@@ -69,14 +69,30 @@ def report(path: str, timings: list[Timing]) -> Report:
     ttft = [(t.arrivals[0] - t.sent) * 1e3 for t in timings if t.arrivals]
     itl = [(b - a) * 1e3 for t in timings for a, b in zip(t.arrivals, t.arrivals[1:])]
     window = end - start
-    return Report(path, len(timings), tokens, window, tokens / window if window > 0 else 0.0, percentile(ttft, 50),
-                  percentile(ttft, 99), percentile(itl, 50), percentile(itl, 99))
+    return Report(
+        path,
+        len(timings),
+        tokens,
+        window,
+        tokens / window if window > 0 else 0.0,
+        percentile(ttft, 50),
+        percentile(ttft, 99),
+        percentile(itl, 50),
+        percentile(itl, 99),
+    )
 
 
 async def _http_one(client: Any, start: float, req: Any, model: str) -> Timing:
     await asyncio.sleep(max(0.0, start + req.arrival_s - time.perf_counter()))
-    body = {"model": model, "prompt": req.prompt_token_ids, "max_tokens": req.max_new_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "prompt": req.prompt_token_ids,
+        "max_tokens": req.max_new_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     timing = Timing(time.perf_counter())
     async with client.stream("POST", "/v1/completions", json=body) as response:
         if response.status_code != 200:
@@ -145,9 +161,16 @@ def workload(engine: Any, args: argparse.Namespace) -> list[Any]:
     from graphtop.tui.cli.workload import SyntheticWorkload
 
     avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
-    return SyntheticWorkload(args.requests, args.seed, prompt_len=args.prompt_len, output_len=args.output_len,
-                             arrival_rate=args.rate, vocab_size=engine.spec.vocab_size, avoid_ids=sorted(avoid),
-                             max_total_tokens=engine.max_context_len - 1).requests()
+    return SyntheticWorkload(
+        args.requests,
+        args.seed,
+        prompt_len=args.prompt_len,
+        output_len=args.output_len,
+        arrival_rate=args.rate,
+        vocab_size=engine.spec.vocab_size,
+        avoid_ids=sorted(avoid),
+        max_total_tokens=engine.max_context_len - 1,
+    ).requests()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,13 +196,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     from graphtop.engine import Engine, EngineConfig
     from graphtop.tui.serve import ApiServer, ServeOptions
 
-    config = EngineConfig(device=args.device, max_running_requests=args.max_running_requests,
-                          capture_before_serving=True)
+    config = EngineConfig(
+        device=args.device, max_running_requests=args.max_running_requests, capture_before_serving=True
+    )
     if args.shape:
         from harness import random_ckpt
 
-        engine = Engine(random_ckpt(args.shape, device=args.device if args.device != "auto" else "cuda"),
-                        replace(config, dtype="bfloat16"))
+        engine = Engine(
+            random_ckpt(args.shape, device=args.device if args.device != "auto" else "cuda"),
+            replace(config, dtype="bfloat16"),
+        )
     else:
         engine = Engine.from_pretrained(args.model, config=config)
     engine.start_background()
@@ -194,14 +220,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         server.close()
         engine.close()
-    print(f"{len(requests)} requests, prompt {args.prompt_len}, output {args.output_len}, "
-          f"{'all at once' if args.rate is None else f'Poisson {args.rate:g} req/s'}, device {engine.info.device}")
+    print(
+        f"{len(requests)} requests, prompt {args.prompt_len}, output {args.output_len}, "
+        f"{'all at once' if args.rate is None else f'Poisson {args.rate:g} req/s'}, device {engine.info.device}"
+    )
     print(f"{'path':<12}{'tok/s':>10}{'TTFT p50':>11}{'TTFT p99':>11}{'ITL p50':>10}{'ITL p99':>10}  (ms)")
     for r in (http, api):
-        print(f"{r.path:<12}{r.tokens_per_s:>10.1f}{r.ttft_p50_ms:>11.2f}{r.ttft_p99_ms:>11.2f}"
-              f"{r.itl_p50_ms:>10.2f}{r.itl_p99_ms:>10.2f}")
-    ratios = {"tokens_per_s": http.tokens_per_s / api.tokens_per_s if api.tokens_per_s else float("nan"),
-              "ttft_p50": http.ttft_p50_ms / api.ttft_p50_ms if api.ttft_p50_ms else float("nan")}
+        print(
+            f"{r.path:<12}{r.tokens_per_s:>10.1f}{r.ttft_p50_ms:>11.2f}{r.ttft_p99_ms:>11.2f}"
+            f"{r.itl_p50_ms:>10.2f}{r.itl_p99_ms:>10.2f}"
+        )
+    ratios = {
+        "tokens_per_s": http.tokens_per_s / api.tokens_per_s if api.tokens_per_s else float("nan"),
+        "ttft_p50": http.ttft_p50_ms / api.ttft_p50_ms if api.ttft_p50_ms else float("nan"),
+    }
     print(f"HTTP ÷ Python API: throughput {ratios['tokens_per_s']:.3f}×, TTFT p50 {ratios['ttft_p50']:.3f}×")
     if http.output_tokens != api.output_tokens:
         print(f"serve_bench: the two paths made {http.output_tokens} and {api.output_tokens} tokens", file=sys.stderr)

@@ -20,10 +20,9 @@ import sys
 import time
 from typing import Callable
 
-from harness import comma_ints, copy_bandwidth, graph_us, log, projections
-
 import torch
 import torch.nn.functional as F
+from harness import comma_ints, copy_bandwidth, graph_us, log, projections
 
 from graphtop.models.kernels import fused as tk
 from graphtop.models.kernels import skinny as ts
@@ -32,11 +31,21 @@ from graphtop.models.synthetic.random_model import SHAPES
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages), likeliest first so a cut-off sweep has tried them; SPLIT_K
 # 0 / -2: stream-K over one / two programs an SM
-GRID = [(bn, bk, sp, 4, st) for st in (4, 3, 6) for bk in (128, 256, 64) for bn in (64, 32, 16, 128)
-        for sp in (1, 0, 2, -2, 4, 8, 16)]
+GRID = [
+    (bn, bk, sp, 4, st)
+    for st in (4, 3, 6)
+    for bk in (128, 256, 64)
+    for bn in (64, 32, 16, 128)
+    for sp in (1, 0, 2, -2, 4, 8, 16)
+]
 # from 65 rows the activation tile is as wide as the weight tile or wider: shorter K tiles, eight warps too
-WIDE_M_GRID = [(bn, bk, sp, w, st) for st in (3, 4, 2) for bn, w in ((64, 4), (128, 8), (64, 8))
-               for bk in (64, 128) for sp in (1, 2, 4, 8)]
+WIDE_M_GRID = [
+    (bn, bk, sp, w, st)
+    for st in (3, 4, 2)
+    for bn, w in ((64, 4), (128, 8), (64, 8))
+    for bk in (64, 128)
+    for sp in (1, 2, 4, 8)
+]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,8 +55,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--budget-s", type=float, default=300.0, help="wall time for the whole sweep")
     ap.add_argument("--per-op-s", type=float, default=0.0, help="cap per op (default: budget / ops)")
-    ap.add_argument("--ops", default="qkv,o,gate_up,down",
-                    help="also gate_up_plain: the gate|up GEMM without SiLU·mul in its epilogue, the kernel after it")
+    ap.add_argument(
+        "--ops",
+        default="qkv,o,gate_up,down",
+        help="also gate_up_plain: the gate|up GEMM without SiLU·mul in its epilogue, the kernel after it",
+    )
     ap.add_argument("--tuned-out", help="write the best config per (N, K, row class, silu) here as JSON")
     return ap
 
@@ -61,12 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     log(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     dt, dev = torch.bfloat16, "cuda"
     wanted = args.ops.split(",")
+
     def ops_with_plain_gate_up(shape: str) -> list[tuple[str, int, int, str]]:
         ops = projections(shape)
         return ops + [("gate_up_plain",) + op[1:] for op in ops if op[0] == "gate_up"]
 
-    cases = [(shape, m, op) for shape, m in itertools.product(args.shapes.split(","), comma_ints(args.m))
-             for op in ops_with_plain_gate_up(shape) if op[0] in wanted]
+    cases = [
+        (shape, m, op)
+        for shape, m in itertools.product(args.shapes.split(","), comma_ints(args.m))
+        for op in ops_with_plain_gate_up(shape)
+        if op[0] in wanted
+    ]
     per_op = args.per_op_s or args.budget_s / max(1, len(cases))
     tuned: dict[tuple[int, int, int, bool], tuple] = {}
     totals: dict[tuple[str, int], list[float]] = {}
@@ -77,16 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(layers)]
         x = torch.randn(m, k, dtype=dt, device=dev)
 
-        def cublas(l: int) -> None:
-            y = F.linear(x, ws[l])
+        def cublas(layer: int) -> None:
+            y = F.linear(x, ws[layer])
             if silu or silu_after:
                 tk.silu_and_mul(y)
 
         def sk(cfg: tuple, pdl: bool) -> Callable[[int], None]:
-            def run(l: int) -> None:
-                y = ts.skinny(x, ws[l], silu_mul=silu, config=cfg, pdl=pdl)
+            def run(layer: int) -> None:
+                y = ts.skinny(x, ws[layer], silu_mul=silu, config=cfg, pdl=pdl)
                 if silu_after:
                     tk.silu_and_mul(y)
+
             return run
 
         cls = st.row_class(m)
@@ -94,9 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         shipped = st.TUNED.get((n, k, cls, silu))
         # the shipped config first, so a sweep cut off by its time cap still compares against it
         grid = GRID if m <= 64 else WIDE_M_GRID
-        configs = [c for c in dict.fromkeys([shipped] + (grid if args.sweep else [])) if c
-                   and st.config_ok(n, k, c, silu)
-                   and (c[2] <= 0 or 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096)]
+        configs = [
+            c
+            for c in dict.fromkeys([shipped] + (grid if args.sweep else []))
+            if c
+            and st.config_ok(n, k, c, silu)
+            and (c[2] <= 0 or 64 <= (n // (2 if silu else 1)) // c[0] * c[2] <= 4096)
+        ]
         best, t_shipped, unfit = None, None, 0
         t0 = time.time()
         for cfg in configs:
@@ -134,16 +156,22 @@ def main(argv: list[str] | None = None) -> int:
         tot = totals.setdefault((shape, m), [0.0, 0.0])
         tot[0] += t_cub
         tot[1] += min(best[0], t_cub)
-        print(f"{shape:14s} M={m:3d} {name:8s} N={n:6d} K={k:6d}: cuBLAS{'+silu' if silu or silu_after else ''} {t_cub:7.2f} us "
-              f"({byts / t_cub * 1e8 / bw:5.1f}% bw), skinny {best[0]:7.2f} us ({byts / best[0] * 1e8 / bw:5.1f}% bw, "
-              f"no PDL {t_nopdl:7.2f}; {tflop / t_cub:4.0f} / {tflop / best[0]:4.0f} TFLOP/s) cfg {best[1]} rel err {err:.1e} deterministic {same}"
-              + (f"; shipped {shipped} {t_shipped:7.2f} us" if t_shipped is not None else "; nothing shipped"),
-              flush=True)
+        print(
+            f"{shape:14s} M={m:3d} {name:8s} N={n:6d} K={k:6d}: "
+            f"cuBLAS{'+silu' if silu or silu_after else ''} {t_cub:7.2f} us "
+            f"({byts / t_cub * 1e8 / bw:5.1f}% bw), skinny {best[0]:7.2f} us ({byts / best[0] * 1e8 / bw:5.1f}% bw, "
+            f"no PDL {t_nopdl:7.2f}; {tflop / t_cub:4.0f} / {tflop / best[0]:4.0f} TFLOP/s) cfg {best[1]} "
+            f"rel err {err:.1e} deterministic {same}"
+            + (f"; shipped {shipped} {t_shipped:7.2f} us" if t_shipped is not None else "; nothing shipped"),
+            flush=True,
+        )
         ws.clear()
         torch.cuda.empty_cache()
     for (shape, m), (cub, sk_) in totals.items():
-        print(f"{shape} M={m}: one layer's projections cuBLAS {cub:.1f} us, best of each {sk_:.1f} us "
-              f"({sk_ / cub:.3f})", flush=True)
+        print(
+            f"{shape} M={m}: one layer's projections cuBLAS {cub:.1f} us, best of each {sk_:.1f} us ({sk_ / cub:.3f})",
+            flush=True,
+        )
     print("TUNED = {" + ", ".join(f"{key}: {c}" for key, c in tuned.items()) + "}")
     if args.tuned_out:
         with open(args.tuned_out, "w") as f:

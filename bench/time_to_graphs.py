@@ -30,9 +30,8 @@ from typing import Any, Callable
 # machine; set before torch loads OpenMP (an OMP_WAIT_POLICY already set is kept and printed).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from harness import checkpoint_folder, md_table, random_ckpt  # noqa: E402
-
 import torch  # noqa: E402
+from harness import checkpoint_folder, md_table, random_ckpt  # noqa: E402
 
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
@@ -72,10 +71,17 @@ def measure(name: str, with_forwards: bool) -> dict[str, Any]:
     t2, c2 = time.perf_counter(), time.process_time()
     phases = {e.phase: e.seconds for e in sub.drain()}
     row: dict[str, Any] = dict(
-        model=os.path.basename(os.path.normpath(name)), load_s=t1 - t0, load_cpu_s=c1 - c0,
-        capture_s=t2 - t1, capture_cpu_s=c2 - c1, all_live_s=t2 - t0, all_live_cpu_s=c2 - c0,
-        decode_buckets=len(engine.decode_buckets), prefill_buckets=len(engine.prefill_buckets),
-        decode_capture_s=phases.get("decode"), prefill_capture_s=phases.get("prefill"),
+        model=os.path.basename(os.path.normpath(name)),
+        load_s=t1 - t0,
+        load_cpu_s=c1 - c0,
+        capture_s=t2 - t1,
+        capture_cpu_s=c2 - c1,
+        all_live_s=t2 - t0,
+        all_live_cpu_s=c2 - c0,
+        decode_buckets=len(engine.decode_buckets),
+        prefill_buckets=len(engine.prefill_buckets),
+        decode_capture_s=phases.get("decode"),
+        prefill_capture_s=phases.get("prefill"),
     )
     if with_forwards:
         row["forward_per_bucket_s"] = forward_per_bucket(engine)
@@ -94,30 +100,45 @@ def measure(name: str, with_forwards: bool) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="demo,smollm2-135m",
-                    help="demo and/or random-weight shapes (models/synthetic/random_model.py)")
-    ap.add_argument("--model", action="append", default=[],
-                    help="a checkpoint folder or .gguf file to add (repeatable)")
+    ap.add_argument(
+        "--shapes",
+        default="demo,smollm2-135m",
+        help="demo and/or random-weight shapes (models/synthetic/random_model.py)",
+    )
+    ap.add_argument(
+        "--model", action="append", default=[], help="a checkpoint folder or .gguf file to add (repeatable)"
+    )
     ap.add_argument("--forward-per-bucket", action="store_true", help="also time one eager forward per bucket")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
-          f"{os.environ['OMP_WAIT_POLICY']}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+        f"{os.environ['OMP_WAIT_POLICY']}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
     rows = [measure(name, args.forward_per_bucket) for name in args.shapes.split(",") + args.model if name]
-    header = ["model", "buckets decode + prefill", "load s", "capture s (decode, prefill)", "all graphs live s",
-              "first token s"] + (["one forward per bucket s"] if args.forward_per_bucket else [])
+    header = [
+        "model",
+        "buckets decode + prefill",
+        "load s",
+        "capture s (decode, prefill)",
+        "all graphs live s",
+        "first token s",
+    ] + (["one forward per bucket s"] if args.forward_per_bucket else [])
     table = []
     for r in rows:
         pending = ", capture still running" if r["capture_pending_at_first_token"] else ""
-        row = [r["model"], f"{r['decode_buckets']} + {r['prefill_buckets']}",
-               f"{r['load_s']:.2f} [{r['load_cpu_s']:.2f}]",
-               f"{r['capture_s']:.2f} [{r['capture_cpu_s']:.2f}] ({r['decode_capture_s']:.2f}, "
-               f"{r['prefill_capture_s']:.2f})",
-               f"{r['all_live_s']:.2f} [{r['all_live_cpu_s']:.2f}]",
-               f"{r['first_token_s']:.2f} [{r['first_token_cpu_s']:.2f}]{pending}"]
+        row = [
+            r["model"],
+            f"{r['decode_buckets']} + {r['prefill_buckets']}",
+            f"{r['load_s']:.2f} [{r['load_cpu_s']:.2f}]",
+            f"{r['capture_s']:.2f} [{r['capture_cpu_s']:.2f}] ({r['decode_capture_s']:.2f}, "
+            f"{r['prefill_capture_s']:.2f})",
+            f"{r['all_live_s']:.2f} [{r['all_live_cpu_s']:.2f}]",
+            f"{r['first_token_s']:.2f} [{r['first_token_cpu_s']:.2f}]{pending}",
+        ]
         if args.forward_per_bucket:
             row.append(f"{r['forward_per_bucket_s']:.1f}")
         table.append(row)

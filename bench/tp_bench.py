@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from harness import (
     CPU_SHAPE,
     MAX_CONTEXT,
@@ -37,8 +38,6 @@ from harness import (
     write_json,
 )
 
-import torch
-
 from graphtop.engine.engine import Engine
 from graphtop.engine.kernel_config import KernelConfig
 from graphtop.models.synthetic.random_model import save_random_checkpoint
@@ -51,9 +50,17 @@ DEFAULT_CKPT = Path(tempfile.gettempdir()) / "graphtop-llama-3.1-8b-random"
 def make_engine(path: Path, tp: int, batch_sizes: list[int], device: str, all_reduce: str = "auto") -> Engine:
     """A ``tp``-rank engine loaded from the checkpoint folder (each rank reads its slices), decode graphs at
     the measured batch sizes only."""
-    cfg = engine_config(device=device, tp_size=tp, max_running=max(batch_sizes), decode_bs=sorted(set(batch_sizes)),
-                        prefill_graphs=False, longest_context=MAX_CONTEXT, chunked_prefill_size=2048,
-                        dtype="bfloat16", kernels=KernelConfig(all_reduce=all_reduce))
+    cfg = engine_config(
+        device=device,
+        tp_size=tp,
+        max_running=max(batch_sizes),
+        decode_bs=sorted(set(batch_sizes)),
+        prefill_graphs=False,
+        longest_context=MAX_CONTEXT,
+        chunked_prefill_size=2048,
+        dtype="bfloat16",
+        kernels=KernelConfig(all_reduce=all_reduce),
+    )
     return Engine.from_pretrained(path, config=cfg)
 
 
@@ -67,14 +74,17 @@ def side_by_side(engines: dict[str, Engine], bs: int, rounds: int, steps: int) -
     handles = {name: fill_decode(eng, bs, seed=bs) for name, eng in engines.items()}
     for eng in engines.values():
         time_steps(eng, 5, sync)  # warm: the overlap schedule in its steady state
-    rounds_ms = interleaved({name: (lambda e=eng: time_steps(e, steps, sync)) for name, eng in engines.items()},
-                            rounds)
+    rounds_ms = interleaved({name: (lambda e=eng: time_steps(e, steps, sync)) for name, eng in engines.items()}, rounds)
     out = {}
     for name, eng in engines.items():
         ms = statistics.median(rounds_ms[name])
         decode = eng.model_runner.decode
-        out[name] = {"step_ms": ms, "tok_s": bs / ms * 1e3, "rounds_ms": rounds_ms[name],
-                     "graph": decode is not None and decode.policy.pick(bs) is not None}
+        out[name] = {
+            "step_ms": ms,
+            "tok_s": bs / ms * 1e3,
+            "rounds_ms": rounds_ms[name],
+            "graph": decode is not None and decode.policy.pick(bs) is not None,
+        }
         drain(eng, handles[name])
     return out
 
@@ -82,8 +92,10 @@ def side_by_side(engines: dict[str, Engine], bs: int, rounds: int, steps: int) -
 def compare(tp1: Engine, tp2: Engine, label: str, batch_sizes: list[int], rounds: int, steps: int) -> dict[str, Any]:
     result: dict[str, Any] = {"all_reduce": tp2.tp.comm.note}
     log(f"\n== {label}: tp 2 all-reduce: {tp2.tp.comm.note}")
-    log(f"{'bs':>4}  {'tp1 ms':>8}  {'tp2 ms':>8}  {'tp1 tok/s':>10}  {'tp2 tok/s':>10}  {'step ratio':>10}  "
-        f"{'tok/s ratio':>11}  target")
+    log(
+        f"{'bs':>4}  {'tp1 ms':>8}  {'tp2 ms':>8}  {'tp1 tok/s':>10}  {'tp2 tok/s':>10}  {'step ratio':>10}  "
+        f"{'tok/s ratio':>11}  target"
+    )
     for bs in batch_sizes:
         r = side_by_side({"tp1": tp1, "tp2": tp2}, bs, rounds, steps)
         step_ratio = r["tp2"]["step_ms"] / r["tp1"]["step_ms"]
@@ -95,8 +107,10 @@ def compare(tp1: Engine, tp2: Engine, label: str, batch_sizes: list[int], rounds
         else:
             target, ok = "-", None
         verdict = "" if ok is None else ("MET" if ok else "MISSED")
-        log(f"{bs:>4}  {r['tp1']['step_ms']:>8.3f}  {r['tp2']['step_ms']:>8.3f}  {r['tp1']['tok_s']:>10.0f}  "
-            f"{r['tp2']['tok_s']:>10.0f}  {step_ratio:>10.3f}  {tok_ratio:>11.3f}  {target} {verdict}")
+        log(
+            f"{bs:>4}  {r['tp1']['step_ms']:>8.3f}  {r['tp2']['step_ms']:>8.3f}  {r['tp1']['tok_s']:>10.0f}  "
+            f"{r['tp2']['tok_s']:>10.0f}  {step_ratio:>10.3f}  {tok_ratio:>11.3f}  {target} {verdict}"
+        )
         if not (r["tp1"]["graph"] and r["tp2"]["graph"]):
             log(f"      note: a decode graph did not take bs {bs} (tp1 {r['tp1']['graph']}, tp2 {r['tp2']['graph']})")
         result[str(bs)] = {**r, "step_ratio": step_ratio, "tok_s_ratio": tok_ratio, "target": target, "met": ok}
@@ -106,8 +120,11 @@ def compare(tp1: Engine, tp2: Engine, label: str, batch_sizes: list[int], rounds
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tp-bench-out")
-    ap.add_argument("--ckpt", default=str(DEFAULT_CKPT), help="random checkpoint folder (made once; default: "
-                    "graphtop-llama-3.1-8b-random in the temp folder)")
+    ap.add_argument(
+        "--ckpt",
+        default=str(DEFAULT_CKPT),
+        help="random checkpoint folder (made once; default: graphtop-llama-3.1-8b-random in the temp folder)",
+    )
     ap.add_argument("--bs", default="1,64")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
@@ -124,13 +141,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     batch_sizes = comma_ints(args.bs)
     t = time.perf_counter()
-    path = save_random_checkpoint("llama-3.1-8b", args.ckpt, dtype=torch.bfloat16,
-                                  device="cuda:0" if args.device == "cuda" else "cpu",
-                                  **(CPU_SHAPE if args.small else {}))
+    path = save_random_checkpoint(
+        "llama-3.1-8b",
+        args.ckpt,
+        dtype=torch.bfloat16,
+        device="cuda:0" if args.device == "cuda" else "cpu",
+        **(CPU_SHAPE if args.small else {}),
+    )
     log(f"checkpoint {path} ready in {time.perf_counter() - t:.1f} s")
     devices = [torch.cuda.get_device_name(i) for i in range(2)] if args.device == "cuda" else ["cpu"]
-    report: dict[str, Any] = {"shape": "llama-3.1-8b" + (" (small)" if args.small else ""), "dtype": "bfloat16",
-                              "prompt_len": PROMPT_LEN, "rounds": args.rounds, "steps": args.steps, "devices": devices}
+    report: dict[str, Any] = {
+        "shape": "llama-3.1-8b" + (" (small)" if args.small else ""),
+        "dtype": "bfloat16",
+        "prompt_len": PROMPT_LEN,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "devices": devices,
+    }
     t = time.perf_counter()
     tp1 = make_engine(path, 1, batch_sizes, args.device)
     log(f"tp 1 engine ready in {time.perf_counter() - t:.1f} s")

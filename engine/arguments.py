@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-
 LIMIT = 40
 """Longest quoted value or token in a message, in characters."""
 

@@ -10,9 +10,18 @@ from .errors import EngineError
 from .graphs.config import GraphConfig
 from .kernel_config import KernelConfig, resolve_kernel_config
 
-
-_INT_FIELDS = ("page_size", "chunked_prefill_size", "max_running_requests", "max_context_len", "cpu_kv_budget_mb",
-               "activation_reserve_mb", "max_total_tokens", "fused_gemv_max_rows", "parity_every", "tp_size")
+_INT_FIELDS = (
+    "page_size",
+    "chunked_prefill_size",
+    "max_running_requests",
+    "max_context_len",
+    "cpu_kv_budget_mb",
+    "activation_reserve_mb",
+    "max_total_tokens",
+    "fused_gemv_max_rows",
+    "parity_every",
+    "tp_size",
+)
 _OPTIONAL_FIELDS = ("max_running_requests", "max_context_len", "max_total_tokens")
 _BOOL_FIELDS = ("fused_kernels", "overlap_schedule", "allow_external_weights", "capture_before_serving")
 
@@ -73,21 +82,27 @@ class EngineConfig:
         if not 0.0 < self.mem_fraction_static < 1.0:
             raise ValueError(f"mem fraction static must be in (0, 1), got {self.mem_fraction_static}")
         if self.attention_backend not in ("auto", "torch", "flashinfer"):
-            raise ValueError(
-                f"unknown attention backend {self.attention_backend!r}; choose auto, torch or flashinfer"
-            )
+            raise ValueError(f"unknown attention backend {self.attention_backend!r}; choose auto, torch or flashinfer")
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ValueError(f"unknown dtype {self.dtype!r}; choose float32, bfloat16 or float16")
         if self.max_context_len is not None and self.max_context_len < 2:
-            raise ValueError(f"max context len must be >= 2 (a prompt token and one to generate), got {self.max_context_len}")
+            raise ValueError(
+                f"max context len must be >= 2 (a prompt token and one to generate), got {self.max_context_len}"
+            )
         if self.max_total_tokens is not None and self.max_total_tokens < 2:  # a pool of 1 token admits no request
-            raise ValueError(f"max total tokens must be >= 2 (a prompt token and one to generate), got {self.max_total_tokens}")
+            raise ValueError(
+                f"max total tokens must be >= 2 (a prompt token and one to generate), got {self.max_total_tokens}"
+            )
         if self.max_total_tokens is not None and self.page_size > self.max_total_tokens:
-            raise ValueError(f"page size {self.page_size} is larger than max total tokens {self.max_total_tokens}: "
-                             "the KV pool could not hold one page")
+            raise ValueError(
+                f"page size {self.page_size} is larger than max total tokens {self.max_total_tokens}: "
+                "the KV pool could not hold one page"
+            )
         if not isinstance(self.graphs, GraphConfig):  # a dict would fail later as "'dict' has no attribute"
-            raise TypeError(f"graphs must be a GraphConfig, got {type(self.graphs).__name__}; build one with "
-                            "GraphConfig(decode_bs=...) or build_graph_config(json_text, {})")
+            raise TypeError(
+                f"graphs must be a GraphConfig, got {type(self.graphs).__name__}; build one with "
+                "GraphConfig(decode_bs=...) or build_graph_config(json_text, {})"
+            )
         self.graphs.validate()  # the checks JSON and flags go through (GraphConfigError, a ValueError)
         resolve_kernel_config(self.kernels)  # a bad value (or GRAPHTOP_* override) is a usage error here
 
@@ -101,6 +116,8 @@ def context_limit(max_context_len: Optional[int], model_positions: int) -> int:
     if max_context_len is None:
         return model_positions
     if max_context_len > model_positions:
-        raise EngineError(f"max context len {max_context_len} is above the model's {model_positions} positions "
-                          f"(max_position_embeddings): use at most {model_positions}, or leave it unset")
+        raise EngineError(
+            f"max context len {max_context_len} is above the model's {model_positions} positions "
+            f"(max_position_embeddings): use at most {model_positions}, or leave it unset"
+        )
     return max_context_len

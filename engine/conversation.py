@@ -43,8 +43,9 @@ def _message_problem(message: Any) -> Optional[str]:
         shown = role if isinstance(role, str) and len(role) <= 40 else type(role).__name__
         return f"'role' must be one of {', '.join(ROLES)}, got {shown!r}" if "role" in message else "no 'role'"
     if not isinstance(content, str):
-        return "no 'content'" if "content" not in message else \
-            f"'content' must be a string, got {type(content).__name__}"
+        return (
+            "no 'content'" if "content" not in message else f"'content' must be a string, got {type(content).__name__}"
+        )
     try:
         content.encode("utf-8")
     except UnicodeEncodeError:

@@ -73,8 +73,15 @@ class Engine(RequestApi, ControlApi, Closing):
     """An in-process inference engine for one model (see the module docstring); ``from_pretrained``
     builds one from a checkpoint folder."""
 
-    def __init__(self, checkpoint: Any, config: EngineConfig, bus: Optional[EventBus] = None, *, demo: bool = False,
-                 tp: Optional[TensorParallelGroup] = None):
+    def __init__(
+        self,
+        checkpoint: Any,
+        config: EngineConfig,
+        bus: Optional[EventBus] = None,
+        *,
+        demo: bool = False,
+        tp: Optional[TensorParallelGroup] = None,
+    ):
         """``tp``: the tensor-parallel group (``from_pretrained`` starts it when ``config.tp_size`` > 1);
         ``checkpoint`` is then rank 0's shard."""
         if (tp.size if tp is not None else 1) != config.tp_size:
@@ -131,22 +138,51 @@ class Engine(RequestApi, ControlApi, Closing):
         )
         max_pages = self.pool.pages_for(self.max_context_len)
         if resolved.available:  # static buffers that would not fit: refused before allocating them
-            check_graph_buffers_fit(self.model.spec, self.dtype, self.device, max(resolved.decode_bs, default=0),
-                                    max_pages, max(resolved.prefill_num_tokens, default=0))
+            check_graph_buffers_fit(
+                self.model.spec,
+                self.dtype,
+                self.device,
+                max(resolved.decode_bs, default=0),
+                max_pages,
+                max(resolved.prefill_num_tokens, default=0),
+            )
         runner_args = (self.model, self.attention, self.device, resolved, max_pages, self.bus.publish)
         if tp is None:
             self.model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc)
         else:
-            setup = RankSetup(self.attention.name, self.kernels, config.fused_kernels, config.fused_gemv_max_rows,
-                              resolved, max_pages, config.graphs.freeze_gc)
+            setup = RankSetup(
+                self.attention.name,
+                self.kernels,
+                config.fused_kernels,
+                config.fused_gemv_max_rows,
+                resolved,
+                max_pages,
+                config.graphs.freeze_gc,
+            )
             self.model_runner = tp.model_runner(*runner_args, freeze_gc=config.graphs.freeze_gc, setup=setup)
-        self.events = EngineEvents(self.bus, self.device, self.scheduler, self.pool, self.memory_plan,
-                                   self.model_runner, self.max_running)
-        self.parity = ParityChecker(self.model, self.attention, self.pool, self.device, self.bus.publish,
-                                    scratch_pages=scratch_pages(self.model_runner, self.pool, self.max_running),
-                                    tolerance=config.parity_tolerance)
-        self.info = describe(checkpoint, attention_note, self.attention, self.model_runner, self.pool,
-                             self.max_running, self.max_context_len, demo, config.tp_size)
+        self.events = EngineEvents(
+            self.bus, self.device, self.scheduler, self.pool, self.memory_plan, self.model_runner, self.max_running
+        )
+        self.parity = ParityChecker(
+            self.model,
+            self.attention,
+            self.pool,
+            self.device,
+            self.bus.publish,
+            scratch_pages=scratch_pages(self.model_runner, self.pool, self.max_running),
+            tolerance=config.parity_tolerance,
+        )
+        self.info = describe(
+            checkpoint,
+            attention_note,
+            self.attention,
+            self.model_runner,
+            self.pool,
+            self.max_running,
+            self.max_context_len,
+            demo,
+            config.tp_size,
+        )
         self._publish_started()
         if config.parity_every and tp is not None:
             raise EngineError("parity checks do not run with tensor parallelism (--tp > 1)")
@@ -163,11 +199,27 @@ class Engine(RequestApi, ControlApi, Closing):
         self.commands = CommandQueue()
         self._ids = RequestIds()
         self._by_id: dict[str, Request] = {}
-        self.output = OutputProcessor(self.tokenizer, frozenset(spec.eos_token_ids), self.max_context_len,
-                                      self.pool.capacity_tokens, self._release, self.bus.publish)
-        self.loop = StepLoop(self.scheduler, self.pool, self.model_runner, self.output, self.events, self.commands,
-                             self._apply, TokenReadback(self.device, self.max_running), self.max_context_len,
-                             config.overlap_schedule, self.parity)
+        self.output = OutputProcessor(
+            self.tokenizer,
+            frozenset(spec.eos_token_ids),
+            self.max_context_len,
+            self.pool.capacity_tokens,
+            self._release,
+            self.bus.publish,
+        )
+        self.loop = StepLoop(
+            self.scheduler,
+            self.pool,
+            self.model_runner,
+            self.output,
+            self.events,
+            self.commands,
+            self._apply,
+            TokenReadback(self.device, self.max_running),
+            self.max_context_len,
+            config.overlap_schedule,
+            self.parity,
+        )
         self.background = BackgroundServer(self.step, self.commands.wake, lambda: self.close("the program exited"))
         self.telemetry: Any = None  # the TelemetryServer of serve_telemetry(), if any
         self._guard = StepGuard()
@@ -196,18 +248,28 @@ class Engine(RequestApi, ControlApi, Closing):
     def _enable_model_kernels(self) -> str:
         """Switch the model to its fused kernels where the device allows; the note says what happened."""
         k = self.kernels
-        if not (self.config.fused_kernels and
-                self.model.enable_fused_kernels(self.config.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl,
-                                                skinny=k.skinny_layers, packed=k.skinny_packed)):
+        if not (
+            self.config.fused_kernels
+            and self.model.enable_fused_kernels(
+                self.config.fused_gemv_max_rows,
+                gemv=k.gemv_layers,
+                pdl=k.pdl,
+                skinny=k.skinny_layers,
+                packed=k.skinny_packed,
+            )
+        ):
             return ""
         note = " · model kernels: triton-fused"
         if self.model.fused_gemv_rows:
             note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
         if k.skinny_packed:  # asked for: say where it took effect, and what it holds
             rows = self.model.packed_rows()
-            note += (f" · packed skinny weights for steps of {', '.join(f'{a}-{b}' for a, b in rows)} tokens"
-                     f" ({self.model.packed_bytes() / 2**30:.1f} GiB)" if rows
-                     else " · packed skinny weights: none for this shape")
+            note += (
+                f" · packed skinny weights for steps of {', '.join(f'{a}-{b}' for a, b in rows)} tokens"
+                f" ({self.model.packed_bytes() / 2**30:.1f} GiB)"
+                if rows
+                else " · packed skinny weights: none for this shape"
+            )
         return note
 
     def _publish_started(self) -> None:
@@ -302,8 +364,10 @@ class Engine(RequestApi, ControlApi, Closing):
         in flight then finish ``cancelled`` with the reason as their error, an ``error`` event says what
         broke, the exception goes on to the caller, and the engine serves what comes next."""
         if self.background.running and not self.background.owns_current_thread():
-            raise EngineError("the background thread is serving this engine (start_background); "
-                              "wait on the handles instead of calling step()")
+            raise EngineError(
+                "the background thread is serving this engine (start_background); "
+                "wait on the handles instead of calling step()"
+            )
         with self._guard.hold("step()"):
             if self._closed:
                 return False
@@ -326,8 +390,13 @@ class Engine(RequestApi, ControlApi, Closing):
             req = command.request  # its id was claimed at submit: no live request has it (RequestIds)
             self._by_id[req.request_id] = req
             self.scheduler.add(req)
-            self.bus.publish(ev.RequestQueued(request_id=req.request_id, prompt_tokens=len(req.prompt_ids),
-                                              max_new_tokens=req.params.max_new_tokens))
+            self.bus.publish(
+                ev.RequestQueued(
+                    request_id=req.request_id,
+                    prompt_tokens=len(req.prompt_ids),
+                    max_new_tokens=req.params.max_new_tokens,
+                )
+            )
         elif isinstance(command, Cancel):
             found = self._by_id.get(command.request_id)
             if found is not None and (command.handle is None or command.handle is found.handle):

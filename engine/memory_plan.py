@@ -89,27 +89,34 @@ def _no_room(device: torch.device, budget: int, weights_bytes: int, bytes_per_to
     """Why not one page fits, naming the flag that sizes the pool on this device: on a CPU the budget is
     ``--kv-budget-mb`` alone (weights are not taken from it), and ``--mem-fraction-static`` does nothing."""
     if device.type == "cuda":
-        return (f"no room for a KV pool on {device}: budget {budget / MiB:.1f} MiB after weights "
-                f"({weights_bytes / MiB:.1f} MiB) and reserves; raise --mem-fraction-static or lower reserves")
-    return (f"no room for a KV pool on {device}: --kv-budget-mb {budget / MiB:g} holds "
-            f"{budget // bytes_per_token:,} tokens ({bytes_per_token:,} bytes each), less than two pages of "
-            f"{page_size:,} (one is the reserved dummy page); raise --kv-budget-mb or lower --page-size")
+        return (
+            f"no room for a KV pool on {device}: budget {budget / MiB:.1f} MiB after weights "
+            f"({weights_bytes / MiB:.1f} MiB) and reserves; raise --mem-fraction-static or lower reserves"
+        )
+    return (
+        f"no room for a KV pool on {device}: --kv-budget-mb {budget / MiB:g} holds "
+        f"{budget // bytes_per_token:,} tokens ({bytes_per_token:,} bytes each), less than two pages of "
+        f"{page_size:,} (one is the reserved dummy page); raise --kv-budget-mb or lower --page-size"
+    )
 
 
-def graph_buffers_estimate(spec: Any, dtype: torch.dtype, decode_max_bs: int, max_pages: int,
-                           prefill_max_tokens: int) -> int:
+def graph_buffers_estimate(
+    spec: Any, dtype: torch.dtype, decode_max_bs: int, max_pages: int, prefill_max_tokens: int
+) -> int:
     """Bytes the graph runners' static buffers take before any capture: decode logits (float32) and page
     table rows; prefill bridge buffers (q, k, v, attention out), hidden output and the MLP's widest
     activation. An estimate to refuse the impossible early, not a measurement."""
     size = torch.empty((), dtype=dtype).element_size()
     decode = decode_max_bs * (spec.vocab_size * 4 + max_pages * 8)
-    per_token = ((2 * spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim + spec.hidden_size
-                 + 2 * spec.intermediate_size) * size
+    per_token = (
+        (2 * spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim + spec.hidden_size + 2 * spec.intermediate_size
+    ) * size
     return decode + prefill_max_tokens * per_token
 
 
-def check_graph_buffers_fit(spec: Any, dtype: torch.dtype, device: torch.device, decode_max_bs: int,
-                            max_pages: int, prefill_max_tokens: int) -> None:
+def check_graph_buffers_fit(
+    spec: Any, dtype: torch.dtype, device: torch.device, decode_max_bs: int, max_pages: int, prefill_max_tokens: int
+) -> None:
     need = graph_buffers_estimate(spec, dtype, decode_max_bs, max_pages, prefill_max_tokens)
     what = f"graph buffers for decode bs {decode_max_bs:,} and prefill {prefill_max_tokens:,} tokens"
     problem = fit_problem(what, need, device)

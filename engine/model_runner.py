@@ -18,8 +18,8 @@ import torch
 
 from .attention.base import AttentionBackend
 from .batch import ForwardBatch, ForwardMode
-from .graphs.bucket_policy import BucketDecision
 from .graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
+from .graphs.bucket_policy import BucketDecision
 from .graphs.config import ResolvedGraphConfig
 from .graphs.factory import graph_backend
 from .graphs.fallback import FallbackReason
@@ -61,8 +61,9 @@ class ModelRunner:
             self.decode = DecodeGraphRunner(model, attention, backend, device, max(r.decode_bs), max_pages, publish)
         if r.available and r.prefill_backend != "disabled" and r.prefill_num_tokens:
             backend = graph_backend("breakable", device, emulated=r.emulated, freeze_gc=freeze_gc)
-            self.prefill = PrefillGraphRunner(model, attention, backend, device, max(r.prefill_num_tokens),
-                                              r.prefill_max_padding_waste, publish)
+            self.prefill = PrefillGraphRunner(
+                model, attention, backend, device, max(r.prefill_num_tokens), r.prefill_max_padding_waste, publish
+            )
         self._recapture_started: Optional[float] = None
         self._recapture_memory_before = 0
         self._capture_waiters: list[threading.Event] = []
@@ -107,7 +108,10 @@ class ModelRunner:
     def start_capture(self) -> None:
         """Begin capturing the configured lists; ``advance_capture`` does the work, between steps (or
         all at once, for an engine that captures before serving)."""
-        for runner, buckets in ((self.decode, self.resolved.decode_bs), (self.prefill, self.resolved.prefill_num_tokens)):
+        for runner, buckets in (
+            (self.decode, self.resolved.decode_bs),
+            (self.prefill, self.resolved.prefill_num_tokens),
+        ):
             if runner is not None:
                 runner.start_capture(buckets, "initial")
 
@@ -115,8 +119,9 @@ class ModelRunner:
         runner = self.decode if phase == "decode" else self.prefill
         if runner is None:
             raise BucketSpecError(f"{phase} graphs are disabled; nothing to recapture")
-        return check_buckets(sizes, name=f"{phase} bucket", maximum=runner.max_size,
-                             maximum_label=STATIC_BUFFERS_MAXIMUM)
+        return check_buckets(
+            sizes, name=f"{phase} bucket", maximum=runner.max_size, maximum_label=STATIC_BUFFERS_MAXIMUM
+        )
 
     def recapture(self, decode_bs: Optional[Sequence[int]], prefill_tokens: Optional[Sequence[int]]) -> None:
         """Validate, release the old graphs, and start capturing; the rest happens between steps
@@ -131,8 +136,12 @@ class ModelRunner:
                 raise BucketSpecError("recapture needs a decode or a prefill bucket list")
         except BucketSpecError as e:
             self.publish(
-                ev.RecaptureFinished(ok=False, decode_bs=tuple(self.decode_buckets),
-                                     prefill_num_tokens=tuple(self.prefill_buckets), message=str(e))
+                ev.RecaptureFinished(
+                    ok=False,
+                    decode_bs=tuple(self.decode_buckets),
+                    prefill_num_tokens=tuple(self.prefill_buckets),
+                    message=str(e),
+                )
             )
             return
         self._recapture_memory_before = sum(self.graph_memory())
@@ -184,9 +193,13 @@ class ModelRunner:
         msg = "recaptured" if not failed else f"captured with failures: buckets {failed} run eagerly"
         self.publish(
             ev.RecaptureFinished(
-                ok=not failed, decode_bs=tuple(self.decode_buckets), prefill_num_tokens=tuple(self.prefill_buckets),
+                ok=not failed,
+                decode_bs=tuple(self.decode_buckets),
+                prefill_num_tokens=tuple(self.prefill_buckets),
                 seconds=round(time.perf_counter() - self._recapture_started, 6),
-                memory_freed_bytes=int(self._recapture_memory_before), memory_bytes=int(after), message=msg,
+                memory_freed_bytes=int(self._recapture_memory_before),
+                memory_bytes=int(after),
+                message=msg,
             )
         )
         self._recapture_started = None

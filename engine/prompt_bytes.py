@@ -131,8 +131,9 @@ def token_bytes(tokenizer: Any) -> Optional[TokenBytes]:
         dropped = bytes(b for b in range(256) if b not in UTF8_NEVER and chars[b] not in vocab)
         if len(dropped) > MAX_DROPPED:
             return None
-    elif not byte_level and not model.get("byte_fallback") and (model.get("unk_token") is None
-                                                                 or model.get("fuse_unk")):
+    elif (
+        not byte_level and not model.get("byte_fallback") and (model.get("unk_token") is None or model.get("fuse_unk"))
+    ):
         return None  # an unknown character is dropped, or a run of them is one token
 
     byte_chars = set(_byte_level_chars().values()) if byte_level else set()

@@ -39,8 +39,9 @@ def _tokenizer_call(call: Callable[[], Any]) -> Any:
         return Unencodable(f"the tokenizer failed on this prompt ({type(err).__name__}{': ' if text else ''}{text})")
 
 
-def encode_prompt(tokenizer: Any, prompt: Prompt, chat: bool,
-                  limit: Optional[PromptByteLimit] = None) -> tuple[str, list[int]]:
+def encode_prompt(
+    tokenizer: Any, prompt: Prompt, chat: bool, limit: Optional[PromptByteLimit] = None
+) -> tuple[str, list[int]]:
     """(display text, token ids). Text goes through the chat template when asked and the tokenizer has
     one; a conversation always does (its display text is the rendered conversation); token ids are taken
     as they are and decoded for display. ``limit``: text too long for the context by its bytes alone is
@@ -65,20 +66,21 @@ def encode_prompt(tokenizer: Any, prompt: Prompt, chat: bool,
     return prompt, _tokenizer_call(lambda: tokenizer.encode(prompt, add_special_tokens=True))
 
 
-def _encode_conversation(tokenizer: Any, messages: list[dict[str, str]],
-                         limit: Optional[PromptByteLimit]) -> tuple[str, list[int]]:
+def _encode_conversation(
+    tokenizer: Any, messages: list[dict[str, str]], limit: Optional[PromptByteLimit]
+) -> tuple[str, list[int]]:
     if not has_chat_template(tokenizer):
         return "", Unencodable("the model has no chat template: a conversation ('messages') needs one")
     return _chat_ids(tokenizer, messages, limit)
 
 
-def _chat_ids(tokenizer: Any, messages: list[dict[str, str]],
-              limit: Optional[PromptByteLimit]) -> tuple[str, list[int]]:
+def _chat_ids(
+    tokenizer: Any, messages: list[dict[str, str]], limit: Optional[PromptByteLimit]
+) -> tuple[str, list[int]]:
     """(the rendered conversation, its token ids) through the chat template. The text is rendered on its own
     first (cheap) so one too long for the context is rejected before the tokenizer spends minutes on it;
     the ids come from transformers' own tokenizing render (which guards the template's control tokens)."""
-    text = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                                 tokenize=False))
+    text = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
     if isinstance(text, Unencodable):
         return "", text
     problem = limit.problem(text) if limit is not None and isinstance(text, str) else None
@@ -96,15 +98,18 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def encode_messages(tokenizer: Any, messages: list[dict[str, str]], limit: Optional[PromptByteLimit] = None) -> list[int]:
+def encode_messages(
+    tokenizer: Any, messages: list[dict[str, str]], limit: Optional[PromptByteLimit] = None
+) -> list[int]:
     """A conversation through the tokenizer's chat template, ready for the assistant's turn: its token ids,
     or an ``Unencodable`` saying why it cannot be served. The one home of the template call, for a chat
     prompt of ``submit`` and the HTTP API's chat completions alike, so both give the same ids."""
     return _chat_ids(tokenizer, messages, limit)[1]
 
 
-def admission_problem(ids: Sequence[int], max_context_len: int, kv_capacity_tokens: int,
-                      vocab_size: int) -> Optional[str]:
+def admission_problem(
+    ids: Sequence[int], max_context_len: int, kv_capacity_tokens: int, vocab_size: int
+) -> Optional[str]:
     """Why a prompt of ``ids`` can never be served (one line), or None."""
     if isinstance(ids, Unencodable):
         return ids.problem

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Protocol
 
-from .sampling_params import SamplingParams
 from .arguments import wait_timeout
+from .sampling_params import SamplingParams
 
 log = logging.getLogger("graphtop.engine")
 

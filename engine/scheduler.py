@@ -144,8 +144,16 @@ class Scheduler:
 
     def _new_batch(self, mode: ForwardMode) -> ForwardBatch:
         return ForwardBatch(
-            mode=mode, requests=[], input_ids=[], positions=[], out_cache_loc=[], seq_lens=[],
-            extend_lens=[], prefix_lens=[], req_pages=[], page_size=self.pool.page_size,
+            mode=mode,
+            requests=[],
+            input_ids=[],
+            positions=[],
+            out_cache_loc=[],
+            seq_lens=[],
+            extend_lens=[],
+            prefix_lens=[],
+            req_pages=[],
+            page_size=self.pool.page_size,
         )
 
     def _build(self, mode: ForwardMode, chosen: list[tuple[Request, int]]) -> ForwardBatch:

@@ -7,11 +7,11 @@ The engine calls `model(input_ids, positions, attn)` on a flat ragged batch and
 """
 
 from .decoder import AttentionFn, DecoderForCausalLM
-from .synthetic.demo import DEMO_NOTE, ensure_demo_model
 from .errors import CheckpointError
 from .loader import CheckpointMeta, LoadedCheckpoint, load_checkpoint, read_checkpoint
 from .registry import SUPPORTED_ARCHITECTURES
 from .spec import ModelSpec
+from .synthetic.demo import DEMO_NOTE, ensure_demo_model
 
 __all__ = [
     "AttentionFn",

@@ -71,8 +71,9 @@ class Attention(nn.Module):
     def fuse(self) -> None:
         """One GEMM for q, k and v (the fused-kernel path); the separate projections are dropped."""
         w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-        self.qkv_proj = nn.Linear(w.shape[1], w.shape[0], bias=self.q_proj.bias is not None,
-                                  device=w.device, dtype=w.dtype)
+        self.qkv_proj = nn.Linear(
+            w.shape[1], w.shape[0], bias=self.q_proj.bias is not None, device=w.device, dtype=w.dtype
+        )
         self.qkv_proj.weight.copy_(w)
         if self.q_proj.bias is not None:
             self.qkv_proj.bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
@@ -80,15 +81,17 @@ class Attention(nn.Module):
         self.qkv_proj.requires_grad_(False)
         self.fused = True
 
-    def attend_fused(self, qkv: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
-                     attn: AttentionFn) -> torch.Tensor:
+    def attend_fused(
+        self, qkv: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
+    ) -> torch.Tensor:
         """Fused-path attention from the fused q|k|v projection: q/k-norm + RoPE in one launch, then
         ``attn``; returns o as [T, heads * head_dim], ready for o_proj."""
         fused = getattr(attn, "forward_qkv", None)
         if fused is not None:
             qw, kw = (self.q_norm.weight, self.k_norm.weight) if self.qk_norm else (None, None)
-            o = fused(qkv, positions, rope.cos_sin_cache, qw, kw, self.q_norm.eps if self.qk_norm else 0.0,
-                      self.layer_id)
+            o = fused(
+                qkv, positions, rope.cos_sin_cache, qw, kw, self.q_norm.eps if self.qk_norm else 0.0, self.layer_id
+            )
             if o is not None:
                 return o.reshape(-1, self.num_heads * self.head_dim)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -125,9 +128,15 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_fused(self, x: Optional[torch.Tensor], residual: Optional[torch.Tensor], positions: torch.Tensor,
-                      rope: RotaryEmbedding, attn: AttentionFn, sumsq: Optional[torch.Tensor] = None
-                      ) -> tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+    def forward_fused(
+        self,
+        x: Optional[torch.Tensor],
+        residual: Optional[torch.Tensor],
+        positions: torch.Tensor,
+        rope: RotaryEmbedding,
+        attn: AttentionFn,
+        sumsq: Optional[torch.Tensor] = None,
+    ) -> tuple[Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
         """Residual stream kept separately so each add fuses into the next RMSNorm (same rounding).
 
         The stream between layers is (x, residual, sumsq): x the last sublayer's output still to be
@@ -138,8 +147,7 @@ class DecoderLayer(nn.Module):
         cls = row_class((residual if x is None else x).shape[0])
         h, residual, norm = fused_input_norm(x, residual, sumsq, self.input_layernorm, k.skinny_pdl)
         attended = sa.attend_fused(k.project(sa.qkv_proj, h, QKV, cls, norm=norm), positions, rope, attn)
-        gu = k.attention_out_mlp_in(sa.o_proj, attended, residual, mlp.gate_up_proj, self.post_attention_layernorm,
-                                    cls)
+        gu = k.attention_out_mlp_in(sa.o_proj, attended, residual, mlp.gate_up_proj, self.post_attention_layernorm, cls)
         return k.mlp_out(mlp.down_proj, gu, residual, cls)
 
     def projections(self) -> Projections:
@@ -162,8 +170,7 @@ class DecoderLayer(nn.Module):
         """Whether each projection's fused GEMV launches with PDL (``LayerKernels.set_pdl``)."""
         self.kernels.set_pdl(self.projections(), policy)
 
-    def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
-                      attn: AttentionFn) -> None:
+    def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn) -> None:
         """Decode at <= ``gemv.MAX_M`` rows: 7 launches instead of 10. ``h`` is the residual stream,
         updated in place: RMSNorms ride in the GEMV prologues, residual adds in the epilogues."""
         ln, sa, pln, mlp = self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
@@ -262,8 +269,9 @@ class DecoderForCausalLM(nn.Module):
         """Steps of at most this many tokens run the fused-GEMV layers (0: never)."""
         return self.model.gemv_max_rows if self.model.fused else 0
 
-    def enable_fused_kernels(self, gemv_max_rows: int = 1, *, gemv: bool = True, pdl: str = "auto",
-                             skinny: bool = True, packed: bool = False) -> bool:
+    def enable_fused_kernels(
+        self, gemv_max_rows: int = 1, *, gemv: bool = True, pdl: str = "auto", skinny: bool = True, packed: bool = False
+    ) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
         Only for CUDA bf16/fp16 with Triton; returns whether the fused path is now on. Batches of at
@@ -287,7 +295,8 @@ class DecoderForCausalLM(nn.Module):
             layer.set_skinny(skinny, pdl, packed)
         folded = bool((self.model.norm.weight == 1).all())
         self.lm_head_pdl, self.logits_pdl, self.lm_head_skinny = lm_head_settings(
-            self.lm_head.weight, pdl, skinny and folded and self._plain_lm_head())
+            self.lm_head.weight, pdl, skinny and folded and self._plain_lm_head()
+        )
         return True
 
     def packed_copy_bytes(self) -> int:
@@ -295,8 +304,13 @@ class DecoderForCausalLM(nn.Module):
         layer's projection weights for each row class ``skinny_tuning.PACKED`` lists for this hidden size (the
         skinny GEMM's tables decide which projections are copied)."""
         classes = packed_classes(self.spec.hidden_size)
-        return classes * sum(p.numel() * p.element_size() for layer in self.model.layers
-                             for m in (layer.self_attn, layer.mlp) for p in m.parameters() if p.dim() == 2)
+        return classes * sum(
+            p.numel() * p.element_size()
+            for layer in self.model.layers
+            for m in (layer.self_attn, layer.mlp)
+            for p in m.parameters()
+            if p.dim() == 2
+        )
 
     def packed_rows(self) -> list[tuple[int, int]]:
         """The batch sizes (fewest, most rows) at which some projection reads a packed weight copy now."""
@@ -305,8 +319,9 @@ class DecoderForCausalLM(nn.Module):
 
     def packed_bytes(self) -> int:
         """GPU memory the layers' packed weight copies hold (every copy made, in use or kept for a graph)."""
-        return sum(w.numel() * w.element_size() for layer in self.model.layers
-                   for w in layer.kernels.packed_copies.values())
+        return sum(
+            w.numel() * w.element_size() for layer in self.model.layers for w in layer.kernels.packed_copies.values()
+        )
 
     def _plain_lm_head(self) -> bool:
         """An unsharded, bias-free lm_head (a vocab-parallel one gathers in its own forward)."""
@@ -327,8 +342,9 @@ class DecoderForCausalLM(nn.Module):
         """Whether a decode step of ``rows`` tokens takes its final RMSNorm and lm_head in one GEMV."""
         return lm_head_gemv_on() and self.model.gemv_rows(rows) and self._plain_lm_head()
 
-    def decode_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn,
-                      out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def decode_logits(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn, out: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """Logits of every row, for a step whose every token is sampled (decode), into ``out`` when given.
 
         Where the fused kernels allow it, the final RMSNorm rides in the lm_head's own kernel: at the
@@ -343,8 +359,16 @@ class DecoderForCausalLM(nn.Module):
         if not gemv and cfg is None:
             return self.compute_logits(self.model(input_ids, positions, attn), out=out)
         pre = self.model.forward_pre_norm(input_ids, positions, attn)
-        logits = logits_with_norm(pre, self.model.norm, self.lm_head.weight, gemv=gemv, config=cfg,
-                                  gemv_pdl=self.lm_head_pdl, tail_pdl=self.logits_pdl, out=out)
+        logits = logits_with_norm(
+            pre,
+            self.model.norm,
+            self.lm_head.weight,
+            gemv=gemv,
+            config=cfg,
+            gemv_pdl=self.lm_head_pdl,
+            tail_pdl=self.logits_pdl,
+            out=out,
+        )
         return logits if logits is not None else self.compute_logits(self.model.final_norm(pre), out=out)
 
     def compute_logits(self, hidden: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -18,6 +18,15 @@ from typing import Any, Optional
 
 import torch
 
+from .checkpoint.config_check import (
+    check_architecture_fields,
+    check_config_fields,
+    check_model_fits,
+    check_spec,
+    ignored_token_ids,
+    no_token_id_warning,
+    token_id_problem,
+)
 from .checkpoint.files import (
     SafetensorsReader,
     check_folder,
@@ -28,33 +37,29 @@ from .checkpoint.files import (
     read_json,
     tensor_locations,
 )
-from .checkpoint.config_check import (
-    check_architecture_fields,
-    check_config_fields,
-    check_model_fits,
-    check_spec,
-    token_id_problem,
-    ignored_token_ids,
-    no_token_id_warning,
-)
-from .decoder import DecoderForCausalLM
-from .errors import CheckpointError
 from .checkpoint.gguf import Progress as GGUFProgress
 from .checkpoint.gguf import gguf_folder, is_gguf
-from .parallel.layout import TensorParallel, tp_problem
-from .parallel.loading import ShardLoader, build_sharded
 from .checkpoint.paths import expand_user, utf8_path
-from .registry import architecture_name, check_model_type, model_class, resolve, spec_from_hf_config
-from .spec import ModelSpec, as_int_tuple, located
 from .checkpoint.tokenizer_check import check_tokenizer
 from .checkpoint.weight_checks import FiniteChecks, check_float_dtype, tensor_to_check
+from .decoder import DecoderForCausalLM
+from .errors import CheckpointError
+from .parallel.layout import TensorParallel, tp_problem
+from .parallel.loading import ShardLoader, build_sharded
+from .registry import architecture_name, check_model_type, model_class, resolve, spec_from_hf_config
+from .spec import ModelSpec, as_int_tuple, located
 
 log = logging.getLogger(__name__)
 
 _DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
 }
 _SERVABLE = (torch.float32, torch.bfloat16, torch.float16)
 # Tensors some exporters leave in checkpoints that carry nothing we need.
@@ -122,7 +127,9 @@ def _load_hf_config(path: Path, ignored: tuple[str, ...] = ()) -> Any:
 
 def _load_tokenizer(path: Path) -> Any:
     if not has_tokenizer_files(path):
-        raise CheckpointError(f"no tokenizer files (tokenizer.json / tokenizer_config.json / tokenizer.model) in {path}")
+        raise CheckpointError(
+            f"no tokenizer files (tokenizer.json / tokenizer_config.json / tokenizer.model) in {path}"
+        )
     _check_vocabulary_files(path)
     from transformers import AutoTokenizer
 
@@ -144,11 +151,15 @@ def _check_vocabulary_files(path: Path) -> None:
     if any((path / name).is_file() for name in _VOCABULARY_FILES):
         return
     if not (path / "tokenizer.model").is_file():
-        raise CheckpointError(f"no tokenizer vocabulary (tokenizer.json, vocab.json or tokenizer.model; "
-                              f"tokenizer_config.json alone names none) in {path}")
+        raise CheckpointError(
+            f"no tokenizer vocabulary (tokenizer.json, vocab.json or tokenizer.model; "
+            f"tokenizer_config.json alone names none) in {path}"
+        )
     if all(importlib.util.find_spec(name) is None for name in ("sentencepiece", "tiktoken")):
-        raise CheckpointError(f"the tokenizer is only a tokenizer.model (no tokenizer.json), and reading it needs "
-                              f"the sentencepiece package (pip install sentencepiece) in {path}")
+        raise CheckpointError(
+            f"the tokenizer is only a tokenizer.model (no tokenizer.json), and reading it needs "
+            f"the sentencepiece package (pip install sentencepiece) in {path}"
+        )
 
 
 def _stop_tokens(spec: ModelSpec, path: Path, tokenizer: Any, allow_external: bool = False) -> tuple[int, ...]:
@@ -182,8 +193,9 @@ def _generation_eos(value: Any, vocab_size: int, file: Path) -> tuple[int, ...]:
     return as_int_tuple(value)
 
 
-def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
-                 tp: Optional[TensorParallel] = None) -> DecoderForCausalLM:
+def _materialise(
+    spec: ModelSpec, device: torch.device | str, dtype: torch.dtype, tp: Optional[TensorParallel] = None
+) -> DecoderForCausalLM:
     """Build without allocating or initialising, then get uninitialised storage on `device`
     (a tensor-parallel rank builds only its shard)."""
     with torch.device("meta"):
@@ -195,8 +207,9 @@ def _materialise(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype
 
 
 @torch.no_grad()
-def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path,
-                  shard: Optional[ShardLoader] = None) -> None:
+def _copy_weights(
+    model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path, shard: Optional[ShardLoader] = None
+) -> None:
     """Every parameter from its safetensors file, by HF name; ``shard``: this rank's slices only."""
     params = dict(model.named_parameters())  # deduplicated: a tied lm_head is not listed
     missing = [name for name in params if name not in locations]
@@ -211,8 +224,7 @@ def _copy_weights(model: DecoderForCausalLM, locations: dict[str, Path], device:
             reader = SafetensorsReader(file, device if shard is None else "cpu")
             for name in names:
                 if name not in reader.names:
-                    raise CheckpointError(
-                        f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
+                    raise CheckpointError(f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
                 got = reader.shape(name)
                 want = shard.full_shape(name) if shard is not None else tuple(params[name].shape)
                 if got != want:
@@ -242,8 +254,12 @@ def _tie_as_stored(spec: ModelSpec, locations: dict[str, Path], path: Path) -> M
         return spec
     if _stored_equal(locations[_EMBED], _EMBED, locations[_LM_HEAD], _LM_HEAD):
         return spec
-    log.warning("tie_word_embeddings is true but the stored %s differs from %s: untied, as transformers does, "
-                "in %s", _LM_HEAD, _EMBED, path)
+    log.warning(
+        "tie_word_embeddings is true but the stored %s differs from %s: untied, as transformers does, in %s",
+        _LM_HEAD,
+        _EMBED,
+        path,
+    )
     return replace(spec, tie_word_embeddings=False)
 
 
@@ -292,8 +308,9 @@ class CheckpointMeta:
     source: Optional[Path] = None  # what the user named: the folder, or the .gguf file it came from
 
 
-def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False,
-                    progress: Optional[GGUFProgress] = None) -> CheckpointMeta:
+def read_checkpoint(
+    path: str | Path, *, allow_external_weights: bool = False, progress: Optional[GGUFProgress] = None
+) -> CheckpointMeta:
     """The cheap checks and reads (folder, config, architecture, weight files, tokenizer), in that order,
     so a bad path fails in milliseconds with one clear line. Files must resolve inside the folder
     (``allow_external_weights`` admits symbolic links out of it) and config.json values are validated
@@ -320,9 +337,14 @@ def read_checkpoint(path: str | Path, *, allow_external_weights: bool = False,
 
 
 def load_checkpoint(
-    path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | str | None = None,
-    tp: Optional[TensorParallel] = None, meta: Optional[CheckpointMeta] = None, *,
-    allow_external_weights: bool = False, progress: Optional[GGUFProgress] = None,
+    path: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | str | None = None,
+    tp: Optional[TensorParallel] = None,
+    meta: Optional[CheckpointMeta] = None,
+    *,
+    allow_external_weights: bool = False,
+    progress: Optional[GGUFProgress] = None,
 ) -> LoadedCheckpoint:
     """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder, or a ``.gguf`` file of one
     (dequantized once into a cached folder, models/checkpoint/gguf.py).
@@ -341,13 +363,17 @@ def load_checkpoint(
         meta = read_checkpoint(path, allow_external_weights=allow_external_weights, progress=progress)
     model = load_weights(meta.path, meta.spec, device, resolve_dtype(dtype, meta.hf_config), tp, meta.locations)
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.source or meta.path, meta.hf_config,
-                            weights_bytes)
+    return LoadedCheckpoint(model, meta.tokenizer, meta.spec, meta.source or meta.path, meta.hf_config, weights_bytes)
 
 
 def load_weights(
-    path: Path, spec: ModelSpec, device: torch.device | str, dtype: torch.dtype,
-    tp: Optional[TensorParallel] = None, locations: Optional[dict[str, Path]] = None, *,
+    path: Path,
+    spec: ModelSpec,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    tp: Optional[TensorParallel] = None,
+    locations: Optional[dict[str, Path]] = None,
+    *,
     allow_external_weights: bool = False,
 ) -> DecoderForCausalLM:
     """The decoder of ``spec`` (a tensor-parallel rank: its shard) with its weights from ``path``.
@@ -366,6 +392,5 @@ def load_weights(
     model = _materialise(spec, device_str, dtype, tp)
     if locations is None:
         locations = tensor_locations(path, allow_external_weights)
-    _copy_weights(model, locations, device_str, path,
-                  ShardLoader(spec, tp) if sharded else None)
+    _copy_weights(model, locations, device_str, path, ShardLoader(spec, tp) if sharded else None)
     return model.eval().requires_grad_(False)

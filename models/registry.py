@@ -47,14 +47,24 @@ class Family:
 _NO = _const(False)
 ARCHITECTURES: dict[str, Family] = {
     "LlamaForCausalLM": Family(
-        DecoderForCausalLM, "llama",
-        qkv_bias=_flag("attention_bias"), o_bias=_flag("attention_bias"), mlp_bias=_flag("mlp_bias"), qk_norm=False,
+        DecoderForCausalLM,
+        "llama",
+        qkv_bias=_flag("attention_bias"),
+        o_bias=_flag("attention_bias"),
+        mlp_bias=_flag("mlp_bias"),
+        qk_norm=False,
     ),
     "MistralForCausalLM": Family(DecoderForCausalLM, "mistral", qkv_bias=_NO, o_bias=_NO, mlp_bias=_NO, qk_norm=False),
-    "Qwen2ForCausalLM": Family(DecoderForCausalLM, "qwen2", qkv_bias=_const(True), o_bias=_NO, mlp_bias=_NO, qk_norm=False),
+    "Qwen2ForCausalLM": Family(
+        DecoderForCausalLM, "qwen2", qkv_bias=_const(True), o_bias=_NO, mlp_bias=_NO, qk_norm=False
+    ),
     "Qwen3ForCausalLM": Family(
-        DecoderForCausalLM, "qwen3",
-        qkv_bias=_flag("attention_bias"), o_bias=_flag("attention_bias"), mlp_bias=_NO, qk_norm=True,
+        DecoderForCausalLM,
+        "qwen3",
+        qkv_bias=_flag("attention_bias"),
+        o_bias=_flag("attention_bias"),
+        mlp_bias=_NO,
+        qk_norm=True,
     ),
 }
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(ARCHITECTURES)
@@ -93,9 +103,13 @@ def check_model_type(config: dict[str, Any], where: str | None = None) -> None:
         return
     family = resolve(str(archs[0]), where)
     if model_type != family.model_type:
-        raise CheckpointError(located(
-            f"config.json: 'architectures' names {archs[0]} (model_type '{family.model_type}') but 'model_type' is "
-            f"{model_type!r}, which transformers would build instead: refused", where))
+        raise CheckpointError(
+            located(
+                f"config.json: 'architectures' names {archs[0]} (model_type '{family.model_type}') but 'model_type' is "
+                f"{model_type!r}, which transformers would build instead: refused",
+                where,
+            )
+        )
 
 
 def spec_from_hf_config(config: Any, where: str | None = None) -> ModelSpec:
@@ -113,7 +127,9 @@ def spec_from_hf_config(config: Any, where: str | None = None) -> ModelSpec:
     max_pos = int(config.max_position_embeddings)
     window = getattr(config, "sliding_window", None)
     if window is not None and int(window) < max_pos:
-        problem = f"sliding_window={window} < max_position_embeddings={max_pos}: sliding-window attention is not implemented"
+        problem = (
+            f"sliding_window={window} < max_position_embeddings={max_pos}: sliding-window attention is not implemented"
+        )
         raise CheckpointError(located(problem, where))
     theta, scaling = read_rope(config, max_pos, where)
     return ModelSpec(

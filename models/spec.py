@@ -102,7 +102,9 @@ def _quoted(value: Any) -> str:
     return f"'{value}'" if isinstance(value, str) else repr(value)
 
 
-def read_rope(config: Any, max_position_embeddings: int, where: str | None = None) -> tuple[float, dict[str, Any] | None]:
+def read_rope(
+    config: Any, max_position_embeddings: int, where: str | None = None
+) -> tuple[float, dict[str, Any] | None]:
     """(rope_theta, normalised rope_scaling or None) from either config layout."""
     params = getattr(config, "rope_parameters", None)
     legacy = getattr(config, "rope_scaling", None)
@@ -135,4 +137,3 @@ def _pretraining_context(config: Any, rope: dict[str, Any], max_position_embeddi
     if top_level is not None:
         return top_level
     return rope.get("original_max_position_embeddings", max_position_embeddings)
-

@@ -15,8 +15,16 @@ import os
 import sys
 from pathlib import Path
 
-COMMANDS = (["--help"], ["trace", "--help"], ["trace", "summary", "--help"], ["trace", "export", "--help"],
-            ["advise", "--help"], ["attach", "--help"], ["ps", "--help"], ["serve", "--help"])
+COMMANDS = (
+    ["--help"],
+    ["trace", "--help"],
+    ["trace", "summary", "--help"],
+    ["trace", "export", "--help"],
+    ["advise", "--help"],
+    ["attach", "--help"],
+    ["ps", "--help"],
+    ["serve", "--help"],
+)
 WIDTH = "100"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 START, END = "<!-- cli-help:start -->", "<!-- cli-help:end -->"
@@ -38,8 +46,11 @@ def markdown() -> str:
     before = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH  # argparse wraps to the terminal's width
     try:
-        blocks = [f"<details><summary><code>graphtop {' '.join(argv)}</code></summary>\n\n```text\n"
-                  f"{help_text(argv)}\n```\n\n</details>" for argv in COMMANDS]
+        blocks = [
+            f"<details><summary><code>graphtop {' '.join(argv)}</code></summary>\n\n```text\n"
+            f"{help_text(argv)}\n```\n\n</details>"
+            for argv in COMMANDS
+        ]
     finally:
         if before is None:
             del os.environ["COLUMNS"]

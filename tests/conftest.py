@@ -11,6 +11,9 @@ from typing import Any, Callable
 
 import pytest
 
+# fixtures shared by several folders: private_cache_dir (cli_support), ckpt (load_support)
+pytest_plugins = ["support.cli_support", "support.load_support"]
+
 
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
@@ -47,8 +50,14 @@ def make_engine() -> Callable[..., Any]:
     def make(path: Path, bus: Any = None, graphs: Any = None, **overrides: Any) -> Engine:
         if graphs is False:
             graphs = GraphConfig(decode_backend="disabled", prefill_backend="disabled")
-        kwargs: dict[str, Any] = dict(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
-                                     chunked_prefill_size=64, capture_before_serving=True)
+        kwargs: dict[str, Any] = dict(
+            device="cpu",
+            dtype="float32",
+            max_total_tokens=4096,
+            max_running_requests=8,
+            chunked_prefill_size=64,
+            capture_before_serving=True,
+        )
         kwargs.update(overrides)
         config = EngineConfig(graphs=graphs if graphs is not None else GraphConfig(), **kwargs)
         return Engine.from_pretrained(path, config=config, bus=bus)

@@ -6,11 +6,9 @@ shows each one would catch the import it forbids, by adding that import to the r
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import grimp
-from support.paths import REPO
 import pytest
+from support.paths import REPO
 
 importlinter = pytest.importorskip("importlinter")
 from importlinter import configuration  # noqa: E402
@@ -26,10 +24,15 @@ class _GraphWith:
     def __init__(self, importer: str, imported: str) -> None:
         self.importer, self.imported = importer, imported
 
-    def build(self, root_package_names, cache_dir, include_external_packages=False,
-              exclude_type_checking_imports=False):
-        graph = grimp.build_graph(*root_package_names, include_external_packages=include_external_packages,
-                                  exclude_type_checking_imports=exclude_type_checking_imports, cache_dir=None)
+    def build(
+        self, root_package_names, cache_dir, include_external_packages=False, exclude_type_checking_imports=False
+    ):
+        graph = grimp.build_graph(
+            *root_package_names,
+            include_external_packages=include_external_packages,
+            exclude_type_checking_imports=exclude_type_checking_imports,
+            cache_dir=None,
+        )
         graph.add_import(importer=self.importer, imported=self.imported, line_number=1, line_contents="import")
         return graph
 
@@ -76,10 +79,12 @@ def test_dashboard_model_loads_without_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.telemetry.summary,"
-            " graphtop.engine.telemetry.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config,"
-            " graphtop.engine.telemetry.metrics;"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.telemetry.summary,"
+        " graphtop.engine.telemetry.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config,"
+        " graphtop.engine.telemetry.metrics;"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -36,17 +36,17 @@ from graphtop.themes import DEFAULT_THEME, STYLESHEETS
 
 from .bindings import APP_BINDINGS
 from .commands import GraphtopCommands
-from .screens.dashboard import DashboardScreen
 from .device_probe import DeviceProbe, DeviceSample
 from .early_keys import EarlyKeys
 from .file_actions import FileActions
 from .graph_actions import GraphActions
 from .messages import DeviceSampled, EngineFailed, EngineReady
-from .widgets.prompt_console import PromptConsole
 from .safe_text import printable
+from .screens.dashboard import DashboardScreen
 from .sessions.base import Session, SessionError
 from .state import DashboardState
 from .usage import error_line
+from .widgets.prompt_console import PromptConsole
 
 if TYPE_CHECKING:  # the engine package imports torch; the first frame must not wait for it
     from graphtop.engine.telemetry.events import Event
@@ -147,8 +147,12 @@ class GraphtopApp(GraphActions, FileActions):
     async def on_event(self, event: events.Event) -> None:
         """Text keys are held while the prompt cannot take them yet (``early_keys``)."""
         early = self._early_keys
-        if (early is not None and isinstance(event, events.Key) and not event.is_forwarded
-                and early.hold(event.key, event.character)):
+        if (
+            early is not None
+            and isinstance(event, events.Key)
+            and not event.is_forwarded
+            and early.hold(event.key, event.character)
+        ):
             return
         await super().on_event(event)
 
@@ -161,16 +165,24 @@ class GraphtopApp(GraphActions, FileActions):
     TOAST_REPAINT_AFTER_S = 0.5
     """How long after a toast's timeout the screen is repainted (``_repaint_after_toast``)."""
 
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: Optional[float] = None, markup: bool = False) -> None:
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: Optional[float] = None,
+        markup: bool = False,
+    ) -> None:
         """Every toast shows its text as it is: never as markup, controls as stand-ins; and it goes.
 
         Toasts carry paths the user typed, engine errors and logs, and a remote engine's words; with
         Textual's default (markup on) ``[/INST]`` crashed the app and ``[@click=app.quit]`` made a
         toast that quit it. Widgets' ``notify`` passes ``markup=True`` through, so it is ignored here.
         """
-        super().notify(printable(str(message)), title=printable(str(title)), severity=severity,
-                       timeout=timeout, markup=False)
+        super().notify(
+            printable(str(message)), title=printable(str(title)), severity=severity, timeout=timeout, markup=False
+        )
         shown_for = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
         self.set_timer(shown_for + self.TOAST_REPAINT_AFTER_S, self._repaint_after_toast, name="graphtop-toast")
 
@@ -313,8 +325,9 @@ class GraphtopApp(GraphActions, FileActions):
         """Engine log records become notifications; an engine that went away is said once."""
         for level, message in live.drain_logs():
             if level >= logging.WARNING:
-                self.notify(message, title="engine", severity="error" if level >= logging.ERROR else "warning",
-                            timeout=12)
+                self.notify(
+                    message, title="engine", severity="error" if level >= logging.ERROR else "warning", timeout=12
+                )
         ended = live.ended
         if ended and ended != self._ended_seen:
             self._ended_seen = ended
@@ -358,11 +371,19 @@ class GraphtopApp(GraphActions, FileActions):
         ev: Any
         for ev in events:
             if ev.type == "error":
-                self.notify(ev.message, title=f"engine error in {ev.where or '?'}",
-                            severity="error", timeout=30 if ev.fatal else 8)
+                self.notify(
+                    ev.message,
+                    title=f"engine error in {ev.where or '?'}",
+                    severity="error",
+                    timeout=30 if ev.fatal else 8,
+                )
             elif ev.type == "config_downgrade":
-                self.notify(f"{ev.key}: {ev.old} → {ev.new} ({ev.reason})", title="config downgraded",
-                            severity="warning", timeout=10)
+                self.notify(
+                    f"{ev.key}: {ev.old} → {ev.new} ({ev.reason})",
+                    title="config downgraded",
+                    severity="warning",
+                    timeout=10,
+                )
             elif ev.type == "recapture_finished":
                 if ev.ok:
                     self.notify(f"{ev.message or 'done'} in {ev.seconds:.2f}s", title="recapture finished")

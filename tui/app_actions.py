@@ -35,6 +35,7 @@ class AppActions(App[int]):
     _stop: threading.Event
 
     if TYPE_CHECKING:  # GraphtopApp's
+
         def render_all(self, *, force: bool = False, now: Optional[float] = None) -> None: ...
         def render_status(self, *, force: bool = False) -> None: ...
         def pump(self, *, now: Optional[float] = None) -> int: ...
@@ -104,7 +105,7 @@ class AppActions(App[int]):
         self.render_status(force=True)
 
     def action_focus_prompt(self) -> None:
-        """"/" asks for the prompt, so a console hidden from the palette comes back for it. The focus
+        """ "/" asks for the prompt, so a console hidden from the palette comes back for it. The focus
         moves at once (``DashboardScreen.focus_prompt``): keys typed right after "/" are the prompt's."""
         dashboard = self.dashboard
         if "console" in dashboard.hidden:
@@ -122,8 +123,10 @@ class AppActions(App[int]):
         if self.dashboard.show_view(name):
             self.render_all(force=True)
         else:  # a key that does nothing must say why
-            self.notify(f"the {name} view has nothing to show: its panels are hidden (palette) or not in use",
-                        severity="warning")
+            self.notify(
+                f"the {name} view has nothing to show: its panels are hidden (palette) or not in use",
+                severity="warning",
+            )
 
     def action_toggle_panel(self, name: str) -> None:
         self.dashboard.toggle_panel(name)

@@ -28,6 +28,7 @@ class PaletteActions(Protocol):
     def action_toggle_panel(self, name: str) -> None: ...
     def action_toggle_parity(self) -> None: ...
 
+
 PANEL_NAMES = {
     "capture": "graph capture",
     "ledger": "memory ledger",
@@ -45,12 +46,21 @@ class GraphtopCommands(Provider):
         app: PaletteActions = self.app  # type: ignore[assignment]
         live = app.session.kind == "live"
         if live:
-            yield ("Recapture graphs (edit buckets)", "open the bucket editor with its what-if preview",
-                   app.action_buckets)
-            yield ("Recapture graphs with the current buckets", "re-run capture, e.g. after memory changed",
-                   app.action_recapture_same)
-            yield ("Toggle parity checks (graph vs eager)",
-                   "re-run one graph step in 64 eagerly and compare logits, or stop", app.action_toggle_parity)
+            yield (
+                "Recapture graphs (edit buckets)",
+                "open the bucket editor with its what-if preview",
+                app.action_buckets,
+            )
+            yield (
+                "Recapture graphs with the current buckets",
+                "re-run capture, e.g. after memory changed",
+                app.action_recapture_same,
+            )
+            yield (
+                "Toggle parity checks (graph vs eager)",
+                "re-run one graph step in 64 eagerly and compare logits, or stop",
+                app.action_toggle_parity,
+            )
         yield ("Export trace", "write the events seen so far as a JSONL trace", app.action_export_trace)
         yield ("Open trace", "replay a recorded trace in these panels", app.action_open_trace)
         if app.live_session is not None and not live:

@@ -102,8 +102,13 @@ class DeviceProbe:
         vm = ps.virtual_memory()
         rss = self._proc.memory_info().rss if self._proc is not None else 0
         return DeviceSample(
-            gpus, note or (None if gpus else "no NVIDIA GPU"), float(ps.cpu_percent(interval=None)),
-            os.cpu_count() or 1, int(vm.total - vm.available), int(vm.total), int(rss),
+            gpus,
+            note or (None if gpus else "no NVIDIA GPU"),
+            float(ps.cpu_percent(interval=None)),
+            os.cpu_count() or 1,
+            int(vm.total - vm.available),
+            int(vm.total),
+            int(rss),
         )
 
     def close(self) -> None:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU, free_applies
 
-__all__ = ["Explanation", "FALLBACK_REASONS", "LEDGER_ROWS", "STATUS_ITEMS", "explain_fallback",
-           "explain_ledger_row"]
+__all__ = ["Explanation", "FALLBACK_REASONS", "LEDGER_ROWS", "STATUS_ITEMS", "explain_fallback", "explain_ledger_row"]
 
 
 @dataclass(frozen=True)
@@ -30,58 +29,79 @@ class Explanation:
 FALLBACK_REASONS: dict[str, Explanation] = {
     "phase_disabled": Explanation(
         "graphs for this phase are off (config, --disable-cuda-graph, or downgraded at start)",
-        "turn them on with --cuda-graph-backend-decode/-prefill, or read the config-downgrade notice"),
+        "turn them on with --cuda-graph-backend-decode/-prefill, or read the config-downgrade notice",
+    ),
     "no_cuda_graphs": Explanation(
         "this device cannot capture CUDA graphs and emulation is off",
-        "run on a CUDA GPU, or drop --no-graph-emulation to emulate graphs"),
+        "run on a CUDA GPU, or drop --no-graph-emulation to emulate graphs",
+    ),
     "exceeds_max_bucket": Explanation(
         "the decode batch has more requests than the largest decode bucket",
-        "add a larger decode bucket (b; ctrl+o advises) or lower --max-running-requests"),
+        "add a larger decode bucket (b; ctrl+o advises) or lower --max-running-requests",
+    ),
     "prefill_tokens_over_max_bucket": Explanation(
         "the prefill step has more tokens than the largest prefill bucket",
-        "add a larger prefill bucket (b) or lower --chunked-prefill-size"),
+        "add a larger prefill bucket (b) or lower --chunked-prefill-size",
+    ),
     "prefill_padding_over_cap": Explanation(
         "padding up to the next prefill bucket would waste more than the padding cap allows",
-        "add a bucket near these sizes (b; ctrl+o advises) or raise --cuda-graph-max-padding-waste"),
+        "add a bucket near these sizes (b; ctrl+o advises) or raise --cuda-graph-max-padding-waste",
+    ),
     "context_exceeds_graph": Explanation(
         "a request's context is longer than the decode graph's page table",
-        "raise --max-context-len (graphs are sized from it) or send shorter requests"),
+        "raise --max-context-len (graphs are sized from it) or send shorter requests",
+    ),
     "capture_failed": Explanation(
         "the bucket this step needs failed to capture (e.g. out of memory) and was dropped",
-        "see why in the capture panel (c); free memory, then recapture"),
+        "see why in the capture panel (c); free memory, then recapture",
+    ),
     "recapture_in_progress": Explanation(
         "graphs are being recaptured and this step's new bucket is not captured yet",
-        "nothing: it ends when the recapture finishes (capture panel)"),
+        "nothing: it ends when the recapture finishes (capture panel)",
+    ),
     "not_yet_captured": Explanation(
         "the engine serves while its first capture runs and this step's bucket is not captured yet",
-        "nothing: the bucket serves as soon as it is captured"),
+        "nothing: the bucket serves as soon as it is captured",
+    ),
     "no_graphs_captured": Explanation(
         "graphs are on for this phase but no bucket survived the limits and capture failures",
-        "check the bucket list against the limits, and the capture panel"),
+        "check the bucket list against the limits, and the capture panel",
+    ),
 }
 """Every ``FallbackReason`` value (engine/graphs/fallback.py) with its meaning and remedy."""
 
-UNKNOWN_REASON = Explanation("a reason this graphtop does not know (an older or hand-made trace)",
-                             "see the engine that wrote it")
+UNKNOWN_REASON = Explanation(
+    "a reason this graphtop does not know (an older or hand-made trace)", "see the engine that wrote it"
+)
 
 LEDGER_ROWS: dict[str, Explanation] = {
-    "weights": Explanation("the model's parameters on the device",
-                           "fixed by the model and dtype (--dtype)"),
-    "KV pool": Explanation("cache pages for the tokens of running requests",
-                           "more pool, more tokens in flight: --mem-fraction-static (CUDA), --kv-budget-mb (CPU)"),
-    "decode graphs": Explanation("memory the captured decode graphs hold",
-                                 "fewer or smaller decode buckets free it (b, c shows each bucket's cost)"),
-    "prefill graphs": Explanation("memory the captured prefill graphs hold",
-                                  "fewer or smaller prefill buckets free it (b, c shows each bucket's cost)"),
-    "reserve": Explanation("activations and workspaces kept free for eager steps and sampling",
-                           "sized by the engine from the largest step; smaller chunks need less"),
-    "free": Explanation("device memory nobody holds: headroom",
-                        "spend it on the KV pool (--mem-fraction-static) or more graph buckets"),
+    "weights": Explanation("the model's parameters on the device", "fixed by the model and dtype (--dtype)"),
+    "KV pool": Explanation(
+        "cache pages for the tokens of running requests",
+        "more pool, more tokens in flight: --mem-fraction-static (CUDA), --kv-budget-mb (CPU)",
+    ),
+    "decode graphs": Explanation(
+        "memory the captured decode graphs hold",
+        "fewer or smaller decode buckets free it (b, c shows each bucket's cost)",
+    ),
+    "prefill graphs": Explanation(
+        "memory the captured prefill graphs hold",
+        "fewer or smaller prefill buckets free it (b, c shows each bucket's cost)",
+    ),
+    "reserve": Explanation(
+        "activations and workspaces kept free for eager steps and sampling",
+        "sized by the engine from the largest step; smaller chunks need less",
+    ),
+    "free": Explanation(
+        "device memory nobody holds: headroom", "spend it on the KV pool (--mem-fraction-static) or more graph buckets"
+    ),
 }
 """The memory ledger's rows, as the panel names them."""
 
-CPU_FREE = Explanation(f"{FREE_ON_CPU}: host memory has no device limit to be free of",
-                       "nothing to tune; the KV pool is sized by --kv-budget-mb")
+CPU_FREE = Explanation(
+    f"{FREE_ON_CPU}: host memory has no device limit to be free of",
+    "nothing to tune; the KV pool is sized by --kv-budget-mb",
+)
 
 STATUS_ITEMS: tuple[tuple[str, str], ...] = (
     ("model", "the checkpoint served (demo: random weights)"),

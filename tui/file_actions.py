@@ -79,8 +79,10 @@ def trace_to_open(text: str) -> Path:
     path = path_from_text(text)
     kind = "a folder" if path.is_dir() else special_kind(path)
     if kind is not None:
-        raise PathTextError(f"{path} is {kind}, not a trace file: the dashboard opens regular files only "
-                            "(graphtop --replay reads a FIFO)")
+        raise PathTextError(
+            f"{path} is {kind}, not a trace file: the dashboard opens regular files only "
+            "(graphtop --replay reads a FIFO)"
+        )
     return path
 
 
@@ -107,8 +109,10 @@ def refuse_fifo_export(target: "str | Path") -> None:
     """An export never opens a FIFO: with no reader the worker would wait in open() forever and hold up
     the dashboard's exit (``graphtop --record`` writes one by design; the dashboard does not)."""
     if is_fifo(target):
-        raise PathTextError(f"{target} is a FIFO: the dashboard would wait for a reader forever; give a file "
-                            "path (graphtop --record writes a FIFO)")
+        raise PathTextError(
+            f"{target} is a FIFO: the dashboard would wait for a reader forever; give a file "
+            "path (graphtop --record writes a FIFO)"
+        )
 
 
 class FileActions(AppActions):
@@ -121,15 +125,25 @@ class FileActions(AppActions):
         for command in super().get_system_commands(screen):
             if command.title != "Screenshot":
                 yield command
-        yield SystemCommand("Screenshot", "Save an SVG screenshot (asks where; the current directory by default)",
-                            self.action_screenshot_prompt)
+        yield SystemCommand(
+            "Screenshot",
+            "Save an SVG screenshot (asks where; the current directory by default)",
+            self.action_screenshot_prompt,
+        )
 
     # ------------------------------------------------------------------ screenshot
     def action_screenshot_prompt(self) -> None:
         name = stamped("graphtop", ".svg")
-        self.push_screen(PathPromptScreen("Save a screenshot (SVG)", name, f"in {Path.cwd()}", verb="saves",
-                                          target=lambda text: writable_target(text, name, "screenshot")),
-                         callback=self._screenshot_to)
+        self.push_screen(
+            PathPromptScreen(
+                "Save a screenshot (SVG)",
+                name,
+                f"in {Path.cwd()}",
+                verb="saves",
+                target=lambda text: writable_target(text, name, "screenshot"),
+            ),
+            callback=self._screenshot_to,
+        )
 
     def _screenshot_to(self, text: Optional[str]) -> None:
         if text:  # after the dialog is gone, so the picture is of the dashboard
@@ -159,9 +173,13 @@ class FileActions(AppActions):
         events = len(self.state.recorded)
         name = stamped("graphtop", ".jsonl")
         self.push_screen(
-            PathPromptScreen("Export trace (JSONL)", name,
-                             f"{events:,} events in memory · saved in {Path.cwd()}", verb="exports",
-                             target=lambda text: self._export_target(text, name)),
+            PathPromptScreen(
+                "Export trace (JSONL)",
+                name,
+                f"{events:,} events in memory · saved in {Path.cwd()}",
+                verb="exports",
+                target=lambda text: self._export_target(text, name),
+            ),
             callback=self._export_to,
         )
 
@@ -192,25 +210,34 @@ class FileActions(AppActions):
         source = replay.path if replay is not None else None  # never export over the trace being played
         try:
             refuse_fifo_export(path)  # again: a FIFO may have taken its place since (write_trace checks the rest)
-            n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label},
-                            source=source)
+            n = write_trace(path, events, meta={"source": "graphtop tui", "label": self.session.label}, source=source)
         except OSError as exc:
-            self.call_from_thread(self.notify, f"{path}: {exc.strerror or exc}", title="export failed",
-                                  severity="error")
+            self.call_from_thread(
+                self.notify, f"{path}: {exc.strerror or exc}", title="export failed", severity="error"
+            )
         except (OutputPathError, PathTextError) as exc:
             self.call_from_thread(self.notify, str(exc), title="export failed", severity="error")
         except Exception as exc:  # noqa: BLE001 - the worker's errors are not raised anywhere: say them
-            self.call_from_thread(self.notify, f"{path}: {type(exc).__name__}: {exc}", title="export failed",
-                                  severity="error")
+            self.call_from_thread(
+                self.notify, f"{path}: {type(exc).__name__}: {exc}", title="export failed", severity="error"
+            )
         else:
             left_out = sum(1 for ev in events if ev.type != "trace_header") - n  # the reader would refuse them
             note = f"\n({left_out:,} left out: numbers a trace cannot hold, e.g. NaN)" if left_out else ""
             self.call_from_thread(self.notify, f"{n:,} events → {name_then_folder(path)}{note}", title="trace exported")
 
     def action_open_trace(self) -> None:
-        self.push_screen(PathPromptScreen("Open trace", "", f"a .jsonl trace written by graphtop · from {Path.cwd()}",
-                                          verb="opens", source=trace_to_open, choices=".jsonl"),
-                         callback=self.open_trace)
+        self.push_screen(
+            PathPromptScreen(
+                "Open trace",
+                "",
+                f"a .jsonl trace written by graphtop · from {Path.cwd()}",
+                verb="opens",
+                source=trace_to_open,
+                choices=".jsonl",
+            ),
+            callback=self.open_trace,
+        )
 
     def open_trace(self, path: Optional[str]) -> "Optional[Worker[None]]":
         """Switch the panels to a replay of ``path`` once it is read (the live engine keeps running).

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from .state import DashboardState
 
 
-def editor_lists(state: "DashboardState", live: tuple[Optional[list[int]], Optional[list[int]]]
-                 ) -> tuple[list[int], list[int], bool]:
+def editor_lists(
+    state: "DashboardState", live: tuple[Optional[list[int]], Optional[list[int]]]
+) -> tuple[list[int], list[int], bool]:
     """(decode, prefill, recapturing): the lists the bucket editor starts from.
 
     A phase being recaptured (requested, or its latest capture pass unfinished) starts from the list
@@ -26,8 +27,10 @@ def editor_lists(state: "DashboardState", live: tuple[Optional[list[int]], Optio
     cannot say), else from its last capture pass.
     """
     pending = state.recapture_pending
-    asked = {"decode": pending.decode_bs if pending else None,
-             "prefill": pending.prefill_num_tokens if pending else None}
+    asked = {
+        "decode": pending.decode_bs if pending else None,
+        "prefill": pending.prefill_num_tokens if pending else None,
+    }
     out: list[list[int]] = []
     recapturing = pending is not None
     for phase, engine_list in zip(("decode", "prefill"), live):
@@ -71,7 +74,9 @@ class GraphActions(AppActions):
         kv = self.state.kv
         self.push_screen(
             BucketEditorScreen(
-                decode, prefill, history=self.state.whatif_inputs(),
+                decode,
+                prefill,
+                history=self.state.whatif_inputs(),
                 max_running=limits.max_running or (kv.max_running if kv else None),
                 kv_capacity=limits.kv_capacity_tokens or (kv.capacity_tokens if kv else None),
                 max_buckets={ph: self.state.graph_max_bucket(ph) for ph in ("decode", "prefill")},
@@ -117,6 +122,5 @@ class GraphActions(AppActions):
             self.notify(str(exc), title="parity checks refused", severity="error")
             return
         self.live_state.set_parity_setting(every)
-        self.notify(f"one graph step in {every} re-run eagerly and compared" if every else "off",
-                    title="parity checks")
+        self.notify(f"one graph step in {every} re-run eagerly and compared" if every else "off", title="parity checks")
         self.render_all(force=True)

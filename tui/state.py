@@ -65,9 +65,13 @@ def _finite_step(ev: StepEvent) -> StepEvent:
     (neutral in the sums the tallies and the what-if make; None there would break their arithmetic)."""
     r, g, b = ev.replay_ms, ev.segment_ms, ev.break_ms
     try:  # every step is folded: the usual all-valid step costs these comparisons only
-        if (0.0 <= ev.host_ms <= MAX_FLOAT and 0.0 <= ev.padding_waste <= MAX_FLOAT
-                and (r is None or 0.0 <= r <= MAX_FLOAT) and (g is None or 0.0 <= g <= MAX_FLOAT)
-                and (b is None or 0.0 <= b <= MAX_FLOAT)):
+        if (
+            0.0 <= ev.host_ms <= MAX_FLOAT
+            and 0.0 <= ev.padding_waste <= MAX_FLOAT
+            and (r is None or 0.0 <= r <= MAX_FLOAT)
+            and (g is None or 0.0 <= g <= MAX_FLOAT)
+            and (b is None or 0.0 <= b <= MAX_FLOAT)
+        ):
             return ev
     except TypeError:  # not a number at all: the checks below say which
         pass
@@ -167,7 +171,8 @@ class DashboardState:
         backend = body.get("backend")
         sizes = body.get(_BUCKET_KEYS.get(phase, ""))
         valid = isinstance(sizes, (list, tuple)) and all(
-            type(b) is int and 1 <= b <= MAX_INT for b in sizes)  # type(): a bool is no bucket
+            type(b) is int and 1 <= b <= MAX_INT for b in sizes
+        )  # type(): a bool is no bucket
         return PhaseGraphs(
             backend=backend if isinstance(backend, str) else None,
             buckets=tuple(sizes) if valid else (),
@@ -185,8 +190,9 @@ class DashboardState:
         config = self.info.graph_config if self.info is not None else None
         if isinstance(config, dict) and not config.get("available", True):
             return []
-        return [phase for phase in _BUCKET_KEYS
-                if (part := self.phase_graphs(phase)).backend != "disabled" and part.buckets]
+        return [
+            phase for phase in _BUCKET_KEYS if (part := self.phase_graphs(phase)).backend != "disabled" and part.buckets
+        ]
 
     @property
     def capturing(self) -> bool:
@@ -274,8 +280,10 @@ class DashboardState:
                 break
             for phase, cap in phases.items():
                 for bucket, why in sorted(cap.failed.items()):
-                    lines.append(f"rank {rank}: {phase} bucket {bucket} failed ({why or 'no reason'}); "
-                                 "every rank runs it eagerly")
+                    lines.append(
+                        f"rank {rank}: {phase} bucket {bucket} failed ({why or 'no reason'}); "
+                        "every rank runs it eagerly"
+                    )
         return lines
 
     # ------------------------------------------------------------------ folding

@@ -11,7 +11,7 @@ import io
 from typing import Any, Callable, Optional
 
 from .device_probe import DeviceSample, GpuSample
-from .sessions.fake import GiB, FakeSession, boot_events, step_events
+from .sessions.fake import FakeSession, GiB, boot_events, step_events
 
 FIXED_DEVICE = DeviceSample(
     gpus=(GpuSample(0, "NVIDIA H200", 118 * GiB, 141 * GiB, 87.0, 612.0, 700.0, 61.0),),
@@ -30,8 +30,15 @@ def fixed_app(theme: Optional[str] = None, *, emulated: bool = False, session: A
     from .app import GraphtopApp
 
     session = session or FakeSession(boot_events(emulated=emulated) + step_events(60))
-    return GraphtopApp(session, theme_name=theme, poll_device=False, device_sample=FIXED_DEVICE, animate=False,
-                       notify_events=False, tick_hz=None)
+    return GraphtopApp(
+        session,
+        theme_name=theme,
+        poll_device=False,
+        device_sample=FIXED_DEVICE,
+        animate=False,
+        notify_events=False,
+        tick_hz=None,
+    )
 
 
 def screen_text(app: Any) -> str:
@@ -39,8 +46,16 @@ def screen_text(app: Any) -> str:
     from rich.console import Console
 
     width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
-                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text(styles=False)
 

@@ -40,8 +40,10 @@ class ControlApi:
     ) -> None:
         """Replace the captured graphs at the next step boundary; in-flight requests continue."""
         self._check_open()  # a closed engine would publish a request that nothing ever answers
-        cmd = Recapture(tuple(decode_bs) if decode_bs is not None else None,
-                        tuple(prefill_num_tokens) if prefill_num_tokens is not None else None)
+        cmd = Recapture(
+            tuple(decode_bs) if decode_bs is not None else None,
+            tuple(prefill_num_tokens) if prefill_num_tokens is not None else None,
+        )
         self.bus.publish(ev.RecaptureRequested(decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens))
         self.commands.put(cmd)
 
@@ -69,8 +71,9 @@ class ControlApi:
 
         self._check_open()
         if self.telemetry is not None and not self.telemetry.closed:
-            raise EngineError(f"this engine already serves telemetry at {self.telemetry.endpoint}; "
-                              "close that server first")
+            raise EngineError(
+                f"this engine already serves telemetry at {self.telemetry.endpoint}; close that server first"
+            )
         self.telemetry = serve_telemetry(self, address, runtime_dir=runtime_dir, server=server)
         return self.telemetry
 

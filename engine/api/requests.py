@@ -73,8 +73,9 @@ class RequestApi:
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
         return params or SamplingParams()
 
-    def _submit_encoded(self, text: str, ids: list[int], params: SamplingParams,
-                        request_id: Optional[str]) -> RequestHandle:
+    def _submit_encoded(
+        self, text: str, ids: list[int], params: SamplingParams, request_id: Optional[str]
+    ) -> RequestHandle:
         rid = self._ids.claim(request_id)
         if rid is None:  # request_id is not None here: only a wanted id can be taken
             problem = f"request id {request_id!r} is already used by a request in flight"
@@ -89,8 +90,9 @@ class RequestApi:
         if problem:
             self._ids.release(rid)
             handle._finish(FinishReason.REJECTED, problem)
-            self.bus.publish(ev.RequestFinished(request_id=rid, output_tokens=0, finish_reason="rejected",
-                                                error=problem))
+            self.bus.publish(
+                ev.RequestFinished(request_id=rid, output_tokens=0, finish_reason="rejected", error=problem)
+            )
             return handle
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:

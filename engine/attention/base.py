@@ -69,9 +69,16 @@ class AttentionBackend(ABC):
         optional fused entry (models/decoder.py ``AttentionFn``)."""
         return self.forward(q, k, v, layer_id)
 
-    def forward_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
-                    q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
-                    layer_id: int) -> Optional[torch.Tensor]:
+    def forward_qkv(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        q_norm: Optional[torch.Tensor],
+        k_norm: Optional[torch.Tensor],
+        eps: float,
+        layer_id: int,
+    ) -> Optional[torch.Tensor]:
         """Attention straight from the fused q|k|v projection [T, (H + 2 Hkv) * D] — q/k RMSNorm when
         weights are given, NeoX RoPE from ``cos_sin_cache``, the K/V store — returning o [T, H, D];
         or None, and the model does those steps itself and calls ``forward``. Backends with a kernel

@@ -110,8 +110,13 @@ class FlashInferBackend(AttentionBackend):
         """``prefill_backend``, ``decode_kernel`` and ``pdl`` are the engine's ``KernelConfig`` values
         (checked there)."""
         super().__init__(pool, shape, device)
-        self._options = dict(prefill_backend=prefill_backend, decode_kernel=decode_kernel, pdl=pdl,
-                             decode_tensor_cores=decode_tensor_cores, workspace_bytes=workspace_bytes)
+        self._options = dict(
+            prefill_backend=prefill_backend,
+            decode_kernel=decode_kernel,
+            pdl=pdl,
+            decode_tensor_cores=decode_tensor_cores,
+            workspace_bytes=workspace_bytes,
+        )
         device = torch.device(device)
         if device.type != "cuda":
             raise FlashInferUnsupported(f"flashinfer needs a CUDA device, got {device}")
@@ -140,8 +145,16 @@ class FlashInferBackend(AttentionBackend):
         #: decode batches of at most this many rows take the Triton kernel
         self.triton_max_rows = triton_rows_for(kernel, group) if HAVE_TRITON else 0
         if self.triton_max_rows:
-            self._triton = PagedDecode(shape.num_heads, shape.num_kv_heads, shape.head_dim, pool.page_size,
-                                       shape.scale, 256, device, pdl=tk.use_pdl(device, 0, pdl))
+            self._triton = PagedDecode(
+                shape.num_heads,
+                shape.num_kv_heads,
+                shape.head_dim,
+                pool.page_size,
+                shape.scale,
+                256,
+                device,
+                pdl=tk.use_pdl(device, 0, pdl),
+            )
         if decode_tensor_cores is None and kernel not in ("auto", "flashinfer", "triton"):
             decode_tensor_cores = kernel != "cuda-core"
         self.decode_tensor_cores = (
@@ -153,9 +166,7 @@ class FlashInferBackend(AttentionBackend):
         self._ensure_views()
         # Positional arguments after the page metadata, shared by every plan() call.
         self._dims = (shape.num_heads, hkv, d, pool.page_size)
-        self._decode_kw = dict(
-            pos_encoding_mode="NONE", q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale
-        )
+        self._decode_kw = dict(pos_encoding_mode="NONE", q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale)
         if not self.decode_split_kv:
             self._decode_kw["disable_split_kv"] = True
         self._prefill_kw = dict(causal=True, sm_scale=shape.scale, q_data_type=dtype, kv_data_type=dtype)
@@ -248,16 +259,23 @@ class FlashInferBackend(AttentionBackend):
         loc = self._loc(batch.out_cache_loc)
         if batch.mode is ForwardMode.DECODE and self._use_triton(batch.batch_size):
             dev = self.device
-            w = TritonDecodeWrapper(self._triton, host_ints(indptr, "i", i32).to(dev, non_blocking=True),
-                                    host_ints(indices, "i", i32).to(dev, non_blocking=True),
-                                    host_ints(last, "i", i32).to(dev, non_blocking=True))
+            w = TritonDecodeWrapper(
+                self._triton,
+                host_ints(indptr, "i", i32).to(dev, non_blocking=True),
+                host_ints(indices, "i", i32).to(dev, non_blocking=True),
+                host_ints(last, "i", i32).to(dev, non_blocking=True),
+            )
             self.meta = FlashInferMeta(loc, w, decode=True)
             return
         if batch.mode is ForwardMode.DECODE:
             w = self._decode_wrapper
             self._plan(
-                w, host_ints(indptr, "i", i32), host_ints(indices, "i", i32), host_ints(last, "i", i32),
-                *self._dims, **self._decode_kw,
+                w,
+                host_ints(indptr, "i", i32),
+                host_ints(indices, "i", i32),
+                host_ints(last, "i", i32),
+                *self._dims,
+                **self._decode_kw,
             )
             self.meta = FlashInferMeta(loc, w, decode=True)
             return
@@ -269,8 +287,13 @@ class FlashInferBackend(AttentionBackend):
         w = self._prefill_wrapper
         # through _plan like every plan: a prefill chunk that samples no row ends its step unsynchronised
         self._plan(
-            w, host_ints(qo, "i", i32), host_ints(indptr, "i", i32), host_ints(indices, "i", i32),
-            host_ints(last, "i", i32), *self._dims, **self._prefill_kw,
+            w,
+            host_ints(qo, "i", i32),
+            host_ints(indptr, "i", i32),
+            host_ints(indices, "i", i32),
+            host_ints(last, "i", i32),
+            *self._dims,
+            **self._prefill_kw,
         )
         self.meta = FlashInferMeta(loc, w, decode=False, num_tokens=batch.num_tokens)
 
@@ -292,9 +315,16 @@ class FlashInferBackend(AttentionBackend):
         m.wrapper.run(q[:n], self._kv[layer_id], out=out[:n])
         return out
 
-    def forward_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
-                    q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
-                    layer_id: int) -> Optional[torch.Tensor]:
+    def forward_qkv(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        q_norm: Optional[torch.Tensor],
+        k_norm: Optional[torch.Tensor],
+        eps: float,
+        layer_id: int,
+    ) -> Optional[torch.Tensor]:
         """Decode on the Triton kernel straight from the fused projection (norm, RoPE, K/V store and
         attention in one launch); None where this step does not decode on it."""
         m: FlashInferMeta = self.meta
@@ -322,8 +352,12 @@ class FlashInferBackend(AttentionBackend):
     def graph_buffer_slots(self) -> list[BufferSlot]:
         return [
             BufferSlot(
-                "out_cache_loc", lambda n: (n,), torch.int64, PaddingPolicy.FILL_SENTINEL,
-                pad_value=DUMMY_PAGE * self.pool.page_size, source=lambda b, p: b.out_cache_loc,
+                "out_cache_loc",
+                lambda n: (n,),
+                torch.int64,
+                PaddingPolicy.FILL_SENTINEL,
+                pad_value=DUMMY_PAGE * self.pool.page_size,
+                source=lambda b, p: b.out_cache_loc,
             ),
         ]
 
@@ -342,14 +376,20 @@ class FlashInferBackend(AttentionBackend):
                 raise ValueError(f"decode bucket {bucket} is over the graph buffers' maximum {self._graph_max_bs}")
             indptr, indices, last = self._graph_bufs
             if self._use_triton(bucket):
-                w = TritonDecodeWrapper(self._triton, indptr[: bucket + 1], indices, last[:bucket],
-                                        splits=self._triton.splits_for(bucket))
+                w = TritonDecodeWrapper(
+                    self._triton, indptr[: bucket + 1], indices, last[:bucket], splits=self._triton.splits_for(bucket)
+                )
                 self._graph_wrappers[bucket] = w
                 return w
             w = self._fi.BatchDecodeWithPagedKVCacheWrapper(
-                self._workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.decode_tensor_cores,
-                paged_kv_indptr_buffer=indptr[: bucket + 1], paged_kv_indices_buffer=indices,
-                paged_kv_last_page_len_buffer=last[:bucket], backend="fa2",
+                self._workspace,
+                "NHD",
+                use_cuda_graph=True,
+                use_tensor_cores=self.decode_tensor_cores,
+                paged_kv_indptr_buffer=indptr[: bucket + 1],
+                paged_kv_indices_buffer=indices,
+                paged_kv_last_page_len_buffer=last[:bucket],
+                backend="fa2",
             )
             self._graph_wrappers[bucket] = w
         return w
@@ -366,14 +406,17 @@ class FlashInferBackend(AttentionBackend):
         pages, last = self._pad_rows()
         i32 = torch.int32
         if isinstance(w, TritonDecodeWrapper):
-            self._load_triton(w, list(range(0, bucket * pages + 1, pages)), [DUMMY_PAGE] * (bucket * pages),
-                              [last] * bucket)
+            self._load_triton(
+                w, list(range(0, bucket * pages + 1, pages)), [DUMMY_PAGE] * (bucket * pages), [last] * bucket
+            )
         else:
             self._plan(
-                w, torch.arange(0, bucket * pages + 1, pages, dtype=i32),
+                w,
+                torch.arange(0, bucket * pages + 1, pages, dtype=i32),
                 torch.full((bucket * pages,), DUMMY_PAGE, dtype=i32, device=self.device),
                 torch.full((bucket,), last, dtype=i32),
-                *self._dims, **self._decode_kw,
+                *self._dims,
+                **self._decode_kw,
             )
         if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
             self.meta.wrapper = w
@@ -399,7 +442,9 @@ class FlashInferBackend(AttentionBackend):
             )
         i32 = torch.int32
         if isinstance(w, TritonDecodeWrapper) and uploads is not None:
-            uploads.extend(w.uploads(host_ints(indptr, "i", i32), host_ints(indices, "i", i32), host_ints(last, "i", i32)))
+            uploads.extend(
+                w.uploads(host_ints(indptr, "i", i32), host_ints(indices, "i", i32), host_ints(last, "i", i32))
+            )
         elif isinstance(w, TritonDecodeWrapper):
             self._load_triton(w, indptr, indices, last)
         else:
@@ -408,7 +453,8 @@ class FlashInferBackend(AttentionBackend):
                 host_ints(indptr, "i", i32),
                 host_ints(indices, "i", i32).to(self.device, non_blocking=True),  # device: non-blocking copy in plan
                 host_ints(last, "i", i32),
-                *self._dims, **self._decode_kw,
+                *self._dims,
+                **self._decode_kw,
             )
         if isinstance(self.meta, FlashInferMeta) and self.meta.decode:
             self.meta.wrapper = w

@@ -13,8 +13,9 @@ from typing import Any, Sequence
 import torch
 
 
-def page_lists(req_pages: Sequence[Sequence[int]], seq_lens: list[int],
-               page_size: int) -> tuple[list[int], array, list[int]]:
+def page_lists(
+    req_pages: Sequence[Sequence[int]], seq_lens: list[int], page_size: int
+) -> tuple[list[int], array, list[int]]:
     """indptr (cumulative page counts), indices (pages, concatenated), last_page_len, on the host."""
     ps = page_size
     indptr = [0]

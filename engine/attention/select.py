@@ -27,8 +27,14 @@ def select_attention_backend(
             if problem is None:
                 from .flashinfer_backend import FlashInferBackend
 
-                backend = FlashInferBackend(pool, shape, device, prefill_backend=kernels.prefill_backend,
-                                            decode_kernel=kernels.decode_kernel, pdl=kernels.pdl)
+                backend = FlashInferBackend(
+                    pool,
+                    shape,
+                    device,
+                    prefill_backend=kernels.prefill_backend,
+                    decode_kernel=kernels.decode_kernel,
+                    pdl=kernels.pdl,
+                )
                 return backend, "flashinfer selected"
         if choice == "flashinfer":
             raise AttentionBackendError(f"--attention-backend flashinfer: {problem}")

@@ -20,7 +20,6 @@ from ..graphs.buffers import BufferSlot, PaddingPolicy
 from ..kv_pool import DUMMY_PAGE
 from .base import AttentionBackend
 
-
 GRAPH_MAX_CONTEXT = 4096
 #: SDPA kernels for CUDA decode: not cuDNN's, which builds an execution plan for every new shape (an
 #: eager step's width changes every step), nor flash, which takes no mask
@@ -113,8 +112,9 @@ class TorchNativeBackend(AttentionBackend):
         vals = vc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)
         if q.device.type == "cpu":
             # GQA inside SDPA: on a CPU it measured faster than the grouped form below
-            o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype),
-                                               scale=self.shape.scale, enable_gqa=True)
+            o = F.scaled_dot_product_attention(
+                q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale, enable_gqa=True
+            )
             return o.squeeze(2)
         # CUDA: each KV head's group of query heads as its query rows, so a fused kernel (fp32
         # softmax and accumulation) serves GQA without copying K/V per query head
@@ -136,9 +136,7 @@ class TorchNativeBackend(AttentionBackend):
             ki = kc[slots].transpose(0, 1).to(q.dtype)  # [hkv, total, d]
             vi = vc[slots].transpose(0, 1).to(q.dtype)
             mask = m.masks.get((ext, prefix))
-            o = F.scaled_dot_product_attention(
-                qi, ki, vi, attn_mask=mask, scale=self.shape.scale, enable_gqa=True
-            )
+            o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=self.shape.scale, enable_gqa=True)
             out[row : row + ext] = o.transpose(0, 1)
         return out
 
@@ -167,16 +165,28 @@ class TorchNativeBackend(AttentionBackend):
         fill = self.seq_len_fill_value()
         return [
             BufferSlot(
-                "out_cache_loc", lambda n: (n,), torch.int64, PaddingPolicy.FILL_SENTINEL,
-                pad_value=DUMMY_PAGE * self.pool.page_size, source=lambda b, p: b.out_cache_loc,
+                "out_cache_loc",
+                lambda n: (n,),
+                torch.int64,
+                PaddingPolicy.FILL_SENTINEL,
+                pad_value=DUMMY_PAGE * self.pool.page_size,
+                source=lambda b, p: b.out_cache_loc,
             ),
             BufferSlot(
-                "seq_lens", lambda n: (n,), torch.int64, PaddingPolicy.FILL_SENTINEL,
-                pad_value=fill, source=lambda b, p: b.seq_lens,
+                "seq_lens",
+                lambda n: (n,),
+                torch.int64,
+                PaddingPolicy.FILL_SENTINEL,
+                pad_value=fill,
+                source=lambda b, p: b.seq_lens,
             ),
             BufferSlot(
-                "page_table", lambda n: (n, pages), torch.int64, PaddingPolicy.FILL_SENTINEL,
-                pad_value=DUMMY_PAGE, source=_page_table_source,
+                "page_table",
+                lambda n: (n, pages),
+                torch.int64,
+                PaddingPolicy.FILL_SENTINEL,
+                pad_value=DUMMY_PAGE,
+                source=_page_table_source,
             ),
         ]
 

@@ -17,8 +17,14 @@ class TritonDecodeWrapper:
     """FlashInfer-wrapper-shaped front of the Triton decode kernel: ``load`` replaces ``plan`` (it only
     copies the page lists into the device buffers: nothing to plan on the host), ``run`` attends."""
 
-    def __init__(self, kernel: PagedDecode, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
-                 splits: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        kernel: PagedDecode,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        last: torch.Tensor,
+        splits: Optional[int] = None,
+    ) -> None:
         self.kernel, self.indptr, self.indices, self.last, self.splits = kernel, indptr, indices, last, splits
 
     def load(self, indptr: Any, indices: Any, last: Any, stage: torch.Tensor) -> None:
@@ -37,14 +43,36 @@ class TritonDecodeWrapper:
     def uploads(self, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> list[Upload]:
         """The page lists (host int32 tensors) as uploads into the device buffers: ``load``'s copies,
         for a caller that sends all of a step's contents at once (graphs/upload.py)."""
-        return [Upload(self.indptr[: len(indptr)], indptr), Upload(self.last[: len(last)], last),
-                Upload(self.indices[: len(indices)], indices)]
+        return [
+            Upload(self.indptr[: len(indptr)], indptr),
+            Upload(self.last[: len(last)], last),
+            Upload(self.indices[: len(indices)], indices),
+        ]
 
     def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return self.kernel.run(q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits)
 
-    def run_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
-                q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
-                kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return self.kernel.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, kv[0], kv[1],
-                                   self.indptr, self.indices, self.last, splits=self.splits)
+    def run_qkv(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        q_norm: Optional[torch.Tensor],
+        k_norm: Optional[torch.Tensor],
+        eps: float,
+        kv: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        return self.kernel.run_qkv(
+            qkv,
+            positions,
+            cos_sin_cache,
+            q_norm,
+            k_norm,
+            eps,
+            kv[0],
+            kv[1],
+            self.indptr,
+            self.indices,
+            self.last,
+            splits=self.splits,
+        )

@@ -31,12 +31,11 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 import torch.multiprocessing as torch_mp
 
-from ..errors import EngineError
+from ..errors import EngineError, TensorParallelError
 from ..kernel_config import KernelConfig
 from ..memory_plan import MemoryPlan
 from ..telemetry import events as ev
 from .collectives import TorchCollectives, build_collectives
-from ..errors import TensorParallelError
 from .lockstep import MirroredModelRunner
 from .process_group import RankGroup, group_in_use, join_group, multicast_off, rank_device
 from .setup import RankSetup, agree_plan
@@ -49,8 +48,10 @@ ABORT_AFTER_S = 5.0
 EXIT_AFTER_S = 20.0
 
 
-_NO_MAIN_GUARD = ("it ended before it started (if the program builds the engine at import time, put that under "
-                  "`if __name__ == \"__main__\":`: each worker is a spawned process that imports the main module again)")
+_NO_MAIN_GUARD = (
+    "it ended before it started (if the program builds the engine at import time, put that under "
+    '`if __name__ == "__main__":`: each worker is a spawned process that imports the main module again)'
+)
 """What a worker that exits 1 before it reports ready most likely hit: multiprocessing's "bootstrapping
 phase" error, printed in the worker's stderr only (the parent said just "exit code 1")."""
 
@@ -83,8 +84,15 @@ class TensorParallelGroup:
 
     # --- start -------------------------------------------------------------------------------------
     @classmethod
-    def start(cls, size: int, device: torch.device, dtype: torch.dtype, meta: Any, kernels: KernelConfig,
-              publish: Callable[[ev.Event], None]) -> "TensorParallelGroup":
+    def start(
+        cls,
+        size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        meta: Any,
+        kernels: KernelConfig,
+        publish: Callable[[ev.Event], None],
+    ) -> "TensorParallelGroup":
         """Spawn ranks 1..size-1, join the group as rank 0, set up the collectives. ``meta``: the
         checkpoint as rank 0 read it (``models.loader.CheckpointMeta``): workers get its path and spec."""
         problem = group_in_use()
@@ -97,12 +105,22 @@ class TensorParallelGroup:
         try:
             store = os.path.join(group.store_dir, "store")
             for rank in range(1, size):
-                args = WorkerArgs(rank, size, store, str(device), str(dtype).replace("torch.", ""), str(meta.path),
-                                  meta.spec, torch.get_num_threads(), kernels.all_reduce,
-                                  meta.allow_external_weights)
+                args = WorkerArgs(
+                    rank,
+                    size,
+                    store,
+                    str(device),
+                    str(dtype).replace("torch.", ""),
+                    str(meta.path),
+                    meta.spec,
+                    torch.get_num_threads(),
+                    kernels.all_reduce,
+                    meta.allow_external_weights,
+                )
                 reader, writer = group.ctx.Pipe(duplex=False)
-                proc = group.ctx.Process(target=worker_main, args=(args, reader, group.queue), daemon=True,
-                                         name=f"graphtop-tp-rank{rank}")
+                proc = group.ctx.Process(
+                    target=worker_main, args=(args, reader, group.queue), daemon=True, name=f"graphtop-tp-rank{rank}"
+                )
                 proc.start()
                 reader.close()
                 group.procs.append(proc)
@@ -133,8 +151,9 @@ class TensorParallelGroup:
             if self.failure:
                 raise TensorParallelError(self.failure)
             if time.monotonic() > deadline:
-                raise TensorParallelError(f"tensor-parallel ranks {sorted(waiting)} did not start in "
-                                          f"{READY_TIMEOUT_S:.0f} s")
+                raise TensorParallelError(
+                    f"tensor-parallel ranks {sorted(waiting)} did not start in {READY_TIMEOUT_S:.0f} s"
+                )
 
     # --- what rank 0's engine calls -------------------------------------------------------------------
     def send(self, message: Any) -> None:

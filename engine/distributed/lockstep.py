@@ -16,13 +16,12 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Protocol, TypeVar
 
 from ..batch import ForwardBatch
+from ..errors import TensorParallelError
 from ..model_runner import ModelRunner
 from ..runners.base import StepOutput
 from ..runners.bucketed import BucketedGraphRunner
-from ..errors import TensorParallelError
 from .process_group import RankGroup
 from .wire import ForwardEncoder, encode_control
-
 
 T = TypeVar("T")
 
@@ -82,15 +81,18 @@ class MirroredModelRunner(LockstepModelRunner):
     def recapture(self, decode_bs: Any, prefill_tokens: Any) -> None:
         self._inside_recapture = True  # its first slice is part of the call the workers mirror
         try:
-            self._mirrored(encode_control("recapture", decode_bs, prefill_tokens), super().recapture, decode_bs,
-                           prefill_tokens)
+            self._mirrored(
+                encode_control("recapture", decode_bs, prefill_tokens), super().recapture, decode_bs, prefill_tokens
+            )
         finally:
             self._inside_recapture = False
 
     def advance_capture(self, *, to_the_end: bool = False) -> bool:
         if self.capture_pending and not self._inside_recapture:
-            return self._mirrored(encode_control("advance_capture", to_the_end),
-                                  lambda: super(MirroredModelRunner, self).advance_capture(to_the_end=to_the_end))
+            return self._mirrored(
+                encode_control("advance_capture", to_the_end),
+                lambda: super(MirroredModelRunner, self).advance_capture(to_the_end=to_the_end),
+            )
         return super().advance_capture(to_the_end=to_the_end)
 
     def forward(self, batch: ForwardBatch) -> StepOutput:

@@ -65,8 +65,10 @@ def group_in_use() -> Optional[str]:
     group per process, so one tensor-parallel engine per process: asked before any worker is spawned,
     since a second engine would otherwise fail only once its workers had loaded."""
     if dist.is_initialized():
-        return ("this process already has a torch.distributed process group (another tensor-parallel engine "
-                "still open?): one tensor-parallel engine per process; close the other one first")
+        return (
+            "this process already has a torch.distributed process group (another tensor-parallel engine "
+            "still open?): one tensor-parallel engine per process; close the other one first"
+        )
     return None
 
 
@@ -78,8 +80,9 @@ def join_group(rank: int, size: int, device: torch.device, store_path: str) -> R
     init = f"file://{store_path}"
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=size,
-                                timeout=COLLECTIVE_TIMEOUT, device_id=device)
+        dist.init_process_group(
+            "nccl", init_method=init, rank=rank, world_size=size, timeout=COLLECTIVE_TIMEOUT, device_id=device
+        )
         cpu_group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
     else:
         dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size, timeout=COLLECTIVE_TIMEOUT)

@@ -92,8 +92,17 @@ class ForwardEncoder:
             ints.extend(part)
         flags = IDS_ON_DEVICE if batch.input_ids_device is not None else 0
         message = bytearray(FORWARD)
-        message += _HEADER.pack(_MODES.index(batch.mode), flags, seq, bs, batch.num_tokens, len(batch.sample_rows),
-                                len(new), len(released), batch.page_size)
+        message += _HEADER.pack(
+            _MODES.index(batch.mode),
+            flags,
+            seq,
+            bs,
+            batch.num_tokens,
+            len(batch.sample_rows),
+            len(new),
+            len(released),
+            batch.page_size,
+        )
         message += memoryview(ints).cast("B")
         return message
 
@@ -107,12 +116,12 @@ class ForwardDecoder:
     def decode(self, message: bytes) -> Forward:
         mode, flags, seq, bs, tokens, samples, n_new, n_released, page_size = _HEADER.unpack_from(message, 1)
         ints = array("i")
-        ints.frombytes(memoryview(message)[1 + _HEADER.size:])
+        ints.frombytes(memoryview(message)[1 + _HEADER.size :])
         cursor = 0
 
         def take(n: int) -> array:
             nonlocal cursor
-            part = ints[cursor: cursor + n]
+            part = ints[cursor : cursor + n]
             cursor += n
             return part
 
@@ -127,7 +136,7 @@ class ForwardDecoder:
                 del pages[keep:]
             else:
                 pages = self.pages[slot] = array("i")
-            pages.extend(new[start: start + n])
+            pages.extend(new[start : start + n])
             start += n
             req_pages.append(pages)
         sample_rows = take(samples).tolist()
@@ -135,9 +144,17 @@ class ForwardDecoder:
             self.pages.pop(slot, None)
         assert cursor == len(ints) and start == n_new, "malformed forward message"
         batch = ForwardBatch(
-            mode=_MODES[mode], requests=[None] * bs, input_ids=input_ids, positions=positions, out_cache_loc=loc,
-            seq_lens=seq_lens, extend_lens=extend_lens, prefix_lens=prefix_lens, req_pages=req_pages,
-            page_size=page_size, sample_rows=sample_rows,
+            mode=_MODES[mode],
+            requests=[None] * bs,
+            input_ids=input_ids,
+            positions=positions,
+            out_cache_loc=loc,
+            seq_lens=seq_lens,
+            extend_lens=extend_lens,
+            prefix_lens=prefix_lens,
+            req_pages=req_pages,
+            page_size=page_size,
+            sample_rows=sample_rows,
         )
         return Forward(seq, batch, bool(flags & IDS_ON_DEVICE))
 

@@ -24,17 +24,17 @@ from typing import Any, Optional
 
 import torch
 
+from graphtop.models.kernels.argmax import argmax_rows
 from graphtop.models.loader import load_weights
 from graphtop.models.parallel import TensorParallel
 from graphtop.models.spec import ModelSpec
 
 from ..attention.base import AttentionShape
 from ..attention.select import select_attention_backend
-from ..step.events import EngineEvents
 from ..kv_pool import KVLayout, KVPool
 from ..memory_plan import MemoryPlan, plan_kv_pool
-from graphtop.models.kernels.argmax import argmax_rows
 from ..runners.base import StepOutput
+from ..step.events import EngineEvents
 from ..telemetry import events as ev
 from .collectives import build_collectives
 from .lockstep import LockstepModelRunner
@@ -83,8 +83,14 @@ def worker_main(args: WorkerArgs, conn: Any, queue: Any) -> None:
         group = join_group(args.rank, args.size, device, args.store_path)
         dtype = getattr(torch, args.dtype)
         comm = build_collectives(group, dtype, args.all_reduce)
-        model = load_weights(args.model_path, args.spec, device, dtype, TensorParallel(args.rank, args.size, comm),
-                             allow_external_weights=args.allow_external_weights)
+        model = load_weights(
+            args.model_path,
+            args.spec,
+            device,
+            dtype,
+            TensorParallel(args.rank, args.size, comm),
+            allow_external_weights=args.allow_external_weights,
+        )
         server = RankServer(group, model, conn, queue)
         server.serve()
     except ParentGone:
@@ -182,16 +188,31 @@ class RankServer:
         assert self.pool is not None and self.plan is not None
         spec = self.model.spec
         shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.softmax_scale)
-        attention, _ = select_attention_backend(setup.attention_backend, self.pool, shape, self.device,
-                                                setup.kernels)
+        attention, _ = select_attention_backend(setup.attention_backend, self.pool, shape, self.device, setup.kernels)
         if setup.fused_kernels:
             k = setup.kernels
-            self.model.enable_fused_kernels(setup.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl,
-                                            skinny=k.skinny_layers, packed=k.skinny_packed)
-        self.runner = LockstepModelRunner(self.model, attention, self.device, setup.resolved, setup.max_pages,
-                                          self.outbox.publish, freeze_gc=setup.freeze_gc, group=self.group)
-        self.events = EngineEvents(self.outbox, self.device, None, self.pool, self.plan,  # type: ignore[arg-type]
-                                   self.runner, 0)
+            self.model.enable_fused_kernels(
+                setup.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl, skinny=k.skinny_layers, packed=k.skinny_packed
+            )
+        self.runner = LockstepModelRunner(
+            self.model,
+            attention,
+            self.device,
+            setup.resolved,
+            setup.max_pages,
+            self.outbox.publish,
+            freeze_gc=setup.freeze_gc,
+            group=self.group,
+        )
+        self.events = EngineEvents(
+            self.outbox,
+            self.device,
+            None,
+            self.pool,
+            self.plan,  # type: ignore[arg-type]
+            self.runner,
+            0,
+        )
 
     def on_start_capture(self) -> None:
         assert self.runner is not None and self.events is not None
@@ -236,7 +257,7 @@ class RankServer:
                 replay_ms = None
             if replay_ms is not None:
                 self.replays.append((seq, round(replay_ms, 4)))
-        self.timings = self.timings[len(ready):]
+        self.timings = self.timings[len(ready) :]
 
     def _send_replays(self, force: bool) -> None:
         now = time.perf_counter()

@@ -61,8 +61,14 @@ class Advice:
         return self.cost / self.ideal if self.ideal else None
 
 
-def expected_cost(phase: str, demand: Mapping[int, int], buckets: Sequence[int], *, eager_ratio: float,
-                  max_padding_waste: Optional[float] = None) -> float:
+def expected_cost(
+    phase: str,
+    demand: Mapping[int, int],
+    buckets: Sequence[int],
+    *,
+    eager_ratio: float,
+    max_padding_waste: Optional[float] = None,
+) -> float:
     """Expected cost of ``demand`` (size -> steps) under ``buckets``, each step decided by the policy."""
     policy = BucketPolicy.of(phase, buckets, max_padding_waste=max_padding_waste)
     total = 0.0
@@ -110,10 +116,15 @@ def advise(
     cand = _thin([j for j in range(n) if max_bucket is None or sizes[j] <= max_bucket])
     limit = len(cand) if max_graphs is None else min(max_graphs, len(cand))
     track_memory = max_memory is not None and memory_of is not None
-    step = _Step(x, count_sum, eager_sum, np.array(cand, dtype=np.int64),
-                 np.array([_first_served(sizes, j, max_padding_waste) for j in cand], dtype=np.int64),
-                 np.array([float(memory_of(sizes[j])) if track_memory else 0.0 for j in cand]),  # type: ignore[misc]
-                 np.inf if max_memory is None else float(max_memory))
+    step = _Step(
+        x,
+        count_sum,
+        eager_sum,
+        np.array(cand, dtype=np.int64),
+        np.array([_first_served(sizes, j, max_padding_waste) for j in cand], dtype=np.int64),
+        np.array([float(memory_of(sizes[j])) if track_memory else 0.0 for j in cand]),  # type: ignore[misc]
+        np.inf if max_memory is None else float(max_memory),
+    )
     levels = [_Level(np.array([-1]), np.array([0.0]), np.array([0.0]), np.array([-1]))]
     for _ in range(limit):
         nxt = step.extend(levels[-1])

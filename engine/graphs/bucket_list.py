@@ -20,7 +20,6 @@ from typing import Any, Iterable, Optional
 
 from ..arguments import short_repr, short_text
 
-
 MAX_BUCKETS = 512
 """Most buckets one phase's list may hold: every bucket is a graph to capture (seconds each on a GPU,
 more emulated), so a longer list is never what anyone meant. Part of the contract of every bucket-list
@@ -128,8 +127,11 @@ def parse_buckets(
             values = range(a, b + 1, s)
         try:  # the values so far, so a message names the item that broke a rule
             # de-duplicated first: check_buckets counts what it is given, and "1-300,1-300" is 300 buckets
-            out = set(check_buckets(out.union(values), name=name, maximum=maximum, maximum_label=maximum_label,
-                                    max_count=max_count))
+            out = set(
+                check_buckets(
+                    out.union(values), name=name, maximum=maximum, maximum_label=maximum_label, max_count=max_count
+                )
+            )
         except BucketSpecError as e:
             raise BucketSpecError(str(e), item) from None
     return sorted(out)

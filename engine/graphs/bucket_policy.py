@@ -25,15 +25,23 @@ from typing import Optional, Sequence
 
 from .fallback import FallbackReason
 
-__all__ = ["BUCKET_REASONS", "BucketDecision", "BucketPolicy", "depends_on_buckets", "pick_bucket",
-           "within_padding_cap"]
+__all__ = [
+    "BUCKET_REASONS",
+    "BucketDecision",
+    "BucketPolicy",
+    "depends_on_buckets",
+    "pick_bucket",
+    "within_padding_cap",
+]
 
 #: The eager reasons a different bucket list can change; every other reason does not depend on it.
-BUCKET_REASONS = frozenset({
-    FallbackReason.EXCEEDS_MAX_BUCKET,
-    FallbackReason.PREFILL_TOKENS_OVER_MAX_BUCKET,
-    FallbackReason.PREFILL_PADDING_OVER_CAP,
-})
+BUCKET_REASONS = frozenset(
+    {
+        FallbackReason.EXCEEDS_MAX_BUCKET,
+        FallbackReason.PREFILL_TOKENS_OVER_MAX_BUCKET,
+        FallbackReason.PREFILL_PADDING_OVER_CAP,
+    }
+)
 
 
 _KNOWN_REASONS = frozenset(r.value for r in FallbackReason)
@@ -93,11 +101,23 @@ class BucketPolicy:
     pending_reason: FallbackReason = FallbackReason.NOT_YET_CAPTURED
 
     @classmethod
-    def of(cls, phase: str, buckets: Sequence[int], configured: Sequence[int] = (),
-           max_padding_waste: Optional[float] = None, pending: Sequence[int] = (),
-           pending_reason: FallbackReason = FallbackReason.NOT_YET_CAPTURED) -> "BucketPolicy":
-        return cls(phase, tuple(sorted(set(buckets))), tuple(sorted(set(configured))), max_padding_waste,
-                   tuple(sorted(set(pending))), pending_reason)
+    def of(
+        cls,
+        phase: str,
+        buckets: Sequence[int],
+        configured: Sequence[int] = (),
+        max_padding_waste: Optional[float] = None,
+        pending: Sequence[int] = (),
+        pending_reason: FallbackReason = FallbackReason.NOT_YET_CAPTURED,
+    ) -> "BucketPolicy":
+        return cls(
+            phase,
+            tuple(sorted(set(buckets))),
+            tuple(sorted(set(configured))),
+            max_padding_waste,
+            tuple(sorted(set(pending))),
+            pending_reason,
+        )
 
     @property
     def over_max_reason(self) -> FallbackReason:
@@ -116,8 +136,9 @@ class BucketPolicy:
                 return BucketDecision(reason=self.pending_reason)
             return decision
         if not self.buckets:
-            return BucketDecision(reason=FallbackReason.CAPTURE_FAILED if self.configured
-                                  else FallbackReason.NO_GRAPHS_CAPTURED)
+            return BucketDecision(
+                reason=FallbackReason.CAPTURE_FAILED if self.configured else FallbackReason.NO_GRAPHS_CAPTURED
+            )
         if size > self.buckets[-1]:
             if self.configured and size <= self.configured[-1]:
                 return BucketDecision(reason=FallbackReason.CAPTURE_FAILED)

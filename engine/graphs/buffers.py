@@ -84,8 +84,14 @@ class BufferRegistry:
     def addresses(self) -> dict[str, int]:
         return {name: buf.data_ptr() for name, buf in self.buffers.items()}
 
-    def fill(self, batch: Any, padded: int, names: Optional[Sequence[str]] = None, extra: Sequence[Upload] = (),
-             device_sources: Optional[dict[str, torch.Tensor]] = None) -> None:
+    def fill(
+        self,
+        batch: Any,
+        padded: int,
+        names: Optional[Sequence[str]] = None,
+        extra: Sequence[Upload] = (),
+        device_sources: Optional[dict[str, torch.Tensor]] = None,
+    ) -> None:
         """Copy each sourced slot's live data in and apply its tail policy up to ``padded`` rows, plus
         ``extra`` uploads (e.g. an attention backend's page lists), all in one transfer
         (graphs/upload.py). ``device_sources``: slots whose live rows come from a device tensor
@@ -112,5 +118,3 @@ class BufferRegistry:
                 value = 0 if slot.policy is PaddingPolicy.ZERO else slot.pad_value
                 uploads.append(Upload(tail, torch.full(tail.shape, value, dtype=slot.dtype)))
         self.uploader.send(uploads)
-
-

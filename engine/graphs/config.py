@@ -213,7 +213,9 @@ def build_graph_config(json_text: Optional[str], flags: dict[str, Any]) -> Graph
             raise GraphConfigError("cuda graph config must be a JSON object with 'decode' and/or 'prefill'")
         for phase, body in data.items():
             if phase not in ("decode", "prefill"):
-                raise GraphConfigError(f"cuda graph config: unknown phase {short_repr(phase)}; use 'decode' or 'prefill'")
+                raise GraphConfigError(
+                    f"cuda graph config: unknown phase {short_repr(phase)}; use 'decode' or 'prefill'"
+                )
             if not isinstance(body, dict):
                 raise GraphConfigError(f"cuda graph config: {phase} must be a JSON object")
             for name, value in body.items():
@@ -299,8 +301,9 @@ def resolve_graph_config(
     if cfg.decode_bs is not None:
         decode_bs = list(cfg.decode_bs)
     else:
-        decode_bs = _defaults_within(default_decode_buckets, cfg.decode_max_bs or DEFAULT_DECODE_MAX_BS,
-                                     min(max_bs, bs_limit))
+        decode_bs = _defaults_within(
+            default_decode_buckets, cfg.decode_max_bs or DEFAULT_DECODE_MAX_BS, min(max_bs, bs_limit)
+        )
     if "decode.bs" not in cfg.locked:
         limit = min(max_bs, bs_limit)
         clamped = clamp_buckets(decode_bs, limit)
@@ -319,13 +322,17 @@ def resolve_graph_config(
     if cfg.prefill_num_tokens is not None:
         prefill_tokens = list(cfg.prefill_num_tokens)
     else:  # up to the step maximum; clamping then appends the pool size when the pool is smaller
-        prefill_tokens = _defaults_within(default_prefill_buckets,
-                                          cfg.prefill_max_num_tokens or chunked_prefill_size, max_tokens)
+        prefill_tokens = _defaults_within(
+            default_prefill_buckets, cfg.prefill_max_num_tokens or chunked_prefill_size, max_tokens
+        )
     if "prefill.num_tokens" not in cfg.locked:
         clamped = clamp_buckets(prefill_tokens, max_tokens)
         if clamped != sorted(set(prefill_tokens)) and cfg.prefill_num_tokens is not None:
-            downgrades.append(Downgrade("prefill.num_tokens", prefill_tokens, clamped,
-                                        f"a prefill step never exceeds {max_tokens} tokens"))
+            downgrades.append(
+                Downgrade(
+                    "prefill.num_tokens", prefill_tokens, clamped, f"a prefill step never exceeds {max_tokens} tokens"
+                )
+            )
         prefill_tokens = clamped
 
     if decode_backend != "disabled":

@@ -17,8 +17,7 @@ class FullCudaGraphBackend(CudaGraphPoolBackend):
         super().__init__(device)
         # A ring of event pairs: with the overlap schedule step N is read back after step N+1 was
         # launched, so N+1 must not re-record the events N's timing still reads.
-        self._events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                        for _ in range(3)]
+        self._events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(3)]
         self._next_events = 0
 
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any:

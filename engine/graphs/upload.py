@@ -58,7 +58,9 @@ class StepUploader:
         except for the pinned buffer used two sends ago, whose copy has long run)."""
         for u in uploads:
             if u.src.shape != u.dst.shape or u.src.dtype != u.dst.dtype:
-                raise ValueError(f"upload of {tuple(u.src.shape)} {u.src.dtype} into {tuple(u.dst.shape)} {u.dst.dtype}")
+                raise ValueError(
+                    f"upload of {tuple(u.src.shape)} {u.src.dtype} into {tuple(u.dst.shape)} {u.dst.dtype}"
+                )
         host = [u for u in uploads if u.src.device.type == "cpu" and u.src.numel()]
         offsets, total = [], 0
         for u in host:
@@ -121,8 +123,7 @@ class StepUploader:
                 # allocated on the stream that writes it and, if that is the copy stream, marked as used
                 # by the compute stream (its scatters): when it is replaced, the caching allocator reuses
                 # it only after both streams' work
-                staging = self._staging[turn] = torch.empty(max(total, 4096) * 2, dtype=torch.uint8,
-                                                            device=self.device)
+                staging = self._staging[turn] = torch.empty(max(total, 4096) * 2, dtype=torch.uint8, device=self.device)
                 if stream is not compute:
                     staging.record_stream(compute)
             staging = staging[:total]

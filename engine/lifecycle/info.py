@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 from ..device import device_name
@@ -37,11 +36,19 @@ def started_events(info: EngineInfo, resolved: ResolvedGraphConfig) -> list[ev.E
     viewer attaching later gets first (telemetry_link.py)."""
     out: list[ev.Event] = [
         ev.EngineStarted(
-            model=info.model, architecture=info.architecture, device=info.device, device_name=info.device_name,
-            dtype=info.dtype, attention_backend=info.attention_backend,
-            attention_backend_note=info.attention_backend_note, decode_graph_backend=info.decode_graph_backend,
-            prefill_graph_backend=info.prefill_graph_backend, emulated=info.emulated,
-            graph_config=resolved.as_dict(), locked_keys=tuple(sorted(resolved.locked)), demo=info.demo,
+            model=info.model,
+            architecture=info.architecture,
+            device=info.device,
+            device_name=info.device_name,
+            dtype=info.dtype,
+            attention_backend=info.attention_backend,
+            attention_backend_note=info.attention_backend_note,
+            decode_graph_backend=info.decode_graph_backend,
+            prefill_graph_backend=info.prefill_graph_backend,
+            emulated=info.emulated,
+            graph_config=resolved.as_dict(),
+            locked_keys=tuple(sorted(resolved.locked)),
+            demo=info.demo,
             tp_size=info.tp_size,
         )
     ]
@@ -49,8 +56,17 @@ def started_events(info: EngineInfo, resolved: ResolvedGraphConfig) -> list[ev.E
     return out
 
 
-def describe(checkpoint: Any, attention_note: str, attention: Any, model_runner: Any, pool: Any, max_running: int,
-             max_context_len: int, demo: bool, tp_size: int) -> EngineInfo:
+def describe(
+    checkpoint: Any,
+    attention_note: str,
+    attention: Any,
+    model_runner: Any,
+    pool: Any,
+    max_running: int,
+    max_context_len: int,
+    demo: bool,
+    tp_size: int,
+) -> EngineInfo:
     """The engine's ``info``, from the parts it was built from."""
     model = checkpoint.model
     param = next(model.parameters())

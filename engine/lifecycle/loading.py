@@ -22,8 +22,13 @@ from ..telemetry.bus import EventBus
 log = logging.getLogger("graphtop.engine")
 
 
-def load_engine(engine_cls: Any, path: Union[str, Path, None], config: Optional[EngineConfig],
-                bus: Optional[EventBus], overrides: dict[str, Any]) -> Any:
+def load_engine(
+    engine_cls: Any,
+    path: Union[str, Path, None],
+    config: Optional[EngineConfig],
+    bus: Optional[EventBus],
+    overrides: dict[str, Any],
+) -> Any:
     """An ``engine_cls`` (the Engine) for ``path``; see ``Engine.from_pretrained``."""
     from graphtop.models import DEMO_NOTE, ensure_demo_model
 
@@ -48,14 +53,26 @@ def load_engine(engine_cls: Any, path: Union[str, Path, None], config: Optional[
     return engine
 
 
-def _load(engine_cls: Any, path: Union[str, Path], config: EngineConfig, bus: Optional[EventBus], device: Any,
-          dtype: Any, demo: bool) -> Any:
+def _load(
+    engine_cls: Any,
+    path: Union[str, Path],
+    config: EngineConfig,
+    bus: Optional[EventBus],
+    device: Any,
+    dtype: Any,
+    demo: bool,
+) -> Any:
     from graphtop.models import load_checkpoint
 
     progress = _progress(bus)
     if config.tp_size == 1:
-        ckpt = load_checkpoint(path, device=str(device), dtype=dtype,
-                               allow_external_weights=config.allow_external_weights, progress=progress)
+        ckpt = load_checkpoint(
+            path,
+            device=str(device),
+            dtype=dtype,
+            allow_external_weights=config.allow_external_weights,
+            progress=progress,
+        )
         return engine_cls(ckpt, config, bus, demo=demo)
     from graphtop.models import CheckpointError, read_checkpoint
     from graphtop.models.parallel import TensorParallel, tp_problem
@@ -65,8 +82,9 @@ def _load(engine_cls: Any, path: Union[str, Path], config: EngineConfig, bus: Op
     if problem:  # before any process is spawned
         raise CheckpointError(f"{problem} in {meta.path}")
     bus = bus if bus is not None else EventBus()  # the workers' events are relayed onto it
-    tp = TensorParallelGroup.start(config.tp_size, device, dtype, meta, resolve_kernel_config(config.kernels),
-                                   bus.publish)
+    tp = TensorParallelGroup.start(
+        config.tp_size, device, dtype, meta, resolve_kernel_config(config.kernels), bus.publish
+    )
     try:
         with tp.step_guard():  # a worker that fails to load or capture ends this with its reason
             ckpt = load_checkpoint(path, str(tp.device), dtype, TensorParallel(0, tp.size, tp.comm), meta)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .info import started_events
 from ..sampling_params import SamplingParams
 from ..telemetry import events as ev
 from ..telemetry.protocol import EngineStatus, Sampling
 from ..telemetry.server import EndpointConfig, TelemetryServer
+from .info import started_events
 
 if TYPE_CHECKING:
     from ..request import RequestHandle
@@ -27,9 +27,12 @@ class EngineLink:
     def status(self) -> EngineStatus:
         info = self.engine.info
         return EngineStatus(
-            ready=True, model=info.model, device=f"{info.device} {info.device_name}".strip(),
+            ready=True,
+            model=info.model,
+            device=f"{info.device} {info.device_name}".strip(),
             chat=bool(getattr(self.engine.tokenizer, "chat_template", None)),
-            max_running=info.max_running, kv_capacity_tokens=info.kv_capacity_tokens,
+            max_running=info.max_running,
+            kv_capacity_tokens=info.kv_capacity_tokens,
             parity_every=self.engine.parity_every,
         )
 
@@ -42,19 +45,41 @@ class EngineLink:
         backends = {"decode": e.info.decode_graph_backend, "prefill": e.info.prefill_graph_backend}
         for phase, recs in by_phase.items():
             out.append(ev.CaptureStarted(phase=phase, buckets=tuple(r.bucket for r in recs), backend=backends[phase]))
-            out += [ev.CaptureProgress(phase=phase, bucket=r.bucket, index=i, total=len(recs), seconds=r.seconds,
-                                       memory_bytes=r.memory_bytes, ok=r.ok, failure_reason=r.failure_reason)
-                    for i, r in enumerate(recs, 1)]
+            out += [
+                ev.CaptureProgress(
+                    phase=phase,
+                    bucket=r.bucket,
+                    index=i,
+                    total=len(recs),
+                    seconds=r.seconds,
+                    memory_bytes=r.memory_bytes,
+                    ok=r.ok,
+                    failure_reason=r.failure_reason,
+                )
+                for i, r in enumerate(recs, 1)
+            ]
             failed = tuple(r.bucket for r in recs if not r.ok)
-            out.append(ev.CaptureFinished(phase=phase, captured=tuple(r.bucket for r in recs if r.ok), failed=failed,
-                                          seconds=sum(r.seconds for r in recs),
-                                          memory_bytes=sum(r.memory_bytes for r in recs if r.ok), ok=not failed))
+            out.append(
+                ev.CaptureFinished(
+                    phase=phase,
+                    captured=tuple(r.bucket for r in recs if r.ok),
+                    failed=failed,
+                    seconds=sum(r.seconds for r in recs),
+                    memory_bytes=sum(r.memory_bytes for r in recs if r.ok),
+                    ok=not failed,
+                )
+            )
         out += [e.events.ledger(), e.events.kv_state()]
         return out
 
     def submit(self, request_id: str, prompt: str, sampling: Sampling, chat: bool) -> "RequestHandle":
-        params = SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                                top_p=sampling.top_p, top_k=sampling.top_k, seed=sampling.seed)
+        params = SamplingParams(
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            seed=sampling.seed,
+        )
         return self.engine.submit(prompt, params, chat=chat, request_id=request_id)
 
     def cancel(self, request_id: str) -> None:
@@ -76,9 +101,13 @@ def serve_telemetry(
 ) -> TelemetryServer:
     """Attach ``engine`` to ``server`` (or to a new endpoint on the engine's bus) and return it."""
     if server is None:
-        server = TelemetryServer(engine.bus, EndpointConfig(
-            address=address, runtime_dir=Path(runtime_dir) if runtime_dir is not None else None,
-            label=engine.info.model,
-        ))
+        server = TelemetryServer(
+            engine.bus,
+            EndpointConfig(
+                address=address,
+                runtime_dir=Path(runtime_dir) if runtime_dir is not None else None,
+                label=engine.info.model,
+            ),
+        )
     server.attach_engine(EngineLink(engine))
     return server

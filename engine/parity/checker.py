@@ -56,11 +56,11 @@ import torch
 from ..attention.base import AttentionBackend
 from ..batch import ForwardBatch
 from ..kv_pool import KVPool
-from .pacing import DeviceWaits, Paced
 from ..runners.base import StepOutput
 from ..runners.eager import EagerRunner
 from ..telemetry import events as ev
 from ..telemetry.value_limits import MAX_FLOAT
+from .pacing import DeviceWaits, Paced
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -94,8 +94,17 @@ class ParityChecker:
     """Owned by the engine; the step loop calls ``after_forward``, ``delivered`` and ``poll``, all on
     its thread; the worker only runs checks and marks them finished."""
 
-    def __init__(self, model: torch.nn.Module, attention: AttentionBackend, pool: KVPool, device: torch.device,
-                 publish: PublishFn, *, scratch_pages: int, tolerance: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        attention: AttentionBackend,
+        pool: KVPool,
+        device: torch.device,
+        publish: PublishFn,
+        *,
+        scratch_pages: int,
+        tolerance: Optional[float] = None,
+    ) -> None:
         """``scratch_pages``: how many pages to reserve while checks are on (the largest step checked)."""
         self.model = model
         self.attention = attention
@@ -143,9 +152,11 @@ class ParityChecker:
                 return f"parity checks need {need} free KV pages for scratch; {self.pool.free_pages} are free"
             left = self.pool.capacity_tokens - need * self.pool.page_size
             if keep_tokens > left:
-                return (f"parity checks need {need} KV pages for scratch, which would leave the pool {left} "
-                        f"tokens, fewer than a request in flight needs ({keep_tokens}); turn them on once it "
-                        "has finished")
+                return (
+                    f"parity checks need {need} KV pages for scratch, which would leave the pool {left} "
+                    f"tokens, fewer than a request in flight needs ({keep_tokens}); turn them on once it "
+                    "has finished"
+                )
             self._scratch = self.pool.reserve(need)
             if self._eager is None:
                 self._eager = EagerRunner(self.model, self.attention.clone(), self.device)
@@ -294,17 +305,31 @@ class ParityChecker:
         self.mismatches += int(mismatch)
         self.worst_rel_err = max(self.worst_rel_err, max_rel)
         b = job.batch
-        self.publish(ev.ParityCheck(
-            step=job.step_no, phase=b.mode.value, batch_size=b.batch_size, num_tokens=b.num_tokens,
-            bucket=job.out.bucket, rows=job.rows, max_abs_err=max_abs, max_rel_err=max_rel,
-            argmax_agree=argmax_agree, top5_overlap=top5, tolerance=self.tolerance,
-            mismatch=mismatch, check_ms=round(job.check_ms, 3), every=self.every,
-            skipped=self.skipped, discarded=self.discarded,
-        ))
+        self.publish(
+            ev.ParityCheck(
+                step=job.step_no,
+                phase=b.mode.value,
+                batch_size=b.batch_size,
+                num_tokens=b.num_tokens,
+                bucket=job.out.bucket,
+                rows=job.rows,
+                max_abs_err=max_abs,
+                max_rel_err=max_rel,
+                argmax_agree=argmax_agree,
+                top5_overlap=top5,
+                tolerance=self.tolerance,
+                mismatch=mismatch,
+                check_ms=round(job.check_ms, 3),
+                every=self.every,
+                skipped=self.skipped,
+                discarded=self.discarded,
+            )
+        )
 
     def _not_run(self, step: Optional[int], reason: str) -> None:
-        self.publish(ev.ParityNotRun(step=step, reason=reason, skipped=self.skipped, discarded=self.discarded,
-                                     every=self.every))
+        self.publish(
+            ev.ParityNotRun(step=step, reason=reason, skipped=self.skipped, discarded=self.discarded, every=self.every)
+        )
 
     # --- snapshot buffers (the graphs never own them) --------------------------------------------
     def _snapshot_logits(self, logits: torch.Tensor) -> torch.Tensor:
@@ -386,8 +411,7 @@ def compare_rows(graph: torch.Tensor, eager: torch.Tensor) -> torch.Tensor:
 def summarize_rows(rows: list[list[float]]) -> list[float]:
     """A check's numbers from its rows: worst errors, mean agreement and overlap."""
     n = len(rows)
-    return [max(r[0] for r in rows), max(r[1] for r in rows), sum(r[2] for r in rows) / n,
-            sum(r[3] for r in rows) / n]
+    return [max(r[0] for r in rows), max(r[1] for r in rows), sum(r[2] for r in rows) / n, sum(r[3] for r in rows) / n]
 
 
 def scratch_pages(model_runner: Any, pool: KVPool, max_running: int) -> int:
@@ -408,8 +432,9 @@ def _pages_needed(batch: ForwardBatch) -> int:
     return sum((p + n - 1) // ps - p // ps + 1 for p, n in zip(batch.prefix_lens, batch.extend_lens))
 
 
-def _scratch_batch(batch: ForwardBatch, scratch: list[int], ps: int,
-                   ids: Optional[torch.Tensor]) -> tuple[ForwardBatch, list[int], list[int]]:
+def _scratch_batch(
+    batch: ForwardBatch, scratch: list[int], ps: int, ids: Optional[torch.Tensor]
+) -> tuple[ForwardBatch, list[int], list[int]]:
     """``batch`` with every request's pages from its first new token swapped for scratch pages, and
     the pages to copy first (a first new page that already holds earlier tokens)."""
     req_pages: list[array] = []
@@ -419,7 +444,7 @@ def _scratch_batch(batch: ForwardBatch, scratch: list[int], ps: int,
     k = 0
     for pages, prefix, n in zip(batch.req_pages, batch.prefix_lens, batch.extend_lens):
         first, last = prefix // ps, (prefix + n - 1) // ps
-        mine = scratch[k: k + last - first + 1]
+        mine = scratch[k : k + last - first + 1]
         k += len(mine)
         if prefix % ps:
             src.append(pages[first])
@@ -429,8 +454,17 @@ def _scratch_batch(batch: ForwardBatch, scratch: list[int], ps: int,
         req_pages.append(new)
         loc.extend(new[p // ps] * ps + p % ps for p in range(prefix, prefix + n))
     check = ForwardBatch(
-        mode=batch.mode, requests=batch.requests, input_ids=batch.input_ids, positions=batch.positions, out_cache_loc=loc,
-        seq_lens=batch.seq_lens, extend_lens=batch.extend_lens, prefix_lens=batch.prefix_lens,
-        req_pages=req_pages, page_size=ps, sample_rows=batch.sample_rows, input_ids_device=ids,
+        mode=batch.mode,
+        requests=batch.requests,
+        input_ids=batch.input_ids,
+        positions=batch.positions,
+        out_cache_loc=loc,
+        seq_lens=batch.seq_lens,
+        extend_lens=batch.extend_lens,
+        prefix_lens=batch.prefix_lens,
+        req_pages=req_pages,
+        page_size=ps,
+        sample_rows=batch.sample_rows,
+        input_ids_device=ids,
     )
     return check, src, dst

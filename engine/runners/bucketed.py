@@ -8,11 +8,11 @@ from typing import Callable, Optional
 
 import torch
 
-from ..telemetry import events as ev
 from ..graphs.backend import GraphBackend, ShapeKey
 from ..graphs.bucket_policy import BucketPolicy
 from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
 from ..graphs.fallback import FallbackReason
+from ..telemetry import events as ev
 from ..telemetry.capture import BucketCost
 from .base import GraphRunner
 from .capture import CaptureJob
@@ -30,8 +30,14 @@ ids and their positions, a padded row reading token 0 at position 0."""
 class BucketedGraphRunner(GraphRunner):
     phase: str = "?"
 
-    def __init__(self, backend: GraphBackend, device: torch.device, publish: PublishFn, max_size: int,
-                 max_padding_waste: Optional[float] = None):
+    def __init__(
+        self,
+        backend: GraphBackend,
+        device: torch.device,
+        publish: PublishFn,
+        max_size: int,
+        max_padding_waste: Optional[float] = None,
+    ):
         self.backend = backend
         self.device = device
         self.publish = publish
@@ -72,8 +78,15 @@ class BucketedGraphRunner(GraphRunner):
         self._set_buckets([], buckets)
         if self.backend.warms_up:
             self.warmup(max(buckets) if buckets else 0)
-        self.job = CaptureJob(self.phase, self.backend.capture_order(buckets), self.backend.name, self.device,
-                              self._capture_bucket, self.publish, reason)
+        self.job = CaptureJob(
+            self.phase,
+            self.backend.capture_order(buckets),
+            self.backend.name,
+            self.device,
+            self._capture_bucket,
+            self.publish,
+            reason,
+        )
         self._adopt(self.job)
         return self.job
 
@@ -99,8 +112,7 @@ class BucketedGraphRunner(GraphRunner):
             for key in self.graph_keys(b):
                 self.backend.release(key)
         reason = FallbackReason.NOT_YET_CAPTURED if job.reason == "initial" else FallbackReason.RECAPTURE_IN_PROGRESS
-        self.policy = BucketPolicy.of(self.phase, kept, self.configured, self.max_padding_waste,
-                                      job.remaining, reason)
+        self.policy = BucketPolicy.of(self.phase, kept, self.configured, self.max_padding_waste, job.remaining, reason)
         if job.done:
             self.job = None
 

@@ -58,7 +58,7 @@ class CaptureJob:
     @property
     def remaining(self) -> list[int]:
         """Buckets not attempted yet."""
-        return self.order[self._next:]
+        return self.order[self._next :]
 
     def run(self, budget_s: Optional[float] = None, max_buckets: Optional[int] = None) -> bool:
         """Capture buckets until done, ``budget_s`` has passed or ``max_buckets`` are captured (at least
@@ -96,8 +96,14 @@ class CaptureJob:
         self.ledger.append(BucketCost(self.phase, bucket, seconds, mem, failure is None, failure))
         self.publish(
             ev.CaptureProgress(
-                phase=self.phase, bucket=bucket, index=self._next + 1, total=len(self.order),
-                seconds=round(seconds, 6), memory_bytes=mem, ok=failure is None, failure_reason=failure,
+                phase=self.phase,
+                bucket=bucket,
+                index=self._next + 1,
+                total=len(self.order),
+                seconds=round(seconds, 6),
+                memory_bytes=mem,
+                ok=failure is None,
+                failure_reason=failure,
             )
         )
 
@@ -117,9 +123,12 @@ class CaptureJob:
             reason = f"{len(failed)} bucket(s) failed; largest {largest.bucket}: {largest.failure_reason}"
         self.publish(
             ev.CaptureFinished(
-                phase=self.phase, captured=tuple(self.captured), failed=tuple(sorted(c.bucket for c in failed)),
+                phase=self.phase,
+                captured=tuple(self.captured),
+                failed=tuple(sorted(c.bucket for c in failed)),
                 seconds=round(time.perf_counter() - self._t0, 6),
                 memory_bytes=max(0, self._free0 - device_free_bytes(self.device)),
-                ok=not failed, failure_reason=reason,
+                ok=not failed,
+                failure_reason=reason,
             )
         )

@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from graphtop.models.kernels.argmax import argmax_rows, host_ring_supported
+
 from ..attention.base import AttentionBackend, pick_graph_width
 from ..batch import ForwardBatch
 from ..graphs.backend import GraphBackend, ShapeKey
@@ -23,7 +24,6 @@ from ..graphs.fallback import FallbackReason
 from ..graphs.upload import Upload
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
-
 
 HOST_RING = 4
 """Host token rows a decode runner's graphs write in turn: a row is read back (engine/step/overlap.py) within
@@ -62,8 +62,10 @@ class DecodeGraphRunner(BucketedGraphRunner):
         self.host_ring: Optional[tuple[torch.Tensor, torch.Tensor]] = None
         self._ring_rows = HOST_RING
         if self._ring_rows and device.type == "cuda" and host_ring_supported(self.logits_out):
-            self.host_ring = (torch.zeros(self._ring_rows, max_bs, dtype=torch.int64, pin_memory=True),
-                              torch.zeros(1, dtype=torch.int32, device=device))
+            self.host_ring = (
+                torch.zeros(self._ring_rows, max_bs, dtype=torch.int64, pin_memory=True),
+                torch.zeros(1, dtype=torch.int32, device=device),
+            )
         # each ring row's index as the slot scalar's upload source, made once instead of every step
         self._ring_slots = [torch.tensor([i], dtype=torch.int32) for i in range(self._ring_rows)]
         self._ring_turn = 0
@@ -118,5 +120,12 @@ class DecodeGraphRunner(BucketedGraphRunner):
         if ids is not None:  # the previous tokens' buffer is rewritten by this replay: point at what it read
             batch.input_ids_device = self.registry.view("input_ids", bs)
         logits, timing = self.backend.replay(ShapeKey(self.phase, bucket, width))
-        return StepOutput(logits=logits[:bs], path="graph", bucket=bucket, padded=decision.padded, timing=timing,
-                          tokens=self.tokens_out[:bs], tokens_host=tokens_host)
+        return StepOutput(
+            logits=logits[:bs],
+            path="graph",
+            bucket=bucket,
+            padded=decision.padded,
+            timing=timing,
+            tokens=self.tokens_out[:bs],
+            tokens_host=tokens_host,
+        )

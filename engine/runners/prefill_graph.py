@@ -63,9 +63,16 @@ class PrefillGraphRunner(BucketedGraphRunner):
         """One request of ``n`` tokens living entirely in the dummy page: capture touches no real KV."""
         pages = [DUMMY_PAGE] * (-(-n // self.attention.pool.page_size))
         return ForwardBatch(
-            mode=ForwardMode.PREFILL, requests=[], input_ids=[0] * n, positions=list(range(n)),
-            out_cache_loc=[DUMMY_PAGE * self.attention.pool.page_size] * n, seq_lens=[n], extend_lens=[n],
-            prefix_lens=[0], req_pages=[pages], page_size=self.attention.pool.page_size,
+            mode=ForwardMode.PREFILL,
+            requests=[],
+            input_ids=[0] * n,
+            positions=list(range(n)),
+            out_cache_loc=[DUMMY_PAGE * self.attention.pool.page_size] * n,
+            seq_lens=[n],
+            extend_lens=[n],
+            prefix_lens=[0],
+            req_pages=[pages],
+            page_size=self.attention.pool.page_size,
         )
 
     def _prepare_capture(self, key: ShapeKey) -> None:

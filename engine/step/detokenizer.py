@@ -35,9 +35,7 @@ class IncrementalDetokenizer:
     def flush(self) -> str:
         """At the end: whatever is left, replacement characters included."""
         full = self.tokenizer.decode(self.ids[self.prefix_offset :], skip_special_tokens=self.skip)
-        prefix = self.tokenizer.decode(
-            self.ids[self.prefix_offset : self.read_offset], skip_special_tokens=self.skip
-        )
+        prefix = self.tokenizer.decode(self.ids[self.prefix_offset : self.read_offset], skip_special_tokens=self.skip)
         delta = full[len(prefix) :] if len(full) > len(prefix) else ""
         self.text += delta
         self.prefix_offset = self.read_offset = len(self.ids)

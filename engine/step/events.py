@@ -25,8 +25,16 @@ from ..telemetry.bus import EventBus
 class EngineEvents:
     KV_EVENT_INTERVAL_S = 0.05
 
-    def __init__(self, bus: EventBus, device: torch.device, scheduler: Scheduler, pool: KVPool, plan: MemoryPlan,
-                 model_runner: ModelRunner, max_running: int):
+    def __init__(
+        self,
+        bus: EventBus,
+        device: torch.device,
+        scheduler: Scheduler,
+        pool: KVPool,
+        plan: MemoryPlan,
+        model_runner: ModelRunner,
+        max_running: int,
+    ):
         self.bus = bus
         self.device = device
         self.scheduler = scheduler

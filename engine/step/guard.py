@@ -27,8 +27,10 @@ class StepGuard:
 
     def refuse_inside(self, what: str) -> None:
         if self.inside():
-            raise EngineError(f"{what} cannot be called from inside a step (an on_update callback runs there); "
-                              "submit() and cancel() can, and close() closes once the step is over")
+            raise EngineError(
+                f"{what} cannot be called from inside a step (an on_update callback runs there); "
+                "submit() and cancel() can, and close() closes once the step is over"
+            )
 
     @contextmanager
     def hold(self, what: str) -> Iterator[None]:

@@ -14,16 +14,16 @@ import time
 from typing import Callable, Optional
 
 from ..batch import ForwardBatch
-from .commands import Command, CommandQueue
-from .events import EngineEvents
 from ..kv_pool import KVPool
 from ..model_runner import ModelRunner
-from .output import OutputProcessor
-from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
 from ..parity.checker import ParityChecker
 from ..runners.base import StepOutput
 from ..sampler import sample
 from ..scheduler import Scheduler
+from .commands import Command, CommandQueue
+from .events import EngineEvents
+from .output import OutputProcessor
+from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
 
 
 class StepLoop:
@@ -78,8 +78,9 @@ class StepLoop:
             pending = None
         self.apply_commands()
         if pending is not None:
-            if self.overlap_schedule and can_chain(pending, self.scheduler, self.pool, self.max_context_len,
-                                                   self.model_runner.capture_pending):
+            if self.overlap_schedule and can_chain(
+                pending, self.scheduler, self.pool, self.max_context_len, self.model_runner.capture_pending
+            ):
                 for req in pending.batch.requests:  # the token in flight counts for the next step
                     req.output_ids.append(PLACEHOLDER_TOKEN)
                 batch = self.scheduler.schedule()
@@ -137,8 +138,9 @@ class StepLoop:
         """Block on the device for a step's tokens; a parity check's re-run uses the wait."""
         return wait() if self.parity is None else self.parity.while_device_busy(wait)
 
-    def _deliver(self, batch: ForwardBatch, out: StepOutput, tokens: list[int], host_ms: float,
-                 placeholders: bool = False) -> None:
+    def _deliver(
+        self, batch: ForwardBatch, out: StepOutput, tokens: list[int], host_ms: float, placeholders: bool = False
+    ) -> None:
         self.step_no += 1
         self.events.step(self.step_no, batch, out, host_ms)
         if self.parity is not None:

@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 
 from graphtop.models.kernels.argmax import argmax_rows
+
 from ..batch import ForwardBatch, ForwardMode
 from ..kv_pool import KVPool
 from ..request import RequestStatus
@@ -89,8 +90,9 @@ def launchable(batch: ForwardBatch) -> bool:
     return batch.mode is ForwardMode.DECODE and all(r.params.greedy for r in batch.sample_requests)
 
 
-def can_chain(pending: InFlightStep, scheduler: Scheduler, pool: KVPool, max_context_len: int,
-              capture_pending: bool) -> bool:
+def can_chain(
+    pending: InFlightStep, scheduler: Scheduler, pool: KVPool, max_context_len: int, capture_pending: bool
+) -> bool:
     """True when the step after ``pending`` is certain to decode exactly ``pending``'s requests."""
     if scheduler.waiting or capture_pending:
         return False

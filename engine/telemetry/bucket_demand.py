@@ -30,8 +30,16 @@ from .capture import BucketCost, cost_points, estimate_cost
 from .events import StepEvent
 from .stats import PREFILL, step_key, step_phase
 
-__all__ = ["DEFAULT_EAGER_RATIO", "MAX_EAGER_RATIO", "EagerRatio", "PhaseDemand", "advise_phase", "eager_ratio", "phase_demand",
-           "step_time_ms"]
+__all__ = [
+    "DEFAULT_EAGER_RATIO",
+    "MAX_EAGER_RATIO",
+    "EagerRatio",
+    "PhaseDemand",
+    "advise_phase",
+    "eager_ratio",
+    "phase_demand",
+    "step_time_ms",
+]
 
 MAX_EAGER_RATIO = 1000.0
 """The largest eager/graph ratio taken, given or measured: past it a trace's timings are broken (a
@@ -98,17 +106,25 @@ def eager_ratio(steps: Iterable[StepEvent], phase: str) -> EagerRatio:
         return EagerRatio(DEFAULT_EAGER_RATIO[phase], "default")
     if math.isfinite(measured.value) and 0 < measured.value <= MAX_EAGER_RATIO:
         return measured
-    return EagerRatio(DEFAULT_EAGER_RATIO[phase], f"default: the measured {measured.value:.3g} is outside "
-                                                  f"(0, {MAX_EAGER_RATIO:g}]")
+    return EagerRatio(
+        DEFAULT_EAGER_RATIO[phase], f"default: the measured {measured.value:.3g} is outside (0, {MAX_EAGER_RATIO:g}]"
+    )
 
 
-def phase_demand(steps: Iterable[StepEvent], phase: str, current: Optional[Sequence[int]] = None,
-                 max_padding_waste: Optional[float] = None) -> PhaseDemand:
+def phase_demand(
+    steps: Iterable[StepEvent],
+    phase: str,
+    current: Optional[Sequence[int]] = None,
+    max_padding_waste: Optional[float] = None,
+) -> PhaseDemand:
     """The sizes ``phase``'s steps asked for; ``current`` (the list in use) only judges steps whose
     fallback reason is unknown."""
     steps = [s for s in steps if step_phase(s.phase) == phase]
-    policy = None if current is None else BucketPolicy.of(
-        phase, current, max_padding_waste=max_padding_waste if phase == PREFILL else None)
+    policy = (
+        None
+        if current is None
+        else BucketPolicy.of(phase, current, max_padding_waste=max_padding_waste if phase == PREFILL else None)
+    )
     sizes: Counter[int] = Counter()
     fixed = 0
     for s in steps:
@@ -145,7 +161,14 @@ def advise_phase(
         value = estimate_cost(points, bucket)
         return 0.0 if value is None else value
 
-    advice = advise(phase, demand.sizes, eager_ratio=demand.ratio.value,
-                    max_padding_waste=max_padding_waste if phase == PREFILL else None, max_graphs=max_graphs,
-                    max_memory=max_memory, memory_of=memory_of if points else None, max_bucket=max_bucket)
+    advice = advise(
+        phase,
+        demand.sizes,
+        eager_ratio=demand.ratio.value,
+        max_padding_waste=max_padding_waste if phase == PREFILL else None,
+        max_graphs=max_graphs,
+        max_memory=max_memory,
+        memory_of=memory_of if points else None,
+        max_bucket=max_bucket,
+    )
     return advice, demand

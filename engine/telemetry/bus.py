@@ -25,7 +25,7 @@ from collections import deque
 from typing import Any, Callable, Iterable, Optional
 
 from ..arguments import wait_timeout
-from .events import EVENT_TYPES, Event, ErrorEvent, StepEvent
+from .events import EVENT_TYPES, ErrorEvent, Event, StepEvent
 
 __all__ = ["EventBus", "Subscription", "LoggingSubscriber", "BusInUse"]
 
@@ -168,9 +168,11 @@ class EventBus:
         ref, publishing = self._publisher
         owner = ref()
         if owner is not None and publishing(owner):
-            raise BusInUse("this EventBus already carries the events of another engine that is still open: give "
-                           "each engine its own bus (events name no engine, and both number requests req-0, "
-                           "req-1, …), or close the other engine first")
+            raise BusInUse(
+                "this EventBus already carries the events of another engine that is still open: give "
+                "each engine its own bus (events name no engine, and both number requests req-0, "
+                "req-1, …), or close the other engine first"
+            )
 
     def claim(self, owner: Any, publishing: Callable[[Any], bool]) -> None:
         """Make ``owner`` this bus's publisher while ``publishing(owner)`` holds (weakly: a collected owner
@@ -197,9 +199,7 @@ class EventBus:
         for sub in subs:
             sub._offer(event)
 
-    def subscribe(
-        self, name: str, maxsize: int = 10000, types: Optional[Iterable[str]] = None
-    ) -> Subscription:
+    def subscribe(self, name: str, maxsize: int = 10000, types: Optional[Iterable[str]] = None) -> Subscription:
         """Add a subscription receiving events whose ``type`` is in ``types`` (all if None)."""
         type_set: Optional[frozenset[str]] = None
         if types is not None:

@@ -134,8 +134,12 @@ def _make_line_encoder(cls: type) -> Callable[[Any], str]:
         return _reference_line
     # An instance whose ``type`` is not the class's (shadowed, or changed after this was generated)
     # takes the reference path.
-    body: list[str] = ["def encode(ev):\n", "    if ev.type is not _tag:\n", "        return _reference(ev)\n",
-                       "    d = ev.__dict__\n"]
+    body: list[str] = [
+        "def encode(ev):\n",
+        "    if ev.type is not _tag:\n",
+        "        return _reference(ev)\n",
+        "    d = ev.__dict__\n",
+    ]
     template = ["{", _enc_str("type"), ":", _enc_str(tag)]
     for i, name in enumerate(names):
         var = f"a{i}"
@@ -148,7 +152,10 @@ def _make_line_encoder(cls: type) -> Callable[[Any], str]:
     text = "".join(template).replace("{", "{{").replace("}", "}}").replace("\0", "{").replace("\1", "}")
     body.append(f"    return f{text!r}\n")
     namespace: dict[str, Any] = {
-        "_tag": tag, "_value": _value, "_enc_str": _enc_str, "_reference": _reference_line,
+        "_tag": tag,
+        "_value": _value,
+        "_enc_str": _enc_str,
+        "_reference": _reference_line,
     }
     exec("".join(body), namespace)  # noqa: S102 - code built only from field names and constants
     fn = namespace["encode"]

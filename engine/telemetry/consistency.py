@@ -57,15 +57,18 @@ def _check_step(obj: dict[str, Any]) -> None:
     _check_bucket(obj)
     if path == "eager":
         if bucket is not None or padded or waste:
-            raise SchemaError(f"an eager step with bucket {short_repr(bucket)}, padded {padded}, padding_waste "
-                              f"{short_repr(waste)} (an eager step runs no bucket and pads nothing)")
+            raise SchemaError(
+                f"an eager step with bucket {short_repr(bucket)}, padded {padded}, padding_waste "
+                f"{short_repr(waste)} (an eager step runs no bucket and pads nothing)"
+            )
         return
     if bucket is None:
         raise SchemaError("a graph step without a bucket")
     real, unit = _real(obj)
     if padded != bucket - real:
-        raise SchemaError(f"padded {padded} with {real} {unit} in bucket {bucket} (padding fills the bucket: "
-                          f"{bucket - real})")
+        raise SchemaError(
+            f"padded {padded} with {real} {unit} in bucket {bucket} (padding fills the bucket: {bucket - real})"
+        )
     if not math.isclose(waste, padded / bucket, rel_tol=1e-9, abs_tol=1e-12):
         raise SchemaError(f"padding_waste {short_repr(waste)} is not padded / bucket ({padded} / {bucket})")
 

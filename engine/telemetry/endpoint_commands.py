@@ -102,6 +102,7 @@ class EngineLink(Protocol):
         """The engine's state as events (engine started, capture, ledger, KV): what the endpoint's
         keeper missed when it started after the engine."""
         ...
+
     def submit(self, request_id: str, prompt: str, sampling: p.Sampling, chat: bool) -> StreamSource: ...
     def cancel(self, request_id: str) -> None: ...
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
@@ -150,15 +151,33 @@ class CommandDesk:
             entry = self.streams.get(engine_rid)
             self._cancel(engine_rid, entry[2] if entry is not None else None)
         elif isinstance(msg, p.Recapture):
-            self._answer(viewer, msg.cid, lambda link: link.recapture(msg.decode_bs, msg.prefill_num_tokens)
-                         or "recapture queued for the next step boundary")
+            self._answer(
+                viewer,
+                msg.cid,
+                lambda link: (
+                    link.recapture(msg.decode_bs, msg.prefill_num_tokens)
+                    or "recapture queued for the next step boundary"
+                ),
+            )
         elif isinstance(msg, p.SetParity):
-            self._answer(viewer, msg.cid, lambda link: link.set_parity_every(msg.every)
-                         or (f"parity checks: one graph step in {msg.every}" if msg.every else "parity checks off"))
+            self._answer(
+                viewer,
+                msg.cid,
+                lambda link: (
+                    link.set_parity_every(msg.every)
+                    or (f"parity checks: one graph step in {msg.every}" if msg.every else "parity checks off")
+                ),
+            )
         elif isinstance(msg, p.ExportTrace):
             if viewer.exports >= MAX_VIEWER_EXPORTS:
-                self._send(viewer, p.Result(msg.cid, False, f"{viewer.exports} exports of this viewer are still "
-                                                            "being written: wait for them"))
+                self._send(
+                    viewer,
+                    p.Result(
+                        msg.cid,
+                        False,
+                        f"{viewer.exports} exports of this viewer are still being written: wait for them",
+                    ),
+                )
             else:
                 viewer.exports += 1
                 events = self._retained()  # taken here: the state keeper belongs to the publisher thread
@@ -204,8 +223,16 @@ class CommandDesk:
                 continue
             reason = handle.finish_reason
             error = handle.error if finished else None
-            self._send(viewer, p.Tokens(rid, text, finished, getattr(reason, "value", reason) if finished else None,
-                                        one_line(error) if error else error))
+            self._send(
+                viewer,
+                p.Tokens(
+                    rid,
+                    text,
+                    finished,
+                    getattr(reason, "value", reason) if finished else None,
+                    one_line(error) if error else error,
+                ),
+            )
             if finished:
                 self.streams.pop(engine_rid, None)
                 viewer.requests.discard(rid)
@@ -256,8 +283,10 @@ class CommandDesk:
             finish("request id is empty, too long or already in use")
             return
         if len(viewer.requests) >= MAX_VIEWER_REQUESTS:
-            finish(f"this viewer has {len(viewer.requests)} requests in flight, the most the endpoint takes "
-                   "from one viewer: wait for some to finish")
+            finish(
+                f"this viewer has {len(viewer.requests)} requests in flight, the most the endpoint takes "
+                "from one viewer: wait for some to finish"
+            )
             return
         if self.link is None:
             finish(self.failed or "the engine is still loading")

@@ -107,8 +107,9 @@ class Gate:
             fields = request + [b""] * (6 - len(request))  # a short request (never ZeroMQ's) is refused too
             request_id, address, mechanism, creds = fields[1], fields[3], fields[5], fields[6:]
             ok = mechanism == b"PLAIN" and len(creds) == 2 and hmac.compare_digest(creds[1], self._token)
-            self.zap.send_multipart([b"1.0", request_id, b"200" if ok else b"400",
-                                     b"OK" if ok else b"wrong token", b"", b""])
+            self.zap.send_multipart(
+                [b"1.0", request_id, b"200" if ok else b"400", b"OK" if ok else b"wrong token", b"", b""]
+            )
             if not ok:
                 who = address.decode("ascii", "replace") or "a local client"
                 refused.append(f"wrong token in the handshake of a client at {who}")
@@ -138,8 +139,9 @@ class Gate:
                 self._pending[fd] = now
             elif _shut(fd, self._local):
                 self.refused_connections += 1
-                refused.append(f"{self.config.max_pending} connections are already in their handshake: "
-                               "closed a new one")
+                refused.append(
+                    f"{self.config.max_pending} connections are already in their handshake: closed a new one"
+                )
         return refused
 
 
@@ -147,7 +149,7 @@ def _local_address(endpoint: str) -> object:
     """What ``getsockname`` gives for a connection accepted on ``endpoint``: the socket path (ipc), or
     the port (tcp: the host part is the interface the peer reached, which a wildcard bind does not name)."""
     if endpoint.startswith("ipc://"):
-        return endpoint[len("ipc://"):]
+        return endpoint[len("ipc://") :]
     return int(endpoint.rsplit(":", 1)[1])
 
 

@@ -13,8 +13,9 @@ from collections import deque
 
 
 class LogForwarder(logging.Handler):
-    def __init__(self, level: int = logging.WARNING, *, pending: int = 200, recent: int = 20,
-                 logger: str = "graphtop") -> None:
+    def __init__(
+        self, level: int = logging.WARNING, *, pending: int = 200, recent: int = 20, logger: str = "graphtop"
+    ) -> None:
         super().__init__(level)
         self._pending: deque[tuple[int, str]] = deque(maxlen=pending)
         self._recent: deque[tuple[int, str]] = deque(maxlen=recent)

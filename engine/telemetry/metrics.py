@@ -29,9 +29,21 @@ from typing import Optional
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from .bus import EventBus
-from .events import (CaptureFinished, CaptureProgress, CaptureStarted, EngineStarted, ErrorEvent, Event,
-                     KVPoolState, ParityCheck, RecaptureFinished, RequestFinished, RequestFirstToken,
-                     RequestQueued, StepEvent)
+from .events import (
+    CaptureFinished,
+    CaptureProgress,
+    CaptureStarted,
+    EngineStarted,
+    ErrorEvent,
+    Event,
+    KVPoolState,
+    ParityCheck,
+    RecaptureFinished,
+    RequestFinished,
+    RequestFirstToken,
+    RequestQueued,
+    StepEvent,
+)
 
 __all__ = ["CONTENT_TYPE", "EngineMetrics", "MetricsCollector", "PREFIX"]
 
@@ -40,17 +52,69 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 UNSPECIFIED = "unspecified"
 """The reason label of an eager step that gave none."""
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0)
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-               0.4, 0.5, 0.75, 1.0, 2.5)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+ITL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+)
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-REPLAY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512,
-                  1.024)
+REPLAY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024)
 
-TYPES = frozenset(cls.type for cls in (EngineStarted, CaptureStarted, CaptureProgress, CaptureFinished, KVPoolState,
-                                       StepEvent, ParityCheck, RequestQueued, RequestFirstToken, RequestFinished,
-                                       RecaptureFinished, ErrorEvent))
+TYPES = frozenset(
+    cls.type
+    for cls in (
+        EngineStarted,
+        CaptureStarted,
+        CaptureProgress,
+        CaptureFinished,
+        KVPoolState,
+        StepEvent,
+        ParityCheck,
+        RequestQueued,
+        RequestFirstToken,
+        RequestFinished,
+        RecaptureFinished,
+        ErrorEvent,
+    )
+)
 """The event types the metrics read (the subscription carries no others)."""
 
 
@@ -63,8 +127,12 @@ class EngineMetrics:
 
     def __post_init__(self) -> None:
         r, p = self.registry, PREFIX
-        self.info = Gauge(p + "engine_info", "the engine being served (value 1)",
-                          ["model", "device", "dtype", "decode_graph_backend", "prefill_graph_backend"], registry=r)
+        self.info = Gauge(
+            p + "engine_info",
+            "the engine being served (value 1)",
+            ["model", "device", "dtype", "decode_graph_backend", "prefill_graph_backend"],
+            registry=r,
+        )
         self.running = Gauge(p + "num_requests_running", "requests admitted to the running batch", registry=r)
         self.waiting = Gauge(p + "num_requests_waiting", "requests waiting for a running slot", registry=r)
         self.max_running = Gauge(p + "max_running_requests", "the largest running batch", registry=r)
@@ -72,41 +140,77 @@ class EngineMetrics:
         self.kv_used = Gauge(p + "kv_cache_used_tokens", "KV pool tokens in use", registry=r)
         self.kv_capacity = Gauge(p + "kv_cache_capacity_tokens", "KV pool size in tokens", registry=r)
         self.queued = Counter(p + "requests_queued", "requests the engine accepted", registry=r)
-        self.finished = Counter(p + "requests_finished", "finished requests by reason (eos, stop, length, "
-                                "cancelled, rejected)", ["finish_reason"], registry=r)
+        self.finished = Counter(
+            p + "requests_finished",
+            "finished requests by reason (eos, stop, length, cancelled, rejected)",
+            ["finish_reason"],
+            registry=r,
+        )
         self.prompt_tokens = Counter(p + "prompt_tokens", "prompt tokens of accepted requests", registry=r)
         self.generation_tokens = Counter(p + "generation_tokens", "tokens generated", registry=r)
-        self.ttft = Histogram(p + "time_to_first_token_seconds", "time from arrival to the first token",
-                              buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram(p + "inter_token_latency_seconds", "mean time between output tokens, one sample per "
-                             "finished request of two or more tokens", buckets=ITL_BUCKETS, registry=r)
-        self.e2e = Histogram(p + "e2e_request_latency_seconds", "time from arrival to the finish of a request "
-                             "that was served (rejected ones excluded)", buckets=E2E_BUCKETS, registry=r)
-        self.passes = Counter(p + "cuda_graph_passes", "forward steps by phase and mode (graph: replayed a graph; "
-                              "eager)", ["phase", "mode"], registry=r)
-        self.bucket_hits = Counter(p + "graph_bucket_hits", "graph steps that replayed this bucket",
-                                   ["phase", "bucket"], registry=r)
-        self.bucket_padded = Counter(p + "graph_bucket_padded_tokens", "padding rows (decode) or tokens (prefill) "
-                                     "those graph steps carried", ["phase", "bucket"], registry=r)
+        self.ttft = Histogram(
+            p + "time_to_first_token_seconds", "time from arrival to the first token", buckets=TTFT_BUCKETS, registry=r
+        )
+        self.itl = Histogram(
+            p + "inter_token_latency_seconds",
+            "mean time between output tokens, one sample per finished request of two or more tokens",
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            p + "e2e_request_latency_seconds",
+            "time from arrival to the finish of a request that was served (rejected ones excluded)",
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.passes = Counter(
+            p + "cuda_graph_passes",
+            "forward steps by phase and mode (graph: replayed a graph; eager)",
+            ["phase", "mode"],
+            registry=r,
+        )
+        self.bucket_hits = Counter(
+            p + "graph_bucket_hits", "graph steps that replayed this bucket", ["phase", "bucket"], registry=r
+        )
+        self.bucket_padded = Counter(
+            p + "graph_bucket_padded_tokens",
+            "padding rows (decode) or tokens (prefill) those graph steps carried",
+            ["phase", "bucket"],
+            registry=r,
+        )
         self.fallbacks = Counter(p + "eager_fallbacks", "eager steps by reason", ["phase", "reason"], registry=r)
-        self.replay = Histogram(p + "graph_replay_seconds", "replay time of a graph step", ["phase"],
-                                buckets=REPLAY_BUCKETS, registry=r)
-        self.capture_seconds = Gauge(p + "graph_capture_seconds", "how long this bucket's graph took to capture "
-                                     "(its latest capture)", ["phase", "bucket"], registry=r)
-        self.capture_bytes = Gauge(p + "graph_capture_bytes", "device memory this bucket's graph took (its latest "
-                                   "capture)", ["phase", "bucket"], registry=r)
-        self.capture_failures = Counter(p + "graph_capture_failures", "buckets whose capture failed", ["phase"],
-                                        registry=r)
-        self.graphs = Gauge(p + "graphs_captured", "buckets captured in the latest capture pass", ["phase"],
-                            registry=r)
-        self.parity_checks = Counter(p + "parity_checks", "graph steps re-run eagerly and compared (--parity-every)",
-                                     ["phase"], registry=r)
-        self.parity_mismatches = Counter(p + "parity_mismatches", "parity checks over their tolerance", ["phase"],
-                                         registry=r)
+        self.replay = Histogram(
+            p + "graph_replay_seconds", "replay time of a graph step", ["phase"], buckets=REPLAY_BUCKETS, registry=r
+        )
+        self.capture_seconds = Gauge(
+            p + "graph_capture_seconds",
+            "how long this bucket's graph took to capture (its latest capture)",
+            ["phase", "bucket"],
+            registry=r,
+        )
+        self.capture_bytes = Gauge(
+            p + "graph_capture_bytes",
+            "device memory this bucket's graph took (its latest capture)",
+            ["phase", "bucket"],
+            registry=r,
+        )
+        self.capture_failures = Counter(
+            p + "graph_capture_failures", "buckets whose capture failed", ["phase"], registry=r
+        )
+        self.graphs = Gauge(p + "graphs_captured", "buckets captured in the latest capture pass", ["phase"], registry=r)
+        self.parity_checks = Counter(
+            p + "parity_checks", "graph steps re-run eagerly and compared (--parity-every)", ["phase"], registry=r
+        )
+        self.parity_mismatches = Counter(
+            p + "parity_mismatches", "parity checks over their tolerance", ["phase"], registry=r
+        )
         self.recaptures = Counter(p + "recaptures", "live recaptures by result (ok, failed)", ["result"], registry=r)
         self.errors = Counter(p + "errors", "error events by where they happened", ["where"], registry=r)
-        self.dropped = Gauge(p + "metrics_events_dropped", "events the metrics subscriber lost to a full queue "
-                             "(nonzero: the counters undercount)", registry=r)
+        self.dropped = Gauge(
+            p + "metrics_events_dropped",
+            "events the metrics subscriber lost to a full queue (nonzero: the counters undercount)",
+            registry=r,
+        )
 
 
 class MetricsCollector:
@@ -114,8 +218,14 @@ class MetricsCollector:
     thread. Subscribe before the engine publishes what should be counted (the CLI builds the collector
     before loading the model, so capture costs are in). ``close()`` unsubscribes."""
 
-    def __init__(self, bus: EventBus, registry: Optional[CollectorRegistry] = None, *, maxsize: int = 100_000,
-                 name: str = "metrics") -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        registry: Optional[CollectorRegistry] = None,
+        *,
+        maxsize: int = 100_000,
+        name: str = "metrics",
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = EngineMetrics(self.registry)
         self._bus = bus
@@ -197,8 +307,9 @@ class MetricsCollector:
             m.errors.labels(event.where or UNSPECIFIED).inc()
         elif isinstance(event, EngineStarted):
             m.info.clear()
-            m.info.labels(event.model, event.device, event.dtype, event.decode_graph_backend,
-                          event.prefill_graph_backend).set(1)
+            m.info.labels(
+                event.model, event.device, event.dtype, event.decode_graph_backend, event.prefill_graph_backend
+            ).set(1)
 
     def _step(self, ev: StepEvent) -> None:
         m = self.metrics

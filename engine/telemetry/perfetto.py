@@ -133,9 +133,7 @@ class _Exporter:
         ]
         for tid, name in _TRACK_NAMES.items():
             meta.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": name}})
-            meta.append(
-                {"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid, "args": {"sort_index": tid}}
-            )
+            meta.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid, "args": {"sort_index": tid}})
         return meta
 
     def run(self) -> dict[str, Any]:

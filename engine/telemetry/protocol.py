@@ -231,4 +231,3 @@ def decode_events(pairs: list[tuple[str, msgspec.Raw]]) -> tuple[list[Event], in
         except (msgspec.DecodeError, msgspec.ValidationError):
             bad += 1
     return out, bad
-

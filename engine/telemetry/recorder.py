@@ -311,8 +311,10 @@ class TraceRecorder:
         except OSError:
             return "it was moved or removed while recording"
         if (now.st_dev, now.st_ino) != (self._own.st_dev, self._own.st_ino):
-            return ("another file replaced it while recording (a second run writing the same path?); "
-                    "this run's trace is lost")
+            return (
+                "another file replaced it while recording (a second run writing the same path?); "
+                "this run's trace is lost"
+            )
         return None
 
     def discard(self, timeout: float = 30.0) -> None:

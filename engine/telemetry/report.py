@@ -42,9 +42,7 @@ def _bar(value: int, peak: int, width: int, ascii_only: bool) -> str:
 
 
 def _percentile_row(label: str, p: Percentiles) -> str:
-    return (
-        f"  {label:<24}{p.count:>8}  {_ms(p.p50):>9}  {_ms(p.p90):>9}  {_ms(p.p99):>9}  {_ms(p.max):>9}"
-    )
+    return f"  {label:<24}{p.count:>8}  {_ms(p.p50):>9}  {_ms(p.p90):>9}  {_ms(p.p99):>9}  {_ms(p.max):>9}"
 
 
 def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool = False) -> str:
@@ -180,22 +178,29 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
         verdict = f"{p.mismatches} MISMATCH(ES)" if p.mismatches else "all agree"
         out.append(f"Parity checks (graph step vs its eager re-run, one graph step in {p.every}): {verdict}")
         out.append(f"  checks {p.checks}  mismatches {p.mismatches}  skipped {p.skipped}  discarded {p.discarded}")
-        out.append(f"  worst relative error {p.worst_rel_err:.3g} (tolerance {p.tolerance:g})"
-                   f"  worst abs error {p.worst_abs_err:.3g}")
-        out.append(f"  lowest argmax agreement {_pct(p.min_argmax_agree)}"
-                   f"  lowest top-5 overlap {_pct(p.min_top5_overlap)}")
+        out.append(
+            f"  worst relative error {p.worst_rel_err:.3g} (tolerance {p.tolerance:g})"
+            f"  worst abs error {p.worst_abs_err:.3g}"
+        )
+        out.append(
+            f"  lowest argmax agreement {_pct(p.min_argmax_agree)}  lowest top-5 overlap {_pct(p.min_top5_overlap)}"
+        )
     elif s.parity.skipped or s.parity.discarded:
         p = s.parity
         out.append("")
-        out.append(f"Parity checks (one graph step in {p.every}): none compared"
-                   f"  skipped {p.skipped}  discarded {p.discarded}")
+        out.append(
+            f"Parity checks (one graph step in {p.every}): none compared  skipped {p.skipped}  discarded {p.discarded}"
+        )
 
     if s.ranks:
         out.append("")
         out.append(f"Tensor parallel ({len(s.ranks)} ranks)")
         for r in s.ranks.values():
-            caps = "  ".join(f"{phase} {len(c.captured)}/{c.total or len(c.costs)}"
-                             + (f" failed {sorted(c.failed)}" if c.failed else "") for phase, c in r.captures.items())
+            caps = "  ".join(
+                f"{phase} {len(c.captured)}/{c.total or len(c.costs)}"
+                + (f" failed {sorted(c.failed)}" if c.failed else "")
+                for phase, c in r.captures.items()
+            )
             mem = f"  weights {_bytes(r.memory.weights)}  kv {_bytes(r.memory.kv_pool)}" if r.memory else ""
             out.append(f"  rank {r.rank}  {caps or 'no captures'}  replay p50 {_ms(r.replay_ms.p50)} ms{mem}")
 

@@ -34,7 +34,7 @@ class EndpointError(Exception):
 def check_tcp_port(address: str, *, wildcard: bool) -> None:
     """Refuse a ``tcp://HOST:PORT`` whose port is outside 1-65535: ZeroMQ takes it modulo 2**16 (99999
     binds or reaches 34463, -1 65535). ``wildcard``: ``*`` (any free port) is allowed, as when serving."""
-    _, _, port = address[len("tcp://"):].rpartition(":")
+    _, _, port = address[len("tcp://") :].rpartition(":")
     if wildcard and port == "*":
         return
     if not port.isdigit() or not 1 <= int(port) <= 65535:
@@ -82,8 +82,10 @@ def private_dir(path: Optional[Path] = None) -> Path:
     if st.st_mode & 0o077:
         mode = stat.S_IMODE(st.st_mode)
         if given:
-            raise EndpointError(f"runtime folder {path} is open to other users (mode {mode:04o}); make it "
-                                f"private (chmod 700) or set {ENV_RUNTIME_DIR} to another folder")
+            raise EndpointError(
+                f"runtime folder {path} is open to other users (mode {mode:04o}); make it "
+                f"private (chmod 700) or set {ENV_RUNTIME_DIR} to another folder"
+            )
         os.chmod(path, 0o700)  # the default folder, ours but too open (e.g. created under a lax umask)
     return path
 
@@ -194,7 +196,7 @@ def _socket_file(endpoint: str) -> Optional[str]:
     """The real path of the socket file an ``ipc://PATH`` endpoint or a bare PATH names (None for TCP,
     an empty path or Linux's abstract ``@NAME``): ``./x.sock``, ``a//x.sock``, a link to the socket and
     a relative ``ipc://x.sock`` all name one file, so they are compared resolved, never as typed."""
-    path = endpoint[len("ipc://"):] if endpoint.startswith("ipc://") else "" if "://" in endpoint else endpoint
+    path = endpoint[len("ipc://") :] if endpoint.startswith("ipc://") else "" if "://" in endpoint else endpoint
     if not path or path.startswith("@"):
         return None
     return os.path.realpath(path)

@@ -30,8 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Sequence, Union
 
-__all__ = ["OutputPathError", "OutputTarget", "StagedFile", "check_distinct", "check_output", "open_staged",
-           "write_atomic"]
+__all__ = [
+    "OutputPathError",
+    "OutputTarget",
+    "StagedFile",
+    "check_distinct",
+    "check_output",
+    "open_staged",
+    "write_atomic",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 NEW_FILE_MODE = 0o666  # the kernel applies the umask, as for any new file

@@ -46,7 +46,15 @@ from .gate import Gate, GateConfig
 from .log_forward import LogForwarder
 from .plain_text import one_line
 from .runtime import (
-    EndpointEntry, EndpointError, check_tcp_port, entry_stem, ipc_address, new_token, private_dir, remove_entry, write_entry,
+    EndpointEntry,
+    EndpointError,
+    check_tcp_port,
+    entry_stem,
+    ipc_address,
+    new_token,
+    private_dir,
+    remove_entry,
+    write_entry,
 )
 from .state_keeper import REFUSAL_WHERE, StateKeeper
 
@@ -88,13 +96,14 @@ class TelemetryServer:
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.gate.watch(self._sock, self.endpoint)
         if self.endpoint.startswith("ipc://"):
-            os.chmod(self.endpoint[len("ipc://"):], 0o600)
+            os.chmod(self.endpoint[len("ipc://") :], 0o600)
         self._entry = EndpointEntry(os.getpid(), self.endpoint, self.token, config.label, "", self.started)
         write_entry(self.folder, self._stem, self._entry)
         self.keeper = StateKeeper(recent_steps=config.recent_steps)
         self.viewers: dict[bytes, Viewer] = {}
-        self.commands = CommandDesk(lambda viewer, message: self._send(viewer, p.encoder.encode(message)),
-                                    self.keeper.snapshot)
+        self.commands = CommandDesk(
+            lambda viewer, message: self._send(viewer, p.encoder.encode(message)), self.keeper.snapshot
+        )
         self._seed: list[Event] = []
         self._status_changed = False
         self.refused = 0
@@ -282,8 +291,11 @@ class TelemetryServer:
             identity = frames[0]
             size = sum(map(len, frames[1:]))  # a message longer than a frame comes in several (``wire``)
             if size > self.config.max_message_bytes:
-                self._refuse(identity, f"message of {size} bytes is over the "
-                                       f"{self.config.max_message_bytes}-byte limit", message_bytes=size)
+                self._refuse(
+                    identity,
+                    f"message of {size} bytes is over the {self.config.max_message_bytes}-byte limit",
+                    message_bytes=size,
+                )
                 continue
             payload = b"".join(frames[1:])
             try:
@@ -301,8 +313,9 @@ class TelemetryServer:
             else:
                 self._command(viewer, msg)
 
-    def _refuse(self, identity: Optional[bytes], reason: str, *, reply: bool = True,
-                message_bytes: Optional[int] = None) -> None:
+    def _refuse(
+        self, identity: Optional[bytes], reason: str, *, reply: bool = True, message_bytes: Optional[int] = None
+    ) -> None:
         """Count, log (rate-limited) and answer ``Refused``; the engine never sees the message.
 
         The reason may quote the client (a tag msgspec did not know): one printable line, so nobody
@@ -331,16 +344,26 @@ class TelemetryServer:
         if old is not None:
             self._detach(old)
         viewer = Viewer(identity, msg.name[:64], time.time())
-        self._reply(identity, p.Welcome(
-            p.PROTOCOL_VERSION, os.getpid(), self.config.label, self.started, self.status(),
-            self.keeper.next_seq, self._sub.dropped, self.logs.recent(),
-        ))
+        self._reply(
+            identity,
+            p.Welcome(
+                p.PROTOCOL_VERSION,
+                os.getpid(),
+                self.config.label,
+                self.started,
+                self.status(),
+                self.keeper.next_seq,
+                self._sub.dropped,
+                self.logs.recent(),
+            ),
+        )
         events = self.keeper.snapshot()
         step = p.EVENTS_PER_MESSAGE
         for i in range(0, max(len(events), 1), step):
             chunk = events[i : i + step]
-            if not self._send(viewer, p.encoder.encode(p.Snapshot(p.event_pairs(chunk), i + step >= len(events))),
-                              len(chunk)):
+            if not self._send(
+                viewer, p.encoder.encode(p.Snapshot(p.event_pairs(chunk), i + step >= len(events))), len(chunk)
+            ):
                 return
         self.viewers[identity] = viewer
 
@@ -355,4 +378,3 @@ class TelemetryServer:
             refusal = self.commands.handle(viewer, msg)
             if refusal:  # answered: the viewer logs it (a cancel it cannot give is said, not swallowed)
                 self._refuse(viewer.identity, refusal)
-

@@ -67,8 +67,14 @@ class StateKeeper:
 
     def snapshot(self) -> list[Event]:
         """The retained events in the order the engine published them."""
-        parts: list[Iterable[Item]] = [self._started, self._downgrades, self._errors, self._refusals, self._steps,
-                                       sorted(self._latest.values(), key=_seq)]
+        parts: list[Iterable[Item]] = [
+            self._started,
+            self._downgrades,
+            self._errors,
+            self._refusals,
+            self._steps,
+            sorted(self._latest.values(), key=_seq),
+        ]
         parts += self._capture.values()
         parts += self._open.values()
         return [ev for _, ev in heapq.merge(*parts, key=_seq)]
@@ -117,10 +123,17 @@ class StateKeeper:
     @property
     def retained(self) -> int:
         """How many events a snapshot holds now (bounded by the constructor's limits)."""
-        return (len(self._started) + len(self._downgrades) + len(self._errors) + len(self._refusals) + len(self._steps)
-                + len(self._latest) + sum(map(len, self._capture.values())) + sum(map(len, self._open.values())))
+        return (
+            len(self._started)
+            + len(self._downgrades)
+            + len(self._errors)
+            + len(self._refusals)
+            + len(self._steps)
+            + len(self._latest)
+            + sum(map(len, self._capture.values()))
+            + sum(map(len, self._open.values()))
+        )
 
 
 def _seq(item: Item) -> int:
     return item[0]
-

@@ -246,17 +246,19 @@ class SummaryBuilder:
         if len(self._captures.ranks) > 1 or len(self._rank_memory) > 1 or self._rank_replay:
             replay = {**self._rank_replay, 0: [v for vals in self._replay.values() for v in vals]}
             for rank in sorted(set(self._captures.ranks) | set(self._rank_memory) | set(replay)):
-                s.ranks[rank] = RankSummary(rank, dict(self._captures.ranks.get(rank, {})),
-                                            self._rank_memory.get(rank), Percentiles.of(replay.get(rank, [])))
+                s.ranks[rank] = RankSummary(
+                    rank,
+                    dict(self._captures.ranks.get(rank, {})),
+                    self._rank_memory.get(rank),
+                    Percentiles.of(replay.get(rank, [])),
+                )
         if self._step_numbers:
             lo, hi = min(self._step_numbers), max(self._step_numbers)
             s.missing_steps = (hi - lo + 1) - len(self._step_numbers)
         return s
 
 
-def summarize(
-    trace: Union[Trace, Iterable[Event]], *, header: Optional[TraceHeader] = None
-) -> TraceSummary:
+def summarize(trace: Union[Trace, Iterable[Event]], *, header: Optional[TraceHeader] = None) -> TraceSummary:
     """Summarize a ``Trace`` (from ``read_trace``) or any iterable of events."""
     if isinstance(trace, Trace):
         builder = SummaryBuilder(trace.header, trace.path)

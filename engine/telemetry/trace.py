@@ -90,8 +90,9 @@ class TraceDicts:
                     self._check_header(obj, lineno)
                     seen_header = True
                 elif not isinstance(obj, dict):
-                    raise self._error(lineno, f"an event line must be a JSON object, got a JSON {_json_kind(obj)}"
-                                      " (not a JSON object)")
+                    raise self._error(
+                        lineno, f"an event line must be a JSON object, got a JSON {_json_kind(obj)} (not a JSON object)"
+                    )
                 elif obj.get("type") == TraceHeader.type:
                     raise self._error(lineno, "unexpected second trace header (concatenated traces?)")
                 else:
@@ -218,8 +219,9 @@ def _readable_line(line: bytes) -> bool:
     return True
 
 
-def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = None,
-                source: Optional[PathLike] = None) -> int:
+def write_trace(
+    path: PathLike, events: Iterable[Event], meta: Optional[dict] = None, source: Optional[PathLike] = None
+) -> int:
     """Header line + one line per event (the recorder's encoding); returns the number of events written.
 
     An event the reader would refuse (an attached engine's NaN timing, a number past the schema's
@@ -255,5 +257,7 @@ def write_trace(path: PathLike, events: Iterable[Event], meta: Optional[dict] = 
         logging.getLogger("graphtop.trace").warning(
             "%s: left out %d event(s) the trace reader would refuse (a number that is not finite or past "
             "the schema's limits, or values that contradict each other)",
-            path, left_out)
+            path,
+            left_out,
+        )
     return count

@@ -80,8 +80,10 @@ class HandshakeWatch:
             if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 return "wrong token"
             if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-                return ("its handshake is not this viewer's (an endpoint of another graphtop version, or "
-                        "not graphtop): attach with the graphtop version that runs the engine")
+                return (
+                    "its handshake is not this viewer's (an endpoint of another graphtop version, or "
+                    "not graphtop): attach with the graphtop version that runs the engine"
+                )
 
     def close(self) -> None:
         self._sock.disable_monitor()

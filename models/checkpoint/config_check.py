@@ -18,9 +18,9 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from .capacity import fit_problem, format_bytes
 from ..errors import CheckpointError
 from ..spec import ModelSpec, located, supported_rope_type
+from .capacity import fit_problem, format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,14 @@ MAX_DIM = 2**31 - 1
 MAX_LAYERS = 1024
 """Far above any released decoder (Llama-3.1-405B has 126); a bigger count is a broken config."""
 
-_SIZES_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                   "max_position_embeddings")
+_SIZES_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "max_position_embeddings",
+)
 _SIZES_OPTIONAL = ("num_key_value_heads", "head_dim", "sliding_window")
 _FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")
 _ROPE_DICTS = ("rope_parameters", "rope_scaling")
@@ -69,8 +75,9 @@ def _size(config: dict[str, Any], key: str, where: Optional[str], required: bool
         raise _fail(f"'{key}' must be in [1, {hi}], got {_show(v)}", where)
 
 
-def _number(d: dict[str, Any], key: str, where: Optional[str], *, above: float, at_most: float = math.inf,
-            what: str = "") -> None:
+def _number(
+    d: dict[str, Any], key: str, where: Optional[str], *, above: float, at_most: float = math.inf, what: str = ""
+) -> None:
     """A finite number in (above, at_most], if present."""
     v = d.get(key)
     if v is None:
@@ -111,10 +118,18 @@ def ignored_token_ids(config: dict[str, Any], where: Optional[str] = None) -> tu
     ``pad_token_id: -1``); the loader sets them to None for transformers."""
     ignored = []
     for key, value in config.items():  # another type is transformers' to refuse (its config fields are typed)
-        if key.endswith("_token_id") and key not in USED_TOKEN_IDS and type(value) is int \
-                and token_id_problem(key, value, config["vocab_size"]):
-            log.warning("ignoring config.json %s=%s: not a token id of the vocabulary (graphtop does not use "
-                        "it)%s", key, _show(value), f" in {where}" if where else "")
+        if (
+            key.endswith("_token_id")
+            and key not in USED_TOKEN_IDS
+            and type(value) is int
+            and token_id_problem(key, value, config["vocab_size"])
+        ):
+            log.warning(
+                "ignoring config.json %s=%s: not a token id of the vocabulary (graphtop does not use it)%s",
+                key,
+                _show(value),
+                f" in {where}" if where else "",
+            )
             ignored.append(key)
     return tuple(ignored)
 
@@ -144,10 +159,10 @@ def _pretraining_context(config: dict[str, Any], where: Optional[str], what: str
     """``original_max_position_embeddings``, in a rope dict or at the top level (Phi3-style, where
     transformers gives it precedence: spec.read_rope)."""
     original = config.get("original_max_position_embeddings")
-    if original is not None and (isinstance(original, bool) or not isinstance(original, int)
-                                 or not 1 <= original <= MAX_DIM):
-        raise _fail(f"'{what}original_max_position_embeddings' must be in [1, {MAX_DIM}], got {_show(original)}",
-                    where)
+    if original is not None and (
+        isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= MAX_DIM
+    ):
+        raise _fail(f"'{what}original_max_position_embeddings' must be in [1, {MAX_DIM}], got {_show(original)}", where)
 
 
 def _rope(config: dict[str, Any], where: Optional[str]) -> None:
@@ -242,12 +257,15 @@ def model_bytes(spec: ModelSpec, dtype: torch.dtype) -> tuple[int, int]:
     return weights, rope
 
 
-def check_model_fits(spec: ModelSpec, dtype: torch.dtype, device: torch.device | str,
-                     where: Optional[str] = None) -> None:
+def check_model_fits(
+    spec: ModelSpec, dtype: torch.dtype, device: torch.device | str, where: Optional[str] = None
+) -> None:
     """Refuse, before allocating, a model whose weights and rope table exceed what ``device`` has."""
     weights, rope = model_bytes(spec, dtype)
-    what = (f"the model ({parameter_count(spec):,} parameters in {str(dtype).replace('torch.', '')}: weights "
-            f"{format_bytes(weights)} + rope table for {spec.max_context_len:,} positions {format_bytes(rope)})")
+    what = (
+        f"the model ({parameter_count(spec):,} parameters in {str(dtype).replace('torch.', '')}: weights "
+        f"{format_bytes(weights)} + rope table for {spec.max_context_len:,} positions {format_bytes(rope)})"
+    )
     problem = fit_problem(what, weights + rope, device)
     if problem:
         raise CheckpointError(located(problem, where))

@@ -26,11 +26,21 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-TOKENIZER_EXTRAS = ("merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
-                    "chat_template.json")
+TOKENIZER_EXTRAS = (
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 CHAT_TEMPLATE_DIR = "additional_chat_templates"  # transformers reads every *.jinja in it
-_NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def check_folder(path: Path) -> None:
@@ -72,8 +82,11 @@ def read_json(file: Path, what: str, unique_keys: bool = False) -> dict[str, Any
     """Parse a JSON object, reporting syntax errors with line and column; NaN/Infinity are refused, and with
     ``unique_keys`` a key given twice in one object (json keeps the last one without a word)."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8"), parse_constant=_refuse_constant,
-                          object_pairs_hook=_unique_keys if unique_keys else None)
+        data = json.loads(
+            file.read_text(encoding="utf-8"),
+            parse_constant=_refuse_constant,
+            object_pairs_hook=_unique_keys if unique_keys else None,
+        )
     except _Duplicate as err:
         raise CheckpointError(f"malformed {what}: key {_quoted_key(err.args[0])} appears twice in {file}") from None
     except json.JSONDecodeError as err:
@@ -128,8 +141,9 @@ def check_regular(path: Path, what: str = "file") -> None:
         mode = path.stat().st_mode
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise CheckpointError(f"{what} '{path.name}' is a symbolic link loop ({LINK_LOOP}): refused in "
-                                  f"{path.parent}") from None
+            raise CheckpointError(
+                f"{what} '{path.name}' is a symbolic link loop ({LINK_LOOP}): refused in {path.parent}"
+            ) from None
         return
     if stat.S_ISREG(mode):
         return
@@ -224,9 +238,7 @@ def tensor_locations(path: Path, allow_external: bool = False) -> dict[str, Path
         pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
         if pickles:
             more = f" and {len(pickles) - 1} more" if len(pickles) > 1 else ""
-            raise CheckpointError(
-                f"refusing pickle weights ({pickles[0]}{more}) in {path}: convert to safetensors"
-            )
+            raise CheckpointError(f"refusing pickle weights ({pickles[0]}{more}) in {path}: convert to safetensors")
         raise CheckpointError(f"no weights (*.safetensors) in {path}")
     return _names_by_file(files, path)
 
@@ -236,8 +248,10 @@ def _no_stray_single_file(path: Path, shards: dict[str, Path]) -> None:
     single file, and which is the model is not decided by a loader's preference (as for a tensor in two
     unindexed files)."""
     if os.path.lexists(path / SINGLE_FILE) and SINGLE_FILE not in shards:
-        raise CheckpointError(f"both {INDEX_FILE} (with its shards) and a {SINGLE_FILE} it does not name: which "
-                              f"holds the weights is ambiguous (remove one) in {path}")
+        raise CheckpointError(
+            f"both {INDEX_FILE} (with its shards) and a {SINGLE_FILE} it does not name: which "
+            f"holds the weights is ambiguous (remove one) in {path}"
+        )
 
 
 def _names_by_file(files: list[Path], path: Path) -> dict[str, Path]:
@@ -247,8 +261,10 @@ def _names_by_file(files: list[Path], path: Path) -> dict[str, Path]:
     for file in files:
         for name in sorted(SafetensorsReader(file).names):
             if name in locations:
-                raise CheckpointError(f"tensor '{name}' is in both '{locations[name].name}' and '{file.name}' "
-                                      f"(no {INDEX_FILE} says which to use) in {path}")
+                raise CheckpointError(
+                    f"tensor '{name}' is in both '{locations[name].name}' and '{file.name}' "
+                    f"(no {INDEX_FILE} says which to use) in {path}"
+                )
             locations[name] = file
     return locations
 

@@ -28,6 +28,9 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
+from ..errors import CheckpointError
+from ..registry import architecture_name, model_class, spec_from_hf_config
+from ..spec import ModelSpec
 from .cache import build_once, cache_root, no_progress_bars
 from .config_check import (
     check_architecture_fields,
@@ -37,10 +40,7 @@ from .config_check import (
     ignored_token_ids,
     no_token_id_warning,
 )
-from ..errors import CheckpointError
 from .paths import expand_user, resolve
-from ..registry import architecture_name, model_class, spec_from_hf_config
-from ..spec import ModelSpec
 from .tokenizer_check import check_tokenizer
 from .weight_checks import check_finite
 
@@ -64,8 +64,9 @@ def is_gguf(path: Path) -> bool:
     return path.suffix.lower() == GGUF_SUFFIX
 
 
-def gguf_folder(gguf_file: Path | str, cache_dir: Path | str | None = None,
-                progress: Optional[Progress] = None) -> Path:
+def gguf_folder(
+    gguf_file: Path | str, cache_dir: Path | str | None = None, progress: Optional[Progress] = None
+) -> Path:
     """The checkpoint folder converted from ``gguf_file``, converting it on first use (``progress`` hears how
     far the conversion is; a load from the cache says nothing)."""
     file = _real_file(gguf_file)
@@ -181,8 +182,10 @@ def _bounded_reader(gguf_file: Path) -> Any:
         return Reader(str(gguf_file))
     except _Truncated as cut:
         end, size = cut.args
-        raise CheckpointError(f"GGUF file is truncated: its tensor table or data reaches byte {end:,}, the file "
-                              f"holds {size:,} bytes in {gguf_file}") from None
+        raise CheckpointError(
+            f"GGUF file is truncated: its tensor table or data reaches byte {end:,}, the file "
+            f"holds {size:,} bytes in {gguf_file}"
+        ) from None
 
 
 def _check_disjoint(tensors: Any, gguf_file: Path) -> None:
@@ -190,8 +193,10 @@ def _check_disjoint(tensors: Any, gguf_file: Path) -> None:
     spans = sorted((int(t.data_offset), int(t.data_offset) + int(t.n_bytes), t.name) for t in tensors if t.n_bytes)
     for (_, end, first), (start, stop, second) in zip(spans, spans[1:]):
         if start < end:
-            raise CheckpointError(f"GGUF tensors '{first}' and '{second}' overlap in the file (their data share "
-                                  f"{min(end, stop) - start:,} bytes): refused in {gguf_file}")
+            raise CheckpointError(
+                f"GGUF tensors '{first}' and '{second}' overlap in the file (their data share "
+                f"{min(end, stop) - start:,} bytes): refused in {gguf_file}"
+            )
 
 
 def _check_tensors(spec: ModelSpec, reader: Any, gguf_file: Path) -> None:
@@ -214,8 +219,10 @@ def _check_tensors(spec: ModelSpec, reader: Any, gguf_file: Path) -> None:
         if tensor not in held:
             missing.append(f"'{tensor}' ({hf_name})")
         elif held[tensor] != shape:
-            raise CheckpointError(f"GGUF tensor '{tensor}' has shape {list(held[tensor])}, the model its metadata "
-                                  f"declares needs {list(shape)} in {gguf_file}")
+            raise CheckpointError(
+                f"GGUF tensor '{tensor}' has shape {list(held[tensor])}, the model its metadata "
+                f"declares needs {list(shape)} in {gguf_file}"
+            )
     if missing:
         raise CheckpointError(f"GGUF file lacks tensor {missing[0]}{_more(missing)} in {gguf_file}")
 
@@ -242,13 +249,20 @@ def _load_model(where: str, name: str, gguf_file: Path, tensors: Callable[[int, 
     from transformers import AutoModelForCausalLM
 
     with no_progress_bars(), _counted_dequantize(tensors), _transformers_errors_only(), np.errstate(all="ignore"):
-        model, info = _read(lambda: AutoModelForCausalLM.from_pretrained(
-            where, gguf_file=name, output_loading_info=True, ignore_mismatched_sizes=True), "tensors", gguf_file)
+        model, info = _read(
+            lambda: AutoModelForCausalLM.from_pretrained(
+                where, gguf_file=name, output_loading_info=True, ignore_mismatched_sizes=True
+            ),
+            "tensors",
+            gguf_file,
+        )
     mismatched = sorted(info.get("mismatched_keys") or (), key=str)
     if mismatched:
         key, stored, wanted = mismatched[0]
-        raise CheckpointError(f"GGUF tensor for '{key}' has shape {list(stored)}, the model its metadata declares "
-                              f"needs {list(wanted)}{_more(mismatched)} in {gguf_file}")
+        raise CheckpointError(
+            f"GGUF tensor for '{key}' has shape {list(stored)}, the model its metadata declares "
+            f"needs {list(wanted)}{_more(mismatched)} in {gguf_file}"
+        )
     missing = sorted(info.get("missing_keys") or ())
     if missing:
         raise CheckpointError(f"GGUF file lacks tensor '{missing[0]}'{_more(missing)} in {gguf_file}")
@@ -306,7 +320,9 @@ def _read(load: Any, what: str, file: Path) -> Any:
         raise
     except Exception as err:
         msg = _one_line(str(err)) or type(err).__name__
-        raise CheckpointError(f"GGUF {what} not readable by transformers ({type(err).__name__}: {msg}) in {file}") from None
+        raise CheckpointError(
+            f"GGUF {what} not readable by transformers ({type(err).__name__}: {msg}) in {file}"
+        ) from None
 
 
 _REASON_CHARS = 300
@@ -317,7 +333,7 @@ def _one_line(reason: str) -> str:
     names only the validator ("Class validation error for validator 'validate_architecture':"), the reason
     follows it. Bounded, so a long report stays a readable line."""
     text = " ".join(line.strip() for line in reason.splitlines() if line.strip())
-    return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 1] + "…"
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 1] + "…"
 
 
 def _counting(items: Iterable[Any], tensors: Callable[[int, int], None]) -> Iterator[Any]:

@@ -22,8 +22,9 @@ def expand_user(path: Path | str, label: str) -> Path:
     try:
         return Path(path).expanduser()
     except RuntimeError:
-        raise CheckpointError(f"{label}: cannot expand {str(path).split(os.sep)[0]} (no such user "
-                              "or no home folder)") from None
+        raise CheckpointError(
+            f"{label}: cannot expand {str(path).split(os.sep)[0]} (no such user or no home folder)"
+        ) from None
 
 
 def resolve(path: Path, label: str) -> Path:
@@ -44,6 +45,8 @@ def utf8_path(path: Path, label: str) -> Path:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
         shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise CheckpointError(f"{label} {shown} is not valid UTF-8, and the safetensors and tokenizers readers "
-                              "open only UTF-8 paths: rename it") from None
+        raise CheckpointError(
+            f"{label} {shown} is not valid UTF-8, and the safetensors and tokenizers readers "
+            "open only UTF-8 paths: rename it"
+        ) from None
     return path

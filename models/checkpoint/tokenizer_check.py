@@ -40,7 +40,8 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, where: str) -> None:
         raise CheckpointError(
             f"the tokenizer has {size:,} tokens for a model of {vocab_size:,} (vocab_size): its vocabulary "
             f"files (tokenizer.json, or vocab.json + merges.txt, or tokenizer.model) are missing or incomplete "
-            f"in {where}")
+            f"in {where}"
+        )
 
 
 def check_chat_template(tokenizer: Any, where: str, folder: Optional[Path] = None) -> None:
@@ -59,7 +60,8 @@ def check_chat_template(tokenizer: Any, where: str, folder: Optional[Path] = Non
     except Exception as err:
         raise CheckpointError(
             f"chat template{_source('default', folder)} fails on a one-message conversation "
-            f"({type(err).__name__}: {first_line(err)}) in {where}") from None
+            f"({type(err).__name__}: {first_line(err)}) in {where}"
+        ) from None
 
 
 def _compile(name: str, text: Any, where: str, folder: Optional[Path]) -> None:
@@ -76,7 +78,8 @@ def _compile(name: str, text: Any, where: str, folder: Optional[Path]) -> None:
         line = getattr(err, "lineno", None)
         at = f" at line {line}" if line else ""
         raise CheckpointError(
-            f"chat template{_source(name, folder)} is not valid Jinja{at} ({first_line(err)}) in {where}") from None
+            f"chat template{_source(name, folder)} is not valid Jinja{at} ({first_line(err)}) in {where}"
+        ) from None
 
 
 def _source(name: str, folder: Optional[Path]) -> str:
@@ -84,7 +87,10 @@ def _source(name: str, folder: Optional[Path]) -> str:
     label = "" if name == "default" else f" '{name}'"
     if folder is None:
         return label
-    candidates = (["chat_template.jinja", "chat_template.json"] if name == "default"
-                  else [f"additional_chat_templates/{name}.jinja"]) + ["tokenizer_config.json"]
+    candidates = (
+        ["chat_template.jinja", "chat_template.json"]
+        if name == "default"
+        else [f"additional_chat_templates/{name}.jinja"]
+    ) + ["tokenizer_config.json"]
     file = next((c for c in candidates if (folder / c).is_file()), None)
     return f"{label} ({file})" if file else label

@@ -57,8 +57,11 @@ def check_finite(name: str, tensor: torch.Tensor, file: Path) -> None:
 
 
 _EXACT_WIDENING = {
-    (torch.float16, torch.float32), (torch.bfloat16, torch.float32),
-    (torch.float16, torch.float64), (torch.bfloat16, torch.float64), (torch.float32, torch.float64),
+    (torch.float16, torch.float32),
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float64),
+    (torch.bfloat16, torch.float64),
+    (torch.float32, torch.float64),
 }
 
 

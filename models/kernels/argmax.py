@@ -43,8 +43,18 @@ if HAVE_TRITON:
         tl.store(idx_ptr + row * n_chunks + c, (c * BLOCK + i).to(tl.int64))
 
     @triton.jit
-    def _final_argmax(val_ptr, idx_ptr, out_ptr, host_ptr, slot_ptr, host_stride, n_chunks, BLOCK: tl.constexpr,
-                      HOST: tl.constexpr, USE_PDL: tl.constexpr):
+    def _final_argmax(
+        val_ptr,
+        idx_ptr,
+        out_ptr,
+        host_ptr,
+        slot_ptr,
+        host_stride,
+        n_chunks,
+        BLOCK: tl.constexpr,
+        HOST: tl.constexpr,
+        USE_PDL: tl.constexpr,
+    ):
         row = tl.program_id(0)
         c = tl.arange(0, BLOCK)
         if USE_PDL:  # the chunk winners come from the kernel before
@@ -57,8 +67,12 @@ if HAVE_TRITON:
             tl.store(host_ptr + tl.load(slot_ptr).to(tl.int64) * host_stride + row, token)
 
 
-def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None,
-                host_ring: Optional[tuple[torch.Tensor, torch.Tensor]] = None, pdl: bool = False) -> torch.Tensor:
+def argmax_rows(
+    logits: torch.Tensor,
+    out: Optional[torch.Tensor] = None,
+    host_ring: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+    pdl: bool = False,
+) -> torch.Tensor:
     """``torch.argmax(logits, dim=-1)`` for a 2-D CUDA tensor (falls back to torch elsewhere), into
     ``out`` (int64, one per row) when given; a CUDA graph may capture it.
 
@@ -77,12 +91,23 @@ def argmax_rows(logits: torch.Tensor, out: Optional[torch.Tensor] = None,
     idx = torch.empty(rows, n_chunks, dtype=torch.int64, device=logits.device)
     if out is None:
         out = torch.empty(rows, dtype=torch.int64, device=logits.device)
-    _chunk_argmax[(rows, n_chunks)](logits, vals, idx, V, logits.stride(0), n_chunks, BLOCK=CHUNK, USE_PDL=pdl,
-                                    num_warps=8, launch_pdl=pdl)
+    _chunk_argmax[(rows, n_chunks)](
+        logits, vals, idx, V, logits.stride(0), n_chunks, BLOCK=CHUNK, USE_PDL=pdl, num_warps=8, launch_pdl=pdl
+    )
     ring, slot = host_ring if host_ring is not None else (out, out)
-    _final_argmax[(rows,)](vals, idx, out, ring, slot, ring.stride(0) if host_ring is not None else 0, n_chunks,
-                           BLOCK=triton.next_power_of_2(n_chunks), HOST=host_ring is not None, USE_PDL=pdl,
-                           launch_pdl=pdl)
+    _final_argmax[(rows,)](
+        vals,
+        idx,
+        out,
+        ring,
+        slot,
+        ring.stride(0) if host_ring is not None else 0,
+        n_chunks,
+        BLOCK=triton.next_power_of_2(n_chunks),
+        HOST=host_ring is not None,
+        USE_PDL=pdl,
+        launch_pdl=pdl,
+    )
     return out
 
 

@@ -52,8 +52,20 @@ if HAVE_TRITON:
     from graphtop.models.kernels.fused import rms_scale
 
     @triton.jit
-    def _kv_tile(k_ptr, v_ptr, indices_ptr, p0, t0, t_hi, hk, slot_stride, d, PAGE: tl.constexpr,
-                 D: tl.constexpr, BLOCK_T: tl.constexpr):
+    def _kv_tile(
+        k_ptr,
+        v_ptr,
+        indices_ptr,
+        p0,
+        t0,
+        t_hi,
+        hk,
+        slot_stride,
+        d,
+        PAGE: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+    ):
         """K and V rows t0 .. t0 + BLOCK_T of one KV head, through the page list; rows at or past
         ``t_hi`` are masked (zero, no memory traffic)."""
         t = t0 + tl.arange(0, BLOCK_T)
@@ -78,8 +90,19 @@ if HAVE_TRITON:
         return m_new, l_i, acc
 
     @triton.jit
-    def _merge_splits(po_ptr, pml_ptr, first, g, gm, d, n_act, G: tl.constexpr, GP: tl.constexpr,
-                      D: tl.constexpr, SPLITS: tl.constexpr):
+    def _merge_splits(
+        po_ptr,
+        pml_ptr,
+        first,
+        g,
+        gm,
+        d,
+        n_act,
+        G: tl.constexpr,
+        GP: tl.constexpr,
+        D: tl.constexpr,
+        SPLITS: tl.constexpr,
+    ):
         """Every query head's output [GP, D] from its splits' partials (rows ``first + s * G + g``), an
         online softmax over the splits in split order. Unrolled over SPLITS with the inactive ones
         masked, it has no cross-thread reduction and stores nothing between its loads, so they can all
@@ -126,14 +149,43 @@ if HAVE_TRITON:
         return cf, sf, qw, qwsw, kw, kwsw
 
     @triton.jit
-    def _decode_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, last_ptr, o_ptr,
-                       po_ptr, pml_ptr, ticket_ptr, scale,
-                       q_stride_b, q_stride_h, o_stride_b, o_stride_h, n_kv_heads,
-                       kn_ptr, vn_ptr, new_stride_b, pos_ptr, cs_ptr, qw_ptr, kw_ptr, eps,
-                       PAGE: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                       BLOCK_T: tl.constexpr, MIN_CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                       NEW_KV: tl.constexpr, HAS_NORM: tl.constexpr, USE_PDL: tl.constexpr,
-                       PREFETCH: tl.constexpr):
+    def _decode_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        indptr_ptr,
+        indices_ptr,
+        last_ptr,
+        o_ptr,
+        po_ptr,
+        pml_ptr,
+        ticket_ptr,
+        scale,
+        q_stride_b,
+        q_stride_h,
+        o_stride_b,
+        o_stride_h,
+        n_kv_heads,
+        kn_ptr,
+        vn_ptr,
+        new_stride_b,
+        pos_ptr,
+        cs_ptr,
+        qw_ptr,
+        kw_ptr,
+        eps,
+        PAGE: tl.constexpr,
+        G: tl.constexpr,
+        GP: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        MIN_CHUNK: tl.constexpr,
+        SPLITS: tl.constexpr,
+        NEW_KV: tl.constexpr,
+        HAS_NORM: tl.constexpr,
+        USE_PDL: tl.constexpr,
+        PREFETCH: tl.constexpr,
+    ):
         b = tl.program_id(0)
         hk = tl.program_id(1)
         s = tl.program_id(2)
@@ -176,8 +228,9 @@ if HAVE_TRITON:
                 # q/k RMSNorm (Qwen3) and NeoX RoPE with the rounding points of _qk_norm_rope_kernel.
                 # Rotation as x * cos + swap(x) * (-sin | +sin): swap exchanges the two halves.
                 if PREFETCH < 2:
-                    cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D,
-                                                              HAS_NORM)
+                    cf, sf, qw, qwsw, kw, kwsw = _rope_inputs(
+                        pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D, HAS_NORM
+                    )
                 a = q.to(tl.float32)
                 asw = tl.load(q_rows + dsw[None, :], mask=gm[:, None], other=0.0).to(tl.float32)
                 k_row = kn_ptr + b * new_stride_b + hk * D
@@ -299,16 +352,26 @@ class PagedDecode:
     the output, so it captures in a CUDA graph as is.
     """
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
-                 max_rows: int, device: torch.device, tuning: Optional[DecodeTuning] = None,
-                 pdl: Optional[bool] = None) -> None:
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        scale: float,
+        max_rows: int,
+        device: torch.device,
+        tuning: Optional[DecodeTuning] = None,
+        pdl: Optional[bool] = None,
+    ) -> None:
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.group = num_heads // num_kv_heads
         self.group_pad = max(16, triton.next_power_of_2(self.group))
         self.page_size, self.scale, self.device = page_size, scale, device
         self.sms = sm_count(torch.device(device))
-        small, one_row = ((SMALL_GROUP_TUNING, SMALL_GROUP_TUNING) if self.group <= SMALL_GROUP
-                          else (DEFAULT_TUNING, ONE_ROW_TUNING))
+        small, one_row = (
+            (SMALL_GROUP_TUNING, SMALL_GROUP_TUNING) if self.group <= SMALL_GROUP else (DEFAULT_TUNING, ONE_ROW_TUNING)
+        )
         self.tuning = tuning or _for_head_dim(small, head_dim)
         self.one_row_tuning = tuning or _for_head_dim(one_row, head_dim)
         self.large_tuning = tuning or _for_head_dim(LARGE_TUNING, head_dim)
@@ -317,8 +380,7 @@ class PagedDecode:
         self._retired: list[tuple[torch.Tensor, ...]] = []
         self._parts = self._rows = -1
         # partials only exist where a launch splits: batches big enough for one split fill the GPU alone
-        worst = max((r * self.splits_for(r) for r in range(1, max_rows + 1) if self.splits_for(r) > 1),
-                    default=0)
+        worst = max((r * self.splits_for(r) for r in range(1, max_rows + 1) if self.splits_for(r) > 1), default=0)
         self._ensure(max_rows, worst * num_kv_heads * self.group)
 
     def tuning_for(self, rows: int) -> DecodeTuning:
@@ -345,9 +407,18 @@ class PagedDecode:
         self._pml = torch.empty(max(1, self._parts) * 2, dtype=torch.float32, device=self.device)
         self._tickets = torch.zeros(self._rows * self.num_kv_heads, dtype=torch.int32, device=self.device)
 
-    def _launch(self, q: torch.Tensor, q_stride_b: int, q_stride_h: int, k_cache: torch.Tensor,
-                v_cache: torch.Tensor, pages: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-                out: Optional[torch.Tensor], splits: Optional[int], new: tuple) -> torch.Tensor:
+    def _launch(
+        self,
+        q: torch.Tensor,
+        q_stride_b: int,
+        q_stride_h: int,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        pages: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        out: Optional[torch.Tensor],
+        splits: Optional[int],
+        new: tuple,
+    ) -> torch.Tensor:
         rows = q.shape[0]
         splits = splits or self.splits_for(rows)
         self._ensure(rows, rows * self.num_kv_heads * splits * self.group if splits > 1 else 0)
@@ -356,36 +427,96 @@ class PagedDecode:
         kn, vn, new_stride, pos, cs, qw, kw, eps, new_kv, has_norm = new
         tu = self.tuning_for(rows)
         _decode_kernel[(rows, self.num_kv_heads, splits)](
-            q, k_cache, v_cache, *pages, out, self._po, self._pml, self._tickets,
-            self.scale, q_stride_b, q_stride_h, out.stride(0), out.stride(1), self.num_kv_heads,
-            kn, vn, new_stride, pos, cs, qw, kw, eps,
-            PAGE=self.page_size, G=self.group, GP=self.group_pad, D=self.head_dim,
-            BLOCK_T=tu.block_t, MIN_CHUNK=tu.min_chunk, SPLITS=splits, NEW_KV=new_kv, HAS_NORM=has_norm,
-            USE_PDL=self.pdl, PREFETCH=tu.prefetch, num_warps=tu.num_warps,
-            num_stages=tu.num_stages, launch_pdl=self.pdl,
+            q,
+            k_cache,
+            v_cache,
+            *pages,
+            out,
+            self._po,
+            self._pml,
+            self._tickets,
+            self.scale,
+            q_stride_b,
+            q_stride_h,
+            out.stride(0),
+            out.stride(1),
+            self.num_kv_heads,
+            kn,
+            vn,
+            new_stride,
+            pos,
+            cs,
+            qw,
+            kw,
+            eps,
+            PAGE=self.page_size,
+            G=self.group,
+            GP=self.group_pad,
+            D=self.head_dim,
+            BLOCK_T=tu.block_t,
+            MIN_CHUNK=tu.min_chunk,
+            SPLITS=splits,
+            NEW_KV=new_kv,
+            HAS_NORM=has_norm,
+            USE_PDL=self.pdl,
+            PREFETCH=tu.prefetch,
+            num_warps=tu.num_warps,
+            num_stages=tu.num_stages,
+            launch_pdl=self.pdl,
             **({"maxnreg": tu.maxnreg} if tu.maxnreg else {}),
         )
         return out
 
-    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, indptr: torch.Tensor,
-            indices: torch.Tensor, last_page_len: torch.Tensor, out: Optional[torch.Tensor] = None,
-            splits: Optional[int] = None) -> torch.Tensor:
+    def run(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        last_page_len: torch.Tensor,
+        out: Optional[torch.Tensor] = None,
+        splits: Optional[int] = None,
+    ) -> torch.Tensor:
         """q [rows, H, D] over K/V already in the caches (any [pages, page, Hkv, D] / [slots, Hkv, D]
         view with contiguous slots)."""
         new = (q, q, 0, q, q, q, q, 0.0, False, False)
-        return self._launch(q, q.stride(0), q.stride(1), k_cache, v_cache, (indptr, indices, last_page_len),
-                            out, splits, new)
+        return self._launch(
+            q, q.stride(0), q.stride(1), k_cache, v_cache, (indptr, indices, last_page_len), out, splits, new
+        )
 
-    def run_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
-                q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor], eps: float,
-                k_cache: torch.Tensor, v_cache: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-                last_page_len: torch.Tensor, splits: Optional[int] = None) -> torch.Tensor:
+    def run_qkv(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        q_norm: Optional[torch.Tensor],
+        k_norm: Optional[torch.Tensor],
+        eps: float,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        last_page_len: torch.Tensor,
+        splits: Optional[int] = None,
+    ) -> torch.Tensor:
         """Decode straight from the fused projection ``qkv`` [rows, (H + 2 Hkv) * D]: q/k-norm, RoPE,
         the K/V store (into the slot after each row's context: the page lists include the new token)
         and attention in one launch, instead of four (norm+rope, store, FlashInfer decode, merge)."""
         H, HK, D = self.num_heads, self.num_kv_heads, self.head_dim
         has_norm = q_norm is not None
-        new = (qkv[:, H * D :], qkv[:, (H + HK) * D :], qkv.stride(0), positions, cos_sin_cache,
-               q_norm if has_norm else qkv, k_norm if has_norm else qkv, eps, True, has_norm)
-        return self._launch(qkv, qkv.stride(0), D, k_cache, v_cache, (indptr, indices, last_page_len),
-                            None, splits, new)
+        new = (
+            qkv[:, H * D :],
+            qkv[:, (H + HK) * D :],
+            qkv.stride(0),
+            positions,
+            cos_sin_cache,
+            q_norm if has_norm else qkv,
+            k_norm if has_norm else qkv,
+            eps,
+            True,
+            has_norm,
+        )
+        return self._launch(
+            qkv, qkv.stride(0), D, k_cache, v_cache, (indptr, indices, last_page_len), None, splits, new
+        )

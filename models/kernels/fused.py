@@ -69,8 +69,7 @@ if HAVE_TRITON:
         return (w * (x * rstd).to(dt).to(tl.float32)).to(dt).to(tl.float32)
 
     @triton.jit
-    def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride_t, x_stride_h, n_h, out_stride, D, eps,
-                        BLOCK: tl.constexpr):
+    def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride_t, x_stride_h, n_h, out_stride, D, eps, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
@@ -82,8 +81,19 @@ if HAVE_TRITON:
         tl.store(out_ptr + row * out_stride + cols, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, x_stride, res_stride, out_stride, D, eps,
-                            BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    def _add_rmsnorm_kernel(
+        x_ptr,
+        res_ptr,
+        w_ptr,
+        out_ptr,
+        x_stride,
+        res_stride,
+        out_stride,
+        D,
+        eps,
+        BLOCK: tl.constexpr,
+        USE_PDL: tl.constexpr,
+    ):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
@@ -101,9 +111,25 @@ if HAVE_TRITON:
         tl.store(out_ptr + row * out_stride + cols, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _qk_norm_rope_kernel(q_ptr, k_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, cache_ptr,
-                             q_stride_t, q_stride_h, k_stride_t, k_stride_h, n_qh, n_kh, eps,
-                             HALF: tl.constexpr, BLOCK_H: tl.constexpr, HAS_NORM: tl.constexpr):
+    def _qk_norm_rope_kernel(
+        q_ptr,
+        k_ptr,
+        qo_ptr,
+        qw_ptr,
+        kw_ptr,
+        pos_ptr,
+        cache_ptr,
+        q_stride_t,
+        q_stride_h,
+        k_stride_t,
+        k_stride_h,
+        n_qh,
+        n_kh,
+        eps,
+        HALF: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+        HAS_NORM: tl.constexpr,
+    ):
         """Per token: (optional) per-head RMSNorm of q and k, then NeoX RoPE. q goes to a contiguous
         output (attention kernels want it so), k is rewritten in place (it only goes to the cache)."""
         t = tl.program_id(0)
@@ -146,8 +172,20 @@ if HAVE_TRITON:
         tl.store(kp + HALF, (b * cf + a * sf).to(dt), mask=km)
 
     @triton.jit
-    def _store_kv_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, k_stride_t, k_stride_h, v_stride_t, v_stride_h,
-                         n_kh, D: tl.constexpr, BLOCK_H: tl.constexpr):
+    def _store_kv_kernel(
+        k_ptr,
+        v_ptr,
+        kc_ptr,
+        vc_ptr,
+        loc_ptr,
+        k_stride_t,
+        k_stride_h,
+        v_stride_t,
+        v_stride_h,
+        n_kh,
+        D: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+    ):
         t = tl.program_id(0)
         slot = tl.load(loc_ptr + t).to(tl.int64)
         h = tl.arange(0, BLOCK_H)
@@ -180,22 +218,46 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     x3 = x if x.dim() == 3 else x.unsqueeze(1)
     T, H, D = x3.shape
     out = torch.empty((T, H, D), dtype=x.dtype, device=x.device)
-    _rmsnorm_kernel[(T * H,)](x3, weight, out, x3.stride(0), x3.stride(1), H, D, D, eps,
-                              BLOCK=triton.next_power_of_2(D), num_warps=4 if D <= 2048 else 8)
+    _rmsnorm_kernel[(T * H,)](
+        x3,
+        weight,
+        out,
+        x3.stride(0),
+        x3.stride(1),
+        H,
+        D,
+        D,
+        eps,
+        BLOCK=triton.next_power_of_2(D),
+        num_warps=4 if D <= 2048 else 8,
+    )
     return out.view(x.shape)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                 pdl: bool = False) -> torch.Tensor:
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, pdl: bool = False
+) -> torch.Tensor:
     """``residual += x`` (in place, in the activation dtype), return RMSNorm(residual).
 
     ``pdl``: launch with programmatic dependent launch and let the next kernel launch at once, so a
     PDL-launched projection after it streams its first weight tile while the norm runs."""
     out = torch.empty_like(residual)
     D = residual.shape[-1]
-    _add_rmsnorm_kernel[(residual.shape[0],)](x, residual, weight, out, x.stride(0), residual.stride(0),
-                                              out.stride(0), D, eps, BLOCK=triton.next_power_of_2(D), USE_PDL=pdl,
-                                              num_warps=4 if D <= 2048 else 8, launch_pdl=pdl)
+    _add_rmsnorm_kernel[(residual.shape[0],)](
+        x,
+        residual,
+        weight,
+        out,
+        x.stride(0),
+        residual.stride(0),
+        out.stride(0),
+        D,
+        eps,
+        BLOCK=triton.next_power_of_2(D),
+        USE_PDL=pdl,
+        num_warps=4 if D <= 2048 else 8,
+        launch_pdl=pdl,
+    )
     return out
 
 
@@ -208,32 +270,67 @@ def silu_and_mul(x: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     cols = two_i // 2
     out = torch.empty((n, cols), dtype=x.dtype, device=x.device)
     block = 1024
-    _silu_mul_kernel[(n, triton.cdiv(cols, block))](x, out, x.stride(0), out.stride(0), cols, BLOCK=block,
-                                                    USE_PDL=pdl, launch_pdl=pdl)
+    _silu_mul_kernel[(n, triton.cdiv(cols, block))](
+        x, out, x.stride(0), out.stride(0), cols, BLOCK=block, USE_PDL=pdl, launch_pdl=pdl
+    )
     return out
 
 
-def qk_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
-                 q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None,
-                 eps: float = 1e-6) -> torch.Tensor:
+def qk_norm_rope(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_weight: torch.Tensor | None = None,
+    k_weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
     """One launch for Qwen3's q/k norm (when weights are given) and RoPE. Returns a contiguous q;
     k (a strided view is fine) is updated in place."""
     T, n_qh, D = q.shape
     n_kh = k.shape[1]
     q_out = torch.empty((T, n_qh, D), dtype=q.dtype, device=q.device)
     has_norm = q_weight is not None
-    _qk_norm_rope_kernel[(T,)](q, k, q_out, q_weight if has_norm else q, k_weight if has_norm else k, positions,
-                               cos_sin_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), n_qh, n_kh, eps,
-                               HALF=D // 2, BLOCK_H=triton.next_power_of_2(max(n_qh, n_kh)), HAS_NORM=has_norm,
-                               num_warps=4)
+    _qk_norm_rope_kernel[(T,)](
+        q,
+        k,
+        q_out,
+        q_weight if has_norm else q,
+        k_weight if has_norm else k,
+        positions,
+        cos_sin_cache,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        n_qh,
+        n_kh,
+        eps,
+        HALF=D // 2,
+        BLOCK_H=triton.next_power_of_2(max(n_qh, n_kh)),
+        HAS_NORM=has_norm,
+        num_warps=4,
+    )
     return q_out
 
 
-def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             loc: torch.Tensor) -> None:
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor) -> None:
     """k/v [T, Hkv, D] (strided rows allowed) -> the flat caches [slots, Hkv, D] at ``loc`` (one launch)."""
     T, n_kh, D = k.shape
     if T == 0:
         return
-    _store_kv_kernel[(T,)](k, v, k_cache, v_cache, loc, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-                           n_kh, D=D, BLOCK_H=triton.next_power_of_2(n_kh), num_warps=4)
+    _store_kv_kernel[(T,)](
+        k,
+        v,
+        k_cache,
+        v_cache,
+        loc,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        n_kh,
+        D=D,
+        BLOCK_H=triton.next_power_of_2(n_kh),
+        num_warps=4,
+    )

@@ -48,8 +48,20 @@ if HAVE_TRITON:
         return tl.load(w_rows + rk[None, :], mask=n_mask[:, None] & (rk < K)[None, :], other=0.0)
 
     @triton.jit
-    def _gemv_step(acc, ss, wv, x_rows, nw_ptr, rk, K, m_mask, dt, PROLOGUE: tl.constexpr,
-                   BLOCK_M: tl.constexpr, EVEN_K: tl.constexpr):
+    def _gemv_step(
+        acc,
+        ss,
+        wv,
+        x_rows,
+        nw_ptr,
+        rk,
+        K,
+        m_mask,
+        dt,
+        PROLOGUE: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        EVEN_K: tl.constexpr,
+    ):
         """One K tile: the activations (with their prologue) times the tile's weights ``wv``."""
         if EVEN_K:
             xm = m_mask[:, None]
@@ -76,8 +88,25 @@ if HAVE_TRITON:
         return acc, ss
 
     @triton.jit
-    def _gemv_epilogue(acc, ss, b_ptr, res_ptr, out_ptr, rm, rn, m_mask, n_mask, K, res_stride, out_stride,
-                       eps, dt, PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr):
+    def _gemv_epilogue(
+        acc,
+        ss,
+        b_ptr,
+        res_ptr,
+        out_ptr,
+        rm,
+        rn,
+        m_mask,
+        n_mask,
+        K,
+        res_stride,
+        out_stride,
+        eps,
+        dt,
+        PROLOGUE: tl.constexpr,
+        HAS_RES: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
+    ):
         """RMSNorm's 1/rms, bias, rounding, residual add, store."""
         if PROLOGUE == 1:
             acc = acc * tl.rsqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
@@ -90,13 +119,35 @@ if HAVE_TRITON:
             y = (r.to(tl.float32) + y.to(tl.float32)).to(dt)
         tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], y, mask=om)
 
-
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, b_ptr, part_ptr, ticket_ptr, M, N, K, x_stride,
-                     out_stride, res_stride, eps, PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, USE_PDL: tl.constexpr, SPLIT_K: tl.constexpr,
-                     TRIGGER: tl.constexpr):
+    def _gemv_kernel(
+        x_ptr,
+        w_ptr,
+        out_ptr,
+        res_ptr,
+        nw_ptr,
+        b_ptr,
+        part_ptr,
+        ticket_ptr,
+        M,
+        N,
+        K,
+        x_stride,
+        out_stride,
+        res_stride,
+        eps,
+        PROLOGUE: tl.constexpr,
+        HAS_RES: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        EVEN_K: tl.constexpr,
+        EVEN_N: tl.constexpr,
+        USE_PDL: tl.constexpr,
+        SPLIT_K: tl.constexpr,
+        TRIGGER: tl.constexpr,
+    ):
         """out[m, n] = sum_k pro(x)[m, k] * w[n, k] (+ bias[n]) (+ res[m, n]).
 
         PROLOGUE 0: x as is; 1: RMSNorm(x) with weight nw (K columns); 2: silu(x[:, :K]) * x[:, K:2K].
@@ -161,11 +212,45 @@ if HAVE_TRITON:
                 for sk in tl.static_range(SPLIT_K):
                     acc += tl.load(part_ptr + (sk * blocks + pid) * (BLOCK_M * BLOCK_N) + tile, cache_modifier=".cg")
                 tl.store(ticket_ptr + pid, 0)  # ready for the next launch
-                _gemv_epilogue(acc, ss, b_ptr, res_ptr, out_ptr, rm, rn, m_mask, n_mask, K, res_stride, out_stride,
-                               eps, dt, PROLOGUE, HAS_RES, HAS_BIAS)
+                _gemv_epilogue(
+                    acc,
+                    ss,
+                    b_ptr,
+                    res_ptr,
+                    out_ptr,
+                    rm,
+                    rn,
+                    m_mask,
+                    n_mask,
+                    K,
+                    res_stride,
+                    out_stride,
+                    eps,
+                    dt,
+                    PROLOGUE,
+                    HAS_RES,
+                    HAS_BIAS,
+                )
         else:
-            _gemv_epilogue(acc, ss, b_ptr, res_ptr, out_ptr, rm, rn, m_mask, n_mask, K, res_stride, out_stride, eps,
-                           dt, PROLOGUE, HAS_RES, HAS_BIAS)
+            _gemv_epilogue(
+                acc,
+                ss,
+                b_ptr,
+                res_ptr,
+                out_ptr,
+                rm,
+                rn,
+                m_mask,
+                n_mask,
+                K,
+                res_stride,
+                out_stride,
+                eps,
+                dt,
+                PROLOGUE,
+                HAS_RES,
+                HAS_BIAS,
+            )
 
 
 # (N, K) -> (BLOCK_N, BLOCK_K, num_warps, num_stages[, SPLIT_K]): the best of bench/gemv_bench.py --sweep
@@ -176,9 +261,14 @@ if HAVE_TRITON:
 # and down projections (N = 1024: 128 programs, fewer than the SMs) split K into one tile a program
 # (bench/ab_decode.py, variant gemv=...); on Llama-3.1-8B's, with 512 programs already, splitting lost.
 TUNED: dict[tuple[int, int], tuple[int, ...]] = {
-    (4096, 1024): (8, 512, 4, 2), (1024, 2048): (8, 1024, 4, 4, 2), (6144, 1024): (8, 512, 4, 2),
-    (1024, 3072): (8, 1024, 4, 4, 3), (6144, 4096): (8, 1024, 4, 4), (4096, 4096): (8, 1024, 4, 4),
-    (28672, 4096): (8, 1024, 4, 2), (4096, 14336): (8, 1024, 4, 2),
+    (4096, 1024): (8, 512, 4, 2),
+    (1024, 2048): (8, 1024, 4, 4, 2),
+    (6144, 1024): (8, 512, 4, 2),
+    (1024, 3072): (8, 1024, 4, 4, 3),
+    (6144, 4096): (8, 1024, 4, 4),
+    (4096, 4096): (8, 1024, 4, 4),
+    (28672, 4096): (8, 1024, 4, 2),
+    (4096, 14336): (8, 1024, 4, 2),
 }
 
 
@@ -203,18 +293,29 @@ def _workspace(device: torch.device, partials: int, blocks: int) -> tuple[torch.
     if ws is None:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("split-K GEMV workspace first needed inside a graph capture: warm up eagerly first")
-        ws = _split_workspace[device] = (torch.empty(SPLIT_WORKSPACE, dtype=torch.float32, device=device),
-                                         torch.zeros(SPLIT_WORKSPACE, dtype=torch.int32, device=device))
+        ws = _split_workspace[device] = (
+            torch.empty(SPLIT_WORKSPACE, dtype=torch.float32, device=device),
+            torch.zeros(SPLIT_WORKSPACE, dtype=torch.int32, device=device),
+        )
     if partials > SPLIT_WORKSPACE or blocks > SPLIT_WORKSPACE:
         raise ValueError(f"split-K GEMV needs {partials} partials, the workspace holds {SPLIT_WORKSPACE}")
     return ws
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
-         norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, silu_mul: bool = False,
-         residual: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
-         config: Optional[tuple[int, ...]] = None, pdl: Optional[bool] = None,
-         trigger: bool = False) -> torch.Tensor:
+def gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    *,
+    norm_weight: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+    silu_mul: bool = False,
+    residual: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    config: Optional[tuple[int, ...]] = None,
+    pdl: Optional[bool] = None,
+    trigger: bool = False,
+) -> torch.Tensor:
     """``[residual +] linear(pro(x), weight, bias)`` for x [M <= MAX_M, K'] (rows may be strided).
 
     ``norm_weight``: pro = RMSNorm; ``silu_mul``: x is [gate | up] (2K columns) and pro = silu(gate) * up.
@@ -244,11 +345,34 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = N
     blocks = triton.cdiv(n, block_n)
     part, tickets = _workspace(weight.device, split * blocks * block_m * block_n, blocks) if split > 1 else (out, out)
     _gemv_kernel[(blocks, split)](
-        x, weight, out, residual if residual is not None else out,
-        norm_weight if norm_weight is not None else weight, bias if bias is not None else weight, part, tickets,
-        m, n, k, x.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0, eps,
-        PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-        EVEN_N=n % block_n == 0, USE_PDL=pdl, SPLIT_K=split, TRIGGER=trigger and not pdl,
-        num_warps=warps, num_stages=stages, launch_pdl=pdl)
+        x,
+        weight,
+        out,
+        residual if residual is not None else out,
+        norm_weight if norm_weight is not None else weight,
+        bias if bias is not None else weight,
+        part,
+        tickets,
+        m,
+        n,
+        k,
+        x.stride(0),
+        out.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        eps,
+        PROLOGUE=prologue,
+        HAS_RES=residual is not None,
+        HAS_BIAS=bias is not None,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        EVEN_K=k % block_k == 0,
+        EVEN_N=n % block_n == 0,
+        USE_PDL=pdl,
+        SPLIT_K=split,
+        TRIGGER=trigger and not pdl,
+        num_warps=warps,
+        num_stages=stages,
+        launch_pdl=pdl,
+    )
     return out

@@ -44,9 +44,9 @@ from typing import Optional
 
 import torch
 
-from .stream_k import stream_k_plan, stream_k_programs
 from .fused import HAVE_TRITON, sm_count, use_pdl
 from .skinny_tuning import MAX_M, Config, config_ok, reads_packed
+from .stream_k import stream_k_plan, stream_k_programs
 
 if HAVE_TRITON:
     import triton
@@ -79,12 +79,34 @@ if HAVE_TRITON:
             tl.store(o_ptrs, y, mask=om)
 
     @triton.jit
-    def _skinny_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, ss_out_ptr, ss_in_ptr, eps, n_ss_in,
-                       M, N_OUT, K, k_len, x_stride, out_stride, up_off,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       SPLIT: tl.constexpr, SILU: tl.constexpr, USE_PDL: tl.constexpr,
-                       ADD: tl.constexpr, NORM: tl.constexpr, SS_IN: tl.constexpr,
-                       PACKED: tl.constexpr = False):
+    def _skinny_kernel(
+        x_ptr,
+        w_ptr,
+        out_ptr,
+        part_ptr,
+        ticket_ptr,
+        ss_out_ptr,
+        ss_in_ptr,
+        eps,
+        n_ss_in,
+        M,
+        N_OUT,
+        K,
+        k_len,
+        x_stride,
+        out_stride,
+        up_off,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        SPLIT: tl.constexpr,
+        SILU: tl.constexpr,
+        USE_PDL: tl.constexpr,
+        ADD: tl.constexpr,
+        NORM: tl.constexpr,
+        SS_IN: tl.constexpr,
+        PACKED: tl.constexpr = False,
+    ):
         """out[m, n] = sum_k x[m, k] * w[n, k] over this program's K share [pid_k * k_len, +k_len).
 
         SILU: w is [gate | up] (up rows start at ``up_off``) and out[m, n] = silu(gate)[m, n] * up[m, n].
@@ -169,10 +191,10 @@ if HAVE_TRITON:
         else:
             _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om, ss_ptrs, ADD)
 
-
     @triton.jit
-    def _streamk_flush(acc, acc_u, part_ptr, seg, cell, up_part, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-                       SILU: tl.constexpr):
+    def _streamk_flush(
+        acc, acc_u, part_ptr, seg, cell, up_part, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, SILU: tl.constexpr
+    ):
         """Store a segment's fp32 sums as partial ``seg`` and start the next segment from zero."""
         tl.store(part_ptr + seg * (BLOCK_N * BLOCK_M) + cell, acc)
         if SILU:
@@ -180,11 +202,35 @@ if HAVE_TRITON:
         return tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), seg + 1
 
     @triton.jit
-    def _streamk_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ticket_ptr, ss_out_ptr, ss_in_ptr, eps, n_ss_in,
-                        prog_ptr, slab_ptr, M, N_OUT, K, T, x_stride, out_stride, up_off, up_part,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        SILU: tl.constexpr, USE_PDL: tl.constexpr, ADD: tl.constexpr, NORM: tl.constexpr,
-                        SS_IN: tl.constexpr):
+    def _streamk_kernel(
+        x_ptr,
+        w_ptr,
+        out_ptr,
+        part_ptr,
+        ticket_ptr,
+        ss_out_ptr,
+        ss_in_ptr,
+        eps,
+        n_ss_in,
+        prog_ptr,
+        slab_ptr,
+        M,
+        N_OUT,
+        K,
+        T,
+        x_stride,
+        out_stride,
+        up_off,
+        up_part,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        SILU: tl.constexpr,
+        USE_PDL: tl.constexpr,
+        ADD: tl.constexpr,
+        NORM: tl.constexpr,
+        SS_IN: tl.constexpr,
+    ):
         """``_skinny_kernel``'s product and epilogues with the work spread evenly over a fixed number of
         programs (stream-K): the (column slab, K tile) units in slab-major order, program p taking the
         units [u0, u1) of ``prog_ptr`` [p] = (u0, u1, its first segment). A program's units cut at slab
@@ -259,8 +305,9 @@ if HAVE_TRITON:
                 r = tl.zeros([BLOCK_N, BLOCK_M], dtype=dt)
                 if ADD:
                     r = tl.load(o_ptrs, mask=om, other=0.0)
-                _skinny_store(_skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om,
-                              ss_out_ptr + s * BLOCK_M + rm, ADD)
+                _skinny_store(
+                    _skinny_out(acc, acc_u, rstd, dt, SILU, NORM), r, o_ptrs, om, ss_out_ptr + s * BLOCK_M + rm, ADD
+                )
                 tl.store(ticket_ptr + s, 0)  # ready for the next launch / replay
 
 
@@ -307,9 +354,17 @@ class NormInput:
     eps: float
 
 
-def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: bool = False,
-           pdl: Optional[bool] = None, norm: Optional[NormInput] = None,
-           out: Optional[torch.Tensor] = None, packed: bool = False) -> torch.Tensor:
+def skinny(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    config: Config,
+    silu_mul: bool = False,
+    pdl: Optional[bool] = None,
+    norm: Optional[NormInput] = None,
+    out: Optional[torch.Tensor] = None,
+    packed: bool = False,
+) -> torch.Tensor:
     """``linear(x, weight)`` for x [M <= MAX_M, K] (rows may be strided); with ``silu_mul`` the weight
     is [gate | up] (2I rows) and the result silu(x @ gate.T) * (x @ up.T) [M, I]; with ``norm`` the
     input is RMSNorm(x). Into ``out`` (contiguous rows) when given.
@@ -325,8 +380,15 @@ def skinny(x: torch.Tensor, weight: torch.Tensor, *, config: Config, silu_mul: b
     return out
 
 
-def skinny_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, config: Config,
-               pdl: Optional[bool] = None, packed: bool = False) -> torch.Tensor:
+def skinny_add(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    residual: torch.Tensor,
+    *,
+    config: Config,
+    pdl: Optional[bool] = None,
+    packed: bool = False,
+) -> torch.Tensor:
     """``residual += linear(x, weight)`` in place (the add rounded to the activation dtype, as HF adds),
     returning the sums of squares of the new residual rows as column-slab partials, the
     ``NormInput.partials`` of the projection that normalises it next."""
@@ -343,14 +405,24 @@ def pack(weight: torch.Tensor, config: Config, silu_mul: bool = False) -> torch.
     block_n, block_k = config[:2]
     n, k = weight.shape
     halves = weight.chunk(2) if silu_mul else (weight,)
-    blocks = [h.reshape(h.shape[0] // block_n, block_n, k // block_k, block_k).permute(0, 2, 1, 3).reshape(-1)
-              for h in halves]
+    blocks = [
+        h.reshape(h.shape[0] // block_n, block_n, k // block_k, block_k).permute(0, 2, 1, 3).reshape(-1) for h in halves
+    ]
     return torch.cat(blocks).view(n, k)
 
 
-def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Config, silu_mul: bool,
-            pdl: Optional[bool], norm: Optional[NormInput], *, add: bool,
-            packed: bool = False) -> Optional[torch.Tensor]:
+def _launch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    config: Config,
+    silu_mul: bool,
+    pdl: Optional[bool],
+    norm: Optional[NormInput],
+    *,
+    add: bool,
+    packed: bool = False,
+) -> Optional[torch.Tensor]:
     """One launch into ``out``; with ``add`` the product is added into it and the slab partials of its
     rows' squares [slabs, BLOCK_M] are returned; ``packed``: the weight is in ``pack``'s order for ``config``."""
     m, k = x.shape
@@ -371,24 +443,69 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, config: Co
         assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
     # the pointer and scalar arguments both kernels take first, then the epilogue switches
     common = (x, weight, out)
-    epilogue = (out if ss_out is None else ss_out, out if norm is None else norm.partials,
-                0.0 if norm is None else norm.eps, n_ss_in)
-    flags = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SILU=silu_mul, USE_PDL=pdl, ADD=add,
-                 NORM=norm is not None, SS_IN=triton.next_power_of_2(max(n_ss_in, 1)), num_warps=warps,
-                 num_stages=stages, launch_pdl=pdl)
+    epilogue = (
+        out if ss_out is None else ss_out,
+        out if norm is None else norm.partials,
+        0.0 if norm is None else norm.eps,
+        n_ss_in,
+    )
+    flags = dict(
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        SILU=silu_mul,
+        USE_PDL=pdl,
+        ADD=add,
+        NORM=norm is not None,
+        SS_IN=triton.next_power_of_2(max(n_ss_in, 1)),
+        num_warps=warps,
+        num_stages=stages,
+        launch_pdl=pdl,
+    )
     if split <= 0:  # stream-K: a fixed number of programs, each an equal share of the units
         tiles = k // block_k
-        plan = stream_k_plan(weight.device, slabs, tiles,
-                             stream_k_programs(split, sm_count(weight.device), slabs * tiles))
+        plan = stream_k_plan(
+            weight.device, slabs, tiles, stream_k_programs(split, sm_count(weight.device), slabs * tiles)
+        )
         up_part = plan.segments * block_n * block_m
         parts, tickets = WORKSPACE.get(weight.device, up_part * (2 if silu_mul else 1), slabs)
         _streamk_kernel[(plan.programs.shape[0],)](
-            *common, parts, tickets, *epilogue, plan.programs, plan.slabs, m, n_out, k, tiles, x.stride(0),
-            out.stride(0), n_out, up_part, **flags)
+            *common,
+            parts,
+            tickets,
+            *epilogue,
+            plan.programs,
+            plan.slabs,
+            m,
+            n_out,
+            k,
+            tiles,
+            x.stride(0),
+            out.stride(0),
+            n_out,
+            up_part,
+            **flags,
+        )
         return ss_out
-    parts, tickets = WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1),
-                                   slabs) if split > 1 else (out, out)
+    parts, tickets = (
+        WORKSPACE.get(weight.device, slabs * split * block_n * block_m * (2 if silu_mul else 1), slabs)
+        if split > 1
+        else (out, out)
+    )
     _skinny_kernel[(slabs, split)](
-        *common, parts, tickets, *epilogue, m, n_out, k, k // split, x.stride(0), out.stride(0), n_out,
-        SPLIT=split > 1, PACKED=packed, **flags)
+        *common,
+        parts,
+        tickets,
+        *epilogue,
+        m,
+        n_out,
+        k,
+        k // split,
+        x.stride(0),
+        out.stride(0),
+        n_out,
+        SPLIT=split > 1,
+        PACKED=packed,
+        **flags,
+    )
     return ss_out

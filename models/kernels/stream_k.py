@@ -64,8 +64,10 @@ def stream_k_plan(device: torch.device, slabs: int, tiles: int, programs: int) -
     plan = _STREAM_K_PLANS.get(key)
     if plan is None:
         progs, per_slab = stream_k_split(slabs, tiles, programs)
-        plan = StreamKPlan(torch.tensor(progs, dtype=torch.int32, device=device),
-                           torch.tensor(per_slab, dtype=torch.int32, device=device),
-                           per_slab[-1][0] + per_slab[-1][1])
+        plan = StreamKPlan(
+            torch.tensor(progs, dtype=torch.int32, device=device),
+            torch.tensor(per_slab, dtype=torch.int32, device=device),
+            per_slab[-1][0] + per_slab[-1][1],
+        )
         _STREAM_K_PLANS[key] = plan
     return plan

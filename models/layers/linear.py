@@ -36,7 +36,7 @@ __all__ = [
     "QKV",
     "Config",
     "LayerKernels",
-    "O",
+    "O_PROJ",
     "Projections",
     "class_rows",
     "fused_kernels_run",
@@ -52,7 +52,7 @@ __all__ = [
 
 Projections = tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear]
 """A fused decoder layer's projections in the order of ``LayerKernels``' settings: qkv, o, gate_up, down."""
-QKV, O, GATE_UP, DOWN = range(4)
+QKV, O_PROJ, GATE_UP, DOWN = range(4)
 
 
 def fused_kernels_run(weight: torch.Tensor) -> bool:
@@ -111,8 +111,7 @@ class LayerKernels:
         and whether a gate|up left without PDL lets the down projection after it start early
         (``gemv.TRIGGER_NEXT``)."""
         self.gemv_pdl = tuple(
-            tk.use_pdl(w.device, w.numel() * w.element_size(), policy)
-            for w in (p.weight for p in projections)
+            tk.use_pdl(w.device, w.numel() * w.element_size(), policy) for w in (p.weight for p in projections)
         )
         self.gate_up_trigger = self.gemv_pdl[3] and not self.gemv_pdl[2] and tg.TRIGGER_NEXT
 
@@ -131,9 +130,11 @@ class LayerKernels:
         projs = ((qkv_proj, False), (o_proj, False), (gu, True), (down_proj, False))
         self.skinny = tuple(st.configs_for(*p.weight.shape, silu) if eligible(p) else {} for p, silu in projs)
         self.skinny_pdl = enabled and tk.use_pdl(qkv_proj.weight.device, 0, policy)
-        self.skinny_gate_up_plain = {
-            c: cfg for c, cfg in st.configs_for(*gu.weight.shape).items() if c not in self.skinny[2]
-        } if eligible(gu) else {}
+        self.skinny_gate_up_plain = (
+            {c: cfg for c, cfg in st.configs_for(*gu.weight.shape).items() if c not in self.skinny[2]}
+            if eligible(gu)
+            else {}
+        )
         # the SiLU·mul kernel after a gate|up without the fused epilogue lets the skinny down start early too
         self.silu_pdl = silu_mul_pdl(self.skinny_pdl)
         # the norms ride in the projections where all four take the skinny GEMM (o and down add into the
@@ -141,13 +142,24 @@ class LayerKernels:
         qkv, o, gate_up, down = self.skinny
         hidden = o_proj.weight.shape[0]
         self.norms_in_projections = frozenset(
-            c for c in st.ROW_CLASSES
-            if st.NORMS_IN_PROJECTIONS and (hidden, c) not in st.NORMS_APART and c in qkv and c in o
-            and c in down and (c in gate_up or c in self.skinny_gate_up_plain))
+            c
+            for c in st.ROW_CLASSES
+            if st.NORMS_IN_PROJECTIONS
+            and (hidden, c) not in st.NORMS_APART
+            and c in qkv
+            and c in o
+            and c in down
+            and (c in gate_up or c in self.skinny_gate_up_plain)
+        )
         self.post_norm_apart = frozenset(c for c in self.norms_in_projections if (hidden, c) in st.POST_NORM_APART)
-        self.packed = tuple({c: self._packed_copy(i, c, cfg, p, silu) for c, cfg in configs.items()
-                             if packed and st.packs(hidden, c, cfg)}
-                            for i, ((p, silu), configs) in enumerate(zip(projs, self.skinny)))
+        self.packed = tuple(
+            {
+                c: self._packed_copy(i, c, cfg, p, silu)
+                for c, cfg in configs.items()
+                if packed and st.packs(hidden, c, cfg)
+            }
+            for i, ((p, silu), configs) in enumerate(zip(projs, self.skinny))
+        )
 
     def _packed_copy(self, i: int, cls: int, cfg: Config, proj: nn.Linear, silu: bool) -> torch.Tensor:
         """Projection ``i``'s weight in ``cfg``'s tile order, made once per (projection, class, config)."""
@@ -156,8 +168,15 @@ class LayerKernels:
             self.packed_copies[key] = ts.pack(proj.weight.detach(), cfg, silu)
         return self.packed_copies[key]
 
-    def project(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: int | None,
-                silu_mul: bool = False, norm: ts.NormInput | None = None) -> torch.Tensor:
+    def project(
+        self,
+        proj: nn.Linear,
+        x: torch.Tensor,
+        i: int,
+        cls: int | None,
+        silu_mul: bool = False,
+        norm: ts.NormInput | None = None,
+    ) -> torch.Tensor:
         """``proj(x)`` (then SiLU·mul of its [gate | up] halves), of RMSNorm(x) with ``norm`` (only at
         ``norms_in_projections`` row classes): on the skinny GEMM where it won at this many rows, else
         cuBLAS (and the SiLU·mul kernel). ``i``: which of the layer's projections (qkv, o, gate_up, down)."""
@@ -173,8 +192,9 @@ class LayerKernels:
             y = proj(x)
         return silu_and_mul(y, self.silu_pdl) if silu_mul else y
 
-    def project_add(self, proj: nn.Linear, x: torch.Tensor, i: int, cls: int | None,
-                    residual: torch.Tensor) -> torch.Tensor:
+    def project_add(
+        self, proj: nn.Linear, x: torch.Tensor, i: int, cls: int | None, residual: torch.Tensor
+    ) -> torch.Tensor:
         """``residual += proj(x)`` on the skinny GEMM (``ts.skinny_add``) for projection ``i`` (o or down)
         at a row class with the norms in the projections; returns the rows' squares as slab partials."""
         w, packed = self._weight(i, proj, cls)
@@ -186,20 +206,27 @@ class LayerKernels:
         w = self.packed[i].get(cls)
         return (proj.weight, False) if w is None else (w, True)
 
-    def attention_out_mlp_in(self, o_proj: nn.Linear, attended: torch.Tensor, residual: torch.Tensor,
-                             gate_up_proj: nn.Linear, pln: RMSNorm, cls: int | None) -> torch.Tensor:
+    def attention_out_mlp_in(
+        self,
+        o_proj: nn.Linear,
+        attended: torch.Tensor,
+        residual: torch.Tensor,
+        gate_up_proj: nn.Linear,
+        pln: RMSNorm,
+        cls: int | None,
+    ) -> torch.Tensor:
         """o projection, residual add, post-attention RMSNorm, gate|up and SiLU·mul: silu(gate) * up. At a
         row class with the norms in the projections (and not ``post_norm_apart``) o adds into ``residual``
         and gate|up normalises it; else o, the add+RMSNorm kernel, then gate|up."""
         if cls in self.norms_in_projections and cls not in self.post_norm_apart:
-            sumsq = self.project_add(o_proj, attended, O, cls, residual)
-            return self.project(gate_up_proj, residual, GATE_UP, cls, silu_mul=True,
-                                norm=ts.NormInput(sumsq, pln.eps))
-        h = add_norm(self.project(o_proj, attended, O, cls), residual, pln, self.skinny_pdl)
+            sumsq = self.project_add(o_proj, attended, O_PROJ, cls, residual)
+            return self.project(gate_up_proj, residual, GATE_UP, cls, silu_mul=True, norm=ts.NormInput(sumsq, pln.eps))
+        h = add_norm(self.project(o_proj, attended, O_PROJ, cls), residual, pln, self.skinny_pdl)
         return self.project(gate_up_proj, h, GATE_UP, cls, silu_mul=True)
 
-    def mlp_out(self, down_proj: nn.Linear, gu: torch.Tensor, residual: torch.Tensor, cls: int | None
-                ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    def mlp_out(
+        self, down_proj: nn.Linear, gu: torch.Tensor, residual: torch.Tensor, cls: int | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
         """The down projection into the stream (x, residual, sumsq) between layers: at a row class with the
         norms in the projections it adds into ``residual`` and the next q|k|v normalises it (x None,
         ``sumsq`` its rows' squares); else x is its output, still to be added."""
@@ -216,9 +243,11 @@ def packed_classes(hidden: int) -> int:
 def lm_head_settings(weight: torch.Tensor, policy: str, skinny: bool) -> tuple[bool, bool, dict[int, Config]]:
     """An lm_head's launch settings: whether its GEMV launches with PDL, whether the step's tail (skinny
     lm_head, argmax) does, and row class -> skinny config (``skinny``: it may take the skinny GEMM)."""
-    return (tk.use_pdl(weight.device, weight.numel() * weight.element_size(), policy),
-            tk.use_pdl(weight.device, 0, policy),
-            st.configs_for(*weight.shape) if skinny else {})
+    return (
+        tk.use_pdl(weight.device, weight.numel() * weight.element_size(), policy),
+        tk.use_pdl(weight.device, 0, policy),
+        st.configs_for(*weight.shape) if skinny else {},
+    )
 
 
 def lm_head_gemv_on() -> bool:
@@ -226,15 +255,24 @@ def lm_head_gemv_on() -> bool:
     return tg.LM_HEAD_GEMV
 
 
-def logits_with_norm(pre: PreNorm, norm: RMSNorm, weight: torch.Tensor, *, gemv: bool, config: Config | None,
-                     gemv_pdl: bool, tail_pdl: bool, out: torch.Tensor | None) -> torch.Tensor | None:
+def logits_with_norm(
+    pre: PreNorm,
+    norm: RMSNorm,
+    weight: torch.Tensor,
+    *,
+    gemv: bool,
+    config: Config | None,
+    gemv_pdl: bool,
+    tail_pdl: bool,
+    out: torch.Tensor | None,
+) -> torch.Tensor | None:
     """The logits with the final RMSNorm in the lm_head's own kernel: the fused GEMV's prologue (``gemv``),
     or the skinny GEMM's per-row scale (``config``, where the stream's last down projection left its rows'
     squares); None where neither applies."""
     if gemv:
-        return tg.gemv(pre.residual, weight, norm_weight=norm.weight, eps=norm.eps, out=out, pdl=gemv_pdl,
-                       trigger=True)
+        return tg.gemv(pre.residual, weight, norm_weight=norm.weight, eps=norm.eps, out=out, pdl=gemv_pdl, trigger=True)
     if config is not None and pre.sumsq is not None:
-        return ts.skinny(pre.residual, weight, config=config, pdl=tail_pdl, norm=ts.NormInput(pre.sumsq, norm.eps),
-                         out=out)
+        return ts.skinny(
+            pre.residual, weight, config=config, pdl=tail_pdl, norm=ts.NormInput(pre.sumsq, norm.eps), out=out
+        )
     return None

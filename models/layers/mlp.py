@@ -23,8 +23,9 @@ class SwiGLUMLP(nn.Module):
     def fuse(self) -> None:
         """gate and up as one GEMM ``gate_up_proj`` ([gate | up] rows) for the fused-kernel path."""
         w = torch.cat([self.gate_proj.weight, self.up_proj.weight])
-        self.gate_up_proj = nn.Linear(w.shape[1], w.shape[0], bias=self.gate_proj.bias is not None,
-                                      device=w.device, dtype=w.dtype)
+        self.gate_up_proj = nn.Linear(
+            w.shape[1], w.shape[0], bias=self.gate_proj.bias is not None, device=w.device, dtype=w.dtype
+        )
         self.gate_up_proj.weight.copy_(w)
         if self.gate_proj.bias is not None:
             self.gate_up_proj.bias.copy_(torch.cat([self.gate_proj.bias, self.up_proj.bias]))

@@ -45,8 +45,9 @@ class PreNorm:
     sumsq: torch.Tensor | None = None
 
 
-def fused_input_norm(x: torch.Tensor | None, residual: torch.Tensor | None, sumsq: torch.Tensor | None,
-                     ln: RMSNorm, pdl: bool) -> tuple[torch.Tensor, torch.Tensor, ts.NormInput | None]:
+def fused_input_norm(
+    x: torch.Tensor | None, residual: torch.Tensor | None, sumsq: torch.Tensor | None, ln: RMSNorm, pdl: bool
+) -> tuple[torch.Tensor, torch.Tensor, ts.NormInput | None]:
     """A fused layer's input RMSNorm over the stream (x, residual, sumsq) (``DecoderLayer.forward_fused``):
     (h, residual, norm), h the q|k|v projection's input. The first layer's embeddings (``residual`` None)
     take the RMSNorm kernel, a pending ``x`` the add+RMSNorm kernel (``pdl``: the skinny GEMM's launch

@@ -141,8 +141,14 @@ class RopeFactors:
         return x * self.cos + torch.cat((x2, x1), dim=-1) * self.signed_sin
 
 
-def fused_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, rope: RotaryEmbedding,
-                    q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None) -> torch.Tensor:
+def fused_norm_rope(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    rope: RotaryEmbedding,
+    q_norm: RMSNorm | None = None,
+    k_norm: RMSNorm | None = None,
+) -> torch.Tensor:
     """The fused path's q/k RMSNorm (Qwen3: ``q_norm`` and ``k_norm`` given) and RoPE in one launch
     (models/kernels/fused.py), from the cached table: returns a contiguous q, rotates k (a strided view of
     the fused projection is fine) in place."""

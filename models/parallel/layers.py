@@ -71,5 +71,3 @@ class ParallelLMHead(nn.Linear):
         stacked = self.comm.all_gather(local.contiguous())  # [size * T, rows]
         full = stacked.view(self.comm.size, t, rows).transpose(0, 1).reshape(t, self.comm.size * rows)
         return full[:, : self.vocab_size]
-
-

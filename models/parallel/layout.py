@@ -50,8 +50,10 @@ def tp_problem(spec: ModelSpec, size: int) -> Optional[str]:
         return f"--tp {size} does not divide num_attention_heads={spec.num_heads}"
     kv = spec.num_kv_heads
     if kv % size and size % kv:
-        return (f"--tp {size} and num_key_value_heads={kv}: one must divide the other "
-                "(KV heads are split, or replicated when --tp is a multiple of them)")
+        return (
+            f"--tp {size} and num_key_value_heads={kv}: one must divide the other "
+            "(KV heads are split, or replicated when --tp is a multiple of them)"
+        )
     if spec.intermediate_size % size:
         return f"--tp {size} does not divide intermediate_size={spec.intermediate_size}"
     return None
@@ -61,8 +63,12 @@ def shard_spec(spec: ModelSpec, size: int) -> ModelSpec:
     """The spec a rank's decoder is built from (heads and MLP features per rank; vocab whole)."""
     if size == 1:
         return spec
-    return replace(spec, num_heads=spec.num_heads // size, num_kv_heads=max(1, spec.num_kv_heads // size),
-                   intermediate_size=spec.intermediate_size // size)
+    return replace(
+        spec,
+        num_heads=spec.num_heads // size,
+        num_kv_heads=max(1, spec.num_kv_heads // size),
+        intermediate_size=spec.intermediate_size // size,
+    )
 
 
 def kv_head_start(spec: ModelSpec, tp: TensorParallel) -> int:

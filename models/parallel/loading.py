@@ -26,8 +26,9 @@ def build_sharded(spec: ModelSpec, tp: TensorParallel) -> DecoderForCausalLM:
     local = shard_spec(spec, tp.size)
     model = DecoderForCausalLM(local)
     for layer in model.model.layers:
-        layer.self_attn.o_proj = RowParallelLinear(local.num_heads * spec.head_dim, spec.hidden_size, spec.o_bias,
-                                                   tp.comm)
+        layer.self_attn.o_proj = RowParallelLinear(
+            local.num_heads * spec.head_dim, spec.hidden_size, spec.o_bias, tp.comm
+        )
         layer.mlp.down_proj = RowParallelLinear(local.intermediate_size, spec.hidden_size, spec.mlp_bias, tp.comm)
     model.model.embed_tokens = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.comm)
     model.lm_head = ParallelLMHead(spec.vocab_size, spec.hidden_size, tp.comm)

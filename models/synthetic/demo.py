@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.cache import CACHE_ENV, build_once, cache_root, no_progress_bars
-from .demo_corpus import CORPUS
 from ..errors import CheckpointError
+from .demo_corpus import CORPUS
 from .tokenizer_train import CHAT_TOKENS, EOS_TOKEN, train_byte_level_bpe
 
 DEMO_NOTE = "demo model: tiny Qwen3-family model with random weights — output is gibberish by design"
@@ -97,8 +97,7 @@ def ensure_demo_model(cache_dir: Path | str | None = None) -> Path:
     # A disk that fills up or turns read-only mid-build: an OSError from the tokenizer's files, a
     # SafetensorError (not an OSError) from the weights. build_once removes the staging folder either way.
     except (OSError, SafetensorError) as err:
-        raise CheckpointError(f"{_cache_label(root, cache_dir)}: cannot build the demo model: "
-                              f"{_reason(err)}") from None
+        raise CheckpointError(f"{_cache_label(root, cache_dir)}: cannot build the demo model: {_reason(err)}") from None
 
 
 def _reason(err: Exception) -> str:

@@ -17,25 +17,67 @@ from ..registry import spec_from_hf_config
 
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(
-        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=1024, intermediate_size=3072,
-        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-        vocab_size=151936, max_position_embeddings=40960, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-        tie_word_embeddings=True, attention_bias=False, eos_token_id=151645, bos_token_id=151643,
+        model_type="qwen3",
+        architectures=["Qwen3ForCausalLM"],
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        eos_token_id=151645,
+        bos_token_id=151643,
     ),
     "smollm2-135m": dict(
-        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=576, intermediate_size=1536,
-        num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
-        max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
-        attention_bias=False, mlp_bias=False, eos_token_id=2, bos_token_id=1,
+        model_type="llama",
+        architectures=["LlamaForCausalLM"],
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        vocab_size=49152,
+        max_position_embeddings=8192,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        mlp_bias=False,
+        eos_token_id=2,
+        bos_token_id=1,
     ),
     "llama-3.1-8b": dict(
-        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
-        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-        vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, eos_token_id=128001,
+        model_type="llama",
+        architectures=["LlamaForCausalLM"],
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+        eos_token_id=128001,
         bos_token_id=128000,
-        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                          original_max_position_embeddings=8192),
+        rope_scaling=dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8192,
+        ),
     ),
 }
 
@@ -90,8 +132,9 @@ def _fill_random(name: str, p: torch.Tensor, gen: torch.Generator, std: float) -
 
 
 @torch.no_grad()
-def random_checkpoint(hf_config: Any, device: str = "cuda", dtype: torch.dtype = torch.bfloat16,
-                      seed: int = 0, std: float = 0.02) -> LoadedCheckpoint:
+def random_checkpoint(
+    hf_config: Any, device: str = "cuda", dtype: torch.dtype = torch.bfloat16, seed: int = 0, std: float = 0.02
+) -> LoadedCheckpoint:
     spec = spec_from_hf_config(hf_config, "<random>")
     eos = getattr(hf_config, "eos_token_id", None)
     spec = replace(spec, eos_token_ids=(int(eos),) if eos is not None else ())
@@ -101,16 +144,24 @@ def random_checkpoint(hf_config: Any, device: str = "cuda", dtype: torch.dtype =
         _fill_random(name, p, gen, std)
     model.eval().requires_grad_(False)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return LoadedCheckpoint(model, IdsTokenizer(int(eos or 0)), spec, Path(f"<random {spec.architecture}>"),
-                            hf_config, weights)
+    return LoadedCheckpoint(
+        model, IdsTokenizer(int(eos or 0)), spec, Path(f"<random {spec.architecture}>"), hf_config, weights
+    )
 
 
 SHARD_BYTES = 4 << 30
 
 
 @torch.no_grad()
-def save_random_checkpoint(shape: str, folder: str | Path, dtype: torch.dtype = torch.bfloat16, seed: int = 0,
-                           std: float = 0.02, device: str = "cpu", **overrides: Any) -> Path:
+def save_random_checkpoint(
+    shape: str,
+    folder: str | Path,
+    dtype: torch.dtype = torch.bfloat16,
+    seed: int = 0,
+    std: float = 0.02,
+    device: str = "cpu",
+    **overrides: Any,
+) -> Path:
     """A random-weight checkpoint folder of a published shape (config.json, sharded safetensors with
     their index, a small local tokenizer), for what needs a checkpoint on disk: a tensor-parallel rank
     loads its slices from the files. Reused when the folder already holds the same one."""

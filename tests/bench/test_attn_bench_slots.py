@@ -4,9 +4,8 @@ row per decode step."""
 
 from __future__ import annotations
 
-import pytest
-
 import decode_attn_bench as dab
+import pytest
 
 
 @pytest.mark.parametrize("layout", dab.LAYOUTS)

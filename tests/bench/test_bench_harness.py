@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import argparse
 
+import harness
 import pytest
 import torch
 
-import harness
-
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, vocab_size=512)
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+)
 
 
 def tiny_model(shape: str):
@@ -20,8 +26,17 @@ def tiny_model(shape: str):
 
 def weight_count(qk_norm: bool, tied: bool) -> int:
     """Parameters of a TINY decoder, from its config alone."""
-    h, i, heads, kv, hd, vocab = (TINY[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
-                                                    "num_key_value_heads", "head_dim", "vocab_size"))
+    h, i, heads, kv, hd, vocab = (
+        TINY[k]
+        for k in (
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "vocab_size",
+        )
+    )
     attention = h * (heads + 2 * kv) * hd + heads * hd * h + (2 * hd if qk_norm else 0)
     layer = attention + 3 * h * i + 2 * h
     return vocab * h * (1 if tied else 2) + TINY["num_hidden_layers"] * layer + h
@@ -84,8 +99,12 @@ def test_interleaved_rounds_take_turns(abba, order):
     def contestant(name: str, figure: float):
         return lambda: calls.append(name) or figure
 
-    figures = harness.interleaved({"a": contestant("a", 1.0), "b": contestant("b", 2.0)}, 3, abba=abba,
-                                  on_round=lambda r, f: seen.append(len(f["b"])))
+    figures = harness.interleaved(
+        {"a": contestant("a", 1.0), "b": contestant("b", 2.0)},
+        3,
+        abba=abba,
+        on_round=lambda r, f: seen.append(len(f["b"])),
+    )
     assert "".join(calls) == order
     assert figures == {"a": [1.0] * 3, "b": [2.0] * 3}
     assert seen == [1, 2, 3]

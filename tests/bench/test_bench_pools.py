@@ -8,13 +8,11 @@ import subprocess
 import sys
 from argparse import Namespace
 
-import pytest
-
-from support.paths import BENCH
-
 import ab_decode
 import graph_bench
 import harness
+import pytest
+from support.paths import BENCH
 
 
 def test_final_context_bounds_what_the_run_reaches(tiny_ckpt, make_engine):
@@ -55,8 +53,13 @@ def test_decode_run_context_bounds_what_graph_bench_reaches(tiny_ckpt, make_engi
     assert final - 2 <= longest[0] <= final
 
 
-@pytest.mark.parametrize("script,argv,says", [("ab_decode.py", ["--prompt", "128,1000", "--bs", "1"], "prompt 1000"),
-                                               ("graph_bench.py", ["--rounds", "20"], "20 rounds")])
+@pytest.mark.parametrize(
+    "script,argv,says",
+    [
+        ("ab_decode.py", ["--prompt", "128,1000", "--bs", "1"], "prompt 1000"),
+        ("graph_bench.py", ["--rounds", "20"], "20 rounds"),
+    ],
+)
 def test_a_run_past_the_benchmark_context_is_refused_in_one_line(script, argv, says):
     run = subprocess.run([sys.executable, str(BENCH / script), *argv], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2

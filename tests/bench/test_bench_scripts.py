@@ -10,7 +10,6 @@ import re
 import shlex
 
 import pytest
-
 from support.paths import BENCH, REPO, SCRIPTS
 
 SCRIPT_NAMES = sorted(p.stem for p in BENCH.glob("*.py") if p.stem != "harness")
@@ -19,9 +18,21 @@ COMMAND = re.compile(r"(python3? bench/(\w+)\.py[^`\n]*)")  # to the end of its 
 
 
 def test_the_durable_benchmarks_are_there():
-    assert {"graph_bench", "ab_decode", "profile_decode", "kernel_timeline", "decode_attn_bench", "gemv_bench",
-            "skinny_bench", "cpu_bench", "events_bench", "dashboard_bench", "parity_bench", "tp_bench",
-            "time_to_graphs"} <= set(SCRIPT_NAMES)
+    assert {
+        "graph_bench",
+        "ab_decode",
+        "profile_decode",
+        "kernel_timeline",
+        "decode_attn_bench",
+        "gemv_bench",
+        "skinny_bench",
+        "cpu_bench",
+        "events_bench",
+        "dashboard_bench",
+        "parity_bench",
+        "tp_bench",
+        "time_to_graphs",
+    } <= set(SCRIPT_NAMES)
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

@@ -3,9 +3,9 @@ member it lacks stops the app on its first use, and the benchmark then waits for
 
 from __future__ import annotations
 
-from graphtop.tui.sessions.base import Session
-
 import dashboard_cpu
+
+from graphtop.tui.sessions.base import Session
 
 
 def test_the_synthetic_session_has_every_session_member():

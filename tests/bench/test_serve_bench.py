@@ -10,9 +10,28 @@ import serve_bench  # noqa: E402  (bench/ is on pytest's pythonpath)
 
 def test_the_serve_benchmark_runs_both_paths_on_cpu(tiny_ckpt, tmp_path, capsys, torch_one_thread) -> None:
     out = tmp_path / "bench.json"
-    rc = serve_bench.main(["--model", str(tiny_ckpt("qwen3")), "--device", "cpu", "--requests", "6", "--rate", "50",
-                           "--prompt-len", "uniform:4:24", "--output-len", "fixed:5", "--warmup", "1",
-                           "--max-running-requests", "8", "--json", str(out)])
+    rc = serve_bench.main(
+        [
+            "--model",
+            str(tiny_ckpt("qwen3")),
+            "--device",
+            "cpu",
+            "--requests",
+            "6",
+            "--rate",
+            "50",
+            "--prompt-len",
+            "uniform:4:24",
+            "--output-len",
+            "fixed:5",
+            "--warmup",
+            "1",
+            "--max-running-requests",
+            "8",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["http"]["output_tokens"] == data["python_api"]["output_tokens"] == 30

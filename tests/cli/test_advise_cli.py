@@ -9,28 +9,46 @@ import pytest
 
 from graphtop.engine.telemetry.bucket_demand import DEFAULT_EAGER_RATIO, eager_ratio, phase_demand
 from graphtop.engine.telemetry.events import (
-    CaptureFinished, CaptureProgress, CaptureStarted, EngineStarted, StepEvent,
+    CaptureFinished,
+    CaptureProgress,
+    CaptureStarted,
+    EngineStarted,
+    StepEvent,
 )
+from graphtop.engine.telemetry.trace import write_trace
 from graphtop.tui.cli.advise import graph_config_json, parse_size
 from graphtop.tui.cli.entry import main
-from graphtop.engine.telemetry.trace import write_trace
 
 MiB = 1024**2
 
 
 def _capture(phase: str, buckets: list[int], per_bucket: int) -> list:
     out = [CaptureStarted(phase=phase, buckets=tuple(buckets), backend="full", ts=1.0)]
-    out += [CaptureProgress(phase=phase, bucket=b, index=i, total=len(buckets), seconds=0.1, memory_bytes=per_bucket * b,
-                            ts=1.0) for i, b in enumerate(buckets, 1)]
+    out += [
+        CaptureProgress(
+            phase=phase, bucket=b, index=i, total=len(buckets), seconds=0.1, memory_bytes=per_bucket * b, ts=1.0
+        )
+        for i, b in enumerate(buckets, 1)
+    ]
     out.append(CaptureFinished(phase=phase, captured=tuple(buckets), seconds=0.5, ts=1.0))
     return out
 
 
 def _step(phase: str, size: int, path: str, bucket=None, reason=None, host=1.0, replay=None) -> StepEvent:
-    return StepEvent(step=0, phase=phase, batch_size=size if phase == "decode" else 1, num_tokens=size,
-                     bucket=bucket, padded=(bucket - size) if bucket else 0,
-                     padding_waste=(bucket - size) / bucket if bucket else 0.0, path=path, fallback_reason=reason,
-                     host_ms=host, replay_ms=replay, ts=2.0)
+    return StepEvent(
+        step=0,
+        phase=phase,
+        batch_size=size if phase == "decode" else 1,
+        num_tokens=size,
+        bucket=bucket,
+        padded=(bucket - size) if bucket else 0,
+        padding_waste=(bucket - size) / bucket if bucket else 0.0,
+        path=path,
+        fallback_reason=reason,
+        host_ms=host,
+        replay_ms=replay,
+        ts=2.0,
+    )
 
 
 def _trace(tmp_path, steps, *, capture=True, name="t.jsonl"):
@@ -86,8 +104,20 @@ def test_eager_ratio_sources() -> None:
     both = [_step("decode", 4, "graph", 4, host=1.0), _step("decode", 4, "eager", reason="capture_failed", host=6.0)]
     assert eager_ratio(both, "decode").value == pytest.approx(6.0)
     assert "both ways" in eager_ratio(both, "decode").source
-    emulated = [StepEvent(step=0, phase="decode", batch_size=4, num_tokens=4, bucket=4, path="graph", host_ms=1.0,
-                          emulated=True, ts=0.0), _step("decode", 4, "eager", reason="x", host=6.0)]
+    emulated = [
+        StepEvent(
+            step=0,
+            phase="decode",
+            batch_size=4,
+            num_tokens=4,
+            bucket=4,
+            path="graph",
+            host_ms=1.0,
+            emulated=True,
+            ts=0.0,
+        ),
+        _step("decode", 4, "eager", reason="x", host=6.0),
+    ]
     assert eager_ratio(emulated, "decode").value == DEFAULT_EAGER_RATIO["decode"]
     assert eager_ratio([], "prefill").source == "default"
     d = phase_demand(both + [_step("decode", 9, "eager", reason="context_exceeds_graph")], "decode")
@@ -97,29 +127,37 @@ def test_eager_ratio_sources() -> None:
 def test_sizes_and_config_json() -> None:
     assert parse_size("512MiB") == 512 * MiB and parse_size("1.5G") == 1.5 * 1024**3
     assert parse_size("300MB") == 300e6 and parse_size("1000") == 1000
-    assert graph_config_json({"decode": [], "prefill": [8]}, None) == \
-        '{"decode":{"backend":"disabled"},"prefill":{"num_tokens":[8]}}'
+    assert (
+        graph_config_json({"decode": [], "prefill": [8]}, None)
+        == '{"decode":{"backend":"disabled"},"prefill":{"num_tokens":[8]}}'
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["advise"], "the following arguments are required: TRACE.jsonl"),
-    (["advise", "{missing}"], "cannot read trace"),
-    (["advise", "{trace}", "--max-graph-memory", "lots"], "is not a size"),
-    (["advise", "{trace}", "--max-graph-memory", "1" + "0" * 400], "is past the largest size, 8 EiB"),
-    (["advise", "{trace}", "--max-graph-memory", "9EiB"], "is not a size"),
-    (["advise", "{trace}", "--max-graph-memory", "9000000TiB"], "is past the largest size, 8 EiB"),
-    (["advise", "{trace}", "--max-graphs", "-1"], "must be >= 0"),
-    (["advise", "{trace}", "--phase", "mixed"], "invalid choice"),
-    (["advise", "{trace}", "--eager-ratio", "0"], "must be positive"),
-    (["advise", "{trace}", "--eager-ratio", "1e308"], "must be <= 1000"),
-    (["advise", "{empty}"], "no steps recorded"),
-    (["advise", "{nocost}", "--max-graph-memory", "1GiB"], "graph memory cannot be estimated"),
-    (["advise", "{trace}", "--phase", "prefill", "--unknown"], "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["advise"], "the following arguments are required: TRACE.jsonl"),
+        (["advise", "{missing}"], "cannot read trace"),
+        (["advise", "{trace}", "--max-graph-memory", "lots"], "is not a size"),
+        (["advise", "{trace}", "--max-graph-memory", "1" + "0" * 400], "is past the largest size, 8 EiB"),
+        (["advise", "{trace}", "--max-graph-memory", "9EiB"], "is not a size"),
+        (["advise", "{trace}", "--max-graph-memory", "9000000TiB"], "is past the largest size, 8 EiB"),
+        (["advise", "{trace}", "--max-graphs", "-1"], "must be >= 0"),
+        (["advise", "{trace}", "--phase", "mixed"], "invalid choice"),
+        (["advise", "{trace}", "--eager-ratio", "0"], "must be positive"),
+        (["advise", "{trace}", "--eager-ratio", "1e308"], "must be <= 1000"),
+        (["advise", "{empty}"], "no steps recorded"),
+        (["advise", "{nocost}", "--max-graph-memory", "1GiB"], "graph memory cannot be estimated"),
+        (["advise", "{trace}", "--phase", "prefill", "--unknown"], "unrecognized arguments"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message) -> None:
-    paths = {"trace": _trace(tmp_path, _decode_mix()), "empty": _trace(tmp_path, [], name="e.jsonl"),
-             "nocost": _trace(tmp_path, _decode_mix(), capture=False, name="n.jsonl"),
-             "missing": tmp_path / "nope.jsonl"}
+    paths = {
+        "trace": _trace(tmp_path, _decode_mix()),
+        "empty": _trace(tmp_path, [], name="e.jsonl"),
+        "nocost": _trace(tmp_path, _decode_mix(), capture=False, name="n.jsonl"),
+        "missing": tmp_path / "nope.jsonl",
+    }
     argv = [a.format(**paths) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -128,8 +166,10 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message) -> None:
 
 def test_a_measured_ratio_out_of_range_falls_back_to_the_default() -> None:
     """A trace whose graph step took 5e-324 ms would give an infinite ratio and nonsense advice."""
-    broken = [_step("decode", 4, "graph", 4, host=5e-324), _step("decode", 4, "eager", reason="capture_failed",
-                                                                  host=6.0)]
+    broken = [
+        _step("decode", 4, "graph", 4, host=5e-324),
+        _step("decode", 4, "eager", reason="capture_failed", host=6.0),
+    ]
     ratio = eager_ratio(broken, "decode")
     assert ratio.value == DEFAULT_EAGER_RATIO["decode"] and not ratio.measured
     assert ratio.source.startswith("default: the measured inf is outside (0, 1000]")

@@ -87,7 +87,7 @@ def test_attach_resolves_pid_endpoint_and_socket_path(runtime, servers) -> None:
     from graphtop.tui.cli.attach import resolve_endpoint
 
     a = servers()
-    for name in (None, str(os.getpid()), a.endpoint, a.endpoint[len("ipc://"):]):
+    for name in (None, str(os.getpid()), a.endpoint, a.endpoint[len("ipc://") :]):
         assert resolve_endpoint(name, None)[:2] == (a.endpoint, a.token)
     assert resolve_endpoint(None, "given")[1] == "given"
 
@@ -98,12 +98,11 @@ def test_attach_matches_a_socket_path_written_another_way(runtime, servers, tmp_
     from graphtop.tui.cli.attach import resolve_endpoint
 
     a = servers()
-    sock = Path(a.endpoint[len("ipc://"):])
+    sock = Path(a.endpoint[len("ipc://") :])
     link = tmp_path / "link.sock"
     link.symlink_to(sock)
     monkeypatch.chdir(sock.parent)
-    for name in (f"./{sock.name}", f"{sock.parent}//{sock.name}", str(link), f"ipc://{sock.name}",
-                 f"ipc://{link}"):
+    for name in (f"./{sock.name}", f"{sock.parent}//{sock.name}", str(link), f"ipc://{sock.name}", f"ipc://{link}"):
         assert resolve_endpoint(name, None)[:2] == (a.endpoint, a.token), name
 
 
@@ -123,37 +122,74 @@ def test_a_runtime_folder_open_to_others_is_refused_before_the_model_loads(capsy
 
     monkeypatch.setattr(headless, "_load_engine", lambda *a: pytest.fail("the model must not load"))
     os.chmod(runtime, 0o775)
-    usage_error(*run(capsys, "--synthetic", "2", "--telemetry")[::2], f"runtime folder {runtime} is open to other "
-                "users (mode 0775)")
+    usage_error(
+        *run(capsys, "--synthetic", "2", "--telemetry")[::2],
+        f"runtime folder {runtime} is open to other users (mode 0775)",
+    )
     assert oct(os.stat(runtime).st_mode & 0o777) == "0o775"  # left as the user made it
 
 
 @pytest.mark.slow
 def test_headless_run_serves_telemetry_and_cleans_up(tiny_ckpt, runtime: Path, tmp_path: Path) -> None:
     env = {**os.environ, "GRAPHTOP_RUNTIME_DIR": str(runtime), "HF_HUB_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "graphtop.tui.cli.entry", "--model", str(tiny_ckpt("qwen3")), "--device", "cpu",
-            "--max-total-tokens", "2048", "--max-running-requests", "4", "--chunked-prefill-size", "64",
-            "--synthetic", "4", "--synthetic-output-len", "fixed:4", "--output", str(tmp_path / "out.jsonl")]
+    argv = [
+        sys.executable,
+        "-m",
+        "graphtop.tui.cli.entry",
+        "--model",
+        str(tiny_ckpt("qwen3")),
+        "--device",
+        "cpu",
+        "--max-total-tokens",
+        "2048",
+        "--max-running-requests",
+        "4",
+        "--chunked-prefill-size",
+        "64",
+        "--synthetic",
+        "4",
+        "--synthetic-output-len",
+        "fixed:4",
+        "--output",
+        str(tmp_path / "out.jsonl"),
+    ]
     proc = subprocess.run(argv + ["--telemetry"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^graphtop: telemetry on ipc://\S+\.sock — graphtop attach \d+$", proc.stderr, re.M), proc.stderr
     assert "token" not in proc.stderr  # a Unix socket needs none on the command line
-    proc = subprocess.run(argv + ["--telemetry", "tcp://127.0.0.1:*"], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        argv + ["--telemetry", "tcp://127.0.0.1:*"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^graphtop: token \S{40,} \(kept 0600 in ", proc.stderr, re.M), proc.stderr
     assert list_entries(runtime) == [] and not list(runtime.iterdir())  # entry and socket removed
 
 
-GOOD_ENTRY = dict(pid=os.getpid(), endpoint="ipc://x", token="t", model="m", device="d",
-                  started=time.time())  # after this process started: a later start is a reused pid
+GOOD_ENTRY = dict(
+    pid=os.getpid(), endpoint="ipc://x", token="t", model="m", device="d", started=time.time()
+)  # after this process started: a later start is a reused pid
 
 
-@pytest.mark.parametrize("change", [
-    dict(pid="abc"), dict(pid=1e3), dict(pid=10**20), dict(pid=0), dict(pid=-1), dict(pid=True),
-    dict(endpoint=5), dict(model=7), dict(device=None), dict(started="x"), dict(started=float("nan")),
-    dict(started=-1.0), dict(extra=1), "list", "null",
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(pid="abc"),
+        dict(pid=1e3),
+        dict(pid=10**20),
+        dict(pid=0),
+        dict(pid=-1),
+        dict(pid=True),
+        dict(endpoint=5),
+        dict(model=7),
+        dict(device=None),
+        dict(started="x"),
+        dict(started=float("nan")),
+        dict(started=-1.0),
+        dict(extra=1),
+        "list",
+        "null",
+    ],
+)
 def test_ps_skips_entries_this_version_did_not_write(capsys, runtime, change) -> None:
     """An entry with a pid of the wrong type crashed ``ps`` with a traceback; pid 0 or -1 (a process
     group, every process for ``kill``) listed an engine that does not exist."""
@@ -169,8 +205,9 @@ def test_ps_skips_entries_this_version_did_not_write(capsys, runtime, change) ->
 def test_ps_prints_entry_text_without_terminal_controls(capsys, runtime) -> None:
     import json
 
-    (runtime / "1-1.json").write_text(json.dumps({**GOOD_ENTRY, "model": "m\nFORGED\u202e", "device": "\u2066cpu",
-                                                  "endpoint": "ipc://x\x1b[2J"}))
+    (runtime / "1-1.json").write_text(
+        json.dumps({**GOOD_ENTRY, "model": "m\nFORGED\u202e", "device": "\u2066cpu", "endpoint": "ipc://x\x1b[2J"})
+    )
     rc, out, err = run(capsys, "ps")
     lines = out.strip().splitlines()
     assert rc == 0 and len(lines) == 2 and "\x1b" not in out and "\u202e" not in out and "\u2066" not in out

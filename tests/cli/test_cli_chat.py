@@ -8,10 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.cli_support import ENGINE_ARGS, assert_usage_error, run
 
-from support.cli_support import ENGINE_ARGS, assert_usage_error, private_cache_dir, run  # noqa: F401
-
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
+pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
 
 QUESTION = "What is the capital of France?"
 CONVERSATION = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": QUESTION}]
@@ -31,8 +30,12 @@ def test_chat_lines_go_through_the_demo_models_chat_template(tmp_path, capsys):
     from graphtop.engine import Engine, EngineConfig
     from graphtop.engine.sampling_params import SamplingParams
 
-    prompts = _write(tmp_path / "p.jsonl", {"id": "plain", "prompt": QUESTION}, {"id": "chat", "prompt": QUESTION,
-                     "chat": True}, {"id": "conversation", "messages": CONVERSATION})
+    prompts = _write(
+        tmp_path / "p.jsonl",
+        {"id": "plain", "prompt": QUESTION},
+        {"id": "chat", "prompt": QUESTION, "chat": True},
+        {"id": "conversation", "messages": CONVERSATION},
+    )
     rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *RUN)
     assert rc == 0, err
     got = _results(tmp_path / "o.jsonl")
@@ -41,8 +44,9 @@ def test_chat_lines_go_through_the_demo_models_chat_template(tmp_path, capsys):
     assert rc == 0, err
     flagged = _results(tmp_path / "flag.jsonl")
 
-    engine = Engine.from_pretrained(None, EngineConfig(device="cpu", max_total_tokens=2048, max_running_requests=4,
-                                                       chunked_prefill_size=64))
+    engine = Engine.from_pretrained(
+        None, EngineConfig(device="cpu", max_total_tokens=2048, max_running_requests=4, chunked_prefill_size=64)
+    )
     try:
         tok = engine.tokenizer
         assert tok.chat_template  # the demo tokenizer has the ChatML template
@@ -51,8 +55,10 @@ def test_chat_lines_go_through_the_demo_models_chat_template(tmp_path, capsys):
             ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
-        want = engine.generate([tok.encode(QUESTION), template_ids([{"role": "user", "content": QUESTION}]),
-                                template_ids(CONVERSATION)], SamplingParams(max_new_tokens=6))
+        want = engine.generate(
+            [tok.encode(QUESTION), template_ids([{"role": "user", "content": QUESTION}]), template_ids(CONVERSATION)],
+            SamplingParams(max_new_tokens=6),
+        )
     finally:
         engine.close()
     plain, chat, conversation = (h.token_ids for h in want)
@@ -65,10 +71,14 @@ def test_chat_lines_go_through_the_demo_models_chat_template(tmp_path, capsys):
 
 
 def test_a_bad_conversation_line_is_rejected_alone(tiny_ckpt, tmp_path, capsys):
-    prompts = _write(tmp_path / "p.jsonl", {"id": "ok", "messages": CONVERSATION},
-                     {"id": "bad", "messages": [{"role": "robot", "content": "hi"}]})
-    rc, out, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
-                       *RUN)
+    prompts = _write(
+        tmp_path / "p.jsonl",
+        {"id": "ok", "messages": CONVERSATION},
+        {"id": "bad", "messages": [{"role": "robot", "content": "hi"}]},
+    )
+    rc, out, err = run(
+        capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl", *RUN
+    )
     assert rc == 1
     got = _results(tmp_path / "o.jsonl")
     assert got["ok"]["finish_reason"] == "length" and len(got["ok"]["token_ids"]) == 6
@@ -89,11 +99,14 @@ def no_template_model(tiny_ckpt, tmp_path):
 
 
 def test_chat_for_a_model_without_a_chat_template(no_template_model, tmp_path, capsys):
-    prompts = _write(tmp_path / "p.jsonl", {"id": "plain", "prompt": QUESTION}, {"id": "chat", "prompt": QUESTION,
-                     "chat": True}, {"id": "conversation", "messages": CONVERSATION})
+    prompts = _write(
+        tmp_path / "p.jsonl",
+        {"id": "plain", "prompt": QUESTION},
+        {"id": "chat", "prompt": QUESTION, "chat": True},
+        {"id": "conversation", "messages": CONVERSATION},
+    )
     out_file = tmp_path / "o.jsonl"
-    rc, out, err = run(capsys, "--model", no_template_model, "--prompts", prompts, "--output", out_file, "--chat",
-                       *RUN)
+    rc, out, err = run(capsys, "--model", no_template_model, "--prompts", prompts, "--output", out_file, "--chat", *RUN)
     assert_usage_error(rc, out, err, "--chat: the model has no chat template")
     assert not out_file.exists()
     rc, out, err = run(capsys, "--model", no_template_model, "--prompts", prompts, "--output", out_file, *RUN)

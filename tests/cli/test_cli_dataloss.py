@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli_support import SHORT_RUN, assert_usage_error, console_script, run
 
 from graphtop.models import CheckpointError
 from graphtop.models.synthetic import demo
-from support.cli_support import SHORT_RUN, assert_usage_error, console_script, private_cache_dir, run  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 @pytest.fixture
@@ -34,14 +36,15 @@ def prompts(tmp_path):
 def test_a_cache_dir_under_an_unknown_user_is_one_line_exit_2(tmp_path, prompts, capsys, monkeypatch):
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", "~graphtop-no-such-user/cache")
     rc, _, err = run(capsys, "--prompts", prompts, "--output", tmp_path / "o.jsonl", "--device", "cpu")
-    assert_usage_error(rc, "", err, "GRAPHTOP_CACHE_DIR=~graphtop-no-such-user/cache",
-                       "cannot expand ~graphtop-no-such-user")
+    assert_usage_error(
+        rc, "", err, "GRAPHTOP_CACHE_DIR=~graphtop-no-such-user/cache", "cannot expand ~graphtop-no-such-user"
+    )
     assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_a_disk_that_fills_while_the_weights_are_saved_leaves_no_files(tmp_path, monkeypatch):
-    from safetensors import SafetensorError
     import transformers.modeling_utils as modeling_utils
+    from safetensors import SafetensorError
 
     def full_disk(tensors, filename, metadata=None):
         with open(filename, "wb") as f:
@@ -52,8 +55,10 @@ def test_a_disk_that_fills_while_the_weights_are_saved_leaves_no_files(tmp_path,
     cache = tmp_path / "cache"
     with pytest.raises(CheckpointError) as info:
         demo.ensure_demo_model(cache)
-    assert str(info.value) == (f"cache folder {cache}: cannot build the demo model: "
-                               "Error while serializing: I/O error: No space left on device (os error 28)")
+    assert str(info.value) == (
+        f"cache folder {cache}: cannot build the demo model: "
+        "Error while serializing: I/O error: No space left on device (os error 28)"
+    )
     assert list(cache.iterdir()) == []  # neither the staging folder nor a half-built model
 
 
@@ -73,8 +78,9 @@ def _graphtop(*argv, **popen):
     """The console script, as a user runs it (signals and FIFOs need a process of its own)."""
     script = console_script()
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return subprocess.Popen([str(script), *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, **popen)
+    return subprocess.Popen(
+        [str(script), *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen
+    )
 
 
 @pytest.fixture
@@ -104,8 +110,9 @@ def _trace_writes_fail(monkeypatch):
 def test_a_trace_that_fails_mid_run_exits_2_and_the_results_are_kept(ckpt, prompts, tmp_path, capsys, monkeypatch):
     _trace_writes_fail(monkeypatch)
     out_file, trace = tmp_path / "out.jsonl", tmp_path / "t.jsonl"
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace,
-                       *SHORT_RUN)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace, *SHORT_RUN
+    )
     assert rc == 2
     [line] = err.splitlines()
     assert line.startswith(f"graphtop: error: cannot write trace {trace}: ENOSPC: No space left on device (")
@@ -113,20 +120,23 @@ def test_a_trace_that_fails_mid_run_exits_2_and_the_results_are_kept(ckpt, promp
     assert [r["prompt"] for r in _lines(out_file)] == ["hello world", "once upon a time"]
 
 
-def test_a_failed_trace_and_a_failed_output_are_both_reported(ckpt, prompts, tmp_path, full_device, capsys,
-                                                              monkeypatch):
+def test_a_failed_trace_and_a_failed_output_are_both_reported(
+    ckpt, prompts, tmp_path, full_device, capsys, monkeypatch
+):
     _trace_writes_fail(monkeypatch)
     trace = tmp_path / "t.jsonl"
-    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", full_device, "--record", trace,
-                     *SHORT_RUN)
+    rc, _, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts, "--output", full_device, "--record", trace, *SHORT_RUN
+    )
     assert rc == 2
     lines = err.splitlines()
     assert lines[0] == "graphtop: error: cannot write /dev/full: No space left on device"
     assert lines[1].startswith(f"graphtop: error: cannot write trace {trace}: ENOSPC") and len(lines) == 2
 
 
-def test_a_trace_replaced_while_recording_exits_2_and_the_other_file_is_kept(ckpt, prompts, tmp_path, capsys,
-                                                                            monkeypatch):
+def test_a_trace_replaced_while_recording_exits_2_and_the_other_file_is_kept(
+    ckpt, prompts, tmp_path, capsys, monkeypatch
+):
     from graphtop.tui.cli import headless
 
     trace, other = tmp_path / "t.jsonl", tmp_path / "other.jsonl"
@@ -139,8 +149,9 @@ def test_a_trace_replaced_while_recording_exits_2_and_the_other_file_is_kept(ckp
         return served
 
     monkeypatch.setattr(headless, "_serve", serve_then_be_replaced)
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl",
-                       "--record", trace, *SHORT_RUN)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl", "--record", trace, *SHORT_RUN
+    )
     assert rc == 2
     [line] = err.splitlines()
     assert line.startswith(f"graphtop: error: cannot write trace {trace}: another file replaced it while recording")
@@ -165,17 +176,35 @@ def _signal_during_step(monkeypatch, signum, steps):
     monkeypatch.setattr(StepLoop, "step", step)
 
 
-@pytest.mark.parametrize("signum,word,status", [(signal.SIGINT, "interrupted", 130),
-                                                (signal.SIGTERM, "terminated", 143)])
-def test_an_interrupted_run_writes_the_results_finished_so_far(ckpt, tmp_path, capsys, monkeypatch, signum, word,
-                                                               status):
+@pytest.mark.parametrize(
+    "signum,word,status", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
+)
+def test_an_interrupted_run_writes_the_results_finished_so_far(
+    ckpt, tmp_path, capsys, monkeypatch, signum, word, status
+):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps({"prompt": p, "max_new_tokens": n, "ignore_eos": True, "id": i})
-                                 for p, n, i in [("hello", 1, "short"), ("once upon a time", 100, "long")]) + "\n")
+    prompts.write_text(
+        "\n".join(
+            json.dumps({"prompt": p, "max_new_tokens": n, "ignore_eos": True, "id": i})
+            for p, n, i in [("hello", 1, "short"), ("once upon a time", 100, "long")]
+        )
+        + "\n"
+    )
     out_file, trace = tmp_path / "out.jsonl", tmp_path / "t.jsonl"
     _signal_during_step(monkeypatch, signum, 4)  # the short request has finished, the long one has not
-    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace,
-                     "--disable-cuda-graph", *SHORT_RUN)
+    rc, _, err = run(
+        capsys,
+        "--model",
+        ckpt,
+        "--prompts",
+        prompts,
+        "--output",
+        out_file,
+        "--record",
+        trace,
+        "--disable-cuda-graph",
+        *SHORT_RUN,
+    )
     assert rc == status
     assert err.splitlines() == [f"graphtop: {word}: 1 of 2 results written to {out_file}; trace {trace} kept"]
     [short] = _lines(out_file)
@@ -187,8 +216,9 @@ def test_an_interrupt_before_anything_finished_keeps_the_older_output(ckpt, prom
     out_file = tmp_path / "out.jsonl"
     out_file.write_text("older results\n")
     _signal_during_step(monkeypatch, signal.SIGINT, 1)
-    rc, _, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--disable-cuda-graph",
-                     *SHORT_RUN)
+    rc, _, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--disable-cuda-graph", *SHORT_RUN
+    )
     assert rc == 130
     assert err.splitlines() == [f"graphtop: interrupted: no request had finished; {out_file} left as it was"]
     assert out_file.read_text() == "older results\n"
@@ -208,8 +238,9 @@ def _staged_header_written(folder):
 def test_sigterm_while_the_model_loads_leaves_no_temporary_file(ckpt, prompts, tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text("an older trace\n")
-    proc = _graphtop("--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl", "--record", trace,
-                     *SHORT_RUN)
+    proc = _graphtop(
+        "--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl", "--record", trace, *SHORT_RUN
+    )
     try:
         deadline = time.monotonic() + 60
         while not _staged_header_written(tmp_path):  # the model loads now
@@ -247,8 +278,24 @@ def test_more_sigterms_during_the_clean_up_still_exit_143(ckpt, prompts, tmp_pat
     """A second SIGTERM once the CLI had returned (the handler put back) ended the process by the signal."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     out_file = tmp_path / "o.jsonl"
-    proc = subprocess.run([sys.executable, "-c", _MORE_SIGTERMS, "--model", str(ckpt), "--prompts", str(prompts),
-                           "--output", str(out_file), *SHORT_RUN], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _MORE_SIGTERMS,
+            "--model",
+            str(ckpt),
+            "--prompts",
+            str(prompts),
+            "--output",
+            str(out_file),
+            *SHORT_RUN,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 143, proc.stderr
     assert proc.stderr.splitlines() == [f"graphtop: terminated: no request had finished; {out_file} left as it was"]
 

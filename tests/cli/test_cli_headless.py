@@ -15,13 +15,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support.cli_support import ENGINE_ARGS, SHORT_RUN, assert_usage_error, console_script, run
 
-from graphtop.engine.telemetry import events as ev
 from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.trace import read_trace
-from support.cli_support import ENGINE_ARGS, SHORT_RUN, assert_usage_error, console_script, private_cache_dir, run  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
+pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
 
 RESULT_KEYS = {"id", "prompt", "text", "token_ids", "finish_reason"}
 
@@ -71,16 +71,24 @@ def _no_tokenizer(folder):
 DAMAGE = {
     "missing-folder": (None, ["checkpoint folder not found"]),
     "no-config": (lambda f: (f / "config.json").unlink(), ["no config.json in"]),
-    "malformed-config": (lambda f: (f / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "x": ,}'),
-                         ["malformed config.json"]),
-    "unsupported-architecture": (lambda f: _edit_config(f, architectures=["GPT2LMHeadModel"], model_type="gpt2"),
-                                 ["unsupported architecture 'GPT2LMHeadModel'", "LlamaForCausalLM"]),
+    "malformed-config": (
+        lambda f: (f / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "x": ,}'),
+        ["malformed config.json"],
+    ),
+    "unsupported-architecture": (
+        lambda f: _edit_config(f, architectures=["GPT2LMHeadModel"], model_type="gpt2"),
+        ["unsupported architecture 'GPT2LMHeadModel'", "LlamaForCausalLM"],
+    ),
     "pickle-only-weights": (_pickle_only, ["refusing pickle weights (pytorch_model.bin)"]),
     "truncated-safetensors": (_truncate, ["corrupt or truncated safetensors file", "model.safetensors"]),
-    "missing-tensor": (lambda f: _edit_weights(f, lambda t: t.pop("model.layers.1.mlp.up_proj.weight")),
-                       ["missing tensor 'model.layers.1.mlp.up_proj.weight'"]),
-    "wrong-shape": (lambda f: _edit_weights(f, lambda t: t.__setitem__("model.norm.weight", torch.ones(63))),
-                    ["tensor 'model.norm.weight' has shape [63], expected [64]"]),
+    "missing-tensor": (
+        lambda f: _edit_weights(f, lambda t: t.pop("model.layers.1.mlp.up_proj.weight")),
+        ["missing tensor 'model.layers.1.mlp.up_proj.weight'"],
+    ),
+    "wrong-shape": (
+        lambda f: _edit_weights(f, lambda t: t.__setitem__("model.norm.weight", torch.ones(63))),
+        ["tensor 'model.norm.weight' has shape [63], expected [64]"],
+    ),
     "missing-tokenizer": (_no_tokenizer, ["no tokenizer files"]),
 }
 
@@ -92,8 +100,9 @@ def test_bad_checkpoint_is_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys,
     if edit is not None:
         shutil.copytree(ckpt, folder)
         edit(folder)
-    rc, out, err = run(capsys, "--model", folder, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl",
-                       *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys, "--model", folder, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS
+    )
     line = assert_usage_error(rc, out, err, *needles)
     assert str(folder) in line  # names the checkpoint too
     assert not (tmp_path / "o.jsonl").exists()
@@ -162,8 +171,9 @@ def test_unwritable_output_paths(ckpt, tmp_path, prompts_file, capsys, monkeypat
     real_access = os.access
     # chmod cannot stop root, so the permission check is made to see a read-only folder
     monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked_dir else real_access(p, mode))
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", locked_dir / "o.jsonl",
-                       *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts_file, "--output", locked_dir / "o.jsonl", *ENGINE_ARGS
+    )
     assert_usage_error(rc, out, err, "is not writable")
 
 
@@ -187,13 +197,15 @@ def test_unwritable_output_paths(ckpt, tmp_path, prompts_file, capsys, monkeypat
 )
 def test_bad_options_are_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, args, needle):
     # the case's options come last: for a repeated option (--device) argparse keeps the last one
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl",
-                       *ENGINE_ARGS, *args)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS, *args
+    )
     assert_usage_error(rc, out, err, needle)
 
 
-@pytest.mark.parametrize("n,rate,ok", [("2", "1e-9", False), ("1001", "0.01", False), ("1", "1e-9", True),
-                                         ("1001", "0.02", True)])
+@pytest.mark.parametrize(
+    "n,rate,ok", [("2", "1e-9", False), ("1001", "0.01", False), ("1", "1e-9", True), ("1001", "0.02", True)]
+)
 def test_synthetic_arrivals_spread_past_a_day_are_refused(ckpt, tmp_path, capsys, monkeypatch, n, rate, ok):
     import graphtop.tui.cli.headless as headless
     from graphtop.tui.usage import UsageError
@@ -202,20 +214,38 @@ def test_synthetic_arrivals_spread_past_a_day_are_refused(ckpt, tmp_path, capsys
         raise UsageError("stopped where the model loads")
 
     monkeypatch.setattr(headless, "_load_engine", stop_at_load)
-    rc, out, err = run(capsys, "--model", ckpt, "--synthetic", n, "--synthetic-rate", rate, "--output",
-                       tmp_path / "o.jsonl", *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys,
+        "--model",
+        ckpt,
+        "--synthetic",
+        n,
+        "--synthetic-rate",
+        rate,
+        "--output",
+        tmp_path / "o.jsonl",
+        *ENGINE_ARGS,
+    )
     if ok:  # within a day: the run goes on to load the model
         assert_usage_error(rc, out, err, "stopped where the model loads")
     else:
         assert_usage_error(rc, out, err, "--synthetic-rate", "at most 24 hours")
 
 
-@pytest.mark.parametrize("name,value", [("GRAPHTOP_FUSED_GEMV", "of"), ("GRAPHTOP_FLASHINFER_DECODE", "tritn"),
-                                        ("GRAPHTOP_FLASHINFER_PREFILL_BACKEND", "fa4"), ("GRAPHTOP_PDL", "yes")])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("GRAPHTOP_FUSED_GEMV", "of"),
+        ("GRAPHTOP_FLASHINFER_DECODE", "tritn"),
+        ("GRAPHTOP_FLASHINFER_PREFILL_BACKEND", "fa4"),
+        ("GRAPHTOP_PDL", "yes"),
+    ],
+)
 def test_bad_tuning_env_knob_is_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, monkeypatch, name, value):
     monkeypatch.setenv(name, value)
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl",
-                       *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts_file, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS
+    )
     assert_usage_error(rc, out, err, f"{name}={value!r}: use one of")
     assert not (tmp_path / "o.jsonl").exists()
 
@@ -261,8 +291,9 @@ def test_headless_output_lines_and_malformed_prompt_lines(ckpt, tmp_path, capsys
     ]
     prompts.write_text("\n".join(lines) + "\n")
     out_file = tmp_path / "out.jsonl"
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--max-new-tokens", 7,
-                       *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--max-new-tokens", 7, *ENGINE_ARGS
+    )
     assert rc == 1  # some lines failed; the run itself completed
     errors = err.strip().splitlines()
     assert [e.split(":line ")[1].split(":")[0] for e in errors] == ["3", "5", "6", "7"]
@@ -290,21 +321,44 @@ def test_headless_output_lines_and_malformed_prompt_lines(ckpt, tmp_path, capsys
 
 def test_synthetic_workload(ckpt, tmp_path, capsys):
     out_file = tmp_path / "syn.jsonl"
-    rc, out, err = run(capsys, "--model", ckpt, "--synthetic", 3, "--synthetic-prompt-len", "fixed:5",
-                       "--synthetic-output-len", "fixed:4", "--output", out_file, *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys,
+        "--model",
+        ckpt,
+        "--synthetic",
+        3,
+        "--synthetic-prompt-len",
+        "fixed:5",
+        "--synthetic-output-len",
+        "fixed:4",
+        "--output",
+        out_file,
+        *ENGINE_ARGS,
+    )
     assert rc == 0 and err == ""
     results = _read_results(out_file)
     assert [r["id"] for r in results] == ["syn-0", "syn-1", "syn-2"]
     assert all(set(r) == RESULT_KEYS and len(r["token_ids"]) == 4 and r["finish_reason"] == "length" for r in results)
-    rc, out, err = run(capsys, "--model", ckpt, "--synthetic", 3, "--synthetic-prompt-len", "gaussian:1",
-                       "--output", out_file, *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys,
+        "--model",
+        ckpt,
+        "--synthetic",
+        3,
+        "--synthetic-prompt-len",
+        "gaussian:1",
+        "--output",
+        out_file,
+        *ENGINE_ARGS,
+    )
     assert_usage_error(rc, out, err, "gaussian")
 
 
 def test_prompts_file_with_byte_order_mark(ckpt, tmp_path, capsys):
     prompts = tmp_path / "bom.jsonl"
-    prompts.write_text("\ufeff" + json.dumps({"prompt": "hello", "id": "first", "max_new_tokens": 2}) + "\nbye\n",
-                       encoding="utf-8")
+    prompts.write_text(
+        "\ufeff" + json.dumps({"prompt": "hello", "id": "first", "max_new_tokens": 2}) + "\nbye\n", encoding="utf-8"
+    )
     rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", tmp_path / "o.jsonl", *ENGINE_ARGS)
     assert rc == 0 and err == ""
     first, second = _read_results(tmp_path / "o.jsonl")
@@ -316,8 +370,20 @@ def test_prompt_over_context_limit_is_rejected_while_others_complete(ckpt, tmp_p
     prompts = tmp_path / "p.txt"
     prompts.write_text("short one\n" + "word " * 40 + "\nanother short one\n")
     out_file = tmp_path / "out.jsonl"
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--max-new-tokens", 4,
-                       "--max-context-len", 24, *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys,
+        "--model",
+        ckpt,
+        "--prompts",
+        prompts,
+        "--output",
+        out_file,
+        "--max-new-tokens",
+        4,
+        "--max-context-len",
+        24,
+        *ENGINE_ARGS,
+    )
     assert rc == 1 and "Traceback" not in err
     short, long_, other = _read_results(out_file)
     assert short["finish_reason"] == other["finish_reason"] == "length"
@@ -332,8 +398,9 @@ def test_a_huge_prompt_line_is_rejected_by_its_bytes_before_tokenizing(ckpt, tmp
     prompts = tmp_path / "p.txt"
     prompts.write_text("short one\n" + "once upon a time " * 300_000 + "\n")
     out_file = tmp_path / "out.jsonl"
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--max-new-tokens", 2,
-                       *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--max-new-tokens", 2, *ENGINE_ARGS
+    )
     assert rc == 1 and "Traceback" not in err
     short, huge = _read_results(out_file)
     assert short["finish_reason"] == "length"
@@ -347,8 +414,9 @@ def test_a_non_utf8_argument_is_recorded_so_the_trace_reads_back(ckpt, tmp_path,
     prompts = Path(os.fsdecode(bytes(tmp_path) + b"/p\xff.txt"))
     prompts.write_text("hello world\n")
     trace_file = tmp_path / "run.jsonl"
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--record", trace_file, "--max-new-tokens", 2,
-                       *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys, "--model", ckpt, "--prompts", prompts, "--record", trace_file, "--max-new-tokens", 2, *ENGINE_ARGS
+    )
     assert rc == 0 and "could not summarize" not in err, err
     trace = read_trace(trace_file)
     assert trace.header.meta["workload"] == f"prompts {tmp_path}/p\\xff.txt"  # the byte, as an escape
@@ -360,8 +428,20 @@ def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello world\nOnce upon a time\nThe quick brown fox jumps over the lazy dog\n")
     trace_file, out_file = tmp_path / "run.trace.jsonl", tmp_path / "out.jsonl"
-    rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace_file,
-                       "--max-new-tokens", 6, *ENGINE_ARGS)
+    rc, out, err = run(
+        capsys,
+        "--model",
+        ckpt,
+        "--prompts",
+        prompts,
+        "--output",
+        out_file,
+        "--record",
+        trace_file,
+        "--max-new-tokens",
+        6,
+        *ENGINE_ARGS,
+    )
     assert rc == 0, err
     assert len(_read_results(out_file)) == 3
 
@@ -400,8 +480,21 @@ def test_headless_serves_while_capturing_unless_asked_to_capture_first(ckpt, tmp
     runs = {}
     for flags in ((), ("--capture-before-serving",)):
         out_file, trace_file = tmp_path / f"out{len(flags)}.jsonl", tmp_path / f"trace{len(flags)}.jsonl"
-        rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", out_file, "--record", trace_file,
-                           "--max-new-tokens", 12, *ENGINE_ARGS, *flags)
+        rc, out, err = run(
+            capsys,
+            "--model",
+            ckpt,
+            "--prompts",
+            prompts,
+            "--output",
+            out_file,
+            "--record",
+            trace_file,
+            "--max-new-tokens",
+            12,
+            *ENGINE_ARGS,
+            *flags,
+        )
         assert rc == 0, err
         steps = [e for e in read_trace(trace_file).events if isinstance(e, ev.StepEvent)]
         runs[flags] = ([r["token_ids"] for r in _read_results(out_file)], {s.fallback_reason for s in steps})
@@ -419,9 +512,21 @@ def test_console_script_usage_error_is_one_line_without_traceback(tmp_path, prom
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     missing = tmp_path / "no-such-model"
     proc = subprocess.run(
-        [str(script), "--model", str(missing), "--prompts", str(prompts_file), "--output", str(tmp_path / "o.jsonl"),
-         "--device", "cpu"],
-        capture_output=True, text=True, timeout=300, env=env,
+        [
+            str(script),
+            "--model",
+            str(missing),
+            "--prompts",
+            str(prompts_file),
+            "--output",
+            str(tmp_path / "o.jsonl"),
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [f"graphtop: error: checkpoint folder not found: {missing}"]

@@ -9,15 +9,21 @@ import json
 from pathlib import Path
 
 import pytest
+from support.paths import SCRIPTS
 
 from graphtop.engine.telemetry.trace import write_trace
 from graphtop.tui.cli.advise import build_advise_parser
 from graphtop.tui.cli.entry import (
-    _Parser, build_attach_parser, build_parser, build_ps_parser, build_serve_parser, build_trace_parser, main,
+    _Parser,
+    build_attach_parser,
+    build_parser,
+    build_ps_parser,
+    build_serve_parser,
+    build_trace_parser,
+    main,
 )
 from graphtop.tui.cli.help_text import COMMANDS
 from graphtop.tui.sessions.fake import boot_events, step_events
-from support.paths import SCRIPTS
 
 MODE_SWITCHES = {"--prompts", "--output", "--record", "--synthetic", "--replay", "--cuda-graph-config", "--serve"}
 """Flags whose absence is the default (a mode not chosen); their help says what they turn on."""
@@ -35,8 +41,15 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def all_parsers() -> list[argparse.ArgumentParser]:
     trace = build_trace_parser()
     subs = next(a for a in trace._actions if isinstance(a, argparse._SubParsersAction))
-    return [build_parser(), build_attach_parser(), build_ps_parser(), build_advise_parser(_Parser), trace,
-            build_serve_parser(), *subs.choices.values()]
+    return [
+        build_parser(),
+        build_attach_parser(),
+        build_ps_parser(),
+        build_advise_parser(_Parser),
+        trace,
+        build_serve_parser(),
+        *subs.choices.values(),
+    ]
 
 
 def test_top_level_help_lists_every_subcommand_with_a_line_and_examples(capsys) -> None:
@@ -56,8 +69,9 @@ def test_every_flag_has_help_a_format_and_its_default() -> None:
     for parser in all_parsers():
         text = parser.format_help()
         for action in parser._actions:
-            if action.help == argparse.SUPPRESS or isinstance(action, (argparse._HelpAction,
-                                                                        argparse._SubParsersAction)):
+            if action.help == argparse.SUPPRESS or isinstance(
+                action, (argparse._HelpAction, argparse._SubParsersAction)
+            ):
                 continue
             name = action.option_strings[0] if action.option_strings else action.dest
             assert action.help, f"{parser.prog} {name}: no help"
@@ -86,21 +100,24 @@ def test_trace_export_defaults_to_perfetto_and_still_takes_the_flag(tmp_path: Pa
         assert json.loads(out_file.read_text())["traceEvents"]
 
 
-@pytest.mark.parametrize("argv", [
-    ["--bogus"],
-    ["--replay", "/nope/run.jsonl"],
-    ["trace", "summary", "/nope/run.jsonl"],
-    ["trace", "summary"],
-    ["trace", "export", "only-one-arg.jsonl"],
-    ["advise", "/nope/run.jsonl"],
-    ["ps", "extra"],
-    ["attach"],
-    ["--page-size", "0"],
-    *([flag, ""] for flag in ("--replay", "--prompts", "--output", "--record", "--model")),
-    ["trace", "summary", ""],
-    ["trace", "export", "run.jsonl", ""],
-    ["advise", ""],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--bogus"],
+        ["--replay", "/nope/run.jsonl"],
+        ["trace", "summary", "/nope/run.jsonl"],
+        ["trace", "summary"],
+        ["trace", "export", "only-one-arg.jsonl"],
+        ["advise", "/nope/run.jsonl"],
+        ["ps", "extra"],
+        ["attach"],
+        ["--page-size", "0"],
+        *([flag, ""] for flag in ("--replay", "--prompts", "--output", "--record", "--model")),
+        ["trace", "summary", ""],
+        ["trace", "export", "run.jsonl", ""],
+        ["advise", ""],
+    ],
+)
 def test_every_error_has_one_form(argv, capsys, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("GRAPHTOP_RUNTIME_DIR", str(tmp_path / "runtime"))  # no engine to attach to
     rc, out, err = run(capsys, *argv)
@@ -126,8 +143,9 @@ def test_docs_cli_holds_the_current_help_texts() -> None:
     doc = module.DOC.read_text()
     for argv in module.COMMANDS:
         assert f"<code>graphtop {' '.join(argv)}</code>" in doc
-    assert module.doc_block(doc) == module.markdown(), \
+    assert module.doc_block(doc) == module.markdown(), (
         "docs/cli.md's help text is stale: run python scripts/cli_help_md.py --write"
+    )
 
 
 def test_an_empty_path_is_refused_not_read_as_no_flag(capsys) -> None:

@@ -9,12 +9,13 @@ import os
 import shutil
 
 import pytest
+from support.cli_support import SHORT_RUN, assert_usage_error, run
 
 import graphtop.models.synthetic.demo as demo
 from graphtop.models import CheckpointError
-from support.cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
+pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
+
 
 @pytest.fixture
 def prompts(tmp_path):
@@ -29,11 +30,18 @@ FLAG_CASES = {
     "synthetic-rate 0": (["--synthetic", "2", "--synthetic-rate", "0"], "--synthetic-rate", "must be positive"),
     "synthetic count": (["--synthetic", "100000000"], "--synthetic", "over the limit of 100000"),
     "lognormal sigma": (["--synthetic", "2", "--synthetic-prompt-len", "lognormal:100:1e6"], "SIGMA must be in"),
-    "padding waste nan": (["--prompts", "P", "--cuda-graph-max-padding-waste", "nan"], "--cuda-graph-max-padding-waste"),
-    "padding waste json NaN": (["--prompts", "P", "--cuda-graph-config", '{"prefill": {"max_padding_waste": NaN}}'],
-                               "NaN is not a finite number"),
-    "15,000 json buckets": (["--prompts", "P", "--cuda-graph-config",
-                             json.dumps({"decode": {"bs": list(range(1, 15001))}})], "over the limit of 512"),
+    "padding waste nan": (
+        ["--prompts", "P", "--cuda-graph-max-padding-waste", "nan"],
+        "--cuda-graph-max-padding-waste",
+    ),
+    "padding waste json NaN": (
+        ["--prompts", "P", "--cuda-graph-config", '{"prefill": {"max_padding_waste": NaN}}'],
+        "NaN is not a finite number",
+    ),
+    "15,000 json buckets": (
+        ["--prompts", "P", "--cuda-graph-config", json.dumps({"decode": {"bs": list(range(1, 15001))}})],
+        "over the limit of 512",
+    ),
     "seed too big": (["--prompts", "P", "--seed", str(2**64)], "--seed", "over the limit"),
     "seed negative": (["--prompts", "P", "--seed", "-1"], "--seed", "must be >= 0"),
     "temperature nan": (["--prompts", "P", "--temperature", "nan"], "--temperature", "not a finite"),
@@ -59,44 +67,95 @@ def test_bad_flag_value_is_refused_before_the_model_loads(tmp_path, prompts, cap
     assert not (tmp_path / "o.jsonl").exists()
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--cuda-graph-bs-decode", "1,1000000000"], "decode.bs bucket 1,000,000,000 is over the KV pool's"),
-    (["--cuda-graph-config", '{"prefill": {"num_tokens": [16, 999999]}}'], "prefill.num_tokens bucket 999,999"),
-    (["--cuda-graph-max-bs-decode", "2000000000"], "decode.max_bs 2,000,000,000 is over the KV pool's"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--cuda-graph-bs-decode", "1,1000000000"], "decode.bs bucket 1,000,000,000 is over the KV pool's"),
+        (["--cuda-graph-config", '{"prefill": {"num_tokens": [16, 999999]}}'], "prefill.num_tokens bucket 999,999"),
+        (["--cuda-graph-max-bs-decode", "2000000000"], "decode.max_bs 2,000,000,000 is over the KV pool's"),
+    ],
+)
 def test_bucket_over_the_pool_is_one_line_error(tiny_ckpt, tmp_path, prompts, capsys, argv, needle):
     """The issue's example: --cuda-graph-bs-decode 1000000000 was killed by the OOM killer at 22.9 GB."""
-    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
-                     *SHORT_RUN, *argv)
+    rc, _, err = run(
+        capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl", *SHORT_RUN, *argv
+    )
     assert_usage_error(rc, "", err, needle)
 
 
 def test_a_context_over_the_models_positions_is_refused_not_lowered(tiny_ckpt, tmp_path, prompts, capsys):
     """--max-context-len above max_position_embeddings ran with the model's length and no word about it."""
     out_file = tmp_path / "o.jsonl"
-    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", out_file, *SHORT_RUN,
-                     "--max-context-len", "1000000000")
-    assert_usage_error(rc, "", err, "max context len 1000000000 is above the model's 256 positions",
-                       "use at most 256")
+    rc, _, err = run(
+        capsys,
+        "--model",
+        tiny_ckpt("llama"),
+        "--prompts",
+        prompts,
+        "--output",
+        out_file,
+        *SHORT_RUN,
+        "--max-context-len",
+        "1000000000",
+    )
+    assert_usage_error(rc, "", err, "max context len 1000000000 is above the model's 256 positions", "use at most 256")
     assert not out_file.exists()
-    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", out_file, *SHORT_RUN,
-                     "--max-context-len", "256")  # the model's own length is accepted
+    rc, _, err = run(
+        capsys,
+        "--model",
+        tiny_ckpt("llama"),
+        "--prompts",
+        prompts,
+        "--output",
+        out_file,
+        *SHORT_RUN,
+        "--max-context-len",
+        "256",
+    )  # the model's own length is accepted
     assert rc == 0, err
 
 
 def test_kv_budget_beyond_host_memory_is_refused_with_the_estimate(tiny_ckpt, tmp_path, prompts, capsys):
-    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
-                     "--device", "cpu", "--kv-budget-mb", "1000000000")
+    rc, _, err = run(
+        capsys,
+        "--model",
+        tiny_ckpt("llama"),
+        "--prompts",
+        prompts,
+        "--output",
+        tmp_path / "o.jsonl",
+        "--device",
+        "cpu",
+        "--kv-budget-mb",
+        "1000000000",
+    )
     assert_usage_error(rc, "", err, "a KV pool of", "tokens needs ~", "GiB", "available", "--kv-budget-mb")
 
 
 def test_no_room_for_a_cpu_kv_pool_names_the_cpu_flags(tiny_ckpt, tmp_path, prompts, capsys):
     """On a CPU the advice named --mem-fraction-static, a CUDA-only flag that changes nothing there."""
-    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", tmp_path / "o.jsonl",
-                     "--device", "cpu", "--kv-budget-mb", "1", "--page-size", "1000000")
-    line = assert_usage_error(rc, "", err, "no room for a KV pool on cpu: --kv-budget-mb 1 holds",
-                              "less than two pages of 1,000,000 (one is the reserved dummy page); "
-                              "raise --kv-budget-mb or lower --page-size")
+    rc, _, err = run(
+        capsys,
+        "--model",
+        tiny_ckpt("llama"),
+        "--prompts",
+        prompts,
+        "--output",
+        tmp_path / "o.jsonl",
+        "--device",
+        "cpu",
+        "--kv-budget-mb",
+        "1",
+        "--page-size",
+        "1000000",
+    )
+    line = assert_usage_error(
+        rc,
+        "",
+        err,
+        "no room for a KV pool on cpu: --kv-budget-mb 1 holds",
+        "less than two pages of 1,000,000 (one is the reserved dummy page); raise --kv-budget-mb or lower --page-size",
+    )
     assert "--mem-fraction-static" not in line
 
 
@@ -108,16 +167,26 @@ def test_graph_buffers_beyond_memory_are_refused_with_the_estimate(tiny_ckpt, tm
     from graphtop.engine.graphs.config import build_graph_config
     from graphtop.engine.memory_plan import MemoryPlanError
 
-    monkeypatch.setattr(memory_plan, "fit_problem",
-                        lambda what, need, device: f"{what} needs ~{need} but {device} has 1 byte available"
-                        if what.startswith("graph") else None)
-    config = EngineConfig(device="cpu", max_total_tokens=2048, max_running_requests=4, chunked_prefill_size=64,
-                          graphs=build_graph_config(None, {"decode.bs": [1, 2]}))
+    monkeypatch.setattr(
+        memory_plan,
+        "fit_problem",
+        lambda what, need, device: (
+            f"{what} needs ~{need} but {device} has 1 byte available" if what.startswith("graph") else None
+        ),
+    )
+    config = EngineConfig(
+        device="cpu",
+        max_total_tokens=2048,
+        max_running_requests=4,
+        chunked_prefill_size=64,
+        graphs=build_graph_config(None, {"decode.bs": [1, 2]}),
+    )
     with pytest.raises(MemoryPlanError, match=r"graph buffers for decode bs 2 and prefill 64 tokens needs ~\d+"):
         Engine.from_pretrained(tiny_ckpt("llama"), config=config)
 
 
 # --- environment ---------------------------------------------------------------------------------
+
 
 def test_cache_dir_that_is_a_file_is_one_line_error(tmp_path, prompts, capsys, monkeypatch):
     cache = tmp_path / "a-file"

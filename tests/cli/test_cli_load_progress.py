@@ -7,12 +7,15 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
 from rich.console import Console
+from support.cli_support import SHORT_RUN, run
+from support.load_support import require_gguf_packages
 
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
-from support.cli_support import SHORT_RUN, private_cache_dir, run  # noqa: F401
-from support.load_support import require_gguf_packages
+
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CONVERTING = "converting GGUF to the cache (one time)"
@@ -20,8 +23,9 @@ CONVERTING = "converting GGUF to the cache (one time)"
 
 def test_a_first_gguf_load_publishes_its_conversion_tensor_by_tensor(tiny_ckpt, tmp_path, capsys):
     require_gguf_packages()
-    from graphtop.engine.telemetry.trace import read_trace
     from support.gguf_files import build_gguf
+
+    from graphtop.engine.telemetry.trace import read_trace
 
     model = build_gguf(tiny_ckpt("llama"), tmp_path / "tiny.gguf")
     prompts = tmp_path / "p.txt"
@@ -51,8 +55,9 @@ def test_the_progress_line_names_the_conversion_and_counts_tensors():
     from graphtop.tui.cli.progress import start_headless_progress
 
     bus, buf = EventBus(), io.StringIO()
-    progress = start_headless_progress(bus, total_requests=1,
-                                       console=Console(file=buf, force_terminal=True, width=140, color_system=None))
+    progress = start_headless_progress(
+        bus, total_requests=1, console=Console(file=buf, force_terminal=True, width=140, color_system=None)
+    )
     bus.publish(ev.LoadProgress(label=CONVERTING, step="tensor", done=3, total=10))
     progress.stop()
     last = [line for line in _frames(buf.getvalue()).splitlines() if line.strip()][-1]

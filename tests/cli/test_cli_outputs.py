@@ -8,10 +8,10 @@ import os
 import stat
 
 import pytest
+from support.cli_support import SHORT_RUN, assert_usage_error, run
 
-from support.cli_support import SHORT_RUN, assert_usage_error, private_cache_dir, run  # noqa: F401
+pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 @pytest.fixture(scope="module")
 def ckpt(tiny_ckpt):
@@ -74,27 +74,32 @@ def test_device_output_is_written_through_and_an_existing_file_keeps_its_mode(ck
     rc, out, err = run(capsys, "--model", ckpt, "--prompts", prompts, "--output", target, *SHORT_RUN)
     assert rc == 0, err
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
-    assert [json.loads(line)["prompt"] for line in target.read_text().splitlines()] == ["hello world",
-                                                                                         "once upon a time"]
+    assert [json.loads(line)["prompt"] for line in target.read_text().splitlines()] == [
+        "hello world",
+        "once upon a time",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
 
 
 def test_perfetto_export_over_its_own_trace_is_refused(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
-    trace.write_text(json.dumps({"type": "header", "ts": 1.0, "schema_version": 1, "graphtop_version": "0.1.0",
-                                 "meta": {}}) + "\n")
+    trace.write_text(
+        json.dumps({"type": "header", "ts": 1.0, "schema_version": 1, "graphtop_version": "0.1.0", "meta": {}}) + "\n"
+    )
     before = trace.read_bytes()
     rc, _, err = run(capsys, "trace", "export", "--perfetto", trace, trace)
     assert_usage_error(rc, "", err, "OUT", "same file as TRACE")
     assert trace.read_bytes() == before
 
 
-
 def test_perfetto_export_of_a_bad_trace_leaves_out_untouched(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
-    trace.write_text(json.dumps({"type": "header", "ts": 1.0, "schema_version": 1, "graphtop_version": "0.1.0",
-                                 "meta": {}}) + "\n" + '{"type": "error", "ts": NaN, "message": "", "where": "", '
-                                                       '"fatal": false}\n')
+    trace.write_text(
+        json.dumps({"type": "header", "ts": 1.0, "schema_version": 1, "graphtop_version": "0.1.0", "meta": {}})
+        + "\n"
+        + '{"type": "error", "ts": NaN, "message": "", "where": "", '
+        '"fatal": false}\n'
+    )
     out = tmp_path / "out.json"
     out.write_text("previous export")
     rc, _, err = run(capsys, "trace", "export", "--perfetto", trace, out)

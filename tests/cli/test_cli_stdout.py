@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from support.cli_support import SHORT_RUN, console_script, run
 
 
@@ -18,15 +17,32 @@ def trace(tmp_path_factory, tiny_ckpt) -> Path:
     from graphtop.tui.cli.entry import main
 
     path = tmp_path_factory.mktemp("stdout") / "t.jsonl"
-    assert main(["--model", str(tiny_ckpt("llama")), "--synthetic", "3", "--synthetic-prompt-len", "fixed:8",
-                 "--synthetic-output-len", "fixed:3", "--record", str(path), *SHORT_RUN]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                str(tiny_ckpt("llama")),
+                "--synthetic",
+                "3",
+                "--synthetic-prompt-len",
+                "fixed:8",
+                "--synthetic-output-len",
+                "fixed:3",
+                "--record",
+                str(path),
+                *SHORT_RUN,
+            ]
+        )
+        == 0
+    )
     return path
 
 
 def _graphtop(*args: object, stdout) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    return subprocess.run([str(console_script()), *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, text=True,
-                          timeout=300, env=env)
+    return subprocess.run(
+        [str(console_script()), *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300, env=env
+    )
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -42,8 +58,12 @@ def test_a_full_stdout_is_one_line_exit_2(trace, tmp_path, argv):
 
 
 def test_a_reader_that_left_ends_quietly(trace):
-    proc = subprocess.Popen([str(console_script()), "trace", "summary", str(trace)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    proc = subprocess.Popen(
+        [str(console_script()), "trace", "summary", str(trace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
     proc.stdout.close()  # before it writes: `graphtop trace summary T | head -0`
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1 and err == b""

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.cli_support import SHORT_RUN, run
 
 from graphtop.engine.prompts import Unencodable, admission_problem, encode_prompt
-from support.cli_support import SHORT_RUN, private_cache_dir, run  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 PanicException = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
 """What the tokenizers library raises when its Rust code panics (pyo3_runtime.PanicException)."""
@@ -32,7 +34,8 @@ def test_a_panic_while_encoding_becomes_a_rejection_reason():
     text, ids = encode_prompt(PanickyTokenizer(), "a PANIC prompt", chat=False)
     assert text == "a PANIC prompt" and ids == [] and isinstance(ids, Unencodable)
     assert admission_problem(ids, 100, 100, 64) == (
-        "the tokenizer failed on this prompt (PanicException: called `Option::unwrap()` on a `None` value)")
+        "the tokenizer failed on this prompt (PanicException: called `Option::unwrap()` on a `None` value)"
+    )
     assert encode_prompt(PanickyTokenizer(), "fine", chat=False)[1] == [ord(c) % 64 for c in "fine"]
 
 
@@ -51,7 +54,8 @@ def test_interrupts_are_not_turned_into_rejections(interrupt):
 
 
 def test_a_headless_run_rejects_the_prompt_the_tokenizer_panics_on_and_serves_the_rest(
-        tiny_ckpt, tmp_path, capsys, monkeypatch):
+    tiny_ckpt, tmp_path, capsys, monkeypatch
+):
     from graphtop.models import loader
 
     real_load = loader._load_tokenizer

@@ -15,14 +15,39 @@ from graphtop.tui.cli.entry import main
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
-               "--chunked-prefill-size", "64", "--cuda-graph-bs-decode", "1,2,4"]
+ENGINE_ARGS = [
+    "--device",
+    "cpu",
+    "--max-total-tokens",
+    "2048",
+    "--max-running-requests",
+    "4",
+    "--chunked-prefill-size",
+    "64",
+    "--cuda-graph-bs-decode",
+    "1,2,4",
+]
 
 
 def test_recorded_parity_checks_in_the_trace_summary(tiny_ckpt, tmp_path, capsys) -> None:
     trace = tmp_path / "run.jsonl"
-    rc = main(["--model", str(tiny_ckpt("llama")), "--synthetic", "4", "--synthetic-prompt-len", "uniform:4:40",
-               "--synthetic-output-len", "fixed:12", "--record", str(trace), "--parity-every", "2", *ENGINE_ARGS])
+    rc = main(
+        [
+            "--model",
+            str(tiny_ckpt("llama")),
+            "--synthetic",
+            "4",
+            "--synthetic-prompt-len",
+            "uniform:4:40",
+            "--synthetic-output-len",
+            "fixed:12",
+            "--record",
+            str(trace),
+            "--parity-every",
+            "2",
+            *ENGINE_ARGS,
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     capsys.readouterr()
     checks = [e for e in read_trace(trace).events if isinstance(e, ev.ParityCheck)]
@@ -33,11 +58,14 @@ def test_recorded_parity_checks_in_the_trace_summary(tiny_ckpt, tmp_path, capsys
     assert f"checks {len(checks)}  mismatches 0" in out
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--parity-every", "-1"], "must be >= 0"),
-    (["--parity-every", "x"], "is not an integer"),
-    (["--parity-tolerance", "0"], "must be positive"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--parity-every", "-1"], "must be >= 0"),
+        (["--parity-every", "x"], "is not an integer"),
+        (["--parity-tolerance", "0"], "must be positive"),
+    ],
+)
 def test_bad_parity_options_are_one_line_exit_2(tmp_path, capsys, args, needle) -> None:
     rc = main(["--synthetic", "1", "--output", str(tmp_path / "o.jsonl"), *args])
     err = capsys.readouterr().err

@@ -7,19 +7,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.cli_support import SHORT_RUN
 
 from graphtop.engine.sampling_params import SamplingParams
-from support.cli_support import SHORT_RUN, private_cache_dir  # noqa: F401
 from graphtop.tui.cli.entry import main
 from graphtop.tui.cli.prompts_file import parse_line, read_prompts
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
+pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
 
 # (raw JSON line, words the error must contain)
 BAD = {
     "seed over 64 bits": ('{"prompt": "a", "seed": 18446744073709551616}', "seed"),
     "seed true": ('{"prompt": "a", "seed": true}', "seed must be an integer"),
-    "empty object": ('{}', "no 'prompt' field: a JSON line is"),
+    "empty object": ("{}", "no 'prompt' field: a JSON line is"),
     "prompt and messages": ('{"prompt": "a", "messages": [{"role": "user", "content": "hi"}]}', "not both"),
     "chat string": ('{"prompt": "a", "chat": "yes"}', "'chat' must be true or false, got str"),
     "messages not a list": ('{"messages": "hi"}', "'messages' must be a list of messages, got str"),
@@ -66,7 +66,9 @@ def test_bad_line_is_one_line_error_naming_the_reason(case):
 def test_chat_lines_and_conversations_are_accepted():
     conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi\u2028there"}]
     pl = parse_line(2, json.dumps({"messages": conversation, "id": "c", "max_new_tokens": 3}))
-    assert pl.error is None and pl.messages == conversation and pl.prompt is None and pl.sampling == {"max_new_tokens": 3}
+    assert (
+        pl.error is None and pl.messages == conversation and pl.prompt is None and pl.sampling == {"max_new_tokens": 3}
+    )
     assert pl.submitted(chat_by_default=False) == (conversation, True)
     chat = parse_line(3, '{"prompt": "a", "chat": true}')
     plain = parse_line(4, '{"prompt": "a", "chat": false}')
@@ -77,8 +79,22 @@ def test_chat_lines_and_conversations_are_accepted():
 
 
 def test_accepted_sampling_values_build_sampling_params():
-    pl = parse_line(1, json.dumps({"prompt": "a", "seed": 2**64 - 1, "temperature": 1, "top_p": 0.5, "top_k": 3,
-                                   "stop": "\n", "ignore_eos": True, "max_new_tokens": 9, "id": 12}))
+    pl = parse_line(
+        1,
+        json.dumps(
+            {
+                "prompt": "a",
+                "seed": 2**64 - 1,
+                "temperature": 1,
+                "top_p": 0.5,
+                "top_k": 3,
+                "stop": "\n",
+                "ignore_eos": True,
+                "max_new_tokens": 9,
+                "id": 12,
+            }
+        ),
+    )
     assert pl.error is None and pl.id == "12"
     params = SamplingParams(**pl.sampling)
     assert (params.seed, params.stop, params.temperature) == (2**64 - 1, ("\n",), 1.0)
@@ -96,11 +112,17 @@ def test_line_breaks_inside_json_strings_and_prompts_do_not_split_requests(tmp_p
 
 def test_duplicate_ids_reject_the_later_line(tmp_path):
     path = tmp_path / "p.jsonl"
-    path.write_text('{"prompt": "a", "id": "x"}\n{"prompt": "b", "id": "x"}\nline-4 text\n{"prompt": "c", '
-                    '"id": "line-3"}\n{"bad json\n{"prompt": "d", "id": "line-5"}\n')
+    path.write_text(
+        '{"prompt": "a", "id": "x"}\n{"prompt": "b", "id": "x"}\nline-4 text\n{"prompt": "c", '
+        '"id": "line-3"}\n{"bad json\n{"prompt": "d", "id": "line-5"}\n'
+    )
     lines = read_prompts(str(path))
-    assert [pl.error for pl in lines][:4] == [None, "line 2: id 'x' is already used by line 1", None,
-                                              "line 4: id 'line-3' is already used by line 3"]
+    assert [pl.error for pl in lines][:4] == [
+        None,
+        "line 2: id 'x' is already used by line 1",
+        None,
+        "line 4: id 'line-3' is already used by line 3",
+    ]
     assert lines[4].error.startswith("line 5: malformed JSON")
     assert lines[5].error == "line 6: id 'line-5' is already used by line 5"
     assert [pl.prompt for pl in lines] == ["a", None, "line-4 text", None, None, None]  # rejected: nothing to submit
@@ -117,11 +139,16 @@ def test_not_utf8_file_is_one_line_error(tmp_path, capsys):
 def test_every_bad_line_is_written_with_its_reason_and_the_others_are_served(tiny_ckpt, tmp_path, capsys):
     """The issue's example: one seed that does not fit in 64 bits (or ``true``) used to raise inside
     sampling, exit 1, and write no output file at all."""
-    lines = ["hello world", '{"prompt": "x", "seed": 18446744073709551616, "temperature": 0.8}',
-             '{"prompt": "y", "seed": true, "temperature": 0.8}',
-             '{"prompt": "tiny temperature", "temperature": 1e-300, "seed": 5}',
-             '{"prompt": "a\\ud800"}', '{"prompt": "split\u2028not", "id": "ls"}',
-             '{"prompt": "z", "top_p": NaN}', "the end"]
+    lines = [
+        "hello world",
+        '{"prompt": "x", "seed": 18446744073709551616, "temperature": 0.8}',
+        '{"prompt": "y", "seed": true, "temperature": 0.8}',
+        '{"prompt": "tiny temperature", "temperature": 1e-300, "seed": 5}',
+        '{"prompt": "a\\ud800"}',
+        '{"prompt": "split\u2028not", "id": "ls"}',
+        '{"prompt": "z", "top_p": NaN}',
+        "the end",
+    ]
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
@@ -136,8 +163,9 @@ def test_every_bad_line_is_written_with_its_reason_and_the_others_are_served(tin
     for r in results:
         if r["id"] not in rejected:
             assert r["finish_reason"] in ("length", "eos") and r["token_ids"], r
-    assert len(err.strip().splitlines()) == 4 and all(e.startswith(f"graphtop: error: {prompts}:line ")
-                                                      for e in err.strip().splitlines())
+    assert len(err.strip().splitlines()) == 4 and all(
+        e.startswith(f"graphtop: error: {prompts}:line ") for e in err.strip().splitlines()
+    )
 
 
 def test_results_and_their_summary_show_no_terminal_or_bidi_controls(tiny_ckpt, tmp_path, capsys):
@@ -150,8 +178,19 @@ def test_results_and_their_summary_show_no_terminal_or_bidi_controls(tiny_ckpt, 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "hello", "id": sly}) + "\nplain\n", encoding="utf-8")
     out, trace = tmp_path / "out.jsonl", tmp_path / f"{sly}.jsonl"
-    rc = main(["--model", str(tiny_ckpt("llama")), "--prompts", str(prompts), "--output", str(out),
-               "--record", str(trace), *SHORT_RUN])
+    rc = main(
+        [
+            "--model",
+            str(tiny_ckpt("llama")),
+            "--prompts",
+            str(prompts),
+            "--output",
+            str(out),
+            "--record",
+            str(trace),
+            *SHORT_RUN,
+        ]
+    )
     stdout, err = capsys.readouterr()
     assert rc == 0, err
     raw = out.read_text(encoding="utf-8")
@@ -163,9 +202,9 @@ def test_results_and_their_summary_show_no_terminal_or_bidi_controls(tiny_ckpt, 
 
 
 def test_a_prompts_file_past_the_limit_is_an_error_not_an_endless_read(tmp_path, monkeypatch):
-    import graphtop.tui.cli.prompts_file as prompts_mod
     from pathlib import Path
 
+    import graphtop.tui.cli.prompts_file as prompts_mod
     from graphtop.tui.cli.prompts_file import PromptsFileError
 
     monkeypatch.setattr(prompts_mod, "MAX_FILE_BYTES", 1 << 10)

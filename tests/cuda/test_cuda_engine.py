@@ -14,9 +14,9 @@ import torch
 from graphtop.engine.batch import ForwardBatch  # noqa: E402
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig, default_decode_buckets  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
+from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog while",
@@ -53,8 +53,16 @@ def _close_engines():
 
 def _engine(ckpt, graphs: bool, attention: str = "torch", **kw) -> Engine:
     kw.setdefault("capture_before_serving", True)  # graphs from the first step unless a test says otherwise
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, max_context_len=1024,
-                       max_total_tokens=64 * 1024, chunked_prefill_size=512, graphs=_graphs(graphs), **kw)
+    cfg = EngineConfig(
+        device="cuda",
+        dtype="bfloat16",
+        attention_backend=attention,
+        max_context_len=1024,
+        max_total_tokens=64 * 1024,
+        chunked_prefill_size=512,
+        graphs=_graphs(graphs),
+        **kw,
+    )
     eng = Engine(ckpt, cfg, EventBus())
     _open.append(eng)
     return eng
@@ -68,24 +76,32 @@ def _ids(n: int, seed: int, vocab: int) -> list[int]:
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_fp32_parity_with_transformers_on_cuda(tmp_path, family):
     """Greedy tokens equal transformers' generate in fp32, eager and with real CUDA graphs."""
-    from transformers import AutoModelForCausalLM
-
     from support.tiny_models import build_tiny_checkpoint
+    from transformers import AutoModelForCausalLM
 
     path = build_tiny_checkpoint(tmp_path, family, num_kv_heads=1 if family == "llama" else 2)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
     for graphs in (False, True):
-        eng = Engine.from_pretrained(path, config=EngineConfig(device="cuda", dtype="float32",
-                                                               attention_backend="torch", max_total_tokens=4096,
-                                                               chunked_prefill_size=16, graphs=_graphs(graphs),
-                                                               capture_before_serving=True))
+        eng = Engine.from_pretrained(
+            path,
+            config=EngineConfig(
+                device="cuda",
+                dtype="float32",
+                attention_backend="torch",
+                max_total_tokens=4096,
+                chunked_prefill_size=16,
+                graphs=_graphs(graphs),
+                capture_before_serving=True,
+            ),
+        )
         params = SamplingParams(max_new_tokens=24, ignore_eos=True)
         handles = eng.generate(PROMPTS, params)
         for prompt, h in zip(PROMPTS, handles):
             ids = torch.tensor([eng.tokenizer.encode(prompt)], device="cuda")
-            ref = hf.generate(ids, max_new_tokens=24, min_new_tokens=24, do_sample=False,
-                              attention_mask=torch.ones_like(ids))
-            assert h.token_ids == ref[0, ids.shape[1]:].tolist(), (graphs, prompt)
+            ref = hf.generate(
+                ids, max_new_tokens=24, min_new_tokens=24, do_sample=False, attention_mask=torch.ones_like(ids)
+            )
+            assert h.token_ids == ref[0, ids.shape[1] :].tolist(), (graphs, prompt)
         assert eng.pool.used_pages == 0
         eng.close()
 
@@ -101,8 +117,10 @@ def _flashinfer_ok() -> bool:
 # FlashInfer is the CUDA default and must meet 1e-2. The torch-native graph reduces over the graph's
 # full page-table width while eager reduces over the live width, so its bf16 sums round differently:
 # measured 1.1e-2 mean on the H200; it gets 2e-2.
-ATTENTION_TOL = [pytest.param("flashinfer", 1e-2, marks=pytest.mark.skipif(not _flashinfer_ok(), reason="no flashinfer")),
-                 pytest.param("torch", 2e-2)]
+ATTENTION_TOL = [
+    pytest.param("flashinfer", 1e-2, marks=pytest.mark.skipif(not _flashinfer_ok(), reason="no flashinfer")),
+    pytest.param("torch", 2e-2),
+]
 
 
 @pytest.mark.parametrize("attention,tol", ATTENTION_TOL)
@@ -159,13 +177,19 @@ def test_eight_row_decode_of_an_untied_head_takes_the_final_norm_in_the_skinny_l
     same folded weights they differ only by where the norm rounds."""
     from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
-    ckpt = random_checkpoint(hf_config_for("llama-3.1-8b", num_hidden_layers=2), device="cuda",
-                             dtype=torch.bfloat16)
+    ckpt = random_checkpoint(hf_config_for("llama-3.1-8b", num_hidden_layers=2), device="cuda", dtype=torch.bfloat16)
     graphs = GraphConfig()
     graphs.set("decode.bs", [8])
     graphs.set("prefill.backend", "disabled")
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend="torch", max_context_len=256,
-                       max_total_tokens=8 * 1024, graphs=graphs, capture_before_serving=True)
+    cfg = EngineConfig(
+        device="cuda",
+        dtype="bfloat16",
+        attention_backend="torch",
+        max_context_len=256,
+        max_total_tokens=8 * 1024,
+        graphs=graphs,
+        capture_before_serving=True,
+    )
     eng = Engine(ckpt, cfg, EventBus())
     _open.append(eng)
     model = eng.model_runner.eager.model
@@ -187,9 +211,16 @@ def test_packed_skinny_weights_are_reported_where_they_took_effect(shape):
     graphs = GraphConfig()
     graphs.set("decode.bs", [64])
     graphs.set("prefill.backend", "disabled")
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend="torch", max_context_len=256,
-                       max_total_tokens=32 * 1024, graphs=graphs, capture_before_serving=True,
-                       kernels=KernelConfig(skinny_gemm="packed"))
+    cfg = EngineConfig(
+        device="cuda",
+        dtype="bfloat16",
+        attention_backend="torch",
+        max_context_len=256,
+        max_total_tokens=32 * 1024,
+        graphs=graphs,
+        capture_before_serving=True,
+        kernels=KernelConfig(skinny_gemm="packed"),
+    )
     eng = Engine(ckpt, cfg, EventBus())
     _open.append(eng)
     model = eng.model_runner.eager.model
@@ -333,8 +364,10 @@ def test_overlap_schedule_gives_the_plain_loops_tokens(qwen3_shape, attention):
 
     def run(overlap: bool) -> tuple[list[list[int]], int]:
         eng = _engine(qwen3_shape, graphs=True, attention=attention, overlap_schedule=overlap)
-        hs = [eng.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False))
-              for p, m in zip(prompts, max_new)]
+        hs = [
+            eng.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False))
+            for p, m in zip(prompts, max_new)
+        ]
         eng.run_until_idle()
         assert eng.pool.used_pages == 0
         return [h.token_ids for h in hs], eng.overlapped_steps
@@ -370,8 +403,15 @@ def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkey
     monkeypatch.setattr(engine_mod, "sample", got)
     bus = EventBus()
     sub = bus.subscribe("t", types={"step"})
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend="torch", max_context_len=1024,
-                       max_total_tokens=64 * 1024, chunked_prefill_size=512, overlap_schedule=False)
+    cfg = EngineConfig(
+        device="cuda",
+        dtype="bfloat16",
+        attention_backend="torch",
+        max_context_len=1024,
+        max_total_tokens=64 * 1024,
+        chunked_prefill_size=512,
+        overlap_schedule=False,
+    )
     eng = Engine(qwen3_shape, cfg, bus)
     _open.append(eng)
     handles = [eng.submit(p, params, request_id=f"r{i}") for i, p in enumerate(prompts)]
@@ -400,10 +440,13 @@ def test_capture_between_overlapped_steps_keeps_the_plain_loops_tokens(qwen3_sha
     max_new = [33, 8, 21, 40, 15]
 
     def run(overlap: bool) -> tuple[list[list[int]], int]:
-        eng = _engine(qwen3_shape, graphs=True, attention=attention, overlap_schedule=overlap,
-                      capture_before_serving=False)
-        hs = [eng.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False))
-              for p, m in zip(prompts, max_new)]
+        eng = _engine(
+            qwen3_shape, graphs=True, attention=attention, overlap_schedule=overlap, capture_before_serving=False
+        )
+        hs = [
+            eng.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False))
+            for p, m in zip(prompts, max_new)
+        ]
         eng.run_until_done(hs)
         assert eng.wait_for_capture(timeout=300)
         more = eng.submit(prompts[0], SamplingParams(max_new_tokens=30, ignore_eos=True, detokenize=False))

@@ -129,8 +129,11 @@ def test_fused_model_matches_unfused():
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("kind", ["plain", "norm", "silu_res", "res_bias"])
-@pytest.mark.parametrize("config", [None, (8, 512, 4, 2), (8, 512, 4, 2, 2), (8, 256, 4, 2, 2)],
-                         ids=["picked", "half-k", "split2", "split2-2tiles"])
+@pytest.mark.parametrize(
+    "config",
+    [None, (8, 512, 4, 2), (8, 512, 4, 2, 2), (8, 256, 4, 2, 2)],
+    ids=["picked", "half-k", "split2", "split2-2tiles"],
+)
 def test_fused_gemv_matches_torch(m, kind, config):
     """The small-batch GEMV with its fused prologue/epilogue equals the torch ops it replaces, with the
     launch config picked for the shape (one K tile) and with two K tiles (the RMSNorm's sum of squares
@@ -175,8 +178,8 @@ def test_plain_gemv_lets_the_pdl_gemv_after_it_start_early():
     replayed in a CUDA graph many times as the decode graph runs them."""
     import torch.nn.functional as F
 
-    from graphtop.models.kernels import gemv as tg
     from graphtop.models.kernels import fused as tk
+    from graphtop.models.kernels import gemv as tg
 
     if not tk.use_pdl(torch.device("cuda"), 0, "on"):
         pytest.skip("programmatic dependent launch needs Hopper or newer")
@@ -208,9 +211,9 @@ def test_lm_head_gemv_then_pdl_argmax_in_a_graph():
     logits the GEMV wrote, so the argmax never read a row before the GEMV finished it."""
     import torch.nn.functional as F
 
-    from graphtop.models.kernels.argmax import argmax_rows
-    from graphtop.models.kernels import gemv as tg
     from graphtop.models.kernels import fused as tk
+    from graphtop.models.kernels import gemv as tg
+    from graphtop.models.kernels.argmax import argmax_rows
 
     if not tk.use_pdl(torch.device("cuda"), 0, "on"):
         pytest.skip("programmatic dependent launch needs Hopper or newer")
@@ -323,13 +326,26 @@ def test_argmax_rows_writes_the_host_ring_row_the_device_slot_picks():
 
 @pytest.mark.parametrize("heads", [(16, 8), (32, 8), (20, 4)], ids=lambda h: f"h{h[0]}kv{h[1]}")
 @pytest.mark.parametrize("page_size", [1, 16])
-@pytest.mark.parametrize("splits,min_chunk,tier", [(None, 256, "default"), (1, 256, "default"), (16, 16, "default"),
-                                                   (None, 256, "prefetch1"), (16, 16, "prefetch0"),
-                                                   (None, 64, "smallgroup"), (16, 64, "smallgroup"),
-                                                   (None, 256, "large"), (16, 32, "large"),
-                                                   (None, 256, "huge"), (16, 32, "huge"),
-                                                   (None, 256, "regcap"), (16, 32, "regcap"),
-                                                   (None, 256, "onerow"), (16, 256, "onerow")])
+@pytest.mark.parametrize(
+    "splits,min_chunk,tier",
+    [
+        (None, 256, "default"),
+        (1, 256, "default"),
+        (16, 16, "default"),
+        (None, 256, "prefetch1"),
+        (16, 16, "prefetch0"),
+        (None, 64, "smallgroup"),
+        (16, 64, "smallgroup"),
+        (None, 256, "large"),
+        (16, 32, "large"),
+        (None, 256, "huge"),
+        (16, 32, "huge"),
+        (None, 256, "regcap"),
+        (16, 32, "regcap"),
+        (None, 256, "onerow"),
+        (16, 256, "onerow"),
+    ],
+)
 def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chunk, tier):
     """The one-launch split-KV decode kernel against plain softmax attention, on ragged contexts
     (1 … 4096 tokens, page edges) over shuffled pages, run twice (tickets reset between launches);
@@ -366,10 +382,16 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
     # "prefetch0/1": less requested before the PDL wait than the default (2); "smallgroup": group <= 2's;
     # "regcap": a register cap (maxnreg) below what the compiler takes for that launch (159 registers
     # uncapped, compiled for sm_90 on the CPU; 128 with the cap)
-    base = {"default": DecodeTuning(), "prefetch0": DecodeTuning(prefetch=0), "prefetch1": DecodeTuning(prefetch=1),
-            "regcap": DecodeTuning(block_t=32, num_warps=2, num_stages=3, maxnreg=128),
-            "smallgroup": SMALL_GROUP_TUNING, "large": LARGE_TUNING, "huge": HUGE_TUNING,
-            "onerow": ONE_ROW_TUNING}[tier]
+    base = {
+        "default": DecodeTuning(),
+        "prefetch0": DecodeTuning(prefetch=0),
+        "prefetch1": DecodeTuning(prefetch=1),
+        "regcap": DecodeTuning(block_t=32, num_warps=2, num_stages=3, maxnreg=128),
+        "smallgroup": SMALL_GROUP_TUNING,
+        "large": LARGE_TUNING,
+        "huge": HUGE_TUNING,
+        "onerow": ONE_ROW_TUNING,
+    }[tier]
     tuning = replace(base, min_chunk=min_chunk)
     kern = PagedDecode(hq, hkv, D, page_size, D**-0.5, 16, torch.device(dev), tuning)
     assert kern.tuning_for(1) == kern.tuning_for(LARGE_ROWS) == tuning  # a given tuning serves every size
@@ -393,8 +415,9 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         v = qkv[:, (hq + hkv) * D :].view(R, hkv, D)
         q_ref, k_ref = apply_rope(qn(q), cos, sin), apply_rope(kn(k), cos, sin)
     kc_f, vc_f = kc.clone(), vc.clone()
-    outs_qkv = [kern.run_qkv(qkv, pos, cos_sin, qn.weight, kn.weight, 1e-6, kc_f, vc_f, *args, splits=splits)
-                for _ in range(2)]
+    outs_qkv = [
+        kern.run_qkv(qkv, pos, cos_sin, qn.weight, kn.weight, 1e-6, kc_f, vc_f, *args, splits=splits) for _ in range(2)
+    ]
     assert torch.equal(outs_qkv[0], outs_qkv[1])
     flat_k, flat_v = kc.view(-1, hkv, D).clone(), vc.view(-1, hkv, D).clone()
     for b, n in enumerate(lens):  # the new token's slot: the last of the row's page list

@@ -41,9 +41,18 @@ def _attention(name: str) -> str:
 
 
 def _engine(ckpt, attention: str, bus: EventBus, **kw) -> Engine:
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", attention_backend=attention, max_context_len=1024,
-                       max_total_tokens=32 * 1024, max_running_requests=8, chunked_prefill_size=256,
-                       graphs=build_graph_config(None, GRAPHS), capture_before_serving=True, **kw)
+    cfg = EngineConfig(
+        device="cuda",
+        dtype="bfloat16",
+        attention_backend=attention,
+        max_context_len=1024,
+        max_total_tokens=32 * 1024,
+        max_running_requests=8,
+        chunked_prefill_size=256,
+        graphs=build_graph_config(None, GRAPHS),
+        capture_before_serving=True,
+        **kw,
+    )
     return Engine(ckpt, cfg, bus)
 
 
@@ -91,9 +100,15 @@ def test_checks_agree_and_change_no_token(ckpt, attention) -> None:
 
 
 @pytest.mark.parametrize("attention", ["torch", "flashinfer"])
-@pytest.mark.parametrize("phase, slot, how", [("decode", "positions", "contents"), ("decode", "positions", "address"),
-                                              ("prefill", "input_ids", "contents"),
-                                              ("prefill", "input_ids", "address")])
+@pytest.mark.parametrize(
+    "phase, slot, how",
+    [
+        ("decode", "positions", "contents"),
+        ("decode", "positions", "address"),
+        ("prefill", "input_ids", "contents"),
+        ("prefill", "input_ids", "address"),
+    ],
+)
 def test_a_stale_static_buffer_is_caught(ckpt, attention, phase, slot, how) -> None:
     attention = _attention(attention)
     bus = EventBus()

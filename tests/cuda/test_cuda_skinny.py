@@ -13,11 +13,19 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("m", [2, 8, 17, 64])
-@pytest.mark.parametrize("silu,cfg", [(False, (32, 128, 1, 4, 4)), (False, (16, 128, 4, 4, 3)),
-                                      (False, (16, 256, 2, 4, 4)), (True, (32, 128, 1, 4, 4)),
-                                      (True, (16, 64, 2, 4, 3)),
-                                      (False, (32, 128, 0, 4, 4)), (True, (32, 128, 0, 4, 4)),
-                                      (False, (16, 128, -2, 4, 3))])  # stream-K: 1 and 2 programs an SM
+@pytest.mark.parametrize(
+    "silu,cfg",
+    [
+        (False, (32, 128, 1, 4, 4)),
+        (False, (16, 128, 4, 4, 3)),
+        (False, (16, 256, 2, 4, 4)),
+        (True, (32, 128, 1, 4, 4)),
+        (True, (16, 64, 2, 4, 3)),
+        (False, (32, 128, 0, 4, 4)),
+        (True, (32, 128, 0, 4, 4)),
+        (False, (16, 128, -2, 4, 3)),
+    ],
+)  # stream-K: 1 and 2 programs an SM
 def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
     from graphtop.models.kernels import fused as tk
     from graphtop.models.kernels import skinny as ts
@@ -37,8 +45,10 @@ def test_skinny_matches_torch_and_is_deterministic(m, silu, cfg):
 
 
 @pytest.mark.parametrize("m", [65, 130, 256])
-@pytest.mark.parametrize("silu,cfg", [(False, (64, 64, 1, 8, 4)), (False, (64, 64, 4, 8, 3)),
-                                      (False, (128, 64, 4, 8, 3)), (True, (64, 64, 2, 8, 3))])
+@pytest.mark.parametrize(
+    "silu,cfg",
+    [(False, (64, 64, 1, 8, 4)), (False, (64, 64, 4, 8, 3)), (False, (128, 64, 4, 8, 3)), (True, (64, 64, 2, 8, 3))],
+)
 def test_skinny_above_64_rows_matches_torch_and_adds_like_hf(m, silu, cfg):
     """The row classes 128 and 256 (an activation tile up to 256 wide), with the configs the 256-row
     sweep picked: the product, SiLU·mul, and ``skinny_add``'s residual and slab sums of squares."""
@@ -94,8 +104,9 @@ def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pa
     residual = torch.randn(m, d, device="cuda", dtype=torch.bfloat16)
     nw = torch.rand(d, device="cuda", dtype=torch.bfloat16) + 0.5
     hf_res = residual.clone()
-    hf = ts.skinny(tk.add_rms_norm(ts.skinny(x, w, config=producer), hf_res, nw, 1e-5), wn, config=consumer,
-                   silu_mul=silu)
+    hf = ts.skinny(
+        tk.add_rms_norm(ts.skinny(x, w, config=producer), hf_res, nw, 1e-5), wn, config=consumer, silu_mul=silu
+    )
     got_res = residual.clone()
     partials = ts.skinny_add(x, w, got_res, config=producer)
     assert torch.equal(got_res, hf_res)
@@ -107,7 +118,7 @@ def test_norms_in_projections_are_as_close_to_fp32_as_the_separate_kernels(m, pa
     h32 = got_res.float() * torch.rsqrt(sums[:, None] / d + 1e-5) * nw.float()
     exact = F.linear(h32, wn.float())
     if silu:
-        exact = F.silu(exact[:, :n // 2]) * exact[:, n // 2:]
+        exact = F.silu(exact[:, : n // 2]) * exact[:, n // 2 :]
     assert _rel(got, exact) <= 1.1 * _rel(hf, exact) + 1e-4
     again_res = residual.clone()
     assert torch.equal(ts.skinny_add(x, w, again_res, config=producer), partials)
@@ -225,8 +236,10 @@ def test_concurrent_threads_do_not_mix_split_partials():
 
 
 @pytest.mark.parametrize("m", [3, 8, 40, 64])
-@pytest.mark.parametrize("silu,cfg", [(False, (64, 128, 1, 4, 4)), (False, (16, 256, 4, 4, 3)),
-                                      (True, (64, 64, 1, 4, 3)), (True, (32, 128, 2, 4, 4))])
+@pytest.mark.parametrize(
+    "silu,cfg",
+    [(False, (64, 128, 1, 4, 4)), (False, (16, 256, 4, 4, 3)), (True, (64, 64, 1, 4, 3)), (True, (32, 128, 2, 4, 4))],
+)
 def test_packed_weights_equal_the_row_major_ones(m, silu, cfg):
     """``pack`` + ``packed=True``: the same tiles in the same order from contiguous blocks give
     bit-identical products, SiLU·mul, norms, residual adds and slab squares, in a graph too."""
@@ -234,7 +247,7 @@ def test_packed_weights_equal_the_row_major_ones(m, silu, cfg):
 
     torch.manual_seed(m)
     n, k = 1024, 2048
-    w = torch.randn(2 * n if silu else n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
+    w = torch.randn(2 * n if silu else n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
     wp = ts.pack(w, cfg, silu)
     x = torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16)[:, :k]  # strided rows
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
@@ -262,10 +275,9 @@ def test_models_on_packed_weights_equal_the_row_major_ones(shape, monkeypatch):
     """``enable_fused_kernels(packed=True)``: a model whose skinny projections read packed copies (at the
     shipped ``PACKED`` entries, and the 0.6B's 64-row class) gives the same logits, bit for bit, as the
     same model reading its weights row-major, at every row count; the copies fit in ``packed_copy_bytes``."""
-    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
-    from graphtop.models.layers.reference_attention import ContiguousAttention
-
     from graphtop.models.kernels import skinny_tuning as st
+    from graphtop.models.layers.reference_attention import ContiguousAttention
+    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
 
     monkeypatch.setattr(st, "PACKED", st.PACKED | {(1024, 64)})
     cfg = hf_config_for(shape, num_hidden_layers=2)
@@ -273,8 +285,9 @@ def test_models_on_packed_weights_equal_the_row_major_ones(shape, monkeypatch):
     b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=3).model
     assert a.enable_fused_kernels(gemv_max_rows=0) and b.enable_fused_kernels(gemv_max_rows=0, packed=True)
     assert any(b.model.layers[0].kernels.packed) and not any(a.model.layers[0].kernels.packed)
-    copies = sum(w.numel() * w.element_size() for layer in b.model.layers for d in layer.kernels.packed
-                 for w in d.values())
+    copies = sum(
+        w.numel() * w.element_size() for layer in b.model.layers for d in layer.kernels.packed for w in d.values()
+    )
     assert 0 < copies <= b.packed_copy_bytes()
 
     for t in (2, 8, 40, 64):

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")  # and two of them
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA devices"
+)  # and two of them
 
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
@@ -43,9 +45,17 @@ def engine(path: Path, tp: int, graphs: bool, all_reduce: str = "auto", bus: Eve
     else:
         g.set("decode.backend", "disabled")
         g.set("prefill.backend", "disabled")
-    cfg = EngineConfig(device="cuda", dtype="bfloat16", tp_size=tp, max_context_len=1024, max_total_tokens=32 * 1024,
-                       chunked_prefill_size=512, max_running_requests=64, graphs=g,
-                       kernels=KernelConfig(all_reduce=all_reduce))
+    cfg = EngineConfig(
+        device="cuda",
+        dtype="bfloat16",
+        tp_size=tp,
+        max_context_len=1024,
+        max_total_tokens=32 * 1024,
+        chunked_prefill_size=512,
+        max_running_requests=64,
+        graphs=g,
+        kernels=KernelConfig(all_reduce=all_reduce),
+    )
     return Engine.from_pretrained(path, config=cfg, bus=bus)
 
 
@@ -101,8 +111,9 @@ def test_tp2_decode_graph_replay_equals_eager(runs):
     finished = {(e.rank, e.phase): e.captured for e in events if e.type == "capture_finished"}
     assert finished[(0, "decode")] == finished[(1, "decode")] == tuple(DECODE_BS)
     assert any(e.type == "rank_replay" and e.rank == 1 for e in events)
-    _assert_agree(runs["ref"], runs["graph"], f"tp 2 graphs ({runs['all_reduce']}) vs tp 2 eager (nccl)",
-                  logits_tol=1e-2)
+    _assert_agree(
+        runs["ref"], runs["graph"], f"tp 2 graphs ({runs['all_reduce']}) vs tp 2 eager (nccl)", logits_tol=1e-2
+    )
 
 
 def test_tp2_agrees_with_tp1(runs):
@@ -121,11 +132,34 @@ def test_a_killed_cuda_worker_ends_the_run_with_one_line(tmp_path):
     path = build_tiny_checkpoint(tmp_path, "llama", max_position_embeddings=4096)
     trace, output = tmp_path / "trace.jsonl", tmp_path / "out.jsonl"
     rc, _, stderr = kill_worker_mid_run(  # ~300k tokens to generate: still serving when the worker is killed
-        ["--model", str(path), "--device", "cuda", "--tp", "2", "--attention-backend", "torch", "--synthetic", "128",
-         "--synthetic-prompt-len", "uniform:16:64", "--synthetic-output-len", "uniform:2000:3000",
-         "--max-running-requests", "128", "--max-total-tokens", "400000", "--record", str(trace),
-         "--output", str(output)],
-        trace, start_timeout=240, end_timeout=90)
+        [
+            "--model",
+            str(path),
+            "--device",
+            "cuda",
+            "--tp",
+            "2",
+            "--attention-backend",
+            "torch",
+            "--synthetic",
+            "128",
+            "--synthetic-prompt-len",
+            "uniform:16:64",
+            "--synthetic-output-len",
+            "uniform:2000:3000",
+            "--max-running-requests",
+            "128",
+            "--max-total-tokens",
+            "400000",
+            "--record",
+            str(trace),
+            "--output",
+            str(output),
+        ],
+        trace,
+        start_timeout=240,
+        end_timeout=90,
+    )
     print(stderr[-2000:])
     assert rc == 1
     errors = [line for line in stderr.splitlines() if line.startswith("graphtop:")]

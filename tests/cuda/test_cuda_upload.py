@@ -3,7 +3,6 @@ device-held sources and strided views in the same send (``-m cuda``)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 
@@ -21,12 +20,14 @@ def test_sends_in_stream_order_over_many_steps():
     for step in range(12):
         n = 3 + step * 400  # grows past the first staging size
         prev = torch.arange(8, device=dev, dtype=torch.int64) * (step + 1)  # "the previous tokens"
-        up.send([
-            Upload(ids[:8], prev),
-            Upload(ids[8:16], torch.full((8,), step, dtype=torch.int64)),
-            Upload(pages[:n], torch.arange(n, dtype=torch.int32) + step),
-            Upload(table[:2, :3], torch.full((2, 3), -step, dtype=torch.int64)),
-        ])
+        up.send(
+            [
+                Upload(ids[:8], prev),
+                Upload(ids[8:16], torch.full((8,), step, dtype=torch.int64)),
+                Upload(pages[:n], torch.arange(n, dtype=torch.int32) + step),
+                Upload(table[:2, :3], torch.full((2, 3), -step, dtype=torch.int64)),
+            ]
+        )
         seen.append((ids[:16].clone(), pages[:n].clone(), table[:2, :3].clone()))  # stream-ordered reads
     torch.cuda.synchronize()
     for step, (i, p, t) in enumerate(seen):

@@ -76,9 +76,15 @@ def _alloc(pool: KVPool, counts: list[int], rng: random.Random) -> list[list[int
 def _decode_batch(pool: KVPool, ctx: list[int], rng: random.Random) -> ForwardBatch:
     pages = _alloc(pool, [pool.pages_for(n) for n in ctx], rng)
     return ForwardBatch(
-        mode=ForwardMode.DECODE, requests=[None] * len(ctx), input_ids=[0] * len(ctx),  # type: ignore[list-item]
-        positions=[n - 1 for n in ctx], out_cache_loc=[pool.slots(p, n - 1, n)[0] for p, n in zip(pages, ctx)],
-        seq_lens=list(ctx), extend_lens=[1] * len(ctx), prefix_lens=[n - 1 for n in ctx], req_pages=pages,
+        mode=ForwardMode.DECODE,
+        requests=[None] * len(ctx),
+        input_ids=[0] * len(ctx),  # type: ignore[list-item]
+        positions=[n - 1 for n in ctx],
+        out_cache_loc=[pool.slots(p, n - 1, n)[0] for p, n in zip(pages, ctx)],
+        seq_lens=list(ctx),
+        extend_lens=[1] * len(ctx),
+        prefix_lens=[n - 1 for n in ctx],
+        req_pages=pages,
         page_size=pool.page_size,
     )
 
@@ -91,9 +97,16 @@ def _extend_batch(pool: KVPool, cases: list[tuple[int, int]], rng: random.Random
         loc += pool.slots(pg, p, p + e)
         pos += range(p, p + e)
     return ForwardBatch(
-        mode=ForwardMode.PREFILL, requests=[None] * len(cases), input_ids=[0] * len(loc),  # type: ignore[list-item]
-        positions=pos, out_cache_loc=loc, seq_lens=[p + e for p, e in cases], extend_lens=[e for _, e in cases],
-        prefix_lens=[p for p, _ in cases], req_pages=pages, page_size=pool.page_size,
+        mode=ForwardMode.PREFILL,
+        requests=[None] * len(cases),
+        input_ids=[0] * len(loc),  # type: ignore[list-item]
+        positions=pos,
+        out_cache_loc=loc,
+        seq_lens=[p + e for p, e in cases],
+        extend_lens=[e for _, e in cases],
+        prefix_lens=[p for p, _ in cases],
+        req_pages=pages,
+        page_size=pool.page_size,
     )
 
 
@@ -142,7 +155,11 @@ def check_extend(device: torch.device, page_size: int, heads: tuple[int, int], p
     batch = _extend_batch(pool, EXTEND, rng)
     n = batch.num_tokens
     rows = n + pad_rows  # breakable-prefill breaks hand the padded bucket's rows
-    q, k, v = _rand(device, rows, hq, D, seed=4), _rand(device, rows, hkv, D, seed=5), _rand(device, rows, hkv, D, seed=6)
+    q, k, v = (
+        _rand(device, rows, hq, D, seed=4),
+        _rand(device, rows, hkv, D, seed=5),
+        _rand(device, rows, hkv, D, seed=6),
+    )
     with torch.inference_mode():
         ref.prepare(batch)
         want = ref.forward(q[:n], k[:n], v[:n], 0)
@@ -162,8 +179,9 @@ def check_extend(device: torch.device, page_size: int, heads: tuple[int, int], p
     assert torch.equal(pool.v_cache[0].reshape(-1, hkv, D)[loc], v[:n])
 
 
-def check_decode_graph(device: torch.device, page_size: int, heads: tuple[int, int],
-                       decode_kernel: str = "auto") -> None:
+def check_decode_graph(
+    device: torch.device, page_size: int, heads: tuple[int, int], decode_kernel: str = "auto"
+) -> None:
     """Capture one bucket the way DecodeGraphRunner does, replay ragged live batches (with padding)."""
     hq, hkv = heads
     rng = random.Random(7 + page_size)
@@ -274,8 +292,10 @@ def test_back_to_back_prefill_plans_wait_for_the_last_schedule_copy(fi, order):
     pool = _pool(device, 16, sum(-(-(p + e) // 16) for p, e in first + second) + 4, hkv)
     ref, fib = _backends(device, pool, (hq, hkv))
     batches = [_extend_batch(pool, cases, rng) for cases in (first, second)]
-    inputs = [tuple(_rand(device, b.num_tokens, heads, D, seed=10 * i + j) for j, heads in enumerate((hq, hkv, hkv)))
-              for i, b in enumerate(batches)]
+    inputs = [
+        tuple(_rand(device, b.num_tokens, heads, D, seed=10 * i + j) for j, heads in enumerate((hq, hkv, hkv)))
+        for i, b in enumerate(batches)
+    ]
     with torch.inference_mode():
         want = []
         for b, (q, k, v) in zip(batches, inputs):
@@ -345,20 +365,35 @@ def _free(*engines: Any) -> None:
 @pytest.mark.parametrize("group", [2, 4], ids=lambda g: f"group{g}")
 def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch, group):
     """Group 4: the one-row decode steps take the Triton kernel's one-row launch shape (ONE_ROW_TUNING)."""
-    from graphtop.engine.config import EngineConfig
-    from graphtop.engine.engine import Engine
     from support.tiny_models import build_tiny_checkpoint
 
+    from graphtop.engine.config import EngineConfig
+    from graphtop.engine.engine import Engine
+
     path = build_tiny_checkpoint(
-        tmp_path, "qwen3", hidden_size=256, num_heads=2 * group, num_kv_heads=2, head_dim=128,
-        intermediate_size=512, num_layers=3, max_position_embeddings=2048,
+        tmp_path,
+        "qwen3",
+        hidden_size=256,
+        num_heads=2 * group,
+        num_kv_heads=2,
+        head_dim=128,
+        intermediate_size=512,
+        num_layers=3,
+        max_position_embeddings=2048,
     )
 
     def engine(graphs: bool) -> Engine:
         cfg = EngineConfig(
-            device="cuda", dtype="bfloat16", attention_backend="flashinfer", page_size=16, chunked_prefill_size=512,
-            max_context_len=1024, max_total_tokens=32768, max_running_requests=16,
-            graphs=_graphs(graphs, [1, 2, 4, 8], [64, 128, 144, 256, 512]), capture_before_serving=True,
+            device="cuda",
+            dtype="bfloat16",
+            attention_backend="flashinfer",
+            page_size=16,
+            chunked_prefill_size=512,
+            max_context_len=1024,
+            max_total_tokens=32768,
+            max_running_requests=16,
+            graphs=_graphs(graphs, [1, 2, 4, 8], [64, 128, 144, 256, 512]),
+            capture_before_serving=True,
         )
         return Engine.from_pretrained(path, cfg)
 
@@ -396,8 +431,9 @@ def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch, gr
     from graphtop.engine.sampling_params import SamplingParams
 
     monkeypatch.undo()
-    handles = [graphed.submit(p, SamplingParams(max_new_tokens=50, ignore_eos=True, detokenize=False))
-               for p in prompts[:5]]
+    handles = [
+        graphed.submit(p, SamplingParams(max_new_tokens=50, ignore_eos=True, detokenize=False)) for p in prompts[:5]
+    ]
     while any(not h.token_ids for h in handles):
         graphed.step()
     batch = graphed.scheduler.schedule()
@@ -418,13 +454,23 @@ def qwen3_06b(tmp_path_factory):
     try:
         from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
     except ImportError:  # no on-device builder: save one with transformers (fp32 on disk, ~2.4 GB)
-        from graphtop.models import load_checkpoint
         from support.tiny_models import build_tiny_checkpoint
 
+        from graphtop.models import load_checkpoint
+
         path = build_tiny_checkpoint(
-            tmp_path_factory.mktemp("qwen3-06b"), "qwen3", hidden_size=1024, num_layers=28, num_heads=16,
-            num_kv_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
-            rope_theta=1_000_000.0, max_position_embeddings=40960,
+            tmp_path_factory.mktemp("qwen3-06b"),
+            "qwen3",
+            hidden_size=1024,
+            num_layers=28,
+            num_heads=16,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=3072,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            rope_theta=1_000_000.0,
+            max_position_embeddings=40960,
         )
         return load_checkpoint(path, device="cuda", dtype=torch.bfloat16)
     return random_checkpoint(hf_config_for("qwen3-0.6b"), device="cuda", dtype=torch.bfloat16)
@@ -438,13 +484,25 @@ def test_qwen3_06b_flashinfer_tokens_match_torch_native(fi, qwen3_06b, monkeypat
     from graphtop.engine.telemetry.bus import EventBus
 
     spec = qwen3_06b.spec
-    assert (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim) == (1024, 28, 16, 8, 128)
+    assert (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim) == (
+        1024,
+        28,
+        16,
+        8,
+        128,
+    )
 
     def engine(attention: str) -> Engine:
         cfg = EngineConfig(
-            device="cuda", dtype="bfloat16", attention_backend=attention, page_size=1, max_context_len=2048,
-            max_total_tokens=32768, max_running_requests=16,
-            graphs=_graphs(True, [1, 2, 4, 8], [64, 256, 1024, 1536]), kernels=KernelConfig(decode_kernel=kernel),
+            device="cuda",
+            dtype="bfloat16",
+            attention_backend=attention,
+            page_size=1,
+            max_context_len=2048,
+            max_total_tokens=32768,
+            max_running_requests=16,
+            graphs=_graphs(True, [1, 2, 4, 8], [64, 256, 1024, 1536]),
+            kernels=KernelConfig(decode_kernel=kernel),
             capture_before_serving=True,
         )
         return Engine(qwen3_06b, cfg, EventBus())

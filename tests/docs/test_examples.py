@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support.paths import REPO
 
 FENCE = re.compile(r"^```(python|bash)\n(.*?)^```$", re.M | re.S)
@@ -52,6 +51,10 @@ def test_example_runs_as_written(language: str, code: str, tmp_path: Path, share
         argv = [sys.executable, str(script)]
     else:
         argv = ["bash", "-euo", "pipefail", "-c", code]
-    run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, f"exit {run.returncode}\n--- stdout\n{run.stdout[-3000:]}\n--- stderr\n{run.stderr[-3000:]}"
+    run = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
+    assert run.returncode == 0, (
+        f"exit {run.returncode}\n--- stdout\n{run.stdout[-3000:]}\n--- stderr\n{run.stderr[-3000:]}"
+    )
     assert "Traceback" not in run.stderr, run.stderr[-3000:]

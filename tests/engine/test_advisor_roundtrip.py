@@ -26,9 +26,9 @@ from graphtop.engine.telemetry.recorder import TraceRecorder
 from graphtop.engine.telemetry.summary import summarize
 from graphtop.engine.telemetry.trace import read_trace
 from graphtop.tui.cli.entry import main
+from graphtop.tui.cli.workload import SyntheticWorkload
 from graphtop.tui.state import DashboardState
 from graphtop.tui.whatif import what_if
-from graphtop.tui.cli.workload import SyntheticWorkload
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -40,12 +40,16 @@ def _workload(engine, vocab: int):
     """Seeded synthetic requests, one arriving every other step: prefills of many sizes between
     decode steps of 1 to 8 requests. Fixed output lengths (ignore_eos) make the schedule the same on
     every run, whatever the graphs compute."""
-    synth = SyntheticWorkload(14, seed=7, prompt_len="uniform:3:60", output_len="uniform:2:18", vocab_size=vocab,
-                              low=10)
+    synth = SyntheticWorkload(
+        14, seed=7, prompt_len="uniform:3:60", output_len="uniform:2:18", vocab_size=vocab, low=10
+    )
     handles = []
     for r in synth:
-        handles.append(engine.submit(r.prompt_token_ids, SamplingParams(max_new_tokens=r.max_new_tokens,
-                                                                        ignore_eos=True, detokenize=False)))
+        handles.append(
+            engine.submit(
+                r.prompt_token_ids, SamplingParams(max_new_tokens=r.max_new_tokens, ignore_eos=True, detokenize=False)
+            )
+        )
         engine.step()
         engine.step()
     engine.run_until_idle()
@@ -75,8 +79,15 @@ def test_advice_recaptured_gives_the_predicted_hit_rate_and_padding(tiny_ckpt, m
     state = DashboardState(step_history=None)
     state.apply_all(trace.events)
     inputs = state.whatif_inputs()
-    predicted = what_if(inputs.steps, advised_decode, advised_prefill, inputs.costs, max_padding_waste=0.5,
-                        current_decode=INITIAL["decode.bs"], current_prefill=INITIAL["prefill.num_tokens"])
+    predicted = what_if(
+        inputs.steps,
+        advised_decode,
+        advised_prefill,
+        inputs.costs,
+        max_padding_waste=0.5,
+        current_decode=INITIAL["decode.bs"],
+        current_prefill=INITIAL["prefill.num_tokens"],
+    )
     for phase in ("decode", "prefill"):  # what the CLI printed is that prediction
         p = getattr(predicted, phase)
         block = out.split(f"\n{phase} ", 1)[1]
@@ -94,8 +105,12 @@ def test_advice_recaptured_gives_the_predicted_hit_rate_and_padding(tiny_ckpt, m
     assert measured.steps == recorded.steps  # the same schedule, step for step
     for phase in ("decode", "prefill"):
         p, m = getattr(predicted, phase), measured.phases[phase]
-        assert (p.steps, p.graph_steps, p.padded_tokens, p.bucket_tokens) == \
-               (m.steps, m.graph_steps, m.padded_tokens, m.bucket_tokens), phase
+        assert (p.steps, p.graph_steps, p.padded_tokens, p.bucket_tokens) == (
+            m.steps,
+            m.graph_steps,
+            m.padded_tokens,
+            m.bucket_tokens,
+        ), phase
         assert p.hit_rate == m.hit_rate and p.padding_waste == m.padding_waste
     # the advice costs less than the lists that ran, under the advisor's cost model (it minimises
     # cost, which may trade a few prefill hits for much less padding)
@@ -103,16 +118,26 @@ def test_advice_recaptured_gives_the_predicted_hit_rate_and_padding(tiny_ckpt, m
     new = {"decode": advised_decode, "prefill": advised_prefill}
     for phase, cap in (("decode", None), ("prefill", 0.5)):
         d = phase_demand(inputs.steps, phase, ran[phase], cap)
-        before, after = (expected_cost(phase, d.sizes, lst, eager_ratio=d.ratio.value, max_padding_waste=cap)
-                         for lst in (ran[phase], new[phase]))
+        before, after = (
+            expected_cost(phase, d.sizes, lst, eager_ratio=d.ratio.value, max_padding_waste=cap)
+            for lst in (ran[phase], new[phase])
+        )
         assert after < before, (phase, before, after)
 
     # better than SGLang's default decode list at the same graph count
     demand = phase_demand(inputs.steps, "decode", INITIAL["decode.bs"])
     sglang = default_decode_buckets(256)[: len(advised_decode)]
-    cost = {name: expected_cost("decode", demand.sizes, lst, eager_ratio=demand.ratio.value)
-            for name, lst in (("advice", advised_decode), ("sglang", sglang))}
+    cost = {
+        name: expected_cost("decode", demand.sizes, lst, eager_ratio=demand.ratio.value)
+        for name, lst in (("advice", advised_decode), ("sglang", sglang))
+    }
     assert cost["advice"] < cost["sglang"], (advised_decode, sglang, cost)
-    sg = what_if(inputs.steps, sglang, advised_prefill, max_padding_waste=0.5,
-                 current_decode=INITIAL["decode.bs"], current_prefill=INITIAL["prefill.num_tokens"])
+    sg = what_if(
+        inputs.steps,
+        sglang,
+        advised_prefill,
+        max_padding_waste=0.5,
+        current_decode=INITIAL["decode.bs"],
+        current_prefill=INITIAL["prefill.num_tokens"],
+    )
     assert predicted.decode.hit_rate >= sg.decode.hit_rate

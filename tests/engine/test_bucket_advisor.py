@@ -12,9 +12,17 @@ from hypothesis import strategies as st
 from graphtop.engine.graphs.bucket_advisor import advise, expected_cost
 
 
-def brute_force(phase: str, demand: dict[int, int], *, eager_ratio: float, cap: Optional[float],
-                max_graphs: Optional[int], memory: Optional[dict[int, float]], max_memory: Optional[float],
-                max_bucket: Optional[int]) -> float:
+def brute_force(
+    phase: str,
+    demand: dict[int, int],
+    *,
+    eager_ratio: float,
+    cap: Optional[float],
+    max_graphs: Optional[int],
+    memory: Optional[dict[int, float]],
+    max_memory: Optional[float],
+    max_bucket: Optional[int],
+) -> float:
     """The cheapest cost over every subset of the observed sizes that fits the budget."""
     sizes = sorted(s for s in demand if max_bucket is None or s <= max_bucket)
     best = float("inf")
@@ -28,15 +36,17 @@ def brute_force(phase: str, demand: dict[int, int], *, eager_ratio: float, cap: 
     return best
 
 
-problems = st.fixed_dictionaries({
-    "demand": st.dictionaries(st.integers(1, 64), st.integers(1, 20), min_size=0, max_size=8),
-    "eager_ratio": st.floats(0.25, 12.0),
-    "cap": st.one_of(st.none(), st.floats(0.0, 0.9)),
-    "max_graphs": st.one_of(st.none(), st.integers(0, 5)),
-    "max_bucket": st.one_of(st.none(), st.integers(1, 64)),
-    "memory_seed": st.lists(st.integers(0, 100), min_size=64, max_size=64),
-    "max_memory": st.one_of(st.none(), st.integers(0, 300)),
-})
+problems = st.fixed_dictionaries(
+    {
+        "demand": st.dictionaries(st.integers(1, 64), st.integers(1, 20), min_size=0, max_size=8),
+        "eager_ratio": st.floats(0.25, 12.0),
+        "cap": st.one_of(st.none(), st.floats(0.0, 0.9)),
+        "max_graphs": st.one_of(st.none(), st.integers(0, 5)),
+        "max_bucket": st.one_of(st.none(), st.integers(1, 64)),
+        "memory_seed": st.lists(st.integers(0, 100), min_size=64, max_size=64),
+        "max_memory": st.one_of(st.none(), st.integers(0, 300)),
+    }
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -44,11 +54,23 @@ problems = st.fixed_dictionaries({
 def test_advice_equals_brute_force(p) -> None:
     memory = {s: float(p["memory_seed"][s - 1]) for s in range(1, 65)}
     phase = "prefill" if p["cap"] is not None else "decode"
-    kwargs = dict(eager_ratio=p["eager_ratio"], cap=p["cap"], max_graphs=p["max_graphs"],
-                  max_bucket=p["max_bucket"], max_memory=p["max_memory"])
-    advice = advise(phase, p["demand"], eager_ratio=p["eager_ratio"], max_padding_waste=p["cap"],
-                    max_graphs=p["max_graphs"], max_memory=p["max_memory"], memory_of=memory.__getitem__,
-                    max_bucket=p["max_bucket"])
+    kwargs = dict(
+        eager_ratio=p["eager_ratio"],
+        cap=p["cap"],
+        max_graphs=p["max_graphs"],
+        max_bucket=p["max_bucket"],
+        max_memory=p["max_memory"],
+    )
+    advice = advise(
+        phase,
+        p["demand"],
+        eager_ratio=p["eager_ratio"],
+        max_padding_waste=p["cap"],
+        max_graphs=p["max_graphs"],
+        max_memory=p["max_memory"],
+        memory_of=memory.__getitem__,
+        max_bucket=p["max_bucket"],
+    )
     best = brute_force(phase, p["demand"], memory=memory, **kwargs)
     assert advice.cost == pytest.approx(best, rel=1e-9, abs=1e-9)
     # the advice itself is feasible, drawn from the observed sizes, and costs what it claims
@@ -60,8 +82,9 @@ def test_advice_equals_brute_force(p) -> None:
     assert advice.memory_bytes == pytest.approx(sum(memory[b] for b in advice.buckets))
     if p["max_memory"] is not None:
         assert advice.memory_bytes <= p["max_memory"]
-    claimed = expected_cost(phase, p["demand"], advice.buckets, eager_ratio=p["eager_ratio"],
-                            max_padding_waste=p["cap"])
+    claimed = expected_cost(
+        phase, p["demand"], advice.buckets, eager_ratio=p["eager_ratio"], max_padding_waste=p["cap"]
+    )
     assert claimed == pytest.approx(advice.cost, rel=1e-9, abs=1e-9)
 
 
@@ -124,8 +147,12 @@ def test_past_the_candidate_limit_buckets_come_from_a_spread_of_the_sizes(monkey
     kept = sorted(demand)
     thinned = [kept[i] for i in (0, 6, 11, 17, 22, 28, 33, 39)]  # linspace(0, 39, 8) rounded
     assert set(got.buckets) <= set(thinned) and max(demand) in thinned
-    best = min(expected_cost("decode", demand, combo, eager_ratio=3.0, max_padding_waste=None)
-               for k in range(4) for combo in itertools.combinations(thinned, k))
+    best = min(
+        expected_cost("decode", demand, combo, eager_ratio=3.0, max_padding_waste=None)
+        for k in range(4)
+        for combo in itertools.combinations(thinned, k)
+    )
     assert got.cost == pytest.approx(best)
-    assert got.cost == pytest.approx(expected_cost("decode", demand, got.buckets, eager_ratio=3.0,
-                                                   max_padding_waste=None))
+    assert got.cost == pytest.approx(
+        expected_cost("decode", demand, got.buckets, eager_ratio=3.0, max_padding_waste=None)
+    )

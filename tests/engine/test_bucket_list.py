@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from graphtop.engine.graphs.bucket_list import MAX_BUCKETS, BucketSpecError, check_buckets, format_buckets, parse_buckets
+from graphtop.engine.graphs.bucket_list import (
+    MAX_BUCKETS,
+    BucketSpecError,
+    check_buckets,
+    format_buckets,
+    parse_buckets,
+)
 
 
 @pytest.mark.parametrize(
@@ -102,8 +108,10 @@ def test_round_trip(text: str) -> None:
         ([0, 2], "decode bucket 0 must be positive"),
         ([1.5], "decode bucket 1.5 is not an integer"),
         ([True], "decode bucket True is not an integer"),
-        ([[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]],  # a value is quoted at most 40 characters long
-         "decode bucket " + "[" * 23 + "]" * 14 + "... is not an integer"),
+        (
+            [[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]],  # a value is quoted at most 40 characters long
+            "decode bucket " + "[" * 23 + "]" * 14 + "... is not an integer",
+        ),
         ([1, 100, 90], "decode bucket 90 is over the static buffers' maximum (8)"),
     ],
 )

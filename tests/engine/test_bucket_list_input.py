@@ -5,14 +5,13 @@ bucket editor shows it inline with ✗ instead of crashing."""
 from __future__ import annotations
 
 import pytest
+from support.tui_pilot import make_app
 from textual import events
 from textual.widgets import Button, Input, Label
 
 from graphtop.engine.graphs.bucket_list import MAX_DIGITS, MAX_VALUE, BucketSpecError, parse_buckets
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.testing import settle
-
-from support.tui_pilot import make_app
 
 SIZE = (120, 40)
 HUGE = "9" * 5000
@@ -32,8 +31,17 @@ OVER = "9" * 4301  # one past int()'s 4,300-digit limit
         ("1,2,１２8", "'１２8': write numbers with the digits 0-9"),
         ("1-٨", "write numbers with the digits 0-9"),
     ],
-    ids=["5000-digits", "range-end", "step", "both-ends", "19-digits", "18-digit-range", "arabic-indic",
-         "fullwidth", "range-arabic-indic"],
+    ids=[
+        "5000-digits",
+        "range-end",
+        "step",
+        "both-ends",
+        "19-digits",
+        "18-digit-range",
+        "arabic-indic",
+        "fullwidth",
+        "range-arabic-indic",
+    ],
 )
 def test_huge_and_non_ascii_numbers_are_one_line_errors(text: str, message: str) -> None:
     with pytest.raises(BucketSpecError) as err:
@@ -93,8 +101,9 @@ async def test_bucket_editor_refuses_a_bucket_over_the_static_buffers_inline() -
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        editor = BucketEditorScreen([1, 2, 4], [16, 32], max_running=8, kv_capacity=4096,
-                                    max_buckets={"decode": 4, "prefill": 64})
+        editor = BucketEditorScreen(
+            [1, 2, 4], [16, 32], max_running=8, kv_capacity=4096, max_buckets={"decode": 4, "prefill": 64}
+        )
         await app.push_screen(editor)
         await pilot.pause()
         editor.query_one("#decode-input", Input).value = "1,2,4,8"

@@ -43,16 +43,25 @@ def test_a_conversation_goes_through_the_chat_template(engine):
     engine.run_until_done([text])
 
 
-@pytest.mark.parametrize("messages,problem", [
-    ([], "'messages' is empty"),
-    ([{"role": "robot", "content": "hi"}], "message #0: 'role' must be one of system, user, assistant, got 'robot'"),
-    ([{"role": "user", "content": 5}], "message #0: 'content' must be a string, got int"),
-    ([{"role": "user"}], "message #0: no 'content'"),
-    ([{"content": "hi"}], "message #0: no 'role'"),
-    ([{"role": "user", "content": "hi", "name": "x"}], "message #0: unknown field(s) name"),
-    ([{"role": "user", "content": "hi"}, "and text"], "message #1: a message is an object with 'role' and 'content'"),
-    ([{"role": "user", "content": "\ud800"}], "message #0: 'content' is not valid Unicode"),
-])
+@pytest.mark.parametrize(
+    "messages,problem",
+    [
+        ([], "'messages' is empty"),
+        (
+            [{"role": "robot", "content": "hi"}],
+            "message #0: 'role' must be one of system, user, assistant, got 'robot'",
+        ),
+        ([{"role": "user", "content": 5}], "message #0: 'content' must be a string, got int"),
+        ([{"role": "user"}], "message #0: no 'content'"),
+        ([{"content": "hi"}], "message #0: no 'role'"),
+        ([{"role": "user", "content": "hi", "name": "x"}], "message #0: unknown field(s) name"),
+        (
+            [{"role": "user", "content": "hi"}, "and text"],
+            "message #1: a message is an object with 'role' and 'content'",
+        ),
+        ([{"role": "user", "content": "\ud800"}], "message #0: 'content' is not valid Unicode"),
+    ],
+)
 def test_a_malformed_conversation_is_one_line(engine, messages, problem):
     if messages:  # (an empty list submitted is an empty list of token ids: rejected as an empty prompt)
         with pytest.raises(ValueError) as info:

@@ -13,11 +13,18 @@ from graphtop.engine.graphs.backend import ShapeKey
 from graphtop.engine.sampling_params import SamplingParams
 
 
-@pytest.mark.parametrize("widths,pages,expected", [
-    ([0], 1, 0), ([0], 10_000, 0),
-    ([1088, 1024, 512, 256], 1, 256), ([1088, 1024, 512, 256], 256, 256), ([1088, 1024, 512, 256], 257, 512),
-    ([1088, 1024, 512, 256], 1025, 1088), ([1088, 1024, 512, 256], 1088, 1088),
-])
+@pytest.mark.parametrize(
+    "widths,pages,expected",
+    [
+        ([0], 1, 0),
+        ([0], 10_000, 0),
+        ([1088, 1024, 512, 256], 1, 256),
+        ([1088, 1024, 512, 256], 256, 256),
+        ([1088, 1024, 512, 256], 257, 512),
+        ([1088, 1024, 512, 256], 1025, 1088),
+        ([1088, 1024, 512, 256], 1088, 1088),
+    ],
+)
 def test_pick_graph_width_is_the_narrowest_that_holds_the_longest_row(widths, pages, expected):
     assert pick_graph_width(widths, pages) == expected
 
@@ -29,17 +36,24 @@ def test_one_graph_a_bucket_is_the_contracts_default():
     assert AttentionBackend.graph_widths(object()) == [0]
 
 
-@pytest.mark.parametrize("page_size,max_context,expected", [
-    (1, 1088, [1088, 1024, 512, 256]),  # tokens
-    (1, 8192, [4096, 2048, 1024, 512, 256]),  # the graph covers GRAPH_MAX_CONTEXT; longer rows run eagerly
-    (16, 8192, [256, 128, 64, 32, 16]),  # pages of 16 tokens
-    (1, 200, [200]),  # one width where the whole context is under the narrowest table
-])
-def test_torch_native_widths_double_from_the_narrowest_table(tiny_ckpt, make_engine, page_size, max_context,
-                                                             expected):
+@pytest.mark.parametrize(
+    "page_size,max_context,expected",
+    [
+        (1, 1088, [1088, 1024, 512, 256]),  # tokens
+        (1, 8192, [4096, 2048, 1024, 512, 256]),  # the graph covers GRAPH_MAX_CONTEXT; longer rows run eagerly
+        (16, 8192, [256, 128, 64, 32, 16]),  # pages of 16 tokens
+        (1, 200, [200]),  # one width where the whole context is under the narrowest table
+    ],
+)
+def test_torch_native_widths_double_from_the_narrowest_table(tiny_ckpt, make_engine, page_size, max_context, expected):
     assert GRAPH_MIN_CONTEXT == 256 and GRAPH_MAX_CONTEXT == 4096
-    eng = make_engine(tiny_ckpt("qwen3", max_position_embeddings=8192), attention_backend="torch", page_size=page_size,
-                      max_context_len=max_context, max_total_tokens=max_context + 64)
+    eng = make_engine(
+        tiny_ckpt("qwen3", max_position_embeddings=8192),
+        attention_backend="torch",
+        page_size=page_size,
+        max_context_len=max_context,
+        max_total_tokens=max_context + 64,
+    )
     try:
         assert eng.model_runner.decode.widths == expected
         backend = eng.model_runner.decode.backend

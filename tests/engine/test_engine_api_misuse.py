@@ -12,8 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 
 from graphtop.engine.config import EngineConfig
-from graphtop.engine.errors import EngineError
 from graphtop.engine.engine import Engine
+from graphtop.engine.errors import EngineError
 from graphtop.engine.graphs.config import GraphConfig
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
@@ -45,13 +45,16 @@ def _clean_tokens(engine: Engine) -> list[int]:
     return engine.generate([[5, 6, 7]], GREEDY)[0].token_ids
 
 
-@pytest.mark.parametrize("prompt, needle", [
-    (b"abc", "got bytes"),
-    ([1.5, 2.0], "token id #0 is 1.5 (float), not an integer"),
-    (["1", "2"], "token id #0 is '1' (str)"),
-    ([True, False], "token id #0 is a bool"),
-    ({"a": 1}, "token id #0 is 'a' (str)"),
-])
+@pytest.mark.parametrize(
+    "prompt, needle",
+    [
+        (b"abc", "got bytes"),
+        ([1.5, 2.0], "token id #0 is 1.5 (float), not an integer"),
+        (["1", "2"], "token id #0 is '1' (str)"),
+        ([True, False], "token id #0 is a bool"),
+        ({"a": 1}, "token id #0 is 'a' (str)"),
+    ],
+)
 def test_token_ids_of_the_wrong_type_are_a_type_error(engine, prompt, needle):
     expected = _clean_tokens(engine)
     with pytest.raises(TypeError) as info:
@@ -90,14 +93,19 @@ def test_a_request_id_that_is_not_valid_unicode_is_a_value_error(engine, tmp_pat
     assert "request_id is not valid Unicode" in _one_line(info)
     engine.run_until_done([engine.submit("hello", GREEDY, request_id="r\u00e9")])
     rec.close()
-    assert [e.request_id for e in read_trace(tmp_path / "t.jsonl").events if e.type == "request_finished"] == ["r\u00e9"]
+    assert [e.request_id for e in read_trace(tmp_path / "t.jsonl").events if e.type == "request_finished"] == [
+        "r\u00e9"
+    ]
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(params="greedy"), "params must be a SamplingParams, got str"),
-    (dict(params=SamplingParams), "params must be a SamplingParams, got type"),
-    (dict(request_id=123), "request_id must be a str, got int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(params="greedy"), "params must be a SamplingParams, got str"),
+        (dict(params=SamplingParams), "params must be a SamplingParams, got type"),
+        (dict(request_id=123), "request_id must be a str, got int"),
+    ],
+)
 def test_wrong_argument_types_are_a_type_error(engine, kwargs, needle):
     with pytest.raises(TypeError) as info:
         engine.submit("hello", **kwargs)
@@ -170,8 +178,13 @@ def test_a_closed_engine_takes_nothing_new(make_engine, llama):
     engine.close()
     assert queued.finished and queued.finish_reason is FinishReason.CANCELLED
     assert list(queued.stream()) == []  # returns at once instead of waiting forever
-    for call in (lambda: engine.submit("hello", GREEDY), engine.start_background, engine.serve_telemetry,
-                 lambda: engine.recapture(decode_bs=[1, 2]), lambda: engine.set_parity_every(4)):
+    for call in (
+        lambda: engine.submit("hello", GREEDY),
+        engine.start_background,
+        engine.serve_telemetry,
+        lambda: engine.recapture(decode_bs=[1, 2]),
+        lambda: engine.set_parity_every(4),
+    ):
         with pytest.raises(EngineError, match="the engine is closed"):
             call()
     assert engine.step() is False
@@ -191,14 +204,17 @@ def test_step_is_refused_while_the_background_thread_serves(engine):
     engine.shutdown()
 
 
-@pytest.mark.parametrize("overrides, error, needle", [
-    (dict(max_total_tokens="2048"), TypeError, "max_total_tokens must be an int, got '2048' (str)"),
-    (dict(page_size=1.0), TypeError, "page_size must be an int"),
-    (dict(overlap_schedule="no"), TypeError, "overlap_schedule must be True or False"),
-    (dict(max_context_len=1), ValueError, "max context len must be >= 2"),
-    (dict(graphs={"decode": {"bs": [1]}}), TypeError, "graphs must be a GraphConfig, got dict"),
-    (dict(graphs=GraphConfig(decode_bs=[1.5, 2])), ValueError, "decode.bs 1.5 is not an integer"),
-])
+@pytest.mark.parametrize(
+    "overrides, error, needle",
+    [
+        (dict(max_total_tokens="2048"), TypeError, "max_total_tokens must be an int, got '2048' (str)"),
+        (dict(page_size=1.0), TypeError, "page_size must be an int"),
+        (dict(overlap_schedule="no"), TypeError, "overlap_schedule must be True or False"),
+        (dict(max_context_len=1), ValueError, "max context len must be >= 2"),
+        (dict(graphs={"decode": {"bs": [1]}}), TypeError, "graphs must be a GraphConfig, got dict"),
+        (dict(graphs=GraphConfig(decode_bs=[1.5, 2])), ValueError, "decode.bs 1.5 is not an integer"),
+    ],
+)
 def test_engine_config_types_and_ranges(llama, overrides, error, needle):
     with pytest.raises(error) as info:
         Engine.from_pretrained(llama, device="cpu", **overrides)
@@ -209,8 +225,10 @@ def test_a_context_over_the_models_positions_is_refused(llama):
     """EngineConfig(max_context_len=...) above the model's max_position_embeddings (256) was lowered silently."""
     with pytest.raises(EngineError) as info:
         Engine.from_pretrained(llama, config=EngineConfig(device="cpu", max_total_tokens=512, max_context_len=257))
-    assert _one_line(info) == ("max context len 257 is above the model's 256 positions (max_position_embeddings): "
-                               "use at most 256, or leave it unset")
+    assert _one_line(info) == (
+        "max context len 257 is above the model's 256 positions (max_position_embeddings): "
+        "use at most 256, or leave it unset"
+    )
 
 
 def test_overrides_leave_the_callers_config_as_it_was(llama):

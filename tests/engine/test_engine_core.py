@@ -13,15 +13,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-
-from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.bus import EventBus
-from graphtop.engine.request import FinishReason
-from graphtop.engine.sampling_params import SamplingParams
 from support.engine_prompts import PROMPTS, with_extra_eos
 from support.tiny_models import shared_tokenizer
 
+from graphtop.engine.request import FinishReason
+from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.telemetry import events as ev
+from graphtop.engine.telemetry.bus import EventBus
+
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
 
 @pytest.fixture(scope="module")
 def llama(tiny_ckpt):
@@ -72,8 +73,9 @@ def test_pool_usage_returns_to_zero(llama, make_engine):
 
 @pytest.mark.parametrize("graphs,page_size", [(False, 1), (True, 1), (True, 4)], ids=["eager", "graphs", "graphs-ps4"])
 def test_workload_larger_than_pool_preempts_and_matches_one_at_a_time(llama, make_engine, graphs, page_size):
-    engine = make_engine(llama, graphs=None if graphs else False, max_total_tokens=96, page_size=page_size,
-                         chunked_prefill_size=16)
+    engine = make_engine(
+        llama, graphs=None if graphs else False, max_total_tokens=96, page_size=page_size, chunked_prefill_size=16
+    )
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
     alone = []
     for p in PROMPTS:
@@ -413,10 +415,12 @@ def test_background_step_failure_fails_running_requests_and_keeps_serving(llama,
 def test_chat_prompts_use_the_chat_template(llama, make_engine):
     engine = make_engine(llama)
     tok = shared_tokenizer()
-    handle = engine.submit("hi there", SamplingParams(max_new_tokens=3, ignore_eos=True), chat=True,
-                           request_id="chat-1")
-    want = tok.apply_chat_template([{"role": "user", "content": "hi there"}], add_generation_prompt=True,
-                                   tokenize=False)
+    handle = engine.submit(
+        "hi there", SamplingParams(max_new_tokens=3, ignore_eos=True), chat=True, request_id="chat-1"
+    )
+    want = tok.apply_chat_template(
+        [{"role": "user", "content": "hi there"}], add_generation_prompt=True, tokenize=False
+    )
     assert handle.request_id == "chat-1" and handle.prompt_ids == tok.encode(want)
     engine.run_until_idle()
     assert len(handle.token_ids) == 3

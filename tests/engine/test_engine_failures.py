@@ -18,8 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from graphtop.engine.errors import EngineError
 from graphtop.engine.engine import Engine
+from graphtop.engine.errors import EngineError
 from graphtop.engine.request import FinishReason, RequestHandle
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
@@ -73,13 +73,20 @@ def _raise_on_forward(engine: Engine, call: int, error: BaseException) -> None:
 
 # --- a step that raises half-way ---------------------------------------------------------------------
 @pytest.mark.parametrize("overlap", [True, False])
-@pytest.mark.parametrize("error, reason", [
-    (RuntimeError("device fell over"), "RuntimeError: device fell over"),
-    (KeyboardInterrupt(), "interrupted (KeyboardInterrupt) during a step"),
-    (type("Terminated", (KeyboardInterrupt,), {})(), "interrupted (Terminated) during a step"),  # SIGTERM: not Ctrl-C
-])
-def test_a_step_that_raises_fails_its_requests_and_the_engine_serves_on(make_engine, llama, reference, overlap,
-                                                                          error, reason):
+@pytest.mark.parametrize(
+    "error, reason",
+    [
+        (RuntimeError("device fell over"), "RuntimeError: device fell over"),
+        (KeyboardInterrupt(), "interrupted (KeyboardInterrupt) during a step"),
+        (
+            type("Terminated", (KeyboardInterrupt,), {})(),
+            "interrupted (Terminated) during a step",
+        ),  # SIGTERM: not Ctrl-C
+    ],
+)
+def test_a_step_that_raises_fails_its_requests_and_the_engine_serves_on(
+    make_engine, llama, reference, overlap, error, reason
+):
     bus = EventBus()
     sub = bus.subscribe("test", maxsize=10_000)
     engine = make_engine(llama, bus=bus, graphs=False, overlap_schedule=overlap)
@@ -151,14 +158,16 @@ def test_a_callback_that_raises_is_detached_and_nothing_else_changes(engine, ref
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
-def test_a_callback_that_interrupts_the_failed_step_clean_up_does_not_cut_it_short(make_engine, llama, reference,
-                                                                                    interrupt):
+def test_a_callback_that_interrupts_the_failed_step_clean_up_does_not_cut_it_short(
+    make_engine, llama, reference, interrupt
+):
     """A Ctrl-C (or sys.exit) raised by a callback on every call: it fails the step, and again as the
     clean-up finishes that request; the other requests still finish and give their pages back."""
     bus = EventBus()
     sub = bus.subscribe("test", maxsize=10_000)
     engine = make_engine(llama, bus=bus, graphs=False)
     try:
+
         def interrupting(handle: RequestHandle) -> None:
             raise interrupt("from a callback")
 
@@ -180,6 +189,7 @@ def test_a_callback_that_interrupts_the_failed_step_clean_up_does_not_cut_it_sho
 def test_a_callback_that_interrupts_close_does_not_cut_it_short(make_engine, llama, tmp_path):
     """close() finishes every request and releases the pool and the graphs, then the callback's
     KeyboardInterrupt goes on; a stream on a handle of the closed engine ends."""
+
     def interrupting(handle: RequestHandle) -> None:
         raise KeyboardInterrupt("Ctrl-C in a callback")
 
@@ -204,8 +214,19 @@ def test_a_callback_that_interrupts_close_does_not_cut_it_short(make_engine, lla
     assert not reader.is_alive() and texts == [others[0].text]
 
 
-@pytest.mark.parametrize("call", ["generate", "wait_for_capture", "step", "run_until_done", "run_until_idle",
-                                  "start_background", "RequestHandle.wait", "RequestHandle.stream"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "generate",
+        "wait_for_capture",
+        "step",
+        "run_until_done",
+        "run_until_idle",
+        "start_background",
+        "RequestHandle.wait",
+        "RequestHandle.stream",
+    ],
+)
 @pytest.mark.parametrize("background", [False, True])
 def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine, reference, call, background):
     # start_background() from a callback made the caller's own run_until_done fail at its next step. Only
@@ -214,10 +235,16 @@ def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine,
     # a regression fails here instead of hanging the suite.
     refused: list[str] = []
     other = engine.submit(PROMPTS[0], LONG)
-    calls = {"generate": lambda: engine.generate([[1, 2, 3]]), "wait_for_capture": engine.wait_for_capture,
-             "step": engine.step, "run_until_done": lambda: engine.run_until_done([other]),
-             "run_until_idle": engine.run_until_idle, "start_background": engine.start_background,
-             "RequestHandle.wait": other.wait, "RequestHandle.stream": lambda: list(other.stream())}
+    calls = {
+        "generate": lambda: engine.generate([[1, 2, 3]]),
+        "wait_for_capture": engine.wait_for_capture,
+        "step": engine.step,
+        "run_until_done": lambda: engine.run_until_done([other]),
+        "run_until_idle": engine.run_until_idle,
+        "start_background": engine.start_background,
+        "RequestHandle.wait": other.wait,
+        "RequestHandle.stream": lambda: list(other.stream()),
+    }
 
     def callback(handle: RequestHandle) -> None:
         if handle.finished and not refused:
@@ -239,8 +266,10 @@ def test_waiting_on_the_engine_from_a_callback_is_refused_not_a_deadlock(engine,
         other._finish(FinishReason.CANCELLED, "the test's watchdog")
         worker.join(30)
         pytest.fail(f"{call}() from a callback blocked the engine")
-    assert refused == [f"{call}() cannot be called from inside a step (an on_update callback runs there); "
-                       "submit() and cancel() can, and close() closes once the step is over"]
+    assert refused == [
+        f"{call}() cannot be called from inside a step (an on_update callback runs there); "
+        "submit() and cancel() can, and close() closes once the step is over"
+    ]
     assert [h.token_ids for h in (other, *rest)] == reference and first.finish_reason is FinishReason.LENGTH
 
 
@@ -295,8 +324,10 @@ def test_close_from_a_callback_closes_once_the_step_is_over(engine, background):
 def test_threads_that_stream_without_the_background_thread_take_turns(engine, reference):
     handles = [engine.submit(p, LONG) for p in PROMPTS]
     texts: dict[int, str] = {}
-    threads = [threading.Thread(target=lambda i=i: texts.__setitem__(i, "".join(handles[i].stream())))
-               for i in range(len(handles))]
+    threads = [
+        threading.Thread(target=lambda i=i: texts.__setitem__(i, "".join(handles[i].stream())))
+        for i in range(len(handles))
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -360,8 +391,13 @@ def test_a_program_that_exits_while_the_background_thread_steps_exits_cleanly(ti
     script = tmp_path / "exit_mid_step.py"
     script.write_text(EXIT_SCRIPT)
     ckpt = tiny_ckpt("llama", max_position_embeddings=4096)  # 4096 tokens: it is still running at exit
-    run = subprocess.run([sys.executable, str(script), str(ckpt)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run = subprocess.run(
+        [sys.executable, str(script), str(ckpt)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert "terminate called" not in run.stderr and run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.splitlines() == ["exiting mid-step", "finished: cancelled the program exited"]
 

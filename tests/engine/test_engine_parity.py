@@ -11,16 +11,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from support.tiny_models import shared_tokenizer
 
-from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
-from support.tiny_models import shared_tokenizer
+from graphtop.engine.telemetry.bus import EventBus
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 LLAMA3 = {
-    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
     "original_max_position_embeddings": 32,
 }
 # (family, overrides): GQA/MQA, tied/untied, qkv bias, q/k norm with head_dim != hidden/heads, llama3 rope.
@@ -64,12 +67,16 @@ def hf_greedy(path, prompts, eos_ids, max_new_tokens=MAX_NEW):
     with torch.no_grad():
         for prompt, max_new in zip(prompts, max_new_tokens):
             gen = GenerationConfig(
-                max_new_tokens=max_new, do_sample=False, num_beams=1, min_length=0,
-                eos_token_id=list(eos_ids), pad_token_id=tok.eos_token_id,
+                max_new_tokens=max_new,
+                do_sample=False,
+                num_beams=1,
+                min_length=0,
+                eos_token_id=list(eos_ids),
+                pad_token_id=tok.eos_token_id,
             )
             ids = torch.tensor([tok.encode(prompt)])
             seq = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen)
-            out.append(seq[0, ids.shape[1]:].tolist())
+            out.append(seq[0, ids.shape[1] :].tolist())
     return out
 
 
@@ -93,8 +100,9 @@ def serve_together(make_engine, path, mode, prompts=PROMPTS):
     graphs, page_size = MODES[mode]
     bus = EventBus()
     steps = bus.subscribe("steps", types=["step"])
-    engine = make_engine(path, bus=bus, graphs=None if graphs else False, page_size=page_size,
-                         chunked_prefill_size=CHUNK)
+    engine = make_engine(
+        path, bus=bus, graphs=None if graphs else False, page_size=page_size, chunked_prefill_size=CHUNK
+    )
     handles = [engine.submit(p, SamplingParams(max_new_tokens=m)) for p, m in zip(prompts, MAX_NEW)]
     engine.run_until_idle()  # all submitted before the first step: one continuous batch
     events = steps.drain()

@@ -34,8 +34,14 @@ def spec_prefill(max_tokens: int) -> list[int]:
     """4..32 step 4, 48..256 step 16, 288..512 step 32, 576..1024 step 64, 1280..4096 step 256,
     then step 512, capped at max_tokens."""
     sizes: list[int] = []
-    ranges = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256),
-              (4608, max(max_tokens, 4608), 512))
+    ranges = (
+        (4, 32, 4),
+        (48, 256, 16),
+        (288, 512, 32),
+        (576, 1024, 64),
+        (1280, 4096, 256),
+        (4608, max(max_tokens, 4608), 512),
+    )
     for start, stop, step in ranges:
         s = start
         while s <= stop:
@@ -76,8 +82,12 @@ def test_default_prefill_bucket_landmarks():
 
 def resolve(cfg=None, *, max_running=256, pool_tokens=1 << 20, chunk=2048, capturable=True):
     return resolve_graph_config(
-        cfg or GraphConfig(), max_running=max_running, pool_tokens=pool_tokens, chunked_prefill_size=chunk,
-        cuda_graphs_available=False, attention_supports_decode_graph=capturable,
+        cfg or GraphConfig(),
+        max_running=max_running,
+        pool_tokens=pool_tokens,
+        chunked_prefill_size=chunk,
+        cuda_graphs_available=False,
+        attention_supports_decode_graph=capturable,
     )
 
 
@@ -93,11 +103,13 @@ def test_resolved_defaults():
 def test_prefill_defaults_filtered_by_pool_size_and_pool_size_appended(pool_tokens, expected_tail):
     got = resolve(pool_tokens=pool_tokens, max_running=2).prefill_num_tokens
     assert got == sorted(set(spec_prefill(pool_tokens) + [pool_tokens]))
-    assert got[-len(expected_tail):] == expected_tail
+    assert got[-len(expected_tail) :] == expected_tail
 
 
-@pytest.mark.parametrize("max_running,expected", [(1, [1]), (8, [1, 2, 4, 8]), (10, [1, 2, 4, 8, 10]),
-                                                  (100, spec_decode(96) + [100]), (300, spec_decode(256))])
+@pytest.mark.parametrize(
+    "max_running,expected",
+    [(1, [1]), (8, [1, 2, 4, 8]), (10, [1, 2, 4, 8, 10]), (100, spec_decode(96) + [100]), (300, spec_decode(256))],
+)
 def test_decode_defaults_capped_and_request_pool_size_appended(max_running, expected):
     assert resolve(max_running=max_running).decode_bs == expected
 
@@ -116,8 +128,10 @@ def test_clamp_buckets():
 
 
 def test_locked_keys_are_never_downgraded():
-    cfg = build_graph_config(None, {"decode.bs": [1, 2, 64], "decode.max_bs": 64, "prefill.num_tokens": [8, 1024],
-                                    "prefill.max_num_tokens": 1024})
+    cfg = build_graph_config(
+        None,
+        {"decode.bs": [1, 2, 64], "decode.max_bs": 64, "prefill.num_tokens": [8, 1024], "prefill.max_num_tokens": 1024},
+    )
     assert cfg.locked == {"decode.bs", "decode.max_bs", "prefill.num_tokens", "prefill.max_num_tokens"}
     r = resolve(cfg, max_running=8, pool_tokens=1024, chunk=256)
     assert r.decode_bs == [1, 2, 64] and r.prefill_num_tokens == [8, 1024]
@@ -233,15 +247,42 @@ def _registry(max_size: int = 8) -> BufferRegistry:
     reg = BufferRegistry(torch.device("cpu"), max_size)
     rows = lambda b, p: b["rows"]  # noqa: E731
     reg.declare(BufferSlot("keep", lambda n: (n,), torch.int64, PaddingPolicy.KEEP_PAD, pad_value=-1, source=rows))
-    reg.declare(BufferSlot("sentinel", lambda n: (n, 3), torch.int64, PaddingPolicy.FILL_SENTINEL, pad_value=7,
-                           source=lambda b, p: b["table"]))
-    reg.declare(BufferSlot("zero", lambda n: (n,), torch.float32, PaddingPolicy.ZERO, pad_value=5.0,
-                           source=lambda b, p: b["vals"]))
-    reg.declare(BufferSlot("whole", lambda n: (n,), torch.int64, PaddingPolicy.FOREACH_COPY,
-                           source=lambda b, p: b["rows"] + [100 + i for i in range(p - len(b["rows"]))]))
+    reg.declare(
+        BufferSlot(
+            "sentinel",
+            lambda n: (n, 3),
+            torch.int64,
+            PaddingPolicy.FILL_SENTINEL,
+            pad_value=7,
+            source=lambda b, p: b["table"],
+        )
+    )
+    reg.declare(
+        BufferSlot(
+            "zero", lambda n: (n,), torch.float32, PaddingPolicy.ZERO, pad_value=5.0, source=lambda b, p: b["vals"]
+        )
+    )
+    reg.declare(
+        BufferSlot(
+            "whole",
+            lambda n: (n,),
+            torch.int64,
+            PaddingPolicy.FOREACH_COPY,
+            source=lambda b, p: b["rows"] + [100 + i for i in range(p - len(b["rows"]))],
+        )
+    )
     reg.declare(BufferSlot("once", lambda n: (n,), torch.int64, PaddingPolicy.FILL_ONCE, pad_value=9, source=rows))
-    reg.declare(BufferSlot("cols", lambda n: (2, n), torch.int64, PaddingPolicy.FILL_SENTINEL, pad_value=-3,
-                           source=lambda b, p: [b["rows"], b["rows"]], axis=1))
+    reg.declare(
+        BufferSlot(
+            "cols",
+            lambda n: (2, n),
+            torch.int64,
+            PaddingPolicy.FILL_SENTINEL,
+            pad_value=-3,
+            source=lambda b, p: [b["rows"], b["rows"]],
+            axis=1,
+        )
+    )
     return reg
 
 
@@ -308,8 +349,12 @@ def test_fill_is_one_transfer_and_one_scatter(monkeypatch):
     monkeypatch.setattr(torch, "_foreach_copy_", spy)
     extra = torch.zeros(3, dtype=torch.int32)
     ids = torch.tensor([70, 71], dtype=torch.int64)  # a device source (the CPU is this test's device)
-    reg.fill(_batch(2), padded=4, extra=[Upload(extra, torch.tensor([4, 5, 6], dtype=torch.int32))],
-             device_sources={"keep": ids})
+    reg.fill(
+        _batch(2),
+        padded=4,
+        extra=[Upload(extra, torch.tensor([4, 5, 6], dtype=torch.int32))],
+        device_sources={"keep": ids},
+    )
     assert len(calls) == 1 and calls[0][0] == {torch.uint8}
     assert extra.tolist() == [4, 5, 6] and reg["keep"][:2].tolist() == [70, 71]
     assert reg["zero"][2:4].eq(0).all() and reg["sentinel"][2:4].eq(7).all() and reg["cols"][:, 2:4].eq(-3).all()
@@ -320,8 +365,9 @@ def test_a_strided_view_gets_its_own_typed_copy():
 
     table = torch.zeros(4, 6, dtype=torch.int64)
     flat = torch.zeros(5, dtype=torch.int32)
-    StepUploader(torch.device("cpu")).send([Upload(table[:2, :3], torch.arange(6).view(2, 3)),
-                                            Upload(flat[:2], torch.tensor([8, 9], dtype=torch.int32))])
+    StepUploader(torch.device("cpu")).send(
+        [Upload(table[:2, :3], torch.arange(6).view(2, 3)), Upload(flat[:2], torch.tensor([8, 9], dtype=torch.int32))]
+    )
     assert table[:2, :3].flatten().tolist() == list(range(6)) and table[2:].eq(0).all() and table[:, 3:].eq(0).all()
     assert flat.tolist() == [8, 9, 0, 0, 0]
     with pytest.raises(ValueError, match="upload of"):
@@ -344,8 +390,10 @@ def test_data_that_does_not_fit_is_refused():
 
 def test_bucket_over_the_pool_is_refused_even_when_locked():
     """The issue's example: --cuda-graph-bs-decode 1000000000 was killed by the OOM killer at 22.9 GB."""
-    for key, flags in (("decode.bs", {"decode.bs": [1, 1_000_000_000]}),
-                       ("prefill.num_tokens", {"prefill.num_tokens": [16, 4097]})):
+    for key, flags in (
+        ("decode.bs", {"decode.bs": [1, 1_000_000_000]}),
+        ("prefill.num_tokens", {"prefill.num_tokens": [16, 4097]}),
+    ):
         with pytest.raises(GraphConfigError) as info:
             resolve(build_graph_config(None, flags), max_running=8, pool_tokens=4096, chunk=256)
         assert f"{key} bucket" in str(info.value) and "over the KV pool's 4,096 tokens" in str(info.value)
@@ -363,6 +411,5 @@ def test_large_locked_decode_maximum_resolves_without_building_millions_of_defau
     """Defaults are built only up to the limit they are clamped to; the result is the same list."""
     for running in (8, 600, 100_000):
         a = resolve(build_graph_config(None, {"decode.max_bs": 10**7}), max_running=running, pool_tokens=10**7)
-        b = resolve(build_graph_config(None, {"decode.max_bs": 10**5 + 1000}), max_running=running,
-                    pool_tokens=10**7)
+        b = resolve(build_graph_config(None, {"decode.max_bs": 10**5 + 1000}), max_running=running, pool_tokens=10**7)
         assert a.decode_bs == b.decode_bs and a.decode_bs[-1] == min(running, 10**5 + 1000)

@@ -11,11 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from support.tiny_models import shared_tokenizer
 
 import graphtop.engine.model_runner as model_runner_mod
-from graphtop.engine.telemetry import events as ev
 from graphtop.engine.attention import torch_native
-from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.graphs.bucket_policy import BucketDecision
 from graphtop.engine.graphs.buffers import StaticBufferError
 from graphtop.engine.graphs.config import GraphConfig, build_graph_config
@@ -23,7 +22,8 @@ from graphtop.engine.graphs.fallback import FallbackReason
 from graphtop.engine.kv_pool import DUMMY_PAGE
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner
 from graphtop.engine.sampling_params import SamplingParams
-from support.tiny_models import shared_tokenizer
+from graphtop.engine.telemetry import events as ev
+from graphtop.engine.telemetry.bus import EventBus
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -92,8 +92,9 @@ def reasons(events, phase=None):
 def test_bucket_choice_is_smallest_captured_at_least_size(llama, make_engine):
     graphs = locked({"decode.bs": [1, 3, 8], "prefill.num_tokens": [8, 24, 64], "prefill.max_padding_waste": 1.0})
     schedule = {0: [0, 4], 2: [1, 2, 6], 5: [3], 7: [5, 7]}
-    engine, _, events = serve(make_engine, llama, PROMPTS, [30, 9, 12, 20, 5, 25, 7, 14], graphs=graphs,
-                              schedule=schedule)
+    engine, _, events = serve(
+        make_engine, llama, PROMPTS, [30, 9, 12, 20, 5, 25, 7, 14], graphs=graphs, schedule=schedule
+    )
     assert engine.decode_buckets == [1, 3, 8] and engine.prefill_buckets == [8, 24, 64]
     for runner, buckets in ((engine.model_runner.decode, [1, 3, 8]), (engine.model_runner.prefill, [8, 24, 64])):
         for n in range(0, 70):
@@ -134,7 +135,10 @@ def test_a_step_replays_the_bucket_decided_for_it(llama, make_engine, monkeypatc
 def test_engine_reports_emulation_everywhere(llama, make_engine):
     engine, _, events = serve(make_engine, llama, PROMPTS[:2], 4)
     assert engine.info.emulated and engine.model_runner.emulated
-    assert (engine.info.decode_graph_backend, engine.info.prefill_graph_backend) == ("emulated-full", "emulated-breakable")
+    assert (engine.info.decode_graph_backend, engine.info.prefill_graph_backend) == (
+        "emulated-full",
+        "emulated-breakable",
+    )
     started = [e for e in events if isinstance(e, ev.CaptureStarted)]
     assert {(e.phase, e.backend) for e in started} == {("decode", "emulated-full"), ("prefill", "emulated-breakable")}
     assert all(s.emulated == (s.path == "graph") for s in steps_of(events))
@@ -168,8 +172,9 @@ def test_downgrades_published_and_locked_keys_kept(llama, make_engine):
 
     bus = EventBus()
     sub = bus.subscribe("t", types=["config_downgrade", "engine_started"])
-    engine = make_engine(llama, bus=bus, graphs=locked({"decode.max_bs": 64, "decode.bs": [1, 2, 16],
-                                                         "prefill.num_tokens": [8, 256]}))
+    engine = make_engine(
+        llama, bus=bus, graphs=locked({"decode.max_bs": 64, "decode.bs": [1, 2, 16], "prefill.num_tokens": [8, 256]})
+    )
     events = sub.drain()
     assert not [e for e in events if isinstance(e, ev.ConfigDowngrade)]
     assert events[0].locked_keys == ("decode.bs", "decode.max_bs", "prefill.num_tokens")
@@ -193,8 +198,9 @@ def _changed_slots(before: torch.Tensor, after: torch.Tensor) -> set[int]:
 def test_padded_decode_rows_never_touch_a_real_kv_slot(llama, make_engine, decode_bs, page_size):
     bus = EventBus()
     sub = bus.subscribe("t", types=["step"])
-    engine = make_engine(llama, bus=bus, graphs=locked({"decode.bs": decode_bs}), page_size=page_size,
-                         max_total_tokens=512)
+    engine = make_engine(
+        llama, bus=bus, graphs=locked({"decode.bs": decode_bs}), page_size=page_size, max_total_tokens=512
+    )
     for p in PROMPTS[:3]:
         engine.submit(p, SamplingParams(max_new_tokens=10, ignore_eos=True))
     engine.step()  # one prefill of all three
@@ -280,7 +286,11 @@ def test_exceeds_max_bucket(llama, make_engine, eager_reference):
 def test_prefill_tokens_over_max_bucket(llama, make_engine):
     _, _, events = serve(make_engine, llama, [PROMPTS[3]], 2, graphs=locked({"prefill.num_tokens": [4, 8]}))
     (prefill,) = steps_of(events, "prefill")
-    assert (prefill.num_tokens, prefill.path, prefill.fallback_reason) == (13, "eager", "prefill_tokens_over_max_bucket")
+    assert (prefill.num_tokens, prefill.path, prefill.fallback_reason) == (
+        13,
+        "eager",
+        "prefill_tokens_over_max_bucket",
+    )
     _, _, events = serve(make_engine, llama, [PROMPTS[4]], 2, graphs=locked({"prefill.num_tokens": [4, 8]}))
     assert [(s.path, s.bucket) for s in steps_of(events, "prefill")] == [("graph", 4)]
 
@@ -331,7 +341,11 @@ def test_capture_failed(llama, make_engine, eager_reference, monkeypatch):
         assert s.fallback_reason == expected
     assert any(s.batch_size == 3 for s in steps_of(events, "decode"))
     assert tokens == eager_reference(prompts, max_new)
-    assert [(c.bucket, c.ok) for c in engine.capture_ledger() if c.phase == "decode"] == [(1, True), (2, True), (4, False)]
+    assert [(c.bucket, c.ok) for c in engine.capture_ledger() if c.phase == "decode"] == [
+        (1, True),
+        (2, True),
+        (4, False),
+    ]
 
 
 def test_no_graphs_captured(llama, make_engine):
@@ -359,9 +373,18 @@ def test_no_cuda_graphs_without_emulation(llama, make_engine, eager_reference):
 def test_every_reason_has_a_guard():
     """Each FallbackReason is produced by some test (above, or not_yet_captured in
     test_serve_while_capturing.py): no reason is dead."""
-    produced = {"phase_disabled", "exceeds_max_bucket", "prefill_tokens_over_max_bucket", "prefill_padding_over_cap",
-                "context_exceeds_graph", "capture_failed", "recapture_in_progress", "no_graphs_captured",
-                "no_cuda_graphs", "not_yet_captured"}
+    produced = {
+        "phase_disabled",
+        "exceeds_max_bucket",
+        "prefill_tokens_over_max_bucket",
+        "prefill_padding_over_cap",
+        "context_exceeds_graph",
+        "capture_failed",
+        "recapture_in_progress",
+        "no_graphs_captured",
+        "no_cuda_graphs",
+        "not_yet_captured",
+    }
     assert produced == {r.value for r in FallbackReason}
 
 
@@ -397,14 +420,17 @@ def test_recapture_with_requests_in_flight_loses_no_token(llama, make_engine, ea
     bus = EventBus()
     sub = bus.subscribe("t")
     engine = make_engine(llama, bus=bus, chunked_prefill_size=16)
-    handles = [engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True)) for p, m in zip(prompts[:6], max_new)]
+    handles = [
+        engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True)) for p, m in zip(prompts[:6], max_new)
+    ]
     for _ in range(8):
         engine.step()
     assert any(h.token_ids for h in handles) and not any(h.finished for h in handles)
     engine.recapture(decode_bs=[1, 2, 3, 5, 8], prefill_num_tokens=[8, 16])
     engine.step()
-    handles += [engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True))
-                for p, m in zip(prompts[6:], max_new[6:])]  # arrive mid-recapture
+    handles += [
+        engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True)) for p, m in zip(prompts[6:], max_new[6:])
+    ]  # arrive mid-recapture
     engine.run_until_idle()
     assert [h.token_ids for h in handles] == want
     assert [len(h.token_ids) for h in handles] == max_new
@@ -488,8 +514,10 @@ def test_recapture_of_a_disabled_phase_is_refused(llama, make_engine):
 # --- the static-buffer contract -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("phase,buffer", [("decode", "seq_lens"), ("decode", "input_ids"), ("prefill", "positions"),
-                                          ("prefill", "bridge_out")])
+@pytest.mark.parametrize(
+    "phase,buffer",
+    [("decode", "seq_lens"), ("decode", "input_ids"), ("prefill", "positions"), ("prefill", "bridge_out")],
+)
 def test_reallocated_static_buffer_is_caught(llama, make_engine, phase, buffer):
     engine = make_engine(llama)
     engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=5, ignore_eos=True))
@@ -567,8 +595,17 @@ def test_capture_runs_with_the_gc_frozen(llama, make_engine, monkeypatch, freeze
     engine.run_until_idle()
     assert engine.decode_buckets == [1, 3] and engine.prefill_buckets == [16]
     assert sorted((p, s) for p, s, _ in frozen_at_capture) == sorted(
-        [("decode", 1), ("decode", 2), ("decode", 4), ("prefill", 8), ("prefill", 16),
-         ("decode", 1), ("decode", 3), ("prefill", 16)])
+        [
+            ("decode", 1),
+            ("decode", 2),
+            ("decode", 4),
+            ("prefill", 8),
+            ("prefill", 16),
+            ("decode", 1),
+            ("decode", 3),
+            ("prefill", 16),
+        ]
+    )
     assert all((n > 0) == freeze for _, _, n in frozen_at_capture)
     assert collects == []  # freezing walks nothing: a collection per job cost more than it saved
     assert gc.get_freeze_count() == 0

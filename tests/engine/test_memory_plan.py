@@ -12,14 +12,29 @@ CPU = torch.device("cpu")
 
 
 def plan(budget_bytes: int, *, bytes_per_token: int = 1024, page_size: int = 1, max_total_tokens: int | None = None):
-    return plan_kv_pool(device=CPU, weights_bytes=0, bytes_per_token=bytes_per_token, page_size=page_size,
-                        mem_fraction_static=0.9, cpu_kv_budget_bytes=budget_bytes, activation_reserve_bytes=0,
-                        graph_reserve_bytes=0, max_total_tokens=max_total_tokens)
+    return plan_kv_pool(
+        device=CPU,
+        weights_bytes=0,
+        bytes_per_token=bytes_per_token,
+        page_size=page_size,
+        mem_fraction_static=0.9,
+        cpu_kv_budget_bytes=budget_bytes,
+        activation_reserve_bytes=0,
+        graph_reserve_bytes=0,
+        max_total_tokens=max_total_tokens,
+    )
 
 
-@pytest.mark.parametrize("budget_bytes,bytes_per_token,page_size", [
-    (1 * MiB, 1024, 1), (1 * MiB, 1024, 16), (1 * MiB + 1000, 1000, 7), (3 * MiB, 4096, 64), (64 * 1024, 1024, 32),
-])
+@pytest.mark.parametrize(
+    "budget_bytes,bytes_per_token,page_size",
+    [
+        (1 * MiB, 1024, 1),
+        (1 * MiB, 1024, 16),
+        (1 * MiB + 1000, 1000, 7),
+        (3 * MiB, 4096, 64),
+        (64 * 1024, 1024, 32),
+    ],
+)
 def test_the_pool_with_its_dummy_page_fits_the_budget(budget_bytes, bytes_per_token, page_size):
     """The dummy page came on top of --kv-budget-mb: 1 MiB of 1 KiB tokens planned 1,025 pages."""
     p = plan(budget_bytes, bytes_per_token=bytes_per_token, page_size=page_size)
@@ -43,5 +58,7 @@ def test_a_budget_of_one_page_is_no_room():
 
 def test_one_total_token_is_refused_at_config_time():
     """A pool of one token built an engine that rejected every prompt (each needs one more to generate)."""
-    with pytest.raises(ValueError, match=r"max total tokens must be >= 2 \(a prompt token and one to generate\), got 1"):
+    with pytest.raises(
+        ValueError, match=r"max total tokens must be >= 2 \(a prompt token and one to generate\), got 1"
+    ):
         EngineConfig(device="cpu", max_total_tokens=1).validate()

@@ -8,10 +8,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from support.engine_prompts import PROMPTS, with_extra_eos
 
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
-from support.engine_prompts import PROMPTS, with_extra_eos
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -30,11 +30,13 @@ def _run(engine, prompts, max_new):
 
 @pytest.mark.parametrize("graphs", [None, False], ids=["emulated-graphs", "eager"])
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_overlap_matches_the_plain_loop_with_eos_and_length_finishes(llama, make_engine, tmp_path, graphs,
-                                                                     page_size):
+def test_overlap_matches_the_plain_loop_with_eos_and_length_finishes(llama, make_engine, tmp_path, graphs, page_size):
     max_new = [5, 17, 9, 30, 3, 12, 21, 8]
-    free = make_engine(llama, graphs=graphs, overlap_schedule=False).generate(
-        [PROMPTS[1]], SamplingParams(max_new_tokens=30, ignore_eos=True))[0].token_ids
+    free = (
+        make_engine(llama, graphs=graphs, overlap_schedule=False)
+        .generate([PROMPTS[1]], SamplingParams(max_new_tokens=30, ignore_eos=True))[0]
+        .token_ids
+    )
     eos_ckpt = with_extra_eos(llama, tmp_path / "eos", free[7])  # some requests now end by EOS mid-flight
     plain = make_engine(eos_ckpt, graphs=graphs, overlap_schedule=False, page_size=page_size)
     overlap = make_engine(eos_ckpt, graphs=graphs, page_size=page_size)

@@ -190,8 +190,11 @@ def test_a_due_check_that_cannot_run_is_an_event_with_its_reason(tiny_ckpt, make
     not_run = [e for e in events if isinstance(e, ev.ParityNotRun)]
     assert handle.token_ids and not _checks(events) and not_run
     assert all(e.reason == reason and e.step is None and e.every == 1 for e in not_run)
-    assert [e.skipped for e in not_run] == list(range(1, len(not_run) + 1)) == [engine.parity.skipped - i for i in
-                                                                              range(len(not_run) - 1, -1, -1)]
+    assert (
+        [e.skipped for e in not_run]
+        == list(range(1, len(not_run) + 1))
+        == [engine.parity.skipped - i for i in range(len(not_run) - 1, -1, -1)]
+    )
 
 
 def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:
@@ -223,7 +226,8 @@ def test_switching_on_and_off_between_steps(tiny_ckpt, make_engine) -> None:
 
 
 def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_device(
-        tiny_ckpt, make_engine, monkeypatch) -> None:
+    tiny_ckpt, make_engine, monkeypatch
+) -> None:
     """As on a GPU: the worker's re-run waits before each layer for a device wait of the step loop, so
     its Python does not compete with the step loop's; the step loop's own forwards pass straight on."""
     import time
@@ -243,8 +247,7 @@ def test_a_paced_rerun_runs_its_layers_only_while_the_step_loop_waits_on_the_dev
     engine.set_parity_every(n_layers + 1)
     engine.run_until_idle()
     assert checker.paces and decoder.before_layer == pacing.Paced.before_layer
-    engine.submit(list(range(10, 25)), SamplingParams(max_new_tokens=n_layers + 4, ignore_eos=True,
-                                                       detokenize=False))
+    engine.submit(list(range(10, 25)), SamplingParams(max_new_tokens=n_layers + 4, ignore_eos=True, detokenize=False))
     waits: list[float] = []
     monkeypatch.setattr(checker, "while_device_busy", lambda wait: waits.append(0.0) or wait())  # shut the window
     for _ in range(n_layers + 1):  # the prefill (bucket 16) and decode steps: graph steps, the last one checked
@@ -273,16 +276,24 @@ def test_engines_sharing_a_model_each_pace_their_own_worker(tiny_ckpt) -> None:
     from graphtop.models import load_checkpoint
 
     ckpt = load_checkpoint(tiny_ckpt("qwen3"))
-    config = EngineConfig(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
-                          chunked_prefill_size=64, graphs=build_graph_config(None, GRAPHS))
+    config = EngineConfig(
+        device="cpu",
+        dtype="float32",
+        max_total_tokens=4096,
+        max_running_requests=8,
+        chunked_prefill_size=64,
+        graphs=build_graph_config(None, GRAPHS),
+    )
     first, second = Engine(ckpt, config, EventBus()), Engine(ckpt, config, EventBus())
     _opened.extend((first, second))
     assert first.model is second.model  # one checkpoint, one module
     for engine in (first, second):
         engine.set_parity_every(4)
         engine.run_until_idle()
-    assert Paced.registered() == {first.parity._worker_ident: first.parity._device_waits,
-                                  second.parity._worker_ident: second.parity._device_waits}
+    assert Paced.registered() == {
+        first.parity._worker_ident: first.parity._device_waits,
+        second.parity._worker_ident: second.parity._device_waits,
+    }
     assert first.model.model.before_layer == Paced.before_layer
     first.set_parity_every(0)
     first.run_until_idle()
@@ -403,8 +414,17 @@ def test_a_parity_check_of_nan_logits_leaves_a_readable_trace(tmp_path) -> None:
     g = e.clone()
     g[0, 2] = float("nan")
     max_abs, max_rel, agree, top5 = summarize_rows(compare_rows(g, e).tolist())
-    ev = ParityCheck(step=1, rows=1, max_abs_err=max_abs, max_rel_err=max_rel, argmax_agree=agree,
-                     top5_overlap=top5, tolerance=0.02, mismatch=max_rel > 0.02, ts=1.0)
+    ev = ParityCheck(
+        step=1,
+        rows=1,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        argmax_agree=agree,
+        top5_overlap=top5,
+        tolerance=0.02,
+        mismatch=max_rel > 0.02,
+        ts=1.0,
+    )
     path = tmp_path / "t.jsonl"
     assert write_trace(path, [ev]) == 1
     back = read_trace(path).events
@@ -417,9 +437,19 @@ def test_scratch_batch_keeps_context_and_copies_a_shared_first_page() -> None:
     from graphtop.engine.batch import ForwardBatch, ForwardMode
 
     # page size 4; request A has 6 tokens cached (pages 7, 9) and adds 3; B has 4 cached and adds 1
-    batch = ForwardBatch(ForwardMode.PREFILL, requests=[], input_ids=[1, 2, 3, 4], positions=[6, 7, 8, 4],
-                         out_cache_loc=[], seq_lens=[9, 5], extend_lens=[3, 1], prefix_lens=[6, 4],
-                         req_pages=[array("i", [7, 9, 11]), array("i", [3, 5])], page_size=4, sample_rows=[2, 3])
+    batch = ForwardBatch(
+        ForwardMode.PREFILL,
+        requests=[],
+        input_ids=[1, 2, 3, 4],
+        positions=[6, 7, 8, 4],
+        out_cache_loc=[],
+        seq_lens=[9, 5],
+        extend_lens=[3, 1],
+        prefix_lens=[6, 4],
+        req_pages=[array("i", [7, 9, 11]), array("i", [3, 5])],
+        page_size=4,
+        sample_rows=[2, 3],
+    )
     check, src, dst = _scratch_batch(batch, [100, 101, 102, 103], 4, None)
     assert [list(p) for p in check.req_pages] == [[7, 100, 101], [3, 102]]
     assert (src, dst) == ([9], [100])  # A's page 9 holds its tokens 4-5: copied before the re-run

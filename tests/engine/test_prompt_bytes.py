@@ -9,16 +9,23 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from support.tiny_models import shared_tokenizer
 
 from graphtop.engine.prompt_bytes import PromptByteLimit, max_bytes_per_token
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
-from support.tiny_models import shared_tokenizer
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-TEXTS = ["hello world", " " * 5000, "\n\n\t  " * 300, "ééé ∑∑∑ 中文字 🙂🙂" * 50, "aaaa" * 2000,
-         "".join(chr(c) for c in range(32, 3000)), "<|im_start|>" * 100]
+TEXTS = [
+    "hello world",
+    " " * 5000,
+    "\n\n\t  " * 300,
+    "ééé ∑∑∑ 中文字 🙂🙂" * 50,
+    "aaaa" * 2000,
+    "".join(chr(c) for c in range(32, 3000)),
+    "<|im_start|>" * 100,
+]
 
 
 def _fast(model, normalizer=None, pre_tokenizer=None):
@@ -45,8 +52,12 @@ def test_tokenizers_that_may_drop_text_get_no_bound():
 
     vocab = {"[UNK]": 0, "a": 1, "b": 2}
     # WordPiece: an unknown word of any length is one [UNK]; the BERT pre-tokenizer drops spaces
-    assert max_bytes_per_token(_fast(models.WordPiece(vocab, unk_token="[UNK]"),
-                                     pre_tokenizer=pre_tokenizers.BertPreTokenizer())) is None
+    assert (
+        max_bytes_per_token(
+            _fast(models.WordPiece(vocab, unk_token="[UNK]"), pre_tokenizer=pre_tokenizers.BertPreTokenizer())
+        )
+        is None
+    )
     bpe = models.BPE(vocab, [], unk_token="[UNK]")
     assert max_bytes_per_token(_fast(bpe)) == 5  # "[UNK]": the longest token
     assert max_bytes_per_token(_fast(bpe, normalizers.StripAccents())) is None  # removes combining marks
@@ -78,8 +89,9 @@ def test_the_limit_says_it_in_the_token_count_rejections_words():
     bound = limit.bytes_per_token
     assert limit.problem("x" * 255) is None  # shorter than the context in bytes: it may fit
     assert limit.problem("x" * (255 * bound)) is None  # at most 255 tokens by the bound: tokenized and counted
-    assert limit.problem("x" * (256 * bound)) == (f"prompt has at least 256 tokens ({256 * bound} bytes); "
-                                                  "the context limit is 256")
+    assert limit.problem("x" * (256 * bound)) == (
+        f"prompt has at least 256 tokens ({256 * bound} bytes); the context limit is 256"
+    )
 
 
 @pytest.fixture(scope="module")

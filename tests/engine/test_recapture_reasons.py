@@ -14,8 +14,14 @@ from graphtop.engine.telemetry.bus import EventBus
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Graphs are a fast path", "hello",
-           "a b c d e f g h i j k", "what is the meaning of life"]
+PROMPTS = [
+    "Once upon a time",
+    "The quick brown fox jumps over",
+    "Graphs are a fast path",
+    "hello",
+    "a b c d e f g h i j k",
+    "what is the meaning of life",
+]
 
 
 def size_of(step: ev.StepEvent) -> int:

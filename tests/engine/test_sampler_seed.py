@@ -24,9 +24,11 @@ def test_32_bit_seeds_pass_unchanged_and_larger_ones_are_mixed_down() -> None:
 def test_seeds_that_differ_above_bit_31_sample_differently(make_engine, tiny_ckpt, low: int, high: int) -> None:
     engine = make_engine(tiny_ckpt("llama"), graphs=False)
     try:
+
         def tokens(seed: int) -> list[int]:
-            (h,) = engine.generate([[5, 6, 7]], SamplingParams(temperature=1.0, max_new_tokens=12, seed=seed,
-                                                                 ignore_eos=True))
+            (h,) = engine.generate(
+                [[5, 6, 7]], SamplingParams(temperature=1.0, max_new_tokens=12, seed=seed, ignore_eos=True)
+            )
             return h.token_ids
 
         assert tokens(high) == tokens(high)  # still deterministic

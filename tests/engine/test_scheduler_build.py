@@ -21,8 +21,12 @@ def test_decode_batch_fields_match_the_request_state(page_size):
     sched = Scheduler(pool, SchedulerConfig(100_000, 64))
     reqs = []
     for i in range(20):
-        r = Request(f"r{i}", [rng.randrange(1000) for _ in range(rng.randrange(1, 60))],
-                    SamplingParams(max_new_tokens=500), None)
+        r = Request(
+            f"r{i}",
+            [rng.randrange(1000) for _ in range(rng.randrange(1, 60))],
+            SamplingParams(max_new_tokens=500),
+            None,
+        )
         sched.add(r)
         reqs.append(r)
     batch = sched.schedule()
@@ -113,8 +117,10 @@ def test_a_batch_reads_the_pages_of_its_longest_context_even_after_its_requests_
     the requests' page arrays may already cover the next step when a runner reads it."""
     pool = KVPool(KVLayout(1, 1, 8, torch.float32), 4096, 1, torch.device("cpu"))
     sched = Scheduler(pool, SchedulerConfig(100_000, 8))
-    reqs = [Request(f"r{i}", list(range(10, 10 + n)), SamplingParams(max_new_tokens=50), None)
-            for i, n in enumerate([3, 8, 13])]
+    reqs = [
+        Request(f"r{i}", list(range(10, 10 + n)), SamplingParams(max_new_tokens=50), None)
+        for i, n in enumerate([3, 8, 13])
+    ]
     for r in reqs:
         sched.add(r)
     sched.schedule()  # prefill

@@ -35,9 +35,13 @@ def serve(make_engine, path: Path, tp: int, bus: EventBus | None = None):
     eng = make_engine(path, bus=bus, tp_size=tp, **SMALL)
     try:
         handles = eng.generate(PROMPTS, SamplingParams(max_new_tokens=24, ignore_eos=True))
-        facts = dict(preemptions=eng.scheduler.num_preemptions, overlapped=eng.overlapped_steps,
-                     decode_buckets=eng.decode_buckets, prefill_buckets=eng.prefill_buckets,
-                     pids=dict(eng.tp.worker_pids) if eng.tp else {})
+        facts = dict(
+            preemptions=eng.scheduler.num_preemptions,
+            overlapped=eng.overlapped_steps,
+            decode_buckets=eng.decode_buckets,
+            prefill_buckets=eng.prefill_buckets,
+            pids=dict(eng.tp.worker_pids) if eng.tp else {},
+        )
         return [h.token_ids for h in handles], facts
     finally:
         eng.close()
@@ -69,8 +73,7 @@ def test_tp2_greedy_tokens_equal_tp1(tiny_ckpt, make_engine, torch_one_thread, f
     assert replayed and set(replayed) <= graph_steps
 
 
-def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine, torch_one_thread, monkeypatch,
-                                                          capfd):
+def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine, torch_one_thread, monkeypatch, capfd):
     """Spawned workers inherit NVLink multicast switched off and print their stacks on SIGUSR1 (and
     carry on); an error in sampling (outside any call the workers mirror) fails that step only, and
     the group serves on."""
@@ -116,13 +119,29 @@ def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine,
 
 def test_tp_that_does_not_divide_the_heads_is_one_line_before_any_spawn(tiny_ckpt, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "graphtop.tui.cli.entry", "--model", str(tiny_ckpt("llama")), "--device", "cpu",
-         "--tp", "3", "--synthetic", "1", "--output", str(tmp_path / "o.jsonl")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "graphtop.tui.cli.entry",
+            "--model",
+            str(tiny_ckpt("llama")),
+            "--device",
+            "cpu",
+            "--tp",
+            "3",
+            "--synthetic",
+            "1",
+            "--output",
+            str(tmp_path / "o.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        f"graphtop: error: --tp 3 does not divide num_attention_heads=4 in {tiny_ckpt('llama')}"]
+        f"graphtop: error: --tp 3 does not divide num_attention_heads=4 in {tiny_ckpt('llama')}"
+    ]
 
 
 def test_killing_a_worker_mid_run_ends_with_one_line(tiny_ckpt, tmp_path):
@@ -130,10 +149,29 @@ def test_killing_a_worker_mid_run_ends_with_one_line(tiny_ckpt, tmp_path):
 
     trace, output = tmp_path / "trace.jsonl", tmp_path / "out.jsonl"
     rc, stdout, stderr = kill_worker_mid_run(
-        ["--model", str(tiny_ckpt("llama")), "--device", "cpu", "--tp", "2", "--synthetic", "64",
-         "--synthetic-output-len", "uniform:100:120", "--max-total-tokens", "4096", "--record", str(trace),
-         "--output", str(output)],
-        trace, start_timeout=120, end_timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        [
+            "--model",
+            str(tiny_ckpt("llama")),
+            "--device",
+            "cpu",
+            "--tp",
+            "2",
+            "--synthetic",
+            "64",
+            "--synthetic-output-len",
+            "uniform:100:120",
+            "--max-total-tokens",
+            "4096",
+            "--record",
+            str(trace),
+            "--output",
+            str(output),
+        ],
+        trace,
+        start_timeout=120,
+        end_timeout=60,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert rc == 1
     assert "Traceback" not in stderr
     errors = [line for line in stderr.splitlines() if line.startswith("graphtop:")]
@@ -170,8 +208,9 @@ def test_tp2_recapture_mid_run_stays_in_step(tiny_ckpt, make_engine, torch_one_t
 
 
 @pytest.mark.parametrize("background", [False, True])
-def test_a_failed_group_refuses_new_work_and_finishes_what_was_queued(tiny_ckpt, make_engine, torch_one_thread,
-                                                                       background):
+def test_a_failed_group_refuses_new_work_and_finishes_what_was_queued(
+    tiny_ckpt, make_engine, torch_one_thread, background
+):
     """Once a rank has died, submit (and every other command) raises the failure at once instead of
     queueing work no step will ever serve; requests in flight or still queued finish ``cancelled``
     with it."""
@@ -195,8 +234,13 @@ def test_a_failed_group_refuses_new_work_and_finishes_what_was_queued(tiny_ckpt,
         os.kill(eng.tp.worker_pids[1], signal.SIGKILL)
         assert eng.tp.await_failure(30) == "tensor-parallel rank 1 died (killed by SIGKILL)"
         t0 = time.monotonic()
-        for call in (lambda: eng.submit("after the failure"), lambda: eng.generate(["after"]),
-                     eng.start_background, lambda: eng.recapture(decode_bs=[1]), eng.wait_for_capture):
+        for call in (
+            lambda: eng.submit("after the failure"),
+            lambda: eng.generate(["after"]),
+            eng.start_background,
+            lambda: eng.recapture(decode_bs=[1]),
+            eng.wait_for_capture,
+        ):
             with pytest.raises(TensorParallelError, match="^tensor-parallel rank 1 died"):
                 call()
         assert time.monotonic() - t0 < 5
@@ -211,8 +255,7 @@ def test_a_failed_group_refuses_new_work_and_finishes_what_was_queued(tiny_ckpt,
         eng.close()
 
 
-def test_a_second_tp_engine_while_one_is_open_is_one_line_before_any_spawn(tiny_ckpt, make_engine,
-                                                                           torch_one_thread):
+def test_a_second_tp_engine_while_one_is_open_is_one_line_before_any_spawn(tiny_ckpt, make_engine, torch_one_thread):
     """One tensor-parallel engine per process (one torch.distributed group): a second is refused up front,
     with nothing spawned (it failed after its worker had loaded, ~14 s, with torch's RuntimeError)."""
     import time
@@ -250,9 +293,16 @@ def test_a_program_without_a_main_guard_is_told_why_its_worker_died(tiny_ckpt, t
         "    print(f'{type(exc).__name__}: {exc}', flush=True)\n"
         "    raise\n"
     )
-    out = subprocess.run([sys.executable, str(script), str(tiny_ckpt("llama"))], capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    out = subprocess.run(
+        [sys.executable, str(script), str(tiny_ckpt("llama"))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
     said = [line for line in out.stdout.splitlines() if line.startswith("TensorParallelError")]
-    assert said == ["TensorParallelError: tensor-parallel rank 1 died (exit code 1): it ended before it started (if "
-                    "the program builds the engine at import time, put that under `if __name__ == \"__main__\":`: "
-                    "each worker is a spawned process that imports the main module again)"], out.stdout
+    assert said == [
+        "TensorParallelError: tensor-parallel rank 1 died (exit code 1): it ended before it started (if "
+        'the program builds the engine at import time, put that under `if __name__ == "__main__":`: '
+        "each worker is a spawned process that imports the main module again)"
+    ], out.stdout

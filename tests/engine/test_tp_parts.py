@@ -15,8 +15,8 @@ from graphtop.engine.graphs.backend import ShapeKey
 from graphtop.engine.graphs.config import GraphConfig
 from graphtop.engine.graphs.fallback import FallbackReason
 from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.summary import summarize
 from graphtop.engine.telemetry.report import format_summary
+from graphtop.engine.telemetry.summary import summarize
 from graphtop.tui.sessions.fake import FakeSession, boot_events, step_events
 from graphtop.tui.state import DashboardState
 from graphtop.tui.testing import screen_text, settle
@@ -30,20 +30,45 @@ class _Req:
 def _batch(mode: ForwardMode, reqs: list[_Req], ids_on_device: bool = False) -> ForwardBatch:
     n = len(reqs)
     if mode is ForwardMode.DECODE:
-        ids, pos, loc, ext, rows = list(range(11, 11 + n)), list(range(40, 40 + n)), list(range(500, 500 + n)), \
-            [1] * n, list(range(n))
+        ids, pos, loc, ext, rows = (
+            list(range(11, 11 + n)),
+            list(range(40, 40 + n)),
+            list(range(500, 500 + n)),
+            [1] * n,
+            list(range(n)),
+        )
     else:
         ext = [2] * n
         ids, pos, loc, rows = list(range(2 * n)), [0, 1] * n, list(range(30, 30 + 2 * n)), [2 * n - 1]
-    return ForwardBatch(mode=mode, requests=reqs, input_ids=ids, positions=pos, out_cache_loc=loc,
-                        seq_lens=[len(r.pages) for r in reqs], extend_lens=ext, prefix_lens=[0] * n,
-                        req_pages=[r.pages for r in reqs], page_size=16, sample_rows=rows,
-                        input_ids_device=object() if ids_on_device else None)
+    return ForwardBatch(
+        mode=mode,
+        requests=reqs,
+        input_ids=ids,
+        positions=pos,
+        out_cache_loc=loc,
+        seq_lens=[len(r.pages) for r in reqs],
+        extend_lens=ext,
+        prefix_lens=[0] * n,
+        req_pages=[r.pages for r in reqs],
+        page_size=16,
+        sample_rows=rows,
+        input_ids_device=object() if ids_on_device else None,
+    )
 
 
 def _same(got: ForwardBatch, want: ForwardBatch) -> None:
-    for field in ("mode", "input_ids", "positions", "out_cache_loc", "seq_lens", "extend_lens", "prefix_lens",
-                  "sample_rows", "page_size", "batch_size"):
+    for field in (
+        "mode",
+        "input_ids",
+        "positions",
+        "out_cache_loc",
+        "seq_lens",
+        "extend_lens",
+        "prefix_lens",
+        "sample_rows",
+        "page_size",
+        "batch_size",
+    ):
         assert getattr(got, field) == getattr(want, field), field
     assert [list(p) for p in got.req_pages] == [list(p) for p in want.req_pages]
     assert got.input_ids_device is None
@@ -109,17 +134,36 @@ def test_a_bucket_one_rank_failed_is_dropped_on_every_rank(tiny_ckpt, make_engin
         assert group.masks[0] == [0, 0, 0, 0] and group.masks[-1] == [1, 1, 1, 1]
         assert eng.decode_buckets == [1, 2, 4]
         assert not decode.backend.can_run(ShapeKey("decode", 8))  # its graph was released here too
-        batch = ForwardBatch(mode=ForwardMode.DECODE, requests=[None] * 6, input_ids=[1] * 6, positions=[0] * 6,
-                             out_cache_loc=[0] * 6, seq_lens=[1] * 6, extend_lens=[1] * 6, prefix_lens=[0] * 6,
-                             req_pages=[[1]] * 6, page_size=1)
+        batch = ForwardBatch(
+            mode=ForwardMode.DECODE,
+            requests=[None] * 6,
+            input_ids=[1] * 6,
+            positions=[0] * 6,
+            out_cache_loc=[0] * 6,
+            seq_lens=[1] * 6,
+            extend_lens=[1] * 6,
+            prefix_lens=[0] * 6,
+            req_pages=[[1]] * 6,
+            page_size=1,
+        )
         assert eng.model_runner.fallback_reason(batch) is FallbackReason.CAPTURE_FAILED
     finally:
         eng.close()
 
 
 def test_old_trace_lines_without_rank_still_read():
-    line = {"type": "capture_progress", "ts": 1.0, "phase": "decode", "bucket": 4, "index": 1, "total": 1,
-            "seconds": 0.1, "memory_bytes": 0, "ok": True, "failure_reason": None}
+    line = {
+        "type": "capture_progress",
+        "ts": 1.0,
+        "phase": "decode",
+        "bucket": 4,
+        "index": 1,
+        "total": 1,
+        "seconds": 0.1,
+        "memory_bytes": 0,
+        "ok": True,
+        "failure_reason": None,
+    }
     got = ev.event_from_dict(json.loads(json.dumps(line)))
     assert got.rank == 0
     old_error = {"type": "error", "ts": 1.0, "message": "x", "where": "step", "fatal": False}
@@ -136,13 +180,24 @@ def _two_ranks(fail_rank1: int | None = None) -> list[ev.Event]:
         out.append(ev.CaptureStarted(phase=phase, buckets=buckets, backend="full", rank=1))
         for i, b in enumerate(buckets, 1):
             bad = b == fail_rank1
-            out.append(ev.CaptureProgress(phase=phase, bucket=b, index=i, total=len(buckets), seconds=0.1, ok=not bad,
-                                          failure_reason="out of memory" if bad else None, rank=1))
+            out.append(
+                ev.CaptureProgress(
+                    phase=phase,
+                    bucket=b,
+                    index=i,
+                    total=len(buckets),
+                    seconds=0.1,
+                    ok=not bad,
+                    failure_reason="out of memory" if bad else None,
+                    rank=1,
+                )
+            )
         captured = tuple(b for b in buckets if b != fail_rank1)
         failed = tuple(b for b in buckets if b == fail_rank1)
         out.append(ev.CaptureFinished(phase=phase, captured=captured, failed=failed, ok=not failed, rank=1))
-    out.append(ev.MemoryLedger(device="cuda:1", total=141 << 30, weights=8 << 30, kv_pool=90 << 30, free=30 << 30,
-                               rank=1))
+    out.append(
+        ev.MemoryLedger(device="cuda:1", total=141 << 30, weights=8 << 30, kv_pool=90 << 30, free=30 << 30, rank=1)
+    )
     return out
 
 
@@ -157,8 +212,11 @@ def test_state_keeps_rank_zero_for_the_single_rank_views_and_every_rank_beside()
     assert st.slowest_rank() is None  # rank 1 has not replayed yet
     st.apply(ev.RankReplay(rank=1, steps=(2, 3), replay_ms=(9.0, 11.0)))
     assert st.slowest_rank() == (1, 10.0)
-    st.apply(ev.ErrorEvent(message="tensor-parallel rank 1 died (killed by SIGKILL)", where="tensor-parallel",
-                           fatal=True, rank=1))
+    st.apply(
+        ev.ErrorEvent(
+            message="tensor-parallel rank 1 died (killed by SIGKILL)", where="tensor-parallel", fatal=True, rank=1
+        )
+    )
     assert st.rank_alerts()[0] == "tensor-parallel rank 1 died (killed by SIGKILL)"
     assert st.failed == "tensor-parallel rank 1 died (killed by SIGKILL)"
 

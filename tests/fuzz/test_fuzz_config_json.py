@@ -10,8 +10,6 @@ import shutil
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-
-import graphtop.models.checkpoint.capacity as capacity
 from support.fuzz_support import (
     assert_one_line,
     awkward_text,
@@ -23,34 +21,74 @@ from support.fuzz_support import (
     raw_literals,
     to_json,
 )
+
+import graphtop.models.checkpoint.capacity as capacity
 from graphtop.models import CheckpointError, load_checkpoint
 
-SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window")
-OTHER_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "tie_word_embeddings",
-              "attention_bias", "mlp_bias", "eos_token_id", "bos_token_id", "hidden_act", "architectures",
-              "model_type", "torch_dtype", "dtype", "partial_rotary_factor", "unknown_key")
-ROPE = st.fixed_dictionaries({}, optional={
-    "rope_type": st.sampled_from(["default", "linear", "llama3", "yarn", "dynamic", "?"]),
-    "type": st.sampled_from(["linear", "yarn"]),
-    "factor": st.one_of(numbers, raw_literals), "low_freq_factor": numbers, "high_freq_factor": numbers,
-    "original_max_position_embeddings": st.one_of(st.integers(-2, 4096), numbers), "rope_theta": numbers,
-    "attention_factor": numbers, "beta_fast": numbers, "beta_slow": numbers, "mscale": numbers,
-})
-near_sizes = st.one_of(st.sampled_from([0, 1, 2, 3, 4, 8, 16, 32, 63, 64, 128, 256, 512, -1]),
-                       st.integers(-5, 10**6), st.sampled_from([10**9, 2**31, 2**63, 10**30]))
-values = st.one_of(near_sizes, numbers, raw_literals, st.booleans(), st.none(), awkward_text, json_values,
-                   deeply_nested, ROPE)
+SIZE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "sliding_window",
+)
+OTHER_KEYS = (
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "eos_token_id",
+    "bos_token_id",
+    "hidden_act",
+    "architectures",
+    "model_type",
+    "torch_dtype",
+    "dtype",
+    "partial_rotary_factor",
+    "unknown_key",
+)
+ROPE = st.fixed_dictionaries(
+    {},
+    optional={
+        "rope_type": st.sampled_from(["default", "linear", "llama3", "yarn", "dynamic", "?"]),
+        "type": st.sampled_from(["linear", "yarn"]),
+        "factor": st.one_of(numbers, raw_literals),
+        "low_freq_factor": numbers,
+        "high_freq_factor": numbers,
+        "original_max_position_embeddings": st.one_of(st.integers(-2, 4096), numbers),
+        "rope_theta": numbers,
+        "attention_factor": numbers,
+        "beta_fast": numbers,
+        "beta_slow": numbers,
+        "mscale": numbers,
+    },
+)
+near_sizes = st.one_of(
+    st.sampled_from([0, 1, 2, 3, 4, 8, 16, 32, 63, 64, 128, 256, 512, -1]),
+    st.integers(-5, 10**6),
+    st.sampled_from([10**9, 2**31, 2**63, 10**30]),
+)
+values = st.one_of(
+    near_sizes, numbers, raw_literals, st.booleans(), st.none(), awkward_text, json_values, deeply_nested, ROPE
+)
 PLAUSIBLE = {
     **{key: near_sizes for key in SIZE_KEYS},
     "rms_norm_eps": st.one_of(numbers, st.sampled_from([1e-6, 1e-5, 0.5])),
     "rope_theta": st.one_of(numbers, st.sampled_from([10000.0, 1e6, 1.0, 0.5])),
-    "rope_scaling": st.one_of(st.none(), ROPE), "rope_parameters": st.one_of(st.none(), ROPE),
-    "tie_word_embeddings": st.booleans(), "eos_token_id": st.one_of(near_sizes, st.lists(near_sizes, max_size=3)),
+    "rope_scaling": st.one_of(st.none(), ROPE),
+    "rope_parameters": st.one_of(st.none(), ROPE),
+    "tie_word_embeddings": st.booleans(),
+    "eos_token_id": st.one_of(near_sizes, st.lists(near_sizes, max_size=3)),
 }
 typed_edits = st.sampled_from(sorted(PLAUSIBLE)).flatmap(lambda k: PLAUSIBLE[k].map(lambda v: {k: v}))
-edits = st.one_of(typed_edits,
-                  st.dictionaries(st.sampled_from(SIZE_KEYS + OTHER_KEYS), values, min_size=1, max_size=4))
+edits = st.one_of(typed_edits, st.dictionaries(st.sampled_from(SIZE_KEYS + OTHER_KEYS), values, min_size=1, max_size=4))
 
 
 @pytest.fixture(scope="module")

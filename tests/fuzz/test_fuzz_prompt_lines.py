@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-
 from support.fuzz_support import (
     assert_one_line,
     awkward_text,
@@ -21,21 +20,37 @@ from support.fuzz_support import (
     raw_literals,
     to_json,
 )
+
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.tui.cli.headless import _result_line, _sampling, _serve
 from graphtop.tui.cli.prompts_file import SAMPLING_FIELDS, PromptLine, parse_line, read_prompts
 
-FIELD_VALUES = st.one_of(numbers, awkward_text, raw_literals, st.booleans(), st.none(),
-                         st.lists(awkward_text, max_size=3), json_values, deeply_nested)
+FIELD_VALUES = st.one_of(
+    numbers,
+    awkward_text,
+    raw_literals,
+    st.booleans(),
+    st.none(),
+    st.lists(awkward_text, max_size=3),
+    json_values,
+    deeply_nested,
+)
 GOOD_VALUES = {
-    "max_new_tokens": st.integers(1, 3), "temperature": st.sampled_from([0, 0.7, 1e-300, 2.5]),
-    "top_k": st.integers(0, 5), "top_p": st.sampled_from([1.0, 0.5, 1e-9]), "seed": st.integers(0, 2**64 - 1),
-    "stop": st.sampled_from([[], ["\n"], "x"]), "ignore_eos": st.booleans(),
+    "max_new_tokens": st.integers(1, 3),
+    "temperature": st.sampled_from([0, 0.7, 1e-300, 2.5]),
+    "top_k": st.integers(0, 5),
+    "top_p": st.sampled_from([1.0, 0.5, 1e-9]),
+    "seed": st.integers(0, 2**64 - 1),
+    "stop": st.sampled_from([[], ["\n"], "x"]),
+    "ignore_eos": st.booleans(),
 }
 objects = st.fixed_dictionaries(
     {"prompt": st.one_of(awkward_text, st.just("hello world"), FIELD_VALUES)},
-    optional={**{k: st.one_of(GOOD_VALUES[k], FIELD_VALUES) for k in SAMPLING_FIELDS},
-              "id": st.one_of(st.text(max_size=5), FIELD_VALUES), "extra": FIELD_VALUES},
+    optional={
+        **{k: st.one_of(GOOD_VALUES[k], FIELD_VALUES) for k in SAMPLING_FIELDS},
+        "id": st.one_of(st.text(max_size=5), FIELD_VALUES),
+        "extra": FIELD_VALUES,
+    },
 )
 good_objects = st.fixed_dictionaries(
     {"prompt": st.one_of(st.just("hello world"), st.text(min_size=1, max_size=12))},
@@ -93,15 +108,21 @@ def test_prompts_file_keeps_one_entry_per_line(tmp_path_factory, batch):
 
 @pytest.fixture(scope="module")
 def engine(tiny_ckpt):
+    import torch
+
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.engine import Engine
     from graphtop.engine.graphs.config import GraphConfig
 
-    import torch
-
     torch.set_num_threads(1)
-    config = EngineConfig(device="cpu", max_total_tokens=1024, max_running_requests=4, chunked_prefill_size=32,
-                          max_context_len=48, graphs=GraphConfig(decode_backend="disabled", prefill_backend="disabled"))
+    config = EngineConfig(
+        device="cpu",
+        max_total_tokens=1024,
+        max_running_requests=4,
+        chunked_prefill_size=32,
+        max_context_len=48,
+        graphs=GraphConfig(decode_backend="disabled", prefill_backend="disabled"),
+    )
     return Engine.from_pretrained(tiny_ckpt("llama"), config=config)
 
 

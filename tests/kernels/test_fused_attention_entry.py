@@ -10,8 +10,8 @@ import torch
 from graphtop.engine.attention.base import AttentionShape
 from graphtop.engine.attention.torch_native import TorchNativeBackend
 from graphtop.engine.kv_pool import KVLayout, KVPool
-from graphtop.models.kernels import fused as tk
 from graphtop.models.decoder import Attention
+from graphtop.models.kernels import fused as tk
 from graphtop.models.layers.rope import RotaryEmbedding
 from graphtop.models.spec import ModelSpec
 
@@ -21,10 +21,21 @@ def _spec(qk_norm: bool) -> ModelSpec:
 
     from graphtop.models.registry import spec_from_hf_config
 
-    cfg = SimpleNamespace(architectures=["Qwen3ForCausalLM" if qk_norm else "LlamaForCausalLM"], hidden_size=64,
-                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                          intermediate_size=32, vocab_size=100, max_position_embeddings=64, rms_norm_eps=1e-6,
-                          rope_theta=10000.0, hidden_act="silu", tie_word_embeddings=False)
+    cfg = SimpleNamespace(
+        architectures=["Qwen3ForCausalLM" if qk_norm else "LlamaForCausalLM"],
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=32,
+        vocab_size=100,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+    )
     return spec_from_hf_config(cfg)
 
 
@@ -58,7 +69,7 @@ def test_fused_entry_gets_the_projection_and_its_output_is_the_attention(qk_norm
     out = att.attend_fused(qkv, pos, rope, attn)
     assert out.shape == (3, 64) and bool((out == 7.0).all())
     assert attn.plain_calls == 0
-    (got_qkv, got_pos, cache, qw, kw, eps, layer), = attn.calls
+    ((got_qkv, got_pos, cache, qw, kw, eps, layer),) = attn.calls
     assert got_qkv is qkv and got_pos is pos and cache is rope.cos_sin_cache and layer == 0
     if qk_norm:
         assert qw is att.q_norm.weight and kw is att.k_norm.weight and eps == att.q_norm.eps
@@ -69,8 +80,12 @@ def test_fused_entry_gets_the_projection_and_its_output_is_the_attention(qk_norm
 def test_backends_without_a_fused_kernel_decline_and_calling_them_is_forward():
     pool = KVPool(KVLayout(1, 2, 16, torch.float32), 8, 1, "cpu")
     backend = TorchNativeBackend(pool, AttentionShape(4, 2, 16, 0.25), torch.device("cpu"))
-    assert backend.forward_qkv(torch.zeros(1, 128), torch.zeros(1, dtype=torch.long), torch.zeros(4, 16),
-                               None, None, 0.0, 0) is None
+    assert (
+        backend.forward_qkv(
+            torch.zeros(1, 128), torch.zeros(1, dtype=torch.long), torch.zeros(4, 16), None, None, 0.0, 0
+        )
+        is None
+    )
     seen = []
     backend.forward = lambda q, k, v, layer_id: seen.append(layer_id) or q
     q = torch.zeros(1, 4, 16)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
+from support.paths import REPO as ROOT
 
 from graphtop.engine.config import EngineConfig
 from graphtop.engine.kernel_config import CHOICES, ENV, KernelConfig, resolve_kernel_config
-
-from support.paths import REPO as ROOT
 
 
 def test_defaults_and_config_values_resolve_as_given() -> None:

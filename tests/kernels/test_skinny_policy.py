@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 from graphtop.engine.kernel_config import KernelConfig, resolve_kernel_config
+from graphtop.models.decoder import DecoderLayer
 from graphtop.models.kernels import skinny as ts
 from graphtop.models.kernels import skinny_tuning as st
-from graphtop.models.decoder import DecoderLayer
-from graphtop.models.synthetic.random_model import SHAPES, hf_config_for
 from graphtop.models.registry import spec_from_hf_config
+from graphtop.models.synthetic.random_model import SHAPES, hf_config_for
 
 
 def test_every_tuned_config_tiles_its_shape() -> None:
@@ -39,9 +39,19 @@ def test_tuned_shapes_are_the_measured_models_projections() -> None:
 
 def test_row_classes() -> None:
     assert [st.row_class(m) for m in (0, 1, 2, 16, 17, 64, 65, 128, 129, 256, 257)] == [
-        None, None, 16, 16, 64, 64, 128, 128, 256, 256, None]
-    assert st.configs_for(4096, 1024) == {16: st.TUNED[(4096, 1024, 16, False)],
-                                          64: st.TUNED[(4096, 1024, 64, False)]}
+        None,
+        None,
+        16,
+        16,
+        64,
+        64,
+        128,
+        128,
+        256,
+        256,
+        None,
+    ]
+    assert st.configs_for(4096, 1024) == {16: st.TUNED[(4096, 1024, 16, False)], 64: st.TUNED[(4096, 1024, 64, False)]}
     assert st.configs_for(6144, 1024, silu=True) == {16: st.TUNED[(6144, 1024, 16, True)]}
     assert st.configs_for(123, 456) == {}
 
@@ -102,8 +112,8 @@ def test_a_plain_gate_up_gemv_lets_the_pdl_down_projection_start_early(monkeypat
     """PDL "auto" leaves the 8B's gate|up (224 MiB) launched plainly; it then triggers the down
     projection after it, which launches with PDL. Where gate|up has PDL itself (the 0.6B, or "on") it
     triggers anyway, and with PDL off nothing waits to be triggered."""
-    from graphtop.models.kernels import gemv as tg
     from graphtop.models.kernels import fused as tk
+    from graphtop.models.kernels import gemv as tg
 
     def use_pdl(device, weight_bytes=0, policy="auto"):  # what a Hopper device answers
         return policy == "on" or (policy == "auto" and weight_bytes <= tk.PDL_AUTO_MAX_BYTES)
@@ -210,14 +220,26 @@ def test_folding_the_norm_weights_keeps_what_the_projections_compute() -> None:
     post-attention norm; the norms' weights are left at one."""
     import torch.nn.functional as F
 
-    spec = spec_from_hf_config(hf_config_for("qwen3-0.6b", num_hidden_layers=1, hidden_size=64,
-                                             intermediate_size=96, num_attention_heads=2, num_key_value_heads=1,
-                                             head_dim=32), "<test>")
+    spec = spec_from_hf_config(
+        hf_config_for(
+            "qwen3-0.6b",
+            num_hidden_layers=1,
+            hidden_size=64,
+            intermediate_size=96,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+        ),
+        "<test>",
+    )
     torch.manual_seed(0)
     layer = DecoderLayer(spec, 0)
     layer.self_attn.fuse()
     layer.mlp.fuse()
-    pairs = ((layer.input_layernorm, layer.self_attn.qkv_proj), (layer.post_attention_layernorm, layer.mlp.gate_up_proj))
+    pairs = (
+        (layer.input_layernorm, layer.self_attn.qkv_proj),
+        (layer.post_attention_layernorm, layer.mlp.gate_up_proj),
+    )
     x = torch.randn(5, 64)
     with torch.no_grad():
         for norm, _ in pairs:
@@ -244,8 +266,8 @@ def test_pack_puts_each_tile_in_one_contiguous_block() -> None:
             for slab in range(half // bn):
                 for t in range(k // bk):
                     at = part * half * k + (slab * (k // bk) + t) * bn * bk
-                    rows = w[part * half + slab * bn: part * half + (slab + 1) * bn, t * bk:(t + 1) * bk]
-                    assert torch.equal(p[at:at + bn * bk], rows.reshape(-1))
+                    rows = w[part * half + slab * bn : part * half + (slab + 1) * bn, t * bk : (t + 1) * bk]
+                    assert torch.equal(p[at : at + bn * bk], rows.reshape(-1))
 
 
 def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
@@ -328,8 +350,12 @@ def test_the_kv_pool_is_planned_around_one_copy_per_packed_row_class(monkeypatch
     spec = spec_from_hf_config(hf_config_for("qwen3-0.6b", num_hidden_layers=2), "<test>")
     with torch.device("meta"):
         model = DecoderForCausalLM(spec)
-    per_layer = sum(p.numel() * 2 for layer in model.model.layers
-                    for p in (*layer.self_attn.parameters(), *layer.mlp.parameters()) if p.dim() == 2)
+    per_layer = sum(
+        p.numel() * 2
+        for layer in model.model.layers
+        for p in (*layer.self_attn.parameters(), *layer.mlp.parameters())
+        if p.dim() == 2
+    )
     model.to(torch.bfloat16)
     assert model.packed_copy_bytes() == 0  # the 0.6B is not listed as shipped
     monkeypatch.setattr(st, "PACKED", frozenset({(1024, 64), (1024, 16), (4096, 64)}))
@@ -340,9 +366,18 @@ def test_each_launch_reads_the_packed_copy_only_at_a_packed_row_class(monkeypatc
     """``forward_fused`` at a listed row class hands every skinny launch its projection's packed copy with
     ``packed=True``; at another class the row-major weight with ``packed=False`` (the launches recorded,
     not run: the kernels need a GPU)."""
-    spec = spec_from_hf_config(hf_config_for("qwen3-0.6b", num_hidden_layers=1, hidden_size=64,
-                                             intermediate_size=128, num_attention_heads=2,
-                                             num_key_value_heads=1, head_dim=32), "<test>")
+    spec = spec_from_hf_config(
+        hf_config_for(
+            "qwen3-0.6b",
+            num_hidden_layers=1,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+        ),
+        "<test>",
+    )
     layer = DecoderLayer(spec, 0)
     layer.self_attn.fuse()
     layer.mlp.fuse()
@@ -364,8 +399,9 @@ def test_each_launch_reads_the_packed_copy_only_at_a_packed_row_class(monkeypatc
 
     monkeypatch.setattr(ts, "skinny", skinny)
     monkeypatch.setattr(ts, "skinny_add", skinny_add)
-    monkeypatch.setattr(layer.self_attn, "attend_fused",
-                        lambda qkv, positions, rope, attn: torch.zeros(qkv.shape[0], 64))
+    monkeypatch.setattr(
+        layer.self_attn, "attend_fused", lambda qkv, positions, rope, attn: torch.zeros(qkv.shape[0], 64)
+    )
     projs = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
     for rows, cls in ((40, 64), (8, 16)):
         launches.clear()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graphtop.models.kernels import stream_k as sk
 from graphtop.models.kernels import skinny_tuning as tuning
+from graphtop.models.kernels import stream_k as sk
 
 
 @given(slabs=st.integers(1, 300), tiles=st.integers(1, 64), programs=st.integers(1, 400))
@@ -22,7 +22,7 @@ def test_every_unit_once_segments_in_unit_order(slabs: int, tiles: int, programs
     assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
     # segments: a program's units cut at slab boundaries, numbered in unit order
     segments: list[tuple[int, int, int]] = []  # (slab, first unit, end unit)
-    for (u0, u1, first_seg) in progs:
+    for u0, u1, first_seg in progs:
         assert first_seg == len(segments)
         u = u0
         while u < u1:
@@ -30,7 +30,7 @@ def test_every_unit_once_segments_in_unit_order(slabs: int, tiles: int, programs
             segments.append((u // tiles, u, end))
             u = end
     for slab, (first, count) in enumerate(per_slab):
-        mine = segments[first:first + count]
+        mine = segments[first : first + count]
         assert count >= 1 and all(s == slab for s, _, _ in mine)
         # the slab's segments cover its K tiles once, in order: the merge sums them in K order
         assert mine[0][1] == slab * tiles and mine[-1][2] == (slab + 1) * tiles

@@ -10,10 +10,10 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support.load_support import load_error
 
 from graphtop.models import CheckpointError, load_checkpoint
 from graphtop.models.checkpoint.config_check import MAX_LAYERS, model_bytes, parameter_count
-from support.load_support import ckpt, load_error  # noqa: F401
 
 
 def edit_config(path, **changes):
@@ -51,10 +51,18 @@ BAD_CONFIG = {
     "huge integer eps": ({"rms_norm_eps": "RAW:1" + "0" * 400}, "rms_norm_eps"),
     "linear factor 0": ({"rope_scaling": {"rope_type": "linear", "factor": 0}}, "'rope_scaling.factor' must be > 0"),
     "linear factor negative": ({"rope_scaling": {"rope_type": "linear", "factor": -2.0}}, "rope_scaling.factor"),
-    "llama3 equal freq factors": ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0,
-                                                    "high_freq_factor": 2.0,
-                                                    "original_max_position_embeddings": 128}},
-                                  "high_freq_factor"),
+    "llama3 equal freq factors": (
+        {
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 2.0,
+                "high_freq_factor": 2.0,
+                "original_max_position_embeddings": 128,
+            }
+        },
+        "high_freq_factor",
+    ),
     "rope_scaling not an object": ({"rope_scaling": [1, 2]}, "'rope_scaling' must be an object"),
     "eps zero": ({"rms_norm_eps": 0}, "'rms_norm_eps' must be in (0, 1]"),
     "eps negative": ({"rms_norm_eps": -1e-6}, "rms_norm_eps"),
@@ -73,23 +81,29 @@ def test_bad_config_value_is_one_line_naming_the_key(ckpt, case):
     assert needle in message and str(ckpt) in message, message
 
 
-@pytest.mark.parametrize("text,needle", [
-    ('{"architectures": ["LlamaForCausalLM"], "rope_theta": NaN}', "NaN is not a finite number"),
-    ('{"architectures": ["LlamaForCausalLM"], "rope_theta": -Infinity}', "-Infinity is not a finite number"),
-    ('{"architectures": ["LlamaForCausalLM"], "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
-    ('{"architectures": ["LlamaForCausalLM"], "vocab_size": 1' + "0" * 5000 + "}", "malformed config.json"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ('{"architectures": ["LlamaForCausalLM"], "rope_theta": NaN}', "NaN is not a finite number"),
+        ('{"architectures": ["LlamaForCausalLM"], "rope_theta": -Infinity}', "-Infinity is not a finite number"),
+        ('{"architectures": ["LlamaForCausalLM"], "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        ('{"architectures": ["LlamaForCausalLM"], "vocab_size": 1' + "0" * 5000 + "}", "malformed config.json"),
+    ],
+)
 def test_config_json_that_is_not_strict_json_is_refused(ckpt, text, needle):
     (ckpt / "config.json").write_text(text)
     message = load_error(ckpt)
     assert message.startswith("malformed config.json") and needle in message
 
 
-@pytest.mark.parametrize("changes,what", [
-    ({"vocab_size": 10**9}, "weights"),
-    ({"max_position_embeddings": 10**9}, "rope table for 1,000,000,000 positions"),
-    ({"intermediate_size": 2**31 - 1, "num_hidden_layers": 64}, "weights"),
-])
+@pytest.mark.parametrize(
+    "changes,what",
+    [
+        ({"vocab_size": 10**9}, "weights"),
+        ({"max_position_embeddings": 10**9}, "rope table for 1,000,000,000 positions"),
+        ({"intermediate_size": 2**31 - 1, "num_hidden_layers": 64}, "weights"),
+    ],
+)
 def test_model_that_would_not_fit_is_refused_before_allocation_with_the_estimate(ckpt, changes, what):
     edit_config(ckpt, **changes)
     message = load_error(ckpt)
@@ -105,6 +119,7 @@ def test_size_estimate_matches_the_built_model(tiny_ckpt):
 
 # --- weights -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_weight_is_refused(ckpt, value, dtype):
@@ -118,6 +133,7 @@ def test_non_finite_weight_is_refused(ckpt, value, dtype):
 
 def test_non_finite_weight_in_a_bf16_checkpoint_loaded_as_float32_is_refused(ckpt):
     """bf16 -> float32 is exact, so the stored (smaller) tensor is the one checked."""
+
     def to_bf16_with_nan(t):
         for name in list(t):
             t[name] = t[name].to(torch.bfloat16)
@@ -136,8 +152,12 @@ def test_the_smaller_tensor_is_checked_only_when_the_conversion_is_exact():
     for src, dst in ((torch.bfloat16, torch.float32), (torch.float16, torch.float32)):
         s, d = pair(src, dst)
         assert tensor_to_check(s, d) is s
-    for src, dst in ((torch.float32, torch.float16), (torch.float32, torch.bfloat16), (torch.bfloat16, torch.float16),
-                     (torch.float32, torch.float32)):
+    for src, dst in (
+        (torch.float32, torch.float16),
+        (torch.float32, torch.bfloat16),
+        (torch.bfloat16, torch.float16),
+        (torch.float32, torch.float32),
+    ):
         s, d = pair(src, dst)
         assert tensor_to_check(s, d) is d
     # loaded onto a device: the loaded tensor (device checks run at the end; no source is kept till then)
@@ -183,6 +203,7 @@ def test_integer_tensor_where_floats_are_expected_is_refused(ckpt, dtype):
 
 # --- files outside the folder --------------------------------------------------------------------
 
+
 def _shard(ckpt, name):
     """Turn the single file into a one-shard index that names ``name``."""
     tensors = load_file(ckpt / "model.safetensors")
@@ -216,7 +237,8 @@ def test_sharded_link_out_of_the_folder_is_refused(ckpt, tmp_path):
     (ckpt / "model-00001-of-00001.safetensors").symlink_to(tmp_path / "blob")
     tensors = load_file(tmp_path / "blob")
     (ckpt / "model.safetensors.index.json").write_text(
-        json.dumps({"weight_map": {t: "model-00001-of-00001.safetensors" for t in tensors}}))
+        json.dumps({"weight_map": {t: "model-00001-of-00001.safetensors" for t in tensors}})
+    )
     assert "shard 'model-00001-of-00001.safetensors' is a link to" in load_error(ckpt)
     assert load_checkpoint(ckpt, allow_external_weights=True).spec.num_layers == 2
 
@@ -228,8 +250,9 @@ def test_links_that_stay_inside_the_folder_are_fine(ckpt):
     assert load_checkpoint(ckpt).spec.num_layers == 2
 
 
-@pytest.mark.parametrize("file", ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json",
-                                  "chat_template.jinja"])
+@pytest.mark.parametrize(
+    "file", ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "chat_template.jinja"]
+)
 @pytest.mark.parametrize("allow", [False, True])
 def test_a_link_loop_is_one_line_naming_the_file(ckpt, file, allow):
     """pathlib's resolve() raised a bare RuntimeError for a link loop (a traceback, exit 1)."""
@@ -243,7 +266,8 @@ def test_an_unknown_home_folder_is_one_line(tmp_path):
     """pathlib's expanduser() raised a bare RuntimeError for ``~nosuchuser``."""
     assert load_error("~graphtop-nosuchuser/model") == (
         "checkpoint path ~graphtop-nosuchuser/model: cannot expand ~graphtop-nosuchuser (no such user or no home "
-        "folder)")
+        "folder)"
+    )
 
 
 def test_a_path_that_is_not_utf8_is_refused_as_such(ckpt, tmp_path):
@@ -253,8 +277,10 @@ def test_a_path_that_is_not_utf8_is_refused_as_such(ckpt, tmp_path):
 
     folder = tmp_path / os.fsdecode(b"m\xff")
     shutil.copytree(ckpt, folder)
-    assert load_error(folder) == (f"checkpoint path {tmp_path}/m\\xff is not valid UTF-8, and the safetensors and "
-                                  "tokenizers readers open only UTF-8 paths: rename it")
+    assert load_error(folder) == (
+        f"checkpoint path {tmp_path}/m\\xff is not valid UTF-8, and the safetensors and "
+        "tokenizers readers open only UTF-8 paths: rename it"
+    )
 
 
 def test_device_weights_are_checked_together_and_the_culprit_named(tmp_path):

@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from support.paths import REPO
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -39,11 +38,14 @@ def test_ci_installs_what_the_readme_says():
 def test_without_the_gguf_packages_the_gguf_tests_skip(tmp_path):
     """Both packages hidden (``sys.modules[name] = None``: import fails and ``find_spec`` says None, as in a
     venv without them): the GGUF test files pass with skips, no failure."""
-    code = ("import sys\nfor name in ('gguf', 'accelerate'):\n    sys.modules[name] = None\n"
-            "import pytest\nsys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rs', *sys.argv[1:]]))\n")
+    code = (
+        "import sys\nfor name in ('gguf', 'accelerate'):\n    sys.modules[name] = None\n"
+        "import pytest\nsys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rs', *sys.argv[1:]]))\n"
+    )
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRAPHTOP_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-c", code, *GGUF_TESTS], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *GGUF_TESTS], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "failed" not in proc.stdout and "skipped" in proc.stdout
     assert "needs the package(s)" not in proc.stdout

@@ -13,9 +13,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support.load_support import load_error
 
 from graphtop.models import load_checkpoint
-from support.load_support import ckpt, load_error  # noqa: F401
 
 
 def edit_json(file, **changes):
@@ -58,6 +58,7 @@ def test_fp8_weights_are_refused_naming_the_tensor(ckpt, dtype):
 
 # --- files that are not regular files, tensors in two files -------------------------------------
 
+
 @contextmanager
 def fifo_at(file):
     """A FIFO at ``file``. A helper process opens and closes its writing end whenever a reader waits, so a
@@ -74,10 +75,22 @@ def fifo_at(file):
         writer.wait()
 
 
-@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "model.safetensors.index.json",
-                                  "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                                  "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
-                                  "chat_template.json", "additional_chat_templates/tool.jinja"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "chat_template.jinja",
+        "chat_template.json",
+        "additional_chat_templates/tool.jinja",
+    ],
+)
 def test_a_fifo_among_the_checkpoint_files_is_refused(ckpt, name):
     (ckpt / "additional_chat_templates").mkdir()
     with fifo_at(ckpt / name):
@@ -125,8 +138,10 @@ def test_an_index_beside_a_model_safetensors_it_does_not_name_is_refused(ckpt):
     """transformers serves the single file, graphtop served the shards: which is the model is ambiguous."""
     tensors = _split_with_index(ckpt)
     save_file({k: v * 2 for k, v in tensors.items()}, ckpt / "model.safetensors", metadata={"format": "pt"})
-    assert load_error(ckpt) == ("both model.safetensors.index.json (with its shards) and a model.safetensors it does "
-                                f"not name: which holds the weights is ambiguous (remove one) in {ckpt}")
+    assert load_error(ckpt) == (
+        "both model.safetensors.index.json (with its shards) and a model.safetensors it does "
+        f"not name: which holds the weights is ambiguous (remove one) in {ckpt}"
+    )
     (ckpt / "model.safetensors").unlink()
     assert torch.equal(load_checkpoint(ckpt).model.model.norm.weight, tensors["model.norm.weight"])
 
@@ -135,8 +150,10 @@ def test_a_tensor_listed_twice_in_the_weight_map_is_refused(ckpt):
     """json keeps the last of two equal keys without a word."""
     _split_with_index(ckpt, lambda wm: json.dumps(wm)[:-1] + ', "model.norm.weight": "s1.safetensors"}')
     (ckpt / "model.safetensors").unlink()
-    assert load_error(ckpt) == (f"malformed model.safetensors.index.json: key 'model.norm.weight' appears twice in "
-                                f"{ckpt / 'model.safetensors.index.json'}")
+    assert load_error(ckpt) == (
+        f"malformed model.safetensors.index.json: key 'model.norm.weight' appears twice in "
+        f"{ckpt / 'model.safetensors.index.json'}"
+    )
 
 
 def test_tensors_split_over_unindexed_files_still_load(ckpt):
@@ -149,6 +166,7 @@ def test_tensors_split_over_unindexed_files_still_load(ckpt):
 
 
 # --- tie_word_embeddings with a stored lm_head -----------------------------------------------------
+
 
 def _logits(model, ids):
     from graphtop.models.layers.reference_attention import ContiguousAttention
@@ -190,8 +208,11 @@ def test_tied_config_with_an_identical_stored_lm_head_stays_tied(ckpt):
 
 # --- special token ids ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key, value", [("eos_token_id", 512), ("eos_token_id", [0, 100000]),
-                                        ("bos_token_id", 100000), ("bos_token_id", True)])
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("eos_token_id", 512), ("eos_token_id", [0, 100000]), ("bos_token_id", 100000), ("bos_token_id", True)],
+)
 def test_config_eos_or_bos_outside_the_vocabulary_is_refused(ckpt, key, value):
     edit_json(ckpt / "config.json", **{key: value})
     message = load_error(ckpt)
@@ -209,7 +230,8 @@ def test_a_bad_pad_token_id_is_ignored_with_one_line_of_ours(ckpt, value, caplog
     assert "Model config:" not in capfd.readouterr().err
     assert [r.getMessage() for r in caplog.records if "pad_token_id" in r.getMessage()] == [
         f"ignoring config.json pad_token_id={value!r}: not a token id of the vocabulary (graphtop does not "
-        f"use it) in {ckpt}"]
+        f"use it) in {ckpt}"
+    ]
 
 
 @pytest.mark.parametrize("value", [10**30, -1, True, [2.7], [0, 100000], "0", {"a": 1}, [], 512])
@@ -229,6 +251,7 @@ def test_generation_config_eos_ids_are_added_to_the_stop_tokens(ckpt):
 
 # --- tokenizers ----------------------------------------------------------------------------------
 
+
 def _drop_tokenizer_json(ckpt, tokenizer_class):
     (ckpt / "tokenizer.json").unlink()
     edit_json(ckpt / "tokenizer_config.json", tokenizer_class=tokenizer_class)
@@ -240,8 +263,10 @@ def test_tokenizer_config_alone_is_refused(ckpt, tokenizer_class):
     asking for sentencepiece or tiktoken."""
     _drop_tokenizer_json(ckpt, tokenizer_class)
     message = load_error(ckpt)
-    assert message == (f"no tokenizer vocabulary (tokenizer.json, vocab.json or tokenizer.model; "
-                       f"tokenizer_config.json alone names none) in {ckpt}")
+    assert message == (
+        f"no tokenizer vocabulary (tokenizer.json, vocab.json or tokenizer.model; "
+        f"tokenizer_config.json alone names none) in {ckpt}"
+    )
 
 
 def test_a_tokenizer_far_smaller_than_the_vocabulary_is_refused(ckpt):
@@ -251,7 +276,9 @@ def test_a_tokenizer_far_smaller_than_the_vocabulary_is_refused(ckpt):
     (ckpt / "merges.txt").write_text("#version: 0.2\n")
     edit_json(ckpt / "tokenizer_config.json", tokenizer_class="GPT2Tokenizer")
     message = load_error(ckpt)
-    assert message.startswith("the tokenizer has 3 tokens for a model of 512 (vocab_size): its vocabulary files"), message
+    assert message.startswith("the tokenizer has 3 tokens for a model of 512 (vocab_size): its vocabulary files"), (
+        message
+    )
 
 
 def test_a_tokenizer_slightly_smaller_than_a_padded_vocabulary_loads(tiny_ckpt, tmp_path):
@@ -268,17 +295,23 @@ def test_a_sentencepiece_only_folder_without_sentencepiece_is_one_clear_line(ckp
     from graphtop.models import loader
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(loader.importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("sentencepiece", "tiktoken") else real(name, *a))
+    monkeypatch.setattr(
+        loader.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("sentencepiece", "tiktoken") else real(name, *a),
+    )
     (ckpt / "tokenizer.json").unlink()
     (ckpt / "tokenizer.model").write_bytes(b"\x00garbage" * 10)
     message = load_error(ckpt)
-    assert message == (f"the tokenizer is only a tokenizer.model (no tokenizer.json), and reading it needs the "
-                       f"sentencepiece package (pip install sentencepiece) in {ckpt}")
+    assert message == (
+        f"the tokenizer is only a tokenizer.model (no tokenizer.json), and reading it needs the "
+        f"sentencepiece package (pip install sentencepiece) in {ckpt}"
+    )
     assert "SentencePiece" not in capfd.readouterr().err
 
 
 # --- chat templates ------------------------------------------------------------------------------
+
 
 def _set_template(ckpt, where, text):
     (ckpt / "chat_template.jinja").unlink(missing_ok=True)
@@ -298,8 +331,10 @@ def test_a_chat_template_that_is_not_valid_jinja_is_refused_at_load(ckpt, where)
 
 def test_a_chat_template_that_raises_for_a_plain_conversation_is_refused_at_load(ckpt):
     _set_template(ckpt, "chat_template.jinja", "{{ raise_exception('roles must alternate') }}")
-    assert load_error(ckpt) == (f"chat template (chat_template.jinja) fails on a one-message conversation "
-                                f"(TemplateError: roles must alternate) in {ckpt}")
+    assert load_error(ckpt) == (
+        f"chat template (chat_template.jinja) fails on a one-message conversation "
+        f"(TemplateError: roles must alternate) in {ckpt}"
+    )
 
 
 def test_a_broken_named_chat_template_is_refused(ckpt):
@@ -310,7 +345,9 @@ def test_a_broken_named_chat_template_is_refused(ckpt):
 
 
 def test_a_template_that_raises_only_for_other_conversations_loads(ckpt):
-    text = ("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}"
-            "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    text = (
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}"
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
     _set_template(ckpt, "chat_template.jinja", text)
     assert load_checkpoint(ckpt).tokenizer.chat_template == text

@@ -14,10 +14,10 @@ gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
 import numpy as np  # noqa: E402
+from support.gguf_files import build_gguf  # noqa: E402
 
 from graphtop.models import CheckpointError, load_checkpoint  # noqa: E402
 from graphtop.models.checkpoint import gguf as gguf_mod  # noqa: E402
-from support.gguf_files import build_gguf  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -57,8 +57,10 @@ def test_a_complete_gguf_converts_and_loads(folder, tmp_path, cache_dir):
     assert loaded.spec.num_layers == 2 and len(list((cache_dir / "gguf").iterdir())) == 1
 
 
-@pytest.mark.parametrize("tensor, hf_name", [("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight"),
-                                             ("output_norm.weight", "model.norm.weight")])
+@pytest.mark.parametrize(
+    "tensor, hf_name",
+    [("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight"), ("output_norm.weight", "model.norm.weight")],
+)
 def test_a_missing_tensor_is_refused_by_name(folder, tmp_path, cache_dir, capfd, no_allocation, tensor, hf_name):
     path = build_gguf(folder, tmp_path / "m.gguf", edit=lambda t: t.pop(tensor))
     assert refused(path, cache_dir) == f"GGUF file lacks tensor '{tensor}' ({hf_name}) in {path}"
@@ -79,27 +81,35 @@ def test_a_tensor_of_another_shape_is_refused(folder, tmp_path, cache_dir, no_al
         t["blk.0.ffn_up.weight"] = np.zeros((64, 64), np.float32)
 
     path = build_gguf(folder, tmp_path / "s.gguf", edit=shrink)
-    assert refused(path, cache_dir) == (f"GGUF tensor 'blk.0.ffn_up.weight' has shape [64, 64], the model its "
-                                        f"metadata declares needs [128, 64] in {path}")
+    assert refused(path, cache_dir) == (
+        f"GGUF tensor 'blk.0.ffn_up.weight' has shape [64, 64], the model its "
+        f"metadata declares needs [128, 64] in {path}"
+    )
 
 
 def test_a_tiny_file_declaring_a_huge_model_is_refused_before_allocation(folder, tmp_path, cache_dir, no_allocation):
-    path = build_gguf(folder, tmp_path / "h.gguf", edit=lambda t: t.clear(),
-                      meta={"embedding_length": 65536, "feed_forward_length": 2**24, "block_count": 64})
+    path = build_gguf(
+        folder,
+        tmp_path / "h.gguf",
+        edit=lambda t: t.clear(),
+        meta={"embedding_length": 65536, "feed_forward_length": 2**24, "block_count": 64},
+    )
     message = refused(path, cache_dir)
     assert message.startswith("the model (") and "needs ~" in message and "available" in message
 
 
-def test_a_file_declaring_more_layers_than_it_holds_is_refused_before_allocation(folder, tmp_path, cache_dir,
-                                                                                no_allocation):
+def test_a_file_declaring_more_layers_than_it_holds_is_refused_before_allocation(
+    folder, tmp_path, cache_dir, no_allocation
+):
     path = build_gguf(folder, tmp_path / "l.gguf", meta={"block_count": 8})
     assert refused(path, cache_dir).startswith("GGUF file lacks tensor 'blk.2.")
 
 
 def test_metadata_out_of_range_is_refused_like_a_config_json(folder, tmp_path, cache_dir, capfd, no_allocation):
     path = build_gguf(folder, tmp_path / "e.gguf", eos=100000)
-    assert refused(path, cache_dir) == (f"GGUF metadata: 'eos_token_id' must be a token id in [0, 512) or a list "
-                                        f"of them, got 100000 in {path}")
+    assert refused(path, cache_dir) == (
+        f"GGUF metadata: 'eos_token_id' must be a token id in [0, 512) or a list of them, got 100000 in {path}"
+    )
     assert "Model config:" not in capfd.readouterr().err
 
 
@@ -173,6 +183,7 @@ def test_weights_that_dequantize_to_nan_are_refused_before_the_cache(folder, tmp
 
 # --- outputs into the converted folder -----------------------------------------------------------
 
+
 @pytest.mark.parametrize("flag", ["--output", "--record"])
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
 def test_an_output_into_the_converted_folder_is_refused(folder, tmp_path, capsys, flag, name):
@@ -188,8 +199,18 @@ def test_an_output_into_the_converted_folder_is_refused(folder, tmp_path, capsys
     prompts.write_text("hello\n")
     outputs = {"--output": tmp_path / "out.jsonl", "--record": tmp_path / "trace.jsonl"}
     outputs[flag] = target
-    rc, out, err = run(capsys, "--model", path, "--prompts", prompts, "--output", outputs["--output"],
-                       "--record", outputs["--record"], *SHORT_RUN)
+    rc, out, err = run(
+        capsys,
+        "--model",
+        path,
+        "--prompts",
+        prompts,
+        "--output",
+        outputs["--output"],
+        "--record",
+        outputs["--record"],
+        *SHORT_RUN,
+    )
     assert_usage_error(rc, out, err, f"{flag} {target} is the same file as a file of --model's converted folder")
     assert target.read_bytes() == before
 

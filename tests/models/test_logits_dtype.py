@@ -36,8 +36,11 @@ def test_sample_takes_model_dtype_logits():
     their float copy (the sampler upcasts the row it filters)."""
     torch.manual_seed(0)
     logits = torch.randn(3, 1000).to(torch.bfloat16)
-    reqs = [_Req(SamplingParams()), _Req(SamplingParams(temperature=0.8, top_k=50, seed=7)),
-            _Req(SamplingParams(temperature=1.0, top_p=0.9, seed=3))]
+    reqs = [
+        _Req(SamplingParams()),
+        _Req(SamplingParams(temperature=0.8, top_k=50, seed=7)),
+        _Req(SamplingParams(temperature=1.0, top_p=0.9, seed=3)),
+    ]
     got = sample(logits, reqs)
     again = sample(logits.float(), [_Req(r.params) for r in reqs])
     assert got == again

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from graphtop.models import DEMO_NOTE, ensure_demo_model, load_checkpoint
-from graphtop.models.synthetic import demo
 from graphtop.models.layers.reference_attention import ContiguousAttention
+from graphtop.models.synthetic import demo
 
 
 def digests(folder):
@@ -42,7 +42,9 @@ def test_demo_build_is_cached_deterministic_and_loads(tmp_path, monkeypatch):
     assert spec.head_dim * spec.num_heads != spec.hidden_size and spec.num_kv_heads < spec.num_heads
     assert spec.vocab_size == len(loaded.tokenizer) and loaded.dtype == torch.bfloat16
     assert loaded.tokenizer.eos_token == "<|endoftext|>" and loaded.tokenizer.eos_token_id in spec.eos_token_ids
-    prompt = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    prompt = loaded.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
     ids = torch.tensor(loaded.tokenizer(prompt).input_ids)
     with torch.no_grad():
         logits = loaded.model.compute_logits(loaded.model(ids, torch.arange(len(ids)), ContiguousAttention()))

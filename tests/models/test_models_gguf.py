@@ -10,10 +10,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import importlib.util
 
 import pytest
+from support.load_support import load_error, require_gguf_packages
 
 from graphtop.models.checkpoint import gguf as gguf_mod
 from graphtop.tui.cli.entry import main
-from support.load_support import load_error, require_gguf_packages
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +29,26 @@ def test_missing_gguf_file(tmp_path):
 def test_gguf_link_loop_and_unknown_home_are_one_line(tmp_path, capsys):
     """pathlib raised a bare RuntimeError for both (a traceback, exit 1)."""
     (tmp_path / "loop.gguf").symlink_to("loop.gguf")
-    assert load_error(tmp_path / "loop.gguf") == f"GGUF file {tmp_path / 'loop.gguf'}: Too many levels of symbolic links"
-    assert load_error("~graphtop-nosuchuser/m.gguf").endswith("cannot expand ~graphtop-nosuchuser (no such user or "
-                                                               "no home folder)")
+    assert (
+        load_error(tmp_path / "loop.gguf") == f"GGUF file {tmp_path / 'loop.gguf'}: Too many levels of symbolic links"
+    )
+    assert load_error("~graphtop-nosuchuser/m.gguf").endswith(
+        "cannot expand ~graphtop-nosuchuser (no such user or no home folder)"
+    )
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello\n")
-    rc = main(["--model", "~graphtop-nosuchuser/m.gguf", "--device", "cpu", "--prompts", str(prompts),
-               "--output", str(tmp_path / "o.jsonl")])
+    rc = main(
+        [
+            "--model",
+            "~graphtop-nosuchuser/m.gguf",
+            "--device",
+            "cpu",
+            "--prompts",
+            str(prompts),
+            "--output",
+            str(tmp_path / "o.jsonl"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and err.count("\n") == 1 and "cannot expand ~graphtop-nosuchuser" in err
 
@@ -70,7 +83,9 @@ def test_cli_bad_gguf_is_usage_error(tmp_path, capsys):
     bad.write_bytes(b"\0" * 64)
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello\n")
-    rc = main(["--model", str(bad), "--device", "cpu", "--prompts", str(prompts), "--output", str(tmp_path / "o.jsonl")])
+    rc = main(
+        ["--model", str(bad), "--device", "cpu", "--prompts", str(prompts), "--output", str(tmp_path / "o.jsonl")]
+    )
     out, err = capsys.readouterr()
     assert rc == 2 and out == ""
     assert err.startswith("graphtop: error: GGUF metadata not readable") and err.count("\n") == 1

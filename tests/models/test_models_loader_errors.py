@@ -10,11 +10,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support.load_support import load_error
+from support.tiny_models import build_tiny_checkpoint, reshard, tiny_config
 
 from graphtop.models import SUPPORTED_ARCHITECTURES, CheckpointError, load_checkpoint
 from graphtop.models.registry import spec_from_hf_config
-from support.load_support import load_error
-from support.tiny_models import build_tiny_checkpoint, reshard, tiny_config
 
 
 @pytest.fixture
@@ -100,17 +100,22 @@ def test_unsupported_architecture_message_without_path():
     )
 
 
-@pytest.mark.parametrize("family, changes, arch, declared", [
-    ("qwen3", {"architectures": ["LlamaForCausalLM"]}, "LlamaForCausalLM (model_type 'llama')", "'qwen3'"),
-    ("qwen2", {"model_type": "llama"}, "Qwen2ForCausalLM (model_type 'qwen2')", "'llama'"),
-    ("llama", {"model_type": "phi3"}, "LlamaForCausalLM (model_type 'llama')", "'phi3'"),
-])
+@pytest.mark.parametrize(
+    "family, changes, arch, declared",
+    [
+        ("qwen3", {"architectures": ["LlamaForCausalLM"]}, "LlamaForCausalLM (model_type 'llama')", "'qwen3'"),
+        ("qwen2", {"model_type": "llama"}, "Qwen2ForCausalLM (model_type 'qwen2')", "'llama'"),
+        ("llama", {"model_type": "phi3"}, "LlamaForCausalLM (model_type 'llama')", "'phi3'"),
+    ],
+)
 def test_architectures_and_model_type_naming_other_families_are_refused(tmp_path, family, changes, arch, declared):
     """graphtop built the family of architectures[0], transformers that of model_type: a silently other model."""
     path = build_tiny_checkpoint(tmp_path, family)
     edit_config(path, **changes)
-    assert load_error(path) == (f"config.json: 'architectures' names {arch} but 'model_type' is {declared}, which "
-                                f"transformers would build instead: refused in {path}")
+    assert load_error(path) == (
+        f"config.json: 'architectures' names {arch} but 'model_type' is {declared}, which "
+        f"transformers would build instead: refused in {path}"
+    )
 
 
 def test_missing_architectures_falls_back_to_model_type(ckpt):

@@ -8,12 +8,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from support.tiny_models import build_tiny_checkpoint, reshard
 
 from graphtop.models import DecoderForCausalLM, ModelSpec, load_checkpoint
 from graphtop.models.layers.reference_attention import ContiguousAttention
-from support.tiny_models import build_tiny_checkpoint, reshard
 
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 LINEAR = {"rope_type": "linear", "factor": 4.0}
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
 YARN_MSCALE = {**YARN, "mscale": 0.707, "mscale_all_dim": 1.0, "beta_fast": 16.0, "truncate": False}
@@ -97,10 +103,17 @@ def test_rope_spec_and_context(tmp_path):
     assert spec.max_context_len == 256  # Qwen's yarn recipe leaves max_position_embeddings at the original
 
 
-@pytest.mark.parametrize("family, rope, top_level", [
-    ("qwen2", {"rope_type": "yarn", "factor": 4.0}, 64),  # the rope dict has none: max_position_embeddings is not it
-    ("llama", {**LLAMA3, "original_max_position_embeddings": 64}, 32),  # both: the top-level one wins
-])
+@pytest.mark.parametrize(
+    "family, rope, top_level",
+    [
+        (
+            "qwen2",
+            {"rope_type": "yarn", "factor": 4.0},
+            64,
+        ),  # the rope dict has none: max_position_embeddings is not it
+        ("llama", {**LLAMA3, "original_max_position_embeddings": 64}, 32),  # both: the top-level one wins
+    ],
+)
 def test_top_level_original_max_position_embeddings_wins_as_in_transformers(tmp_path, family, rope, top_level):
     """Phi3-style configs keep the pretraining context at the top level; transformers gives it precedence when
     it builds the model (its config object still shows the rope dict's value), so graphtop must too."""
@@ -141,7 +154,9 @@ def test_ragged_batch_rows_are_independent(tmp_path):
 
     def ragged(q, k, v, layer_id):
         cut = len(a)
-        return torch.cat([caches[0](q[:cut], k[:cut], v[:cut], layer_id), caches[1](q[cut:], k[cut:], v[cut:], layer_id)])
+        return torch.cat(
+            [caches[0](q[:cut], k[:cut], v[:cut], layer_id), caches[1](q[cut:], k[cut:], v[cut:], layer_id)]
+        )
 
     with torch.no_grad():
         hidden = model(torch.cat([a, b]), torch.cat([torch.arange(len(a)), torch.arange(len(b))]), ragged)

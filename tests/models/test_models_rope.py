@@ -8,21 +8,40 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from support.tiny_models import tiny_config
 
 from graphtop.models import CheckpointError
-from graphtop.models.registry import spec_from_hf_config
 from graphtop.models.layers.rope import RotaryEmbedding
+from graphtop.models.registry import spec_from_hf_config
 from graphtop.models.spec import ModelSpec
-from support.tiny_models import tiny_config
 
 ROPES = {
     "default": None,
     "linear": {"rope_type": "linear", "factor": 2.5},
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
     "yarn-legacy-type-key": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
-    "yarn-attention-factor": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 0.8, "beta_slow": 2.0},
-    "yarn-mscale-untruncated": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": False},
+    "yarn-attention-factor": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "attention_factor": 0.8,
+        "beta_slow": 2.0,
+    },
+    "yarn-mscale-untruncated": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "mscale": 0.707,
+        "mscale_all_dim": 1.0,
+        "truncate": False,
+    },
 }
 
 
@@ -80,10 +99,21 @@ def test_transformers4_config_layout():
     from types import SimpleNamespace
 
     config = SimpleNamespace(
-        architectures=["Qwen2ForCausalLM"], vocab_size=100, hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
-        rope_theta=1e6, rope_scaling={"type": "yarn", "factor": 4.0}, max_position_embeddings=1024,
-        tie_word_embeddings=True, eos_token_id=[1, 2], bos_token_id=None, hidden_act="silu",
+        architectures=["Qwen2ForCausalLM"],
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        rope_scaling={"type": "yarn", "factor": 4.0},
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=[1, 2],
+        bos_token_id=None,
+        hidden_act="silu",
         sliding_window=None,
     )
     spec = spec_from_hf_config(config)
@@ -97,10 +127,25 @@ def test_rope_factors_rotate_exactly_like_apply_rope(dtype):
     """The per-forward factors (full-width cos, sign-folded sin) give apply_rope's result bit for bit."""
     from graphtop.models.layers.rope import apply_rope
 
-    spec = ModelSpec(architecture="LlamaForCausalLM", vocab_size=32, hidden_size=64, intermediate_size=128,
-                     num_layers=1, num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-6,
-                     rope_theta=10000.0, rope_scaling=None, max_position_embeddings=64, tie_word_embeddings=False,
-                     qkv_bias=False, qk_norm=False, eos_token_ids=(0,), bos_token_id=None)
+    spec = ModelSpec(
+        architecture="LlamaForCausalLM",
+        vocab_size=32,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        rope_scaling=None,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        qkv_bias=False,
+        qk_norm=False,
+        eos_token_ids=(0,),
+        bos_token_id=None,
+    )
     rope = RotaryEmbedding(spec)
     positions = torch.tensor([0, 3, 17, 63])
     x = torch.randn(4, 4, 16).to(dtype)

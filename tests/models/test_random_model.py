@@ -9,8 +9,14 @@ import torch
 from graphtop.models.loader import load_checkpoint
 from graphtop.models.synthetic.random_model import SHAPES, SMALL_VOCAB_IDS, hf_config_for, save_random_checkpoint
 
-SMALL = dict(num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16)
+SMALL = dict(
+    num_hidden_layers=1,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
 
 
 @pytest.mark.parametrize("shape", ["qwen3-0.6b", "llama-3.1-8b"])

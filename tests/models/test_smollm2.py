@@ -17,9 +17,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from support.paths import SCRIPTS
 
 from graphtop.engine.graphs.config import GraphConfig
-from support.paths import SCRIPTS
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.bus import EventBus
 
@@ -59,9 +59,14 @@ def folder() -> Path:
 def engine_for(path: Path, graphs: bool, bus=None):
     from graphtop.engine import Engine, EngineConfig
 
-    config = EngineConfig(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
-                          chunked_prefill_size=64,
-                          graphs=GRAPHS if graphs else GraphConfig(decode_backend="disabled", prefill_backend="disabled"))
+    config = EngineConfig(
+        device="cpu",
+        dtype="float32",
+        max_total_tokens=4096,
+        max_running_requests=8,
+        chunked_prefill_size=64,
+        graphs=GRAPHS if graphs else GraphConfig(decode_backend="disabled", prefill_backend="disabled"),
+    )
     return Engine.from_pretrained(path, config=config, bus=bus)
 
 
@@ -94,7 +99,7 @@ def reference(folder):
             for ids in prompts:
                 x = torch.tensor([ids])
                 seq = model.generate(x, attention_mask=torch.ones_like(x), generation_config=gen)
-                out.append(seq[0, len(ids):].tolist())
+                out.append(seq[0, len(ids) :].tolist())
     finally:
         torch.set_num_threads(threads)
     return prompts, out, [tok.decode(t, skip_special_tokens=True) for t in out]
@@ -131,12 +136,40 @@ def test_headless_chat_answers_the_question(folder, tmp_path, capsys):
 
     question = CHAT[0]
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text(f"{question}\n" + json.dumps({"id": "conversation", "messages": [
-        {"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": question}]}) + "\n")
+    prompts.write_text(
+        f"{question}\n"
+        + json.dumps(
+            {
+                "id": "conversation",
+                "messages": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": question},
+                ],
+            }
+        )
+        + "\n"
+    )
     out = tmp_path / "o.jsonl"
-    rc = main(["--model", str(folder), "--prompts", str(prompts), "--output", str(out), "--chat", "--device", "cpu",
-               "--dtype", "float32", "--max-new-tokens", str(MAX_NEW), "--max-total-tokens", "4096",
-               "--disable-cuda-graph"])
+    rc = main(
+        [
+            "--model",
+            str(folder),
+            "--prompts",
+            str(prompts),
+            "--output",
+            str(out),
+            "--chat",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--max-new-tokens",
+            str(MAX_NEW),
+            "--max-total-tokens",
+            "4096",
+            "--disable-cuda-graph",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     results = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert "Paris" in results["line-1"]["text"] and "Paris" in results["conversation"]["text"]

@@ -17,8 +17,8 @@ import torch
 
 from graphtop.models import CheckpointError, load_checkpoint
 from graphtop.models.checkpoint.files import SafetensorsReader
-from graphtop.models.parallel import TensorParallel, shard_spec, tp_problem
 from graphtop.models.layers.reference_attention import ContiguousAttention
+from graphtop.models.parallel import TensorParallel, shard_spec, tp_problem
 
 
 class ThreadComm:
@@ -153,7 +153,11 @@ def test_rank_spec_and_refusals(tiny_ckpt):
     full = load_checkpoint(tiny_ckpt("llama")).spec  # 4 heads, 2 KV heads, 128 MLP features
     local = shard_spec(full, 2)
     assert (local.num_heads, local.num_kv_heads, local.intermediate_size, local.vocab_size) == (
-        2, 1, 64, full.vocab_size)
+        2,
+        1,
+        64,
+        full.vocab_size,
+    )
     assert tp_problem(full, 4) is None  # 1 head per rank, each KV head on two ranks
     assert "num_attention_heads=4" in tp_problem(full, 3)
     assert "num_key_value_heads=4" in tp_problem(replace(full, num_heads=12, num_kv_heads=4), 6)
@@ -167,8 +171,15 @@ def test_a_saved_random_checkpoint_loads_whole_and_sharded(tmp_path, torch_one_t
     ranks can load their slices; here a small variant of it round-trips."""
     from graphtop.models.synthetic.random_model import save_random_checkpoint
 
-    small = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, vocab_size=301)  # the shape's own ids lie outside it
+    small = dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=301,
+    )  # the shape's own ids lie outside it
     path = save_random_checkpoint("llama-3.1-8b", tmp_path / "rand", dtype=torch.float32, **small)
     assert save_random_checkpoint("llama-3.1-8b", path, dtype=torch.float32, **small) == path  # reused
     full = load_checkpoint(path)

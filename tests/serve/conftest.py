@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from support.serve_support import Served, serving
 
 

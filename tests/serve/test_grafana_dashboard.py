@@ -7,10 +7,10 @@ import json
 import re
 
 from prometheus_client import CollectorRegistry
+from support.paths import REPO
 
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.metrics import MetricsCollector
-from support.paths import REPO
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",), "info": ("",)}
 

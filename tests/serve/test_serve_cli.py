@@ -17,15 +17,27 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.cli_support import assert_usage_error, run
+from support.serve_support import TIMEOUT_S
 
 from graphtop.engine.engine import Engine
 from graphtop.tui.cli.entry import build_serve_parser, engine_config_from_args
 from graphtop.tui.serve.options import ServeOptions, exposure_warning, is_loopback
-from support.cli_support import assert_usage_error, run
-from support.serve_support import TIMEOUT_S
 
-SMALL = ["--device", "cpu", "--max-total-tokens", "4096", "--max-running-requests", "8", "--chunked-prefill-size",
-         "64", "--cuda-graph-bs-decode", "1,2,4,8", "--cuda-graph-num-tokens-prefill", "16,32,64"]
+SMALL = [
+    "--device",
+    "cpu",
+    "--max-total-tokens",
+    "4096",
+    "--max-running-requests",
+    "8",
+    "--chunked-prefill-size",
+    "64",
+    "--cuda-graph-bs-decode",
+    "1,2,4,8",
+    "--cuda-graph-num-tokens-prefill",
+    "16,32,64",
+]
 
 
 @pytest.fixture
@@ -45,23 +57,28 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(headless, "_load_engine", lambda *a: pytest.fail("the model must not load"))
 
 
-def test_a_port_in_use_is_one_line_before_the_model_loads(capsys, busy_port, tmp_path, monkeypatch,
-                                                         no_model_load) -> None:
+def test_a_port_in_use_is_one_line_before_the_model_loads(
+    capsys, busy_port, tmp_path, monkeypatch, no_model_load
+) -> None:
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path))
-    assert_usage_error(*run(capsys, "serve", "--model", tmp_path, "--port", busy_port),
-                       f"cannot listen on 127.0.0.1:{busy_port}")
+    assert_usage_error(
+        *run(capsys, "serve", "--model", tmp_path, "--port", busy_port), f"cannot listen on 127.0.0.1:{busy_port}"
+    )
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["serve", "--port", "70000"], "argument --port"),
-    (["serve", "--api-key", ""], "an empty API key"),
-    (["serve", "--max-queued-requests", "-1"], "argument --max-queued-requests"),
-    (["serve", "--host", "no.such.host.invalid", "--port", "0"], "cannot listen on no.such.host.invalid:0"),
-    (["--serve", "port"], "argument --serve"),
-    (["--serve", "::1:80"], "IPv6 host in brackets"),
-    (["--serve", "8000", "--synthetic", "2"], "--serve goes with the dashboard"),
-    (["--replay", "run.jsonl", "--serve", "8000"], "no engine to serve with --serve"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["serve", "--port", "70000"], "argument --port"),
+        (["serve", "--api-key", ""], "an empty API key"),
+        (["serve", "--max-queued-requests", "-1"], "argument --max-queued-requests"),
+        (["serve", "--host", "no.such.host.invalid", "--port", "0"], "cannot listen on no.such.host.invalid:0"),
+        (["--serve", "port"], "argument --serve"),
+        (["--serve", "::1:80"], "IPv6 host in brackets"),
+        (["--serve", "8000", "--synthetic", "2"], "--serve goes with the dashboard"),
+        (["--replay", "run.jsonl", "--serve", "8000"], "no engine to serve with --serve"),
+    ],
+)
 def test_serve_usage_errors_are_one_line(capsys, tmp_path, monkeypatch, no_model_load, argv, needle) -> None:
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path))
     extra = ["--model", str(tmp_path)] if argv[0] == "serve" else []
@@ -69,8 +86,10 @@ def test_serve_usage_errors_are_one_line(capsys, tmp_path, monkeypatch, no_model
 
 
 def test_the_serve_command_line_is_read_without_importing_the_http_stack() -> None:
-    code = ("import sys; from graphtop.tui.cli.entry import build_serve_parser; build_serve_parser();"
-            "print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))")
+    code = (
+        "import sys; from graphtop.tui.cli.entry import build_serve_parser; build_serve_parser();"
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -116,16 +135,37 @@ def _read_lines(stream, lines: "queue.Queue[str]") -> None:
         lines.put(line)
 
 
-def test_served_traffic_gives_a_trace_that_advise_turns_into_a_graph_config(demo_cache, tmp_path, capsys,
-                                                                            monkeypatch) -> None:
+def test_served_traffic_gives_a_trace_that_advise_turns_into_a_graph_config(
+    demo_cache, tmp_path, capsys, monkeypatch
+) -> None:
     trace = tmp_path / "served.jsonl"
     runtime = tmp_path / "runtime"
     runtime.mkdir(mode=0o700)
-    env = {**os.environ, "GRAPHTOP_CACHE_DIR": str(demo_cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "GRAPHTOP_RUNTIME_DIR": str(runtime)}
-    proc = subprocess.Popen([sys.executable, "-m", "graphtop.tui.cli.entry", "serve", "--port", "0", *SMALL,
-                             "--record", str(trace), "--telemetry"], env=env, stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "GRAPHTOP_CACHE_DIR": str(demo_cache),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "GRAPHTOP_RUNTIME_DIR": str(runtime),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "graphtop.tui.cli.entry",
+            "serve",
+            "--port",
+            "0",
+            *SMALL,
+            "--record",
+            str(trace),
+            "--telemetry",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     lines: "queue.Queue[str]" = queue.Queue()
     threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True).start()
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import openai
-
 from support.serve_support import MODEL_NAME, TIMEOUT_S, engine_idle, wait_until
 
 STREAMS = 64
@@ -14,9 +13,15 @@ MAX = 8
 
 
 async def _one(client: openai.AsyncOpenAI, i: int) -> tuple[str, str, int]:
-    stream = await client.completions.create(model=MODEL_NAME, prompt=f"Request number {i} says", max_tokens=MAX,
-                                             temperature=0, stream=True, stream_options={"include_usage": True},
-                                             extra_body={"ignore_eos": True})
+    stream = await client.completions.create(
+        model=MODEL_NAME,
+        prompt=f"Request number {i} says",
+        max_tokens=MAX,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     text, reason, tokens = "", "", 0
     async for chunk in stream:
         if chunk.choices:

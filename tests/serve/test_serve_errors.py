@@ -9,11 +9,11 @@ import threading
 
 import httpx
 import pytest
+from support.serve_support import MODEL_NAME, TIMEOUT_S, engine_idle, serving, wait_until
 
 from graphtop.engine.errors import TensorParallelError
 from graphtop.engine.telemetry import events as ev
 from graphtop.tui.serve.options import ServeOptions
-from support.serve_support import MODEL_NAME, TIMEOUT_S, engine_idle, serving, wait_until
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -21,8 +21,9 @@ CHAT = "/v1/chat/completions"
 
 def post(url: str, path: str, body, **kwargs) -> httpx.Response:
     content = body if isinstance(body, (str, bytes)) else json.dumps(body)
-    return httpx.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=TIMEOUT_S,
-                      **kwargs)
+    return httpx.post(
+        url + path, content=content, headers={"content-type": "application/json"}, timeout=TIMEOUT_S, **kwargs
+    )
 
 
 def assert_error(response: httpx.Response, status: int, param=None, code=None, needle: str = "") -> dict:
@@ -64,12 +65,27 @@ BAD = [
     (CHAT, {"messages": []}, "messages", None, "non-empty list"),
     (CHAT, {"messages": [{"role": "user"}]}, "messages[0].content", None, "string or a list of text parts"),
     (CHAT, {"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "unsupported_value", "'tool'"),
-    (CHAT, {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     "messages[0].content[0].type", "unsupported_value", "text only"),
-    (CHAT, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, "tools",
-     "unsupported_field", "tools is not supported"),
-    (CHAT, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "max_completion_tokens": 4},
-     "max_tokens", None, "disagree"),
+    (
+        CHAT,
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+        "messages[0].content[0].type",
+        "unsupported_value",
+        "text only",
+    ),
+    (
+        CHAT,
+        {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+        "tools",
+        "unsupported_field",
+        "tools is not supported",
+    ),
+    (
+        CHAT,
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "max_completion_tokens": 4},
+        "max_tokens",
+        None,
+        "disagree",
+    ),
 ]
 
 
@@ -81,8 +97,13 @@ def test_each_bad_request_is_a_400_naming_what_is_wrong(served, path, body, para
 
 def test_a_prompt_over_the_context_is_a_400(served) -> None:
     long_prompt = list(range(3, 3 + served.engine.max_context_len))
-    error = assert_error(post(served.url, COMPLETIONS, {"prompt": long_prompt, "max_tokens": 2}), 400, "prompt",
-                         "context_length_exceeded", "the context limit is")
+    error = assert_error(
+        post(served.url, COMPLETIONS, {"prompt": long_prompt, "max_tokens": 2}),
+        400,
+        "prompt",
+        "context_length_exceeded",
+        "the context limit is",
+    )
     assert str(served.engine.max_context_len) in error["message"]
 
 
@@ -91,14 +112,23 @@ def test_a_max_tokens_past_any_context_and_neutral_values_are_accepted(served) -
     huge = post(served.url, COMPLETIONS, {"prompt": near_the_end, "max_tokens": 10**15, "ignore_eos": True})
     assert huge.status_code == 200 and huge.json()["choices"][0]["finish_reason"] == "length"  # the context ends it
     assert huge.json()["usage"]["completion_tokens"] == 3
-    body = {"prompt": "Hi", "max_tokens": 2, "logprobs": None, "echo": False, "frequency_penalty": 0,
-            "presence_penalty": 0.0, "best_of": 1, "user": "someone"}
+    body = {
+        "prompt": "Hi",
+        "max_tokens": 2,
+        "logprobs": None,
+        "echo": False,
+        "frequency_penalty": 0,
+        "presence_penalty": 0.0,
+        "best_of": 1,
+        "user": "someone",
+    }
     assert post(served.url, COMPLETIONS, body).status_code == 200
 
 
 def test_a_body_sent_as_text_is_refused_as_not_json(served) -> None:
-    response = httpx.post(served.url + COMPLETIONS, content='{"prompt": "Hi"}', headers={"content-type": "text/plain"},
-                          timeout=TIMEOUT_S)
+    response = httpx.post(
+        served.url + COMPLETIONS, content='{"prompt": "Hi"}', headers={"content-type": "text/plain"}, timeout=TIMEOUT_S
+    )
     assert_error(response, 400, needle="Content-Type: application/json")
 
 
@@ -122,11 +152,17 @@ def test_a_full_queue_is_a_429_with_retry_after(demo_model) -> None:
     with serving(demo_model, options=options, max_running_requests=2) as s:
         long = {"prompt": "Hi", "max_tokens": 1000, "ignore_eos": True, "stream": True}
         with httpx.Client(timeout=TIMEOUT_S) as client:
-            with client.stream("POST", s.url + COMPLETIONS, json=long) as first, \
-                    client.stream("POST", s.url + COMPLETIONS, json=long) as second:
+            with (
+                client.stream("POST", s.url + COMPLETIONS, json=long) as first,
+                client.stream("POST", s.url + COMPLETIONS, json=long) as second,
+            ):
                 assert first.status_code == second.status_code == 200
-                error = assert_error(post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 2}), 429,
-                                     code="too_many_requests", needle="limit of 2 requests")
+                error = assert_error(
+                    post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 2}),
+                    429,
+                    code="too_many_requests",
+                    needle="limit of 2 requests",
+                )
                 assert error["type"] == "rate_limit_error"
                 assert post(s.url, COMPLETIONS, {"prompt": "Hi"}).headers["retry-after"] == "1"
         wait_until(lambda: engine_idle(s.engine), what="the cancelled streams to free their pages")
@@ -136,8 +172,11 @@ def test_a_full_queue_is_a_429_with_retry_after(demo_model) -> None:
 def test_a_client_that_leaves_mid_stream_is_cancelled_and_frees_its_pages(served) -> None:
     finished = served.bus.subscribe("finished", types=["request_finished"])
     with httpx.Client(timeout=TIMEOUT_S) as client:
-        with client.stream("POST", served.url + COMPLETIONS,
-                           json={"prompt": "Hello", "max_tokens": 1500, "ignore_eos": True, "stream": True}) as r:
+        with client.stream(
+            "POST",
+            served.url + COMPLETIONS,
+            json={"prompt": "Hello", "max_tokens": 1500, "ignore_eos": True, "stream": True},
+        ) as r:
             lines = r.iter_lines()
             got = [next(lines) for _ in range(6)]  # a few chunks: the request is running
             assert any(line.startswith("data: {") for line in got)
@@ -155,8 +194,11 @@ def test_a_client_that_leaves_a_non_streaming_request_is_cancelled(served) -> No
 
     def leave() -> None:
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(served.url + COMPLETIONS, json={"prompt": "Hello", "max_tokens": 2000, "ignore_eos": True},
-                       timeout=httpx.Timeout(TIMEOUT_S, read=0.5))
+            httpx.post(
+                served.url + COMPLETIONS,
+                json={"prompt": "Hello", "max_tokens": 2000, "ignore_eos": True},
+                timeout=httpx.Timeout(TIMEOUT_S, read=0.5),
+            )
         started.set()
 
     thread = threading.Thread(target=leave)
@@ -181,8 +223,12 @@ def test_a_failed_step_is_a_500_with_one_line_and_the_server_goes_on(demo_model)
             return real()
 
         s.engine.loop.step = failing
-        assert_error(post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 3}), 500, code="engine_error",
-                     needle="the engine failed this request: RuntimeError: device fell over")
+        assert_error(
+            post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 3}),
+            500,
+            code="engine_error",
+            needle="the engine failed this request: RuntimeError: device fell over",
+        )
         health = httpx.get(s.url + "/health", timeout=TIMEOUT_S)
         assert health.status_code == 200 and "device fell over" in health.json()["last_error"]
         assert post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 3}).status_code == 200
@@ -207,6 +253,7 @@ def test_a_fatal_engine_failure_turns_health_unhealthy(demo_model) -> None:
         assert all("error" not in c for c in chunks[:-1])
         assert error["code"] == "engine_error" and "rank 1 died" in error["message"]
         assert body.endswith("data: [DONE]\n\n")
-        assert_error(httpx.get(s.url + "/health", timeout=TIMEOUT_S), 503, code="engine_unavailable",
-                     needle="rank 1 died")
+        assert_error(
+            httpx.get(s.url + "/health", timeout=TIMEOUT_S), 503, code="engine_unavailable", needle="rank 1 died"
+        )
         assert_error(post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 3}), 503, code="engine_unavailable")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-
 from support.serve_support import MODEL_NAME, TIMEOUT_S, engine_idle, serving, wait_until
+
 from graphtop.tui.serve.options import ServeOptions
 
 PROMPTS = ["Hello there", "The cat sat on", "def fibonacci(n):"]
@@ -19,8 +19,16 @@ def test_completions_equal_the_engines_greedy_output(served, prompt) -> None:
     want = served.greedy(prompt, MAX)
     client = served.client()
     plain = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX, temperature=0)
-    chunks = list(client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX, temperature=0,
-                                            stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=MODEL_NAME,
+            prompt=prompt,
+            max_tokens=MAX,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert plain.choices[0].text == want.text
     assert plain.usage.completion_tokens == len(want.token_ids) and plain.usage.prompt_tokens == len(want.prompt_ids)
     assert plain.choices[0].finish_reason == "length" == want.finish_reason.value
@@ -36,8 +44,11 @@ def test_chat_completions_equal_the_engines_greedy_chat_output(served, prompt) -
     client = served.client()
     messages = [{"role": "user", "content": prompt}]
     plain = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=MAX, temperature=0)
-    stream = list(client.chat.completions.create(model=MODEL_NAME, messages=messages, max_completion_tokens=MAX,
-                                                 temperature=0, stream=True))
+    stream = list(
+        client.chat.completions.create(
+            model=MODEL_NAME, messages=messages, max_completion_tokens=MAX, temperature=0, stream=True
+        )
+    )
     assert plain.choices[0].message.content == want.text and plain.choices[0].message.role == "assistant"
     assert plain.usage.prompt_tokens == len(want.prompt_ids) and plain.usage.completion_tokens == len(want.token_ids)
     assert stream[0].choices[0].delta.role == "assistant"
@@ -48,8 +59,13 @@ def test_chat_completions_equal_the_engines_greedy_chat_output(served, prompt) -
 def test_token_id_prompts_several_prompts_and_n_choices(served) -> None:
     ids = served.greedy("Hello there", 1).prompt_ids
     want = [served.greedy(p, 5).text for p in (ids, "The cat sat on")]
-    out = served.client().completions.create(model=MODEL_NAME, prompt=[ids, served.engine.tokenizer.encode(
-        "The cat sat on")], max_tokens=5, temperature=0, n=2)
+    out = served.client().completions.create(
+        model=MODEL_NAME,
+        prompt=[ids, served.engine.tokenizer.encode("The cat sat on")],
+        max_tokens=5,
+        temperature=0,
+        n=2,
+    )
     assert [c.index for c in out.choices] == [0, 1, 2, 3]  # prompt p's choice j is p * n + j
     assert [c.text for c in out.choices] == [want[0], want[0], want[1], want[1]]
     assert out.usage.prompt_tokens == len(ids) + len(served.engine.tokenizer.encode("The cat sat on"))
@@ -60,8 +76,9 @@ def test_a_stop_string_ends_the_text_before_it(served) -> None:
     full = served.greedy("The cat sat on", MAX).text
     stop = full[3:5]
     assert stop and stop in full
-    out = served.client().completions.create(model=MODEL_NAME, prompt="The cat sat on", max_tokens=MAX, temperature=0,
-                                             stop=[stop])
+    out = served.client().completions.create(
+        model=MODEL_NAME, prompt="The cat sat on", max_tokens=MAX, temperature=0, stop=[stop]
+    )
     assert out.choices[0].text == full[: full.index(stop)] and out.choices[0].finish_reason == "stop"
 
 

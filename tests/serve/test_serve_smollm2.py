@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from support.paths import SCRIPTS
 from support.serve_support import MODEL_NAME, serving
 
@@ -52,8 +51,9 @@ def test_chat_answers_equal_the_engines_and_know_paris(smol) -> None:
     client = smol.client()
     messages = [{"role": "user", "content": question}]
     plain = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=MAX, temperature=0)
-    streamed = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=MAX, temperature=0,
-                                              stream=True)
+    streamed = client.chat.completions.create(
+        model=MODEL_NAME, messages=messages, max_tokens=MAX, temperature=0, stream=True
+    )
     assert plain.choices[0].message.content == want.text and plain.usage.prompt_tokens == len(want.prompt_ids)
     assert "".join(c.choices[0].delta.content or "" for c in streamed) == want.text
     assert "Paris" in want.text

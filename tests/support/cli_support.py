@@ -12,12 +12,20 @@ import pytest
 from graphtop.tui.cli.entry import main
 
 # Small engine: no 512 MiB CPU pool, few buckets to capture.
-ENGINE_ARGS = ["--device", "cpu", "--max-total-tokens", "2048", "--max-running-requests", "4",
-               "--chunked-prefill-size", "64"]
+ENGINE_ARGS = [
+    "--device",
+    "cpu",
+    "--max-total-tokens",
+    "2048",
+    "--max-running-requests",
+    "4",
+    "--chunked-prefill-size",
+    "64",
+]
 SHORT_RUN = [*ENGINE_ARGS, "--max-new-tokens", "3"]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def private_cache_dir(tmp_path, monkeypatch):
     """Anything that falls back to the demo model builds it in a temp folder, never the user's cache."""
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "graphtop-cache"))

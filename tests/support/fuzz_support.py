@@ -20,11 +20,19 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 settings.register_profile(
-    "ci", max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
+    "ci",
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
 settings.register_profile(
-    "thorough", max_examples=2000, deadline=None, print_blob=True,
+    "thorough",
+    max_examples=2000,
+    deadline=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
@@ -67,9 +75,21 @@ def assert_one_line(message: str) -> None:
 RAW = "\x00RAW:"
 """A string value starting with this is written into JSON as the literal after it (NaN, 1e400, ...)."""
 
-raw_literals = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" + "0" * 400,
-                                "1" + "0" * 5000, "-0.0", "1e-400", "9223372036854775808",
-                                "18446744073709551616"]).map(lambda s: RAW + s)
+raw_literals = st.sampled_from(
+    [
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "1e400",
+        "-1e400",
+        "1" + "0" * 400,
+        "1" + "0" * 5000,
+        "-0.0",
+        "1e-400",
+        "9223372036854775808",
+        "18446744073709551616",
+    ]
+).map(lambda s: RAW + s)
 awkward_text = st.one_of(
     st.text(max_size=20),
     st.sampled_from(["", "\ud800", "a\udfffb", "\u2028", "\x85", "\n", "\r\n", "\x00", "\ufeff", "{", "[1,"]),
@@ -96,7 +116,7 @@ def to_json(value: Any, ensure_ascii: bool = True) -> str:
     def mark(v: Any) -> Any:
         if isinstance(v, str) and v.startswith(RAW):
             key = f"__raw_{len(replacements)}__"
-            replacements[json.dumps(key)] = v[len(RAW):]
+            replacements[json.dumps(key)] = v[len(RAW) :]
             return key
         if isinstance(v, list):
             return [mark(x) for x in v]

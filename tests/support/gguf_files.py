@@ -9,9 +9,17 @@ import json
 import numpy as np
 from safetensors.numpy import load_file
 
-_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-          "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-          "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+_NAMES = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
 
 
 def _permute(w, heads):
@@ -22,8 +30,11 @@ def _permute(w, heads):
 def _tensors(folder, config):
     out = {}
     for key, value in load_file(folder / "model.safetensors").items():
-        fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-                 "lm_head.weight": "output.weight"}
+        fixed = {
+            "model.embed_tokens.weight": "token_embd.weight",
+            "model.norm.weight": "output_norm.weight",
+            "lm_head.weight": "output.weight",
+        }
         if key in fixed:
             out[fixed[key]] = value
             continue
@@ -44,9 +55,14 @@ def build_gguf(folder, path, *, meta=None, edit=None, chat_template=None, eos=No
 
     config = json.loads((folder / "config.json").read_text())
     tok = json.loads((folder / "tokenizer.json").read_text())
-    sizes = dict(context_length=config["max_position_embeddings"], embedding_length=config["hidden_size"],
-                 block_count=config["num_hidden_layers"], feed_forward_length=config["intermediate_size"],
-                 head_count=config["num_attention_heads"], head_count_kv=config["num_key_value_heads"])
+    sizes = dict(
+        context_length=config["max_position_embeddings"],
+        embedding_length=config["hidden_size"],
+        block_count=config["num_hidden_layers"],
+        feed_forward_length=config["intermediate_size"],
+        head_count=config["num_attention_heads"],
+        head_count_kv=config["num_key_value_heads"],
+    )
     sizes.update(meta or {})
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny")

@@ -29,8 +29,14 @@ TIMEOUT_S = 60.0
 def small_config(**overrides: Any) -> EngineConfig:
     """A CPU fp32 engine with few buckets (cheap emulated capture, captured before serving)."""
     graphs = overrides.pop("graphs", None) or GraphConfig(decode_bs=[1, 2, 4, 8], prefill_num_tokens=[16, 32, 64])
-    kwargs: dict[str, Any] = dict(device="cpu", dtype="float32", max_total_tokens=4096, max_running_requests=8,
-                                  chunked_prefill_size=64, capture_before_serving=True)
+    kwargs: dict[str, Any] = dict(
+        device="cpu",
+        dtype="float32",
+        max_total_tokens=4096,
+        max_running_requests=8,
+        chunked_prefill_size=64,
+        capture_before_serving=True,
+    )
     kwargs.update(overrides)
     return EngineConfig(graphs=graphs, **kwargs)
 
@@ -54,15 +60,17 @@ class Served:
 
     def greedy(self, prompt: Any, max_tokens: int, *, chat: bool = False, **params: Any) -> Any:
         """The engine's own greedy answer (Python API, same engine), as a finished handle."""
-        handle = self.engine.submit(prompt, SamplingParams(max_new_tokens=max_tokens, temperature=0.0, **params),
-                                    chat=chat)
+        handle = self.engine.submit(
+            prompt, SamplingParams(max_new_tokens=max_tokens, temperature=0.0, **params), chat=chat
+        )
         assert handle.wait(TIMEOUT_S), "the engine did not finish a reference request"
         return handle
 
 
 @contextmanager
-def serving(model: Optional[Path], *, options: Optional[ServeOptions] = None, record: Optional[Path] = None,
-            **config: Any) -> Iterator[Served]:
+def serving(
+    model: Optional[Path], *, options: Optional[ServeOptions] = None, record: Optional[Path] = None, **config: Any
+) -> Iterator[Served]:
     """An engine on its background thread behind an ApiServer on 127.0.0.1:0. The metrics collector (and
     the recorder, with ``record``) subscribe before the engine is built, as ``graphtop serve`` does."""
     threads = torch.get_num_threads()

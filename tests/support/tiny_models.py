@@ -19,7 +19,11 @@ from graphtop.models.synthetic.demo_corpus import CORPUS
 from graphtop.models.synthetic.tokenizer_train import train_byte_level_bpe
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
-_ALIASES = {"num_kv_heads": "num_key_value_heads", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"}
+_ALIASES = {
+    "num_kv_heads": "num_key_value_heads",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+}
 
 
 @functools.lru_cache(maxsize=1)

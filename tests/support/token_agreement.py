@@ -91,11 +91,11 @@ def serve(engine: Any, prompts: list[list[int]], max_new: list[int], recorder: R
 def _assert_agree(ref: Recorder, got: Recorder, what: str, logits_tol: float) -> None:
     strict, tie_aware, misses = agreement(ref, got)
     mean_rel = sum(got.rel_errs) / len(got.rel_errs)
-    detail = (f"{what}: strict {strict:.4f}, tie-aware {tie_aware:.4f}, logits rel err mean {mean_rel:.3g} "
-              f"max {max(got.rel_errs):.3g}, misses (rid, pos, want, got, ref margin) {misses[:8]}")
+    detail = (
+        f"{what}: strict {strict:.4f}, tie-aware {tie_aware:.4f}, logits rel err mean {mean_rel:.3g} "
+        f"max {max(got.rel_errs):.3g}, misses (rid, pos, want, got, ref margin) {misses[:8]}"
+    )
     print(detail)
     assert tie_aware >= 0.99, detail
     assert strict >= 0.85, detail
     assert mean_rel <= logits_tol, detail
-
-

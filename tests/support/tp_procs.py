@@ -23,12 +23,18 @@ def spawned_workers(pid: int) -> list[int]:
     return found
 
 
-def kill_worker_mid_run(cli_args: list[str], trace: Path, start_timeout: float, end_timeout: float,
-                        env: dict[str, str] | None = None) -> tuple[int, str, str]:
+def kill_worker_mid_run(
+    cli_args: list[str], trace: Path, start_timeout: float, end_timeout: float, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """Run ``graphtop`` with ``cli_args`` (which record to ``trace``), SIGKILL its worker once the trace
     shows a served step, and return (exit status, stdout, stderr); fails if it does not end in time."""
-    proc = subprocess.Popen([sys.executable, "-m", "graphtop.tui.cli.entry", *cli_args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphtop.tui.cli.entry", *cli_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + start_timeout
         while '"type":"step"' not in (trace.read_text() if trace.exists() else ""):  # serving has begun

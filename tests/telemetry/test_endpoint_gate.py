@@ -128,13 +128,15 @@ class PeakRss:
 def test_clients_without_the_token_cannot_make_the_engine_buffer_their_messages(serve) -> None:
     bus = EventBus()
     server = serve(bus, address="tcp://127.0.0.1:*", refusals_per_s=100.0)
-    host, port = server.endpoint[len("tcp://"):].rsplit(":", 1)
+    host, port = server.endpoint[len("tcp://") :].rsplit(":", 1)
     _attach_and_stream(server, bus)  # the endpoint's own buffers are warm before the baseline
     stop = threading.Event()
     with PeakRss() as rss:
         # three at once (the case that peaked at 2.2 GB): no token, a wrong one, a hand-made huge handshake
-        attackers = [subprocess.Popen([sys.executable, "-c", ATTACK, server.endpoint, password, "3"])
-                     for password in ("", "not-the-token", "")]
+        attackers = [
+            subprocess.Popen([sys.executable, "-c", ATTACK, server.endpoint, password, "3"])
+            for password in ("", "not-the-token", "")
+        ]
         raw = threading.Thread(target=_raw_huge_hello, args=(host, int(port), stop), daemon=True)
         raw.start()
         try:
@@ -154,7 +156,7 @@ def test_clients_without_the_token_cannot_make_the_engine_buffer_their_messages(
 def test_connections_in_their_handshake_are_capped_then_timed_out(serve) -> None:
     bus = EventBus()
     server = serve(bus, address="tcp://127.0.0.1:*", max_pending=4, handshake_s=3.0, refusals_per_s=100.0)
-    host, port = server.endpoint[len("tcp://"):].rsplit(":", 1)
+    host, port = server.endpoint[len("tcp://") :].rsplit(":", 1)
     clients = [socket.create_connection((host, int(port)), timeout=5) for _ in range(12)]  # they never speak
 
     def closed(s: socket.socket) -> bool:
@@ -180,7 +182,7 @@ def test_connections_in_their_handshake_are_capped_then_timed_out(serve) -> None
 
 def test_a_handshake_frame_over_the_frame_limit_is_hung_up_on(serve) -> None:
     server = serve(address="tcp://127.0.0.1:*", handshake_s=20.0)
-    host, port = server.endpoint[len("tcp://"):].rsplit(":", 1)
+    host, port = server.endpoint[len("tcp://") :].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as s:
         started = time.monotonic()
         s.sendall(_zmtp_plain_greeting() + b"\x06" + struct.pack(">Q", FRAME_BYTES + 1))

@@ -203,9 +203,22 @@ def test_fast_constructor_builds_the_same_event():
     """The engine's hot-path constructor must give exactly what the dataclass would."""
     from graphtop.engine.telemetry.events import KVPoolState, StepEvent, validate_event_dict
 
-    kw = dict(step=3, phase="decode", batch_size=5, num_tokens=5, bucket=8, padded=3, padding_waste=0.375,
-              path="graph", fallback_reason=None, host_ms=1.5, replay_ms=1.2, segment_ms=None, break_ms=None,
-              emulated=True)
+    kw = dict(
+        step=3,
+        phase="decode",
+        batch_size=5,
+        num_tokens=5,
+        bucket=8,
+        padded=3,
+        padding_waste=0.375,
+        path="graph",
+        fallback_reason=None,
+        host_ms=1.5,
+        replay_ms=1.2,
+        segment_ms=None,
+        break_ms=None,
+        emulated=True,
+    )
     a, b = StepEvent(ts=7.0, **kw), StepEvent.fast(ts=7.0, **kw)
     assert a == b and hash(a) == hash(b) and type(b) is StepEvent
     assert b.to_dict() == a.to_dict()

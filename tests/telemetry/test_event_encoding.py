@@ -15,6 +15,7 @@ import pytest
 
 from graphtop.engine.telemetry import codec, recorder
 from graphtop.engine.telemetry.bus import EventBus
+from graphtop.engine.telemetry.codec import encode_event
 from graphtop.engine.telemetry.events import (
     EVENT_TYPES,
     ConfigDowngrade,
@@ -23,7 +24,6 @@ from graphtop.engine.telemetry.events import (
     StepEvent,
     TraceHeader,
 )
-from graphtop.engine.telemetry.codec import encode_event
 from graphtop.engine.telemetry.recorder import TraceRecorder
 
 
@@ -68,19 +68,73 @@ class Opaque:
 
 
 SCALARS: list[Any] = [
-    None, True, False,
-    0, 1, -1, 7, 2**31, -(2**63), 2**64, 10**30, -(10**40),
-    0.0, -0.0, 1.0, -1.5, 0.1 + 0.2, 1e16, 1e-7, 5e-324, 1.7976931348623157e308, 1796026166.1865034,
-    float("nan"), float("inf"), float("-inf"),
-    "", "decode", 'quo"te', "back\\slash", "sl/ash", "\n\t\r\b\f", "\x00\x01\x1f\x7f", "caf\u00e9",
-    "\u65e5\u672c", "\U0001f600", "\ud800", "\u2028\u2029", "{a0}", "{}", "}{", "\0\1", "'single'",
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    7,
+    2**31,
+    -(2**63),
+    2**64,
+    10**30,
+    -(10**40),
+    0.0,
+    -0.0,
+    1.0,
+    -1.5,
+    0.1 + 0.2,
+    1e16,
+    1e-7,
+    5e-324,
+    1.7976931348623157e308,
+    1796026166.1865034,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "",
+    "decode",
+    'quo"te',
+    "back\\slash",
+    "sl/ash",
+    "\n\t\r\b\f",
+    "\x00\x01\x1f\x7f",
+    "caf\u00e9",
+    "\u65e5\u672c",
+    "\U0001f600",
+    "\ud800",
+    "\u2028\u2029",
+    "{a0}",
+    "{}",
+    "}{",
+    "\0\1",
+    "'single'",
 ]
-SUBCLASSES: list[Any] = [Color.RED, Level.LOW, Level.HIGH, Flag.A | Flag.B, MyStr("sub\u00e9"), MyInt(1), MyInt(0),
-                         MyFloat(1.0), MyFloat(-0.0), MyFloat("-inf"), MyFloat("nan")]
+SUBCLASSES: list[Any] = [
+    Color.RED,
+    Level.LOW,
+    Level.HIGH,
+    Flag.A | Flag.B,
+    MyStr("sub\u00e9"),
+    MyInt(1),
+    MyInt(0),
+    MyFloat(1.0),
+    MyFloat(-0.0),
+    MyFloat("-inf"),
+    MyFloat("nan"),
+]
 CONTAINERS: list[Any] = [
-    (), (1, 2, 3), ("a", None, 1.5), ((1, "x"), (float("inf"),)), [1, (2, 3), {"k": (4,)}],
-    {}, {"a": 1, "b": [1, 2], "c": {"d": None}}, {1: "int key", None: "none key", 1.5: "float", True: "t"},
-    {"t": (1, (2, (3,)))}, {"obj": Opaque(), "dc": KVPoolState(capacity_tokens=3, ts=1.0)},
+    (),
+    (1, 2, 3),
+    ("a", None, 1.5),
+    ((1, "x"), (float("inf"),)),
+    [1, (2, 3), {"k": (4,)}],
+    {},
+    {"a": 1, "b": [1, 2], "c": {"d": None}},
+    {1: "int key", None: "none key", 1.5: "float", False: "f"},
+    {"t": (1, (2, (3,)))},
+    {"obj": Opaque(), "dc": KVPoolState(capacity_tokens=3, ts=1.0)},
     KVPoolState(capacity_tokens=8, used_tokens=2, ts=2.5),
 ]
 OTHERS: list[Any] = [Opaque(), Path("/tmp/x y"), b"bytes", {1, 2}, KVPoolState, complex(1, 2)]
@@ -139,10 +193,21 @@ def test_json_native_values_parse_back_to_to_dict(cls: type[Event]) -> None:
 
 def test_all_fields_tricky_at_once() -> None:
     ev = StepEvent.fast(
-        step=2**70, phase="pr\u00e9fill\n", batch_size=True, num_tokens=Level.HIGH, bucket=None,
-        padded=-0.0, padding_waste=float("nan"), path=Color.RED, fallback_reason='why "not"',
-        host_ms=float("-inf"), replay_ms=1e-300, segment_ms=(1, 2), break_ms={"x": None},
-        emulated=None, ts=float("inf"),
+        step=2**70,
+        phase="pr\u00e9fill\n",
+        batch_size=True,
+        num_tokens=Level.HIGH,
+        bucket=None,
+        padded=-0.0,
+        padding_waste=float("nan"),
+        path=Color.RED,
+        fallback_reason='why "not"',
+        host_ms=float("-inf"),
+        replay_ms=1e-300,
+        segment_ms=(1, 2),
+        break_ms={"x": None},
+        emulated=None,
+        ts=float("inf"),
     )
     line = assert_same(ev)
     assert line.startswith(b'{"type":"step","ts":Infinity,"step":1180591620717411303424,"phase":"pr\\u00e9fill\\n"')
@@ -153,17 +218,39 @@ def test_all_fields_tricky_at_once() -> None:
 
 
 def test_fast_constructor_events_match() -> None:
-    ev = StepEvent.fast(step=1234, phase="decode", batch_size=8, num_tokens=8, bucket=8, padded=0,
-                        padding_waste=0.0, path="graph", fallback_reason=None, host_ms=0.1234,
-                        replay_ms=0.0567, segment_ms=None, break_ms=None, emulated=True)
+    ev = StepEvent.fast(
+        step=1234,
+        phase="decode",
+        batch_size=8,
+        num_tokens=8,
+        bucket=8,
+        padded=0,
+        padding_waste=0.0,
+        path="graph",
+        fallback_reason=None,
+        host_ms=0.1234,
+        replay_ms=0.0567,
+        segment_ms=None,
+        break_ms=None,
+        emulated=True,
+    )
     line = assert_same(ev)
     assert json.loads(line) == ev.to_dict()
 
 
 def test_common_events_skip_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
     """The point of the generated encoders: a plain event never goes through to_dict()/json."""
-    ev = StepEvent(step=3, phase="decode", batch_size=1, num_tokens=1, bucket=1, padding_waste=0.5,
-                   path="graph", host_ms=0.25, replay_ms=0.125)
+    ev = StepEvent(
+        step=3,
+        phase="decode",
+        batch_size=1,
+        num_tokens=1,
+        bucket=1,
+        padding_waste=0.5,
+        path="graph",
+        host_ms=0.25,
+        replay_ms=0.125,
+    )
     want = reference(ev)
 
     def boom(self: Event) -> dict:
@@ -176,9 +263,23 @@ def test_common_events_skip_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_shadowed_type_tag_still_matches() -> None:
-    ev = StepEvent.fast(step=1, phase="decode", batch_size=1, num_tokens=1, bucket=None, padded=0,
-                        padding_waste=0.0, path="eager", fallback_reason=None, host_ms=0.0,
-                        replay_ms=None, segment_ms=None, break_ms=None, emulated=False, type="other")
+    ev = StepEvent.fast(
+        step=1,
+        phase="decode",
+        batch_size=1,
+        num_tokens=1,
+        bucket=None,
+        padded=0,
+        padding_waste=0.0,
+        path="eager",
+        fallback_reason=None,
+        host_ms=0.0,
+        replay_ms=None,
+        segment_ms=None,
+        break_ms=None,
+        emulated=False,
+        type="other",
+    )
     line = assert_same(ev)
     assert line.startswith(b'{"type":"other",')
 
@@ -219,11 +320,24 @@ def test_recorder_file_is_the_reference_encoding(tmp_path: Path) -> None:
     rec = TraceRecorder(path, bus, {"model": "m\u00e9", "argv": ("a", "b")})
     events: list[Event] = []
     for i in range(300):  # several write batches
-        events.append(StepEvent.fast(step=i, phase="decode", batch_size=i % 5, num_tokens=i % 5,
-                                     bucket=None if i % 7 else 8, padded=i % 3, padding_waste=i / 7,
-                                     path="graph", fallback_reason=None if i % 2 else "no \u2603",
-                                     host_ms=i * 0.001, replay_ms=None, segment_ms=float("nan"),
-                                     break_ms=None, emulated=bool(i % 2)))
+        events.append(
+            StepEvent.fast(
+                step=i,
+                phase="decode",
+                batch_size=i % 5,
+                num_tokens=i % 5,
+                bucket=None if i % 7 else 8,
+                padded=i % 3,
+                padding_waste=i / 7,
+                path="graph",
+                fallback_reason=None if i % 2 else "no \u2603",
+                host_ms=i * 0.001,
+                replay_ms=None,
+                segment_ms=float("nan"),
+                break_ms=None,
+                emulated=bool(i % 2),
+            )
+        )
     events.append(KVPoolState(capacity_tokens=10, used_tokens=3))
     events.append(ConfigDowngrade(key="k", old=(1, 2), new={"x": Opaque()}, reason="r"))
     for e in events:

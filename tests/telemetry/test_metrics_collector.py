@@ -49,21 +49,25 @@ def test_step_counts_equal_the_summary_of_the_same_events() -> None:
 
 
 def test_request_latencies_and_tokens() -> None:
-    m, collector = publish_all([
-        ev.RequestQueued(request_id="a", prompt_tokens=10, max_new_tokens=5),
-        ev.RequestQueued(request_id="b", prompt_tokens=7, max_new_tokens=5),
-        ev.RequestFirstToken(request_id="a", ttft_ms=100.0),
-        ev.RequestFinished(request_id="a", output_tokens=5, finish_reason="length", latency_ms=300.0),
-        ev.RequestFinished(request_id="c", output_tokens=0, finish_reason="rejected", error="too long"),
-        ev.KVPoolState(capacity_tokens=200, used_tokens=50, running=1, queued=3, max_running=8),
-    ])
+    m, collector = publish_all(
+        [
+            ev.RequestQueued(request_id="a", prompt_tokens=10, max_new_tokens=5),
+            ev.RequestQueued(request_id="b", prompt_tokens=7, max_new_tokens=5),
+            ev.RequestFirstToken(request_id="a", ttft_ms=100.0),
+            ev.RequestFinished(request_id="a", output_tokens=5, finish_reason="length", latency_ms=300.0),
+            ev.RequestFinished(request_id="c", output_tokens=0, finish_reason="rejected", error="too long"),
+            ev.KVPoolState(capacity_tokens=200, used_tokens=50, running=1, queued=3, max_running=8),
+        ]
+    )
     assert m["graphtop:prompt_tokens_total"][()] == 17 and m["graphtop:generation_tokens_total"][()] == 5
     assert m["graphtop:requests_queued_total"][()] == 2
     assert m["graphtop:time_to_first_token_seconds_sum"][()] == 0.1
     assert m["graphtop:inter_token_latency_seconds_sum"][()] == 0.05  # (300 - 100) ms over 4 gaps
     assert m["graphtop:e2e_request_latency_seconds_count"][()] == 1  # the rejected one was never served
-    assert m["graphtop:requests_finished_total"] == {(("finish_reason", "length"),): 1,
-                                                      (("finish_reason", "rejected"),): 1}
+    assert m["graphtop:requests_finished_total"] == {
+        (("finish_reason", "length"),): 1,
+        (("finish_reason", "rejected"),): 1,
+    }
     assert m["graphtop:kv_cache_usage_perc"][()] == 0.25 and m["graphtop:num_requests_waiting"][()] == 3
     assert m["graphtop:num_requests_running"][()] == 1
     collector.close()
@@ -73,16 +77,31 @@ def test_a_recapture_replaces_the_capture_costs_and_other_ranks_are_left_out() -
     def captured(phase: str, buckets, rank: int = 0):
         yield ev.CaptureStarted(phase=phase, buckets=tuple(buckets), reason="recapture", rank=rank)
         for i, b in enumerate(buckets):
-            yield ev.CaptureProgress(phase=phase, bucket=b, index=i + 1, total=len(buckets), seconds=0.5 * b,
-                                     memory_bytes=1000 * b, rank=rank)
+            yield ev.CaptureProgress(
+                phase=phase,
+                bucket=b,
+                index=i + 1,
+                total=len(buckets),
+                seconds=0.5 * b,
+                memory_bytes=1000 * b,
+                rank=rank,
+            )
         yield ev.CaptureFinished(phase=phase, captured=tuple(buckets), rank=rank)
 
-    m, collector = publish_all([*captured("decode", [1, 2, 4]), *captured("decode", [2, 8]),
-                                *captured("decode", [16], rank=1),
-                                ev.CaptureProgress(phase="prefill", bucket=64, ok=False, failure_reason="oom"),
-                                ev.RecaptureFinished(ok=True), ev.RecaptureFinished(ok=False)])
-    assert m["graphtop:graph_capture_seconds"] == {(("bucket", "2"), ("phase", "decode")): 1.0,
-                                                   (("bucket", "8"), ("phase", "decode")): 4.0}
+    m, collector = publish_all(
+        [
+            *captured("decode", [1, 2, 4]),
+            *captured("decode", [2, 8]),
+            *captured("decode", [16], rank=1),
+            ev.CaptureProgress(phase="prefill", bucket=64, ok=False, failure_reason="oom"),
+            ev.RecaptureFinished(ok=True),
+            ev.RecaptureFinished(ok=False),
+        ]
+    )
+    assert m["graphtop:graph_capture_seconds"] == {
+        (("bucket", "2"), ("phase", "decode")): 1.0,
+        (("bucket", "8"), ("phase", "decode")): 4.0,
+    }
     assert m["graphtop:graph_capture_bytes"][(("bucket", "8"), ("phase", "decode"))] == 8000
     assert m["graphtop:graphs_captured"][(("phase", "decode"),)] == 2
     assert m["graphtop:graph_capture_failures_total"][(("phase", "prefill"),)] == 1
@@ -91,12 +110,16 @@ def test_a_recapture_replaces_the_capture_costs_and_other_ranks_are_left_out() -
 
 
 def test_parity_errors_and_the_engine_info() -> None:
-    m, collector = publish_all([
-        ev.EngineStarted(model="m", device="cpu", dtype="float32", decode_graph_backend="full",
-                         prefill_graph_backend="breakable"),
-        ev.ParityCheck(phase="decode", mismatch=False), ev.ParityCheck(phase="decode", mismatch=True),
-        ev.ErrorEvent(message="x", where="step"),
-    ])
+    m, collector = publish_all(
+        [
+            ev.EngineStarted(
+                model="m", device="cpu", dtype="float32", decode_graph_backend="full", prefill_graph_backend="breakable"
+            ),
+            ev.ParityCheck(phase="decode", mismatch=False),
+            ev.ParityCheck(phase="decode", mismatch=True),
+            ev.ErrorEvent(message="x", where="step"),
+        ]
+    )
     assert m["graphtop:parity_checks_total"][(("phase", "decode"),)] == 2
     assert m["graphtop:parity_mismatches_total"][(("phase", "decode"),)] == 1
     assert m["graphtop:errors_total"][(("where", "step"),)] == 1

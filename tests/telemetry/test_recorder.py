@@ -28,8 +28,16 @@ from graphtop.engine.telemetry.trace import read_trace
 
 def step(i: int) -> StepEvent:
     return StepEvent(
-        step=i, phase="decode", batch_size=3, num_tokens=3, bucket=4, padded=1, padding_waste=0.25,
-        path="graph", host_ms=0.5, replay_ms=0.2,
+        step=i,
+        phase="decode",
+        batch_size=3,
+        num_tokens=3,
+        bucket=4,
+        padded=1,
+        padding_waste=0.25,
+        path="graph",
+        host_ms=0.5,
+        replay_ms=0.2,
     )
 
 
@@ -271,10 +279,13 @@ def test_a_staged_trace_is_not_published_over_a_live_one(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
 
 
-@pytest.mark.parametrize("change,reason", [
-    (lambda target, other: os.replace(other, target), "another file replaced it while recording"),
-    (lambda target, other: os.replace(target, other), "it was moved or removed while recording"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (lambda target, other: os.replace(other, target), "another file replaced it while recording"),
+        (lambda target, other: os.replace(target, other), "it was moved or removed while recording"),
+    ],
+)
 def test_a_trace_replaced_or_moved_while_recording_is_a_write_error(tmp_path: Path, change, reason) -> None:
     target, other = tmp_path / "t.jsonl", tmp_path / "other.jsonl"
     other.write_text("another run's trace\n")

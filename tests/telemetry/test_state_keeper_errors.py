@@ -11,8 +11,9 @@ def test_refusals_do_not_evict_the_engines_errors_from_the_snapshot() -> None:
     keeper = StateKeeper(recent_alerts=50)
     real = [ErrorEvent(message=f"engine error {i}", where="decode", ts=float(i)) for i in range(3)]
     keeper.fold_all(real)
-    keeper.fold_all(ErrorEvent(message=f"refused a client: junk {i}", where=REFUSAL_WHERE, ts=10.0 + i)
-                    for i in range(500))
+    keeper.fold_all(
+        ErrorEvent(message=f"refused a client: junk {i}", where=REFUSAL_WHERE, ts=10.0 + i) for i in range(500)
+    )
     snap = [e for e in keeper.snapshot() if e.type == "error"]
     assert [e.message for e in snap if e.where != REFUSAL_WHERE] == [e.message for e in real]
     refusals = [e.message for e in snap if e.where == REFUSAL_WHERE]

@@ -24,9 +24,9 @@ from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import ErrorEvent, Event, ParityNotRun, StepEvent
 from graphtop.engine.telemetry.runtime import EndpointError, list_entries, private_dir
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
+from graphtop.tui.sessions.base import SamplingSettings
 from graphtop.tui.sessions.fake import boot_events, step_events
 from graphtop.tui.sessions.remote import AttachError, RemoteSession
-from graphtop.tui.sessions.base import SamplingSettings
 from graphtop.tui.state import DashboardState
 
 
@@ -165,8 +165,9 @@ def test_viewer_attaching_mid_run_gets_a_snapshot_then_the_live_stream(serve) ->
     seen.apply_all(snapshot)
     full.apply_all(before)
     assert seen.info == full.info and seen.ledger == full.ledger and seen.kv == full.kv
-    assert {k: (c.planned, c.captured) for k, c in seen.capture.items()} == \
-        {k: (c.planned, c.captured) for k, c in full.capture.items()}
+    assert {k: (c.planned, c.captured) for k, c in seen.capture.items()} == {
+        k: (c.planned, c.captured) for k, c in full.capture.items()
+    }
     assert list(seen.steps) == list(full.steps)
 
     after = step_events(30, start_step=61)
@@ -226,7 +227,9 @@ def test_a_stuck_viewer_loses_batches_counted_never_blocking_the_publisher(serve
     assert stuck_state.dropped_events > 0  # counted, and the publisher went on
     got: list[Event] = []
     wait_for(lambda: bool(got.extend(reader.drain())) or len(got) + reader.dropped >= n, 30, "the reader")
-    assert len(got) + reader.dropped == n  # with send_hwm=2 it misses some too, and counts them exactly  # the reading viewer saw everything or says what it missed
+    # the reading viewer saw everything or says what it missed: with send_hwm=2 it misses some too, and
+    # counts them exactly
+    assert len(got) + reader.dropped == n
     stuck.close()
     reader.shutdown()
 
@@ -316,8 +319,10 @@ def test_recapture_cancel_and_export_commands(serve, tmp_path: Path) -> None:
     handle = session.submit("hi", SamplingSettings(), False)
     wait_for(lambda: server.refused >= 1, what="the foreign cancel to be refused")
     assert link.cancelled == []
-    wait_for(lambda: any("which this viewer did not submit" in m for _, m in other.drain_logs()),
-             what="the refusal to reach the viewer that sent it")
+    wait_for(
+        lambda: any("which this viewer did not submit" in m for _, m in other.drain_logs()),
+        what="the refusal to reach the viewer that sent it",
+    )
     handle.wait(10)
     session.shutdown()
     other.shutdown()
@@ -432,7 +437,7 @@ def test_wrong_token_garbage_and_oversize_are_refused_and_logged_engine_unaffect
     huge.send(b"x" * (wire.FRAME_BYTES + 1))
     # a non-ZeroMQ client writing junk at the socket: the handshake fails, nothing reaches the server
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(server.endpoint[len("ipc://"):])
+        s.connect(server.endpoint[len("ipc://") :])
         s.sendall(os.urandom(4096))
     huge.close()
 
@@ -466,7 +471,7 @@ def test_runtime_folder_is_private_and_entries_are_0600(serve, runtime: Path) ->
     assert stat.S_IMODE(os.stat(runtime).st_mode) == 0o700
     entry_file = runtime / f"{os.getpid()}-{server._stem.split('-')[1]}.json"
     assert stat.S_IMODE(os.stat(entry_file).st_mode) == 0o600
-    sock = Path(server.endpoint[len("ipc://"):])
+    sock = Path(server.endpoint[len("ipc://") :])
     assert sock.parent == runtime and stat.S_IMODE(os.stat(sock).st_mode) == 0o600
     [entry] = list_entries(runtime)
     assert (entry.pid, entry.endpoint, entry.token, entry.model) == (os.getpid(), server.endpoint, server.token, "fake")
@@ -475,7 +480,8 @@ def test_runtime_folder_is_private_and_entries_are_0600(serve, runtime: Path) ->
 
 
 def test_a_too_open_default_folder_is_closed_a_given_one_and_a_foreign_one_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only the default folder, which graphtop names and creates itself, is closed to 0700; a folder the
     user gave (``$GRAPHTOP_RUNTIME_DIR``, ``runtime_dir=``) was chmod-ed silently, and is now refused."""
     lax = tmp_path / "lax"
@@ -512,8 +518,9 @@ def test_stale_entries_of_dead_engines_are_pruned(runtime: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)
     private_dir(runtime)
-    (runtime / f"{pid}-0.json").write_text(json.dumps(dict(pid=pid, endpoint="ipc://x", token="t", model="m",
-                                                            device="d", started=0.0)))
+    (runtime / f"{pid}-0.json").write_text(
+        json.dumps(dict(pid=pid, endpoint="ipc://x", token="t", model="m", device="d", started=0.0))
+    )
     assert list_entries(runtime) == []
     assert not (runtime / f"{pid}-0.json").exists()
 
@@ -589,8 +596,9 @@ def test_a_viewer_of_another_user_cannot_connect(serve) -> None:
         "    print('refused:', e); sys.exit(0)\n"
         "print('attached'); sys.exit(1)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, server.endpoint, server.token], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, server.endpoint, server.token], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("refused"), proc.stdout + proc.stderr
 
 
@@ -624,8 +632,15 @@ def test_protocol_messages_round_trip() -> None:
     assert events == [step, not_run] and bad == 0
     assert p.decode_events([("no_such_type", msgspec.Raw(b"\x80"))]) == ([], 1)
     assert p.decode_events([("step", msgspec.Raw(p.encoder.encode({"step": "x"})))]) == ([], 1)
-    for m in (p.Hello(1, "t", "n"), p.Submit("r", "x", p.Sampling(3, 0.5, 0.9, 4, 1), True), p.Cancel("r"),
-              p.Recapture(1, [1, 2], None), p.ExportTrace(2, "/x"), p.Ping(), p.Bye()):
+    for m in (
+        p.Hello(1, "t", "n"),
+        p.Submit("r", "x", p.Sampling(3, 0.5, 0.9, 4, 1), True),
+        p.Cancel("r"),
+        p.Recapture(1, [1, 2], None),
+        p.ExportTrace(2, "/x"),
+        p.Ping(),
+        p.Bye(),
+    ):
         assert p.client_decoder.decode(p.encoder.encode(m)) == m
 
 
@@ -687,8 +702,11 @@ def test_a_slow_submit_does_not_pause_the_stream_and_a_cancel_before_it_lands_is
     session.cancel(handle.request_id)
     time.sleep(0.3)  # the submit now blocks the worker
     bus.publish(ErrorEvent(message="while the worker is busy", where="test"))
-    wait_for(lambda: any(getattr(e, "message", "") == "while the worker is busy" for e in watcher.drain()),
-             timeout=2.0, what="the stream to go on while a submit is being tokenized")
+    wait_for(
+        lambda: any(getattr(e, "message", "") == "while the worker is busy" for e in watcher.drain()),
+        timeout=2.0,
+        what="the stream to go on while a submit is being tokenized",
+    )
     assert link.submitted == [] and link.cancelled == []
     link.gate.set()
     wait_for(lambda: link.cancelled == ["v1/" + handle.request_id], what="the early cancel to reach the engine")

@@ -211,8 +211,11 @@ def test_attach_detach_100_times_during_a_run_leaks_nothing_and_delays_no_step(
     noise = max(gaps_quiet) - typical
     over = sorted(g - typical for g in gaps_churn)
     delay = over[-1]
-    print(f"steps: typical gap {typical * 1e3:.1f} ms, worst quiet +{noise * 1e3:.1f} ms, worst churn +{delay * 1e3:.1f} ms, "
-          f"tenth-worst churn +{over[-10] * 1e3:.1f} ms")
+    print(
+        f"steps: typical gap {typical * 1e3:.1f} ms, worst quiet +{noise * 1e3:.1f} ms, "
+        f"worst churn +{delay * 1e3:.1f} ms, "
+        f"tenth-worst churn +{over[-10] * 1e3:.1f} ms"
+    )
     # A stall in the attach/detach path comes back with every one of the 100 sessions: the tenth-worst
     # gap of the churn stretch stays within what the quiet stretch saw. One longer gap alone is this
     # shared 2-core machine's scheduling (the churn stretch is several times longer than the quiet one),
@@ -228,8 +231,11 @@ def _gaps(steps: list[Any], t0: float, t1: float) -> list[float]:
 
 def _endpoint_memory() -> int:
     """Bytes currently allocated by the endpoint's code (its module files), from tracemalloc."""
-    snap = tracemalloc.take_snapshot().filter_traces([
-        tracemalloc.Filter(True, "*graphtop/engine/telemetry/*"), tracemalloc.Filter(True, "*/zmq/*"),
-        tracemalloc.Filter(True, "*/engine/telemetry/*"),
-    ])
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [
+            tracemalloc.Filter(True, "*graphtop/engine/telemetry/*"),
+            tracemalloc.Filter(True, "*/zmq/*"),
+            tracemalloc.Filter(True, "*/engine/telemetry/*"),
+        ]
+    )
     return sum(stat.size for stat in snap.statistics("filename"))

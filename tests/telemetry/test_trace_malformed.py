@@ -12,6 +12,7 @@ from graphtop.engine.telemetry.events import ErrorEvent, MemoryLedger, ParityChe
 from graphtop.engine.telemetry.trace import TraceError, read_trace
 from graphtop.tui.cli.entry import main
 
+
 def _json(obj) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
@@ -27,25 +28,52 @@ def _dict_line(event, **changes) -> dict:
 
 LEDGER = MemoryLedger(ts=1001.0, device="cpu", total=10, weights=4, kv_pool=3)
 STEP = StepEvent(ts=1001.0, step=1, phase="decode", batch_size=1, num_tokens=1, host_ms=1.0)
-GRAPH_STEP = StepEvent(ts=1001.0, step=1, phase="decode", batch_size=16, num_tokens=16, bucket=64, padded=48,
-                       padding_waste=0.75, path="graph", host_ms=1.0, replay_ms=0.5)
-PREFILL_STEP = StepEvent(ts=1001.0, step=1, phase="prefill", batch_size=2, num_tokens=100, bucket=128, padded=28,
-                         padding_waste=28 / 128, path="graph", host_ms=1.0)
+GRAPH_STEP = StepEvent(
+    ts=1001.0,
+    step=1,
+    phase="decode",
+    batch_size=16,
+    num_tokens=16,
+    bucket=64,
+    padded=48,
+    padding_waste=0.75,
+    path="graph",
+    host_ms=1.0,
+    replay_ms=0.5,
+)
+PREFILL_STEP = StepEvent(
+    ts=1001.0,
+    step=1,
+    phase="prefill",
+    batch_size=2,
+    num_tokens=100,
+    bucket=128,
+    padded=28,
+    padding_waste=28 / 128,
+    path="graph",
+    host_ms=1.0,
+)
 PARITY = ParityCheck(ts=1001.0, step=1, phase="decode", batch_size=4, num_tokens=4, bucket=8, rows=4)
 
 # values each valid alone that no engine writes together (engine/telemetry/consistency.py)
 IMPOSSIBLE_LINES = {
     "bucket-0": (_json(_dict_line(GRAPH_STEP, bucket=0)), "bucket 0"),
-    "bucket-under-batch": (_json(_dict_line(GRAPH_STEP, bucket=8, padded=0, padding_waste=0.0)),
-                           "bucket 8 is smaller than the step's 16 rows"),
-    "prefill-bucket-under-tokens": (_json(_dict_line(PREFILL_STEP, bucket=64, padded=0, padding_waste=0.0)),
-                                    "bucket 64 is smaller than the step's 100 tokens"),
+    "bucket-under-batch": (
+        _json(_dict_line(GRAPH_STEP, bucket=8, padded=0, padding_waste=0.0)),
+        "bucket 8 is smaller than the step's 16 rows",
+    ),
+    "prefill-bucket-under-tokens": (
+        _json(_dict_line(PREFILL_STEP, bucket=64, padded=0, padding_waste=0.0)),
+        "bucket 64 is smaller than the step's 100 tokens",
+    ),
     "padded-past-bucket": (_json(_dict_line(GRAPH_STEP, padded=60, padding_waste=60 / 64)), "padded 60"),
     "waste-not-padded-over-bucket": (_json(_dict_line(GRAPH_STEP, padding_waste=0.0)), "padding_waste 0.0"),
     "waste-over-one": (_json(_dict_line(GRAPH_STEP, padding_waste=7.5)), "padding_waste 7.5"),
     "eager-with-padding": (_json(_dict_line(GRAPH_STEP, path="eager", bucket=None)), "eager step"),
-    "graph-without-bucket": (_json(_dict_line(GRAPH_STEP, bucket=None, padded=0, padding_waste=0.0)),
-                             "without a bucket"),
+    "graph-without-bucket": (
+        _json(_dict_line(GRAPH_STEP, bucket=None, padded=0, padding_waste=0.0)),
+        "without a bucket",
+    ),
     "tokens-under-requests": (_json(_dict_line(STEP, batch_size=16, num_tokens=4)), "16 requests in 4 tokens"),
     "unknown-path": (_json(_dict_line(STEP, path="warp")), "neither graph nor eager"),
     "parity-bucket-0": (_json(_dict_line(PARITY, bucket=0)), "bucket 0"),
@@ -68,13 +96,19 @@ BAD_LINES = {
     "negative-ts": (_json(_dict_line(STEP, ts=-5.0)), "ts"),
     "huge-duration": (_json(_dict_line(STEP, host_ms=1e300)), "host_ms"),
     "deep-nesting": ("[" * 100_000 + "]" * 100_000, "nested"),
-    "deep-object-in-any": (_json({"type": "config_downgrade", "ts": 1001.0, "key": "k", "reason": "r",
-                                       "new": None}).replace('"new":null', '"new":' + "[" * 200 + "]" * 200)
-                           .replace('{"type"', '{"old":1,"type"'), "nested"),
-    "lone-surrogate": (_json(_dict_line(ErrorEvent(ts=1001.0, message="x"))).replace('"x"', '"\\ud800"'),
-                       "Unicode"),
-    "nan-inside-any": (_json({"type": "config_downgrade", "ts": 1001.0, "key": "k", "old": [1.0], "new": 2,
-                                   "reason": "r"}).replace("[1.0]", "[1e999]"), "finite"),
+    "deep-object-in-any": (
+        _json({"type": "config_downgrade", "ts": 1001.0, "key": "k", "reason": "r", "new": None})
+        .replace('"new":null', '"new":' + "[" * 200 + "]" * 200)
+        .replace('{"type"', '{"old":1,"type"'),
+        "nested",
+    ),
+    "lone-surrogate": (_json(_dict_line(ErrorEvent(ts=1001.0, message="x"))).replace('"x"', '"\\ud800"'), "Unicode"),
+    "nan-inside-any": (
+        _json({"type": "config_downgrade", "ts": 1001.0, "key": "k", "old": [1.0], "new": 2, "reason": "r"}).replace(
+            "[1.0]", "[1e999]"
+        ),
+        "finite",
+    ),
     **IMPOSSIBLE_LINES,
 }
 
@@ -101,8 +135,11 @@ def test_reader_reports_path_line_and_reason(tmp_path, case):
 def test_trace_commands_exit_2_with_one_line(tmp_path, capsys, case, command):
     path = _trace(tmp_path, BAD_LINES[case][0])
     out = tmp_path / "out.json"
-    argv = ["trace", "summary", str(path)] if command == "summary" else ["trace", "export", "--perfetto", str(path),
-                                                                        str(out)]
+    argv = (
+        ["trace", "summary", str(path)]
+        if command == "summary"
+        else ["trace", "export", "--perfetto", str(path), str(out)]
+    )
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"graphtop: error: {path}:2: ")

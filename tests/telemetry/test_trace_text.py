@@ -13,13 +13,16 @@ from graphtop.engine.telemetry.trace import read_trace, write_trace
 from graphtop.engine.telemetry.value_limits import is_unicode, readable_free, readable_text
 
 
-@pytest.mark.parametrize("text, readable", [
-    ("plain", "plain"),
-    ("caf\u00e9 \u2603", "caf\u00e9 \u2603"),
-    (os.fsdecode(b"p\xff.jsonl"), "p\\xff.jsonl"),  # a non-UTF-8 argv byte, as Python decodes it
-    ("a\ud800b", "a\\ud800b"),  # a surrogate that escapes no byte
-    ("\udcff\ud800", "\\udcff\\ud800"),  # both kinds: every surrogate escaped
-])
+@pytest.mark.parametrize(
+    "text, readable",
+    [
+        ("plain", "plain"),
+        ("caf\u00e9 \u2603", "caf\u00e9 \u2603"),
+        (os.fsdecode(b"p\xff.jsonl"), "p\\xff.jsonl"),  # a non-UTF-8 argv byte, as Python decodes it
+        ("a\ud800b", "a\\ud800b"),  # a surrogate that escapes no byte
+        ("\udcff\ud800", "\\udcff\\ud800"),  # both kinds: every surrogate escaped
+    ],
+)
 def test_readable_text_escapes_lone_surrogates_only(text, readable):
     assert readable_text(text) == readable and is_unicode(readable)
 
@@ -57,8 +60,19 @@ def test_text_reports_show_no_terminal_or_bidi_controls(tmp_path, capsys, comman
 
     sly = "evil\u202etxt.exe \x1b]0;t\x07 \x9b31m \u2066x\u2069"
     events = [EngineStarted(model=sly, device="cpu", ts=1.0), ErrorEvent(message=sly, where=sly, ts=2.0)]
-    events += [StepEvent(step=i, phase="decode", batch_size=2, num_tokens=2, path="eager", fallback_reason=sly,
-                         host_ms=1.0, ts=3.0 + i) for i in range(1, 4)]
+    events += [
+        StepEvent(
+            step=i,
+            phase="decode",
+            batch_size=2,
+            num_tokens=2,
+            path="eager",
+            fallback_reason=sly,
+            host_ms=1.0,
+            ts=3.0 + i,
+        )
+        for i in range(1, 4)
+    ]
     path = tmp_path / "evil\u202etxt.exe\x1b[31m\u2067.jsonl"  # both reports name the trace
     write_trace(path, events)
     assert main([*command.split(), str(path)]) == 0

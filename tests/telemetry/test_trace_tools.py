@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from graphtop.engine.telemetry.events import (
     EVENT_TYPES,
@@ -29,12 +30,11 @@ from graphtop.engine.telemetry.events import (
     validate_event_dict,
 )
 from graphtop.engine.telemetry.perfetto import PID, TID_EAGER, TID_GRAPH, export_perfetto, write_perfetto
-from graphtop.engine.telemetry.trace import Trace, TraceError, iter_trace_dicts, read_trace
 from graphtop.engine.telemetry.report import format_summary
 from graphtop.engine.telemetry.stats import percentile
 from graphtop.engine.telemetry.summary import summarize
+from graphtop.engine.telemetry.trace import Trace, TraceError, iter_trace_dicts, read_trace
 
-from support.paths import REPO
 T0 = 1000.0
 
 
@@ -54,15 +54,30 @@ def header_line() -> str:
 def gstep(n: int, ts: float, bucket: int, batch: int, replay: float, host: float = 1.0) -> StepEvent:
     padded = bucket - batch
     return StepEvent(
-        ts=ts, step=n, phase="decode", batch_size=batch, num_tokens=batch, bucket=bucket,
-        padded=padded, padding_waste=padded / bucket, path="graph", host_ms=host, replay_ms=replay,
+        ts=ts,
+        step=n,
+        phase="decode",
+        batch_size=batch,
+        num_tokens=batch,
+        bucket=bucket,
+        padded=padded,
+        padding_waste=padded / bucket,
+        path="graph",
+        host_ms=host,
+        replay_ms=replay,
     )
 
 
 def estep(n: int, ts: float, phase: str, reason: str | None, host: float) -> StepEvent:
     return StepEvent(
-        ts=ts, step=n, phase=phase, batch_size=1, num_tokens=16 if phase == "prefill" else 1,
-        path="eager", fallback_reason=reason, host_ms=host,
+        ts=ts,
+        step=n,
+        phase=phase,
+        batch_size=1,
+        num_tokens=16 if phase == "prefill" else 1,
+        path="eager",
+        fallback_reason=reason,
+        host_ms=host,
     )
 
 
@@ -74,11 +89,22 @@ def sample_events() -> list[Event]:
         CaptureProgress(ts=T0 + 0.2, phase="decode", bucket=1, index=1, total=3, seconds=0.1, memory_bytes=1000),
         CaptureProgress(ts=T0 + 0.4, phase="decode", bucket=2, index=2, total=3, seconds=0.2, memory_bytes=2000),
         CaptureProgress(
-            ts=T0 + 0.45, phase="decode", bucket=4, index=3, total=3, seconds=0.05, ok=False,
+            ts=T0 + 0.45,
+            phase="decode",
+            bucket=4,
+            index=3,
+            total=3,
+            seconds=0.05,
+            ok=False,
             failure_reason="oom",
         ),
         CaptureFinished(
-            ts=T0 + 0.5, phase="decode", captured=(1, 2), failed=(4,), seconds=0.4, memory_bytes=3000,
+            ts=T0 + 0.5,
+            phase="decode",
+            captured=(1, 2),
+            failed=(4,),
+            seconds=0.4,
+            memory_bytes=3000,
         ),
         MemoryLedger(ts=T0 + 0.6, device="cpu", total=10_000, weights=4000, kv_pool=3000, decode_graphs=3000),
         RequestQueued(ts=T0 + 1.0, request_id="r1", prompt_tokens=16, max_new_tokens=10),
@@ -122,7 +148,9 @@ def test_roundtrip_through_file(tmp_path: Path) -> None:
 
 
 def test_bad_json_reports_line_number(tmp_path: Path) -> None:
-    path = write_lines(tmp_path / "t.jsonl", [header_line(), line(sample_events()[0]), "{not json\n", line(sample_events()[1])])
+    path = write_lines(
+        tmp_path / "t.jsonl", [header_line(), line(sample_events()[0]), "{not json\n", line(sample_events()[1])]
+    )
     with pytest.raises(TraceError, match=r"t\.jsonl:3: bad JSON"):
         read_trace(path)
 
@@ -298,9 +326,19 @@ def test_format_summary_text() -> None:
 
 def test_format_summary_shows_how_the_engine_set_itself_up() -> None:
     """The engine-started note (backend choice, model kernels, packed skinny weights) is a summary line."""
-    note = "flashinfer selected · model kernels: triton-fused · packed skinny weights for steps of 17-64 tokens (13.0 GiB)"
-    events = [EngineStarted(ts=T0, model="tiny", device="cuda", dtype="bfloat16", attention_backend="flashinfer",
-                            attention_backend_note=note)]
+    note = (
+        "flashinfer selected · model kernels: triton-fused · packed skinny weights for steps of 17-64 tokens (13.0 GiB)"
+    )
+    events = [
+        EngineStarted(
+            ts=T0,
+            model="tiny",
+            device="cuda",
+            dtype="bfloat16",
+            attention_backend="flashinfer",
+            attention_backend_note=note,
+        )
+    ]
     assert f"  setup: {note}" in format_summary(summarize(events)).splitlines()
 
 
@@ -376,8 +414,12 @@ def test_perfetto_closes_unfinished_requests_and_handles_nan() -> None:
 
 
 def test_schema_doc_is_generated_from_the_current_events() -> None:
-    run = subprocess.run([sys.executable, str(REPO / "scripts" / "trace_schema_md.py"), "--check"], capture_output=True,
-                         text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "trace_schema_md.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -22,9 +22,13 @@ async def test_palette_toggle_runs_checks_on_the_live_engine(tiny_ckpt) -> None:
     def factory(_model, config, bus):
         return engine_mod.Engine.from_pretrained(path, config=config, bus=bus)
 
-    config = engine_mod.EngineConfig(device="cpu", max_total_tokens=4096, max_running_requests=4,
-                                     chunked_prefill_size=64,
-                                     graphs=build_graph_config(None, {"decode.bs": [1, 2, 4]}))
+    config = engine_mod.EngineConfig(
+        device="cpu",
+        max_total_tokens=4096,
+        max_running_requests=4,
+        chunked_prefill_size=64,
+        graphs=build_graph_config(None, {"decode.bs": [1, 2, 4]}),
+    )
     session = EngineSession("tiny", config, engine_factory=factory)
     app = GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=20)
     try:

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from graphtop.tui.sessions.fake import FakeHandle
-from graphtop.tui.sessions.prompt_queue import PromptQueue, QueuedHandle
 from graphtop.tui.sessions.base import SamplingSettings
+from graphtop.tui.sessions.fake import FakeHandle
 from graphtop.tui.sessions.local import EngineSession
+from graphtop.tui.sessions.prompt_queue import PromptQueue, QueuedHandle
 
 GREEDY = SamplingSettings(max_new_tokens=6)
 
@@ -95,4 +95,3 @@ def test_prompt_typed_before_the_model_loads_runs(tiny_ckpt, make_engine) -> Non
     finally:
         gate.set()
         session.shutdown()
-

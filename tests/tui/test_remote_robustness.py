@@ -19,12 +19,12 @@ import pytest
 import zmq
 
 from graphtop.engine.telemetry import protocol as p
-from graphtop.engine.telemetry.gate import Gate, GateConfig
 from graphtop.engine.telemetry.events import EngineStarted, StepEvent
+from graphtop.engine.telemetry.gate import Gate, GateConfig
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.cli.entry import main
-from graphtop.tui.sessions.fake import boot_events
 from graphtop.tui.sessions.event_stream import MAX_SEQ_JUMP
+from graphtop.tui.sessions.fake import boot_events
 from graphtop.tui.sessions.remote import AttachError, RemoteSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
 
@@ -37,8 +37,12 @@ def frame(message: Any) -> Any:
 
 
 def steps(*numbers: int) -> list[tuple[str, Any]]:
-    return p.event_pairs([StepEvent(step=n, phase="decode", batch_size=1, num_tokens=1, bucket=1, path="graph",
-                                    replay_ms=1.0, ts=1.0) for n in numbers])
+    return p.event_pairs(
+        [
+            StepEvent(step=n, phase="decode", batch_size=1, num_tokens=1, bucket=1, path="graph", replay_ms=1.0, ts=1.0)
+            for n in numbers
+        ]
+    )
 
 
 def welcomed(next_seq: int = 0, bus_dropped: int = 0) -> RemoteSession:
@@ -60,8 +64,13 @@ def feed(session: RemoteSession, *frames: p.Events) -> list[int]:
 @pytest.mark.parametrize("first_seq, bus_dropped", [(HUGE, HUGE), (HUGE, 0), (0, HUGE), (MAX_SEQ_JUMP + 11, 0)])
 def test_one_bogus_frame_does_not_poison_the_stream(first_seq: int, bus_dropped: int) -> None:
     session = welcomed(next_seq=10)
-    shown = feed(session, p.Events(first_seq, bus_dropped, steps(500)), p.Events(10, 0, steps(1, 2)),
-                 p.Events(12, 0, steps(3)), p.Events(13, 0, []))
+    shown = feed(
+        session,
+        p.Events(first_seq, bus_dropped, steps(500)),
+        p.Events(10, 0, steps(1, 2)),
+        p.Events(12, 0, steps(3)),
+        p.Events(13, 0, []),
+    )
     assert shown == [1, 2, 3] and session.dropped == 0  # was 18446744073709551614 and nothing shown
     assert len(session.drain_logs()) == 1  # said once
 
@@ -76,8 +85,13 @@ def test_negative_counters_are_a_protocol_error_said_once() -> None:
 
 def test_real_gaps_and_endpoint_losses_are_counted_exactly() -> None:
     session = welcomed(next_seq=100, bus_dropped=40)
-    shown = feed(session, p.Events(100, 40, steps(1, 2)), p.Events(107, 43, steps(3)),  # 5 missed, 3 lost
-                 p.Events(108, 43, []), p.Events(110, 43, []))  # the heartbeat says 2 more were missed
+    shown = feed(
+        session,
+        p.Events(100, 40, steps(1, 2)),
+        p.Events(107, 43, steps(3)),  # 5 missed, 3 lost
+        p.Events(108, 43, []),
+        p.Events(110, 43, []),
+    )  # the heartbeat says 2 more were missed
     assert shown == [1, 2, 3] and (session.gaps, session.dropped) == (7, 10)
     assert session.drain_logs() == []  # nothing malformed
 
@@ -100,9 +114,16 @@ def test_a_stream_that_restarts_its_numbers_is_followed() -> None:
 class ScriptedEndpoint:
     """A ROUTER that answers ``Hello`` with a Welcome, a snapshot and scripted frames (no engine)."""
 
-    def __init__(self, address: str, frames: Iterable[Any] = (), next_seq: int = 0,
-                 protocol: int = p.PROTOCOL_VERSION, greeting: Any = None, pid: int | None = None,
-                 gated: bool = True) -> None:
+    def __init__(
+        self,
+        address: str,
+        frames: Iterable[Any] = (),
+        next_seq: int = 0,
+        protocol: int = p.PROTOCOL_VERSION,
+        greeting: Any = None,
+        pid: int | None = None,
+        gated: bool = True,
+    ) -> None:
         """``greeting``: a message sent in answer to Hello instead of the Welcome and snapshot; ``pid``: the
         engine process the Welcome names (this one by default); ``gated``: the token is checked in the
         handshake (else ZeroMQ's NULL mechanism, as endpoints of protocol 1 had)."""
@@ -139,8 +160,16 @@ class ScriptedEndpoint:
                 if isinstance(p.client_decoder.decode(payload), p.Hello) and self.greeting is not None:
                     sock.send_multipart([identity, p.encoder.encode(self.greeting)])
                 elif isinstance(p.client_decoder.decode(payload), p.Hello):
-                    sock.send_multipart([identity, p.encoder.encode(p.Welcome(
-                        self.protocol, self.pid, "scripted", time.time(), status, self.next_seq, 0, []))])
+                    sock.send_multipart(
+                        [
+                            identity,
+                            p.encoder.encode(
+                                p.Welcome(
+                                    self.protocol, self.pid, "scripted", time.time(), status, self.next_seq, 0, []
+                                )
+                            ),
+                        ]
+                    )
                     sock.send_multipart([identity, p.encoder.encode(p.Snapshot(p.event_pairs(boot_events()), True))])
                     for f in self.frames:
                         sock.send_multipart([identity, p.encoder.encode(f)])
@@ -155,12 +184,15 @@ class ScriptedEndpoint:
 
 
 async def test_dashboard_attached_to_an_endpoint_that_sends_bogus_frames(tmp_path: Path) -> None:
-    endpoint = ScriptedEndpoint(f"ipc://{tmp_path}/e.sock", [
-        p.Events(HUGE, HUGE, []),  # the viewer's dropped became 18,446,744,073,709,551,614
-        p.Events(-5, -7, []),
-        p.Events(0, 0, steps(1, 2, 3)),  # then sliced away as "already seen"
-        p.Events(3, 0, []),
-    ])
+    endpoint = ScriptedEndpoint(
+        f"ipc://{tmp_path}/e.sock",
+        [
+            p.Events(HUGE, HUGE, []),  # the viewer's dropped became 18,446,744,073,709,551,614
+            p.Events(-5, -7, []),
+            p.Events(0, 0, steps(1, 2, 3)),  # then sliced away as "already seen"
+            p.Events(3, 0, []),
+        ],
+    )
     session = RemoteSession(endpoint.address, "t", label="scripted")
     try:
         session.connect()
@@ -331,8 +363,7 @@ def test_a_size_refusal_fails_the_submit_it_answers() -> None:
     session = welcomed()
     small = session._submit_now("hi", SamplingSettings(), False)
     big = session._submit_now("x" * 5000, SamplingSettings(), False)
-    session._handle(frame(p.Refused(f"message of {big.sent_bytes} bytes is over the 4096-byte limit",
-                                    big.sent_bytes)))
+    session._handle(frame(p.Refused(f"message of {big.sent_bytes} bytes is over the 4096-byte limit", big.sent_bytes)))
     assert big.finished and big.finish_reason == "rejected" and "4096-byte limit" in (big.error or "")
     assert not small.finished and big.request_id not in session._handles
     session._handle(frame(p.Refused("wrong token")))  # any other refusal fails nothing

@@ -5,23 +5,28 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.tui_pilot import make_app, pump
 from textual.widgets import Button, DataTable, Input
 
 from graphtop.engine.telemetry.events import (
-    CaptureFinished, CaptureProgress, CaptureStarted, ConfigDowngrade, EngineStarted, ErrorEvent, StepEvent,
+    CaptureFinished,
+    CaptureProgress,
+    CaptureStarted,
+    ConfigDowngrade,
+    EngineStarted,
+    ErrorEvent,
+    StepEvent,
 )
 from graphtop.tui.app import GraphtopApp
-from graphtop.tui.screens.bucket_editor import BucketEditorScreen
-from graphtop.tui.screens.capture_table import CaptureTableScreen
 from graphtop.tui.commands import GraphtopCommands
 from graphtop.tui.device_probe import DeviceSample
-from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
+from graphtop.tui.screens.bucket_editor import BucketEditorScreen
+from graphtop.tui.screens.capture_table import CaptureTableScreen
 from graphtop.tui.screens.help import HelpScreen
+from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
+from graphtop.tui.testing import fixed_app, leave_prompt, screen_text, settle, wait_until
 from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.widgets.steps_table import StepsTable
-from graphtop.tui.testing import fixed_app, leave_prompt, screen_text, settle, wait_until
-
-from support.tui_pilot import make_app, pump
 
 SIZE = (160, 48)
 
@@ -45,28 +50,40 @@ async def test_opens_at_once_and_shows_capture_progress_live() -> None:
         await pump(pilot)
         assert "loading demo model (fake)" in screen_text(app)
         assert not app.engine_ready
-        session.publish(EngineStarted(model="tiny", dtype="float16", attention_backend="sdpa",
-                                      decode_graph_backend="full", prefill_graph_backend="breakable"))
+        session.publish(
+            EngineStarted(
+                model="tiny",
+                dtype="float16",
+                attention_backend="sdpa",
+                decode_graph_backend="full",
+                prefill_graph_backend="breakable",
+            )
+        )
         session.publish(CaptureStarted(phase="decode", buckets=(1, 2, 4, 8), backend="full"))
-        session.publish(CaptureProgress(phase="decode", bucket=1, index=1, total=4, seconds=0.25,
-                                        memory_bytes=3 * 1024**2))
-        session.publish(CaptureProgress(phase="decode", bucket=2, index=2, total=4, seconds=0.5,
-                                        memory_bytes=5 * 1024**2))
+        session.publish(
+            CaptureProgress(phase="decode", bucket=1, index=1, total=4, seconds=0.25, memory_bytes=3 * 1024**2)
+        )
+        session.publish(
+            CaptureProgress(phase="decode", bucket=2, index=2, total=4, seconds=0.5, memory_bytes=5 * 1024**2)
+        )
         await pump(pilot)
         text = screen_text(app)
         assert "decode  ██████░░░░░░ 2/4 0.75s 8.0 MiB …" in text  # done/total, time, memory
         assert "bucket      2  0.50s 5.0 MiB" in text  # the bucket just captured
         assert "tiny" in text and "attn sdpa" in text
-        session.publish(CaptureProgress(phase="decode", bucket=4, index=3, total=4, ok=False,
-                                        failure_reason="OOM"))
+        session.publish(CaptureProgress(phase="decode", bucket=4, index=3, total=4, ok=False, failure_reason="OOM"))
         await pump(pilot)
         assert "failed: 4 (OOM)" in screen_text(app)
         session.release.set()
         await wait_until(pilot, lambda: app.engine_ready)
 
 
-PLANNED = {"decode": {"backend": "full", "bs": [1, 2, 4, 8]}, "prefill": {"backend": "breakable", "num_tokens": [64]},
-           "emulated": False, "available": True}
+PLANNED = {
+    "decode": {"backend": "full", "bs": [1, 2, 4, 8]},
+    "prefill": {"backend": "breakable", "num_tokens": [64]},
+    "emulated": False,
+    "available": True,
+}
 
 
 async def test_states_before_any_step_and_while_capture_is_pending() -> None:
@@ -79,24 +96,32 @@ async def test_states_before_any_step_and_while_capture_is_pending() -> None:
         text = screen_text(app)
         assert "no steps yet" in text and "every step hit a graph" not in text
         assert "prompts typed now run once it is loaded" in text
-        session.publish(EngineStarted(model="tiny", decode_graph_backend="full", prefill_graph_backend="breakable",
-                                      graph_config=PLANNED))
+        session.publish(
+            EngineStarted(
+                model="tiny", decode_graph_backend="full", prefill_graph_backend="breakable", graph_config=PLANNED
+            )
+        )
         await pump(pilot)
         text = screen_text(app)
         assert "graph capture starting" in text and "eager" not in text.split("steps")[0]
-        session.publish(CaptureStarted(phase="decode", buckets=(1, 2, 4, 8), backend="full"),
-                        CaptureProgress(phase="decode", bucket=1, index=1, total=4, seconds=0.1),
-                        StepEvent(step=1, phase="decode", batch_size=3, num_tokens=3, path="eager",
-                                  fallback_reason="not_yet_captured"))
+        session.publish(
+            CaptureStarted(phase="decode", buckets=(1, 2, 4, 8), backend="full"),
+            CaptureProgress(phase="decode", bucket=1, index=1, total=4, seconds=0.1),
+            StepEvent(
+                step=1, phase="decode", batch_size=3, num_tokens=3, path="eager", fallback_reason="not_yet_captured"
+            ),
+        )
         await pump(pilot)
         text = screen_text(app)
         assert "serving while capturing: 1/4 buckets live" in text
         assert "steps of the rest: eager (not_yet_captured)" in text
         assert "not_yet_captured" in text and "every step hit a graph" not in text
-        session.publish(CaptureProgress(phase="decode", bucket=2, index=2, total=4, seconds=0.1),
-                        CaptureProgress(phase="decode", bucket=4, index=3, total=4, seconds=0.1),
-                        CaptureProgress(phase="decode", bucket=8, index=4, total=4, seconds=0.1),
-                        CaptureFinished(phase="decode", captured=(1, 2, 4, 8), seconds=0.4))
+        session.publish(
+            CaptureProgress(phase="decode", bucket=2, index=2, total=4, seconds=0.1),
+            CaptureProgress(phase="decode", bucket=4, index=3, total=4, seconds=0.1),
+            CaptureProgress(phase="decode", bucket=8, index=4, total=4, seconds=0.1),
+            CaptureFinished(phase="decode", captured=(1, 2, 4, 8), seconds=0.4),
+        )
         await pump(pilot)
         assert "serving while capturing" not in screen_text(app)
         session.release.set()
@@ -104,9 +129,16 @@ async def test_states_before_any_step_and_while_capture_is_pending() -> None:
 
 
 async def test_eager_only_is_said_only_when_no_graph_is_planned() -> None:
-    session = FakeSession(script=[EngineStarted(model="tiny", decode_graph_backend="disabled",
-                                                prefill_graph_backend="disabled",
-                                                graph_config={**PLANNED, "available": False})])
+    session = FakeSession(
+        script=[
+            EngineStarted(
+                model="tiny",
+                decode_graph_backend="disabled",
+                prefill_graph_backend="disabled",
+                graph_config={**PLANNED, "available": False},
+            )
+        ]
+    )
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.engine_ready)
@@ -133,8 +165,13 @@ async def test_panels_show_scripted_data() -> None:
         await settle(pilot)
         text = screen_text(app)
         # status line
-        for part in ("demo-tiny-llama", "cuda:0 NVIDIA H200", "bfloat16", "attn flashinfer",
-                     "graphs decode full · prefill breakable"):
+        for part in (
+            "demo-tiny-llama",
+            "cuda:0 NVIDIA H200",
+            "bfloat16",
+            "attn flashinfer",
+            "graphs decode full · prefill breakable",
+        ):
             assert part in text
         assert "EMULATED" not in text
         # capture + ledger
@@ -327,12 +364,19 @@ async def test_help_screen() -> None:
 
 def test_every_binding_has_id_and_tooltip() -> None:
     from graphtop.tui.screens.capture_table import CaptureTableScreen
-    from graphtop.tui.widgets.history_input import HistoryInput
     from graphtop.tui.screens.path_prompt import PathPromptScreen
+    from graphtop.tui.widgets.history_input import HistoryInput
     from graphtop.tui.widgets.prompt_console import PromptConsole
 
-    for owner in (GraphtopApp, BucketEditorScreen, CaptureTableScreen, HelpScreen, HistoryInput, PathPromptScreen,
-                  PromptConsole):
+    for owner in (
+        GraphtopApp,
+        BucketEditorScreen,
+        CaptureTableScreen,
+        HelpScreen,
+        HistoryInput,
+        PathPromptScreen,
+        PromptConsole,
+    ):
         for b in owner.BINDINGS:
             assert b.id and b.tooltip, (owner.__name__, b.key)
 
@@ -454,16 +498,28 @@ async def test_bucket_editor_advise_fills_the_advice_and_the_what_if_shows_it() 
         h = app.state.whatif_inputs()
         advised = {}
         for phase, current in (("decode", [1, 2, 4, 8, 16, 32]), ("prefill", [64, 128, 256, 512])):
-            advice, _ = advise_phase(h.steps, phase, costs=h.costs, max_padding_waste=h.max_padding_waste,
-                                     current=current, max_graphs=len(current))
+            advice, _ = advise_phase(
+                h.steps,
+                phase,
+                costs=h.costs,
+                max_padding_waste=h.max_padding_waste,
+                current=current,
+                max_graphs=len(current),
+            )
             advised[phase] = list(advice.buckets) or current  # no advice: the field is left alone
             assert editor.query_one(f"#{phase}-input", Input).value == format_buckets(advised[phase])
         assert 48 in advised["decode"]  # the decode fallbacks get a graph
         # the scripted prefill eager steps cost no more per token than its graphs: nothing to gain
         assert advised["prefill"] == [64, 128, 256, 512]
         preview = str(editor.query_one("#whatif").render())
-        cand = what_if(h.steps, advised["decode"], advised["prefill"], h.costs,
-                       current_decode=[1, 2, 4, 8, 16, 32], current_prefill=[64, 128, 256, 512])
+        cand = what_if(
+            h.steps,
+            advised["decode"],
+            advised["prefill"],
+            h.costs,
+            current_decode=[1, 2, 4, 8, 16, 32],
+            current_prefill=[64, 128, 256, 512],
+        )
         hit = next(ln for ln in preview.splitlines() if ln.startswith("graph hit rate"))
         assert hit.split()[-1] == pct(cand.hit_rate) and cand.decode.hit_rate == 1.0
         assert next(ln for ln in preview.splitlines() if ln.startswith("graphs")).split()[1:] == ["10", "10"]
@@ -476,8 +532,9 @@ async def test_bucket_editor_advice_stays_within_the_static_buffers() -> None:
     import dataclasses
 
     boot = boot_events()
-    boot[0] = dataclasses.replace(boot[0], graph_config={"decode": {"bs": [1, 2, 4, 8, 16, 32]},
-                                                         "prefill": {"num_tokens": [64, 128, 256, 512]}})
+    boot[0] = dataclasses.replace(
+        boot[0], graph_config={"decode": {"bs": [1, 2, 4, 8, 16, 32]}, "prefill": {"num_tokens": [64, 128, 256, 512]}}
+    )
     app = make_app(FakeSession(boot + step_events()))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -511,10 +568,25 @@ async def test_parity_panel_toggle_checks_and_red_state() -> None:
         assert "skipped 1 · discarded 1" in screen_text(app)
 
         def check(step: int, rel: float, mismatch: bool) -> ParityCheck:
-            return ParityCheck(step=step, phase="decode", batch_size=3, num_tokens=3, bucket=4, rows=3,
-                               max_abs_err=rel, max_rel_err=rel, argmax_agree=1.0 if not mismatch else 0.0,
-                               top5_overlap=1.0, tolerance=0.1, mismatch=mismatch, check_ms=9.5, every=64,
-                               skipped=2, discarded=1, ts=T0 + 40)
+            return ParityCheck(
+                step=step,
+                phase="decode",
+                batch_size=3,
+                num_tokens=3,
+                bucket=4,
+                rows=3,
+                max_abs_err=rel,
+                max_rel_err=rel,
+                argmax_agree=1.0 if not mismatch else 0.0,
+                top5_overlap=1.0,
+                tolerance=0.1,
+                mismatch=mismatch,
+                check_ms=9.5,
+                every=64,
+                skipped=2,
+                discarded=1,
+                ts=T0 + 40,
+            )
 
         session.publish(check(64, 0.004, False), check(128, 0.006, False))
         await pump(pilot)
@@ -554,8 +626,13 @@ async def test_palette_provider_commands() -> None:
         await settle(pilot)
         provider = GraphtopCommands(app.screen)
         titles = [hit.text async for hit in provider.discover()]
-        for expected in ("Recapture graphs (edit buckets)", "Export trace", "Open trace",
-                         "Toggle panel: device", "Per-bucket capture costs"):
+        for expected in (
+            "Recapture graphs (edit buckets)",
+            "Export trace",
+            "Open trace",
+            "Toggle panel: device",
+            "Per-bucket capture costs",
+        ):
             assert expected in titles
         hits = [hit async for hit in provider.search("toggle device")]
         assert hits and hits[0].text == "Toggle panel: device"
@@ -593,8 +670,10 @@ async def test_engine_alerts_notify() -> None:
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        session.publish(ErrorEvent(message="graph replay failed", where="decode"),
-                        ConfigDowngrade(key="prefill_graphs", old="breakable", new="eager", reason="no flashinfer"))
+        session.publish(
+            ErrorEvent(message="graph replay failed", where="decode"),
+            ConfigDowngrade(key="prefill_graphs", old="breakable", new="eager", reason="no flashinfer"),
+        )
         await pump(pilot)
         messages = [n.message for n in app._notifications]
         assert "graph replay failed" in messages
@@ -674,7 +753,9 @@ def test_importing_the_tui_package_and_launch_is_free_of_textual() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, graphtop.tui, graphtop.tui.cli.launch, graphtop.themes;"
-            "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))")
+    code = (
+        "import sys, graphtop.tui, graphtop.tui.cli.launch, graphtop.themes;"
+        "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support.tui_pilot import make_app
+from support.tui_pilot import open_path_prompt as _open
 from textual.command import CommandPalette
 from textual.widgets import Input, Label
 
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
-from graphtop.tui.sessions.fake import FakeSession
 from graphtop.tui.screens.path_prompt import PathPromptScreen
+from graphtop.tui.sessions.fake import FakeSession
 from graphtop.tui.testing import leave_prompt, settle, wait_until
-
-from support.tui_pilot import make_app, open_path_prompt as _open
 
 SIZE = (120, 40)
 
@@ -69,7 +69,9 @@ async def test_open_trace_dialog_enter_opens_the_replay(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app._export_to(str(target))
-        await wait_until(pilot, lambda: target.exists() and any("trace exported" == n.title for n in app._notifications))
+        await wait_until(
+            pilot, lambda: target.exists() and any("trace exported" == n.title for n in app._notifications)
+        )
         dialog = await _open(pilot, "open_trace")
         assert "enter opens · → completes · ↓ the list · escape cancels" == str(dialog.query_one("#path-hint").render())
         await pilot.press(*str(target), "enter")
@@ -144,8 +146,12 @@ async def test_screenshot_saves_in_the_current_directory_and_says_where(tmp_path
         assert path is not None and path.parent == tmp_path / "shots" and path.exists()
         too_long = "x" * 300 + ".svg"  # the OS refuses the name: the reason is said, not just "failed"
         assert app.save_screenshot_to(too_long) is None
-        await wait_until(pilot, lambda: any(n.title == "screenshot not saved" and "File name too long" in n.message
-                                            for n in app._notifications))
+        await wait_until(
+            pilot,
+            lambda: any(
+                n.title == "screenshot not saved" and "File name too long" in n.message for n in app._notifications
+            ),
+        )
 
 
 async def test_escape_closes_the_palette_key_panel() -> None:
@@ -285,7 +291,9 @@ async def test_export_to_a_folder_that_does_not_exist_is_said_in_the_dialog(tmp_
         assert f"folder {tmp_path / 'nowhere'} does not exist" in said and "\n" not in said
         dialog.query_one(Input).value = "/proc/graphtop-test.jsonl"  # a folder no file can be created in
         await pilot.press("enter")
-        assert app.screen is dialog and "cannot create a file in /proc" in str(dialog.query_one("#path-message").render())
+        assert app.screen is dialog and "cannot create a file in /proc" in str(
+            dialog.query_one("#path-message").render()
+        )
         dialog.query_one(Input).value = str(tmp_path / "run.jsonl")
         await pilot.press("enter")
         assert not isinstance(app.screen, PathPromptScreen)

@@ -14,10 +14,10 @@ from textual.widgets import Input
 
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
-from graphtop.tui.widgets.request_view import RequestView
-from graphtop.tui.widgets.steps_table import StepsTable
 from graphtop.tui.sessions.local import EngineSession
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
+from graphtop.tui.widgets.request_view import RequestView
+from graphtop.tui.widgets.steps_table import StepsTable
 
 engine_mod = pytest.importorskip("graphtop.engine")
 
@@ -65,8 +65,13 @@ async def test_real_engine_capture_prompt_and_recapture(load_gate) -> None:
             assert "EMULATED" in text  # … and the dashboard says so
             assert "demo-qwen3" in text
             # the engine serves at once and captures between steps (flat out while idle)
-            await wait_until(pilot, lambda: all(p in state.capture and state.capture[p].finished is not None
-                                                for p in ("decode", "prefill")), timeout=60)
+            await wait_until(
+                pilot,
+                lambda: all(
+                    p in state.capture and state.capture[p].finished is not None for p in ("decode", "prefill")
+                ),
+                timeout=60,
+            )
             assert len(state.capture["decode"].costs) == len(session.buckets()[0])
 
             # a prompt streams through the real handle

@@ -23,8 +23,8 @@ from graphtop.tui.app import GraphtopApp
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
 from graphtop.tui.state import DashboardState
-from graphtop.tui.widgets.steps_table import StepsTable, row_values
 from graphtop.tui.testing import FIXED_DEVICE, leave_prompt, screen_text, settle
+from graphtop.tui.widgets.steps_table import StepsTable, row_values
 
 SIZE = (160, 48)  # the layout where the replay sparkline is drawn
 NAN, INF = float("nan"), float("inf")
@@ -35,8 +35,18 @@ def make_app(session: FakeSession) -> GraphtopApp:
 
 
 def odd_step(step: int, **values: Any) -> StepEvent:
-    fields: dict[str, Any] = dict(step=step, phase="decode", batch_size=1, num_tokens=1, bucket=1, path="graph",
-                                  replay_ms=1.0, host_ms=0.5, padding_waste=0.0, ts=T0 + 20)
+    fields: dict[str, Any] = dict(
+        step=step,
+        phase="decode",
+        batch_size=1,
+        num_tokens=1,
+        bucket=1,
+        path="graph",
+        replay_ms=1.0,
+        host_ms=0.5,
+        padding_waste=0.0,
+        ts=T0 + 20,
+    )
     fields.update(values)
     return StepEvent(**fields)
 
@@ -61,8 +71,13 @@ async def test_non_finite_timings_never_reach_the_charts() -> None:
         assert list(state.rank_replay_ms[1]) == [2.0] and all(math.isfinite(v) for v in state.ttft_ms)
         by_step = {s.step: s for s in state.steps}
         bad = by_step[902]
-        assert (bad.replay_ms, bad.segment_ms, bad.break_ms, bad.host_ms, bad.padding_waste) == (None, None, None,
-                                                                                                0.0, 0.0)
+        assert (bad.replay_ms, bad.segment_ms, bad.break_ms, bad.host_ms, bad.padding_waste) == (
+            None,
+            None,
+            None,
+            0.0,
+            0.0,
+        )
         assert by_step[901].replay_ms is None and by_step[903].replay_ms is None
         assert by_step[1] is next(e for e in state.recorded if getattr(e, "step", None) == 1)  # valid: untouched
         assert row_values(by_step[901])[8] == "—"  # the table's replay column says "no value"
@@ -76,13 +91,17 @@ async def test_non_finite_timings_never_reach_the_charts() -> None:
         assert app.query_one(StepsTable) is not None
 
 
-@pytest.mark.parametrize("graph_config", [
-    {"decode": "x", "prefill": 3},
-    {"decode": {"bs": ["abc"], "backend": "full"}, "prefill": {"num_tokens": "512", "max_padding_waste": "big"}},
-    {"decode": {"bs": ["abc", 1], "backend": 7}, "prefill": {"num_tokens": [64, True], "max_padding_waste": NAN}},
-    {"decode": {"bs": [0, -4]}, "prefill": {"num_tokens": None, "max_padding_waste": -0.5}},
-    {"decode": None, "prefill": []},
-], ids=["not-dicts", "strings", "mixed", "out-of-range", "null-and-list"])
+@pytest.mark.parametrize(
+    "graph_config",
+    [
+        {"decode": "x", "prefill": 3},
+        {"decode": {"bs": ["abc"], "backend": "full"}, "prefill": {"num_tokens": "512", "max_padding_waste": "big"}},
+        {"decode": {"bs": ["abc", 1], "backend": 7}, "prefill": {"num_tokens": [64, True], "max_padding_waste": NAN}},
+        {"decode": {"bs": [0, -4]}, "prefill": {"num_tokens": None, "max_padding_waste": -0.5}},
+        {"decode": None, "prefill": []},
+    ],
+    ids=["not-dicts", "strings", "mixed", "out-of-range", "null-and-list"],
+)
 async def test_malformed_graph_config_reads_as_absent(graph_config: dict) -> None:
     session = FakeSession(boot_events() + step_events(10))
     app = make_app(session)
@@ -102,27 +121,39 @@ async def test_malformed_graph_config_reads_as_absent(graph_config: dict) -> Non
 
 def test_a_well_formed_graph_config_is_read_as_before() -> None:
     state = DashboardState()
-    state.apply(EngineStarted(model="m", graph_config={
-        "available": True,
-        "decode": {"bs": [1, 2, 32], "backend": "full"},
-        "prefill": {"num_tokens": [64, 512], "backend": "breakable", "max_padding_waste": 0.5},
-    }))
+    state.apply(
+        EngineStarted(
+            model="m",
+            graph_config={
+                "available": True,
+                "decode": {"bs": [1, 2, 32], "backend": "full"},
+                "prefill": {"num_tokens": [64, 512], "backend": "breakable", "max_padding_waste": 0.5},
+            },
+        )
+    )
     assert (state.graph_max_bucket("decode"), state.graph_max_bucket("prefill")) == (32, 512)
     assert state.prefill_padding_cap() == 0.5 and state.planned_phases() == ["decode", "prefill"]
     assert state.phase_graphs("decode").backend == "full"
-    state.apply(EngineStarted(model="m", graph_config={"decode": {"bs": [1], "backend": "disabled"},
-                                                       "prefill": {"num_tokens": [64]}}))
+    state.apply(
+        EngineStarted(
+            model="m", graph_config={"decode": {"bs": [1], "backend": "disabled"}, "prefill": {"num_tokens": [64]}}
+        )
+    )
     assert state.planned_phases() == ["prefill"]
     state.apply(EngineStarted(model="m", graph_config={"available": False, "decode": {"bs": [1]}}))
     assert state.planned_phases() == []
 
 
 def test_an_export_of_odd_values_opens_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    events = boot_events() + step_events(5) + [
-        odd_step(99, replay_ms=NAN),
-        odd_step(100, host_ms=INF),
-        RequestFirstToken(request_id="NaN Infinity", ttft_ms=1.0, ts=T0 + 21),  # the spellings inside a string
-    ]
+    events = (
+        boot_events()
+        + step_events(5)
+        + [
+            odd_step(99, replay_ms=NAN),
+            odd_step(100, host_ms=INF),
+            RequestFirstToken(request_id="NaN Infinity", ttft_ms=1.0, ts=T0 + 21),  # the spellings inside a string
+        ]
+    )
     path = tmp_path / "export.jsonl"
     with caplog.at_level(logging.WARNING, logger="graphtop.trace"):
         written = write_trace(path, events)

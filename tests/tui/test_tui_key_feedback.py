@@ -4,10 +4,9 @@ hidden from the palette brings it back; a view key whose view is empty says so."
 from __future__ import annotations
 
 import pytest
+from support.tui_pilot import make_app
 
 from graphtop.tui.testing import settle
-
-from support.tui_pilot import make_app
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
@@ -36,4 +35,3 @@ async def test_a_view_key_with_nothing_to_show_says_why() -> None:
         await pilot.pause()
         assert any("the prompt view has nothing to show" in n.message for n in app._notifications)
         assert not app.dashboard.prompt_console.display
-

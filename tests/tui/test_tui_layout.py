@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from graphtop.tui.screens.dashboard import DashboardScreen
+from graphtop.tui.testing import fixed_app, leave_prompt, screen_text, settle, wait_until
 from graphtop.tui.widgets.steps_columns import COLUMNS, full_plan, plan_columns
 from graphtop.tui.widgets.steps_table import StepsTable
-from graphtop.tui.testing import fixed_app, leave_prompt, screen_text, settle, wait_until
 
 SIZES = [(80, 24), (100, 30), (120, 40), (200, 50)]
 
@@ -57,7 +57,9 @@ async def test_steps_hit_rate_fallbacks_kv_and_ledger_are_visible_or_one_key_awa
         assert shown(app, "capture") and shown(app, "device") and not shown(app, "kv")
         await pilot.press("4")
         assert shown(app, "console") and not shown(app, "main")
-        assert app.query_one("#console").outer_size.height == size[1] - 3  # all but the status, view and key lines  # the console takes the height
+        assert (
+            app.query_one("#console").outer_size.height == size[1] - 3
+        )  # all but the status, view and key lines  # the console takes the height
         await pilot.press("1")
         assert shown(app, "steps")
 
@@ -193,17 +195,25 @@ async def test_capture_headline_waits_for_every_planned_phase() -> None:
     from graphtop.engine.telemetry.events import CaptureFinished, CaptureStarted, EngineStarted
     from graphtop.tui.sessions.fake import FakeSession
 
-    config = {"decode": {"backend": "full", "bs": [1, 2]}, "prefill": {"backend": "breakable", "num_tokens": [64]},
-              "available": True}
-    script = [EngineStarted(model="m", graph_config=config), CaptureStarted(phase="decode", buckets=(2, 1)),
-              CaptureFinished(phase="decode", captured=(1, 2))]
+    config = {
+        "decode": {"backend": "full", "bs": [1, 2]},
+        "prefill": {"backend": "breakable", "num_tokens": [64]},
+        "available": True,
+    }
+    script = [
+        EngineStarted(model="m", graph_config=config),
+        CaptureStarted(phase="decode", buckets=(2, 1)),
+        CaptureFinished(phase="decode", captured=(1, 2)),
+    ]
     session = FakeSession(script)
     app = fixed_app(session=session)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         bar = screen_text(app).splitlines()[1]
         assert "3 capture capturing" in bar and "✓" not in bar
-        session.publish(CaptureStarted(phase="prefill", buckets=(64,)), CaptureFinished(phase="prefill", captured=(64,)))
+        session.publish(
+            CaptureStarted(phase="prefill", buckets=(64,)), CaptureFinished(phase="prefill", captured=(64,))
+        )
         app.pump()
         await pilot.pause()
         assert "3 capture ✓" in screen_text(app).splitlines()[1]

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support.tui_pilot import make_app, open_path_prompt
 from textual.widgets import Input, OptionList
 from textual.widgets._toast import Toast
 
@@ -26,8 +27,6 @@ from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
 from graphtop.tui.sessions.replay import ReplaySession
 from graphtop.tui.testing import leave_prompt, screen_text, settle, wait_until
 from graphtop.tui.widgets.steps_table import StepsTable
-
-from support.tui_pilot import make_app, open_path_prompt
 
 SMALL = (80, 24)
 BLOCKS = set("▁▂▃▄▅▆▇█▀▄")
@@ -53,8 +52,19 @@ class Typed:
 
 def test_held_keys_type_the_prompt_a_leading_slash_is_the_prompt_key() -> None:
     keys = EarlyKeys()
-    typed = [("slash", "/"), ("h", "h"), ("i", "i"), ("space", " "), ("x", "x"), ("backspace", None),
-             ("slash", "/"), ("ctrl+j", "\n"), ("o", "o"), ("k", "k"), ("enter", "\r")]
+    typed = [
+        ("slash", "/"),
+        ("h", "h"),
+        ("i", "i"),
+        ("space", " "),
+        ("x", "x"),
+        ("backspace", None),
+        ("slash", "/"),
+        ("ctrl+j", "\n"),
+        ("o", "o"),
+        ("k", "k"),
+        ("enter", "\r"),
+    ]
     assert all(keys.hold(key, ch) for key, ch in typed)
     for key, ch in (("escape", "\x1b"), ("ctrl+q", "\x11"), ("up", None), ("f1", None)):
         assert not keys.hold(key, ch), key  # no text: the app handles it as usual (ctrl+q quits)
@@ -95,8 +105,12 @@ async def test_a_toast_stands_above_the_prompt_and_the_screen_is_repainted_once_
     app = make_app()
     async with app.run_test(size=SMALL, notifications=True) as pilot:
         await settle(pilot)
-        app.notify("demo model: tiny Qwen3-family model with random weights — output is gibberish by design",
-                   title="engine", severity="warning", timeout=0.3)
+        app.notify(
+            "demo model: tiny Qwen3-family model with random weights — output is gibberish by design",
+            title="engine",
+            severity="warning",
+            timeout=0.3,
+        )
         await wait_until(pilot, lambda: bool(app.screen.query(Toast)))
         await pilot.pause(0.05)
         toast, prompt = app.screen.query_one(Toast), app.query_one("#prompt")
@@ -117,8 +131,15 @@ async def test_the_bucket_editor_shows_its_what_if_and_the_status_line_at_80x24(
         lines = screen_text(app).splitlines()
         assert lines[0].startswith(" graphtop ")  # the status line stays in view
         text = "\n".join(lines)
-        for row in ("what-if", "graph hit rate", "padding waste", "est. graph memory", "est. recapture work",
-                    "Recapture", "escape cancel"):
+        for row in (
+            "what-if",
+            "graph hit rate",
+            "padding waste",
+            "est. graph memory",
+            "est. recapture work",
+            "Recapture",
+            "escape cancel",
+        ):
             assert row in text, row
         body = app.screen.query_one("#editor-body")
         assert body.max_scroll_y == 0  # nothing scrolled out of sight
@@ -220,9 +241,9 @@ async def test_no_scrollbar_glyph_in_the_steps_rows(size: tuple[int, int]) -> No
         table = app.query_one(StepsTable)
         assert table.max_scroll_y > 0  # more rows than fit: a scrollbar would be drawn
         region = table.region
-        lines = screen_text(app).splitlines()[region.y:region.bottom]
+        lines = screen_text(app).splitlines()[region.y : region.bottom]
         for line in lines:
-            assert not BLOCKS & set(line[region.x:region.right]), line
+            assert not BLOCKS & set(line[region.x : region.right]), line
 
 
 async def test_free_on_a_cpu_reads_the_same_in_the_dashboard_and_in_trace_summary() -> None:

@@ -7,19 +7,18 @@ import logging
 from pathlib import Path
 
 import pytest
+from support.tui_pilot import make_app, pump
+from support.tui_pilot import open_path_prompt as _open
 from textual.content import Content
 from textual.widgets import Input, Static
 
 from graphtop.engine.telemetry.events import ErrorEvent
-from graphtop.tui.sessions.fake import FakeSession
 from graphtop.tui.file_actions import PathTextError, path_from_text
-from graphtop.tui.screens.path_prompt import PathPromptScreen
-from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.safe_text import literal, printable, safe_content
+from graphtop.tui.screens.path_prompt import PathPromptScreen
+from graphtop.tui.sessions.fake import FakeSession
 from graphtop.tui.testing import leave_prompt, settle, wait_until
-
-from support.tui_pilot import make_app, pump
-from support.tui_pilot import open_path_prompt as _open
+from graphtop.tui.widgets.request_view import RequestView
 
 SIZE = (120, 40)
 
@@ -62,11 +61,14 @@ def test_safe_content_keeps_the_style_spans() -> None:
     assert literal("[/] [@click=app.quit]x[/]").plain == "[/] [@click=app.quit]x[/]"
 
 
-@pytest.mark.parametrize("text, says", [
-    ("a\x00b", "NUL"),
-    ("\ud800x", "characters no file name can hold"),
-    ("~no-such-user-graphtop/x", "no such user"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("a\x00b", "NUL"),
+        ("\ud800x", "characters no file name can hold"),
+        ("~no-such-user-graphtop/x", "no such user"),
+    ],
+)
 def test_path_text_that_names_no_file_is_one_line(text: str, says: str) -> None:
     with pytest.raises(PathTextError, match=says):
         path_from_text(text)
@@ -78,8 +80,9 @@ async def test_engine_errors_and_logs_with_markup_show_literally_and_do_not_cras
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        session.publish(ErrorEvent(where="[b]decode[/]", message="bad token [/INST] after \x1b[31m", fatal=False,
-                                   ts=1.0))
+        session.publish(
+            ErrorEvent(where="[b]decode[/]", message="bad token [/INST] after \x1b[31m", fatal=False, ts=1.0)
+        )
         session.logs.append((logging.WARNING, "[@click=app.quit]click me[/]"))
         await pump(pilot, 2)
         shown = toasts(app)
@@ -188,8 +191,19 @@ async def test_a_fallback_reason_with_markup_and_controls_hovers_safely() -> Non
     from graphtop.tui.sessions.fake import boot_events
 
     reason = "[/] odd\x1b[31m [@click=app.quit]x[/]"
-    steps = [StepEvent(step=i, phase="decode", batch_size=4, num_tokens=4, path="eager", fallback_reason=reason,
-                       host_ms=1.0, ts=100.0 + i) for i in range(1, 6)]
+    steps = [
+        StepEvent(
+            step=i,
+            phase="decode",
+            batch_size=4,
+            num_tokens=4,
+            path="eager",
+            fallback_reason=reason,
+            host_ms=1.0,
+            ts=100.0 + i,
+        )
+        for i in range(1, 6)
+    ]
     app = make_app(FakeSession(boot_events() + steps))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

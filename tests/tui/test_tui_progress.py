@@ -72,10 +72,28 @@ def headless_run(tiny_ckpt, tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHTOP_CACHE_DIR", str(tmp_path / "cache"))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("hello world\n" + json.dumps({"prompt": "Once upon a time", "max_new_tokens": 5}) + "\n")
-    args = ["--model", str(tiny_ckpt("llama")), "--device", "cpu", "--max-total-tokens", "2048",
-            "--max-running-requests", "4", "--chunked-prefill-size", "64", "--cuda-graph-bs-decode", "1,2",
-            "--cuda-graph-num-tokens-prefill", "16,32", "--max-new-tokens", "6",
-            "--prompts", str(prompts), "--output", str(tmp_path / "out.jsonl")]
+    args = [
+        "--model",
+        str(tiny_ckpt("llama")),
+        "--device",
+        "cpu",
+        "--max-total-tokens",
+        "2048",
+        "--max-running-requests",
+        "4",
+        "--chunked-prefill-size",
+        "64",
+        "--cuda-graph-bs-decode",
+        "1,2",
+        "--cuda-graph-num-tokens-prefill",
+        "16,32",
+        "--max-new-tokens",
+        "6",
+        "--prompts",
+        str(prompts),
+        "--output",
+        str(tmp_path / "out.jsonl"),
+    ]
     return args
 
 

@@ -20,8 +20,8 @@ from graphtop.tui.app import GraphtopApp
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.sessions.fake import boot_events
 from graphtop.tui.sessions.remote import RemoteSession
-from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.testing import FIXED_DEVICE, screen_text, wait_until
+from graphtop.tui.widgets.request_view import RequestView
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,9 @@ def _app(session: RemoteSession, **kwargs: Any) -> GraphtopApp:
     return GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, tick_hz=20, **kwargs)
 
 
-def _attach_to_tiny_engine(tiny_ckpt, make_engine, tmp_path: Path) -> tuple[Any, TelemetryServer, RemoteSession,
-                                                                             GraphtopApp]:
+def _attach_to_tiny_engine(
+    tiny_ckpt, make_engine, tmp_path: Path
+) -> tuple[Any, TelemetryServer, RemoteSession, GraphtopApp]:
     """A tiny engine serving in the background with an endpoint, and a dashboard attached to it."""
     engine = make_engine(tiny_ckpt("qwen3"))
     server = engine.serve_telemetry(runtime_dir=tmp_path / "rt")
@@ -158,8 +159,9 @@ async def test_owned_viewer_exits_when_its_engine_process_ends(tmp_path: Path) -
         session.shutdown()
 
 
-async def test_parity_toggle_reaches_the_engine_over_the_endpoint(tiny_ckpt, make_engine, tmp_path: Path,
-                                                                   torch_one_thread) -> None:
+async def test_parity_toggle_reaches_the_engine_over_the_endpoint(
+    tiny_ckpt, make_engine, tmp_path: Path, torch_one_thread
+) -> None:
     """The palette's parity toggle in an attached dashboard switches the engine's checks on and off;
     the checks' events come back and fill the parity panel."""
     engine, server, session, app = _attach_to_tiny_engine(tiny_ckpt, make_engine, tmp_path)

@@ -8,13 +8,12 @@ import re
 import time
 
 import pytest
+from support.tui_pilot import make_app
 from textual import events
 from textual.widgets import Input
 
-from graphtop.tui.widgets.sampling_row import FIELDS, INTEGER_RESTRICT, MAX_LENGTH, NUMBER_RESTRICT, RESTRICTS
 from graphtop.tui.testing import settle
-
-from support.tui_pilot import make_app
+from graphtop.tui.widgets.sampling_row import FIELDS, INTEGER_RESTRICT, MAX_LENGTH, NUMBER_RESTRICT, RESTRICTS
 
 SIZE = (120, 40)
 
@@ -22,14 +21,21 @@ SIZE = (120, 40)
 @pytest.mark.parametrize(
     "pattern, accepted, rejected",
     [
-        (INTEGER_RESTRICT, ["", "-", "+", "0", "-12", "+7", "123456"],
-         ["a", "1a", "1.5", "1e3", "1_000", "1 ", "--1", "١٢", "１２"]),
-        (NUMBER_RESTRICT, ["", "-", ".", "0", "0.7", "-.5", "1.", "1e", "1e-", "1.5E+3", "+2e10"],
-         ["a", "e5", ".e5", "1..2", "1e5e", "1_000", "1 ", "inf", "nan", "١٫٢", "0.７"]),
+        (
+            INTEGER_RESTRICT,
+            ["", "-", "+", "0", "-12", "+7", "123456"],
+            ["a", "1a", "1.5", "1e3", "1_000", "1 ", "--1", "١٢", "１２"],
+        ),
+        (
+            NUMBER_RESTRICT,
+            ["", "-", ".", "0", "0.7", "-.5", "1.", "1e", "1e-", "1.5E+3", "+2e10"],
+            ["a", "e5", ".e5", "1..2", "1e5e", "1_000", "1 ", "inf", "nan", "١٫٢", "0.７"],
+        ),
     ],
 )
-def test_patterns_take_partial_numbers_and_only_ascii_digits(pattern: str, accepted: list[str],
-                                                             rejected: list[str]) -> None:
+def test_patterns_take_partial_numbers_and_only_ascii_digits(
+    pattern: str, accepted: list[str], rejected: list[str]
+) -> None:
     assert [t for t in accepted if re.fullmatch(pattern, t) is None] == []
     assert [t for t in rejected if re.fullmatch(pattern, t) is not None] == []
 
@@ -74,22 +80,25 @@ async def test_a_letter_after_many_digits_or_a_forty_digit_paste_is_refused_at_o
         assert app._exception is None
 
 
-@pytest.mark.parametrize("field, value, says", [
-    ("temperature", "nan", "temperature must be a finite number"),
-    ("temperature", "1e309", "temperature must be a finite number"),
-    ("seed", "-1", "seed must be an integer >= 0"),
-    ("seed", str(2**64), "seed must be at most"),
-    ("max-tokens", "1" + "0" * 30, "max tokens must be at most"),
-    ("top-p", "0", "top-p must be in (0, 1]"),
-    # a value that is no number names its field (Python's own words, "invalid literal for int() with
-    # base 10: ''", named none)
-    ("max-tokens", "", "max tokens is empty: enter an integer"),
-    ("max-tokens", "-", "max tokens: '-' is not an integer"),
-    ("temperature", "1e", "temperature: '1e' is not a number"),
-    ("top-p", ".", "top-p: '.' is not a number"),
-    ("top-k", "+", "top-k: '+' is not an integer"),
-    ("seed", "-", "seed: '-' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("temperature", "nan", "temperature must be a finite number"),
+        ("temperature", "1e309", "temperature must be a finite number"),
+        ("seed", "-1", "seed must be an integer >= 0"),
+        ("seed", str(2**64), "seed must be at most"),
+        ("max-tokens", "1" + "0" * 30, "max tokens must be at most"),
+        ("top-p", "0", "top-p must be in (0, 1]"),
+        # a value that is no number names its field (Python's own words, "invalid literal for int() with
+        # base 10: ''", named none)
+        ("max-tokens", "", "max tokens is empty: enter an integer"),
+        ("max-tokens", "-", "max tokens: '-' is not an integer"),
+        ("temperature", "1e", "temperature: '1e' is not a number"),
+        ("top-p", ".", "top-p: '.' is not a number"),
+        ("top-k", "+", "top-k: '+' is not an integer"),
+        ("seed", "-", "seed: '-' is not an integer"),
+    ],
+)
 async def test_settings_the_engine_refuses_are_refused_as_typed(field: str, value: str, says: str) -> None:
     """One home for the rules (the engine's SamplingParams): a prompt typed while the model loads is
     not queued with settings the engine would refuse later."""

@@ -73,8 +73,12 @@ def test_compact_steps_view_dark(snap_compare) -> None:
 def test_toast_above_the_prompt_at_80x24_dark(snap_compare) -> None:
     async def toast(pilot) -> None:
         await settle(pilot)
-        pilot.app.notify("demo model: tiny Qwen3-family model with random weights — output is gibberish by design",
-                         title="engine", severity="warning", timeout=60)
+        pilot.app.notify(
+            "demo model: tiny Qwen3-family model with random weights — output is gibberish by design",
+            title="engine",
+            severity="warning",
+            timeout=60,
+        )
         await pilot.pause(0.3)
 
     assert snap_compare(fixed_app("graphtop-dark"), terminal_size=(80, 24), run_before=toast)

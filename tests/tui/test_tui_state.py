@@ -7,12 +7,17 @@ import json
 import pytest
 
 from graphtop.engine.telemetry.events import (
-    CaptureFinished, CaptureProgress, CaptureStarted, ErrorEvent, KVPoolState, StepEvent,
+    CaptureFinished,
+    CaptureProgress,
+    CaptureStarted,
+    ErrorEvent,
+    KVPoolState,
+    StepEvent,
 )
+from graphtop.engine.telemetry.trace import write_trace
 from graphtop.tui.sessions.fake import FakeSession, boot_events, step_events
 from graphtop.tui.sessions.replay import ReplaySession
 from graphtop.tui.state import DashboardState
-from graphtop.engine.telemetry.trace import write_trace
 
 
 def test_boot_and_steps_fold() -> None:

@@ -11,17 +11,18 @@ from textual.widgets import Static
 
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.sessions.fake import FakeSession, step_events
+from graphtop.tui.testing import FIXED_DEVICE, screen_text, settle
 from graphtop.tui.widgets.panel import set_content
 from graphtop.tui.widgets.steps_panel import StepsPanel
 from graphtop.tui.widgets.steps_table import ROWS, StepsTable
-from graphtop.tui.testing import FIXED_DEVICE, screen_text, settle
 
 SIZE = (160, 48)
 
 
 def make_app(session: FakeSession) -> GraphtopApp:
-    return GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False,
-                       notify_events=False, tick_hz=None)
+    return GraphtopApp(
+        session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, notify_events=False, tick_hz=None
+    )
 
 
 async def test_timer_renders_are_throttled_but_catch_up() -> None:
@@ -94,8 +95,9 @@ async def test_set_content_skips_identical_text() -> None:
 
 async def test_tick_slows_down_while_the_engine_is_busy() -> None:
     session = FakeSession()
-    app = GraphtopApp(session, poll_device=False, device_sample=FIXED_DEVICE, animate=False,
-                      notify_events=False, tick_hz=15)
+    app = GraphtopApp(
+        session, poll_device=False, device_sample=FIXED_DEVICE, animate=False, notify_events=False, tick_hz=15
+    )
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app._tick()  # nothing queued: the idle rate (a timer tick may have drained the boot burst)

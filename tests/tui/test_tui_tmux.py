@@ -63,8 +63,14 @@ class Tmux:
         self.socket_path: Optional[Path] = None
 
     def tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], env=self.env,
-                              capture_output=True, text=True, timeout=30, check=check)
+        return subprocess.run(
+            ["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=check,
+        )
 
     def start(self, command: str, width: int, height: int) -> None:
         self.tmux("new-session", "-d", "-s", "gt", "-x", str(width), "-y", str(height), command)
@@ -168,7 +174,7 @@ def request_state(screen: str, prompt: str) -> tuple[bool, bool, Optional[str]]:
     body = [r for r in rows if r.strip() and "top-p" not in r]
     if at is not None:  # the header may wrap: its state then ends up on the next row
         wrapped = at + 1 < len(rows) and rows[at + 1].lstrip().startswith("·")
-        header = " ".join(rows[at:at + 2]) if wrapped else rows[at]
+        header = " ".join(rows[at : at + 2]) if wrapped else rows[at]
         body = [r for i, r in enumerate(rows) if r.strip() and "top-p" not in r and not at <= i <= at + wrapped]
         finished = "done (" in header or "error:" in header
     else:
@@ -236,8 +242,13 @@ def test_prompt_typed_half_a_second_after_start_is_answered(tmp_path: Path) -> N
             return "the live view was paused" if lines and "PAUSED" in lines[0] else engine_failed(screen)
 
         prompt = f"{PROMPT} again"
-        screen = wait_for(term, "the prompt to be answered", lambda s: request_state(s, prompt)[0],
-                          STARTUP_TIMEOUT + STREAM_TIMEOUT, fail=paused)
+        screen = wait_for(
+            term,
+            "the prompt to be answered",
+            lambda s: request_state(s, prompt)[0],
+            STARTUP_TIMEOUT + STREAM_TIMEOUT,
+            fail=paused,
+        )
         _, streamed, header = request_state(screen, prompt)
         assert streamed, f"no streamed text in the prompt console\n{screen}"
         assert header is not None and f"/{PROMPT}" not in header and "error:" not in header, header
@@ -254,13 +265,17 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
     t0 = time.monotonic()
     term, exit_file = start_graphtop(tmp_path)
     try:
-
         # 1. model built and loaded, both phases captured (a ✓ on each phase line)
         screen = wait_for(
-            term, "graph capture to finish",
-            lambda s: bool(re.search(DONE_RE.format(phase="decode"), s))
-            and bool(re.search(DONE_RE.format(phase="prefill"), s)) and "loading" not in s,
-            STARTUP_TIMEOUT, fail=engine_failed,
+            term,
+            "graph capture to finish",
+            lambda s: (
+                bool(re.search(DONE_RE.format(phase="decode"), s))
+                and bool(re.search(DONE_RE.format(phase="prefill"), s))
+                and "loading" not in s
+            ),
+            STARTUP_TIMEOUT,
+            fail=engine_failed,
         )
         assert "graphtop" in screen.splitlines()[0]  # the status line
         assert TYPING in footer(screen)  # the prompt has the focus from the first frame
@@ -282,10 +297,16 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
 
         # 4. a prompt: "/" goes back to the input, type, enter; the completion streams until done
         type_prompt(term, PROMPT)
-        wait_for(term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30,
-                 fail=engine_failed)
-        screen = wait_for(term, "the request to finish streaming", lambda s: request_state(s, PROMPT)[0],
-                          STREAM_TIMEOUT, fail=engine_failed)
+        wait_for(
+            term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30, fail=engine_failed
+        )
+        screen = wait_for(
+            term,
+            "the request to finish streaming",
+            lambda s: request_state(s, PROMPT)[0],
+            STREAM_TIMEOUT,
+            fail=engine_failed,
+        )
         _, streamed, header = request_state(screen, PROMPT)
         assert streamed, f"no streamed text in the prompt console\n{screen}"
         assert header is None or "error:" not in header, header
@@ -303,9 +324,11 @@ def test_dashboard_in_real_terminal(tmp_path: Path) -> None:
         wait_for(term, "the decode list to validate", lambda s: "✓ 3 buckets: 1,2,4" in s, 15)
         term.keys("C-s")
         wait_for(
-            term, "the recapture to finish",
+            term,
+            "the recapture to finish",
             lambda s: bool(re.search(r"decode\s+[█░]+ 3/3 .*✓", s)) and "last recapture ok" in s,
-            RECAPTURE_TIMEOUT, fail=recapture_failed,
+            RECAPTURE_TIMEOUT,
+            fail=recapture_failed,
         )
         screen = term.screen()
         if "graph buckets" in screen:  # confirm dismisses the editor; close it if it did not
@@ -326,16 +349,48 @@ def test_attach_to_a_headless_run_in_real_terminal(tmp_path: Path, tiny_ckpt) ->
 
     runtime = tmp_path / "rt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
-    env.update(GRAPHTOP_RUNTIME_DIR=str(runtime), GRAPHTOP_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1",
-               HF_HUB_DISABLE_PROGRESS_BARS="1", TERM="xterm-256color", OMP_NUM_THREADS="1")  # two runs at once: no
+    env.update(
+        GRAPHTOP_RUNTIME_DIR=str(runtime),
+        GRAPHTOP_CACHE_DIR=str(tmp_path / "cache"),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        TERM="xterm-256color",
+        OMP_NUM_THREADS="1",
+    )  # two runs at once: no
     # OpenMP spinning against each other on a small machine
-    run = [*shlex.split(graphtop_command()), "--model", str(tiny_ckpt("qwen3")), "--device", "cpu",
-           "--max-total-tokens", "2048", "--max-running-requests", "4", "--chunked-prefill-size", "64",
-           "--synthetic", "1000", "--synthetic-prompt-len", "fixed:8", "--synthetic-output-len", "fixed:40"]
-    unwatched = subprocess.Popen([*run, "--output", str(tmp_path / "unwatched.jsonl")], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    watched = subprocess.Popen([*run, "--telemetry", "--output", str(tmp_path / "watched.jsonl")], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = [
+        *shlex.split(graphtop_command()),
+        "--model",
+        str(tiny_ckpt("qwen3")),
+        "--device",
+        "cpu",
+        "--max-total-tokens",
+        "2048",
+        "--max-running-requests",
+        "4",
+        "--chunked-prefill-size",
+        "64",
+        "--synthetic",
+        "1000",
+        "--synthetic-prompt-len",
+        "fixed:8",
+        "--synthetic-output-len",
+        "fixed:40",
+    ]
+    unwatched = subprocess.Popen(
+        [*run, "--output", str(tmp_path / "unwatched.jsonl")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watched = subprocess.Popen(
+        [*run, "--telemetry", "--output", str(tmp_path / "watched.jsonl")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     exit_file = tmp_path / "exit-status"
     term = Tmux(env)
     try:
@@ -387,8 +442,13 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
     term, exit_file = start_graphtop(tmp_path, *SMALL)
     try:
         # 1. loaded and captured: the hidden capture view's headline turns to a check mark
-        screen = wait_for(term, "graph capture to finish (view bar: 3 capture ✓)",
-                          lambda s: "3 capture ✓" in view_bar(s), STARTUP_TIMEOUT, fail=engine_failed)
+        screen = wait_for(
+            term,
+            "graph capture to finish (view bar: 3 capture ✓)",
+            lambda s: "3 capture ✓" in view_bar(s),
+            STARTUP_TIMEOUT,
+            fail=engine_failed,
+        )
         assert "graphtop" in screen.splitlines()[0] and "graph hits" in screen.splitlines()[0]
         for tab in ("1 steps", "2 memory KV", "4 prompts"):
             assert tab in view_bar(screen), view_bar(screen)
@@ -397,14 +457,19 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
         # from the steps view, whose bar says how many requests are still streaming)
         assert TYPING in footer(screen) and "─ prompt console ─" in screen
         type_prompt(term, PROMPT)
-        wait_for(term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30,
-                 fail=engine_failed)
+        wait_for(
+            term, "the request to show up", lambda s: PROMPT in "\n".join(console_lines(s)), 30, fail=engine_failed
+        )
         term.keys("Escape")
         wait_for(term, "the input to lose focus", lambda s: "b Buckets" in footer(s), 15)
         term.keys("1")
-        wait_for(term, "the request to finish streaming (view bar: 4 prompts, nothing streaming)",
-                 lambda s: "streaming" not in view_bar(s) and STEP_ROW.search(s) is not None, STREAM_TIMEOUT,
-                 fail=engine_failed)
+        wait_for(
+            term,
+            "the request to finish streaming (view bar: 4 prompts, nothing streaming)",
+            lambda s: "streaming" not in view_bar(s) and STEP_ROW.search(s) is not None,
+            STREAM_TIMEOUT,
+            fail=engine_failed,
+        )
         term.keys("4")
         screen = wait_for(term, "the prompts view", lambda s: "─ prompt console ─" in s, 15)
         assert any(r.strip() for r in console_lines(screen)[1:]), f"no streamed text in the prompt console\n{screen}"
@@ -413,8 +478,7 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
         # 3. views: 2 memory (ledger + KV pool), 1 steps (the compact table)
         wait_for(term, "the steps view", lambda s: "─ steps ─" in s, 15)
         term.keys("2")
-        wait_for(term, "the memory view", lambda s: "─ memory ledger ─" in s and "─ KV pool ─" in s
-                 and "free" in s, 15)
+        wait_for(term, "the memory view", lambda s: "─ memory ledger ─" in s and "─ KV pool ─" in s and "free" in s, 15)
         term.keys("1")
         wait_for(term, "the steps view", lambda s: STEP_ROW.search(s) is not None, 15)
 
@@ -451,8 +515,13 @@ def test_compact_dashboard_in_real_terminal_80x24(tmp_path: Path) -> None:
         term.keys("C-s")
         wait_for(term, "the editor to close", lambda s: "graph buckets" not in s, 15)
         term.keys("3")  # the capture view (its left half: an engine notice may cover the right for a while)
-        wait_for(term, "the recapture to finish", lambda s: "last recapture ok" in s
-                 and re.search(r"decode\s+[█░]+ 3/3", s) is not None, RECAPTURE_TIMEOUT, fail=recapture_failed)
+        wait_for(
+            term,
+            "the recapture to finish",
+            lambda s: "last recapture ok" in s and re.search(r"decode\s+[█░]+ 3/3", s) is not None,
+            RECAPTURE_TIMEOUT,
+            fail=recapture_failed,
+        )
 
         # 6. q quits, exit status 0
         quit_with_status_0(term, exit_file)

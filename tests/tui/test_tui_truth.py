@@ -4,30 +4,44 @@ recapture, CPU memory, an idle KV pool, the prompt console's history, and every 
 from __future__ import annotations
 
 import pytest
+from support.tui_pilot import make_app, pump
 from textual.widgets import Input
 
 from graphtop.engine.graphs.fallback import FallbackReason
 from graphtop.engine.telemetry.events import (
-    CaptureFinished, CaptureProgress, CaptureStarted, KVPoolState, MemoryLedger, RecaptureFinished,
-    RecaptureRequested, StepEvent,
+    CaptureFinished,
+    CaptureProgress,
+    CaptureStarted,
+    KVPoolState,
+    MemoryLedger,
+    RecaptureFinished,
+    RecaptureRequested,
+    StepEvent,
 )
-from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.explain import FALLBACK_REASONS, LEDGER_ROWS, explain_fallback
-from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
+from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.screens.help import HelpScreen
-from graphtop.tui.widgets.level_spark import LevelSparkline
+from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
 from graphtop.tui.sessions.recapture_state import estimate_capture_seconds
-from graphtop.tui.widgets.request_view import RequestView
 from graphtop.tui.testing import leave_prompt, screen_text, settle, wait_until
-
-from support.tui_pilot import make_app, pump
+from graphtop.tui.widgets.level_spark import LevelSparkline
+from graphtop.tui.widgets.request_view import RequestView
 
 SIZE = (160, 48)
 
 
 def recapture_step(step: int) -> StepEvent:
-    return StepEvent(step=step, phase="decode", batch_size=3, num_tokens=3, bucket=None, path="eager",
-                     fallback_reason="recapture_in_progress", host_ms=4.0, ts=T0 + 31)
+    return StepEvent(
+        step=step,
+        phase="decode",
+        batch_size=3,
+        num_tokens=3,
+        bucket=None,
+        path="eager",
+        fallback_reason="recapture_in_progress",
+        host_ms=4.0,
+        ts=T0 + 31,
+    )
 
 
 async def test_recapture_requested_capturing_and_done_say_estimate_and_actual() -> None:
@@ -42,29 +56,35 @@ async def test_recapture_requested_capturing_and_done_say_estimate_and_actual() 
         await pump(pilot)
         text = screen_text(app)
         assert "recapture requested: runs at the next step" in text and "est. 0.30s capture work" in text
-        session.publish(CaptureStarted(phase="decode", buckets=(8, 4, 2, 1), reason="recapture", ts=T0 + 30.5),
-                        CaptureProgress(phase="decode", bucket=8, index=1, total=4, seconds=0.5, memory_bytes=1,
-                                        ts=T0 + 31),
-                        recapture_step(61), recapture_step(62))
+        session.publish(
+            CaptureStarted(phase="decode", buckets=(8, 4, 2, 1), reason="recapture", ts=T0 + 30.5),
+            CaptureProgress(phase="decode", bucket=8, index=1, total=4, seconds=0.5, memory_bytes=1, ts=T0 + 31),
+            recapture_step(61),
+            recapture_step(62),
+        )
         await pump(pilot)
         text = screen_text(app)
         assert "recapture requested" not in text  # it runs now: the request line is gone
         assert "recapturing 1/4 · 0.50s of est. 0.30s" in text
         assert "recapture_in_progress" in text  # one reason for the steps meanwhile, in the fallbacks too
         for bucket in (4, 2, 1):
-            session.publish(CaptureProgress(phase="decode", bucket=bucket, index=2, total=4, seconds=0.5,
-                                            memory_bytes=1, ts=T0 + 32))
-        session.publish(CaptureFinished(phase="decode", captured=(1, 2, 4, 8), seconds=9.0, memory_bytes=4,
-                                        ts=T0 + 39),
-                        RecaptureFinished(ok=True, decode_bs=(1, 2, 4, 8), seconds=9.5, message="recaptured",
-                                          ts=T0 + 39.5))
+            session.publish(
+                CaptureProgress(
+                    phase="decode", bucket=bucket, index=2, total=4, seconds=0.5, memory_bytes=1, ts=T0 + 32
+                )
+            )
+        session.publish(
+            CaptureFinished(phase="decode", captured=(1, 2, 4, 8), seconds=9.0, memory_bytes=4, ts=T0 + 39),
+            RecaptureFinished(ok=True, decode_bs=(1, 2, 4, 8), seconds=9.5, message="recaptured", ts=T0 + 39.5),
+        )
         await pump(pilot)
         text = screen_text(app)
         assert "last recapture ok" in text and "capture 2.00s (est. 0.30s) · wall 9.50s" in text
         assert "decode  ████████████ 4/4 2.00s" in text  # the phase line shows capture work, not wall time
-        session.publish(RecaptureRequested(decode_bs=(0,), ts=T0 + 40),
-                        RecaptureFinished(ok=False, decode_bs=(1, 2, 4, 8), message="decode bucket 0 must be positive",
-                                          ts=T0 + 40))
+        session.publish(
+            RecaptureRequested(decode_bs=(0,), ts=T0 + 40),
+            RecaptureFinished(ok=False, decode_bs=(1, 2, 4, 8), message="decode bucket 0 must be positive", ts=T0 + 40),
+        )
         await pump(pilot)
         text = screen_text(app)
         assert "last recapture failed:" in text and "decode bucket 0 must be positive" in text
@@ -82,8 +102,10 @@ async def test_bucket_editor_during_a_recapture_shows_the_lists_being_captured()
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        session.publish(RecaptureRequested(decode_bs=(1, 2, 4, 8), ts=T0 + 30),
-                        CaptureStarted(phase="decode", buckets=(8, 4, 2, 1), reason="recapture", ts=T0 + 30))
+        session.publish(
+            RecaptureRequested(decode_bs=(1, 2, 4, 8), ts=T0 + 30),
+            CaptureStarted(phase="decode", buckets=(8, 4, 2, 1), reason="recapture", ts=T0 + 30),
+        )
         await pump(pilot)
         await leave_prompt(pilot)
         await pilot.press("b")
@@ -101,8 +123,9 @@ async def test_bucket_editor_during_a_recapture_shows_the_lists_being_captured()
 
 
 async def test_cpu_ledger_free_reads_not_applicable_and_rows_explain_themselves() -> None:
-    cpu = MemoryLedger(device="cpu", total=700 * 1024**2, weights=200 * 1024**2, kv_pool=500 * 1024**2, free=0,
-                       ts=T0 + 1)
+    cpu = MemoryLedger(
+        device="cpu", total=700 * 1024**2, weights=200 * 1024**2, kv_pool=500 * 1024**2, free=0, ts=T0 + 1
+    )
     session = FakeSession(boot_events() + [cpu] + step_events(20))
     app = make_app(session)
     async with app.run_test(size=SIZE) as pilot:
@@ -128,8 +151,10 @@ async def test_kv_sparkline_at_zero_use_draws_nothing_and_full_use_full_columns(
         spark = app.query_one(LevelSparkline)
         lines = [spark.render_line(y).text for y in range(spark.size.height)]
         assert all(set(line) <= {" "} for line in lines), lines
-        session.publish(KVPoolState(capacity_tokens=1000, used_tokens=1000, page_size=16, ts=T0 + 9),
-                        KVPoolState(capacity_tokens=1000, used_tokens=500, page_size=16, ts=T0 + 10))
+        session.publish(
+            KVPoolState(capacity_tokens=1000, used_tokens=1000, page_size=16, ts=T0 + 9),
+            KVPoolState(capacity_tokens=1000, used_tokens=500, page_size=16, ts=T0 + 10),
+        )
         await pump(pilot)
         lines = [spark.render_line(y).text for y in range(spark.size.height)]
         assert [line[-2:] for line in lines] == ["█ ", "██"]  # full, then half of two rows
@@ -195,7 +220,9 @@ async def test_prompt_console_keeps_the_conversation_scrollable_and_bounded(monk
             await pump(pilot, 45)
         views = list(app.query(RequestView))
         assert [v.prompt for v in views] == [f"q{i}" for i in range(2, 8)] and all(v.done for v in views)
-        assert "2 earlier request(s) let go: the console keeps the last 6" in str(app.query_one("#outputs-note").render())
+        assert "2 earlier request(s) let go: the console keeps the last 6" in str(
+            app.query_one("#outputs-note").render()
+        )
         outputs = app.query_one("#outputs")
         assert outputs.max_scroll_y > 0 and outputs.scroll_y == outputs.max_scroll_y  # follows the newest
         await pilot.press("pageup", "pageup")
@@ -212,8 +239,8 @@ async def test_prompt_console_lets_finished_requests_go_as_they_finish(monkeypat
     """The limit was applied only when a prompt was sent: with more than KEEP in flight, every one of
     them stayed on screen after they finished, until the next prompt."""
     import graphtop.tui.widgets.prompt_console as console_mod
-    from graphtop.tui.widgets.prompt_console import PromptConsole
     from graphtop.tui.sessions.base import SamplingSettings
+    from graphtop.tui.widgets.prompt_console import PromptConsole
 
     class Held:
         """A stream that finishes when the test says so."""

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from graphtop.engine.telemetry.events import StepEvent
 from graphtop.engine.graphs.bucket_policy import pick_bucket
-from graphtop.engine.telemetry.capture import BucketCost, estimate_cost as estimate
+from graphtop.engine.telemetry.capture import BucketCost
+from graphtop.engine.telemetry.capture import estimate_cost as estimate
+from graphtop.engine.telemetry.events import StepEvent
 from graphtop.tui.whatif import what_if
 
 
 def decode(bs: int, path: str = "graph", bucket: int | None = None, reason: str | None = None) -> StepEvent:
-    return StepEvent(step=0, phase="decode", batch_size=bs, num_tokens=bs, bucket=bucket, path=path,
-                     fallback_reason=reason, ts=0.0)
+    return StepEvent(
+        step=0, phase="decode", batch_size=bs, num_tokens=bs, bucket=bucket, path=path, fallback_reason=reason, ts=0.0
+    )
 
 
 def prefill(tokens: int, path: str = "graph", reason: str | None = None) -> StepEvent:
-    return StepEvent(step=0, phase="prefill", batch_size=1, num_tokens=tokens, path=path, fallback_reason=reason,
-                     ts=0.0)
+    return StepEvent(
+        step=0, phase="prefill", batch_size=1, num_tokens=tokens, path=path, fallback_reason=reason, ts=0.0
+    )
 
 
 def test_pick_bucket() -> None:
@@ -70,8 +73,12 @@ def test_prefill_and_mixed_use_prefill_buckets_by_tokens() -> None:
 
 
 def test_memory_from_ledger() -> None:
-    costs = [BucketCost("decode", 8, 0.1, 8_000), BucketCost("decode", 16, 0.2, 16_000),
-             BucketCost("decode", 64, 0.5, 0, ok=False), BucketCost("prefill", 128, 1.0, 50_000)]
+    costs = [
+        BucketCost("decode", 8, 0.1, 8_000),
+        BucketCost("decode", 16, 0.2, 16_000),
+        BucketCost("decode", 64, 0.5, 0, ok=False),
+        BucketCost("prefill", 128, 1.0, 50_000),
+    ]
     w = what_if([], [8, 12, 16, 32], [128, 256], costs)
     assert w.decode.est_memory_bytes == pytest.approx(8_000 + 12_000 + 16_000 + 32_000)
     assert w.prefill.est_memory_bytes == pytest.approx(100_000)  # single point: constant per graph
@@ -97,8 +104,12 @@ def test_prefill_padding_cap_decides_both_ways() -> None:
 
 
 def test_named_reasons_decide_what_buckets_can_fix() -> None:
-    steps = [decode(3, path="eager", reason="context_exceeds_graph"), decode(9, path="eager", reason="exceeds_max_bucket"),
-             decode(2, path="eager", reason="capture_failed"), decode(5, path="eager", reason="recapture_in_progress")]
+    steps = [
+        decode(3, path="eager", reason="context_exceeds_graph"),
+        decode(9, path="eager", reason="exceeds_max_bucket"),
+        decode(2, path="eager", reason="capture_failed"),
+        decode(5, path="eager", reason="recapture_in_progress"),
+    ]
     w = what_if(steps, [1, 2, 4, 8, 16], [64], current_decode=[4, 8])
     assert (w.decode.steps, w.decode.graph_steps, w.decode.padded_tokens) == (4, 1, 7)
 
@@ -108,18 +119,21 @@ async def test_a_phase_with_graphs_disabled_is_read_only_and_left_out_of_recaptu
     changed) and "Recapture graphs with the current buckets" sent [] for prefill, which the engine refuses."""
     import dataclasses
 
+    from support.tui_pilot import make_app
     from textual.widgets import Input, Label
 
     from graphtop.tui.screens.bucket_editor import BucketEditorScreen
     from graphtop.tui.sessions.fake import FakeSession, boot_events, step_events
     from graphtop.tui.testing import leave_prompt, settle
 
-    from support.tui_pilot import make_app
-
     boot = [ev for ev in boot_events() if getattr(ev, "phase", None) != "prefill"]
-    boot[0] = dataclasses.replace(boot[0], graph_config={
-        "decode": {"backend": "full", "bs": [1, 2, 4, 8, 16, 32]},
-        "prefill": {"backend": "disabled", "num_tokens": []}})
+    boot[0] = dataclasses.replace(
+        boot[0],
+        graph_config={
+            "decode": {"backend": "full", "bs": [1, 2, 4, 8, 16, 32]},
+            "prefill": {"backend": "disabled", "num_tokens": []},
+        },
+    )
     session = FakeSession(boot + [ev for ev in step_events() if getattr(ev, "phase", None) != "prefill"])
     app = make_app(session)
     async with app.run_test(size=(120, 40)) as pilot:

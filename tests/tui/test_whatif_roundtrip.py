@@ -59,10 +59,15 @@ def test_predicted_hit_rate_and_padding_equal_the_measured(tiny_ckpt, make_engin
     assert state.prefill_padding_cap() == 0.5
 
     inputs = state.whatif_inputs()
-    predicted = what_if(inputs.steps, CANDIDATE_DECODE, CANDIDATE_PREFILL, inputs.costs,
-                        max_padding_waste=inputs.max_padding_waste,
-                        current_decode=state.current_buckets("decode"),
-                        current_prefill=state.current_buckets("prefill"))
+    predicted = what_if(
+        inputs.steps,
+        CANDIDATE_DECODE,
+        CANDIDATE_PREFILL,
+        inputs.costs,
+        max_padding_waste=inputs.max_padding_waste,
+        current_decode=state.current_buckets("decode"),
+        current_prefill=state.current_buckets("prefill"),
+    )
 
     engine.recapture(decode_bs=CANDIDATE_DECODE, prefill_num_tokens=CANDIDATE_PREFILL)
     engine.run_until_idle()  # the recapture completes between polls
@@ -74,16 +79,25 @@ def test_predicted_hit_rate_and_padding_equal_the_measured(tiny_ckpt, make_engin
     assert before.steps == measured.steps  # the same schedule, step for step
     for phase in ("decode", "prefill"):
         p, m = getattr(predicted, phase), measured.phases[phase]
-        assert (p.steps, p.graph_steps, p.padded_tokens, p.bucket_tokens) == \
-               (m.steps, m.graph_steps, m.padded_tokens, m.bucket_tokens), phase
+        assert (p.steps, p.graph_steps, p.padded_tokens, p.bucket_tokens) == (
+            m.steps,
+            m.graph_steps,
+            m.padded_tokens,
+            m.bucket_tokens,
+        ), phase
         assert p.hit_rate == m.hit_rate and p.padding_waste == m.padding_waste
     assert predicted.hit_rate == measured.hit_rate and predicted.padding_waste == measured.padding_waste
 
     # the cap decided steps both ways: fallbacks the candidate fixes, and graph hits it refuses
     cap = FallbackReason.PREFILL_PADDING_OVER_CAP.value
+
     def prefill_paths(events):
-        return [(s.num_tokens, s.path, s.fallback_reason) for s in events
-                if isinstance(s, ev.StepEvent) and s.phase == "prefill"]
+        return [
+            (s.num_tokens, s.path, s.fallback_reason)
+            for s in events
+            if isinstance(s, ev.StepEvent) and s.phase == "prefill"
+        ]
+
     pairs = list(zip(prefill_paths(first), prefill_paths(second)))
     assert any(a[2] == cap and b[1] == "graph" for a, b in pairs), pairs
     assert any(a[1] == "graph" and b[2] == cap for a, b in pairs), pairs
@@ -100,8 +114,12 @@ def test_current_lists_predict_what_ran(tiny_ckpt, make_engine):
     state = DashboardState()
     state.apply_all(dashboard.drain())
     inputs = state.whatif_inputs()
-    now = what_if(inputs.steps, state.current_buckets("decode"), state.current_buckets("prefill"),
-                  max_padding_waste=inputs.max_padding_waste)
+    now = what_if(
+        inputs.steps,
+        state.current_buckets("decode"),
+        state.current_buckets("prefill"),
+        max_padding_waste=inputs.max_padding_waste,
+    )
     seen = summarize(events)
     assert (now.hit_rate, now.padding_waste) == (seen.hit_rate, seen.padding_waste)
     assert (state.hit_rate(), state.hits.padding_waste) == (seen.hit_rate, seen.padding_waste)

@@ -18,15 +18,29 @@ from typing import Any, Optional, Sequence
 
 from graphtop.engine.telemetry.bucket_demand import MAX_EAGER_RATIO
 
-from .flag_types import file_path, finite_float, nonneg_int
 from ..safe_text import one_line
 from ..usage import UsageError
+from .flag_types import file_path, finite_float, nonneg_int
 
 MAX_SIZE = float(2**63)
 """Bytes a size flag may name: what a 64-bit count (and a trace's numbers) can hold."""
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
-_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
-          "g": 1024**3, "gib": 1024**3, "gb": 1000**3, "t": 1024**4, "tib": 1024**4, "tb": 1000**4}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kib": 1024,
+    "kb": 1000,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "mb": 1000**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "gb": 1000**3,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "tb": 1000**4,
+}
 
 
 def parse_size(text: str) -> float:
@@ -45,17 +59,31 @@ def parse_size(text: str) -> float:
 def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     from .help_text import HelpFormatter, document
 
-    p = parser_class(prog="graphtop advise", formatter_class=HelpFormatter,
-                     description="Advise CUDA-graph bucket lists for the workload a trace recorded.",
-                     epilog="example: graphtop advise run.jsonl --max-graphs 8 --max-graph-memory 512MiB")
-    p.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop (--record, or Export trace)")
-    p.add_argument("--max-graphs", type=nonneg_int, metavar="N",
-                   help="graphs per phase (default: as many as the trace's list has)")
-    p.add_argument("--max-graph-memory", type=parse_size, metavar="SIZE",
-                   help="estimated graph memory per phase, from the trace's capture ledger (e.g. 512MiB)")
+    p = parser_class(
+        prog="graphtop advise",
+        formatter_class=HelpFormatter,
+        description="Advise CUDA-graph bucket lists for the workload a trace recorded.",
+        epilog="example: graphtop advise run.jsonl --max-graphs 8 --max-graph-memory 512MiB",
+    )
+    p.add_argument(
+        "trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop (--record, or Export trace)"
+    )
+    p.add_argument(
+        "--max-graphs", type=nonneg_int, metavar="N", help="graphs per phase (default: as many as the trace's list has)"
+    )
+    p.add_argument(
+        "--max-graph-memory",
+        type=parse_size,
+        metavar="SIZE",
+        help="estimated graph memory per phase, from the trace's capture ledger (e.g. 512MiB)",
+    )
     p.add_argument("--phase", choices=["decode", "prefill", "both"], default="both")
-    p.add_argument("--eager-ratio", type=finite_float(0.0, MAX_EAGER_RATIO, lo_open=True), metavar="R",
-                   help="eager step time / graph step time (default: measured from the trace, else a default)")
+    p.add_argument(
+        "--eager-ratio",
+        type=finite_float(0.0, MAX_EAGER_RATIO, lo_open=True),
+        metavar="R",
+        help="eager step time / graph step time (default: measured from the trace, else a default)",
+    )
     return document(p)
 
 
@@ -84,24 +112,46 @@ def run_advise(args: argparse.Namespace) -> int:
     for phase in phases:
         budget = args.max_graphs if args.max_graphs is not None else (len(current[phase]) or None)
         try:
-            advice, demand = advise_phase(inputs.steps, phase, costs=inputs.costs, max_padding_waste=cap,
-                                          current=current[phase] or None, max_graphs=budget,
-                                          max_memory=args.max_graph_memory, ratio=args.eager_ratio)
+            advice, demand = advise_phase(
+                inputs.steps,
+                phase,
+                costs=inputs.costs,
+                max_padding_waste=cap,
+                current=current[phase] or None,
+                max_graphs=budget,
+                max_memory=args.max_graph_memory,
+                ratio=args.eager_ratio,
+            )
         except ValueError as e:
             raise UsageError(f"{args.trace}: {e}") from None
         if demand.steps == 0:
             continue
         advised[phase] = list(advice.buckets)
         ph_cap = cap if phase == "prefill" else None
-        now_cost = expected_cost(phase, demand.sizes, current[phase], eager_ratio=demand.ratio.value,
-                                 max_padding_waste=ph_cap)
+        now_cost = expected_cost(
+            phase, demand.sizes, current[phase], eager_ratio=demand.ratio.value, max_padding_waste=ph_cap
+        )
         reports.append((phase, budget, advice, demand, now_cost))
     if not reports:
         raise UsageError(f"{args.trace}: no {' or '.join(phases)} steps recorded, nothing to advise from")
-    now = what_if(inputs.steps, current["decode"], current["prefill"], inputs.costs, max_padding_waste=cap,
-                  current_decode=current["decode"], current_prefill=current["prefill"])
-    new = what_if(inputs.steps, advised["decode"], advised["prefill"], inputs.costs, max_padding_waste=cap,
-                  current_decode=current["decode"], current_prefill=current["prefill"])
+    now = what_if(
+        inputs.steps,
+        current["decode"],
+        current["prefill"],
+        inputs.costs,
+        max_padding_waste=cap,
+        current_decode=current["decode"],
+        current_prefill=current["prefill"],
+    )
+    new = what_if(
+        inputs.steps,
+        advised["decode"],
+        advised["prefill"],
+        inputs.costs,
+        max_padding_waste=cap,
+        current_decode=current["decode"],
+        current_prefill=current["prefill"],
+    )
     report = format_advice(args, trace, state, reports, now, new, cap)
     print("".join(one_line(line) + "\n" for line in report.splitlines()), end="")  # trace text: no controls
     return 0
@@ -113,16 +163,16 @@ def graph_config_json(advised: dict[str, list[int]], cap: Optional[float]) -> st
     if "decode" in advised:
         out["decode"] = {"bs": advised["decode"]} if advised["decode"] else {"backend": "disabled"}
     if "prefill" in advised:
-        body: dict[str, Any] = ({"num_tokens": advised["prefill"]} if advised["prefill"]
-                                else {"backend": "disabled"})
+        body: dict[str, Any] = {"num_tokens": advised["prefill"]} if advised["prefill"] else {"backend": "disabled"}
         if advised["prefill"] and cap is not None:
             body["max_padding_waste"] = cap  # the advice assumed this cap
         out["prefill"] = body
     return json.dumps(out, separators=(",", ":"))
 
 
-def format_advice(args: argparse.Namespace, trace: Any, state: Any, reports: Sequence[tuple], now: Any, new: Any,
-                  cap: Optional[float]) -> str:
+def format_advice(
+    args: argparse.Namespace, trace: Any, state: Any, reports: Sequence[tuple], now: Any, new: Any, cap: Optional[float]
+) -> str:
     from graphtop.engine.graphs.bucket_list import format_buckets
 
     from ..fmt import human_bytes, pct
@@ -135,11 +185,15 @@ def format_advice(args: argparse.Namespace, trace: Any, state: Any, reports: Seq
 
     lines = [f"graphtop advise: {trace.path}"]
     steps = now.decode.steps + now.prefill.steps
-    lines.append(f"  {steps:,} steps (decode {now.decode.steps:,} · prefill {now.prefill.steps:,})"
-                 + ("; EMULATED run: graph timings are not real, eager ratios default" if state.emulated else ""))
+    lines.append(
+        f"  {steps:,} steps (decode {now.decode.steps:,} · prefill {now.prefill.steps:,})"
+        + ("; EMULATED run: graph timings are not real, eager ratios default" if state.emulated else "")
+    )
     memory = "unbounded" if args.max_graph_memory is None else human_bytes(args.max_graph_memory)
-    lines.append(f"  budget per phase: graphs {'as in the trace' if args.max_graphs is None else args.max_graphs}"
-                 f", graph memory {memory}" + (f"; prefill padding cap {cap:g}" if cap is not None else ""))
+    lines.append(
+        f"  budget per phase: graphs {'as in the trace' if args.max_graphs is None else args.max_graphs}"
+        f", graph memory {memory}" + (f"; prefill padding cap {cap:g}" if cap is not None else "")
+    )
     advised: dict[str, list[int]] = {}
     for phase, budget, advice, demand, now_cost in reports:
         a, b = getattr(now, phase), getattr(new, phase)

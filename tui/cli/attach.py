@@ -18,20 +18,21 @@ from typing import Optional
 
 from graphtop.engine.telemetry.runtime import EndpointError, check_tcp_port, find_entry, list_entries
 
-from .endpoint import TOKEN_ENV
 from ..safe_text import one_line
 from ..usage import UsageError
+from .endpoint import TOKEN_ENV
 
 
-
-def resolve_endpoint(endpoint: Optional[str], token: Optional[str], runtime_dir: Optional[Path] = None
-                     ) -> tuple[str, str, str]:
+def resolve_endpoint(
+    endpoint: Optional[str], token: Optional[str], runtime_dir: Optional[Path] = None
+) -> tuple[str, str, str]:
     """(endpoint, token, label) to attach to; UsageError with a one-line reason otherwise."""
     if endpoint is None:
         entries = list_entries(runtime_dir)
         if not entries:
-            raise UsageError("no running graphtop engine to attach to (start one with --telemetry, "
-                             "or call engine.serve_telemetry())")
+            raise UsageError(
+                "no running graphtop engine to attach to (start one with --telemetry, or call engine.serve_telemetry())"
+            )
         if len(entries) > 1:
             names = ", ".join(f"{e.pid} ({e.endpoint})" for e in entries)
             raise UsageError(f"{len(entries)} engines are running; name one: {names}")
@@ -42,12 +43,13 @@ def resolve_endpoint(endpoint: Optional[str], token: Optional[str], runtime_dir:
         return entry.endpoint, token or entry.token, _model_name(entry.model) or entry.endpoint
     assert endpoint is not None
     if not endpoint.strip():
-        raise UsageError("the endpoint is empty: name a pid or endpoint from graphtop ps, or none for the one "
-                         "running engine")
+        raise UsageError(
+            "the endpoint is empty: name a pid or endpoint from graphtop ps, or none for the one running engine"
+        )
     if "://" not in endpoint:
         endpoint = f"ipc://{_check_socket(endpoint, endpoint)}"
     elif endpoint.startswith("ipc://"):
-        path = endpoint[len("ipc://"):]
+        path = endpoint[len("ipc://") :]
         if not path:
             raise UsageError("endpoint ipc:// names no socket: use ipc://PATH (graphtop ps lists them)")
         if not path.startswith("@"):  # @NAME: Linux's abstract namespace, no file to look at
@@ -57,8 +59,10 @@ def resolve_endpoint(endpoint: Optional[str], token: Optional[str], runtime_dir:
     if endpoint.startswith("tcp://"):
         check_tcp_port(endpoint, wildcard=False)
     if not token:
-        raise UsageError(f"{endpoint} is not an engine of this user here; pass --token (the engine printed "
-                         f"it when it started) or set {TOKEN_ENV}")
+        raise UsageError(
+            f"{endpoint} is not an engine of this user here; pass --token (the engine printed "
+            f"it when it started) or set {TOKEN_ENV}"
+        )
     return endpoint, token, endpoint
 
 
@@ -112,9 +116,15 @@ def run_ps(runtime_dir: Optional[Path] = None) -> int:
         return 0
     rows = [("PID", "MODEL", "DEVICE", "UPTIME", "ENDPOINT")]
     now = time.time()
-    rows += [tuple(map(one_line, (str(e.pid), _model_name(e.model) or "?", e.device or "loading…",
-                                  _uptime(now - e.started), e.endpoint)))  # entry text: no controls
-             for e in entries]
+    rows += [
+        tuple(
+            map(
+                one_line,
+                (str(e.pid), _model_name(e.model) or "?", e.device or "loading…", _uptime(now - e.started), e.endpoint),
+            )
+        )  # entry text: no controls
+        for e in entries
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
@@ -132,4 +142,3 @@ def _uptime(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
-

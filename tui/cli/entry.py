@@ -25,8 +25,19 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, NoReturn, Optional, Sequence
 
-from .flag_types import (MAX_FLAG_INT, MAX_SEED, MAX_SYNTHETIC_REQUESTS, file_path, finite_float, int_in, nonempty,
-                        nonneg_int, positive_float, positive_int, serve_address)
+from .flag_types import (
+    MAX_FLAG_INT,
+    MAX_SEED,
+    MAX_SYNTHETIC_REQUESTS,
+    file_path,
+    finite_float,
+    int_in,
+    nonempty,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    serve_address,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -36,11 +47,11 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # CPU decode step (hundreds of small parallel ops) then ran ~10x slower. Passive threads sleep.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
-from .headless import Terminated, interrupt_status  # noqa: E402
-from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
 from ..safe_text import one_line  # noqa: E402
 from ..usage import UsageError, error_line  # noqa: E402
+from .headless import Terminated, interrupt_status  # noqa: E402
+from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
+from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,25 +60,44 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphtop", usage=USAGE, description="LLM inference with CUDA graphs you can watch.",
-                epilog=commands_epilog(), formatter_class=HelpFormatter)
+    p = _Parser(
+        prog="graphtop",
+        usage=USAGE,
+        description="LLM inference with CUDA graphs you can watch.",
+        epilog=commands_epilog(),
+        formatter_class=HelpFormatter,
+    )
     add_engine_flags(p)
     h = p.add_argument_group("headless")
     h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
     h.add_argument("--record", type=file_path, metavar="TRACE.jsonl", help="save the event trace")
-    h.add_argument("--resume", action="store_true",
-                   help="finish a killed --prompts run: keep the results already in --output OUT.jsonl, run the "
-                        "other lines and append theirs")
-    h.add_argument("--chat", action="store_true",
-                   help="send every prompt through the model's chat template (an Instruct model answers it); "
-                        'a prompt line\'s own "chat" decides for that line')
-    h.add_argument("--synthetic", type=int_in(1, MAX_SYNTHETIC_REQUESTS), metavar="N",
-                   help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})")
+    h.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish a killed --prompts run: keep the results already in --output OUT.jsonl, run the "
+        "other lines and append theirs",
+    )
+    h.add_argument(
+        "--chat",
+        action="store_true",
+        help="send every prompt through the model's chat template (an Instruct model answers it); "
+        'a prompt line\'s own "chat" decides for that line',
+    )
+    h.add_argument(
+        "--synthetic",
+        type=int_in(1, MAX_SYNTHETIC_REQUESTS),
+        metavar="N",
+        help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})",
+    )
     h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
     h.add_argument("--synthetic-output-len", default="uniform:16:128", metavar="DIST")
-    h.add_argument("--synthetic-rate", type=finite_float(0.0, lo_open=True), metavar="REQ_PER_S",
-                   help="Poisson arrival rate (default: all at once)")
+    h.add_argument(
+        "--synthetic-rate",
+        type=finite_float(0.0, lo_open=True),
+        metavar="REQ_PER_S",
+        help="Poisson arrival rate (default: all at once)",
+    )
     h.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
     h.add_argument("--max-new-tokens", type=positive_int, default=128)
     h.add_argument("--temperature", type=finite_float(0.0), default=0.0)
@@ -76,9 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     u = p.add_argument_group("dashboard")
     u.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     u.add_argument("--replay", type=file_path, metavar="TRACE.jsonl", help="open a recorded trace in the dashboard")
-    u.add_argument("--serve", type=serve_address, metavar="[HOST:]PORT",
-                   help="serve the OpenAI-compatible API of graphtop serve while the dashboard runs (host "
-                        "127.0.0.1 unless given; the API key, if any, from $GRAPHTOP_API_KEY)")
+    u.add_argument(
+        "--serve",
+        type=serve_address,
+        metavar="[HOST:]PORT",
+        help="serve the OpenAI-compatible API of graphtop serve while the dashboard runs (host "
+        "127.0.0.1 unless given; the API key, if any, from $GRAPHTOP_API_KEY)",
+    )
     t = p.add_argument_group("telemetry")
     add_telemetry_flag(t)
     return document(p)
@@ -86,93 +120,189 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
     """The model, engine and CUDA-graph flags: the main command's, and ``graphtop serve``'s."""
-    p.add_argument("--model", type=file_path, help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)")
-    p.add_argument("--allow-external-weights", action="store_true",
-                   help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)")
+    p.add_argument(
+        "--model",
+        type=file_path,
+        help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)",
+    )
+    p.add_argument(
+        "--allow-external-weights",
+        action="store_true",
+        help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                   help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)",
+    )
     p.add_argument("--attention-backend", choices=["auto", "flashinfer", "torch"], default="auto")
     p.add_argument("--page-size", type=positive_int, default=1, help="KV page size in tokens")
-    p.add_argument("--chunked-prefill-size", type=positive_int, default=2048,
-                   help="max tokens one prefill step takes (longer prompts are chunked)")
+    p.add_argument(
+        "--chunked-prefill-size",
+        type=positive_int,
+        default=2048,
+        help="max tokens one prefill step takes (longer prompts are chunked)",
+    )
     p.add_argument("--max-running-requests", type=positive_int)
     p.add_argument("--max-total-tokens", type=positive_int, help="cap on the KV pool size in tokens")
     p.add_argument("--max-context-len", type=positive_int)
-    p.add_argument("--mem-fraction-static", type=finite_float(0.0, 1.0, lo_open=True), default=0.85,
-                   help="CUDA: fraction of device memory for weights + KV pool")
+    p.add_argument(
+        "--mem-fraction-static",
+        type=finite_float(0.0, 1.0, lo_open=True),
+        default=0.85,
+        help="CUDA: fraction of device memory for weights + KV pool",
+    )
     p.add_argument("--kv-budget-mb", type=positive_int, default=512, help="CPU: KV pool budget in MiB")
-    p.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
-                   help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)")
-    p.add_argument("--no-overlap-schedule", dest="overlap_schedule", action="store_false",
-                   help="read each decode step's tokens back before launching the next one")
-    p.add_argument("--parity-every", type=nonneg_int, default=0, metavar="N",
-                   help="re-run one graph step in N eagerly and compare logits (default 0: off)")
-    p.add_argument("--parity-tolerance", type=positive_float, metavar="F",
-                   help="relative logit error over which a parity check is a mismatch (default: by dtype)")
-    p.add_argument("--tp", type=positive_int, default=1, metavar="N",
-                   help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)")
+    p.add_argument(
+        "--no-fused-kernels",
+        dest="fused_kernels",
+        action="store_false",
+        help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)",
+    )
+    p.add_argument(
+        "--no-overlap-schedule",
+        dest="overlap_schedule",
+        action="store_false",
+        help="read each decode step's tokens back before launching the next one",
+    )
+    p.add_argument(
+        "--parity-every",
+        type=nonneg_int,
+        default=0,
+        metavar="N",
+        help="re-run one graph step in N eagerly and compare logits (default 0: off)",
+    )
+    p.add_argument(
+        "--parity-tolerance",
+        type=positive_float,
+        metavar="F",
+        help="relative logit error over which a parity check is a mismatch (default: by dtype)",
+    )
+    p.add_argument(
+        "--tp",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)",
+    )
     g = p.add_argument_group("CUDA graphs")
-    g.add_argument("--cuda-graph-config", type=nonempty("JSON config"), metavar="JSON",
-                   help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
-                        '"prefill": {"backend": "breakable", "num_tokens": [64,256]}}\' (beats the flags)')
+    g.add_argument(
+        "--cuda-graph-config",
+        type=nonempty("JSON config"),
+        metavar="JSON",
+        help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
+        '"prefill": {"backend": "breakable", "num_tokens": [64,256]}}\' (beats the flags)',
+    )
     g.add_argument("--cuda-graph-backend-decode", choices=["full", "disabled"])
     g.add_argument("--cuda-graph-bs-decode", metavar="LIST", help="decode buckets, e.g. 1,2,4,8-64:8")
     g.add_argument("--cuda-graph-max-bs-decode", type=positive_int)
     g.add_argument("--cuda-graph-backend-prefill", choices=["breakable", "disabled"])
     g.add_argument("--cuda-graph-num-tokens-prefill", metavar="LIST", help="prefill token buckets")
     g.add_argument("--cuda-graph-max-num-tokens-prefill", type=positive_int)
-    g.add_argument("--cuda-graph-max-padding-waste", type=finite_float(0.0),
-                   help="refuse a prefill graph when padding exceeds this fraction of the bucket")
+    g.add_argument(
+        "--cuda-graph-max-padding-waste",
+        type=finite_float(0.0),
+        help="refuse a prefill graph when padding exceeds this fraction of the bucket",
+    )
     g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
-    g.add_argument("--no-graph-emulation", dest="graph_emulation", action="store_false",
-                   help="without CUDA, serve eagerly (reason no_cuda_graphs) instead of emulating graphs")
-    g.add_argument("--capture-before-serving", action="store_true",
-                   help="capture every graph before serving the first request (benchmarks); by default the "
-                        "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured")
+    g.add_argument(
+        "--no-graph-emulation",
+        dest="graph_emulation",
+        action="store_false",
+        help="without CUDA, serve eagerly (reason no_cuda_graphs) instead of emulating graphs",
+    )
+    g.add_argument(
+        "--capture-before-serving",
+        action="store_true",
+        help="capture every graph before serving the first request (benchmarks); by default the "
+        "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured",
+    )
 
 
 def add_telemetry_flag(t: Any) -> None:
-    t.add_argument("--telemetry", nargs="?", const="ipc", type=nonempty("address"), metavar="ADDRESS",
-                   help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
-                        "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves")
+    t.add_argument(
+        "--telemetry",
+        nargs="?",
+        const="ipc",
+        type=nonempty("address"),
+        metavar="ADDRESS",
+        help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
+        "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves",
+    )
 
 
 def build_serve_parser() -> argparse.ArgumentParser:
     from graphtop.tui.serve.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_PORT
 
-    p = _Parser(prog="graphtop serve", formatter_class=HelpFormatter,
-                description="Serve a model over an OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions,\n"
-                            "/v1/models, /health, and Prometheus metrics at /metrics. Headless; every engine and\n"
-                            "CUDA-graph flag of graphtop applies. Ctrl-C (or SIGTERM) stops it.",
-                epilog="examples:\n  graphtop serve --model ~/models/Qwen3-0.6B --port 8000\n"
-                       "  graphtop serve --record served.jsonl --telemetry   # watch: graphtop attach\n"
-                       "  graphtop advise served.jsonl                        # buckets for that traffic")
+    p = _Parser(
+        prog="graphtop serve",
+        formatter_class=HelpFormatter,
+        description="Serve a model over an OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions,\n"
+        "/v1/models, /health, and Prometheus metrics at /metrics. Headless; every engine and\n"
+        "CUDA-graph flag of graphtop applies. Ctrl-C (or SIGTERM) stops it.",
+        epilog="examples:\n  graphtop serve --model ~/models/Qwen3-0.6B --port 8000\n"
+        "  graphtop serve --record served.jsonl --telemetry   # watch: graphtop attach\n"
+        "  graphtop advise served.jsonl                        # buckets for that traffic",
+    )
     add_engine_flags(p)
     s = p.add_argument_group("server")
-    s.add_argument("--host", default=DEFAULT_HOST, metavar="HOST",
-                   help="address to listen on (another than loopback without --api-key prints a warning)")
-    s.add_argument("--port", type=int_in(0, 65535), default=DEFAULT_PORT, metavar="PORT",
-                   help="port to listen on (0: a free one, printed at start)")
-    s.add_argument("--api-key", type=nonempty("API key"), metavar="KEY",
-                   help="clients of /v1 must send Authorization: Bearer KEY (default: $GRAPHTOP_API_KEY, else none)")
-    s.add_argument("--max-queued-requests", type=nonneg_int, default=DEFAULT_MAX_QUEUED, metavar="N",
-                   help="requests that may wait beyond the running batch; past them a request gets 429")
-    s.add_argument("--served-model-name", type=nonempty("name"), metavar="NAME",
-                   help="the model id of /v1/models (default: the model's folder or file name, demo for the demo)")
-    s.add_argument("--record", type=file_path, metavar="TRACE.jsonl",
-                   help="save the event trace of what was served (graphtop advise reads it)")
+    s.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        metavar="HOST",
+        help="address to listen on (another than loopback without --api-key prints a warning)",
+    )
+    s.add_argument(
+        "--port",
+        type=int_in(0, 65535),
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help="port to listen on (0: a free one, printed at start)",
+    )
+    s.add_argument(
+        "--api-key",
+        type=nonempty("API key"),
+        metavar="KEY",
+        help="clients of /v1 must send Authorization: Bearer KEY (default: $GRAPHTOP_API_KEY, else none)",
+    )
+    s.add_argument(
+        "--max-queued-requests",
+        type=nonneg_int,
+        default=DEFAULT_MAX_QUEUED,
+        metavar="N",
+        help="requests that may wait beyond the running batch; past them a request gets 429",
+    )
+    s.add_argument(
+        "--served-model-name",
+        type=nonempty("name"),
+        metavar="NAME",
+        help="the model id of /v1/models (default: the model's folder or file name, demo for the demo)",
+    )
+    s.add_argument(
+        "--record",
+        type=file_path,
+        metavar="TRACE.jsonl",
+        help="save the event trace of what was served (graphtop advise reads it)",
+    )
     add_telemetry_flag(p.add_argument_group("telemetry"))
     return document(p)
 
 
 def build_attach_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphtop attach", description="Open the dashboard on a running engine; q detaches.",
-                epilog="example:\n  graphtop --synthetic 1000 --telemetry   # a run others can watch\n"
-                       "  graphtop attach                         # from another terminal",
-                formatter_class=HelpFormatter)
-    p.add_argument("endpoint", nargs="?", metavar="ENDPOINT",
-                   help="a pid or endpoint from graphtop ps, or tcp://HOST:PORT (default: the one running engine)")
+    p = _Parser(
+        prog="graphtop attach",
+        description="Open the dashboard on a running engine; q detaches.",
+        epilog="example:\n  graphtop --synthetic 1000 --telemetry   # a run others can watch\n"
+        "  graphtop attach                         # from another terminal",
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "endpoint",
+        nargs="?",
+        metavar="ENDPOINT",
+        help="a pid or endpoint from graphtop ps, or tcp://HOST:PORT (default: the one running engine)",
+    )
     p.add_argument("--token", help="the endpoint's token (needed for an engine of another machine)")
     p.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     p.add_argument("--owner", type=int, help=argparse.SUPPRESS)  # the graphtop process that spawned this viewer
@@ -181,26 +311,42 @@ def build_attach_parser() -> argparse.ArgumentParser:
 
 
 def build_ps_parser() -> argparse.ArgumentParser:
-    return _Parser(prog="graphtop ps", description="List the engines of this user one can attach to: pid, model,\n"
-                   "device, uptime, endpoint (engines started with --telemetry, or engine.serve_telemetry()).",
-                   formatter_class=HelpFormatter)
+    return _Parser(
+        prog="graphtop ps",
+        description="List the engines of this user one can attach to: pid, model,\n"
+        "device, uptime, endpoint (engines started with --telemetry, or engine.serve_telemetry()).",
+        formatter_class=HelpFormatter,
+    )
 
 
 def build_trace_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphtop trace", description="Inspect recorded traces (graphtop --record, or Export trace "
-                "in the dashboard).", formatter_class=HelpFormatter,
-                epilog="examples:\n  graphtop trace summary run.jsonl\n  graphtop trace export run.jsonl run.json")
+    p = _Parser(
+        prog="graphtop trace",
+        description="Inspect recorded traces (graphtop --record, or Export trace in the dashboard).",
+        formatter_class=HelpFormatter,
+        epilog="examples:\n  graphtop trace summary run.jsonl\n  graphtop trace export run.jsonl run.json",
+    )
     sub = p.add_subparsers(dest="cmd", metavar="{summary,export}")
-    s = sub.add_parser("summary", help="a text report: steps, graph hit rate, fallbacks, capture, memory",
-                       description="A text report of a recorded trace.", formatter_class=HelpFormatter)
+    s = sub.add_parser(
+        "summary",
+        help="a text report: steps, graph hit rate, fallbacks, capture, memory",
+        description="A text report of a recorded trace.",
+        formatter_class=HelpFormatter,
+    )
     s.error = p.error  # type: ignore[method-assign]
     s.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
-    e = sub.add_parser("export", help="Perfetto (Chrome trace-event) JSON, to open at ui.perfetto.dev",
-                       description="Export a recorded trace as Perfetto (Chrome trace-event) JSON.",
-                       formatter_class=HelpFormatter)
+    e = sub.add_parser(
+        "export",
+        help="Perfetto (Chrome trace-event) JSON, to open at ui.perfetto.dev",
+        description="Export a recorded trace as Perfetto (Chrome trace-event) JSON.",
+        formatter_class=HelpFormatter,
+    )
     e.error = p.error  # type: ignore[method-assign]
-    e.add_argument("--perfetto", action="store_true",
-                   help="Perfetto JSON: the only format, and the default (accepted for older scripts)")
+    e.add_argument(
+        "--perfetto",
+        action="store_true",
+        help="Perfetto JSON: the only format, and the default (accepted for older scripts)",
+    )
     e.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
     e.add_argument("out", type=file_path, metavar="OUT.json", help="where to write the Perfetto JSON")
     return p

@@ -34,8 +34,9 @@ def int_in(lo: int, hi: int = MAX_FLAG_INT) -> Callable[[str], int]:
     def parse(text: str) -> int:
         v = _int(text)
         if v < lo:
-            raise argparse.ArgumentTypeError(f"{short_repr(text)} must be positive" if lo == 1
-                                             else f"{short_repr(text)} must be >= {lo}")
+            raise argparse.ArgumentTypeError(
+                f"{short_repr(text)} must be positive" if lo == 1 else f"{short_repr(text)} must be >= {lo}"
+            )
         if v > hi:
             raise argparse.ArgumentTypeError(f"{short_repr(text)} is over the limit of {hi}")
         return v
@@ -47,7 +48,9 @@ positive_int = int_in(1)
 nonneg_int = int_in(0)
 
 
-def finite_float(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_open: bool = False) -> Callable[[str], float]:
+def finite_float(
+    lo: Optional[float] = None, hi: Optional[float] = None, *, lo_open: bool = False
+) -> Callable[[str], float]:
     """A finite float flag with optional bounds (``lo_open``: strictly above ``lo``)."""
 
     def parse(text: str) -> float:

@@ -93,8 +93,10 @@ def _check_synthetic_span(n: int, rate: Optional[float]) -> None:
         return
     span = (n - 1) / rate
     if span > MAX_SYNTHETIC_SPAN_S:
-        raise UsageError(f"--synthetic-rate {rate:g} spreads {n} requests over ~{span / 3600:.3g} hours on average; "
-                         f"at most {MAX_SYNTHETIC_SPAN_S // 3600} hours (a rate of at least {(n - 1) / MAX_SYNTHETIC_SPAN_S:.3g})")
+        raise UsageError(
+            f"--synthetic-rate {rate:g} spreads {n} requests over ~{span / 3600:.3g} hours on average; "
+            f"at most {MAX_SYNTHETIC_SPAN_S // 3600} hours (a rate of at least {(n - 1) / MAX_SYNTHETIC_SPAN_S:.3g})"
+        )
 
 
 def _load_engine(args: Any, config: Any, bus: Any) -> Any:
@@ -116,8 +118,11 @@ def _open_recorder(args: Any, bus: Any) -> Any:
 
     if not args.record:
         return None
-    meta = {"argv": args.argv, "model": args.model or "demo", "workload":
-            f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}"}
+    meta = {
+        "argv": args.argv,
+        "model": args.model or "demo",
+        "workload": f"synthetic {args.synthetic}" if args.synthetic else f"prompts {args.prompts}",
+    }
     try:
         return TraceRecorder(args.record, bus, header_meta=meta, publish=False)
     except RecorderError as e:
@@ -218,9 +223,13 @@ def run_headless(args: Any, config: Any) -> int:
 
             avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
             synthetic = SyntheticWorkload(
-                args.synthetic, args.seed, prompt_len=args.synthetic_prompt_len,
-                output_len=args.synthetic_output_len, arrival_rate=args.synthetic_rate,
-                vocab_size=engine.spec.vocab_size, avoid_ids=sorted(avoid),
+                args.synthetic,
+                args.seed,
+                prompt_len=args.synthetic_prompt_len,
+                output_len=args.synthetic_output_len,
+                arrival_rate=args.synthetic_rate,
+                vocab_size=engine.spec.vocab_size,
+                avoid_ids=sorted(avoid),
                 max_total_tokens=engine.max_context_len - 1,
             )
         t0 = time.perf_counter()
@@ -241,14 +250,17 @@ def run_headless(args: Any, config: Any) -> int:
         if out is not None and served is None:
             out.finish(None)  # stopped before serving, or by an error: OUT keeps what was written, if anything
     if served.interrupted is not None:
-        return _end_interrupted(args, served, len(to_serve) if not args.synthetic else args.synthetic, rec_result,
-                                out, resumed)
+        return _end_interrupted(
+            args, served, len(to_serve) if not args.synthetic else args.synthetic, rec_result, out, resumed
+        )
     results = resumed.merged(lines, to_serve, served.results) if resumed is not None else served.results
     output_error = out.finish(results) if out is not None else None  # before the summary: it is the user's data
     unreadable = _print_summary(args, served.results, wall, rec_result)
     if resumed is not None:
-        print(f"resumed: {len(resumed.kept)} results were already in {args.output}; {args.output} holds "
-              f"{len(results)} of {len(lines)}")
+        print(
+            f"resumed: {len(resumed.kept)} results were already in {args.output}; {args.output} holds "
+            f"{len(results)} of {len(lines)}"
+        )
     lost = [e for e in (output_error, rec_result.error_line if rec_result else None) if e]
     for line in lost:  # each output that is not all there, even when both are
         print_error(line)
@@ -273,8 +285,9 @@ def _open_results(args: Any, resumed: Optional[Resumed]) -> Optional[ResultsFile
         raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
 
 
-def _end_interrupted(args: Any, served: Served, total: int, rec_result: Any, out: Optional[ResultsFile],
-                     resumed: Optional[Resumed]) -> int:
+def _end_interrupted(
+    args: Any, served: Served, total: int, rec_result: Any, out: Optional[ResultsFile], resumed: Optional[Resumed]
+) -> int:
     """Ctrl-C or SIGTERM while serving: keep what finished, and say in one line what was kept."""
     assert served.interrupted is not None
     word, status = interrupt_status(served.interrupted)
@@ -302,8 +315,10 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
     """Print the run's summary and the trace's; True when the trace this run wrote cannot be read back."""
     done = [r for r in results if not r.get("error")]
     tokens = sum(len(r["token_ids"]) for r in done)
-    print(f"requests {len(results)} ({len(results) - len(done)} failed) · output tokens {tokens} · "
-          f"{wall:.2f} s · {tokens / wall if wall > 0 else 0:.1f} tok/s")
+    print(
+        f"requests {len(results)} ({len(results) - len(done)} failed) · output tokens {tokens} · "
+        f"{wall:.2f} s · {tokens / wall if wall > 0 else 0:.1f} tok/s"
+    )
     for r in results:
         if r.get("error"):
             print(f"  {one_line(str(r['id']))}: {one_line(str(r['error']))}")  # the prompts file's, the engine's
@@ -311,9 +326,9 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
         print(one_line(rec_result.describe()))
         if not _summarizable(rec_result):
             return False
-        from graphtop.engine.telemetry.trace import TraceError, read_trace
         from graphtop.engine.telemetry.report import format_summary
         from graphtop.engine.telemetry.summary import summarize
+        from graphtop.engine.telemetry.trace import TraceError, read_trace
 
         try:
             print(format_summary(summarize(read_trace(args.record))), end="")

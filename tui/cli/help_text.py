@@ -49,8 +49,7 @@ def commands_epilog() -> str:
     return "\n".join(lines)
 
 
-USAGE = ("graphtop [--model PATH] [options]\n"
-         "       graphtop {trace,advise,attach,ps,serve} ...   (see commands below)")
+USAGE = "graphtop [--model PATH] [options]\n       graphtop {trace,advise,attach,ps,serve} ...   (see commands below)"
 
 
 @dataclass(frozen=True)
@@ -66,28 +65,41 @@ FLAG_DOCS: dict[str, FlagDoc] = {
     "--attention-backend": FlagDoc("auto: flashinfer on CUDA when it is installed and fits the KV layout, else torch"),
     "--page-size": FlagDoc(metavar="N"),
     "--chunked-prefill-size": FlagDoc(metavar="N"),
-    "--max-running-requests": FlagDoc("max requests decoded together (the largest decode batch)", "N",
-                                      "256, or fewer when the KV pool has fewer pages"),
+    "--max-running-requests": FlagDoc(
+        "max requests decoded together (the largest decode batch)",
+        "N",
+        "256, or fewer when the KV pool has fewer pages",
+    ),
     "--max-total-tokens": FlagDoc(metavar="N", default="what the memory budget holds"),
-    "--max-context-len": FlagDoc("longest prompt + output of one request, in tokens; more than the model's "
-                                 "max_position_embeddings is refused", "N",
-                                 "the model's max_position_embeddings"),
+    "--max-context-len": FlagDoc(
+        "longest prompt + output of one request, in tokens; more than the model's max_position_embeddings is refused",
+        "N",
+        "the model's max_position_embeddings",
+    ),
     "--mem-fraction-static": FlagDoc(metavar="F"),
     "--kv-budget-mb": FlagDoc(metavar="MIB"),
     "--cuda-graph-config": FlagDoc(default="built from the flags below"),
-    "--cuda-graph-backend-decode": FlagDoc("decode graphs: full (one graph per batch-size bucket) or disabled",
-                                           default="full where graphs can run"),
+    "--cuda-graph-backend-decode": FlagDoc(
+        "decode graphs: full (one graph per batch-size bucket) or disabled", default="full where graphs can run"
+    ),
     "--cuda-graph-bs-decode": FlagDoc(default="1,2,4,8,12,16-256:8,... up to --cuda-graph-max-bs-decode"),
-    "--cuda-graph-max-bs-decode": FlagDoc("largest decode bucket of the default list", "N",
-                                          "min(256, --max-running-requests)"),
-    "--cuda-graph-backend-prefill": FlagDoc("prefill graphs: breakable (graphs between the attention breaks) or "
-                                            "disabled", default="breakable where graphs can run"),
-    "--cuda-graph-num-tokens-prefill": FlagDoc(default="4-32:4,48-256:16,... up to --cuda-graph-max-num-tokens-prefill"),
-    "--cuda-graph-max-num-tokens-prefill": FlagDoc("largest prefill bucket of the default list", "N",
-                                                   "--chunked-prefill-size"),
+    "--cuda-graph-max-bs-decode": FlagDoc(
+        "largest decode bucket of the default list", "N", "min(256, --max-running-requests)"
+    ),
+    "--cuda-graph-backend-prefill": FlagDoc(
+        "prefill graphs: breakable (graphs between the attention breaks) or disabled",
+        default="breakable where graphs can run",
+    ),
+    "--cuda-graph-num-tokens-prefill": FlagDoc(
+        default="4-32:4,48-256:16,... up to --cuda-graph-max-num-tokens-prefill"
+    ),
+    "--cuda-graph-max-num-tokens-prefill": FlagDoc(
+        "largest prefill bucket of the default list", "N", "--chunked-prefill-size"
+    ),
     "--cuda-graph-max-padding-waste": FlagDoc(metavar="F", default="0.25"),
-    "--synthetic-prompt-len": FlagDoc("prompt lengths in tokens: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA or "
-                                      "choice:A,B,..."),
+    "--synthetic-prompt-len": FlagDoc(
+        "prompt lengths in tokens: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA or choice:A,B,..."
+    ),
     "--synthetic-output-len": FlagDoc("output lengths in tokens, in the forms of --synthetic-prompt-len"),
     "--seed": FlagDoc("seed of the synthetic workload; its request i samples with seed + i", "N"),
     "--max-new-tokens": FlagDoc("tokens generated per request unless a prompt line sets its own", "N"),
@@ -125,8 +137,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        shown = (default is not None and not isinstance(default, bool) and default is not argparse.SUPPRESS
-                 and "(default" not in text)
+        shown = (
+            default is not None
+            and not isinstance(default, bool)
+            and default is not argparse.SUPPRESS
+            and "(default" not in text
+        )
         if shown and action.option_strings and action.nargs != 0:
             text += " (default: %(default)s)"
         return text

@@ -27,8 +27,10 @@ def terminal_problem() -> Optional[str]:
     names = [name for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)) if not _is_tty(stream)]
     if not names:
         return None
-    return (f"the dashboard needs a terminal, but {' and '.join(names)} {'is' if len(names) == 1 else 'are'} "
-            "not one (for a run without a terminal use --prompts/--synthetic with --output/--record)")
+    return (
+        f"the dashboard needs a terminal, but {' and '.join(names)} {'is' if len(names) == 1 else 'are'} "
+        "not one (for a run without a terminal use --prompts/--synthetic with --output/--record)"
+    )
 
 
 def _is_tty(stream: Any) -> bool:
@@ -85,8 +87,12 @@ def run_interactive(
     holder: dict[str, Any] = {}
     if api is not None:
         api.subscribe(bus)
-    loader = threading.Thread(target=_load_engine, args=(model_path, engine_config, bus, server, holder, api),
-                              name="graphtop-engine-load", daemon=True)
+    loader = threading.Thread(
+        target=_load_engine,
+        args=(model_path, engine_config, bus, server, holder, api),
+        name="graphtop-engine-load",
+        daemon=True,
+    )
     with _QuietTerminal():
         loader.start()
         try:
@@ -144,8 +150,14 @@ class _ApiBeside:
         self.sock.close()
 
 
-def _load_engine(model_path: Optional[str], config: Any, bus: Any, server: Any, holder: dict[str, Any],
-                 api: Optional[_ApiBeside] = None) -> None:
+def _load_engine(
+    model_path: Optional[str],
+    config: Any,
+    bus: Any,
+    server: Any,
+    holder: dict[str, Any],
+    api: Optional[_ApiBeside] = None,
+) -> None:
     """Load, serve, start: the viewer child watches the load and capture through the endpoint."""
     try:
         from graphtop.engine import Engine, EngineConfig
@@ -207,8 +219,9 @@ def run_app(
     from ..app import GraphtopApp
 
     try:
-        app = GraphtopApp(session, theme_name=theme, poll_device=poll_device,
-                          exit_when_engine_ends=exit_when_engine_ends)
+        app = GraphtopApp(
+            session, theme_name=theme, poll_device=poll_device, exit_when_engine_ends=exit_when_engine_ends
+        )
     except ValueError as exc:  # unknown theme
         session.shutdown()
         print_error(str(exc))

@@ -16,14 +16,29 @@ from typing import Any, Optional, TextIO
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
 )
 
 from graphtop.engine.telemetry import events as ev
 
 # What the display reads; KV and ledger events are frequent and say nothing it shows.
-EVENT_TYPES = ("engine_started", "load_progress", "capture_started", "capture_progress", "capture_finished",
-               "request_queued", "request_first_token", "request_finished", "step")
+EVENT_TYPES = (
+    "engine_started",
+    "load_progress",
+    "capture_started",
+    "capture_progress",
+    "capture_finished",
+    "request_queued",
+    "request_first_token",
+    "request_finished",
+    "step",
+)
 NOTE_INTERVAL_S = 0.2  # tokens/s is recomputed at most this often
 
 
@@ -35,9 +50,15 @@ class HeadlessProgress:
         self._sub = bus.subscribe("headless-progress", maxsize=100_000, types=EVENT_TYPES)
         self._bus = bus
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("{task.fields[note]}"),
-            console=console, redirect_stdout=False, transient=False,
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=console,
+            redirect_stdout=False,
+            transient=False,
         )
         self._loading = self.progress.add_task("loading model", total=None, note="")
         self._capture: dict[str, TaskID] = {}
@@ -76,22 +97,30 @@ class HeadlessProgress:
     def handle(self, event: ev.Event) -> None:
         p = self.progress
         if isinstance(event, ev.EngineStarted):
-            p.update(self._loading, description=f"loaded {Path(event.model).name or event.model}",
-                     total=1, completed=1, note=f"{event.device_name} · {event.dtype}")
+            p.update(
+                self._loading,
+                description=f"loaded {Path(event.model).name or event.model}",
+                total=1,
+                completed=1,
+                note=f"{event.device_name} · {event.dtype}",
+            )
         elif isinstance(event, ev.LoadProgress):  # a long load says what it does (a .gguf's conversion)
             step = f" — {event.step}" if event.step else ""  # its count is the bar's own i/N column
-            p.update(self._loading, description=f"{event.label}{step}", total=event.total or None,
-                     completed=event.done)
+            p.update(self._loading, description=f"{event.label}{step}", total=event.total or None, completed=event.done)
         elif isinstance(event, ev.CaptureStarted) and event.buckets:
-            self._capture[event.phase] = p.add_task(f"capture {event.phase}", total=len(event.buckets),
-                                                    note=f"{event.backend}")
+            self._capture[event.phase] = p.add_task(
+                f"capture {event.phase}", total=len(event.buckets), note=f"{event.backend}"
+            )
         elif isinstance(event, ev.CaptureProgress) and event.phase in self._capture:
             note = f"bucket {event.bucket} {event.seconds:.2f} s" + ("" if event.ok else " failed")
             p.update(self._capture[event.phase], completed=event.index, note=note)
         elif isinstance(event, ev.CaptureFinished) and event.phase in self._capture:
             failed = f", {len(event.failed)} failed" if event.failed else ""
-            p.update(self._capture[event.phase], completed=len(event.captured) + len(event.failed),
-                     note=f"{event.seconds:.1f} s{failed}")
+            p.update(
+                self._capture[event.phase],
+                completed=len(event.captured) + len(event.failed),
+                note=f"{event.seconds:.1f} s{failed}",
+            )
         elif isinstance(event, ev.RequestQueued):
             if self._requests is None:
                 self._first_queued = time.perf_counter()
@@ -109,7 +138,11 @@ class HeadlessProgress:
 
     def _update_rate(self, force: bool = False) -> None:
         now = time.perf_counter()
-        if self._requests is None or self._first_queued is None or (not force and now - self._note_at < NOTE_INTERVAL_S):
+        if (
+            self._requests is None
+            or self._first_queued is None
+            or (not force and now - self._note_at < NOTE_INTERVAL_S)
+        ):
             return
         self._note_at = now
         done = self.total_requests and self._finished >= self.total_requests
@@ -119,8 +152,9 @@ class HeadlessProgress:
         self.progress.update(self._requests, note=f"{tokens} tokens · {rate:.1f} tok/s")
 
 
-def start_headless_progress(bus: Any, total_requests: int, stream: Optional[TextIO] = None,
-                            console: Optional[Console] = None) -> Optional[HeadlessProgress]:
+def start_headless_progress(
+    bus: Any, total_requests: int, stream: Optional[TextIO] = None, console: Optional[Console] = None
+) -> Optional[HeadlessProgress]:
     """A running display when ``stream`` (default stderr) is a terminal, else None (and no subscription)."""
     if console is None:
         stream = sys.stderr if stream is None else stream

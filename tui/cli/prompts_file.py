@@ -159,8 +159,10 @@ def parse_line(n: int, line: str) -> PromptLine:
         return bad("expected a JSON object")
     if "prompt" not in obj and "messages" not in obj:
         others = f" (it has {', '.join(short_repr(k) for k in sorted(obj)[:5])})" if obj else ""
-        return bad(f"no 'prompt' field{others}: a JSON line is {{\"prompt\": \"...\"}} or {{\"messages\": [...]}} "
-                   "plus sampling fields")
+        return bad(
+            f'no \'prompt\' field{others}: a JSON line is {{"prompt": "..."}} or {{"messages": [...]}} '
+            "plus sampling fields"
+        )
     if "prompt" in obj and "messages" in obj:
         return bad("a line has 'prompt' or 'messages', not both")
     prompt, messages = obj.get("prompt"), obj.get("messages")

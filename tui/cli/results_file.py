@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from graphtop.engine.telemetry.plain_text import json_escaped
-
 from graphtop.engine.telemetry.safe_write import OutputPathError, StagedFile, open_staged, write_atomic
 
 _LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
@@ -41,7 +40,7 @@ def _reason(exc: Exception) -> str:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 @dataclass
@@ -125,6 +124,8 @@ class ResultsFile:
         except OSError:
             return "it was moved or removed while the run wrote it"
         if (st.st_dev, st.st_ino) != self._own:
-            return ("another file replaced it while the run wrote it (a second run writing the same path?); "
-                    "it is left as it is")
+            return (
+                "another file replaced it while the run wrote it (a second run writing the same path?); "
+                "it is left as it is"
+            )
         return None

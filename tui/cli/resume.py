@@ -37,8 +37,11 @@ class Resumed:
     def merged(self, lines: list[PromptLine], served: list[PromptLine], results: list[dict]) -> list[dict]:
         """All of OUT's results in the prompts file's order: kept ones and this run's."""
         new = {pl.line: r for pl, r in zip(served, results)}
-        return [new[pl.line] if pl.line in new else self.kept[pl.request_id] for pl in lines
-                if pl.line in new or pl.request_id in self.kept]
+        return [
+            new[pl.line] if pl.line in new else self.kept[pl.request_id]
+            for pl in lines
+            if pl.line in new or pl.request_id in self.kept
+        ]
 
 
 def _is_result(obj: Any) -> Optional[str]:
@@ -90,14 +93,18 @@ def read_resume(path: str, prompts: str, lines: list[PromptLine]) -> Resumed:
         rid = obj["id"]
         pl = by_id.get(rid)
         if pl is None:
-            raise UsageError(f"--resume: line {n} of {path} has id {rid!r}, which no line of {prompts} has: "
-                             "not a result of this prompts file")
+            raise UsageError(
+                f"--resume: line {n} of {path} has id {rid!r}, which no line of {prompts} has: "
+                "not a result of this prompts file"
+            )
         if rid not in servable or obj["finish_reason"] not in DONE:
             dropped += 1  # re-made (a rejected line) or redone (a cancelled request)
             continue
         if pl.messages is None and obj.get("prompt") is not None and obj["prompt"] != pl.prompt:
-            raise UsageError(f"--resume: line {n} of {path} (id {rid!r}) has another prompt than line {pl.line} "
-                             f"of {prompts}: not a result of this prompts file")
+            raise UsageError(
+                f"--resume: line {n} of {path} (id {rid!r}) has another prompt than line {pl.line} "
+                f"of {prompts}: not a result of this prompts file"
+            )
         if rid in kept:
             raise UsageError(f"--resume: {path} has two results for id {rid!r} (lines {first[rid]} and {n})")
         kept[rid], first[rid] = obj, n

@@ -20,15 +20,21 @@ API_KEY_ENV = "GRAPHTOP_API_KEY"
 POLL_S = 0.5
 
 
-def serve_options(host: str, port: int, api_key: Optional[str], max_queued: Optional[int], model: Optional[str],
-                  name: Optional[str]) -> Any:
+def serve_options(
+    host: str, port: int, api_key: Optional[str], max_queued: Optional[int], model: Optional[str], name: Optional[str]
+) -> Any:
     """The ServeOptions of a command line (UsageError for a bad value); the key falls back to the
     environment's."""
     from graphtop.tui.serve.options import ServeOptions, model_name_for
 
     try:
-        return ServeOptions(host=host, port=port, api_key=api_key or os.environ.get(API_KEY_ENV) or None,
-                            max_queued_requests=max_queued, model_name=name or model_name_for(model))
+        return ServeOptions(
+            host=host,
+            port=port,
+            api_key=api_key or os.environ.get(API_KEY_ENV) or None,
+            max_queued_requests=max_queued,
+            model_name=name or model_name_for(model),
+        )
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -78,8 +84,9 @@ def _recorder(args: Any, bus: Any) -> Any:
 
 
 def run_serve(args: Any, config: Any) -> int:
-    options = serve_options(args.host, args.port, args.api_key, args.max_queued_requests, args.model,
-                            args.served_model_name)
+    options = serve_options(
+        args.host, args.port, args.api_key, args.max_queued_requests, args.model, args.served_model_name
+    )
     _check_record(args)
     sock = bind(options)
     warn_if_exposed(options)
@@ -116,8 +123,12 @@ def run_serve(args: Any, config: Any) -> int:
             api = ApiServer(engine, options, metrics=metrics, sock=sock).start()
         except ServeError as e:
             raise UsageError(str(e)) from None
-        print(f"graphtop: serving {options.model_name} at {api.url}/v1 (OpenAI API) · {api.url}/metrics · "
-              f"{api.url}/health — Ctrl-C stops", file=sys.stderr, flush=True)
+        print(
+            f"graphtop: serving {options.model_name} at {api.url}/v1 (OpenAI API) · {api.url}/metrics · "
+            f"{api.url}/health — Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
         wait = threading.Event()
         while api.running:
             wait.wait(POLL_S)

@@ -28,8 +28,7 @@ class Served:
 def sampling(args: Any, line: Optional[PromptLine]) -> Any:
     from graphtop.engine.sampling_params import SamplingParams
 
-    base = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                top_k=args.top_k)
+    base = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     if line is not None:
         base.update(line.sampling)  # checked by read_prompts: merging valid values cannot fail
     return SamplingParams(**base)
@@ -70,8 +69,9 @@ class _Finished:
                 self.sink(_result(slot))
 
 
-def serve(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any,
-           sink: Optional[Callable[[dict], None]] = None) -> Served:
+def serve(
+    engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, sink: Optional[Callable[[dict], None]] = None
+) -> Served:
     """Results in input order, each also handed to ``sink`` as it finishes, and what stopped the engine
     early, if anything did."""
     from graphtop.engine.engine import TensorParallelError
@@ -104,8 +104,14 @@ def has_chat_template(engine: Any) -> bool:
 
 
 def _rejected(pl: PromptLine, error: str) -> dict:
-    return {"id": pl.request_id, "prompt": pl.prompt if pl.error is None else None, "text": "", "token_ids": [],
-            "finish_reason": "rejected", "error": error}
+    return {
+        "id": pl.request_id,
+        "prompt": pl.prompt if pl.error is None else None,
+        "text": "",
+        "token_ids": [],
+        "finish_reason": "rejected",
+        "error": error,
+    }
 
 
 def _submit_line(engine: Any, args: Any, pl: PromptLine) -> Any:
@@ -114,7 +120,7 @@ def _submit_line(engine: Any, args: Any, pl: PromptLine) -> Any:
         return _rejected(pl, pl.error)
     prompt, chat = pl.submitted(bool(getattr(args, "chat", False)))
     if chat and isinstance(prompt, str) and not has_chat_template(engine):
-        return _rejected(pl, f"line {pl.line}: \"chat\": true, but the model has no chat template")
+        return _rejected(pl, f'line {pl.line}: "chat": true, but the model has no chat template')
     return engine.submit(prompt, sampling(args, pl), chat=chat, request_id=pl.request_id)
 
 
@@ -134,9 +140,14 @@ def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: 
             now = time.perf_counter() - start
             while pending and pending[0].arrival_s <= now:
                 r = pending.pop(0)
-                params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=args.temperature,
-                                        top_p=args.top_p, top_k=args.top_k, seed=args.seed + r.index,
-                                        ignore_eos=True)
+                params = SamplingParams(
+                    max_new_tokens=r.max_new_tokens,
+                    temperature=args.temperature,
+                    top_p=args.top_p,
+                    top_k=args.top_k,
+                    seed=args.seed + r.index,
+                    ignore_eos=True,
+                )
                 done.watch(engine.submit(r.prompt_token_ids, params, request_id=f"syn-{r.index}"))
             stepped = engine.step()
             done.flush()

@@ -216,6 +216,5 @@ class SyntheticWorkload:
         """One line for logs and the trace header."""
         rate = "all at t=0" if self.arrival_rate is None else f"Poisson {self.arrival_rate:g} req/s"
         return (
-            f"{self.n} synthetic requests, seed {self.seed}, prompt {self.prompt_len},"
-            f" output {self.output_len}, {rate}"
+            f"{self.n} synthetic requests, seed {self.seed}, prompt {self.prompt_len}, output {self.output_len}, {rate}"
         )

@@ -26,12 +26,12 @@ from textual.widgets import Button, Input, Label, Static
 from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, format_buckets, parse_buckets
 from graphtop.engine.telemetry.bucket_demand import advise_phase
 
-from .dialog import Dialog
-from ..widgets.clean_input import CleanInput
 from ..fmt import human_bytes, pct, secs
-from ..sessions.recapture_state import estimate_capture_seconds
 from ..safe_text import printable
+from ..sessions.recapture_state import estimate_capture_seconds
 from ..whatif import WhatIf, WhatIfInputs, what_if
+from ..widgets.clean_input import CleanInput
+from .dialog import Dialog
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,9 @@ def preview_text(now: WhatIf, cand: WhatIf, recapture_s: Optional[float] = None,
         ("est. graph memory", _mem(now.est_memory_bytes), _mem(cand.est_memory_bytes)),
         ("est. recapture work", "—", _secs(recapture_s) if changed else "unchanged"),
     ]
-    lines = [Content.from_markup("[b]$a[/b]$b[b]$c[/b]", a=f"{'what-if':<20}", b=f"{'now':>12}", c=f"{'candidate':>12}")]
+    lines = [
+        Content.from_markup("[b]$a[/b]$b[b]$c[/b]", a=f"{'what-if':<20}", b=f"{'now':>12}", c=f"{'candidate':>12}")
+    ]
     for name, a, b in rows:
         style = "$accent" if a != b else "$text-muted"
         lines.append(Content.from_markup(f"$n$a[{style}]$b[/]", n=f"{name:<20}", a=f"{a:>12}", b=f"{b:>12}"))
@@ -71,7 +73,9 @@ def preview_text(now: WhatIf, cand: WhatIf, recapture_s: Optional[float] = None,
         Content.from_markup(
             "[$text-muted]from $n steps seen (decode $d · prefill $p); memory and capture work from the "
             "captured buckets' measurements; a recapture runs between steps, so its wall time is longer[/]",
-            n=f"{now.steps:,}", d=f"{now.decode.steps:,}", p=f"{now.prefill.steps:,}",
+            n=f"{now.steps:,}",
+            d=f"{now.decode.steps:,}",
+            p=f"{now.prefill.steps:,}",
         )
     )
     return Content("\n").join(lines)
@@ -85,10 +89,20 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
     """Below this many terminal rows the editor packs itself (``-short``) so the what-if shows whole."""
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="buckets.cancel", tooltip="Close without recapturing"),
-        Binding("ctrl+s", "confirm", "Recapture", id="buckets.confirm",
-                tooltip="Recapture graphs with these buckets (in-flight requests keep streaming)"),
-        Binding("ctrl+o", "advise", "Advise", id="buckets.advise",
-                tooltip="Fill both lists with the bucket advisor's lists for the steps seen so far"),
+        Binding(
+            "ctrl+s",
+            "confirm",
+            "Recapture",
+            id="buckets.confirm",
+            tooltip="Recapture graphs with these buckets (in-flight requests keep streaming)",
+        ),
+        Binding(
+            "ctrl+o",
+            "advise",
+            "Advise",
+            id="buckets.advise",
+            tooltip="Fill both lists with the bucket advisor's lists for the steps seen so far",
+        ),
     ]
 
     def __init__(
@@ -124,8 +138,15 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
 
     def _what_if(self, decode: Sequence[int], prefill: Sequence[int]) -> WhatIf:
         h = self.history
-        return what_if(h.steps, decode, prefill, h.costs, max_padding_waste=h.max_padding_waste,
-                       current_decode=self.current_decode, current_prefill=self.current_prefill)
+        return what_if(
+            h.steps,
+            decode,
+            prefill,
+            h.costs,
+            max_padding_waste=h.max_padding_waste,
+            current_decode=self.current_decode,
+            current_prefill=self.current_prefill,
+        )
 
     def compose(self) -> ComposeResult:
         dec_max = f" (≤ max running {self.max_running})" if self.max_running else ""
@@ -137,18 +158,26 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
                 yield Label(self.note, id="editor-note", classes="field-msg -note")
             with VerticalScroll(id="editor-body", classes="modal-body"):
                 yield Label(f"decode batch sizes{dec_max}", classes="field-label")
-                yield CleanInput(format_buckets(self.current_decode), id="decode-input", placeholder="1,2,4,8-64:8",
-                            disabled="decode" in self.disabled_phases)
+                yield CleanInput(
+                    format_buckets(self.current_decode),
+                    id="decode-input",
+                    placeholder="1,2,4,8-64:8",
+                    disabled="decode" in self.disabled_phases,
+                )
                 yield Label("", id="decode-msg", classes="field-msg")
                 yield Label(f"prefill token counts{pre_max}", classes="field-label")
-                yield CleanInput(format_buckets(self.current_prefill), id="prefill-input", placeholder="64,128-1024:128",
-                            disabled="prefill" in self.disabled_phases)
+                yield CleanInput(
+                    format_buckets(self.current_prefill),
+                    id="prefill-input",
+                    placeholder="64,128-1024:128",
+                    disabled="prefill" in self.disabled_phases,
+                )
                 yield Label("", id="prefill-msg", classes="field-msg")
-                yield Label("syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", id="syntax-hint",
-                            classes="modal-hint")
+                yield Label(
+                    "syntax: 1,2,4 · 8-64:8 = 8,16,…,64 · a-b = every integer", id="syntax-hint", classes="modal-hint"
+                )
                 yield Static(id="whatif")
-            yield Label("enter/ctrl+s recapture · ctrl+o advise · tab next field · escape cancel",
-                        classes="modal-hint")
+            yield Label("enter/ctrl+s recapture · ctrl+o advise · tab next field · escape cancel", classes="modal-hint")
             with Horizontal(classes="modal-buttons"):
                 yield Button("Advise", id="advise", tooltip="ctrl+o")
                 yield Button("Recapture", variant="primary", id="confirm", tooltip="ctrl+s")
@@ -176,8 +205,12 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
         msg = self.query_one(f"#{phase}-msg", Label)
         if phase in self.disabled_phases:  # nothing to edit: the other phase alone may be recaptured
             self.parsed[phase] = self.current_decode if phase == "decode" else self.current_prefill
-            msg.update(Content.from_markup(
-                "[$text-muted]$p graphs are disabled (--cuda-graph-backend-$p disabled): left as they are[/]", p=phase))
+            msg.update(
+                Content.from_markup(
+                    "[$text-muted]$p graphs are disabled (--cuda-graph-backend-$p disabled): left as they are[/]",
+                    p=phase,
+                )
+            )
             self._refresh_preview()
             return
         maximum, label = self._limit(phase)
@@ -189,8 +222,9 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
             msg.set_class(True, "-error")
         else:
             self.parsed[phase] = buckets
-            msg.update(Content.from_markup("[$success]✓[/] $n buckets: $b", n=str(len(buckets)),
-                                           b=format_buckets(buckets)))
+            msg.update(
+                Content.from_markup("[$success]✓[/] $n buckets: $b", n=str(len(buckets)), b=format_buckets(buckets))
+            )
             msg.set_class(False, "-error")
         self._refresh_preview()
 
@@ -210,10 +244,19 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
         if not ok:
             box.update(Content.from_markup("[$text-muted]fix the bucket lists to see the what-if[/]"))
             return
-        changed = {ph: b for ph, b, cur in (("decode", dec, self.current_decode), ("prefill", pre, self.current_prefill))
-                   if b != cur}
-        box.update(preview_text(self._now, self._what_if(dec, pre),  # type: ignore[arg-type]
-                                estimate_capture_seconds(self.history.costs, changed), bool(changed)))
+        changed = {
+            ph: b
+            for ph, b, cur in (("decode", dec, self.current_decode), ("prefill", pre, self.current_prefill))
+            if b != cur
+        }
+        box.update(
+            preview_text(
+                self._now,
+                self._what_if(dec, pre),  # type: ignore[arg-type]
+                estimate_capture_seconds(self.history.costs, changed),
+                bool(changed),
+            )
+        )
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
@@ -256,9 +299,15 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
         for phase, current in (("decode", self.current_decode), ("prefill", self.current_prefill)):
             if not current or phase in self.disabled_phases:
                 continue
-            advice, demand = advise_phase(h.steps, phase, costs=h.costs, max_padding_waste=h.max_padding_waste,
-                                          current=current, max_graphs=len(current),
-                                          max_bucket=self.max_buckets.get(phase))
+            advice, demand = advise_phase(
+                h.steps,
+                phase,
+                costs=h.costs,
+                max_padding_waste=h.max_padding_waste,
+                current=current,
+                max_graphs=len(current),
+                max_bucket=self.max_buckets.get(phase),
+            )
             ratio = f"eager ÷ graph {demand.ratio.value:.2f}, {demand.ratio.source}"
             if not demand.sizes:
                 notes.append(f"{phase}: no steps yet, left as it is")

@@ -11,9 +11,9 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Label
 
-from .dialog import Dialog
 from ..fmt import human_bytes, secs
 from ..state import DashboardState
+from .dialog import Dialog
 
 
 class CaptureTableScreen(Dialog[None]):

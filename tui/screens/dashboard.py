@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
+from ..state import DashboardState
 from ..widgets.capture_panel import CapturePanel
 from ..widgets.device_panel import DevicePanel
 from ..widgets.kv_panel import KVPanel
@@ -36,7 +37,6 @@ from ..widgets.panel import Panel
 from ..widgets.parity_panel import ParityPanel
 from ..widgets.prompt_console import PromptConsole
 from ..widgets.replay_bar import ReplayBar
-from ..state import DashboardState
 from ..widgets.status_line import StatusLine
 from ..widgets.steps_panel import StepsPanel
 from ..widgets.view_bar import VIEWS, ViewBar, ViewHints
@@ -85,8 +85,13 @@ class DashboardScreen(Screen[None]):
         self.replay_bar = ReplayBar(id="replay-bar")
         self.device_panel = DevicePanel(polling=self.poll_device, id="device")
         self.prompt_console = PromptConsole(blink=self.animate, id="console")
-        self.panels: list[Panel] = [CapturePanel(self.session_label, id="capture"), LedgerPanel(id="ledger"),
-                                    KVPanel(id="kv"), ParityPanel(id="parity"), StepsPanel(id="steps")]
+        self.panels: list[Panel] = [
+            CapturePanel(self.session_label, id="capture"),
+            LedgerPanel(id="ledger"),
+            KVPanel(id="kv"),
+            ParityPanel(id="parity"),
+            StepsPanel(id="steps"),
+        ]
         capture, ledger, kv, parity, steps = self.panels
         self._parity = parity
         yield self.status_line
@@ -144,8 +149,7 @@ class DashboardScreen(Screen[None]):
 
     def available_views(self) -> list[str]:
         """Views with at least one panel to show."""
-        return [v for v, *_ in VIEWS
-                if any(n not in self.hidden and self.wanted(n) for n in VIEW_PANELS[v])]
+        return [v for v, *_ in VIEWS if any(n not in self.hidden and self.wanted(n) for n in VIEW_PANELS[v])]
 
     def reflow(self) -> None:
         """Show, hide and size the panels for the layout, the view and the palette's choices."""
@@ -168,8 +172,9 @@ class DashboardScreen(Screen[None]):
         self.view_bar.display = self.compact
         self.replay_bar.display = self.replay
         focused = self.focused
-        if focused is not None and not all(node.display for node in focused.ancestors_with_self
-                                           if isinstance(node, Widget)):
+        if focused is not None and not all(
+            node.display for node in focused.ancestors_with_self if isinstance(node, Widget)
+        ):
             self.set_focus(None)  # a hidden input would take the keys typed next, out of sight
 
     def _typing(self) -> bool:

@@ -20,32 +20,41 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Label, Static
 
-from .dialog import Dialog
 from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU
 
 from ..explain import FALLBACK_REASONS, LEDGER_ROWS, STATUS_ITEMS
 from ..widgets.history_input import HistoryInput
 from ..widgets.prompt_console import PromptConsole
+from .dialog import Dialog
 
 PANELS = (
-    ("graph capture", "model load, then per phase/bucket capture progress with time and memory; the engine "
-                      "serves while it captures"),
+    (
+        "graph capture",
+        "model load, then per phase/bucket capture progress with time and memory; the engine serves while it captures",
+    ),
     ("memory ledger", "weights, KV pool, decode/prefill graphs, reserve, free (c: per-bucket costs)"),
     ("KV pool", "tokens used of capacity, running/queued requests, use over time on a 0-100 % scale"),
     ("graph parity", "graph steps re-run eagerly and compared (palette or --parity-every); red on a mismatch"),
     ("device", "GPU memory/util/power via NVML, host CPU/RAM via psutil (1 Hz)"),
     ("steps", "recent steps, replay-time sparkline, bucket hits with padding, eager reasons"),
-    ("prompt console", "send prompts (several at once), sampling row, ↑/↓ history; the last 50 requests stay "
-                       "to scroll back through (page up/down)"),
+    (
+        "prompt console",
+        "send prompts (several at once), sampling row, ↑/↓ history; the last 50 requests stay "
+        "to scroll back through (page up/down)",
+    ),
 )
 
-LAYOUT = ("Below 120 columns or 38 rows one view shows at a time: 1 steps · 2 memory · 3 capture · "
-          "4 prompts (the bar under the status line names each hidden view's headline number; the first "
-          "view is the prompt). Wider and taller, everything shows at once. The palette hides or shows "
-          "single panels; the others take their room.")
+LAYOUT = (
+    "Below 120 columns or 38 rows one view shows at a time: 1 steps · 2 memory · 3 capture · "
+    "4 prompts (the bar under the status line names each hidden view's headline number; the first "
+    "view is the prompt). Wider and taller, everything shows at once. The palette hides or shows "
+    "single panels; the others take their room."
+)
 
-TYPING = ("With a live engine the prompt has the focus from the start: what you type is the prompt, "
-          "letters included. Escape leaves it for the single-key shortcuts; / comes back.")
+TYPING = (
+    "With a live engine the prompt has the focus from the start: what you type is the prompt, "
+    "letters included. Escape leaves it for the single-key shortcuts; / comes back."
+)
 
 KeyDisplay = Callable[[Binding], str]
 
@@ -67,8 +76,7 @@ class Section:
     paragraph: Optional[Content] = None
 
 
-def key_entries(bindings: Iterable[Binding], key_display: KeyDisplay,
-                applies: Callable[[str], bool]) -> list[Entry]:
+def key_entries(bindings: Iterable[Binding], key_display: KeyDisplay, applies: Callable[[str], bool]) -> list[Entry]:
     """One entry per action and description, keys joined (``^q, q``), for the actions ``applies`` says
     mean something in this mode, in the table's order."""
     rows: dict[tuple[str, str], tuple[list[str], str]] = {}
@@ -78,40 +86,77 @@ def key_entries(bindings: Iterable[Binding], key_display: KeyDisplay,
             continue
         keys, tooltip = rows.setdefault((b.action, b.description), ([], b.tooltip))
         keys.extend(key_display(Binding(k.strip(), "")) for k in b.key.split(",") if k.strip())
-    return [Entry(Content.styled(", ".join(keys), "$accent"),
-                  Content.from_markup("$d [$text-muted]— $t[/]", d=description, t=tooltip))
-            for (_, description), (keys, tooltip) in rows.items()]
+    return [
+        Entry(
+            Content.styled(", ".join(keys), "$accent"),
+            Content.from_markup("$d [$text-muted]— $t[/]", d=description, t=tooltip),
+        )
+        for (_, description), (keys, tooltip) in rows.items()
+    ]
 
 
-def help_sections(bindings: Iterable[Binding], key_display: KeyDisplay, applies: Callable[[str], bool],
-                  *, live: bool) -> list[Section]:
+def help_sections(
+    bindings: Iterable[Binding], key_display: KeyDisplay, applies: Callable[[str], bool], *, live: bool
+) -> list[Section]:
     """The whole help, section by section (``live``: a live engine, whose prompt keys are listed too)."""
     keys = key_entries(bindings, key_display, applies)
-    keys.append(Entry(Content.styled(key_display(Binding("ctrl+p", "")), "$accent"), Content.from_markup(
-        "command palette [$text-muted]— recapture, parity, export/open trace, screenshot, panels, themes[/]")))
+    keys.append(
+        Entry(
+            Content.styled(key_display(Binding("ctrl+p", "")), "$accent"),
+            Content.from_markup(
+                "command palette [$text-muted]— recapture, parity, export/open trace, screenshot, panels, themes[/]"
+            ),
+        )
+    )
     sections = [Section(Content.from_markup("[b]keys[/b]"), tuple(keys))]
     if live:
         typing = [Entry(Content.styled("enter", "$accent"), Content("Send the prompt (several can run at once)"))]
         typing += key_entries([*HistoryInput.BINDINGS, *PromptConsole.BINDINGS], key_display, lambda _: True)
         sections.append(Section(Content.from_markup("[b]typing a prompt[/b]"), tuple(typing), Content(TYPING)))
     sections.append(Section(Content.from_markup("[b]layout[/b]"), paragraph=Content(LAYOUT)))
-    sections.append(Section(Content.from_markup("[b]panels[/b]"),
-                            tuple(Entry(Content.styled(n, "$primary"), Content(w)) for n, w in PANELS)))
-    sections.append(Section(Content.from_markup("[b]status line[/b] [$text-muted](left to right)[/]"),
-                            tuple(Entry(Content.styled(n, "$primary"), Content(w)) for n, w in STATUS_ITEMS)))
-    sections.append(Section(
-        Content.from_markup("[b]eager fallback reasons[/b] [$text-muted](why a step ran without a graph; hover one "
-                            "in the steps panel)[/]"),
-        tuple(Entry(Content.styled(reason, "$warning"), Content.from_markup("$m [$text-muted]→ $a[/]", m=ex.meaning,
-                                                                              a=ex.action), wide=True)
-              for reason, ex in FALLBACK_REASONS.items())))
-    ledger = [Entry(Content.styled(row, "$primary"), Content.from_markup("$m [$text-muted]→ $a[/]", m=ex.meaning,
-                                                                         a=ex.action))
-              for row, ex in LEDGER_ROWS.items()]
-    sections.append(Section(Content.from_markup("[b]memory ledger rows[/b] [$text-muted](hover one in the panel)[/]"),
-                            tuple(ledger),
-                            Content.from_markup("[$text-muted]on CPU, free reads \"$na\": host memory has no device "
-                                                "limit[/]", na=FREE_ON_CPU)))
+    sections.append(
+        Section(
+            Content.from_markup("[b]panels[/b]"),
+            tuple(Entry(Content.styled(n, "$primary"), Content(w)) for n, w in PANELS),
+        )
+    )
+    sections.append(
+        Section(
+            Content.from_markup("[b]status line[/b] [$text-muted](left to right)[/]"),
+            tuple(Entry(Content.styled(n, "$primary"), Content(w)) for n, w in STATUS_ITEMS),
+        )
+    )
+    sections.append(
+        Section(
+            Content.from_markup(
+                "[b]eager fallback reasons[/b] [$text-muted](why a step ran without a graph; hover one "
+                "in the steps panel)[/]"
+            ),
+            tuple(
+                Entry(
+                    Content.styled(reason, "$warning"),
+                    Content.from_markup("$m [$text-muted]→ $a[/]", m=ex.meaning, a=ex.action),
+                    wide=True,
+                )
+                for reason, ex in FALLBACK_REASONS.items()
+            ),
+        )
+    )
+    ledger = [
+        Entry(
+            Content.styled(row, "$primary"), Content.from_markup("$m [$text-muted]→ $a[/]", m=ex.meaning, a=ex.action)
+        )
+        for row, ex in LEDGER_ROWS.items()
+    ]
+    sections.append(
+        Section(
+            Content.from_markup("[b]memory ledger rows[/b] [$text-muted](hover one in the panel)[/]"),
+            tuple(ledger),
+            Content.from_markup(
+                '[$text-muted]on CPU, free reads "$na": host memory has no device limit[/]', na=FREE_ON_CPU
+            ),
+        )
+    )
     return sections
 
 
@@ -131,8 +176,9 @@ def entry_widgets(entry: Entry) -> Iterable[Widget]:
         yield Static(entry.term, classes="help-term -wide")
         yield Static(entry.text, classes="help-text -under")
         return
-    yield Horizontal(Static(entry.term, classes="help-term"), Static(entry.text, classes="help-text"),
-                     classes="help-entry")
+    yield Horizontal(
+        Static(entry.term, classes="help-term"), Static(entry.text, classes="help-text"), classes="help-entry"
+    )
 
 
 class HelpScreen(Dialog[None]):

@@ -28,10 +28,10 @@ from textual.content import Content
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .dialog import Dialog
-from ..widgets.clean_input import CleanInput
 from ..path_choices import PathSuggester, path_choices
 from ..safe_text import printable
+from ..widgets.clean_input import CleanInput
+from .dialog import Dialog
 
 
 class PathPromptScreen(Dialog[Optional[str]]):
@@ -40,13 +40,27 @@ class PathPromptScreen(Dialog[Optional[str]]):
     AUTO_FOCUS = "Input"
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="path.cancel", tooltip="Close without doing anything"),
-        Binding("down", "to_choices", "Choices", show=False, id="path.choices",
-                tooltip="Into the list of files under the field"),
+        Binding(
+            "down",
+            "to_choices",
+            "Choices",
+            show=False,
+            id="path.choices",
+            tooltip="Into the list of files under the field",
+        ),
     ]
 
-    def __init__(self, title: str, value: str = "", detail: str = "", *, verb: str = "confirms",
-                 target: Optional[Callable[[str], Path]] = None,
-                 source: Optional[Callable[[str], Path]] = None, choices: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        title: str,
+        value: str = "",
+        detail: str = "",
+        *,
+        verb: str = "confirms",
+        target: Optional[Callable[[str], Path]] = None,
+        source: Optional[Callable[[str], Path]] = None,
+        choices: Optional[str] = None,
+    ) -> None:
         """``detail``: a line about the operation (shown above the key hint); ``verb``: what Enter
         does (``"exports"``, ``"opens"``, ``"saves"``); ``target``: for a dialog that writes, the file
         the typed text names (raises ``ValueError`` or ``OSError`` for text that names none); ``source``:
@@ -131,7 +145,9 @@ class PathPromptScreen(Dialog[Optional[str]]):
             try:
                 path = check(value)
             except (ValueError, OSError) as exc:
-                self._say("[$error]✗ $m[/]", m=str(exc) if isinstance(exc, ValueError) else f"{value}: {exc.strerror or exc}")
+                self._say(
+                    "[$error]✗ $m[/]", m=str(exc) if isinstance(exc, ValueError) else f"{value}: {exc.strerror or exc}"
+                )
                 return
             if self.target is not None and os.path.isfile(path) and value != self._replace_confirmed_for:
                 self._replace_confirmed_for = value

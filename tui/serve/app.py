@@ -45,8 +45,14 @@ class BearerAuth:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._allowed(scope):
-            response = error_response(ApiError(401, "a valid API key is needed: Authorization: Bearer KEY",
-                                               code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}))
+            response = error_response(
+                ApiError(
+                    401,
+                    "a valid API key is needed: Authorization: Bearer KEY",
+                    code="invalid_api_key",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+            )
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -84,8 +90,18 @@ def create_app(engine: Any, options: ServeOptions, metrics: MetricsCollector) ->
 
     @app.get("/v1/models")
     async def models() -> Any:
-        return {"object": "list", "data": [{"id": options.model_name, "object": "model", "created": created,
-                                            "owned_by": "graphtop", "max_model_len": engine.max_context_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": options.model_name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "graphtop",
+                    "max_model_len": engine.max_context_len,
+                }
+            ],
+        }
 
     @app.post("/v1/completions")
     async def _completions(body: CompletionRequest, request: Request) -> Any:

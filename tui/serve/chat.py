@@ -32,14 +32,22 @@ def _message(i: int, m: Any) -> dict[str, str]:
         raise ApiError(400, f"{where} must be an object with a role and a content", param=where)
     extra = sorted(set(m) - KEYS)
     if extra:
-        raise ApiError(400, f"{where}.{extra[0]} is not supported (graphtop takes role, content and name)",
-                       param=f"{where}.{extra[0]}", code="unsupported_field")
+        raise ApiError(
+            400,
+            f"{where}.{extra[0]} is not supported (graphtop takes role, content and name)",
+            param=f"{where}.{extra[0]}",
+            code="unsupported_field",
+        )
     role = m.get("role")
     if not isinstance(role, str):
         raise ApiError(400, f"{where}.role must be a string", param=f"{where}.role")
     if role not in ROLES:
-        raise ApiError(400, f"{where}.role {role!r} is not supported (system, developer, user or assistant)",
-                       param=f"{where}.role", code="unsupported_value")
+        raise ApiError(
+            400,
+            f"{where}.role {role!r} is not supported (system, developer, user or assistant)",
+            param=f"{where}.role",
+            code="unsupported_value",
+        )
     out = {"role": ROLES[role], "content": _content(where, m.get("content"))}
     name = m.get("name")
     if name is not None:
@@ -60,10 +68,14 @@ def _content(where: str, content: Any) -> str:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise ApiError(400, f"{at} must be an object with a type", param=at)
         if part["type"] != "text":
-            raise ApiError(400, f"{at}.type {part['type']!r} is not supported (text only)", param=f"{at}.type",
-                           code="unsupported_value")
+            raise ApiError(
+                400,
+                f"{at}.type {part['type']!r} is not supported (text only)",
+                param=f"{at}.type",
+                code="unsupported_value",
+            )
         if set(part) - {"type", "text"} or not isinstance(part.get("text"), str):
-            raise ApiError(400, f"{at} must be {{\"type\": \"text\", \"text\": STRING}}", param=at)
+            raise ApiError(400, f'{at} must be {{"type": "text", "text": STRING}}', param=at)
         texts.append(_unicode(f"{at}.text", part["text"]))
     return "\n".join(texts)
 

@@ -16,16 +16,30 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          500: "internal_server_error", 503: "service_unavailable"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "internal_server_error",
+    503: "service_unavailable",
+}
 
 
 class ApiError(Exception):
     """An answer other than 200, raised anywhere in a handler; ``message`` is one line."""
 
-    def __init__(self, status: int, message: str, *, param: Optional[str] = None, code: Optional[str] = None,
-                 headers: Optional[dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: Optional[str] = None,
+        code: Optional[str] = None,
+        headers: Optional[dict[str, str]] = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = one_line(message)
@@ -41,13 +55,15 @@ def one_line(text: str, limit: int = 500) -> str:
 
 
 def error_body(status: int, message: str, param: Optional[str] = None, code: Optional[str] = None) -> dict:
-    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
-                      "code": code}}
+    return {
+        "error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param, "code": code}
+    }
 
 
 def error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(err.status, err.message, err.param, err.code), status_code=err.status,
-                        headers=err.headers)
+    return JSONResponse(
+        error_body(err.status, err.message, err.param, err.code), status_code=err.status, headers=err.headers
+    )
 
 
 def _loc_name(loc: Sequence[Any]) -> Optional[str]:
@@ -74,8 +90,7 @@ def validation_error(exc: RequestValidationError) -> ApiError:
         return ApiError(400, f"the request body is not valid JSON{f' ({why})' if why else ''}", code="invalid_json")
     param = _loc_name(first.get("loc", ()))
     if kind == "extra_forbidden":
-        return ApiError(400, f"unknown field {param!r}: graphtop does not take it", param=param,
-                        code="unknown_field")
+        return ApiError(400, f"unknown field {param!r}: graphtop does not take it", param=param, code="unknown_field")
     if kind == "missing" and param is None:
         return ApiError(400, "the request body is empty: send a JSON object", code="missing_body")
     if kind == "missing":
@@ -110,8 +125,10 @@ def install_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         if exc.status_code == 404:
-            message = f"no route {request.url.path} (graphtop serves /v1/completions, /v1/chat/completions, " \
-                      "/v1/models, /health and /metrics)"
+            message = (
+                f"no route {request.url.path} (graphtop serves /v1/completions, /v1/chat/completions, "
+                "/v1/models, /health and /metrics)"
+            )
         return error_response(ApiError(exc.status_code, message, headers=getattr(exc, "headers", None)))
 
     @app.exception_handler(Exception)

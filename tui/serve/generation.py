@@ -47,9 +47,12 @@ class Admission:
 
     def admit(self, count: int) -> None:
         if self.limit is not None and self.in_flight + count > self.limit:
-            raise ApiError(429, f"the server is at its limit of {self.limit} requests in flight "
-                           f"({self.in_flight} now); retry later", code="too_many_requests",
-                           headers={"Retry-After": "1"})
+            raise ApiError(
+                429,
+                f"the server is at its limit of {self.limit} requests in flight ({self.in_flight} now); retry later",
+                code="too_many_requests",
+                headers={"Retry-After": "1"},
+            )
         self.in_flight += count
 
     def release(self, count: int) -> None:

@@ -44,13 +44,21 @@ class ServeContext:
 
 def check_common(ctx: ServeContext, body: Union[CompletionRequest, ChatCompletionRequest]) -> None:
     if body.model is not None and body.model != ctx.model_name:
-        raise ApiError(400, f"model {body.model!r} is not served here; this server serves {ctx.model_name!r}",
-                       param="model", code="model_not_found")
+        raise ApiError(
+            400,
+            f"model {body.model!r} is not served here; this server serves {ctx.model_name!r}",
+            param="model",
+            code="model_not_found",
+        )
     bad = unsupported_field(body)
     if bad is not None:
         name, value = bad
-        raise ApiError(400, f"{name} is not supported by graphtop (got {json.dumps(value)[:60]})", param=name,
-                       code="unsupported_field")
+        raise ApiError(
+            400,
+            f"{name} is not supported by graphtop (got {json.dumps(value)[:60]})",
+            param=name,
+            code="unsupported_field",
+        )
     if body.stream_options is not None and not body.stream:
         raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
 
@@ -87,14 +95,18 @@ async def completions(ctx: ServeContext, body: CompletionRequest, request: Reque
 
 async def chat_completions(ctx: ServeContext, body: ChatCompletionRequest, request: Request) -> Any:
     check_common(ctx, body)
-    if body.max_tokens is not None and body.max_completion_tokens is not None \
-            and body.max_tokens != body.max_completion_tokens:
+    if (
+        body.max_tokens is not None
+        and body.max_completion_tokens is not None
+        and body.max_tokens != body.max_completion_tokens
+    ):
         raise ApiError(400, "max_tokens and max_completion_tokens disagree; give one", param="max_tokens")
     messages = chat_messages(body.messages)
     tokenizer = ctx.engine.tokenizer
     if not has_chat_template(tokenizer):
-        raise ApiError(400, "this model has no chat template: use /v1/completions", param="messages",
-                       code="no_chat_template")
+        raise ApiError(
+            400, "this model has no chat template: use /v1/completions", param="messages", code="no_chat_template"
+        )
     ids = encode_messages(tokenizer, messages, ctx.engine.prompt_limit)
     if isinstance(ids, Unencodable):
         raise ApiError(400, f"messages: {ids.problem}", param="messages")
@@ -104,8 +116,15 @@ async def chat_completions(ctx: ServeContext, body: ChatCompletionRequest, reque
     return await generate(ctx, body, request, [ids], params, shape, "messages")
 
 
-async def generate(ctx: ServeContext, body: Any, request: Request, prompts: list[Any], params: SamplingParams,
-                   shape: ResponseShape, param: str) -> Any:
+async def generate(
+    ctx: ServeContext,
+    body: Any,
+    request: Request,
+    prompts: list[Any],
+    params: SamplingParams,
+    shape: ResponseShape,
+    param: str,
+) -> Any:
     count = len(prompts) * body.n
     ctx.admission.admit(count)
     gen = Generation(ctx.engine, asyncio.get_running_loop())
@@ -125,8 +144,12 @@ async def generate(ctx: ServeContext, body: Any, request: Request, prompts: list
         raise
     if body.stream:
         shape.include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(_stream(gen, shape, len(prompts), body.n, release), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"}, background=BackgroundTask(release))
+        return StreamingResponse(
+            _stream(gen, shape, len(prompts), body.n, release),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+            background=BackgroundTask(release),
+        )
     try:
         return await _collect(gen, shape, request, len(prompts), body.n)
     finally:

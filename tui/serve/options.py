@@ -48,8 +48,10 @@ def is_loopback(host: str) -> bool:
 def exposure_warning(options: ServeOptions) -> Optional[str]:
     """The warning for a server other machines can reach with no API key, or None."""
     if options.api_key is None and not is_loopback(options.host):
-        return (f"serving on {options.host} without --api-key: anyone who can reach this machine can use the "
-                "model (pass --api-key KEY, or bind to 127.0.0.1)")
+        return (
+            f"serving on {options.host} without --api-key: anyone who can reach this machine can use the "
+            "model (pass --api-key KEY, or bind to 127.0.0.1)"
+        )
     return None
 
 

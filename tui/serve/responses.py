@@ -50,8 +50,14 @@ class ResponseShape:
         choices = []
         for i, (text, reason) in enumerate(zip(texts, reasons)):
             if self.chat:
-                choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                                "finish_reason": reason})
+                choices.append(
+                    {
+                        "index": i,
+                        "message": {"role": "assistant", "content": text},
+                        "logprobs": None,
+                        "finish_reason": reason,
+                    }
+                )
             else:
                 choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": reason})
         return {**self._head(self.object), "choices": choices, "usage": usage}
@@ -65,8 +71,12 @@ class ResponseShape:
 
     def role_chunk(self, count: int) -> str:
         """Chat streams open each choice with the assistant's role (OpenAI's first chunk)."""
-        return self._chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                             "finish_reason": None} for i in range(count)])
+        return self._chunk(
+            [
+                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                for i in range(count)
+            ]
+        )
 
     def update_chunk(self, updates: list[ChoiceUpdate]) -> str:
         choices = []
@@ -79,5 +89,6 @@ class ResponseShape:
         return self._chunk(choices)
 
     def usage_chunk(self, usage: dict[str, int]) -> str:
-        return sse({**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [],
-                    "usage": usage})
+        return sse(
+            {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [], "usage": usage}
+        )

@@ -55,16 +55,30 @@ class ApiServer:
     costs are counted); one is made here otherwise. ``start()`` returns once the server accepts
     connections; ``close()`` stops it (the engine is the caller's to close)."""
 
-    def __init__(self, engine: Any, options: Optional[ServeOptions] = None, *,
-                 metrics: Optional[MetricsCollector] = None, sock: Optional[socket.socket] = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        options: Optional[ServeOptions] = None,
+        *,
+        metrics: Optional[MetricsCollector] = None,
+        sock: Optional[socket.socket] = None,
+    ) -> None:
         self.engine = engine
         self.options = options = options if options is not None else ServeOptions()
         self._own_metrics = metrics is None
         self.metrics = metrics if metrics is not None else MetricsCollector(engine.bus)
         self.sock = sock if sock is not None else listen(options.host, options.port)
         self.app = create_app(engine, options, self.metrics)
-        config = uvicorn.Config(self.app, log_config=None, log_level="warning", access_log=False, lifespan="off",
-                                loop="asyncio", http="h11", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            loop="asyncio",
+            http="h11",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
         self._server = uvicorn.Server(config)
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None

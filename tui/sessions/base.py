@@ -43,8 +43,13 @@ class SamplingSettings:
         refused as it is typed, not later when the engine takes it."""
         from graphtop.engine import SamplingParams
 
-        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
-                              top_p=self.top_p, seed=self.seed)
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            seed=self.seed,
+        )
 
     def describe(self) -> str:
         seed = "—" if self.seed is None else str(self.seed)
@@ -126,6 +131,7 @@ class Session(Protocol):
     def can_submit(self) -> bool:
         """The engine is ready (a recapture needs it; prompts are held by ``submit`` until then)."""
         ...
+
     @property
     def chat_available(self) -> bool: ...
     @property
@@ -136,6 +142,7 @@ class Session(Protocol):
         """Run ``prompt`` (``chat``: through the chat template, when the tokenizer has one). Before the
         engine is ready the prompt is held and sent once it is; raises only when it never will be."""
         ...
+
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None: ...
     def buckets(self) -> tuple[Optional[list[int]], Optional[list[int]]]: ...
     def limits(self) -> Limits: ...
@@ -145,4 +152,5 @@ class Session(Protocol):
     def drain_logs(self) -> list[tuple[int, str]]:
         """Engine log records (level, message) since the last call."""
         ...
+
     def shutdown(self) -> None: ...

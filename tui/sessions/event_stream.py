@@ -105,16 +105,20 @@ class EventStream:
     def _discard_held(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            self._protocol_error(f"an event batch numbered {held.first_seq} (expected {self.expected_seq}) with "
-                                 f"bus_dropped {held.bus_dropped} (was {self._bus_now})")
+            self._protocol_error(
+                f"an event batch numbered {held.first_seq} (expected {self.expected_seq}) with "
+                f"bus_dropped {held.bus_dropped} (was {self._bus_now})"
+            )
 
     def _protocol_error(self, what: str) -> None:
         """Say (once) that a malformed frame was dropped. Its events are not counted as lost here: if the
         real stream lost any, the next frame's number shows the gap, and ``_take`` counts it."""
         if not self._protocol_warned:
             self._protocol_warned = True
-            self._warn(f"the engine sent a malformed frame, ignored: {what} "
-                       "(said once; a gap it hides shows in 'dropped' with the next frame)")
+            self._warn(
+                f"the engine sent a malformed frame, ignored: {what} "
+                "(said once; a gap it hides shows in 'dropped' with the next frame)"
+            )
 
     def push(self, pairs: list[tuple[str, msgspec.Raw]]) -> None:
         """Decode and queue events (a snapshot's, or a frame's once counted); what has no room is counted."""

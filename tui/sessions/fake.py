@@ -96,16 +96,28 @@ def boot_events(
             t += 0.05
             out.append(
                 CaptureProgress(
-                    phase=phase, bucket=b, index=i, total=len(buckets), seconds=0.05 + 0.01 * i,
-                    memory_bytes=per * b, ts=t,
+                    phase=phase,
+                    bucket=b,
+                    index=i,
+                    total=len(buckets),
+                    seconds=0.05 + 0.01 * i,
+                    memory_bytes=per * b,
+                    ts=t,
                 )
             )
         mem = sum(per * b for b in buckets)
         out.append(CaptureFinished(phase=phase, captured=tuple(buckets), seconds=0.5, memory_bytes=mem, ts=t))
     out.append(
         MemoryLedger(
-            device="cuda:0", total=141 * GiB, weights=15 * GiB, kv_pool=96 * GiB, decode_graphs=189 * MiB,
-            prefill_graphs=38 * MiB, activation_reserve=4 * GiB, free=25 * GiB, ts=t,
+            device="cuda:0",
+            total=141 * GiB,
+            weights=15 * GiB,
+            kv_pool=96 * GiB,
+            decode_graphs=189 * MiB,
+            prefill_graphs=38 * MiB,
+            activation_reserve=4 * GiB,
+            free=25 * GiB,
+            ts=t,
         )
     )
     out.append(KVPoolState(capacity_tokens=65536, used_tokens=0, page_size=16, max_running=64, ts=t))
@@ -121,31 +133,80 @@ def step_events(n: int = 40, *, start_step: int = 1, ts: float = T0 + 10) -> lis
         t = ts + i * 0.02
         if i % 10 == 0:
             out.append(
-                StepEvent(step=step, phase="prefill", batch_size=1, num_tokens=100 + i % 25, bucket=128,
-                          padded=28 - i % 25, padding_waste=(28 - i % 25) / 128, path="graph", host_ms=0.4,
-                          replay_ms=3.0 + i * 0.05, segment_ms=2.5, break_ms=0.3, ts=t)
+                StepEvent(
+                    step=step,
+                    phase="prefill",
+                    batch_size=1,
+                    num_tokens=100 + i % 25,
+                    bucket=128,
+                    padded=28 - i % 25,
+                    padding_waste=(28 - i % 25) / 128,
+                    path="graph",
+                    host_ms=0.4,
+                    replay_ms=3.0 + i * 0.05,
+                    segment_ms=2.5,
+                    break_ms=0.3,
+                    ts=t,
+                )
             )
         elif i % 13 == 0:
             out.append(
-                StepEvent(step=step, phase="decode", batch_size=48, num_tokens=48, bucket=None,
-                          path="eager", fallback_reason="exceeds_max_bucket", host_ms=9.5, ts=t)
+                StepEvent(
+                    step=step,
+                    phase="decode",
+                    batch_size=48,
+                    num_tokens=48,
+                    bucket=None,
+                    path="eager",
+                    fallback_reason="exceeds_max_bucket",
+                    host_ms=9.5,
+                    ts=t,
+                )
             )
         elif i % 17 == 0:
             out.append(
-                StepEvent(step=step, phase="prefill", batch_size=1, num_tokens=900, bucket=None,
-                          path="eager", fallback_reason="prefill_tokens_over_max_bucket", host_ms=22.0, ts=t)
+                StepEvent(
+                    step=step,
+                    phase="prefill",
+                    batch_size=1,
+                    num_tokens=900,
+                    bucket=None,
+                    path="eager",
+                    fallback_reason="prefill_tokens_over_max_bucket",
+                    host_ms=22.0,
+                    ts=t,
+                )
             )
         else:
             bs = 3 + (i % 5) * 3
             bucket = next(b for b in decode if b >= bs)
             out.append(
-                StepEvent(step=step, phase="decode", batch_size=bs, num_tokens=bs, bucket=bucket,
-                          padded=bucket - bs, padding_waste=(bucket - bs) / bucket, path="graph",
-                          host_ms=0.2, replay_ms=1.0 + (i % 7) * 0.1, ts=t)
+                StepEvent(
+                    step=step,
+                    phase="decode",
+                    batch_size=bs,
+                    num_tokens=bs,
+                    bucket=bucket,
+                    padded=bucket - bs,
+                    padding_waste=(bucket - bs) / bucket,
+                    path="graph",
+                    host_ms=0.2,
+                    replay_ms=1.0 + (i % 7) * 0.1,
+                    ts=t,
+                )
             )
         if i % 8 == 0:
-            out.append(KVPoolState(capacity_tokens=65536, used_tokens=4000 + i * 300, page_size=16,
-                                   running=3 + i % 5, queued=i % 3, max_running=64, ts=t))
+            out.append(
+                KVPoolState(
+                    capacity_tokens=65536,
+                    used_tokens=4000 + i * 300,
+                    page_size=16,
+                    running=3 + i % 5,
+                    queued=i % 3,
+                    max_running=64,
+                    ts=t,
+                )
+            )
     return out
 
 
@@ -225,18 +286,28 @@ class FakeSession:
         words = self.reply.split(" ")
         handle = FakeHandle(rid, [w + " " for w in words[:-1]] + [words[-1]])
         self.handles.append(handle)
-        self.queue.append(RequestQueued(request_id=rid, prompt_tokens=len(prompt.split()),
-                                        max_new_tokens=settings.max_new_tokens, ts=T0 + 20))
-        self.queue.append(RequestFinished(request_id=rid, output_tokens=len(words), finish_reason="length",
-                                          latency_ms=12.0, ts=T0 + 21))
+        self.queue.append(
+            RequestQueued(
+                request_id=rid, prompt_tokens=len(prompt.split()), max_new_tokens=settings.max_new_tokens, ts=T0 + 20
+            )
+        )
+        self.queue.append(
+            RequestFinished(
+                request_id=rid, output_tokens=len(words), finish_reason="length", latency_ms=12.0, ts=T0 + 21
+            )
+        )
         return handle
 
     def recapture(self, decode_bs: Optional[list[int]], prefill_num_tokens: Optional[list[int]]) -> None:
         self.recaptures.append((decode_bs, prefill_num_tokens))
         t = T0 + 30
-        self.queue.append(RecaptureRequested(
-            decode_bs=tuple(decode_bs) if decode_bs is not None else None,
-            prefill_num_tokens=tuple(prefill_num_tokens) if prefill_num_tokens is not None else None, ts=t))
+        self.queue.append(
+            RecaptureRequested(
+                decode_bs=tuple(decode_bs) if decode_bs is not None else None,
+                prefill_num_tokens=tuple(prefill_num_tokens) if prefill_num_tokens is not None else None,
+                ts=t,
+            )
+        )
         for phase, buckets in (("decode", decode_bs), ("prefill", prefill_num_tokens)):
             if buckets is None:
                 continue
@@ -246,13 +317,26 @@ class FakeSession:
                 self._prefill = list(buckets)
             self.queue.append(CaptureStarted(phase=phase, buckets=tuple(buckets), reason="recapture", ts=t))
             for i, b in enumerate(buckets, 1):
-                self.queue.append(CaptureProgress(phase=phase, bucket=b, index=i, total=len(buckets),
-                                                  seconds=0.05, memory_bytes=MiB * b, ts=t))
-            self.queue.append(CaptureFinished(phase=phase, captured=tuple(buckets), seconds=0.1,
-                                              memory_bytes=MiB * sum(buckets), ts=t))
-        self.queue.append(RecaptureFinished(ok=True, decode_bs=tuple(decode_bs or ()),
-                                            prefill_num_tokens=tuple(prefill_num_tokens or ()),
-                                            seconds=0.2, message="recaptured", ts=t))
+                self.queue.append(
+                    CaptureProgress(
+                        phase=phase, bucket=b, index=i, total=len(buckets), seconds=0.05, memory_bytes=MiB * b, ts=t
+                    )
+                )
+            self.queue.append(
+                CaptureFinished(
+                    phase=phase, captured=tuple(buckets), seconds=0.1, memory_bytes=MiB * sum(buckets), ts=t
+                )
+            )
+        self.queue.append(
+            RecaptureFinished(
+                ok=True,
+                decode_bs=tuple(decode_bs or ()),
+                prefill_num_tokens=tuple(prefill_num_tokens or ()),
+                seconds=0.2,
+                message="recaptured",
+                ts=t,
+            )
+        )
 
     def buckets(self) -> tuple[Optional[list[int]], Optional[list[int]]]:
         return self._decode, self._prefill

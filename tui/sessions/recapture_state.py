@@ -64,9 +64,11 @@ class RecaptureTracker:
         self.last: Optional[RecaptureRun] = None
 
     def requested(self, ev: RecaptureRequested, costs: Iterable[BucketCost]) -> None:
-        lists = {phase: tuple(buckets) for phase, buckets in (("decode", ev.decode_bs),
-                                                              ("prefill", ev.prefill_num_tokens))
-                 if buckets is not None}
+        lists = {
+            phase: tuple(buckets)
+            for phase, buckets in (("decode", ev.decode_bs), ("prefill", ev.prefill_num_tokens))
+            if buckets is not None
+        }
         self.current = RecaptureRun(lists, estimate_capture_seconds(costs, lists))
 
     def capture_started(self, ev: CaptureStarted) -> None:

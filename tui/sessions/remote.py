@@ -198,12 +198,15 @@ class RemoteSession:
         if self._ended is not None:
             raise RuntimeError(self._ended)
         handle = RemoteHandle(f"{self.name}-{next(self._ids)}", self)
-        sampling = p.Sampling(settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k,
-                              settings.seed)
+        sampling = p.Sampling(
+            settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k, settings.seed
+        )
         payload = p.encoder.encode(p.Submit(handle.request_id, prompt, sampling, chat and self.chat_available))
         if len(payload) > p.MAX_MESSAGE_BYTES:  # the endpoint would refuse it: say so now, send nothing
-            raise ValueError(f"the prompt is {len(payload):,} bytes as a message; the engine's endpoint takes "
-                             f"at most {p.MAX_MESSAGE_BYTES:,} (1 MiB): send a shorter prompt")
+            raise ValueError(
+                f"the prompt is {len(payload):,} bytes as a message; the engine's endpoint takes "
+                f"at most {p.MAX_MESSAGE_BYTES:,} (1 MiB): send a shorter prompt"
+            )
         handle.sent_bytes = len(payload)
         self._handles[handle.request_id] = handle
         self._outbox.put(payload)
@@ -357,13 +360,17 @@ class RemoteSession:
                 self.snapshot_done.set()
         elif isinstance(msg, p.Welcome):
             if msg.protocol != p.PROTOCOL_VERSION:  # its messages would be read by this version's rules
-                self._ended = (f"{self.endpoint} speaks telemetry protocol {msg.protocol}, this viewer's "
-                               f"{p.PROTOCOL_VERSION}: attach with the graphtop version that runs the engine")
+                self._ended = (
+                    f"{self.endpoint} speaks telemetry protocol {msg.protocol}, this viewer's "
+                    f"{p.PROTOCOL_VERSION}: attach with the graphtop version that runs the engine"
+                )
                 self._welcomed.set()
                 return
             if msg.next_seq < 0 or msg.bus_dropped < 0:  # counters that can only count up from 0
-                self._refused = (f"it sent a malformed Welcome (next_seq {msg.next_seq}, "
-                                 f"bus_dropped {msg.bus_dropped}; not a graphtop engine?)")
+                self._refused = (
+                    f"it sent a malformed Welcome (next_seq {msg.next_seq}, "
+                    f"bus_dropped {msg.bus_dropped}; not a graphtop engine?)"
+                )
                 self._welcomed.set()
                 return
             self.welcome = msg

@@ -59,8 +59,13 @@ class ReplaySession:
         from graphtop.engine.telemetry.trace import read_trace
 
         trace = read_trace(path)
-        return cls(trace.events, header=trace.header, label=str(path), path=str(path),  # type: ignore[arg-type]
-                   **kwargs)
+        return cls(
+            trace.events,
+            header=trace.header,
+            label=str(path),
+            path=str(path),  # type: ignore[arg-type]
+            **kwargs,
+        )
 
     # -- clock ---------------------------------------------------------------------------------
     @property

@@ -10,8 +10,8 @@ from textual.content import Content
 from textual.widgets import Static
 
 from ..fmt import bar
-from .panel import set_content
 from ..state import DashboardState
+from .panel import set_content
 
 MAX_ROWS = 10
 BAR = 8
@@ -33,7 +33,10 @@ class BucketHistogram(Static):
             lines.append(
                 Content.from_markup(
                     f"$p $b [$success]$bar[/] $h [{waste_style}]pad $w[/]",
-                    p=f"{phase[:3]}", b=f"{bucket:>5}", bar=bar(st.count / top, BAR), h=f"{st.count:>5}",
+                    p=f"{phase[:3]}",
+                    b=f"{bucket:>5}",
+                    bar=bar(st.count / top, BAR),
+                    h=f"{st.count:>5}",
                     w=f"{st.waste * 100:3.0f}%",
                 )
             )

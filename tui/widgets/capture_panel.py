@@ -17,8 +17,8 @@ from textual.widgets import Static
 from graphtop.engine.telemetry.capture import CapturePass
 
 from ..fmt import bar, human_bytes, secs
-from .panel import Panel, set_content
 from ..state import DashboardState
+from .panel import Panel, set_content
 
 RECENT = 4
 """Buckets listed under a phase while it captures (the modal table has all of them)."""
@@ -41,8 +41,12 @@ def phase_line(cap: CapturePass) -> Content:
         mark = "[$warning]…[/]"
     return Content.from_markup(
         f"[b]$phase[/b] [$primary]$bar[/] $done/$total $secs $mem {mark}",
-        phase=f"{cap.phase:<7}", bar=bar(frac, 12),
-        done=str(done), total=str(total), secs=secs(capture_work(cap)), mem=human_bytes(cap.memory_bytes),
+        phase=f"{cap.phase:<7}",
+        bar=bar(frac, 12),
+        done=str(done),
+        total=str(total),
+        secs=secs(capture_work(cap)),
+        mem=human_bytes(cap.memory_bytes),
     )
 
 
@@ -77,7 +81,9 @@ class CapturePanel(Panel):
                 for c in cap.costs[-RECENT:]:
                     lines.append(
                         Content.from_markup(
-                            "  [$text-muted]bucket[/] $b $s $m", b=f"{c.bucket:>6}", s=f"{secs(c.seconds):>6}",
+                            "  [$text-muted]bucket[/] $b $s $m",
+                            b=f"{c.bucket:>6}",
+                            s=f"{secs(c.seconds):>6}",
                             m=human_bytes(c.memory_bytes),
                         )
                     )
@@ -86,8 +92,13 @@ class CapturePanel(Panel):
                 lines.append(Content.from_markup("  [$error]failed:[/] $f", f=failed))
         if state.capturing and any(c.reason == "initial" and c.finished is None for c in state.capture.values()):
             live, total = state.buckets_live()
-            lines.append(Content.from_markup(
-                "[$warning]●[/] serving while capturing: $live/$total buckets live", live=str(live), total=str(total)))
+            lines.append(
+                Content.from_markup(
+                    "[$warning]●[/] serving while capturing: $live/$total buckets live",
+                    live=str(live),
+                    total=str(total),
+                )
+            )
             lines.append(Content.from_markup("  [$text-muted]steps of the rest: eager (not_yet_captured)[/]"))
         if state.tp_size > 1:
             lines.extend(rank_lines(state))
@@ -107,8 +118,15 @@ def load_lines(state: DashboardState) -> list[Content]:
         return []
     lines = [Content.from_markup("  $label", label=ev.label)]
     if ev.total:
-        lines.append(Content.from_markup("  [$primary]$bar[/] $step $done/$total", bar=bar(ev.done / ev.total, 12),
-                                         step=ev.step, done=str(ev.done), total=str(ev.total)))
+        lines.append(
+            Content.from_markup(
+                "  [$primary]$bar[/] $step $done/$total",
+                bar=bar(ev.done / ev.total, 12),
+                step=ev.step,
+                done=str(ev.done),
+                total=str(ev.total),
+            )
+        )
     else:
         lines.append(Content.from_markup("  $step…", step=ev.step))
     return lines
@@ -142,20 +160,38 @@ def recapture_lines(state: DashboardState) -> list[Content]:
     last one went (capture work beside its estimate, and the wall time)."""
     run = state.recapture.current
     if run is not None and not run.started:
-        return [Content.from_markup("[$warning]●[/] recapture requested: runs at the next step"),
-                Content.from_markup("  [$text-muted]$e capture work[/]", e=_est(run.estimate_s))]
+        return [
+            Content.from_markup("[$warning]●[/] recapture requested: runs at the next step"),
+            Content.from_markup("  [$text-muted]$e capture work[/]", e=_est(run.estimate_s)),
+        ]
     if run is not None:
-        return [Content.from_markup("[$warning]●[/] recapturing $d/$t · $w of $e", d=str(run.buckets_done),
-                                    t=str(run.buckets_total), w=secs(run.work_s), e=_est(run.estimate_s)),
-                Content.from_markup("  [$text-muted]serving; eager meanwhile: recapture_in_progress[/]")]
+        return [
+            Content.from_markup(
+                "[$warning]●[/] recapturing $d/$t · $w of $e",
+                d=str(run.buckets_done),
+                t=str(run.buckets_total),
+                w=secs(run.work_s),
+                e=_est(run.estimate_s),
+            ),
+            Content.from_markup("  [$text-muted]serving; eager meanwhile: recapture_in_progress[/]"),
+        ]
     last = state.recapture.last
     if last is None or last.finished is None:
         return []
     r = last.finished
     if not r.ok:
-        return [Content.from_markup("[$error]last recapture failed:[/]"),
-                Content.from_markup("  $m", m=r.message or "no reason given")]
-    took = Content.from_markup("  capture $w [$text-muted]($e)[/] · wall $s", w=secs(last.work_s),
-                               e=_est(last.estimate_s), s=secs(r.seconds)) if last.lists else \
-        Content.from_markup("  wall $s", s=secs(r.seconds))
+        return [
+            Content.from_markup("[$error]last recapture failed:[/]"),
+            Content.from_markup("  $m", m=r.message or "no reason given"),
+        ]
+    took = (
+        Content.from_markup(
+            "  capture $w [$text-muted]($e)[/] · wall $s",
+            w=secs(last.work_s),
+            e=_est(last.estimate_s),
+            s=secs(r.seconds),
+        )
+        if last.lists
+        else Content.from_markup("  wall $s", s=secs(r.seconds))
+    )
     return [Content.from_markup("[$success]last recapture ok[/]"), took]

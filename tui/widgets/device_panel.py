@@ -53,23 +53,38 @@ class DevicePanel(Vertical):
             lines.append(Content.from_markup("[b]$name[/b] [$text-muted]#$i[/]", name=g.name, i=str(g.index)))
             lines.append(
                 Content.from_markup(
-                    "mem [$primary]$bar[/] $u / $t", bar=bar(frac, 10), u=human_bytes(g.memory_used),
+                    "mem [$primary]$bar[/] $u / $t",
+                    bar=bar(frac, 10),
+                    u=human_bytes(g.memory_used),
                     t=human_bytes(g.memory_total),
                 )
             )
             lines.append(
                 Content.from_markup(
                     "util $u · power $p / $l · $c",
-                    u=_opt(g.utilization_pct, "{:.0f}%"), p=_opt(g.power_w, "{:.0f} W"),
-                    l=_opt(g.power_limit_w, "{:.0f} W"), c=_opt(g.temperature_c, "{:.0f}°C"),
+                    u=_opt(g.utilization_pct, "{:.0f}%"),
+                    p=_opt(g.power_w, "{:.0f} W"),
+                    l=_opt(g.power_limit_w, "{:.0f} W"),
+                    c=_opt(g.temperature_c, "{:.0f}°C"),
                 )
             )
         if not sample.gpus:
             lines.append(Content.from_markup("[$text-muted]$n — host only[/]", n=sample.gpu_note or "no NVIDIA GPU"))
         ram = sample.ram_used / sample.ram_total if sample.ram_total else 0.0
-        lines.append(Content.from_markup("host cpu $c of $n · [$text-muted]graphtop rss $r[/]",
-                                         c=f"{sample.cpu_pct:.0f}%", n=str(sample.cpu_count),
-                                         r=human_bytes(sample.process_rss)))
-        lines.append(Content.from_markup("ram [$secondary]$bar[/] $u / $t", bar=bar(ram, 10),
-                                         u=human_bytes(sample.ram_used), t=human_bytes(sample.ram_total)))
+        lines.append(
+            Content.from_markup(
+                "host cpu $c of $n · [$text-muted]graphtop rss $r[/]",
+                c=f"{sample.cpu_pct:.0f}%",
+                n=str(sample.cpu_count),
+                r=human_bytes(sample.process_rss),
+            )
+        )
+        lines.append(
+            Content.from_markup(
+                "ram [$secondary]$bar[/] $u / $t",
+                bar=bar(ram, 10),
+                u=human_bytes(sample.ram_used),
+                t=human_bytes(sample.ram_total),
+            )
+        )
         set_content(body, Content("\n").join(lines))

@@ -15,10 +15,22 @@ class HistoryInput(CleanInput):
     """Remembers submitted values; up/down walk them like a shell."""
 
     BINDINGS = [
-        Binding("up", "history(-1)", "Previous prompt", show=False, id="prompt.history_prev",
-                tooltip="Recall the previous prompt"),
-        Binding("down", "history(1)", "Next prompt", show=False, id="prompt.history_next",
-                tooltip="Recall the next prompt (or your draft)"),
+        Binding(
+            "up",
+            "history(-1)",
+            "Previous prompt",
+            show=False,
+            id="prompt.history_prev",
+            tooltip="Recall the previous prompt",
+        ),
+        Binding(
+            "down",
+            "history(1)",
+            "Next prompt",
+            show=False,
+            id="prompt.history_next",
+            tooltip="Recall the next prompt (or your draft)",
+        ),
     ]
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]

@@ -10,9 +10,9 @@ from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import ProgressBar, Static
 
+from ..state import DashboardState
 from .level_spark import LevelSparkline
 from .panel import Panel, set_content
-from ..state import DashboardState
 
 
 class KVPanel(Panel):
@@ -34,8 +34,11 @@ class KVPanel(Panel):
     def render_state(self, state: DashboardState) -> None:
         kv = state.kv
         if self._widgets is None:  # looked up once: a query per render is a DOM walk
-            self._widgets = (self.query_one("#kv-body", Static), self.query_one("#kv-gauge", ProgressBar),
-                             self.query_one("#kv-spark", LevelSparkline))
+            self._widgets = (
+                self.query_one("#kv-body", Static),
+                self.query_one("#kv-gauge", ProgressBar),
+                self.query_one("#kv-spark", LevelSparkline),
+            )
         body, gauge, spark = self._widgets
         if kv is None:
             set_content(body, Content.from_markup("[$text-muted]waiting for the KV pool…[/]"))
@@ -46,9 +49,14 @@ class KVPanel(Panel):
         set_content(
             body,
             Content.from_markup(
-                f"used [b]$used[/b] / $cap tokens · page $page\nrunning [b]$run[/b]$maxr · [{queued_style}]queued $q[/]",
-                used=f"{kv.used_tokens:,}", cap=f"{kv.capacity_tokens:,}", page=str(kv.page_size),
-                run=str(kv.running), maxr=max_running, q=str(kv.queued),
+                f"used [b]$used[/b] / $cap tokens · page $page\n"
+                f"running [b]$run[/b]$maxr · [{queued_style}]queued $q[/]",
+                used=f"{kv.used_tokens:,}",
+                cap=f"{kv.capacity_tokens:,}",
+                page=str(kv.page_size),
+                run=str(kv.running),
+                maxr=max_running,
+                q=str(kv.queued),
             ),
         )
         gauge.update(total=max(kv.capacity_tokens, 1), progress=kv.used_tokens)

@@ -15,8 +15,8 @@ from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU, free_applies
 
 from ..explain import explain_ledger_row
 from ..fmt import bar, human_bytes
-from .panel import Panel
 from ..state import DashboardState
+from .panel import Panel
 from .tipped_lines import TippedLines
 
 ROWS = (
@@ -45,8 +45,9 @@ class LedgerPanel(Panel):
             body.show([Content.from_markup("[$text-muted]waiting for the memory plan…[/]")])
             return
         if len(state.ledgers) > 1:
-            body.show(rank_columns(state), [None, *(explain_ledger_row(n, device=led.device).line(n)
-                                                    for n, _, _ in ROWS)])
+            body.show(
+                rank_columns(state), [None, *(explain_ledger_row(n, device=led.device).line(n) for n, _, _ in ROWS)]
+            )
             return
         cpu = not free_applies(led.device)
         total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
@@ -60,13 +61,21 @@ class LedgerPanel(Panel):
             lines.append(
                 Content.from_markup(
                     f"$name [{style}]$bar[/] $value $pct",
-                    name=f"{name:<14}", bar=bar(value / total, 10), value=f"{human_bytes(value):>9}",
+                    name=f"{name:<14}",
+                    bar=bar(value / total, 10),
+                    value=f"{human_bytes(value):>9}",
                     pct=f"{100 * value / total:5.1f}%",
                 )
             )
         where = "host memory used" if cpu else "total"
-        lines.append(Content.from_markup("[$text-muted]$dev $w $t · [b]c[/b] per-bucket costs[/]", dev=led.device,
-                                         w=where, t=human_bytes(led.total)))
+        lines.append(
+            Content.from_markup(
+                "[$text-muted]$dev $w $t · [b]c[/b] per-bucket costs[/]",
+                dev=led.device,
+                w=where,
+                t=human_bytes(led.total),
+            )
+        )
         tips.append("c opens each captured bucket's capture time and memory")
         body.show(lines, tips)
 
@@ -84,6 +93,7 @@ def rank_columns(state: DashboardState) -> list[Content]:
             value = "n/a" if name == "free" and led.device.startswith("cpu") else human_bytes(getattr(led, attr))
             cells.append(Content.from_markup(f"[{style}]$v[/]", v=f"{value:>9}"))
         lines.append(Content(f"{name:<14}") + Content(" ").join(cells))
-    lines.append(Content.from_markup("[$text-muted]$n ranks, one device each · [b]c[/b] per-bucket costs[/]",
-                                     n=str(len(ranks))))
+    lines.append(
+        Content.from_markup("[$text-muted]$n ranks, one device each · [b]c[/b] per-bucket costs[/]", n=str(len(ranks)))
+    )
     return lines

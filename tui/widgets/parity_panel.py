@@ -14,8 +14,8 @@ from textual.content import Content
 from textual.widgets import Static
 
 from ..fmt import ms, pct
-from .panel import Panel, set_content
 from ..state import DashboardState
+from .panel import Panel, set_content
 
 
 class ParityPanel(Panel):
@@ -40,19 +40,38 @@ class ParityPanel(Panel):
         if not p.checks:
             waiting = Content.from_markup("$r · [$text-muted]waiting for the first check[/]", r=rate)
             if p.skipped or p.discarded:  # due checks that compared nothing (parity_not_run events)
-                waiting = Content("\n").join([waiting, Content.from_markup(
-                    "[$text-muted]skipped $s · discarded $d[/]", s=f"{p.skipped:,}", d=f"{p.discarded:,}")])
+                waiting = Content("\n").join(
+                    [
+                        waiting,
+                        Content.from_markup(
+                            "[$text-muted]skipped $s · discarded $d[/]", s=f"{p.skipped:,}", d=f"{p.discarded:,}"
+                        ),
+                    ]
+                )
             set_content(body, waiting)
             return
         verdict = "[$error b]$m mismatch(es)[/]" if p.failing else "[$success]all agree[/]"
         last = state.parity_last
         lines = [
-            Content.from_markup(f"$r · [b]$n[/b] checks · {verdict} · skipped $s", r=rate, n=f"{p.checks:,}",
-                                m=f"{p.mismatches:,}", s=f"{p.skipped:,}"),
-            Content.from_markup("worst rel err [b]$e[/b] [$text-muted](tol $t)[/] · argmax $a",
-                                e=f"{p.worst_rel_err:.2g}", t=f"{p.tolerance:g}", a=pct(p.min_argmax_agree)),
-            Content.from_markup("[$text-muted]top-5 $o · discarded $d · last step $st ($ms ms)[/]",
-                                o=pct(p.min_top5_overlap), d=f"{p.discarded:,}",
-                                st=str(last.step) if last else "—", ms=ms(last.check_ms) if last else "—"),
+            Content.from_markup(
+                f"$r · [b]$n[/b] checks · {verdict} · skipped $s",
+                r=rate,
+                n=f"{p.checks:,}",
+                m=f"{p.mismatches:,}",
+                s=f"{p.skipped:,}",
+            ),
+            Content.from_markup(
+                "worst rel err [b]$e[/b] [$text-muted](tol $t)[/] · argmax $a",
+                e=f"{p.worst_rel_err:.2g}",
+                t=f"{p.tolerance:g}",
+                a=pct(p.min_argmax_agree),
+            ),
+            Content.from_markup(
+                "[$text-muted]top-5 $o · discarded $d · last step $st ($ms ms)[/]",
+                o=pct(p.min_top5_overlap),
+                d=f"{p.discarded:,}",
+                st=str(last.step) if last else "—",
+                ms=ms(last.check_ms) if last else "—",
+            ),
         ]
         set_content(body, Content("\n").join(lines))

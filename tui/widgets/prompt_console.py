@@ -23,10 +23,10 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Checkbox, Input, Static
 
+from ..sessions.base import SamplingSettings, StreamHandle
 from .history_input import HistoryInput
 from .request_view import RequestView
 from .sampling_row import SamplingRow
-from ..sessions.base import SamplingSettings, StreamHandle
 
 KEEP = 50
 """Requests kept on screen; older finished ones are removed (bounded like every history)."""
@@ -36,10 +36,22 @@ class PromptConsole(Vertical):
     """Settings row, streamed outputs, and the prompt input at the bottom."""
 
     BINDINGS = [
-        Binding("pageup", "page_outputs(-1)", "Older", show=False, id="console.page_up",
-                tooltip="Scroll the conversation back a page"),
-        Binding("pagedown", "page_outputs(1)", "Newer", show=False, id="console.page_down",
-                tooltip="Scroll the conversation forward a page (at the bottom it follows new text)"),
+        Binding(
+            "pageup",
+            "page_outputs(-1)",
+            "Older",
+            show=False,
+            id="console.page_up",
+            tooltip="Scroll the conversation back a page",
+        ),
+        Binding(
+            "pagedown",
+            "page_outputs(1)",
+            "Newer",
+            show=False,
+            id="console.page_down",
+            tooltip="Scroll the conversation forward a page (at the bottom it follows new text)",
+        ),
     ]
 
     class PromptSubmitted(Message):
@@ -67,8 +79,11 @@ class PromptConsole(Vertical):
         with VerticalScroll(id="outputs"):
             yield Static(id="outputs-note")
         # back to the prompt ("/", or a key typed on the conversation), the draft stays: typing adds to it
-        prompt = HistoryInput(placeholder="type a prompt — enter sends · ↑/↓ history · escape for the shortcuts",
-                              id="prompt", select_on_focus=False)
+        prompt = HistoryInput(
+            placeholder="type a prompt — enter sends · ↑/↓ history · escape for the shortcuts",
+            id="prompt",
+            select_on_focus=False,
+        )
         prompt.cursor_blink = self._blink
         yield prompt
 
@@ -163,8 +178,13 @@ class PromptConsole(Vertical):
         if self.removed:
             note = self.query_one("#outputs-note", Static)
             note.display = True
-            note.update(Content.from_markup("[$text-muted]$n earlier request(s) let go: the console keeps the "
-                                            "last $k[/]", n=f"{self.removed:,}", k=str(KEEP)))
+            note.update(
+                Content.from_markup(
+                    "[$text-muted]$n earlier request(s) let go: the console keeps the last $k[/]",
+                    n=f"{self.removed:,}",
+                    k=str(KEEP),
+                )
+            )
 
     def poll(self) -> int:
         """Pull streamed text into every in-flight view; returns how many changed.

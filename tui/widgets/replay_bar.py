@@ -52,8 +52,11 @@ class ReplayBar(Vertical):
         label.update(
             Content.from_markup(
                 f"{state} $speed  $pos / $dur  event $cur/$tot",
-                speed=f"{session.speed:g}x", pos=f"{session.position:7.1f}s", dur=f"{session.duration:.1f}s",
-                cur=f"{session.cursor:,}", tot=f"{session.total:,}",
+                speed=f"{session.speed:g}x",
+                pos=f"{session.position:7.1f}s",
+                dur=f"{session.duration:.1f}s",
+                cur=f"{session.cursor:,}",
+                tot=f"{session.total:,}",
             )
         )
         keys.update(replay_keys(self.live_behind))

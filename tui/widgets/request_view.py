@@ -66,12 +66,22 @@ class RequestView(Static):
         elif h.error:
             status = Content.from_markup("[$error]error: $e[/]", e=printable(str(h.error)))
         else:
-            status = Content.from_markup("[$success]done[/] [$text-muted]($r)[/]", r=str(getattr(h.finish_reason, "value", h.finish_reason) or "?"))
+            status = Content.from_markup(
+                "[$success]done[/] [$text-muted]($r)[/]",
+                r=str(getattr(h.finish_reason, "value", h.finish_reason) or "?"),
+            )
         header = Content.from_markup(
-            "[b $primary]#$id[/] $p [$text-muted]· $s ·[/] ", id=printable(str(h.request_id)), p=short(printable(self.prompt), 60),
+            "[b $primary]#$id[/] $p [$text-muted]· $s ·[/] ",
+            id=printable(str(h.request_id)),
+            p=short(printable(self.prompt), 60),
             s=self.settings_text,
         )
         self.set_class(self.done, "-done")
-        cut = Content.from_markup("[$text-muted]… (earlier text let go: $n characters kept per request)[/]\n",
-                                  n=f"{MAX_CHARS:,}") if self.trimmed else Content("")
+        cut = (
+            Content.from_markup(
+                "[$text-muted]… (earlier text let go: $n characters kept per request)[/]\n", n=f"{MAX_CHARS:,}"
+            )
+            if self.trimmed
+            else Content("")
+        )
         self.update(Content.assemble(header, status, "\n", cut, self.text or "…"))

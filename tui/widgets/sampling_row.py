@@ -13,9 +13,9 @@ from textual.containers import Horizontal
 from textual.validation import Integer, Number, Validator
 from textual.widgets import Checkbox, Input, Label
 
-from .clean_input import CleanInput
 from ..safe_text import printable
 from ..sessions.base import SamplingSettings
+from .clean_input import CleanInput
 
 # What a field takes as it is typed, partial values included ("-", "1.", "1e-"). Our own patterns, not
 # Textual's Input(type="integer"/"number") ones: those nest quantifiers ((?:\d*|\d+_)*) and backtrack
@@ -43,8 +43,13 @@ FIELDS = (
 )
 
 
-FIELD_NAMES = {"max-tokens": "max tokens", "temperature": "temperature", "top-p": "top-p", "top-k": "top-k",
-               "seed": "seed"}
+FIELD_NAMES = {
+    "max-tokens": "max tokens",
+    "temperature": "temperature",
+    "top-p": "top-p",
+    "top-k": "top-k",
+    "seed": "seed",
+}
 """Each field's name in a refusal: Python's own words ("invalid literal for int() with base 10: ''")
 named no field."""
 
@@ -60,7 +65,9 @@ def _read(vals: dict[str, str], fid: str, convert: type, empty: Any, none_when_e
     try:
         return convert(text)
     except ValueError:
-        raise ValueError(f"{name}: {printable(text)!r} is not {'an integer' if convert is int else 'a number'}") from None
+        raise ValueError(
+            f"{name}: {printable(text)!r} is not {'an integer' if convert is int else 'a number'}"
+        ) from None
 
 
 class SamplingRow(Horizontal):
@@ -74,19 +81,33 @@ class SamplingRow(Horizontal):
         for fid, label, default, kind, tip in FIELDS:
             yield Label(label, classes="sampling-label")
             validators: list[Validator] = [Integer() if kind == "integer" else Number()]  # as type=kind had
-            field = CleanInput(value=default, type="text", restrict=RESTRICTS[kind], max_length=MAX_LENGTH,
-                          validators=validators, id=fid, classes="sampling-input", tooltip=tip, compact=True)
+            field = CleanInput(
+                value=default,
+                type="text",
+                restrict=RESTRICTS[kind],
+                max_length=MAX_LENGTH,
+                validators=validators,
+                id=fid,
+                classes="sampling-input",
+                tooltip=tip,
+                compact=True,
+            )
             field.cursor_blink = self._blink
             yield field
-        yield Checkbox("chat", value=True, id="chat", compact=True,
-                       tooltip="Apply the tokenizer's chat template (when it has one)")
+        yield Checkbox(
+            "chat", value=True, id="chat", compact=True, tooltip="Apply the tokenizer's chat template (when it has one)"
+        )
 
     def settings(self) -> SamplingSettings:
         """Current values, or ValueError with a message naming the field."""
         vals = {fid: self.query_one(f"#{fid}", Input).value.strip() for fid, *_ in FIELDS}
         settings = SamplingSettings(
-            _read(vals, "max-tokens", int, None), _read(vals, "temperature", float, 0.0),
-            _read(vals, "top-p", float, 1.0), _read(vals, "top-k", int, 0), _read(vals, "seed", int, None, True))
+            _read(vals, "max-tokens", int, None),
+            _read(vals, "temperature", float, 0.0),
+            _read(vals, "top-p", float, 1.0),
+            _read(vals, "top-k", int, 0),
+            _read(vals, "seed", int, None, True),
+        )
         try:  # the engine's rules (NaN, 1e309, a seed past 64 bits...): refused as typed
             settings.to_params()
         except ValueError as exc:
@@ -104,6 +125,4 @@ class SamplingRow(Horizontal):
     def set_chat_available(self, available: bool) -> None:
         box = self.query_one("#chat", Checkbox)
         box.disabled = not available
-        box.tooltip = (
-            "Apply the tokenizer's chat template" if available else "this tokenizer has no chat template"
-        )
+        box.tooltip = "Apply the tokenizer's chat template" if available else "this tokenizer has no chat template"

@@ -18,8 +18,8 @@ from textual.widgets import Label, Static
 from ..explain import STATUS_ITEMS
 from ..fmt import pct
 from ..safe_text import literal
-from .panel import set_content
 from ..state import DashboardState
+from .panel import set_content
 
 
 class StatusLine(Horizontal):
@@ -50,8 +50,7 @@ class StatusLine(Horizontal):
         Keyed on what the line shows (the hit rate as displayed, not the step count), so a busy
         engine whose hit rate holds steady costs no repaint at all.
         """
-        key = (id(state), state.revs["info"], pct(state.hit_rate()), state.emulated, mode, dropped,
-               state.failed)
+        key = (id(state), state.revs["info"], pct(state.hit_rate()), state.emulated, mode, dropped, state.failed)
         if key == self._seen and not force:
             return
         self._seen = key
@@ -70,10 +69,17 @@ class StatusLine(Horizontal):
             self._parts = [
                 (0, Content.from_markup("[b]$m[/b]", m=model)),
                 (0, Content.from_markup("graph hits [$success]$h[/]", h=pct(state.hit_rate()))),
-                (0, Content.from_markup("[$warning]dropped events $n[/]", n=f"{dropped:,}")) if dropped
+                (0, Content.from_markup("[$warning]dropped events $n[/]", n=f"{dropped:,}"))
+                if dropped
                 else (9, Content()),
-                (3, Content.from_markup("graphs decode [b]$d[/b] · prefill [b]$p[/b]",
-                                        d=info.decode_graph_backend or "eager", p=info.prefill_graph_backend or "eager")),
+                (
+                    3,
+                    Content.from_markup(
+                        "graphs decode [b]$d[/b] · prefill [b]$p[/b]",
+                        d=info.decode_graph_backend or "eager",
+                        p=info.prefill_graph_backend or "eager",
+                    ),
+                ),
                 (2, Content(device)),
                 (5, Content(info.dtype or "")),
                 (4, Content.from_markup("attn [b]$a[/b]", a=info.attention_backend or "?")),

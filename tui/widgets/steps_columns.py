@@ -45,8 +45,9 @@ class ColumnPlan:
         return sum(c.width for c in self.columns) + per_cell * len(self.columns) + (1 if self.compact else 0)
 
     def header(self) -> str:
-        lead, before, after = ((" ", "", " " * self.padding) if self.compact
-                               else ("", " " * self.padding, " " * self.padding))
+        lead, before, after = (
+            (" ", "", " " * self.padding) if self.compact else ("", " " * self.padding, " " * self.padding)
+        )
         return lead + "".join(before + c.title.ljust(c.width)[: c.width] + after for c in self.columns)
 
     def render(self, cells: Sequence[str]) -> list[tuple[str, bool]]:
@@ -76,8 +77,11 @@ def _phase(cells: Sequence[str]) -> str:
 
 def full_plan(widths: Sequence[int]) -> ColumnPlan:
     widths = [max(w, 5) if i == PATH else w for i, w in enumerate(widths)]  # "graph" / "eager"
-    return ColumnPlan(tuple(Column(name, w, _get(i), i == PATH) for i, (name, w) in enumerate(zip(COLUMNS, widths))),
-                      FULL_PADDING, compact=False)
+    return ColumnPlan(
+        tuple(Column(name, w, _get(i), i == PATH) for i, (name, w) in enumerate(zip(COLUMNS, widths))),
+        FULL_PADDING,
+        compact=False,
+    )
 
 
 def plan_columns(widths: Sequence[int], available: int) -> ColumnPlan:
@@ -105,8 +109,10 @@ def plan_columns(widths: Sequence[int], available: int) -> ColumnPlan:
         plan = ColumnPlan(tuple(cols), 1, compact=True)
         room = max(available - plan.width, 0)
         width = min(room, reason_width)
-        cols = [Column(c.title, width, (lambda cells, w=width: short(cells[FALLBACK], w)))
-                if c.title == "fallback" else c for c in cols]
+        cols = [
+            Column(c.title, width, (lambda cells, w=width: short(cells[FALLBACK], w))) if c.title == "fallback" else c
+            for c in cols
+        ]
         return ColumnPlan(tuple(cols), 1, compact=True)
 
     keep = [STEP, PHASE, BS, BUCKET, PAD, PATH, FALLBACK, REPLAY]

@@ -9,11 +9,11 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Label, Sparkline
 
+from ..fmt import ms, pct
+from ..state import DashboardState
 from .bucket_histogram import BucketHistogram
 from .fallback_list import FallbackList
-from ..fmt import ms, pct
 from .panel import Panel, set_content
-from ..state import DashboardState
 from .steps_table import StepsTable
 
 
@@ -47,8 +47,10 @@ class StepsPanel(Panel):
     def render_state(self, state: DashboardState) -> bool:
         if self._widgets is None:  # looked up once: a query per render is a DOM walk
             self._widgets = (
-                self.query_one(StepsTable), self.query_one("#replay-caption", Label),
-                self.query_one("#replay-spark", Sparkline), self.query_one(BucketHistogram),
+                self.query_one(StepsTable),
+                self.query_one("#replay-caption", Label),
+                self.query_one("#replay-spark", Sparkline),
+                self.query_one(BucketHistogram),
                 self.query_one(FallbackList),
             )
         table, caption, spark, hist, fallbacks = self._widgets
@@ -62,14 +64,18 @@ class StepsPanel(Panel):
         if replay:
             text = Content.from_markup(
                 "replay ms [$text-muted](last $n)[/] p50 [b]$p50[/b] · p99 [b]$p99[/b]",
-                n=str(len(replay)), p50=ms(percentile(replay, 0.5)), p99=ms(percentile(replay, 0.99)),
+                n=str(len(replay)),
+                p50=ms(percentile(replay, 0.5)),
+                p99=ms(percentile(replay, 0.99)),
             )
             slowest = state.slowest_rank()
             if slowest is not None:  # a step waits for its slowest rank: ahead of what the header repeats
                 text += Content.from_markup(" · slowest rank [b]$r[/b] $m", r=str(slowest[0]), m=ms(slowest[1]))
             text += Content.from_markup(
                 " · mean $mean · graph hits [$success]$hit[/] of $steps steps",
-                mean=ms(statistics.fmean(replay)), hit=pct(state.hit_rate()), steps=f"{state.total_steps:,}",
+                mean=ms(statistics.fmean(replay)),
+                hit=pct(state.hit_rate()),
+                steps=f"{state.total_steps:,}",
             )
             set_content(caption, text)
         else:

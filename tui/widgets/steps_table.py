@@ -188,8 +188,10 @@ class StepsTable(ScrollView, can_focus=True):
         else:
             cells = self._cells[row]
             row_style, graph, eager, margin = styles["even-row" if row % 2 == 0 else "odd-row"]
-            segments = [Segment(text, (graph if text == "graph" else eager) if word else row_style)
-                        for text, word in plan.render(cells)]
+            segments = [
+                Segment(text, (graph if text == "graph" else eager) if word else row_style)
+                for text, word in plan.render(cells)
+            ]
         table_width = plan.width
         if width > table_width:
             segments.append(Segment(" " * (width - table_width), margin))

@@ -13,8 +13,8 @@ from textual import events
 from textual.content import Content
 from textual.widgets import Static
 
-from .panel import set_content
 from ..safe_text import literal
+from .panel import set_content
 
 
 class TippedLines(Static):

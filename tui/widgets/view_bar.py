@@ -15,8 +15,8 @@ from textual.content import Content
 from textual.widgets import Static
 
 from ..fmt import pct
-from .panel import set_content
 from ..state import DashboardState
+from .panel import set_content
 
 VIEWS: tuple[tuple[str, str, str], ...] = (
     # name, key, title
@@ -50,8 +50,11 @@ def view_headline(name: str, state: DashboardState, hints: ViewHints) -> str:
         if state.info is None:
             return "loading"
         passes = list(state.capture.values())
-        if state.recapture_pending is not None or any(c.finished is None for c in passes) \
-                or any(phase not in state.capture for phase in state.planned_phases()):
+        if (
+            state.recapture_pending is not None
+            or any(c.finished is None for c in passes)
+            or any(phase not in state.capture for phase in state.planned_phases())
+        ):
             done = sum(len(c.costs) for c in passes)
             return f"capturing {done}/{sum(c.total for c in passes)}"
         if any(c.failed for c in passes):
@@ -82,7 +85,11 @@ class ViewBar(Static):
             if name == active:  # no headline: the view itself shows
                 tab = Content.from_markup("[reverse b] [$accent]$k[/] $t [/]", k=key, t=title)
             else:
-                tab = Content.from_markup(f"[@click=app.show_view('{name}')] [$accent]$k[/] $t [$text-muted]$h[/] [/]",
-                                          k=key, t=title, h=view_headline(name, state, hints))
+                tab = Content.from_markup(
+                    f"[@click=app.show_view('{name}')] [$accent]$k[/] $t [$text-muted]$h[/] [/]",
+                    k=key,
+                    t=title,
+                    h=view_headline(name, state, hints),
+                )
             parts.append(tab)
         set_content(self, Content("│").join(parts))
