@@ -67,6 +67,8 @@ def test_the_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
         ("graphtop.engine.graphs.buffers", "graphtop.engine.runners.base", "No import cycles"),
         ("graphtop.models.spec", "graphtop.models.registry", "No import cycles"),
         ("graphtop.tui.cli.headless", "graphtop.tui.cli.entry", "No import cycles"),
+        ("graphtop.tui.cli.flags", "torch", "The CLI parser imports no torch"),
+        ("graphtop.tui.cli.entry", "transformers", "The CLI parser imports no torch"),
     ],
 )
 def test_each_contract_catches_what_it_forbids(monkeypatch, importer, imported, contract) -> None:
@@ -87,6 +89,26 @@ def test_dashboard_model_loads_without_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_cli_parser_loads_without_torch() -> None:
+    """The contract above sees the parser's own imports; this sees what they load: building every
+    parser and parsing a command line import none of the engine's heavy dependencies."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, graphtop.tui.cli.flag_types, graphtop.tui.cli.help_text;"
+        "from graphtop.tui.cli.advise import build_advise_parser;"
+        "from graphtop.tui.cli.entry import build_attach_parser, build_parser, build_ps_parser, build_trace_parser;"
+        "from graphtop.tui.cli.flags import _Parser;"
+        "from graphtop.tui.cli.serve import build_serve_parser;"
+        "build_parser().parse_args(['--synthetic', '2']); build_serve_parser(); build_attach_parser();"
+        "build_ps_parser(); build_trace_parser(); build_advise_parser(_Parser);"
+        "print(sorted(m for m in ('torch', 'triton', 'transformers', 'flashinfer') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_the_two_copies_of_the_short_value_rule_agree():

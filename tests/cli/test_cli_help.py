@@ -14,15 +14,15 @@ from support.paths import SCRIPTS
 from graphtop.engine.telemetry.trace import write_trace
 from graphtop.tui.cli.advise import build_advise_parser
 from graphtop.tui.cli.entry import (
-    _Parser,
     build_attach_parser,
     build_parser,
     build_ps_parser,
-    build_serve_parser,
     build_trace_parser,
     main,
 )
+from graphtop.tui.cli.flags import _Parser
 from graphtop.tui.cli.help_text import COMMANDS
+from graphtop.tui.cli.serve import build_serve_parser
 from graphtop.tui.sessions.fake import boot_events, step_events
 
 MODE_SWITCHES = {"--prompts", "--output", "--record", "--synthetic", "--replay", "--cuda-graph-config", "--serve"}

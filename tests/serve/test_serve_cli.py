@@ -21,7 +21,8 @@ from support.cli_support import assert_usage_error, run
 from support.serve_support import TIMEOUT_S
 
 from graphtop.engine.engine import Engine
-from graphtop.tui.cli.entry import build_serve_parser, engine_config_from_args
+from graphtop.tui.cli.flags import engine_config_from_args
+from graphtop.tui.cli.serve import build_serve_parser
 from graphtop.tui.serve.options import ServeOptions, exposure_warning, is_loopback
 
 SMALL = [
@@ -87,7 +88,7 @@ def test_serve_usage_errors_are_one_line(capsys, tmp_path, monkeypatch, no_model
 
 def test_the_serve_command_line_is_read_without_importing_the_http_stack() -> None:
     code = (
-        "import sys; from graphtop.tui.cli.entry import build_serve_parser; build_serve_parser();"
+        "import sys; from graphtop.tui.cli.serve import build_serve_parser; build_serve_parser();"
         "print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -12,7 +12,9 @@
 
 Usage errors print one line and exit 2, never a traceback. Textual is imported only for the
 interactive modes, torch only once a model is needed. What ``--help`` says beyond each flag's own
-line (the subcommands, examples, formats and defaults) is in ``cli_help``.
+line (the subcommands, examples, formats and defaults) is in ``help_text``; the engine and
+CUDA-graph flags the main command shares with ``graphtop serve`` are in ``flags``, and the serve
+command's parser in ``serve``.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ from .flag_types import (
     file_path,
     finite_float,
     int_in,
-    nonempty,
-    nonneg_int,
-    positive_float,
     positive_int,
     serve_address,
 )
@@ -49,14 +48,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ..safe_text import one_line  # noqa: E402
 from ..usage import UsageError, error_line  # noqa: E402
+from .flags import _Parser, add_engine_flags, add_telemetry_flag, engine_config_from_args  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
 from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not usage + error
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,177 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t = p.add_argument_group("telemetry")
     add_telemetry_flag(t)
-    return document(p)
-
-
-def add_engine_flags(p: argparse.ArgumentParser) -> None:
-    """The model, engine and CUDA-graph flags: the main command's, and ``graphtop serve``'s."""
-    p.add_argument(
-        "--model",
-        type=file_path,
-        help="Hugging Face checkpoint folder or .gguf file (default: the built-in demo model)",
-    )
-    p.add_argument(
-        "--allow-external-weights",
-        action="store_true",
-        help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)",
-    )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
-    p.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16", "float16"],
-        help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)",
-    )
-    p.add_argument("--attention-backend", choices=["auto", "flashinfer", "torch"], default="auto")
-    p.add_argument("--page-size", type=positive_int, default=1, help="KV page size in tokens")
-    p.add_argument(
-        "--chunked-prefill-size",
-        type=positive_int,
-        default=2048,
-        help="max tokens one prefill step takes (longer prompts are chunked)",
-    )
-    p.add_argument("--max-running-requests", type=positive_int)
-    p.add_argument("--max-total-tokens", type=positive_int, help="cap on the KV pool size in tokens")
-    p.add_argument("--max-context-len", type=positive_int)
-    p.add_argument(
-        "--mem-fraction-static",
-        type=finite_float(0.0, 1.0, lo_open=True),
-        default=0.85,
-        help="CUDA: fraction of device memory for weights + KV pool",
-    )
-    p.add_argument("--kv-budget-mb", type=positive_int, default=512, help="CPU: KV pool budget in MiB")
-    p.add_argument(
-        "--no-fused-kernels",
-        dest="fused_kernels",
-        action="store_false",
-        help="plain torch ops instead of the Triton kernels (CUDA bf16/fp16 only)",
-    )
-    p.add_argument(
-        "--no-overlap-schedule",
-        dest="overlap_schedule",
-        action="store_false",
-        help="read each decode step's tokens back before launching the next one",
-    )
-    p.add_argument(
-        "--parity-every",
-        type=nonneg_int,
-        default=0,
-        metavar="N",
-        help="re-run one graph step in N eagerly and compare logits (default 0: off)",
-    )
-    p.add_argument(
-        "--parity-tolerance",
-        type=positive_float,
-        metavar="F",
-        help="relative logit error over which a parity check is a mismatch (default: by dtype)",
-    )
-    p.add_argument(
-        "--tp",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="tensor parallel over N ranks: N GPUs (cuda:0..N-1) or N CPU processes (default 1)",
-    )
-    g = p.add_argument_group("CUDA graphs")
-    g.add_argument(
-        "--cuda-graph-config",
-        type=nonempty("JSON config"),
-        metavar="JSON",
-        help='e.g. \'{"decode": {"backend": "full", "bs": [1,2,4,8]}, '
-        '"prefill": {"backend": "breakable", "num_tokens": [64,256]}}\' (beats the flags)',
-    )
-    g.add_argument("--cuda-graph-backend-decode", choices=["full", "disabled"])
-    g.add_argument("--cuda-graph-bs-decode", metavar="LIST", help="decode buckets, e.g. 1,2,4,8-64:8")
-    g.add_argument("--cuda-graph-max-bs-decode", type=positive_int)
-    g.add_argument("--cuda-graph-backend-prefill", choices=["breakable", "disabled"])
-    g.add_argument("--cuda-graph-num-tokens-prefill", metavar="LIST", help="prefill token buckets")
-    g.add_argument("--cuda-graph-max-num-tokens-prefill", type=positive_int)
-    g.add_argument(
-        "--cuda-graph-max-padding-waste",
-        type=finite_float(0.0),
-        help="refuse a prefill graph when padding exceeds this fraction of the bucket",
-    )
-    g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
-    g.add_argument(
-        "--no-graph-emulation",
-        dest="graph_emulation",
-        action="store_false",
-        help="without CUDA, serve eagerly (reason no_cuda_graphs) instead of emulating graphs",
-    )
-    g.add_argument(
-        "--capture-before-serving",
-        action="store_true",
-        help="capture every graph before serving the first request (benchmarks); by default the "
-        "engine serves at once, eagerly (not_yet_captured) until each step's bucket is captured",
-    )
-
-
-def add_telemetry_flag(t: Any) -> None:
-    t.add_argument(
-        "--telemetry",
-        nargs="?",
-        const="ipc",
-        type=nonempty("address"),
-        metavar="ADDRESS",
-        help="serve events on an endpoint viewers attach to (graphtop attach): ipc (default, a "
-        "private Unix socket) or tcp://HOST:PORT (prints a token); the dashboard always serves",
-    )
-
-
-def build_serve_parser() -> argparse.ArgumentParser:
-    from graphtop.tui.serve.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_PORT
-
-    p = _Parser(
-        prog="graphtop serve",
-        formatter_class=HelpFormatter,
-        description="Serve a model over an OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions,\n"
-        "/v1/models, /health, and Prometheus metrics at /metrics. Headless; every engine and\n"
-        "CUDA-graph flag of graphtop applies. Ctrl-C (or SIGTERM) stops it.",
-        epilog="examples:\n  graphtop serve --model ~/models/Qwen3-0.6B --port 8000\n"
-        "  graphtop serve --record served.jsonl --telemetry   # watch: graphtop attach\n"
-        "  graphtop advise served.jsonl                        # buckets for that traffic",
-    )
-    add_engine_flags(p)
-    s = p.add_argument_group("server")
-    s.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        metavar="HOST",
-        help="address to listen on (another than loopback without --api-key prints a warning)",
-    )
-    s.add_argument(
-        "--port",
-        type=int_in(0, 65535),
-        default=DEFAULT_PORT,
-        metavar="PORT",
-        help="port to listen on (0: a free one, printed at start)",
-    )
-    s.add_argument(
-        "--api-key",
-        type=nonempty("API key"),
-        metavar="KEY",
-        help="clients of /v1 must send Authorization: Bearer KEY (default: $GRAPHTOP_API_KEY, else none)",
-    )
-    s.add_argument(
-        "--max-queued-requests",
-        type=nonneg_int,
-        default=DEFAULT_MAX_QUEUED,
-        metavar="N",
-        help="requests that may wait beyond the running batch; past them a request gets 429",
-    )
-    s.add_argument(
-        "--served-model-name",
-        type=nonempty("name"),
-        metavar="NAME",
-        help="the model id of /v1/models (default: the model's folder or file name, demo for the demo)",
-    )
-    s.add_argument(
-        "--record",
-        type=file_path,
-        metavar="TRACE.jsonl",
-        help="save the event trace of what was served (graphtop advise reads it)",
-    )
-    add_telemetry_flag(p.add_argument_group("telemetry"))
     return document(p)
 
 
@@ -352,68 +176,6 @@ def build_trace_parser() -> argparse.ArgumentParser:
     return p
 
 
-def graph_flags(args: argparse.Namespace) -> dict[str, Any]:
-    from graphtop.engine.graphs.bucket_list import BucketSpecError, parse_buckets
-
-    def buckets(text: Optional[str], flag: str) -> Optional[list[int]]:
-        if text is None:
-            return None
-        try:
-            return parse_buckets(text)
-        except BucketSpecError as e:
-            raise UsageError(f"{flag}: {e}") from None
-
-    flags = {
-        "decode.backend": args.cuda_graph_backend_decode,
-        "decode.bs": buckets(args.cuda_graph_bs_decode, "--cuda-graph-bs-decode"),
-        "decode.max_bs": args.cuda_graph_max_bs_decode,
-        "prefill.backend": args.cuda_graph_backend_prefill,
-        "prefill.num_tokens": buckets(args.cuda_graph_num_tokens_prefill, "--cuda-graph-num-tokens-prefill"),
-        "prefill.max_num_tokens": args.cuda_graph_max_num_tokens_prefill,
-        "prefill.max_padding_waste": args.cuda_graph_max_padding_waste,
-    }
-    if args.disable_cuda_graph:
-        flags["decode.backend"] = "disabled"
-        flags["prefill.backend"] = "disabled"
-    return flags
-
-
-def engine_config_from_args(args: argparse.Namespace) -> Any:
-    from graphtop.engine.config import EngineConfig
-    from graphtop.engine.graphs.config import GraphConfigError, build_graph_config
-
-    try:
-        graphs = build_graph_config(args.cuda_graph_config, graph_flags(args))
-    except GraphConfigError as e:
-        raise UsageError(str(e)) from None
-    graphs.emulate = args.graph_emulation
-    cfg = EngineConfig(
-        device=args.device,
-        dtype=args.dtype,
-        attention_backend=args.attention_backend,
-        page_size=args.page_size,
-        chunked_prefill_size=args.chunked_prefill_size,
-        max_running_requests=args.max_running_requests,
-        max_context_len=args.max_context_len,
-        mem_fraction_static=args.mem_fraction_static,
-        cpu_kv_budget_mb=args.kv_budget_mb,
-        max_total_tokens=args.max_total_tokens,
-        fused_kernels=args.fused_kernels,
-        overlap_schedule=args.overlap_schedule,
-        parity_every=args.parity_every,
-        parity_tolerance=args.parity_tolerance,
-        allow_external_weights=args.allow_external_weights,
-        tp_size=args.tp,
-        capture_before_serving=args.capture_before_serving,
-        graphs=graphs,
-    )
-    try:
-        cfg.validate()
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    return cfg
-
-
 def _check_demo_cache() -> None:
     """The demo model's cache folder (GRAPHTOP_CACHE_DIR) is usable, before anything loads."""
     from graphtop.models import CheckpointError
@@ -475,6 +237,8 @@ def _main(argv: Sequence[str]) -> int:
         a = build_attach_parser().parse_args(argv[1:])
         return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
     if argv and argv[0] == "serve":
+        from .serve import build_serve_parser
+
         args = build_serve_parser().parse_args(argv[1:])
         args.argv = list(argv)
         config = engine_config_from_args(args)

@@ -3,21 +3,83 @@
 Everything that can fail because of the command line runs before the model loads: the server options,
 the --record path, and the listening socket itself (a port in use is one line and costs no load). The
 metrics collector and the trace recorder subscribe to the bus before the engine exists, so the capture
-of its graphs is in both, and ``/metrics`` counts exactly what the trace records.
+of its graphs is in both, and ``/metrics`` counts exactly what the trace records. ``build_serve_parser``
+is its command line: the engine and CUDA-graph flags of ``flags``, plus the server's own.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import threading
 from typing import Any, Optional
 
 from ..usage import UsageError, print_error
+from .flag_types import file_path, int_in, nonempty, nonneg_int
+from .flags import _Parser, add_engine_flags, add_telemetry_flag
+from .help_text import HelpFormatter, document
 
 API_KEY_ENV = "GRAPHTOP_API_KEY"
 """Where the API key may come from instead of --api-key (argv is visible to every user of the machine)."""
 POLL_S = 0.5
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    from graphtop.tui.serve.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_PORT
+
+    p = _Parser(
+        prog="graphtop serve",
+        formatter_class=HelpFormatter,
+        description="Serve a model over an OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions,\n"
+        "/v1/models, /health, and Prometheus metrics at /metrics. Headless; every engine and\n"
+        "CUDA-graph flag of graphtop applies. Ctrl-C (or SIGTERM) stops it.",
+        epilog="examples:\n  graphtop serve --model ~/models/Qwen3-0.6B --port 8000\n"
+        "  graphtop serve --record served.jsonl --telemetry   # watch: graphtop attach\n"
+        "  graphtop advise served.jsonl                        # buckets for that traffic",
+    )
+    add_engine_flags(p)
+    s = p.add_argument_group("server")
+    s.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        metavar="HOST",
+        help="address to listen on (another than loopback without --api-key prints a warning)",
+    )
+    s.add_argument(
+        "--port",
+        type=int_in(0, 65535),
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help="port to listen on (0: a free one, printed at start)",
+    )
+    s.add_argument(
+        "--api-key",
+        type=nonempty("API key"),
+        metavar="KEY",
+        help="clients of /v1 must send Authorization: Bearer KEY (default: $GRAPHTOP_API_KEY, else none)",
+    )
+    s.add_argument(
+        "--max-queued-requests",
+        type=nonneg_int,
+        default=DEFAULT_MAX_QUEUED,
+        metavar="N",
+        help="requests that may wait beyond the running batch; past them a request gets 429",
+    )
+    s.add_argument(
+        "--served-model-name",
+        type=nonempty("name"),
+        metavar="NAME",
+        help="the model id of /v1/models (default: the model's folder or file name, demo for the demo)",
+    )
+    s.add_argument(
+        "--record",
+        type=file_path,
+        metavar="TRACE.jsonl",
+        help="save the event trace of what was served (graphtop advise reads it)",
+    )
+    add_telemetry_flag(p.add_argument_group("telemetry"))
+    return document(p)
 
 
 def serve_options(
