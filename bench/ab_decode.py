@@ -74,7 +74,7 @@ from graphtop.engine.kernel_config import KernelConfig
 from graphtop.engine.runners import decode_graph as dg
 from graphtop.engine.runners.base import StepOutput
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner
-from graphtop.models.kernels import decode_attention as td
+from graphtop.models.kernels import decode_attention_tuning as td
 from graphtop.models.kernels import fused as tk
 from graphtop.models.kernels import gemv as tg
 from graphtop.models.kernels import skinny_tuning as st

@@ -36,7 +36,8 @@ from harness import PROMPT_LEN, attention_heads, copy_bandwidth, graph_us, log, 
 
 from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS
 from graphtop.models.kernels import fused as tk
-from graphtop.models.kernels.decode_attention import DecodeTuning, PagedDecode
+from graphtop.models.kernels.decode_attention import PagedDecode
+from graphtop.models.kernels.decode_attention_tuning import DecodeTuning
 
 SHAPES = {name: attention_heads(name) for name in ("qwen3-0.6b", "llama-3.1-8b")}  # head_dim 128 both
 D = 128

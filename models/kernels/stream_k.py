@@ -1,4 +1,4 @@
-"""Stream-K work split for the skinny GEMM (``skinny._streamk_kernel``): which (column slab, K tile)
+"""Stream-K work split for the skinny GEMM (``skinny_kernels._streamk_kernel``): which (column slab, K tile)
 units each program takes and where each slab's partial sums are, computed on the host once per shape.
 
 Why: a split-K launch has N / BLOCK_N x SPLIT programs, which for some projections leaves SMs idle

@@ -352,14 +352,14 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
     both entries: q over stored K/V, and straight from q|k|v (norm, RoPE and the K/V store inside)."""
     from dataclasses import replace
 
-    from graphtop.models.kernels.decode_attention import (
+    from graphtop.models.kernels.decode_attention import PagedDecode
+    from graphtop.models.kernels.decode_attention_tuning import (
         HUGE_TUNING,
         LARGE_ROWS,
         LARGE_TUNING,
         ONE_ROW_TUNING,
         SMALL_GROUP_TUNING,
         DecodeTuning,
-        PagedDecode,
     )
     from graphtop.models.layers.norm import RMSNorm
     from graphtop.models.layers.rope import apply_rope
@@ -448,14 +448,15 @@ def test_triton_paged_decode_launch_shape_by_rows():
     (SMALL_GROUP_TUNING for GQA groups up to SMALL_GROUP), LARGE_TUNING up to HUGE_ROWS, HUGE_TUNING from
     there, and ONE_ROW_TUNING for one row of a GQA group above SMALL_GROUP (head_dim 128: the tiles as
     declared)."""
-    from graphtop.models.kernels import decode_attention as td
+    from graphtop.models.kernels import decode_attention_tuning as td
+    from graphtop.models.kernels.decode_attention import PagedDecode
 
-    kern = td.PagedDecode(32, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))
+    kern = PagedDecode(32, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))
     assert kern.tuning_for(1) == td.ONE_ROW_TUNING
     assert kern.tuning_for(2) == kern.tuning_for(td.LARGE_ROWS - 1) == td.DEFAULT_TUNING
-    wide = td.PagedDecode(32, 8, 256, 1, 256**-0.5, 8, torch.device("cuda"))  # wider heads: half the tile
+    wide = PagedDecode(32, 8, 256, 1, 256**-0.5, 8, torch.device("cuda"))  # wider heads: half the tile
     assert wide.tuning_for(1).block_t == td.ONE_ROW_TUNING.block_t // 2
-    small = td.PagedDecode(16, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))  # GQA group 2
+    small = PagedDecode(16, 8, 128, 1, 128**-0.5, 8, torch.device("cuda"))  # GQA group 2
     assert small.tuning_for(1) == small.tuning_for(td.LARGE_ROWS - 1) == td.SMALL_GROUP_TUNING
     assert small.tuning_for(td.LARGE_ROWS) == td.LARGE_TUNING
     assert kern.tuning_for(td.LARGE_ROWS) == kern.tuning_for(td.HUGE_ROWS - 1) == td.LARGE_TUNING

@@ -414,7 +414,7 @@ def test_engine_graphs_match_eager_with_flashinfer(fi, tmp_path, monkeypatch, gr
     graphed = engine(True)
     assert graphed.decode_buckets == [1, 2, 4, 8] and graphed.prefill_buckets
     if group > 2:  # the Triton decode kernel answers every row count here, one row with its own shape
-        from graphtop.models.kernels.decode_attention import ONE_ROW_TUNING
+        from graphtop.models.kernels.decode_attention_tuning import ONE_ROW_TUNING
 
         assert graphed.attention._triton.tuning_for(1) == ONE_ROW_TUNING
     decode_calls: list[int] = []
