@@ -65,7 +65,7 @@ from harness import (
     time_steps,
 )
 
-from graphtop.engine.attention import flashinfer_backend as fb
+from graphtop.engine.attention import decode_policy as dp
 from graphtop.engine.attention.base import pick_graph_width
 from graphtop.engine.graphs import upload as gu
 from graphtop.engine.graphs.backend import ShapeKey
@@ -84,7 +84,7 @@ SHIPPED_TUNING = (td.DEFAULT_TUNING, td.SMALL_GROUP_TUNING, td.LARGE_TUNING, td.
 SHIPPED_SKINNY = dict(st.TUNED)
 SHIPPED_FORWARD = DecodeGraphRunner._forward
 SHIPPED_RUN = DecodeGraphRunner.run
-SHIPPED_GROUP = fb.TRITON_AUTO_GROUP
+SHIPPED_GROUP = dp.TRITON_AUTO_GROUP
 SHIPPED_PDL_MAX = tk.PDL_AUTO_MAX_BYTES
 SHIPPED_SILU_PDL = tk.SILU_MUL_PDL
 SHIPPED_NORMS = st.NORMS_IN_PROJECTIONS
@@ -154,7 +154,7 @@ def apply(variant: str) -> dict:
     st.TUNED.update(SHIPPED_SKINNY)
     DecodeGraphRunner._forward = SHIPPED_FORWARD
     DecodeGraphRunner.run = SHIPPED_RUN
-    fb.TRITON_AUTO_GROUP = SHIPPED_GROUP
+    dp.TRITON_AUTO_GROUP = SHIPPED_GROUP
     tk.PDL_AUTO_MAX_BYTES = SHIPPED_PDL_MAX
     tk.SILU_MUL_PDL = SHIPPED_SILU_PDL
     st.NORMS_IN_PROJECTIONS = SHIPPED_NORMS
@@ -201,7 +201,7 @@ def apply(variant: str) -> dict:
         elif key == "skinny":
             kernel["skinny_gemm"] = value
         elif key == "group":  # decode=auto takes the Triton kernel at every size from this GQA group on
-            fb.TRITON_AUTO_GROUP = int(value)
+            dp.TRITON_AUTO_GROUP = int(value)
         elif key == "pdl_max":  # pdl=auto's weight limit in MiB (fused GEMVs of at most this many get PDL)
             tk.PDL_AUTO_MAX_BYTES = int(value) << 20
         elif key == "gemv":  # N:K:block_n:block_k:warps:stages[+...], over the shipped GEMV configs

@@ -34,7 +34,7 @@ from typing import Any, Callable
 import torch
 from harness import PROMPT_LEN, attention_heads, copy_bandwidth, graph_us, log, write_json
 
-from graphtop.engine.attention.flashinfer_backend import CUDA_CORE_DECODE_GROUPS
+from graphtop.engine.attention.decode_policy import CUDA_CORE_DECODE_GROUPS
 from graphtop.models.kernels import fused as tk
 from graphtop.models.kernels.decode_attention import PagedDecode
 from graphtop.models.kernels.decode_attention_tuning import DecodeTuning

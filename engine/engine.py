@@ -44,8 +44,9 @@ from .lifecycle.info import EngineInfo, describe, started_events
 from .lifecycle.loading import load_engine
 from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
 from .model_runner import ModelRunner
-from .parity.checker import ParityChecker, scratch_pages
-from .prompt_bytes import PromptByteLimit
+from .parity.checker import ParityChecker
+from .parity.scratch import scratch_pages
+from .prompts import PromptByteLimit
 from .request import FinishReason, Request, RequestHandle, RequestIds
 from .scheduler import Scheduler, SchedulerConfig
 from .step.background import BackgroundServer

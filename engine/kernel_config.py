@@ -28,7 +28,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "skinny_gemm": ("auto", "off", "packed"),
     # decode attention with the FlashInfer backend: "auto" = graphtop's one-launch Triton kernel up to
     # 64 rows and FlashInfer's own above, or Triton at every size for GQA groups >= 4
-    # (attention/flashinfer_backend.py triton_rows_for); "triton" = the Triton kernel at every size; "flashinfer" =
+    # (attention/decode_policy.py triton_rows_for); "triton" = the Triton kernel at every size; "flashinfer" =
     # FlashInfer's own (CUDA or tensor cores by GQA group); the other three force one of FlashInfer's
     "decode_kernel": ("auto", "flashinfer", "cuda-core", "tensor-core", "tensor-core-nosplit", "triton"),
     # FlashInfer's prefill kernels: "fa2" is prebuilt; "fa3" and "auto" may compile on first use

@@ -13,8 +13,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from ..errors import EngineError
 from ..kv_pool import KVPool
-from ..prompt_bytes import PromptByteLimit
-from ..prompts import Prompt, admission_problem, encode_prompt
+from ..prompts import Prompt, PromptByteLimit, admission_problem, encode_prompt
 from ..request import FinishReason, Request, RequestHandle, RequestIds
 from ..sampling_params import SamplingParams
 from ..step.commands import Cancel, CommandQueue, Submit

@@ -47,7 +47,6 @@ import queue
 import sys
 import threading
 import time
-from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
@@ -61,6 +60,7 @@ from ..runners.eager import EagerRunner
 from ..telemetry import events as ev
 from ..telemetry.value_limits import MAX_FLOAT
 from .pacing import DeviceWaits, Paced
+from .scratch import pages_needed, scratch_batch
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -245,7 +245,7 @@ class ParityChecker:
         if self.busy:  # counted; the running check's event carries the count
             self.skipped += 1
             return
-        if not allowed or _pages_needed(batch) > len(self._scratch):
+        if not allowed or pages_needed(batch) > len(self._scratch):
             self.skipped += 1
             self._not_run(None, "capture_pending" if not allowed else "too_large")
             return
@@ -376,7 +376,7 @@ class ParityChecker:
     def _check(self, job: _Check) -> None:
         assert self._eager is not None
         with torch.inference_mode(), self._on_own_stream(job.ready):
-            batch, src, dst = _scratch_batch(job.batch, self._scratch, self.pool.page_size, job.ids)
+            batch, src, dst = scratch_batch(job.batch, self._scratch, self.pool.page_size, job.ids)
             self.pool.copy_pages(src, dst)
             eager = self._eager.run(batch).logits
             per_row = compare_rows(job.logits, eager).cpu().tolist()  # waits for this stream only
@@ -412,59 +412,3 @@ def summarize_rows(rows: list[list[float]]) -> list[float]:
     """A check's numbers from its rows: worst errors, mean agreement and overlap."""
     n = len(rows)
     return [max(r[0] for r in rows), max(r[1] for r in rows), sum(r[2] for r in rows) / n, sum(r[3] for r in rows) / n]
-
-
-def scratch_pages(model_runner: Any, pool: KVPool, max_running: int) -> int:
-    """KV pages the largest checkable step writes: a decode batch (a page per request) or a prefill
-    step (its tokens' pages, plus a partly filled first page per request)."""
-    decode = model_runner.decode.max_size if model_runner.decode else 0
-    prefill = 0
-    if model_runner.prefill:
-        prefill = pool.pages_for(model_runner.prefill.max_size) + (max_running if pool.page_size > 1 else 0)
-    return max(decode, prefill)
-
-
-def _pages_needed(batch: ForwardBatch) -> int:
-    """Scratch pages the re-run of ``batch`` writes: each request's pages from its first new token."""
-    ps = batch.page_size
-    if ps == 1:
-        return batch.num_tokens
-    return sum((p + n - 1) // ps - p // ps + 1 for p, n in zip(batch.prefix_lens, batch.extend_lens))
-
-
-def _scratch_batch(
-    batch: ForwardBatch, scratch: list[int], ps: int, ids: Optional[torch.Tensor]
-) -> tuple[ForwardBatch, list[int], list[int]]:
-    """``batch`` with every request's pages from its first new token swapped for scratch pages, and
-    the pages to copy first (a first new page that already holds earlier tokens)."""
-    req_pages: list[array] = []
-    loc: list[int] = []
-    src: list[int] = []
-    dst: list[int] = []
-    k = 0
-    for pages, prefix, n in zip(batch.req_pages, batch.prefix_lens, batch.extend_lens):
-        first, last = prefix // ps, (prefix + n - 1) // ps
-        mine = scratch[k : k + last - first + 1]
-        k += len(mine)
-        if prefix % ps:
-            src.append(pages[first])
-            dst.append(mine[0])
-        new = array("i", pages[:first])
-        new.extend(mine)
-        req_pages.append(new)
-        loc.extend(new[p // ps] * ps + p % ps for p in range(prefix, prefix + n))
-    check = ForwardBatch(
-        mode=batch.mode,
-        requests=batch.requests,
-        input_ids=batch.input_ids,
-        positions=batch.positions,
-        out_cache_loc=loc,
-        seq_lens=batch.seq_lens,
-        extend_lens=batch.extend_lens,
-        prefix_lens=batch.prefix_lens,
-        req_pages=req_pages,
-        page_size=ps,
-        sample_rows=batch.sample_rows,
-        input_ids_device=ids,
-    )
-    return check, src, dst

@@ -19,7 +19,7 @@ projection, so they stream while the projection drains and only q|k|v itself is 
 
 It beats FlashInfer's four launches from bs 1 to 64 on both benchmark shapes, and at bs 256 on the
 Llama-3.1-8B shape (GQA group 4), but loses at bs 256 on the Qwen3-0.6B shape (group 2); the choice is
-``triton_rows_for`` (engine/attention/flashinfer_backend.py); figures in docs/benchmarks.md.
+``triton_rows_for`` (engine/attention/decode_policy.py); figures in docs/benchmarks.md.
 """
 
 from __future__ import annotations

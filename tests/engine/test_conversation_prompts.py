@@ -9,7 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from graphtop.engine.conversation import conversation_problem
+from graphtop.engine.prompts import conversation_problem
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 

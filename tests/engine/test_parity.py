@@ -16,7 +16,8 @@ import torch
 
 from graphtop.engine.graphs.buffers import PaddingPolicy
 from graphtop.engine.graphs.config import build_graph_config
-from graphtop.engine.parity.checker import SWITCH_INTERVAL_S, _scratch_batch, compare_rows, summarize_rows
+from graphtop.engine.parity.checker import SWITCH_INTERVAL_S, compare_rows, summarize_rows
+from graphtop.engine.parity.scratch import scratch_batch
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
@@ -177,7 +178,7 @@ def test_a_due_check_that_cannot_run_is_an_event_with_its_reason(tiny_ckpt, make
     sub = bus.subscribe("t")
     engine = _engine(tiny_ckpt, make_engine, bus, parity_every=1)
     if reason == "too_large":
-        monkeypatch.setattr(parity_mod, "_pages_needed", lambda batch: 1 << 30)
+        monkeypatch.setattr(parity_mod, "pages_needed", lambda batch: 1 << 30)
     else:
         monkeypatch.setattr(type(engine.model_runner), "capture_pending", property(lambda self: True))
     handle = engine.submit(PROMPTS[2], SamplingParams(max_new_tokens=5, ignore_eos=True, detokenize=False))
@@ -450,7 +451,7 @@ def test_scratch_batch_keeps_context_and_copies_a_shared_first_page() -> None:
         page_size=4,
         sample_rows=[2, 3],
     )
-    check, src, dst = _scratch_batch(batch, [100, 101, 102, 103], 4, None)
+    check, src, dst = scratch_batch(batch, [100, 101, 102, 103], 4, None)
     assert [list(p) for p in check.req_pages] == [[7, 100, 101], [3, 102]]
     assert (src, dst) == ([9], [100])  # A's page 9 holds its tokens 4-5: copied before the re-run
     assert check.out_cache_loc == [100 * 4 + 2, 100 * 4 + 3, 101 * 4 + 0, 102 * 4 + 0]

@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from support.tiny_models import shared_tokenizer
 
-from graphtop.engine.prompt_bytes import PromptByteLimit, max_bytes_per_token
+from graphtop.engine.prompts.byte_limit import PromptByteLimit, max_bytes_per_token
 from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 

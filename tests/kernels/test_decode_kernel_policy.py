@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphtop.engine.attention.flashinfer_backend import (
+from graphtop.engine.attention.decode_policy import (
     TRITON_AUTO_GROUP,
     TRITON_AUTO_MAX_ROWS,
     triton_rows_for,

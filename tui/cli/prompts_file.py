@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from graphtop.engine.arguments import short_repr
-from graphtop.engine.conversation import conversation_problem
+from graphtop.engine.prompts import conversation_problem
 
 SAMPLING_FIELDS = {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "ignore_eos"}
 OTHER_FIELDS = {"prompt", "messages", "id", "chat"}

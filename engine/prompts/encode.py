@@ -5,8 +5,8 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+from .byte_limit import PromptByteLimit
 from .conversation import as_messages, is_conversation
-from .prompt_bytes import PromptByteLimit
 
 Prompt = Union[str, Sequence[int], Sequence[Mapping[str, str]]]
 """Text, token ids, or a conversation (``[{"role": ..., "content": ...}, ...]``)."""
