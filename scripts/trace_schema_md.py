@@ -17,6 +17,10 @@ DESCRIPTIONS = {
     "header.schema_version": "version of this schema (from 1); readers refuse traces newer than they know, and 0 or below",
     "header.graphtop_version": "graphtop package version that wrote the trace",
     "header.meta": "free-form run metadata from the CLI (argv, model path, config, synthetic workload, ...)",
+    "load_progress.label": "what the load does, e.g. `converting GGUF to the cache (one time)`",
+    "load_progress.step": "where it is: `reading the metadata`, `reading the tokenizer`, `tensor`, `checking the weights`, `writing the converted folder`",
+    "load_progress.done": "items of the step done (for `tensor`: tensors dequantized)",
+    "load_progress.total": "items of the step; 0 for a step of unknown length",
     "engine_started.model": "model name or path",
     "engine_started.architecture": "model architecture (e.g. `LlamaForCausalLM`)",
     "engine_started.device": "torch device string (`cuda:0`, `cpu`)",
@@ -136,6 +140,7 @@ DESCRIPTIONS = {
 }
 
 EXAMPLES = {
+    "load_progress": dict(label="converting GGUF to the cache (one time)", step="tensor", done=12, total=272),
     "header": dict(meta={"argv": ["graphtop", "run", "--record", "run.jsonl"], "model": "Qwen/Qwen2.5-0.5B"}),
     "engine_started": dict(
         model="Qwen/Qwen2.5-0.5B",

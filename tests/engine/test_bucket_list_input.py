@@ -79,7 +79,7 @@ async def test_bucket_editor_shows_the_error_inline_and_does_not_crash(text: str
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("b")
+        await pilot.press("escape", "b")  # the prompt has the focus from the first frame
         editor = app.screen
         assert isinstance(editor, BucketEditorScreen)
         await pilot.press("ctrl+u")
