@@ -173,7 +173,8 @@ def request_state(screen: str, prompt: str) -> tuple[bool, bool, Optional[str]]:
     header = None
     body = [r for r in rows if r.strip() and "top-p" not in r]
     if at is not None:  # the header may wrap: its state then ends up on the next row
-        wrapped = at + 1 < len(rows) and rows[at + 1].lstrip().startswith("·")
+        # (where it wraps depends on the request id's width: the break comes before or after a "·")
+        wrapped = at + 1 < len(rows) and (rows[at].rstrip().endswith("·") or rows[at + 1].lstrip().startswith("·"))
         header = " ".join(rows[at : at + 2]) if wrapped else rows[at]
         body = [r for i, r in enumerate(rows) if r.strip() and "top-p" not in r and not at <= i <= at + wrapped]
         finished = "done (" in header or "error:" in header
