@@ -280,8 +280,8 @@ def open_staged(path: PathLike, label: str = "output") -> StagedFile:
     try:
         if target.mode is not None:
             os.fchmod(fd, target.mode)
-    except OSError:
+        return StagedFile(os.fdopen(fd, "wb", buffering=0), target.path, label, tmp)
+    except BaseException:  # an error, or an interrupt (Ctrl-C, SIGTERM): no temporary file is left behind
         os.close(fd)
         os.unlink(tmp)
         raise
-    return StagedFile(os.fdopen(fd, "wb", buffering=0), target.path, label, tmp)

@@ -203,7 +203,9 @@ def run_headless(args: Any, config: Any) -> int:
     serving = False  # the model loaded and the trace is at its path: what follows is kept
     try:  # from the trace's staging on: an interrupt (Ctrl-C, SIGTERM) at any point runs the clean-up below
         recorder = _open_recorder(args, bus)
-        out = _open_results(args, resumed)
+        out = _results_file(args, resumed)  # assigned before it opens: an interrupt while opening is cleaned up
+        if out is not None:
+            _open_results(out, args)
         total = args.synthetic or sum(1 for pl in to_serve if not pl.error)
         progress = start_headless_progress(bus, total)  # None unless stderr is a terminal
         if args.telemetry:  # an endpoint viewers can attach to from before the model loads
@@ -272,13 +274,17 @@ def run_headless(args: Any, config: Any) -> int:
     return 1 if bad else 0
 
 
-def _open_results(args: Any, resumed: Optional[Resumed]) -> Optional[ResultsFile]:
+def _results_file(args: Any, resumed: Optional[Resumed]) -> Optional[ResultsFile]:
     if not args.output:
         return None
     if resumed is not None:
         drop_unkept(args.output, resumed)
+    return ResultsFile(args.output, resume=resumed is not None)
+
+
+def _open_results(out: ResultsFile, args: Any) -> None:
     try:
-        return ResultsFile(args.output, resume=resumed is not None).open()
+        out.open()
     except OutputPathError as e:
         raise UsageError(str(e)) from None
     except OSError as e:

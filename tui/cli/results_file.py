@@ -60,14 +60,18 @@ class ResultsFile:
     def open(self) -> "ResultsFile":
         """Staged beside OUT (or OUT itself for --resume); before the model loads, so a path that cannot be
         written costs no load time."""
-        if self.resume and os.path.isfile(self.path) and not os.path.islink(self.path):
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
-        else:
-            self._stage = open_staged(self.path, "--output")
-            self._fd = self._stage.file.fileno()
-            self._regular = self._stage.staged is not None
-        st = os.fstat(self._fd)
-        self._own = (st.st_dev, st.st_ino)
+        try:
+            if self.resume and os.path.isfile(self.path) and not os.path.islink(self.path):
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+            else:
+                self._stage = open_staged(self.path, "--output")
+                self._fd = self._stage.file.fileno()
+                self._regular = self._stage.staged is not None
+            st = os.fstat(self._fd)
+            self._own = (st.st_dev, st.st_ino)
+        except BaseException:  # an interrupt (SIGTERM while opening) leaves no staged file behind
+            self.finish(None)
+            raise
         return self
 
     @property
@@ -94,6 +98,8 @@ class ResultsFile:
         written. Returns the one-line reason OUT is not all there, or None."""
         fd, self._fd = self._fd, None
         if fd is None:
+            if self._stage is not None and self._stage.staged is not None:  # opened part-way, then interrupted
+                self._stage.discard()
             return None
         if self._stage is not None and self._stage.staged is not None:
             self._stage.discard()  # nothing written (or the rename refused): an older OUT stays as it was
