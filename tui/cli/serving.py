@@ -100,7 +100,9 @@ def _had_finished(slot: Any) -> bool:
 
 
 def has_chat_template(engine: Any) -> bool:
-    return bool(getattr(engine.tokenizer, "chat_template", None))
+    from graphtop.engine.prompts import has_chat_template as tokenizer_has_one
+
+    return tokenizer_has_one(engine.tokenizer)
 
 
 def _rejected(pl: PromptLine, error: str) -> dict:
