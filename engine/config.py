@@ -50,6 +50,9 @@ class EngineConfig:
     # bucket is captured, capturing between steps. True: capture every graph before the constructor
     # returns (benchmarks: every step measures graphs, not eager warm-up).
     capture_before_serving: bool = False
+    # graphtop's cache folder (built checkpoints; compiled Triton kernels in its triton/); None:
+    # $GRAPHTOP_CACHE_DIR, else the user cache folder
+    cache_dir: Optional[str] = None
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 
@@ -98,6 +101,8 @@ class EngineConfig:
                 f"page size {self.page_size} is larger than max total tokens {self.max_total_tokens}: "
                 "the KV pool could not hold one page"
             )
+        if self.cache_dir is not None and not isinstance(self.cache_dir, str):
+            raise TypeError(f"cache_dir must be a folder path (str) or None, got {type(self.cache_dir).__name__}")
         if not isinstance(self.graphs, GraphConfig):  # a dict would fail later as "'dict' has no attribute"
             raise TypeError(
                 f"graphs must be a GraphConfig, got {type(self.graphs).__name__}; build one with "

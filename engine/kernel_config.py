@@ -39,6 +39,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # tensor-parallel all-reduce on CUDA: "auto" = torch's symmetric-memory one-shot kernel for small
     # messages (decode) when it passes its self-test, NCCL otherwise; "nccl" = NCCL for every size
     "all_reduce": ("auto", "nccl"),
+    # "auto": on CUDA, each bucket's Triton kernels compile in worker processes before it is captured, and
+    # steps run eagerly (kernels_compiling) meanwhile; "off": a capture compiles what it launches itself
+    "precompile": ("auto", "off"),
 }
 
 #: field -> the environment variable that overrides it
@@ -49,6 +52,7 @@ ENV: dict[str, str] = {
     "prefill_backend": "GRAPHTOP_FLASHINFER_PREFILL_BACKEND",
     "pdl": "GRAPHTOP_PDL",
     "all_reduce": "GRAPHTOP_ALL_REDUCE",
+    "precompile": "GRAPHTOP_PRECOMPILE",
 }
 
 
@@ -62,6 +66,7 @@ class KernelConfig:
     pdl: str = "auto"
     all_reduce: str = "auto"
     skinny_gemm: str = "auto"
+    precompile: str = "auto"
 
     @property
     def gemv_layers(self) -> bool:

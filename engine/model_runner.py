@@ -16,6 +16,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from graphtop.models.kernels.compile_pool import KernelCompiler
+
 from .attention.base import AttentionBackend
 from .batch import ForwardBatch, ForwardMode
 from .graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
@@ -27,6 +29,7 @@ from .runners.base import StepOutput
 from .runners.bucketed import BucketedGraphRunner
 from .runners.decode_graph import DecodeGraphRunner
 from .runners.eager import EagerRunner
+from .runners.kernel_gate import KernelGate
 from .runners.prefill_graph import PrefillGraphRunner
 from .telemetry import events as ev
 from .telemetry.capture import BucketCost
@@ -47,8 +50,10 @@ class ModelRunner:
         publish: PublishFn,
         *,
         freeze_gc: bool = False,
+        compiler: Optional[KernelCompiler] = None,
     ):
-        """``max_pages``: pages of the longest context a decode graph must cover."""
+        """``max_pages``: pages of the longest context a decode graph must cover; ``compiler``: worker
+        processes that compile each bucket's kernels before it is captured (None: capture compiles)."""
         self.resolved = resolved
         self.publish = publish
         self.emulated = resolved.emulated
@@ -64,6 +69,9 @@ class ModelRunner:
             self.prefill = PrefillGraphRunner(
                 model, attention, backend, device, max(r.prefill_num_tokens), r.prefill_max_padding_waste, publish
             )
+        self.compiler = compiler
+        for runner in self._runners() if compiler is not None else ():
+            runner.gate = KernelGate(compiler, runner.dry_run)
         self._recapture_started: Optional[float] = None
         self._recapture_memory_before = 0
         self._capture_waiters: list[threading.Event] = []
@@ -157,6 +165,12 @@ class ModelRunner:
         """A capture (the first one or a recapture) has buckets left to capture."""
         return any(r.capturing for r in self._runners())
 
+    @property
+    def capture_waiting(self) -> bool:
+        """Every pending capture waits for kernels to compile (an idle engine has nothing to do but wait)."""
+        capturing = [r for r in self._runners() if r.capturing]
+        return bool(capturing) and all(r.waiting_for_kernels for r in capturing)
+
     def notify_when_captured(self, done: threading.Event) -> None:
         """Set ``done`` once nothing is left to capture (at once when nothing is)."""
         if self.capture_pending:
@@ -242,4 +256,6 @@ class ModelRunner:
         for runner in self._runners():
             runner.release()
         self.decode = self.prefill = None
+        if self.compiler is not None:
+            self.compiler.close()
         self._wake_waiters()  # nothing is left to capture

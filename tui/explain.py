@@ -63,6 +63,10 @@ FALLBACK_REASONS: dict[str, Explanation] = {
         "the engine serves while its first capture runs and this step's bucket is not captured yet",
         "nothing: the bucket serves as soon as it is captured",
     ),
+    "kernels_compiling": Explanation(
+        "this step's bucket is not captured yet: its kernels compile in worker processes first",
+        "nothing: a cold kernel cache fills once; later starts load it from graphtop's cache folder",
+    ),
     "no_graphs_captured": Explanation(
         "graphs are on for this phase but no bucket survived the limits and capture failures",
         "check the bucket list against the limits, and the capture panel",

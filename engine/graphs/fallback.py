@@ -25,5 +25,8 @@ class FallbackReason(str, enum.Enum):
     NOT_YET_CAPTURED = "not_yet_captured"
     """The engine serves while its first capture runs (between steps) and this step's bucket is
     not captured yet; it goes live the moment it is, so later steps of the same request replay it."""
+    KERNELS_COMPILING = "kernels_compiling"
+    """This step's bucket is not captured yet and its capture waits for its kernels, which compile in
+    worker processes (models/kernels/compile_pool.py) so that no step waits for a compiler."""
     NO_GRAPHS_CAPTURED = "no_graphs_captured"
     """The phase is enabled but its bucket list is empty after limits and failures."""

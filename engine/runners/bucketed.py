@@ -16,6 +16,7 @@ from ..telemetry import events as ev
 from ..telemetry.capture import BucketCost
 from .base import GraphRunner
 from .capture import CaptureJob
+from .kernel_gate import KernelGate
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -46,6 +47,10 @@ class BucketedGraphRunner(GraphRunner):
         self.policy = BucketPolicy(self.phase, ())
         self.ledger: dict[int, BucketCost] = {}
         self.job: Optional[CaptureJob] = None
+        self.gate: Optional[KernelGate] = None
+        """Set (``ModelRunner``) where kernels compile in worker processes: a bucket is captured once its
+        kernels are compiled."""
+        self._warmup_size = 0  # a gated capture's warmup, run with its first bucket (their kernels match)
         # a subclass declares its own slots after these, then binds the backend to the registry
         self.registry = BufferRegistry(device, max_size)
         for slot in TOKEN_SLOTS:
@@ -76,8 +81,13 @@ class BucketedGraphRunner(GraphRunner):
         self.ledger = {}
         self.job = None
         self._set_buckets([], buckets)
+        if self.gate is not None:
+            self.gate.forget()  # kernel choices may have changed since the last capture
         if self.backend.warms_up:
-            self.warmup(max(buckets) if buckets else 0)
+            if self.gate is None:
+                self.warmup(max(buckets) if buckets else 0)
+            else:  # compiling now would stall the step thread: it runs once the largest bucket's kernels are in
+                self._warmup_size = max(buckets) if buckets else 0
         self.job = CaptureJob(
             self.phase,
             self.backend.capture_order(buckets),
@@ -86,6 +96,7 @@ class BucketedGraphRunner(GraphRunner):
             self._capture_bucket,
             self.publish,
             reason,
+            self.gate,
         )
         self._adopt(self.job)
         return self.job
@@ -112,6 +123,8 @@ class BucketedGraphRunner(GraphRunner):
             for key in self.graph_keys(b):
                 self.backend.release(key)
         reason = FallbackReason.NOT_YET_CAPTURED if job.reason == "initial" else FallbackReason.RECAPTURE_IN_PROGRESS
+        if job.waiting:
+            reason = FallbackReason.KERNELS_COMPILING
         self.policy = BucketPolicy.of(self.phase, kept, self.configured, self.max_padding_waste, job.remaining, reason)
         if job.done:
             self.job = None
@@ -125,6 +138,11 @@ class BucketedGraphRunner(GraphRunner):
     @property
     def capturing(self) -> bool:
         return self.job is not None
+
+    @property
+    def waiting_for_kernels(self) -> bool:
+        """The capture's next bucket waits for its kernels to compile."""
+        return self.job is not None and self.job.waiting
 
     def memory_bytes(self) -> int:
         return sum(c.memory_bytes for c in self.ledger.values() if c.ok)
@@ -158,7 +176,18 @@ class BucketedGraphRunner(GraphRunner):
         self._forward(size)
 
     @torch.inference_mode()
+    def dry_run(self, size: int) -> None:
+        """Every forward a capture of bucket ``size`` runs, for ``KernelGate`` to see which kernels it
+        launches (inside ``record_missing`` nothing uncompiled runs: the outputs are garbage)."""
+        for key in self.graph_keys(size):
+            self._prepare_capture(key)
+            self._forward(size)
+
+    @torch.inference_mode()
     def _capture_bucket(self, size: int) -> None:
+        if self._warmup_size:
+            self.warmup(self._warmup_size)
+            self._warmup_size = 0
         for key in self.graph_keys(size):
             if self.backend.runs_at_capture:  # an emulated capture that records addresses only needs neither
                 self._prepare_capture(key)

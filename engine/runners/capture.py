@@ -2,7 +2,8 @@
 
 A ``CaptureJob`` runs a slice at a time between engine steps (the initial capture while the engine
 already serves, and live recapture), so requests keep streaming while graphs are built; an engine
-that captures before serving runs it to completion at once.
+that captures before serving runs it to completion at once. With a gate (runners/kernel_gate.py) a
+slice captures a bucket only once its kernels are compiled, so no slice waits for a compiler.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from ..telemetry import events as ev
 from ..telemetry.capture import BucketCost
+from .kernel_gate import BucketGate
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -35,8 +37,10 @@ class CaptureJob:
         capture: Callable[[int], None],
         publish: PublishFn,
         reason: str = "initial",
+        gate: Optional[BucketGate] = None,
     ):
-        """``order``: the buckets in the order to capture them (``GraphBackend.capture_order``)."""
+        """``order``: the buckets in the order to capture them (``GraphBackend.capture_order``); ``gate``:
+        whether a bucket's kernels are compiled (None: capture compiles what it launches)."""
         self.phase = phase
         self.reason = reason
         self.order = list(dict.fromkeys(order))
@@ -44,6 +48,9 @@ class CaptureJob:
         self.capture = capture
         self.publish = publish
         self.ledger: list[BucketCost] = []
+        self.gate = gate
+        self.waiting = False
+        """The last slice stopped at a bucket whose kernels were still compiling."""
         self._next = 0
         self._t0 = time.perf_counter()
         self._free0 = device_free_bytes(device)
@@ -66,6 +73,8 @@ class CaptureJob:
         start = time.perf_counter()
         count = 0
         while not self.done:
+            if not self._kernels_ready(start, budget_s):
+                break
             self._capture_one(self.order[self._next])
             self._next += 1
             count += 1
@@ -77,6 +86,23 @@ class CaptureJob:
             if max_buckets is not None and count >= max_buckets:
                 break
         return self.done
+
+    def _kernels_ready(self, start: float, budget_s: Optional[float]) -> bool:
+        """Whether the next bucket's kernels are compiled (waiting for them when the job runs to the end).
+        While they compile, the rest of the slice's budget finds the kernels of the buckets after it."""
+        self.waiting = False
+        if self.gate is None:
+            return True
+        bucket = self.order[self._next]
+        if budget_s is None:
+            self.gate.look_ahead(self.order[self._next :], float("inf"))  # all of them compile in parallel
+            self.gate.wait(bucket)
+            return True
+        if self.gate.ready(bucket):
+            return True
+        self.gate.look_ahead(self.order[self._next + 1 :], start + budget_s)
+        self.waiting = True
+        return False
 
     def _capture_one(self, bucket: int) -> None:
         free0 = device_free_bytes(self.device)

@@ -25,6 +25,9 @@ from .events import EngineEvents
 from .output import OutputProcessor
 from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
 
+COMPILE_POLL_S = 0.005
+"""How long an idle loop naps while its capture waits for kernels to compile (a command waits at most this)."""
+
 
 class StepLoop:
     def __init__(
@@ -97,6 +100,8 @@ class StepLoop:
         if batch is None:
             if self.model_runner.capture_pending:  # idle: capture flat out, a slice per call
                 self._advance_capture()
+                if self.model_runner.capture_waiting:  # kernels compile in other processes: do not spin
+                    time.sleep(COMPILE_POLL_S)
                 return True
             return worked
         t0 = time.perf_counter()

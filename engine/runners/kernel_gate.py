@@ -1,0 +1,68 @@
+"""Which buckets of a graph runner have every kernel their forward launches compiled, so capturing them
+compiles nothing on the step thread.
+
+A bucket's kernels are found by a dry run of its forward (``models.kernels.precompile.record_missing``:
+variants not compiled here are recorded, not compiled or launched) and handed to the compiler's worker
+processes. A capture job asks ``ready`` before each bucket and leaves the bucket for a later slice while
+its kernels compile; meanwhile it dry-runs the buckets after it (``look_ahead``), so the workers compile
+every bucket's kernels in parallel while the engine serves eagerly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Protocol
+
+from graphtop.models.kernels.compile_pool import KernelCompiler
+from graphtop.models.kernels.precompile import record_missing
+
+__all__ = ["BucketGate", "KernelGate"]
+
+
+class BucketGate(Protocol):
+    """What a capture job asks before capturing a bucket."""
+
+    def ready(self, bucket: int) -> bool:
+        """Whether ``bucket`` can be captured now without compiling; never blocks."""
+        ...
+
+    def wait(self, bucket: int) -> None:
+        """Block until ``ready(bucket)`` (an engine that captures before serving)."""
+        ...
+
+    def look_ahead(self, buckets: Iterable[int], deadline: float) -> None:
+        """Find the kernels of ``buckets`` (in order) until ``deadline`` (``time.perf_counter``)."""
+        ...
+
+
+class KernelGate:
+    """A ``BucketGate`` over a compiler: ``dry_run(bucket)`` runs the bucket's forward as its capture would."""
+
+    def __init__(self, compiler: KernelCompiler, dry_run: Callable[[int], None]) -> None:
+        self.compiler = compiler
+        self.dry_run = dry_run
+        self._keys: dict[int, list[str]] = {}
+
+    def _discover(self, bucket: int) -> list[str]:
+        keys = self._keys.get(bucket)
+        if keys is None:
+            with record_missing() as missing:
+                self.dry_run(bucket)
+            keys = self._keys[bucket] = self.compiler.submit(missing)
+        return keys
+
+    def ready(self, bucket: int) -> bool:
+        return self.compiler.done(self._discover(bucket))
+
+    def wait(self, bucket: int) -> None:
+        self.compiler.wait(self._discover(bucket))
+
+    def look_ahead(self, buckets: Iterable[int], deadline: float) -> None:
+        for bucket in buckets:
+            if time.perf_counter() >= deadline:
+                return
+            self._discover(bucket)
+
+    def forget(self) -> None:
+        """A recapture: kernel choices may have changed, so buckets are dry-run again."""
+        self._keys.clear()

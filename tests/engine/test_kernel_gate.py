@@ -1,0 +1,142 @@
+"""Capture waits for compiled kernels, steps do not: a bucket is captured only once its kernels are
+compiled, and until then its steps run eagerly with ``kernels_compiling``.
+
+The compiler here is a stand-in whose compiles finish when the test says so (the real one, worker
+processes compiling Triton kernels, runs on CUDA: tests/cuda, and tests/engine/test_precompile.py
+where Triton is installed); the dry run that finds a bucket's kernels is the runner's own.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import pytest
+
+import graphtop.engine.engine as engine_mod
+import graphtop.engine.model_runner as model_runner_mod
+import graphtop.engine.runners.kernel_gate as kernel_gate_mod
+from graphtop.engine.runners.capture import CaptureJob
+from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.telemetry import events as ev
+from graphtop.engine.telemetry.bus import EventBus
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+@dataclass(frozen=True)
+class Variant:
+    key: str
+
+
+class HeldCompiler:
+    """Compiles nothing until ``release``; records what it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.released = False
+        self.closed = False
+
+    def submit(self, variants: Iterable[Variant]) -> list[str]:
+        keys = [v.key for v in variants]
+        self.asked += [k for k in keys if k not in self.asked]
+        return keys
+
+    def done(self, keys: Iterable[str]) -> bool:
+        return self.released or not list(keys)
+
+    def wait(self, keys: Iterable[str]) -> None:
+        self.released = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeGate:
+    def __init__(self, ready: set[int]) -> None:
+        self.ready_buckets = ready
+        self.looked: list[int] = []
+        self.waited: list[int] = []
+
+    def ready(self, bucket: int) -> bool:
+        return bucket in self.ready_buckets
+
+    def wait(self, bucket: int) -> None:
+        self.waited.append(bucket)
+
+    def look_ahead(self, buckets: Iterable[int], deadline: float) -> None:
+        self.looked += [b for b in buckets if b not in self.looked]
+
+
+def job_with(gate: FakeGate, order: list[int]) -> tuple[CaptureJob, list[int]]:
+    captured: list[int] = []
+    events: list[ev.Event] = []
+    import torch
+
+    job = CaptureJob("decode", order, "emulated", torch.device("cpu"), captured.append, events.append, gate=gate)
+    return job, captured
+
+
+def test_a_slice_stops_at_a_bucket_whose_kernels_compile_and_finds_the_next_ones_kernels():
+    gate = FakeGate(ready={8})
+    job, captured = job_with(gate, [8, 4, 2, 1])
+    assert not job.run(budget_s=10.0)
+    assert captured == [8] and job.waiting and job.remaining == [4, 2, 1]
+    assert gate.looked == [2, 1]  # the buckets after the waiting one: their kernels compile meanwhile
+    gate.ready_buckets |= {4, 2, 1}
+    assert job.run(budget_s=10.0) and captured == [8, 4, 2, 1] and not job.waiting
+
+
+def test_a_job_run_to_the_end_waits_for_each_buckets_kernels():
+    gate = FakeGate(ready=set())
+    job, captured = job_with(gate, [4, 2])
+    assert job.run(budget_s=None)
+    assert captured == [4, 2] and gate.waited == [4, 2]
+
+
+@contextmanager
+def one_variant_per_dry_run() -> Iterator[list[Variant]]:
+    found: list[Variant] = [Variant("kernel-a")]
+    yield found
+
+
+def serve(make_engine, path, compiler: HeldCompiler, monkeypatch, release_after: int):
+    """Serve six requests on an engine whose kernels compile in ``compiler``; release its compiles after
+    ``release_after`` steps. -> engine, tokens, events."""
+    monkeypatch.setattr(engine_mod, "kernel_compiler", lambda *a, **k: compiler)
+    monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
+    monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
+    bus = EventBus()
+    sub = bus.subscribe("test")
+    engine = make_engine(path, bus=bus, capture_before_serving=False)
+    prompts = ["Once upon a time", "hello", "The quick brown fox", "a b c", "what is it", "x y"]
+    handles = [engine.submit(p, SamplingParams(max_new_tokens=10, ignore_eos=True)) for p in prompts]
+    steps = 0
+    while engine.step():
+        steps += 1
+        if steps == release_after:
+            compiler.released = True
+    assert all(h.finished for h in handles)
+    return engine, [h.token_ids for h in handles], sub.drain()
+
+
+def test_steps_run_eagerly_while_kernels_compile_and_replay_once_captured(tiny_ckpt, make_engine, monkeypatch):
+    path = tiny_ckpt("llama")
+    compiler = HeldCompiler()
+    # the stand-in is wired where the engine builds its compiler, so the emulated (CPU) graphs wait for it
+    engine, tokens, events = serve(make_engine, path, compiler, monkeypatch, release_after=6)
+    steps = [e for e in events if isinstance(e, ev.StepEvent)]
+    early, late = steps[:5], steps[8:]
+    assert early and all(s.path == "eager" and s.fallback_reason == "kernels_compiling" for s in early)
+    assert any(s.path != "eager" for s in late)
+    assert compiler.asked == ["kernel-a"]  # every bucket's dry run asked; each variant once
+    assert not engine.capture_pending
+    # the same requests on an engine that compiled as it captured: the same tokens
+    monkeypatch.undo()
+    reference = make_engine(path)
+    prompts = ["Once upon a time", "hello", "The quick brown fox", "a b c", "what is it", "x y"]
+    want = reference.generate(prompts, SamplingParams(max_new_tokens=10, ignore_eos=True))
+    assert tokens == [h.token_ids for h in want]
+    engine.close()
+    assert compiler.closed
