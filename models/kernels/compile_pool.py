@@ -51,6 +51,7 @@ class KernelCompiler:
         self._pool: Optional[ProcessPoolExecutor] = None
         self._lock = threading.Lock()
         self._started = time.perf_counter()
+        self._hook = precompile.join_in_flight(self._in_flight) if precompile.supported() else None
 
     def submit(self, variants: Iterable[KernelVariant]) -> list[str]:
         """Queue the variants not yet asked for; returns the keys of all of them (for ``done``/``wait``)."""
@@ -82,8 +83,15 @@ class KernelCompiler:
         """Variants are still compiling."""
         return not all(f.done() for f in list(self._futures.values()))
 
+    def _in_flight(self, key: str) -> Optional[Future[float]]:
+        with self._lock:
+            return self._futures.get(key)
+
     def close(self) -> None:
         """Stop the workers; compiles not started are dropped (their variants compile on first launch)."""
+        if self._hook is not None:
+            precompile.leave(self._hook)
+            self._hook = None
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)

@@ -20,10 +20,11 @@ import json
 import os
 import threading
 import time
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 try:
     import triton
@@ -37,6 +38,8 @@ __all__ = [
     "KernelVariant",
     "compile_variant",
     "is_cached",
+    "join_in_flight",
+    "leave",
     "point_triton_cache",
     "record_missing",
     "supported",
@@ -44,6 +47,7 @@ __all__ = [
 ]
 
 CACHE_ENV = "TRITON_CACHE_DIR"
+Hook = Callable[..., Optional[bool]]
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,30 @@ def record_missing() -> Iterator[list[KernelVariant]]:
     finally:
         _recording.active = None
         knobs.runtime.jit_cache_hook = previous
+
+
+def join_in_flight(in_flight: Callable[[str], Optional[Future[float]]]) -> Hook:
+    """From now on, a launch (outside ``record_missing``) of a variant that a worker is compiling waits for
+    that worker and then loads its result, instead of compiling it a second time beside it: an eager step
+    of a shape whose kernels are on their way waits less than a compile. Returns the installed hook
+    (``leave`` removes it)."""
+    previous = knobs.runtime.jit_cache_hook
+
+    def hook(*, fn: Any, compile: dict[str, Any], **rest: Any) -> Optional[bool]:
+        future = in_flight(KernelVariant(fn.module, fn.name, compile["specialization_data"]).key)
+        if future is not None and not future.done():
+            wait([future])
+        return previous(fn=fn, compile=compile, **rest) if previous is not None else None
+
+    hook.previous = previous  # type: ignore[attr-defined]
+    knobs.runtime.jit_cache_hook = hook
+    return hook
+
+
+def leave(hook: Hook) -> None:
+    """Put back the hook ``hook`` replaced, if ``hook`` is still the one installed (a later one stays)."""
+    if knobs.runtime.jit_cache_hook is hook:
+        knobs.runtime.jit_cache_hook = getattr(hook, "previous", None)
 
 
 def _jit_function(variant: KernelVariant) -> Any:

@@ -99,3 +99,29 @@ def test_the_users_triton_cache_folder_wins_and_a_read_only_cache_is_left_alone(
         assert precompile.CACHE_ENV not in os.environ
     finally:
         knobs.cache.dir = previous
+
+
+def test_a_launch_of_a_variant_a_worker_is_compiling_waits_for_that_worker():
+    """The hook a compiler installs: a miss on another thread (an eager step) joins the worker's compile."""
+    import threading
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from triton import knobs
+
+    spec = '{"key": "k1", "signature": {}}'
+    variant = precompile.KernelVariant("graphtop.models.kernels.fused", "_rmsnorm_kernel", spec)
+    compiling: Future[float] = Future()
+    previous = knobs.runtime.jit_cache_hook
+    hook = precompile.join_in_flight(lambda key: compiling if key == variant.key else None)
+    try:
+        threading.Timer(0.05, compiling.set_result, (1.0,)).start()
+        fn = SimpleNamespace(module=variant.module, name=variant.name)
+        assert knobs.runtime.jit_cache_hook(fn=fn, compile={"specialization_data": spec}) is None  # then compile
+        assert compiling.done()  # it returned only once the worker had finished
+        other = SimpleNamespace(module=variant.module, name="_other")
+        assert knobs.runtime.jit_cache_hook(fn=other, compile={"specialization_data": spec}) is None
+    finally:
+        precompile.leave(hook)
+        knobs.runtime.jit_cache_hook = previous
+    assert knobs.runtime.jit_cache_hook is previous
