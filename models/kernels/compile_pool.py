@@ -2,24 +2,28 @@
 
 Why processes: Triton's compile holds the GIL through its Python front end, so a compile on a thread
 still stalls the step thread; a worker process compiles for an explicit target and never touches the
-GPU (no CUDA context, no device memory). Workers start on the first variant that is not on disk, so a
-start whose cache is warm spawns none.
+GPU (no CUDA context, no device memory). Workers are plain subprocesses (``compile_worker``), started on
+the first variant that is not on disk, so a start whose cache is warm spawns none.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import json
 import os
+import queue
+import subprocess
+import sys
 import threading
-import time
-from concurrent.futures import Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from concurrent.futures import Future, wait
+from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
 from . import precompile
 from .precompile import KernelVariant
 
 __all__ = ["CompileStats", "KernelCompiler", "default_workers"]
+
+WORKER_MODULE = "graphtop.models.kernels.compile_worker"
 
 
 def default_workers() -> int:
@@ -40,6 +44,9 @@ class CompileStats:
     failures: list[str] = field(default_factory=list)
 
 
+Job = Optional[tuple[KernelVariant, "Future[float]"]]
+
+
 class KernelCompiler:
     """Compiles each variant once, in worker processes; ``done`` says whether a set of variants is ready
     to launch without compiling (on disk, or failed: the launch then reports the failure itself)."""
@@ -48,9 +55,11 @@ class KernelCompiler:
         self.workers = workers or default_workers()
         self.stats = CompileStats()
         self._futures: dict[str, Future[float]] = {}
-        self._pool: Optional[ProcessPoolExecutor] = None
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._procs: list[subprocess.Popen[str]] = []
+        self._closed = False
         self._lock = threading.Lock()
-        self._started = time.perf_counter()
         self._hook = precompile.join_in_flight(self._in_flight) if precompile.supported() else None
 
     def submit(self, variants: Iterable[KernelVariant]) -> list[str]:
@@ -63,13 +72,15 @@ class KernelCompiler:
                 if key in self._futures:
                     continue
                 self.stats.requested += 1
+                future: Future[float] = Future()
+                self._futures[key] = future
                 if precompile.is_cached(variant):
                     self.stats.on_disk += 1
-                    self._futures[key] = _finished(0.0)
+                    future.set_result(0.0)
                     continue
-                future = self._executor().submit(precompile.compile_variant, variant)
-                future.add_done_callback(lambda f, label=variant.label: self._record(f, label))
-                self._futures[key] = future
+                self._start_workers()
+            future.add_done_callback(lambda f, label=variant.label: self._record(f, label))
+            self._jobs.put((variant, future))
         return keys
 
     def done(self, keys: Iterable[str]) -> bool:
@@ -78,28 +89,61 @@ class KernelCompiler:
     def wait(self, keys: Iterable[str]) -> None:
         wait([self._futures[k] for k in keys])
 
-    @property
-    def busy(self) -> bool:
-        """Variants are still compiling."""
-        return not all(f.done() for f in list(self._futures.values()))
+    def close(self) -> None:
+        """Stop the workers; variants still queued are cancelled (they compile on their first launch)."""
+        if self._hook is not None:
+            precompile.leave(self._hook)
+            self._hook = None
+        with self._lock:
+            self._closed = True
+            procs, self._procs = self._procs, []
+        for future in list(self._futures.values()):
+            future.cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
     def _in_flight(self, key: str) -> Optional[Future[float]]:
         with self._lock:
             return self._futures.get(key)
 
-    def close(self) -> None:
-        """Stop the workers; compiles not started are dropped (their variants compile on first launch)."""
-        if self._hook is not None:
-            precompile.leave(self._hook)
-            self._hook = None
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+    def _start_workers(self) -> None:
+        """Start the workers once (under the lock), each with a thread that feeds it jobs."""
+        if self._threads or self._closed:
+            return
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), CUDA_VISIBLE_DEVICES="")
+        for i in range(self.workers):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
+            self._procs.append(proc)
+            thread = threading.Thread(target=self._feed, args=(proc,), name=f"kernel-compile-{i}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
-    def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:  # spawned: a forked child would inherit the CUDA context and the engine's threads
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        return self._pool
+    def _feed(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        while (job := self._jobs.get()) is not None:
+            variant, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                proc.stdin.write(json.dumps(asdict(variant)) + "\n")
+                proc.stdin.flush()
+                answer = json.loads(proc.stdout.readline() or '{"error": "the compile worker exited"}')
+            except (OSError, ValueError) as e:
+                answer = {"error": f"the compile worker failed: {e}"}
+            if "error" in answer:
+                future.set_exception(RuntimeError(answer["error"]))
+            else:
+                future.set_result(float(answer["seconds"]))
 
     def _record(self, future: Future[float], label: str) -> None:
         with self._lock:
@@ -111,10 +155,4 @@ class KernelCompiler:
                 self.stats.worker_seconds += future.result()
             else:
                 self.stats.failed += 1
-                self.stats.failures.append(f"{label}: {type(error).__name__}: {str(error).splitlines()[0][:160]}")
-
-
-def _finished(value: float) -> Future[float]:
-    future: Future[float] = Future()
-    future.set_result(value)
-    return future
+                self.stats.failures.append(f"{label}: {str(error)[:200]}")

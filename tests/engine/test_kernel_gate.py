@@ -140,3 +140,18 @@ def test_steps_run_eagerly_while_kernels_compile_and_replay_once_captured(tiny_c
     assert tokens == [h.token_ids for h in want]
     engine.close()
     assert compiler.closed
+
+
+def test_a_compile_worker_answers_every_request_with_one_line_even_a_broken_one():
+    """The worker's protocol: one JSON answer per request line; a variant it cannot compile is an error
+    answer and the worker goes on (here an unknown kernel module)."""
+    import io
+    import json
+
+    from graphtop.models.kernels.compile_worker import serve as serve_worker
+
+    request = json.dumps({"module": "graphtop.no_such_module", "name": "k", "specialization": "{}"})
+    out = io.StringIO()
+    serve_worker(io.StringIO(f"{request}\n\n{request}\n"), out)
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(answers) == 2 and all(set(a) == {"error"} and a["error"] for a in answers)

@@ -18,10 +18,7 @@ pytest.importorskip("triton")
 
 from support.triton_driver import hopper_driver  # noqa: E402
 
-from graphtop.models.kernels import (
-    fused,  # noqa: E402
-    precompile,  # noqa: E402
-)
+from graphtop.models.kernels import fused, gemv, precompile  # noqa: E402
 from graphtop.models.kernels.compile_pool import KernelCompiler  # noqa: E402
 
 if not precompile.supported():  # pragma: no cover - an old Triton
@@ -52,7 +49,10 @@ def test_a_dry_run_records_variants_compiles_them_in_workers_and_the_launch_then
             fused.rms_norm(x, w, 1e-6)
             fused.rms_norm(x, w, 1e-6)  # the same variant again: recorded once
             fused.rms_norm(torch.randn(3, 512, dtype=torch.bfloat16), torch.ones(512, dtype=torch.bfloat16), 1e-6)
-        assert [v.label for v in missing] == ["fused._rmsnorm_kernel"] * 2  # two block sizes, two variants
+            # a decode projection: the fused GEMV with its RMSNorm prologue, launched with PDL on Hopper
+            gemv.gemv(x[:1], torch.randn(384, 256, dtype=torch.bfloat16), norm_weight=w, pdl=True)
+        labels = [v.label for v in missing]
+        assert labels == ["fused._rmsnorm_kernel"] * 2 + ["gemv._gemv_kernel"]  # two block sizes: two variants
         assert files(triton_cache) == set()  # nothing compiled on this thread
         assert not any(precompile.is_cached(v) for v in missing)
 
@@ -61,7 +61,7 @@ def test_a_dry_run_records_variants_compiles_them_in_workers_and_the_launch_then
             keys = compiler.submit(missing)
             compiler.wait(keys)
             assert compiler.done(keys)
-            assert compiler.stats.compiled == 2 and compiler.stats.failed == 0, compiler.stats.failures
+            assert compiler.stats.compiled == 3 and compiler.stats.failed == 0, compiler.stats.failures
         finally:
             compiler.close()
         assert all(precompile.is_cached(v) for v in missing)
@@ -71,13 +71,13 @@ def test_a_dry_run_records_variants_compiles_them_in_workers_and_the_launch_then
         # the launch path (Triton's JITFunction, as a first launch would run it) finds them: no compile
         for variant in missing:
             kernel = precompile._jit_function(variant).preload(variant.specialization)
-            assert kernel is not None and kernel.metadata.name == "_rmsnorm_kernel"
+            assert kernel is not None and kernel.metadata.name == variant.name
         assert files(triton_cache) == on_disk
 
         # asked again (a recapture), the variants are found on disk and no worker starts
         again = KernelCompiler(workers=1)
         try:
-            assert again.done(again.submit(missing)) and again.stats.on_disk == 2 and again._pool is None
+            assert again.done(again.submit(missing)) and again.stats.on_disk == 3 and not again._procs
         finally:
             again.close()
 
