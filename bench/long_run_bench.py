@@ -15,9 +15,10 @@ run); per batch size the script reports
   ``graphtop attach`` would), all on the same requests so their context grows alike.
 
     python3 bench/long_run_bench.py --shape qwen3-0.6b --device cuda --bs 1,64 --steps 12000,3000
-    python3 bench/long_run_bench.py --device cpu --bs 1,4 --steps 400 --rounds 2   (CPU smoke: a tiny shape)
 
-On the CPU the shape is shrunk to ``CPU_SHAPE_SMALL`` and decode graphs are emulated.
+A CPU smoke run (the shape shrunk to ``CPU_SHAPE_SMALL``, decode graphs emulated):
+
+    python3 bench/long_run_bench.py --device cpu --bs 1,4 --steps 400 --rounds 2
 """
 
 from __future__ import annotations
