@@ -10,7 +10,7 @@ import time
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from .arguments import wait_timeout
 from .sampling_params import SamplingParams
@@ -65,7 +65,7 @@ class Request:
     first_token_time: Optional[float] = None
     preemptions: int = 0
     generator: Optional[object] = None  # torch.Generator, created lazily for seeded sampling
-    detok: Optional[object] = None  # IncrementalDetokenizer
+    detok: Optional[Any] = None  # its TextStream (engine/step/text_stream.py) when it is detokenized
 
     @property
     def fill_ids(self) -> list[int]:
@@ -109,8 +109,8 @@ class RequestHandle:
         self._cond = threading.Condition(self._lock)
         self._waiters = 0  # threads inside a wait on _cond: a push with none skips the notify
         self._token_ids: list[int] = []
-        self._text = ""
-        self._read_pos = 0
+        self._pieces: list[str] = []  # the text, one piece per push: joined when read, never per token
+        self._read = 0  # pieces new_text has returned
         self._finished = False
         self.finish_reason: Optional[FinishReason] = None
         self.error: Optional[str] = None
@@ -119,19 +119,35 @@ class RequestHandle:
 
     # --- engine side -------------------------------------------------------------------------
     def _push(self, token_id: int, text: str) -> None:
-        """One token, from the step loop: at a few hundred requests a step this runs per request per
-        step, so it only notifies when a thread waits."""
+        """One token and the text it adds, from the step loop: at a few hundred requests a step this runs
+        per request per step, so it only notifies when a thread waits, and its work never grows with the
+        text (it appends a piece)."""
         with self._lock:  # the condition's own lock, without its Python-level wrapper
             self._token_ids.append(token_id)
-            self._text = text
+            if text:
+                self._pieces.append(text)
             if self._waiters:
                 self._cond.notify_all()
         if self.on_update is not None:
             self._notify()
 
     def _set_text(self, text: str) -> None:
+        """The final text (it may differ from the streamed one): ``new_text`` goes on from as many
+        characters as it had returned."""
         with self._cond:
-            self._text = text
+            done = sum(len(piece) for piece in self._pieces[: self._read])
+            self._pieces, self._read = [text[:done], text[done:]], 1
+
+    def _joined(self) -> str:
+        """The whole text (the caller holds the lock). The pieces are joined into at most two, the part
+        ``new_text`` has returned and the part it has not, so reading it again costs nothing more."""
+        pieces, read = self._pieces, self._read
+        if read == len(pieces) and read > 1:
+            self._pieces, self._read = ["".join(pieces)], 1
+        elif read < len(pieces):
+            self._pieces = ["".join(pieces[:read]), "".join(pieces[read:])]
+            self._read = 1
+        return "".join(self._pieces)
 
     def _finish(self, reason: FinishReason, error: Optional[str] = None) -> None:
         with self._cond:
@@ -168,13 +184,14 @@ class RequestHandle:
     @property
     def text(self) -> str:
         with self._cond:
-            return self._text
+            return self._joined()
 
     def new_text(self) -> str:
-        """Text produced since the previous call (thread-safe; for streaming UIs)."""
+        """Text produced since the previous call (thread-safe; for streaming UIs): the pieces pushed
+        since, so reading a long stream as it grows costs what it adds, not its length."""
         with self._cond:
-            delta = self._text[self._read_pos :]
-            self._read_pos = len(self._text)
+            delta = "".join(self._pieces[self._read :])
+            self._read = len(self._pieces)
             return delta
 
     @contextmanager

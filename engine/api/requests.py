@@ -18,6 +18,7 @@ from ..request import FinishReason, Request, RequestHandle, RequestIds
 from ..sampling_params import SamplingParams
 from ..step.commands import Cancel, CommandQueue, Submit
 from ..step.detokenizer import IncrementalDetokenizer
+from ..step.text_stream import TextStream
 from ..telemetry import events as ev
 from ..telemetry.bus import EventBus
 from ..telemetry.value_limits import is_unicode
@@ -95,7 +96,7 @@ class RequestApi:
             return handle
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:
-            req.detok = IncrementalDetokenizer(self.tokenizer)
+            req.detok = TextStream(IncrementalDetokenizer(self.tokenizer), params.stop)
         with self._lifecycle:  # queued before a close or a failure drains the queue, or refused: never lost
             try:
                 self._check_open()

@@ -1,14 +1,14 @@
 """Output processing: sampled tokens become streamed text, and requests end for a named reason.
 
-Runs on the step loop's thread after each step's tokens are on the host. Streamed text must always
-be a prefix of the final text, so a tail that may be the start of a stop string is held back until
-the string either completes (and is cut off) or cannot match any more.
+Runs on the step loop's thread after each step's tokens are on the host. A request's streamed text,
+stop strings included, is its ``TextStream``'s (engine/step/text_stream.py): work per token that does
+not grow with the text.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from ..batch import ForwardBatch
 from ..request import FinishReason, Request, RequestStatus
@@ -49,26 +49,18 @@ class OutputProcessor:
             if req.first_token_time is None:
                 req.first_token_time = now
                 self.publish(ev.RequestFirstToken(request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3))
-            text = ""
-            detok = req.detok
-            if detok is not None:
-                detok.push(tok)
-                text = detok.text
-            reason = finish_reason(req, tok, text)
-            stop = req.params.stop
-            if reason is FinishReason.STOP:
-                text = cut_at_stop(text, stop)
-            elif stop:
-                text = text[: len(text) - stop_prefix_len(text, stop)]
+            text, stopped = ("", False) if req.detok is None else req.detok.push(tok)
+            reason = finish_reason(req, tok, stopped)
             req.handle._push(tok, text)
             if reason is not None:
                 self.finish(req, reason)
 
-    def finish_reason(self, req: Request, tok: int, text: str) -> Optional[FinishReason]:
+    def finish_reason(self, req: Request, tok: int, stopped: bool) -> Optional[FinishReason]:
+        """``stopped``: a stop string completed with ``tok`` (the request's ``TextStream`` says)."""
         p = req.params
         if not p.ignore_eos and tok in self.eos_ids:
             return FinishReason.EOS
-        if p.stop and any(s in text for s in p.stop):
+        if stopped:
             return FinishReason.STOP
         if req.ends_by_length(len(req.output_ids), self.max_context_len, self.kv_capacity_tokens):
             return FinishReason.LENGTH
@@ -92,19 +84,3 @@ class OutputProcessor:
                     error=error,
                 )
             )
-
-
-def cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    cut = min((text.find(s) for s in stops if s in text), default=-1)
-    return text[:cut] if cut >= 0 else text
-
-
-def stop_prefix_len(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``stops``."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best

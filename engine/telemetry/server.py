@@ -6,7 +6,9 @@ a bounded bus subscription, numbers and folds the events into a :class:`StateKee
 batch once with msgspec and hands it to ZeroMQ without blocking. A viewer that is slow, stuck or
 killed costs the engine nothing: its ZeroMQ queue fills (``send_hwm`` messages) and further batches
 for it are dropped and counted, or it is gone and forgotten. Viewers see every loss as a gap in the
-event numbers.
+event numbers. The publisher thread shares the GIL with the engine's: it works in chunks of
+``EVENTS_PER_MESSAGE`` events and hands the GIL over between two (``let_the_engine_run``), so a backlog or
+a new viewer's snapshot never holds the engine's thread up for more than one chunk.
 
 Transport: one ROUTER socket; each viewer is a DEALER that gives the endpoint's token in ZeroMQ's
 handshake (checked by the :class:`~.gate.Gate`: a peer without it is never handed to the endpoint, and
@@ -78,6 +80,14 @@ class EndpointConfig:
     refusals_per_s: float = 2.0
     max_pending: int = 32  # connections in their handshake at once (see ``gate``)
     handshake_s: float = 5.0  # a connection that has not passed the handshake by then is dropped
+
+
+def let_the_engine_run() -> None:
+    """Give up the GIL between two chunks of the publisher's work (folding, encoding, sending
+    ``EVENTS_PER_MESSAGE`` events). Without it a backlog or a new viewer's snapshot is encoded in one go,
+    and the engine's thread, back from waiting on the device, waits for the GIL until the interpreter's
+    switch interval (5 ms) takes it from this thread: a step gap the device waits through."""
+    time.sleep(0)
 
 
 class TelemetryServer:
@@ -245,16 +255,16 @@ class TelemetryServer:
         seed, self._seed = self._seed, []
         if seed and not self.keeper.has_started and not any(ev.type == "engine_started" for ev in events):
             events = seed + events  # served after the engine started: catch up from its state
-        if not events:
-            return
-        first = self.keeper.next_seq
-        self.keeper.fold_all(events)
-        if not self.viewers:
-            return
         step = p.EVENTS_PER_MESSAGE
         for i in range(0, len(events), step):
+            if i:
+                let_the_engine_run()
             chunk = events[i : i + step]
-            payload = p.encoder.encode(p.Events(first + i, self._sub.dropped, p.event_pairs(chunk)))
+            first = self.keeper.next_seq
+            self.keeper.fold_all(chunk)
+            if not self.viewers:
+                continue
+            payload = p.encoder.encode(p.Events(first, self._sub.dropped, p.event_pairs(chunk)))
             for viewer in list(self.viewers.values()):
                 self._send(viewer, payload, len(chunk))
 
@@ -360,6 +370,8 @@ class TelemetryServer:
         events = self.keeper.snapshot()
         step = p.EVENTS_PER_MESSAGE
         for i in range(0, max(len(events), 1), step):
+            if i:
+                let_the_engine_run()
             chunk = events[i : i + step]
             if not self._send(
                 viewer, p.encoder.encode(p.Snapshot(p.event_pairs(chunk), i + step >= len(events))), len(chunk)

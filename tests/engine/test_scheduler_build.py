@@ -162,7 +162,7 @@ def test_a_pushed_token_notifies_only_when_a_reader_waits(monkeypatch):
     while not pushed and time.monotonic() < deadline:
         with handle._lock:  # the reader cannot leave its wait while this thread holds the lock
             if handle._waiters == 1:
-                handle._push(6, "ab")
+                handle._push(6, "b")  # the text the token adds
                 pushed = True
         time.sleep(0.001)
     assert pushed and notified  # a waiting reader is woken by the push itself

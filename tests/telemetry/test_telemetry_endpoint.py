@@ -743,3 +743,22 @@ def test_exports_wait_on_the_worker_and_one_viewer_may_queue_only_a_few(serve, t
     assert all(results[cid].ok for cid in range(MAX_VIEWER_EXPORTS))
     assert sorted(f.name for f in tmp_path.iterdir()) == [f"e{cid}.jsonl" for cid in range(MAX_VIEWER_EXPORTS)]
     raw.close()
+
+
+def test_the_publisher_hands_the_gil_over_between_chunks(serve, monkeypatch) -> None:
+    """A backlog is folded and encoded a chunk at a time, with the GIL handed over between two chunks:
+    the engine's thread never waits on more than one chunk of the publisher's work."""
+    from graphtop.engine.telemetry import server as server_module
+
+    bus = EventBus()
+    server = serve(bus)
+    server._stop.set()  # its thread stops: this test drives the publishing itself
+    server._thread.join(10)
+    folded: list[int] = []
+    monkeypatch.setattr(server_module, "let_the_engine_run", lambda: folded.append(server.keeper.next_seq))
+    n = 3 * p.EVENTS_PER_MESSAGE + 1
+    for i in range(n):
+        bus.publish(StepEvent(step=i))
+    server._publish()
+    assert server.keeper.next_seq == n
+    assert folded == [p.EVENTS_PER_MESSAGE * k for k in (1, 2, 3)]

@@ -1,0 +1,282 @@
+"""Long decode runs: how much of a step's wall time the device waits for the host, and what a viewer costs.
+
+Why: a graph replay is only as fast as the host that launches it. Whatever the host does per step that
+grows with the context, or comes in bursts, shows over thousands of steps and not in a short benchmark.
+A live engine decodes ``--steps`` steps at each batch size (greedy, detokenized, as a headless synthetic
+run); per batch size the script reports
+
+- host-bound share = (decode wall − Σ graph replay time) ÷ decode wall, with the replay time each step
+  event carries (CUDA events on a GPU; the emulated replay's own time on the CPU, where it is the whole
+  forward), over every decode step;
+- the step gap (wall time from one delivered step to the next), p50 and p99, and the host-bound share
+  of each tenth of the run (what grows with the context shows there);
+- attached ÷ headless throughput: the run is cut into ``--rounds`` rounds in ABBA order, headless (no
+  telemetry endpoint) and attached (the endpoint serving a real viewer in another process, as
+  ``graphtop attach`` would), all on the same requests so their context grows alike.
+
+    python3 bench/long_run_bench.py --shape qwen3-0.6b --device cuda --bs 1,64 --steps 12000,3000
+
+A CPU smoke run (the shape shrunk to ``CPU_SHAPE_SMALL``, decode graphs emulated):
+
+    python3 bench/long_run_bench.py --device cpu --bs 1,4 --steps 400 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from harness import (
+    PROMPT_LEN,
+    comma_ints,
+    fmt,
+    log,
+    make_engine,
+    md_table,
+    random_ckpt,
+    release_cuda,
+    sync_for,
+    write_json,
+)
+
+from graphtop.engine.sampling_params import SamplingParams
+from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
+
+CPU_SHAPE_SMALL = dict(
+    num_hidden_layers=1,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    vocab_size=512,
+)
+"""A CPU-sized model whose forward is small next to the host's step: the host's own share shows."""
+VIEWER_DRAIN_S = 0.05  # how often the viewer drains its events (the dashboard's refresh timer)
+
+
+@dataclass
+class Mode:
+    """What the rounds of one mode (headless or attached) measured."""
+
+    wall_s: float = 0.0
+    replay_s: float = 0.0
+    tokens: int = 0
+    gaps_ms: list[float] = field(default_factory=list)
+    round_tok_s: list[float] = field(default_factory=list)
+
+    @property
+    def host_share(self) -> Optional[float]:
+        return (self.wall_s - self.replay_s) / self.wall_s if self.wall_s else None
+
+    def gap(self, q: float) -> Optional[float]:
+        return statistics.quantiles(self.gaps_ms, n=100)[round(q * 100) - 1] if len(self.gaps_ms) > 1 else None
+
+
+class Viewer:
+    """A telemetry endpoint on the engine's bus and a viewer attached to it from another process."""
+
+    def __init__(self, engine: Any) -> None:
+        self.server = TelemetryServer(engine.bus, EndpointConfig(label="long-run bench"))
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--viewer", self.server.endpoint, self.server.token], stdout=subprocess.PIPE
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else b""  # "attached" once the snapshot is in
+        if not line.startswith(b"attached"):
+            self.close()
+            raise RuntimeError("the viewer did not attach")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.server.close()
+
+
+def viewer_main(endpoint: str, token: str) -> int:
+    """The viewer process: attach as ``graphtop attach`` does, then drain the events at a dashboard's pace."""
+    from graphtop.tui.sessions.remote import RemoteSession
+
+    session = RemoteSession(endpoint, token, connect_timeout=30)
+    session.connect()
+    session.snapshot_done.wait(30)
+    print("attached", flush=True)
+    while session.ended is None:
+        session.drain()
+        time.sleep(VIEWER_DRAIN_S)
+    return 0
+
+
+def build(args: argparse.Namespace, bs: int, steps: int) -> Any:
+    cuda = args.device.startswith("cuda")
+    overrides = {} if cuda else CPU_SHAPE_SMALL
+    ckpt = random_ckpt(args.shape, device=args.device, dtype=torch.bfloat16 if cuda else torch.float32, **overrides)
+    context = args.prompt_len + steps + 16
+    eng = make_engine(
+        ckpt,
+        args.attention if cuda else "torch",
+        device=args.device,
+        max_running=bs,
+        decode_bs=[bs],
+        prefill_graphs=False,
+        max_context=context + 8,
+        longest_context=context,
+        chunked_prefill_size=max(1024, args.prompt_len),
+    )
+    return eng
+
+
+def start(eng: Any, bs: int, prompt_len: int, steps: int) -> list:
+    """``bs`` greedy, detokenized requests past their prefill, with room for ``steps`` more tokens."""
+    g = torch.Generator().manual_seed(0)
+    params = SamplingParams(max_new_tokens=steps + 8, ignore_eos=True)  # detokenized, as a synthetic run
+    vocab = eng.spec.vocab_size
+    handles = [
+        eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params) for _ in range(bs)
+    ]
+    while any(len(h._token_ids) == 0 for h in handles):
+        eng.step()
+    return handles
+
+
+def run_round(eng: Any, steps: int, sync: Any, mode: Mode, tenths: list[list[float]], done: int, total: int) -> None:
+    """``steps`` decode steps; the replay times come from the step events of the bench's own subscription
+    (drained after the round: the step thread does nothing for the bench)."""
+    sub = eng.bus.subscribe("long-run bench", maxsize=steps + 64, types=["step"])
+    ends = []
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        eng.step()
+        ends.append(time.perf_counter())
+    sync()
+    wall = time.perf_counter() - t0
+    eng.bus.unsubscribe(sub)
+    replays = [e.replay_ms or 0.0 for e in sub.drain() if e.phase == "decode"]
+    assert sub.dropped == 0 and len(replays) >= steps - 2, "step events lost: the replay sum would be short"
+    gaps = [(b - a) * 1e3 for a, b in zip([t0, *ends], ends)]
+    mode.wall_s += wall
+    mode.replay_s += sum(replays) / 1e3
+    mode.gaps_ms += gaps
+    mode.tokens += steps * len(eng.scheduler.running)
+    mode.round_tok_s.append(steps * len(eng.scheduler.running) / wall)
+    for i, (gap, replay) in enumerate(zip(gaps, replays)):
+        tenths[min(9, (done + i) * 10 // total)] += [gap, replay]
+
+
+def measure(args: argparse.Namespace, bs: int, steps: int) -> dict:
+    eng = build(args, bs, steps)
+    sync = sync_for(args.device)
+    handles = start(eng, bs, args.prompt_len, steps)
+    modes = {"headless": Mode(), "attached": Mode()}
+    tenths: list[list[float]] = [[] for _ in range(10)]  # per tenth of the run: gap, replay, gap, replay, ...
+    per_round = steps // args.rounds
+    for r in range(args.rounds):
+        name = ["headless", "attached", "attached", "headless"][r % 4]  # ABBA
+        viewer = Viewer(eng) if name == "attached" else None
+        try:
+            run_round(eng, per_round, sync, modes[name], tenths, r * per_round, per_round * args.rounds)
+        finally:
+            if viewer is not None:
+                viewer.close()
+        log(f"  bs {bs} round {r + 1}/{args.rounds} {name}: {modes[name].round_tok_s[-1]:.0f} tok/s")
+    for h in handles:
+        eng.cancel(h.request_id)
+    eng.run_until_idle()
+    eng.close()
+    release_cuda()
+    both = Mode()
+    for m in modes.values():
+        both.wall_s += m.wall_s
+        both.replay_s += m.replay_s
+        both.gaps_ms += m.gaps_ms
+    head, att = modes["headless"], modes["attached"]
+    shares = [(sum(t[0::2]) - sum(t[1::2])) / sum(t[0::2]) if t else None for t in tenths]
+    return dict(
+        bs=bs,
+        steps=per_round * args.rounds,
+        host_share=both.host_share,
+        host_share_headless=head.host_share,
+        host_share_attached=att.host_share,
+        gap_p50_ms=both.gap(0.5),
+        gap_p99_ms=both.gap(0.99),
+        gap_p99_headless_ms=head.gap(0.99),
+        gap_p99_attached_ms=att.gap(0.99),
+        attached_over_headless=(att.tokens / att.wall_s) / (head.tokens / head.wall_s) if att.wall_s else None,
+        host_share_by_tenth=shares,
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen3-0.6b")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--attention", default="auto", help="the attention backend on CUDA (torch on the CPU)")
+    ap.add_argument("--bs", default="1,64", help="batch sizes, comma-separated")
+    ap.add_argument("--steps", default="12000,3000", help="decode steps per batch size (one value: for all)")
+    ap.add_argument("--rounds", type=int, default=4, help="ABBA rounds of headless and attached steps")
+    ap.add_argument("--prompt-len", type=int, default=PROMPT_LEN)
+    ap.add_argument("--json", help="write the results to this JSON file too")
+    ap.add_argument("--viewer", nargs=2, metavar=("ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.viewer:
+        return viewer_main(*args.viewer)
+    sizes, steps = comma_ints(args.bs), comma_ints(args.steps)
+    if len(steps) == 1:
+        steps *= len(sizes)
+    if len(steps) != len(sizes) or args.rounds < 2 or min(steps) < args.rounds * 2:
+        ap.error("--steps needs one value or one per batch size, each >= 2 per round, and --rounds >= 2")
+    if not args.device.startswith("cuda"):
+        torch.set_num_threads(1)
+    results = []
+    for bs, n in zip(sizes, steps):
+        log(f"bs {bs}: {n} decode steps on {args.shape} ({args.device}), {args.rounds} rounds ABBA")
+        results.append(measure(args, bs, n))
+    rows = [
+        [
+            r["bs"],
+            r["steps"],
+            fmt(r["host_share"]),
+            fmt(r["host_share_headless"]),
+            fmt(r["host_share_attached"]),
+            fmt(r["gap_p50_ms"]),
+            fmt(r["gap_p99_ms"]),
+            fmt(r["gap_p99_attached_ms"]),
+            fmt(r["attached_over_headless"]),
+        ]
+        for r in results
+    ]
+    header = [
+        "bs",
+        "steps",
+        "host-bound",
+        "headless",
+        "attached",
+        "gap p50 ms",
+        "gap p99 ms",
+        "p99 attached",
+        "att÷head",
+    ]
+    log(md_table(header, rows))
+    for r in results:
+        log(
+            f"bs {r['bs']} host-bound share by tenth of the run: "
+            + " ".join(fmt(s, ".2f") for s in r["host_share_by_tenth"])
+        )
+    if args.json:
+        write_json(".", args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
