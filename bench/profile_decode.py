@@ -4,6 +4,7 @@ steps (torch.profiler) and the host functions (cProfile), for one batch size.
 
     python3 bench/profile_decode.py [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64] [--out DIR]
         [--ab ";norms=separate"]  (profile each bench/ab_decode.py variant in turn)
+        [--eager]  (no graphs: the eager step a shape without a graph runs, its kernels and host profile)
 
 Writes ``profile_<shape>_bs<bs>.json`` (Chrome trace of the last variant; open in Perfetto) under --out.
 """
@@ -47,6 +48,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--variants", default="", help="comma list of variant indices (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--eager", action="store_true", help="profile eager steps (no graphs) instead of replays")
     ap.add_argument(
         "--ab",
         default="",
@@ -93,7 +95,10 @@ def kernel_table(eng: Any, rows: int) -> tuple[str, Any]:
 def profile_shape(
     shape: str, ckpt: Any, bs: int, args: argparse.Namespace, suffix: str = "", ab_variant: Optional[str] = None
 ) -> None:
-    tag = f"{shape} bs {bs} {args.attention}" + (f" [{ab_variant or 'defaults'}]" if ab_variant is not None else "")
+    mode = " eager" if args.eager else ""
+    tag = f"{shape} bs {bs} {args.attention}{mode}" + (
+        f" [{ab_variant or 'defaults'}]" if ab_variant is not None else ""
+    )
     picked = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     for n, (name, rows, overlap, kernel, gemv, pdl) in enumerate(picked):
         kernels = KernelConfig(fused_gemv=gemv, decode_kernel=kernel, pdl=pdl)
@@ -103,7 +108,7 @@ def profile_shape(
             eng = make_engine(
                 ckpt,
                 args.attention,
-                graphs=True,
+                graphs=not args.eager,
                 bus=bus,
                 max_running=max(64, bs),
                 gemv_rows=rows,
@@ -121,7 +126,8 @@ def profile_shape(
         time_steps(eng, 10)
         ms = sorted(time_steps(eng, args.steps) for _ in range(3))[1]
         log(
-            f"[{tag}] {name:40s} graph step {ms:.3f} ms ({eng.attention.describe()}, gemv rows "
+            f"[{tag}] {name:40s} {'eager' if args.eager else 'graph'} step {ms:.3f} ms "
+            f"({eng.attention.describe()}, gemv rows "
             f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})"
         )
         table, prof = kernel_table(eng, 14)
