@@ -42,13 +42,20 @@ class KernelGate:
         self.compiler = compiler
         self.dry_run = dry_run
         self._keys: dict[int, list[str]] = {}
+        self.failures: list[str] = []
+        """Buckets whose dry run failed: they are captured as without a gate (the capture compiles)."""
 
     def _discover(self, bucket: int) -> list[str]:
         keys = self._keys.get(bucket)
         if keys is None:
-            with record_missing() as missing:
-                self.dry_run(bucket)
-            keys = self._keys[bucket] = self.compiler.submit(missing)
+            try:
+                with record_missing() as missing:
+                    self.dry_run(bucket)
+                keys = self.compiler.submit(missing)
+            except Exception as e:  # e.g. a Triton whose hook data differs: never worse than no gate
+                self.failures.append(f"bucket {bucket}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                keys = []
+            self._keys[bucket] = keys
         return keys
 
     def ready(self, bucket: int) -> bool:

@@ -74,7 +74,7 @@ class KernelCompiler:
                 self.stats.requested += 1
                 future: Future[float] = Future()
                 self._futures[key] = future
-                if precompile.is_cached(variant):
+                if _on_disk(variant):
                     self.stats.on_disk += 1
                     future.set_result(0.0)
                     continue
@@ -156,3 +156,11 @@ class KernelCompiler:
             else:
                 self.stats.failed += 1
                 self.stats.failures.append(f"{label}: {str(error)[:200]}")
+
+
+def _on_disk(variant: KernelVariant) -> bool:
+    """``precompile.is_cached``, False where the cache key cannot be computed (the worker then reports why)."""
+    try:
+        return precompile.is_cached(variant)
+    except Exception:
+        return False

@@ -155,3 +155,16 @@ def test_a_compile_worker_answers_every_request_with_one_line_even_a_broken_one(
     serve_worker(io.StringIO(f"{request}\n\n{request}\n"), out)
     answers = [json.loads(line) for line in out.getvalue().splitlines()]
     assert len(answers) == 2 and all(set(a) == {"error"} and a["error"] for a in answers)
+
+
+def test_a_dry_run_that_fails_leaves_its_bucket_to_a_plain_capture(monkeypatch):
+    """A dry run that raises (say, a Triton whose hook data differs) must not take the step down: the
+    bucket counts as ready and its capture compiles what it launches, as without a gate."""
+    from graphtop.engine.runners.kernel_gate import KernelGate
+
+    def dry_run(bucket: int) -> None:
+        raise KeyError("specialization_data")
+
+    monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
+    gate = KernelGate(HeldCompiler(), dry_run)  # type: ignore[arg-type]
+    assert gate.ready(4) and gate.failures == ["bucket 4: KeyError: 'specialization_data'"]
