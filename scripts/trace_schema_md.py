@@ -57,6 +57,9 @@ DESCRIPTIONS = {
     "capture_finished.ok": "false when the pass as a whole failed",
     "capture_finished.failure_reason": "why the pass failed (null when ok)",
     "capture_finished.rank": "tensor-parallel rank of this pass",
+    "capture_finished.kernels_compiled": "Triton kernel variants of this pass that worker processes compiled "
+    "before capture (0 where kernels compile during capture)",
+    "capture_finished.kernels_cached": "Triton kernel variants of this pass loaded from the cache folder",
     "memory_ledger.device": "device the ledger describes (`cuda:0`; host memory on CPU)",
     "memory_ledger.total": "total memory, bytes",
     "memory_ledger.weights": "model weights, bytes",

@@ -121,6 +121,7 @@ class DashboardState:
         self.replay_ms: deque[float] = deque(maxlen=spark_history)
         self.bucket_stats: dict[tuple[str, int], BucketTally] = {}
         self.fallbacks: Counter[str] = Counter()
+        self.last_fallback: Optional[str] = None  # the reason of the latest eager step
         self.hits = HitTally()  # every step seen, counted as the trace report counts them
         self.emulated_steps = 0
         self.recapture_pending: Optional[RecaptureRequested] = None
@@ -370,6 +371,9 @@ class DashboardState:
                 st.add(ev.padded, ev.padding_waste)
         else:
             self.fallbacks[ev.fallback_reason or "unspecified"] += 1
+            if ev.fallback_reason != self.last_fallback:  # the capture panel says why the rest run eagerly
+                self.last_fallback = ev.fallback_reason
+                self.revs["capture"] += 1
         self.revs["steps"] += 1
         self.revs["hist"] += 1
 

@@ -143,6 +143,7 @@ class CaptureJob:
 
     def _finish(self) -> None:
         failed = self.failed
+        compiled, cached = self.gate.kernel_counts() if self.gate is not None else (0, 0)
         reason = None
         if failed:
             largest = max(failed, key=lambda c: c.bucket)
@@ -156,5 +157,7 @@ class CaptureJob:
                 memory_bytes=max(0, self._free0 - device_free_bytes(self.device)),
                 ok=not failed,
                 failure_reason=reason,
+                kernels_compiled=compiled,
+                kernels_cached=cached,
             )
         )

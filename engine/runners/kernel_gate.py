@@ -34,6 +34,10 @@ class BucketGate(Protocol):
         """Find the kernels of ``buckets`` (in order) until ``deadline`` (``time.perf_counter``)."""
         ...
 
+    def kernel_counts(self) -> tuple[int, int]:
+        """(compiled by the workers, loaded from the cache folder) of the kernels its buckets launch."""
+        ...
+
 
 class KernelGate:
     """A ``BucketGate`` over a compiler: ``dry_run(bucket)`` runs the bucket's forward as its capture would."""
@@ -69,6 +73,10 @@ class KernelGate:
             if time.perf_counter() >= deadline:
                 return
             self._discover(bucket)
+
+    def kernel_counts(self) -> tuple[int, int]:
+        counts = self.compiler.origins(k for keys in self._keys.values() for k in keys)
+        return counts["compiled"], counts["disk"]
 
     def forget(self) -> None:
         """A recapture: kernel choices may have changed, so buckets are dry-run again."""

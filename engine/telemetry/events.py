@@ -152,6 +152,10 @@ class CaptureProgress(Event):
 
 @dataclass(frozen=True)
 class CaptureFinished(Event):
+    """``kernels_compiled`` / ``kernels_cached``: Triton kernel variants the phase's buckets launch that
+    worker processes compiled before their capture / that were loaded from the cache folder (0 where
+    kernels compile as they are captured: no CUDA, ``precompile`` off, tensor parallel)."""
+
     type: ClassVar[str] = "capture_finished"
     phase: str = ""
     captured: tuple[int, ...] = ()
@@ -161,6 +165,8 @@ class CaptureFinished(Event):
     ok: bool = True
     failure_reason: Optional[str] = None
     rank: int = _added(0)
+    kernels_compiled: int = _added(0)
+    kernels_cached: int = _added(0)
 
 
 @dataclass(frozen=True)

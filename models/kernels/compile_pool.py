@@ -55,6 +55,7 @@ class KernelCompiler:
         self.workers = workers or default_workers()
         self.stats = CompileStats()
         self._futures: dict[str, Future[float]] = {}
+        self._origin: dict[str, str] = {}  # key -> "disk" | "compiled" | "failed"
         self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._procs: list[subprocess.Popen[str]] = []
@@ -76,10 +77,11 @@ class KernelCompiler:
                 self._futures[key] = future
                 if _on_disk(variant):
                     self.stats.on_disk += 1
+                    self._origin[key] = "disk"
                     future.set_result(0.0)
                     continue
                 self._start_workers()
-            future.add_done_callback(lambda f, label=variant.label: self._record(f, label))
+            future.add_done_callback(lambda f, label=variant.label, key=key: self._record(f, label, key))
             self._jobs.put((variant, future))
         return keys
 
@@ -145,11 +147,22 @@ class KernelCompiler:
             else:
                 future.set_result(float(answer["seconds"]))
 
-    def _record(self, future: Future[float], label: str) -> None:
+    def origins(self, keys: Iterable[str]) -> dict[str, int]:
+        """How many of ``keys`` were found on disk, compiled by a worker, or failed to compile."""
+        counts = {"disk": 0, "compiled": 0, "failed": 0}
+        with self._lock:
+            for key in set(keys):
+                origin = self._origin.get(key)
+                if origin is not None:
+                    counts[origin] += 1
+        return counts
+
+    def _record(self, future: Future[float], label: str, key: str) -> None:
         with self._lock:
             if future.cancelled():
                 return
             error = future.exception()
+            self._origin[key] = "compiled" if error is None else "failed"
             if error is None:
                 self.stats.compiled += 1
                 self.stats.worker_seconds += future.result()

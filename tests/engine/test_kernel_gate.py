@@ -52,6 +52,9 @@ class HeldCompiler:
     def close(self) -> None:
         self.closed = True
 
+    def origins(self, keys: Iterable[str]) -> dict[str, int]:
+        return {"disk": 0, "compiled": len(set(keys)) if self.released else 0, "failed": 0}
+
 
 class FakeGate:
     def __init__(self, ready: set[int]) -> None:
@@ -68,6 +71,9 @@ class FakeGate:
     def look_ahead(self, buckets: Iterable[int], deadline: float) -> None:
         self.looked += [b for b in buckets if b not in self.looked]
 
+    def kernel_counts(self) -> tuple[int, int]:
+        return (2, 1)
+
 
 def job_with(gate: FakeGate, order: list[int]) -> tuple[CaptureJob, list[int]]:
     captured: list[int] = []
@@ -75,6 +81,7 @@ def job_with(gate: FakeGate, order: list[int]) -> tuple[CaptureJob, list[int]]:
     import torch
 
     job = CaptureJob("decode", order, "emulated", torch.device("cpu"), captured.append, events.append, gate=gate)
+    job.events = events  # type: ignore[attr-defined]
     return job, captured
 
 
@@ -86,6 +93,8 @@ def test_a_slice_stops_at_a_bucket_whose_kernels_compile_and_finds_the_next_ones
     assert gate.looked == [2, 1]  # the buckets after the waiting one: their kernels compile meanwhile
     gate.ready_buckets |= {4, 2, 1}
     assert job.run(budget_s=10.0) and captured == [8, 4, 2, 1] and not job.waiting
+    finished = job.events[-1]  # type: ignore[attr-defined]
+    assert isinstance(finished, ev.CaptureFinished) and (finished.kernels_compiled, finished.kernels_cached) == (2, 1)
 
 
 def test_a_job_run_to_the_end_waits_for_each_buckets_kernels():
@@ -131,6 +140,9 @@ def test_steps_run_eagerly_while_kernels_compile_and_replay_once_captured(tiny_c
     assert early and all(s.path == "eager" and s.fallback_reason == "kernels_compiling" for s in early)
     assert any(s.path != "eager" for s in late)
     assert compiler.asked == ["kernel-a"]  # every bucket's dry run asked; each variant once
+    finished = [e for e in events if isinstance(e, ev.CaptureFinished)]
+    assert {e.phase for e in finished} == {"decode", "prefill"}
+    assert all(e.ok and e.kernels_compiled == 1 and e.kernels_cached == 0 for e in finished)
     assert not engine.capture_pending
     # the same requests on an engine that compiled as it captured: the same tokens
     monkeypatch.undo()

@@ -116,14 +116,23 @@ async def test_states_before_any_step_and_while_capture_is_pending() -> None:
         assert "serving while capturing: 1/4 buckets live" in text
         assert "steps of the rest: eager (not_yet_captured)" in text
         assert "not_yet_captured" in text and "every step hit a graph" not in text
+        session.publish(  # the next bucket's capture waits for its kernels, compiling in worker processes
+            StepEvent(
+                step=2, phase="decode", batch_size=3, num_tokens=3, path="eager", fallback_reason="kernels_compiling"
+            ),
+        )
+        await pump(pilot)
+        assert "steps of the rest: eager (kernels_compiling)" in screen_text(app)
         session.publish(
             CaptureProgress(phase="decode", bucket=2, index=2, total=4, seconds=0.1),
             CaptureProgress(phase="decode", bucket=4, index=3, total=4, seconds=0.1),
             CaptureProgress(phase="decode", bucket=8, index=4, total=4, seconds=0.1),
-            CaptureFinished(phase="decode", captured=(1, 2, 4, 8), seconds=0.4),
+            CaptureFinished(phase="decode", captured=(1, 2, 4, 8), seconds=0.4, kernels_compiled=12, kernels_cached=3),
         )
         await pump(pilot)
-        assert "serving while capturing" not in screen_text(app)
+        text = screen_text(app)
+        assert "serving while capturing" not in text
+        assert "kernels: 12 compiled ahead, 3 cached" in text
         session.release.set()
         await wait_until(pilot, lambda: app.engine_ready)
 

@@ -77,6 +77,14 @@ class CapturePanel(Panel):
             if cap is None:
                 continue
             lines.append(phase_line(cap))
+            if cap.finished is not None and (cap.finished.kernels_compiled or cap.finished.kernels_cached):
+                lines.append(
+                    Content.from_markup(
+                        "  [$text-muted]kernels: $c compiled ahead, $d cached[/]",
+                        c=str(cap.finished.kernels_compiled),
+                        d=str(cap.finished.kernels_cached),
+                    )
+                )
             if cap.finished is None:
                 for c in cap.costs[-RECENT:]:
                     lines.append(
@@ -99,7 +107,9 @@ class CapturePanel(Panel):
                     total=str(total),
                 )
             )
-            lines.append(Content.from_markup("  [$text-muted]steps of the rest: eager (not_yet_captured)[/]"))
+            waiting = state.last_fallback == "kernels_compiling"
+            reason = "kernels_compiling" if waiting else "not_yet_captured"
+            lines.append(Content.from_markup("  [$text-muted]steps of the rest: eager ($r)[/]", r=reason))
         if state.tp_size > 1:
             lines.extend(rank_lines(state))
         lines.extend(recapture_lines(state))
