@@ -258,7 +258,10 @@ def run_start(args: argparse.Namespace, shape: str, mode: str, cache: Path) -> d
     cmd += ["--seed", str(args.seed), "--prompt-len", args.prompt_len, "--output-len", args.output_len]
     log(f"{shape} · {mode} start ({args.requests} requests, cache {cache})")
     t = time.perf_counter()
-    rc = subprocess.run(cmd, env=child_env(cache), timeout=CHILD_TIMEOUT_S).returncode
+    try:
+        rc = subprocess.run(cmd, env=child_env(cache), timeout=CHILD_TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        return dict(shape=shape, mode=mode, error=f"the child ran past {CHILD_TIMEOUT_S} s")
     if rc != 0 or not result.is_file():
         return dict(shape=shape, mode=mode, error=f"the child exited {rc}")
     row = json.loads(result.read_text())
