@@ -324,6 +324,17 @@ def medians(figures: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in figures.items()}
 
 
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """The ``q``-th percentile (0-100) of ``values``, interpolated between the two nearest; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
 # -- output ------------------------------------------------------------------------------------------------
 
 

@@ -158,18 +158,10 @@ def run_api(engine: Any, requests: list[Any]) -> list[Timing]:
 
 
 def workload(engine: Any, args: argparse.Namespace) -> list[Any]:
-    from graphtop.tui.cli.workload import SyntheticWorkload
+    from graphtop.tui.cli.workload import for_engine
 
-    avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
-    return SyntheticWorkload(
-        args.requests,
-        args.seed,
-        prompt_len=args.prompt_len,
-        output_len=args.output_len,
-        arrival_rate=args.rate,
-        vocab_size=engine.spec.vocab_size,
-        avoid_ids=sorted(avoid),
-        max_total_tokens=engine.max_context_len - 1,
+    return for_engine(
+        engine, args.requests, args.seed, prompt_len=args.prompt_len, output_len=args.output_len, arrival_rate=args.rate
     ).requests()
 
 

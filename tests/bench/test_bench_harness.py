@@ -126,5 +126,7 @@ def test_output_helpers(tmp_path):
     assert (harness.fmt(None), harness.fmt(1.23456), harness.fmt(2.5, ".1f")) == ("–", "1.235", "2.5")
     assert (harness.ratio(3.0, 2.0), harness.ratio(None, 2.0), harness.ratio(1.0, 0)) == ("1.50×", "–", "–")
     assert harness.md_table(["a", "b"], [[1, "x"]]).splitlines() == ["| a | b |", "|---|---|", "| 1 | x |"]
+    assert harness.percentile([], 50) is None and harness.percentile([7.0], 99) == 7.0
+    assert (harness.percentile([4, 1, 3, 2], 50), harness.percentile(range(101), 99)) == (2.5, 99)
     path = harness.write_json(tmp_path / "new", "r.json", {"k": [1]})
     assert path == tmp_path / "new" / "r.json" and path.read_text().startswith("{")

@@ -32,6 +32,7 @@ def test_the_durable_benchmarks_are_there():
         "parity_bench",
         "tp_bench",
         "time_to_graphs",
+        "cold_start_bench",
     } <= set(SCRIPT_NAMES)
 
 

@@ -52,6 +52,7 @@ from .flags import _Parser, add_engine_flags, add_telemetry_flag, engine_config_
 from .headless import Terminated, interrupt_status  # noqa: E402
 from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
+from .workload import DEFAULT_OUTPUT_LEN, DEFAULT_PROMPT_LEN  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"N seeded synthetic requests (at most {MAX_SYNTHETIC_REQUESTS:,})",
     )
-    h.add_argument("--synthetic-prompt-len", default="uniform:16:256", metavar="DIST")
-    h.add_argument("--synthetic-output-len", default="uniform:16:128", metavar="DIST")
+    h.add_argument("--synthetic-prompt-len", default=DEFAULT_PROMPT_LEN, metavar="DIST")
+    h.add_argument("--synthetic-output-len", default=DEFAULT_OUTPUT_LEN, metavar="DIST")
     h.add_argument(
         "--synthetic-rate",
         type=finite_float(0.0, lo_open=True),

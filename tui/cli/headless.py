@@ -221,18 +221,15 @@ def run_headless(args: Any, config: Any) -> int:
         if server is not None:
             engine.serve_telemetry(server=server)
         if args.synthetic:
-            from graphtop.tui.cli.workload import SyntheticWorkload
+            from graphtop.tui.cli.workload import for_engine
 
-            avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
-            synthetic = SyntheticWorkload(
+            synthetic = for_engine(
+                engine,
                 args.synthetic,
                 args.seed,
                 prompt_len=args.synthetic_prompt_len,
                 output_len=args.synthetic_output_len,
                 arrival_rate=args.synthetic_rate,
-                vocab_size=engine.spec.vocab_size,
-                avoid_ids=sorted(avoid),
-                max_total_tokens=engine.max_context_len - 1,
             )
         t0 = time.perf_counter()
         served = _serve(engine, args, to_serve, synthetic, out.add if out is not None else None)

@@ -127,7 +127,7 @@ def _submit_line(engine: Any, args: Any, pl: PromptLine) -> Any:
 
 
 def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: Any, done: _Finished) -> None:
-    from graphtop.engine.sampling_params import SamplingParams
+    from .workload import sampling_params
 
     if synthetic is None:
         for pl in lines:
@@ -142,14 +142,7 @@ def _submit_and_run(engine: Any, args: Any, lines: list[PromptLine], synthetic: 
             now = time.perf_counter() - start
             while pending and pending[0].arrival_s <= now:
                 r = pending.pop(0)
-                params = SamplingParams(
-                    max_new_tokens=r.max_new_tokens,
-                    temperature=args.temperature,
-                    top_p=args.top_p,
-                    top_k=args.top_k,
-                    seed=args.seed + r.index,
-                    ignore_eos=True,
-                )
+                params = sampling_params(r, args.seed, args.temperature, args.top_p, args.top_k)
                 done.watch(engine.submit(r.prompt_token_ids, params, request_id=f"syn-{r.index}"))
             stepped = engine.step()
             done.flush()

@@ -11,9 +11,22 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import AbstractSet, Iterable, Iterator, Optional, Union
+from typing import AbstractSet, Any, Iterable, Iterator, Optional, Union
 
-__all__ = ["Dist", "SyntheticRequest", "SyntheticWorkload"]
+__all__ = [
+    "DEFAULT_OUTPUT_LEN",
+    "DEFAULT_PROMPT_LEN",
+    "Dist",
+    "SyntheticRequest",
+    "SyntheticWorkload",
+    "for_engine",
+    "sampling_params",
+]
+
+DEFAULT_PROMPT_LEN = "uniform:16:256"
+"""``--synthetic-prompt-len``'s default."""
+DEFAULT_OUTPUT_LEN = "uniform:16:128"
+"""``--synthetic-output-len``'s default."""
 
 _FORMS = "uniform:LO:HI, fixed:N, lognormal:MEAN:SIGMA or choice:A,B,..."
 MAX_SIGMA = 10.0  # already a tail of e**10 times the median: anything larger is a typo
@@ -218,3 +231,43 @@ class SyntheticWorkload:
         return (
             f"{self.n} synthetic requests, seed {self.seed}, prompt {self.prompt_len}, output {self.output_len}, {rate}"
         )
+
+
+def for_engine(
+    engine: Any,
+    n: int,
+    seed: int,
+    prompt_len: Union[str, Dist] = DEFAULT_PROMPT_LEN,
+    output_len: Union[str, Dist] = DEFAULT_OUTPUT_LEN,
+    arrival_rate: Optional[float] = None,
+) -> SyntheticWorkload:
+    """The workload ``--synthetic N`` serves on ``engine``: prompts avoid its EOS and special token ids,
+    and every request fits its context."""
+    avoid = set(engine.spec.eos_token_ids) | set(getattr(engine.tokenizer, "all_special_ids", []) or [])
+    return SyntheticWorkload(
+        n,
+        seed,
+        prompt_len=prompt_len,
+        output_len=output_len,
+        arrival_rate=arrival_rate,
+        vocab_size=engine.spec.vocab_size,
+        avoid_ids=sorted(avoid),
+        max_total_tokens=engine.max_context_len - 1,
+    )
+
+
+def sampling_params(
+    request: SyntheticRequest, seed: int, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0
+) -> Any:
+    """What ``--synthetic`` asks of a request: exactly its output length (EOS ignored), sampled with the
+    run's settings and a seed of its own (``seed`` + its index)."""
+    from graphtop.engine.sampling_params import SamplingParams
+
+    return SamplingParams(
+        max_new_tokens=request.max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed + request.index,
+        ignore_eos=True,
+    )
