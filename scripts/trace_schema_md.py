@@ -57,6 +57,7 @@ DESCRIPTIONS = {
     "capture_finished.ok": "false when the pass as a whole failed",
     "capture_finished.failure_reason": "why the pass failed (null when ok)",
     "capture_finished.rank": "tensor-parallel rank of this pass",
+    "step.forward_ms": "GPU milliseconds of an eager step's forward on CUDA (CUDA events; null elsewhere)",
     "capture_finished.kernels_compiled": "Triton kernel variants of this pass that worker processes compiled "
     "before capture (0 where kernels compile during capture)",
     "capture_finished.kernels_cached": "Triton kernel variants of this pass loaded from the cache folder",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -32,12 +32,18 @@ class StepOutput:
     # the same tokens in pinned host memory, written by the step's own kernels (CUDA decode graphs):
     # readable once the work queued so far has run, without a device-to-host copy
     tokens_host: Optional[torch.Tensor] = None
+    # an eager CUDA step's GPU time in ms, readable after the step's own sync (``EagerRunner``)
+    forward_time: Optional[Callable[[], float]] = None
 
     def read_timing(self) -> tuple[Optional[float], Optional[float], Optional[float]]:
         """(replay_ms, segment_ms, break_ms); call only after the step's own sync."""
         if self.timing is None:
             return None, None, None
         return self.timing.read()
+
+    def read_forward_ms(self) -> Optional[float]:
+        """An eager step's GPU time; call only after the step's own sync."""
+        return self.forward_time() if self.forward_time is not None else None
 
 
 class Runner(ABC):

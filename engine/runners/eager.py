@@ -1,4 +1,9 @@
-"""The path that always works: exact-size tensors, no padding, attention metadata built per step."""
+"""The path that always works: exact-size tensors, no padding, attention metadata built per step.
+
+On CUDA a step's GPU time is taken with two CUDA events around it and read after the step's own sync,
+never with one of its own: with the graphs' replay times it gives every step's GPU time, so the share
+of wall time the GPU waited is measurable while eager steps still run (cold starts, bench/cold_start_bench.py).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,16 @@ class EagerRunner(Runner):
 
     @torch.inference_mode()
     def run(self, batch: ForwardBatch) -> StepOutput:
+        if self.device.type != "cuda":
+            return self._run(batch)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = self._run(batch)
+        end.record()
+        out.forward_time = lambda: start.elapsed_time(end)
+        return out
+
+    def _run(self, batch: ForwardBatch) -> StepOutput:
         dev = self.device
         if batch.input_ids_device is not None:
             ids = batch.input_ids_device

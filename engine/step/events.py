@@ -68,6 +68,7 @@ class EngineEvents:
                 replay_ms=_round(replay_ms),
                 segment_ms=_round(segment_ms),
                 break_ms=_round(break_ms),
+                forward_ms=_round(out.read_forward_ms()),
                 emulated=self.model_runner.emulated and out.path == "graph",
             )
         )

@@ -215,6 +215,7 @@ class StepEvent(Event):
     segment_ms: Optional[float] = None
     break_ms: Optional[float] = None
     emulated: bool = False
+    forward_ms: Optional[float] = _added(None)  # an eager step's GPU time on CUDA (CUDA events)
 
 
 @dataclass(frozen=True)

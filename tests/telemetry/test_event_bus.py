@@ -218,6 +218,7 @@ def test_fast_constructor_builds_the_same_event():
         segment_ms=None,
         break_ms=None,
         emulated=True,
+        forward_ms=None,
     )
     a, b = StepEvent(ts=7.0, **kw), StepEvent.fast(ts=7.0, **kw)
     assert a == b and hash(a) == hash(b) and type(b) is StepEvent

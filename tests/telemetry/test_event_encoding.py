@@ -207,6 +207,7 @@ def test_all_fields_tricky_at_once() -> None:
         segment_ms=(1, 2),
         break_ms={"x": None},
         emulated=None,
+        forward_ms=-1e308,
         ts=float("inf"),
     )
     line = assert_same(ev)
@@ -233,6 +234,7 @@ def test_fast_constructor_events_match() -> None:
         segment_ms=None,
         break_ms=None,
         emulated=True,
+        forward_ms=None,
     )
     line = assert_same(ev)
     assert json.loads(line) == ev.to_dict()
@@ -278,6 +280,7 @@ def test_shadowed_type_tag_still_matches() -> None:
         segment_ms=None,
         break_ms=None,
         emulated=False,
+        forward_ms=None,
         type="other",
     )
     line = assert_same(ev)
@@ -336,6 +339,7 @@ def test_recorder_file_is_the_reference_encoding(tmp_path: Path) -> None:
                 segment_ms=float("nan"),
                 break_ms=None,
                 emulated=bool(i % 2),
+                forward_ms=None,
             )
         )
     events.append(KVPoolState(capacity_tokens=10, used_tokens=3))
