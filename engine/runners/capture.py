@@ -19,6 +19,10 @@ from .kernel_gate import BucketGate
 
 PublishFn = Callable[[ev.Event], None]
 
+LOOK_AHEAD_PER_SLICE = 1
+"""Buckets a slice dry-runs ahead while it waits for kernels: enough to keep the workers fed (a compile
+takes seconds, a step milliseconds), few enough that no step's host time grows by more than a forward."""
+
 
 def device_free_bytes(device: torch.device) -> int:
     if device.type == "cuda":
@@ -100,7 +104,8 @@ class CaptureJob:
             return True
         if self.gate.ready(bucket):
             return True
-        self.gate.look_ahead(self.order[self._next + 1 :], start + budget_s)
+        # one more bucket's dry run per slice: a step never pays for more than two (this one's and that one)
+        self.gate.look_ahead(self.order[self._next + 1 :], start + budget_s, LOOK_AHEAD_PER_SLICE)
         self.waiting = True
         return False
 

@@ -11,7 +11,7 @@ every bucket's kernels in parallel while the engine serves eagerly.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Optional, Protocol
 
 from graphtop.models.kernels.compile_pool import KernelCompiler
 from graphtop.models.kernels.precompile import record_missing
@@ -30,8 +30,9 @@ class BucketGate(Protocol):
         """Block until ``ready(bucket)`` (an engine that captures before serving)."""
         ...
 
-    def look_ahead(self, buckets: Iterable[int], deadline: float) -> None:
-        """Find the kernels of ``buckets`` (in order) until ``deadline`` (``time.perf_counter``)."""
+    def look_ahead(self, buckets: Iterable[int], deadline: float, limit: Optional[int] = None) -> None:
+        """Find the kernels of ``buckets`` (in order) until ``deadline`` (``time.perf_counter``), dry-running
+        at most ``limit`` of them (None: no limit)."""
         ...
 
     def kernel_counts(self) -> tuple[int, int]:
@@ -68,11 +69,15 @@ class KernelGate:
     def wait(self, bucket: int) -> None:
         self.compiler.wait(self._discover(bucket))
 
-    def look_ahead(self, buckets: Iterable[int], deadline: float) -> None:
+    def look_ahead(self, buckets: Iterable[int], deadline: float, limit: Optional[int] = None) -> None:
+        runs = 0
         for bucket in buckets:
-            if time.perf_counter() >= deadline:
+            if bucket in self._keys:
+                continue
+            if time.perf_counter() >= deadline or (limit is not None and runs >= limit):
                 return
             self._discover(bucket)
+            runs += 1
 
     def kernel_counts(self) -> tuple[int, int]:
         counts = self.compiler.origins(k for keys in self._keys.values() for k in keys)

@@ -68,8 +68,9 @@ class FakeGate:
     def wait(self, bucket: int) -> None:
         self.waited.append(bucket)
 
-    def look_ahead(self, buckets: Iterable[int], deadline: float) -> None:
-        self.looked += [b for b in buckets if b not in self.looked]
+    def look_ahead(self, buckets: Iterable[int], deadline: float, limit: int | None = None) -> None:
+        fresh = [b for b in buckets if b not in self.looked]
+        self.looked += fresh[:limit] if limit is not None else fresh
 
     def kernel_counts(self) -> tuple[int, int]:
         return (2, 1)
@@ -90,7 +91,8 @@ def test_a_slice_stops_at_a_bucket_whose_kernels_compile_and_finds_the_next_ones
     job, captured = job_with(gate, [8, 4, 2, 1])
     assert not job.run(budget_s=10.0)
     assert captured == [8] and job.waiting and job.remaining == [4, 2, 1]
-    assert gate.looked == [2, 1]  # the buckets after the waiting one: their kernels compile meanwhile
+    assert gate.looked == [2]  # the next bucket after the waiting one: its kernels compile meanwhile
+    assert not job.run(budget_s=10.0) and gate.looked == [2, 1]  # one more each slice
     gate.ready_buckets |= {4, 2, 1}
     assert job.run(budget_s=10.0) and captured == [8, 4, 2, 1] and not job.waiting
     finished = job.events[-1]  # type: ignore[attr-defined]
@@ -101,7 +103,7 @@ def test_a_job_run_to_the_end_waits_for_each_buckets_kernels():
     gate = FakeGate(ready=set())
     job, captured = job_with(gate, [4, 2])
     assert job.run(budget_s=None)
-    assert captured == [4, 2] and gate.waited == [4, 2]
+    assert captured == [4, 2] and gate.waited == [4, 2] and gate.looked == [4, 2]  # all found at once
 
 
 @contextmanager
@@ -180,3 +182,18 @@ def test_a_dry_run_that_fails_leaves_its_bucket_to_a_plain_capture(monkeypatch):
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     gate = KernelGate(HeldCompiler(), dry_run)  # type: ignore[arg-type]
     assert gate.ready(4) and gate.failures == ["bucket 4: KeyError: 'specialization_data'"]
+
+
+def test_look_ahead_dry_runs_each_bucket_once_and_at_most_its_limit(monkeypatch):
+    from graphtop.engine.runners.kernel_gate import KernelGate
+
+    monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
+    ran: list[int] = []
+    gate = KernelGate(HeldCompiler(), ran.append)  # type: ignore[arg-type]
+    gate.look_ahead([8, 4, 2], float("inf"), limit=1)
+    gate.look_ahead([8, 4, 2], float("inf"), limit=1)
+    assert ran == [8, 4]
+    gate.look_ahead([8, 4, 2, 1], float("inf"))
+    assert ran == [8, 4, 2, 1]
+    gate.look_ahead([16], 0.0)  # past its deadline: nothing
+    assert ran == [8, 4, 2, 1]
