@@ -61,6 +61,7 @@ from harness import CPU_SHAPE, fmt, log, md_table, percentile, random_ckpt, writ
 
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
+from graphtop.engine.kernel_config import ENV as KERNEL_ENV  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.telemetry import events as ev  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
@@ -251,7 +252,7 @@ def child_env(cache: Path) -> dict[str, str]:
     precompile override (the mode decides)."""
     env = dict(os.environ, GRAPHTOP_CACHE_DIR=str(cache))
     env.pop("TRITON_CACHE_DIR", None)
-    env.pop("GRAPHTOP_PRECOMPILE", None)
+    env.pop(KERNEL_ENV["precompile"], None)
     return env
 
 
