@@ -43,7 +43,8 @@ if HAVE_TRITON:
         for p0 in range(0, count, RED):
             rp = p0 + tl.arange(0, RED)
             mask = (rp < count)[:, None] & c_mask[None, :]
-            tile = tl.load(src + (first + rp)[:, None] * stride + c[None, :], mask=mask, other=0.0, cache_modifier=".cg")
+            at = src + (first + rp)[:, None] * stride + c[None, :]
+            tile = tl.load(at, mask=mask, other=0.0, cache_modifier=".cg")
             acc += tl.sum(tile, axis=0)
         return acc
 
@@ -133,7 +134,8 @@ if HAVE_TRITON:
         for n0 in range(0, H, BLOCK_H):
             rn = n0 + tl.arange(0, BLOCK_H)
             n_mask = rn < H
-            wd = tl.load(wd_ptr + rn[:, None].to(tl.int64) * INTER + rj[None, :], mask=n_mask[:, None] & j_mask[None, :])
+            wd_at = wd_ptr + rn[:, None].to(tl.int64) * INTER + rj[None, :]
+            wd = tl.load(wd_at, mask=n_mask[:, None] & j_mask[None, :])
             if BLOCK_M == 1:
                 p = tl.sum(wd.to(tl.float32) * a, axis=1)[None, :]
             else:
