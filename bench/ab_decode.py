@@ -36,7 +36,11 @@ a layer's add+RMSNorms as their own kernels where the skinny GEMM would carry th
 the post-attention add+RMSNorm alone runs as its own kernel (``skinny_tuning.POST_NORM_APART``, both shapes);
 lm_head=cublas leaves the final RMSNorm and the lm_head to their own kernel and cuBLAS at every size (at the
 fused GEMV's rows, ``gemv.LM_HEAD_GEMV`` off; at the skinny GEMM's, its lm_head configs removed);
-argmax_pdl=off launches the greedy argmax without PDL.
+argmax_pdl=off launches the greedy argmax without PDL; mlp=fused runs each layer's MLP at the fused GEMV's
+rows in one launch (``KernelConfig.fused_mlp`` "on", models/kernels/fused_mlp.py), mlp=gemv in the two GEMVs
+(the default); fmlp=H:I:block_i:block_k:block_h:warps:stages:group[+...] replaces its launch configs
+(``fused_mlp.DEFAULTS``); gemv_rows=N runs the fused-GEMV layers for steps of up to N tokens (at most 4;
+``EngineConfig.fused_gemv_max_rows``, default 1), e.g. to measure either MLP at 2-4 rows.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from graphtop.engine.runners.base import StepOutput
 from graphtop.engine.runners.decode_graph import DecodeGraphRunner
 from graphtop.models.kernels import decode_attention_tuning as td
 from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels import fused_mlp as tm
 from graphtop.models.kernels import gemv as tg
 from graphtop.models.kernels import skinny_tuning as st
 from graphtop.models.kernels.argmax import argmax_rows
@@ -90,6 +95,7 @@ SHIPPED_SILU_PDL = tk.SILU_MUL_PDL
 SHIPPED_NORMS = st.NORMS_IN_PROJECTIONS
 SHIPPED_POST_NORM = st.POST_NORM_APART
 SHIPPED_GEMV = dict(tg.TUNED)
+SHIPPED_FUSED_MLP = dict(tm.DEFAULTS)
 SHIPPED_TRIGGER = tg.TRIGGER_NEXT
 SHIPPED_BLAS = torch.backends.cuda.preferred_blas_library()
 SHIPPED_COPY_STREAM = gu.COPY_STREAM
@@ -161,6 +167,8 @@ def apply(variant: str) -> dict:
     st.POST_NORM_APART = SHIPPED_POST_NORM
     tg.TUNED.clear()
     tg.TUNED.update(SHIPPED_GEMV)
+    tm.DEFAULTS.clear()
+    tm.DEFAULTS.update(SHIPPED_FUSED_MLP)
     tg.TRIGGER_NEXT = SHIPPED_TRIGGER
     torch.backends.cuda.preferred_blas_library(SHIPPED_BLAS)
     gu.COPY_STREAM = SHIPPED_COPY_STREAM
@@ -208,6 +216,14 @@ def apply(variant: str) -> dict:
             for entry in value.split("+"):
                 n, k, *cfg = map(int, entry.split(":"))
                 tg.TUNED[(n, k)] = tuple(cfg)
+        elif key == "mlp" and value in ("fused", "gemv"):  # the MLP in one launch, or the two GEMVs
+            kernel["fused_mlp"] = "on" if value == "fused" else "off"
+        elif key == "gemv_rows":
+            overrides["fused_gemv_max_rows"] = int(value)
+        elif key == "fmlp":  # H:I:block_i:block_k:block_h:warps:stages:group[+...], over the fused MLP's defaults
+            for entry in value.split("+"):
+                hidden, inter, *cfg = map(int, entry.split(":"))
+                tm.DEFAULTS[(hidden, inter)] = tm.FusedMLPConfig(*cfg)
         elif key == "gemv_trigger" and value == "off":  # a plain GEMV launch no longer lets the next start early
             tg.TRIGGER_NEXT = False
         elif key == "upload" and value == "separate":

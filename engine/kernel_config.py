@@ -20,6 +20,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # the fused-GEMV decoder layers for steps of <= EngineConfig.fused_gemv_max_rows tokens;
     # "auto" = on wherever the fused kernels run (CUDA bf16/fp16 with Triton), like "on"
     "fused_gemv": ("auto", "on", "off"),
+    # "on": at the fused-GEMV layers' rows, a layer's MLP (RMSNorm, gate|up, SiLU·mul, down, residual add)
+    # in one launch instead of two GEMVs (models/kernels/fused_mlp.py; bias-free MLPs not sharded by rows);
+    # "off" until measured on a GPU
+    "fused_mlp": ("off", "on"),
     # the skinny Triton GEMM for steps of 2-64 tokens, on the projections where it measured faster than
     # cuBLAS (models/kernels/skinny_tuning.py TUNED); "off" keeps cuBLAS for every projection; "packed" =
     # "auto", and where skinny_tuning.PACKED lists the shape's row class (the 8B at 17-64 tokens) the
@@ -47,6 +51,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 #: field -> the environment variable that overrides it
 ENV: dict[str, str] = {
     "fused_gemv": "GRAPHTOP_FUSED_GEMV",
+    "fused_mlp": "GRAPHTOP_FUSED_MLP",
     "skinny_gemm": "GRAPHTOP_SKINNY_GEMM",
     "decode_kernel": "GRAPHTOP_FLASHINFER_DECODE",
     "prefill_backend": "GRAPHTOP_FLASHINFER_PREFILL_BACKEND",
@@ -67,11 +72,17 @@ class KernelConfig:
     all_reduce: str = "auto"
     skinny_gemm: str = "auto"
     precompile: str = "auto"
+    fused_mlp: str = "off"
 
     @property
     def gemv_layers(self) -> bool:
         """Whether the fused-GEMV layers may be used (the device decides the rest)."""
         return self.fused_gemv != "off"
+
+    @property
+    def mlp_fused(self) -> bool:
+        """Whether the fused-GEMV layers may run their MLP in one launch (the layer's MLP decides the rest)."""
+        return self.fused_mlp == "on"
 
     @property
     def skinny_layers(self) -> bool:

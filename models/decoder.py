@@ -170,16 +170,20 @@ class DecoderLayer(nn.Module):
         """Whether each projection's fused GEMV launches with PDL (``LayerKernels.set_pdl``)."""
         self.kernels.set_pdl(self.projections(), policy)
 
+    def set_fused_mlp(self, enabled: bool, policy: str) -> None:
+        """Whether the MLP at the fused GEMV's rows runs in one launch (``LayerKernels.set_fused_mlp``)."""
+        self.kernels.set_fused_mlp(self.projections(), enabled, policy)
+
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn) -> None:
-        """Decode at <= ``gemv.MAX_M`` rows: 7 launches instead of 10. ``h`` is the residual stream,
-        updated in place: RMSNorms ride in the GEMV prologues, residual adds in the epilogues."""
-        ln, sa, pln, mlp = self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
-        pdl_qkv, pdl_o, pdl_gu, pdl_down = self.kernels.gemv_pdl
+        """Decode at <= ``gemv.MAX_M`` rows: 7 launches instead of 10 (6 with the MLP in one launch,
+        ``LayerKernels.fused_mlp``). ``h`` is the residual stream, updated in place: RMSNorms ride in the
+        GEMV prologues, residual adds in the epilogues."""
+        ln, sa, mlp = self.input_layernorm, self.self_attn, self.mlp
+        pdl_qkv, pdl_o, _, _ = self.kernels.gemv_pdl
         qkv = gemv_norm(sa.qkv_proj, h, ln, pdl_qkv)
         o = sa.attend_fused(qkv, positions, rope, attn)
         gemv_add(sa.o_proj, o, h, pdl_o)
-        gu = gemv_norm(mlp.gate_up_proj, h, pln, pdl_gu, trigger=self.kernels.gate_up_trigger)
-        gemv_add(mlp.down_proj, gu, h, pdl_down, silu_mul=True)
+        self.kernels.mlp_small(mlp.gate_up_proj, mlp.down_proj, h, self.post_attention_layernorm)
 
 
 class DecoderModel(nn.Module):
@@ -270,7 +274,14 @@ class DecoderForCausalLM(nn.Module):
         return self.model.gemv_max_rows if self.model.fused else 0
 
     def enable_fused_kernels(
-        self, gemv_max_rows: int = 1, *, gemv: bool = True, pdl: str = "auto", skinny: bool = True, packed: bool = False
+        self,
+        gemv_max_rows: int = 1,
+        *,
+        gemv: bool = True,
+        pdl: str = "auto",
+        skinny: bool = True,
+        packed: bool = False,
+        fused_mlp: bool = False,
     ) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
@@ -278,7 +289,8 @@ class DecoderForCausalLM(nn.Module):
         most ``gemv_max_rows`` tokens (0 = never) use the fused-GEMV layers, unless ``gemv`` is False;
         ``pdl`` is their launch policy (the engine's ``KernelConfig``); ``skinny``: batches of 2-64
         tokens may take the skinny GEMM (``DecoderLayer.set_skinny``), ``packed`` on weight copies in its
-        tile order at the row classes that measured faster so. Calling it again only updates those settings.
+        tile order at the row classes that measured faster so; ``fused_mlp``: the fused-GEMV layers run each
+        MLP in one launch (``DecoderLayer.set_fused_mlp``). Calling it again only updates those settings.
         """
         if not fused_kernels_run(self.model.embed_tokens.weight):
             return self.model.fused
@@ -292,12 +304,18 @@ class DecoderForCausalLM(nn.Module):
             self.model.fused = True
         for layer in self.model.layers:
             layer.set_pdl(pdl)
+            layer.set_fused_mlp(fused_mlp, pdl)
             layer.set_skinny(skinny, pdl, packed)
         folded = bool((self.model.norm.weight == 1).all())
         self.lm_head_pdl, self.logits_pdl, self.lm_head_skinny = lm_head_settings(
             self.lm_head.weight, pdl, skinny and folded and self._plain_lm_head()
         )
         return True
+
+    def fused_mlp_layers(self) -> int:
+        """How many decoder layers run their MLP in one launch at the fused GEMV's rows (0 where not asked
+        for, not on the fused-GEMV layers, or the MLPs are biased or sharded by rows)."""
+        return sum(layer.kernels.fused_mlp for layer in self.model.layers) if self.fused_gemv_rows else 0
 
     def packed_copy_bytes(self) -> int:
         """The most GPU memory ``enable_fused_kernels(packed=True)`` may add: a copy of every decoder

@@ -192,7 +192,12 @@ class RankServer:
         if setup.fused_kernels:
             k = setup.kernels
             self.model.enable_fused_kernels(
-                setup.fused_gemv_max_rows, gemv=k.gemv_layers, pdl=k.pdl, skinny=k.skinny_layers, packed=k.skinny_packed
+                setup.fused_gemv_max_rows,
+                gemv=k.gemv_layers,
+                pdl=k.pdl,
+                skinny=k.skinny_layers,
+                packed=k.skinny_packed,
+                fused_mlp=k.mlp_fused,
             )
         self.runner = LockstepModelRunner(
             self.model,

@@ -5,7 +5,8 @@ parameter copy; a tensor-parallel shard is a subclass); this module decides, per
 size, how their products are launched:
 
 * at <= ``gemv.MAX_M`` rows (decode, ``DecoderLayer.forward_small``), the fused GEMV, the RMSNorm in its
-  prologue and the residual add in its epilogue (``gemv_norm``, ``gemv_add``);
+  prologue and the residual add in its epilogue (``gemv_norm``, ``gemv_add``); where asked for
+  (``KernelConfig.fused_mlp``), the whole MLP in one launch (``LayerKernels.mlp_small``, kernels/fused_mlp.py);
 * at 2-64 rows, the skinny GEMM where bench/skinny_bench.py measured it faster than cuBLAS
   (``skinny_tuning.TUNED``), with SiLU·mul in the gate|up epilogue and, where all four of a layer's
   projections take it, the add+RMSNorms inside them (``LayerKernels``); on packed weight copies at the
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 
 from ..kernels import fused as tk
+from ..kernels import fused_mlp as tm
 from ..kernels import gemv as tg
 from ..kernels import skinny as ts
 from ..kernels import skinny_tuning as st
@@ -90,6 +92,9 @@ class LayerKernels:
     gemv_pdl: tuple[bool, ...] = (False, False, False, False)
     #: a plain gate|up GEMV lets the PDL down projection start early (``set_pdl``)
     gate_up_trigger: bool = False
+    #: at the fused GEMV's rows the MLP runs in one launch (``set_fused_mlp``), with PDL or not
+    fused_mlp: bool = False
+    fused_mlp_pdl: bool = False
     #: row class -> skinny-GEMM config where it beat cuBLAS (``set_skinny``)
     skinny: tuple[dict[int, Config], ...] = field(default_factory=lambda: ({}, {}, {}, {}))
     skinny_pdl: bool = False
@@ -114,6 +119,30 @@ class LayerKernels:
             tk.use_pdl(w.device, w.numel() * w.element_size(), policy) for w in (p.weight for p in projections)
         )
         self.gate_up_trigger = self.gemv_pdl[3] and not self.gemv_pdl[2] and tg.TRIGGER_NEXT
+
+    def set_fused_mlp(self, projections: Projections, enabled: bool, policy: str) -> None:
+        """Whether the MLP at the fused GEMV's rows runs in one launch (``fused_mlp.fused_mlp``): where
+        ``enabled`` and both its projections are plain bias-free ``nn.Linear`` modules (a tensor-parallel
+        row shard of down adds its partial sum and all-reduces in its own ``gemv_add``: two launches
+        there). It launches with PDL as a GEMV streaming both weights would (``fused.use_pdl``)."""
+        _, _, gate_up, down = projections
+        self.fused_mlp = enabled and all(type(p) is nn.Linear and p.bias is None for p in (gate_up, down))
+        weights = sum(p.weight.numel() * p.weight.element_size() for p in (gate_up, down))
+        self.fused_mlp_pdl = self.fused_mlp and tk.use_pdl(gate_up.weight.device, weights, policy)
+
+    def mlp_small(self, gate_up_proj: nn.Linear, down_proj: nn.Linear, h: torch.Tensor, pln: RMSNorm) -> None:
+        """``h += MLP(RMSNorm(h))`` in place at <= ``gemv.MAX_M`` rows: one launch where ``fused_mlp``, else
+        the gate|up GEMV (RMSNorm in its prologue) and the down GEMV (SiLU·mul in its prologue, the
+        residual add in its epilogue). A plain launch of either lets a PDL-launched kernel after it start
+        early (``gemv.TRIGGER_NEXT``)."""
+        if self.fused_mlp:
+            trigger = tg.TRIGGER_NEXT and not self.fused_mlp_pdl
+            tm.fused_mlp(
+                h, gate_up_proj.weight, down_proj.weight, pln.weight, pln.eps, pdl=self.fused_mlp_pdl, trigger=trigger
+            )
+            return
+        gu = gemv_norm(gate_up_proj, h, pln, self.gemv_pdl[GATE_UP], trigger=self.gate_up_trigger)
+        gemv_add(down_proj, gu, h, self.gemv_pdl[DOWN], silu_mul=True)
 
     def set_skinny(self, projections: Projections, enabled: bool, policy: str, packed: bool = False) -> None:
         """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a

@@ -253,6 +253,41 @@ def test_split_k_gemv_is_deterministic():
     _close(runs[0], tg.gemv(x, w, silu_mul=True, config=(8, 1024, 4, 4)), tol=1e-2)
 
 
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_fused_mlp_matches_the_two_gemvs_in_a_graph(m, pdl):
+    """The MLP in one launch (Qwen3-0.6B's shape) against the gate|up and down GEMVs it replaces: within
+    an ulp (only the down projection's fp32 sums are added in another order), bit-identical on every
+    graph replay (the partials are added in a fixed order, the tickets reset by the last program)."""
+    from graphtop.models.kernels import fused as tk
+    from graphtop.models.kernels import fused_mlp as tm
+    from graphtop.models.kernels import gemv as tg
+
+    if pdl and not tk.use_pdl(torch.device("cuda"), 0, "on"):
+        pytest.skip("programmatic dependent launch needs Hopper or newer")
+    torch.manual_seed(6 + m)
+    hidden, inter, dt = 1024, 3072, torch.bfloat16
+    w_gu = torch.randn(2 * inter, hidden, device="cuda", dtype=dt) * hidden**-0.5
+    w_down = torch.randn(hidden, inter, device="cuda", dtype=dt) * inter**-0.5
+    nw = (1 + 0.1 * torch.randn(hidden, device="cuda")).to(dt)
+    x = torch.randn(m, hidden, device="cuda", dtype=dt)
+    h, two = x.clone(), x.clone()
+    gu = tg.gemv(two, w_gu, norm_weight=nw, eps=1e-6, pdl=pdl)
+    tg.gemv(gu, w_down, silu_mul=True, residual=two, out=two, pdl=pdl)
+    graph = _warm_and_capture(lambda: tm.fused_mlp(h, w_gu, w_down, nw, 1e-6, pdl=pdl))
+    outs = []
+    for _ in range(10):
+        h.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        outs.append(h.clone())
+    assert all(torch.equal(o, outs[0]) for o in outs)
+    assert all(int(ws.tickets.abs().sum()) == 0 for ws in tm._workspaces.values())
+    scale = torch.maximum(torch.maximum(outs[0].float().abs(), two.float().abs()), x.float().abs())
+    ulp = torch.exp2(torch.floor(torch.log2(scale)) - 7)
+    assert ((outs[0].float() - two.float()).abs() <= ulp).all()
+
+
 def test_fused_gemv_layers_match_cublas_layers():
     """Decode-sized batches through the GEMV layers agree with the same model on its cuBLAS layers."""
     from graphtop.models.layers.reference_attention import ContiguousAttention
@@ -261,15 +296,19 @@ def test_fused_gemv_layers_match_cublas_layers():
     cfg = hf_config_for("qwen3-0.6b", num_hidden_layers=4)
     a = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=5).model
     b = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=5).model
+    c = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=5).model
     assert a.enable_fused_kernels(gemv_max_rows=0) and b.enable_fused_kernels(gemv_max_rows=4)  # 4: opt-in
-    assert b.model.gemv_max_rows == 4 and a.model.gemv_max_rows == 0
+    assert c.enable_fused_kernels(gemv_max_rows=4, fused_mlp=True) and c.fused_mlp_layers() == 4
+    assert b.model.gemv_max_rows == 4 and a.model.gemv_max_rows == 0 and b.fused_mlp_layers() == 0
     for t in (1, 3, 4):
         ids = torch.randint(10, 1000, (t,), device="cuda")
         pos = torch.arange(t, device="cuda")
         with torch.inference_mode():
             la = a.compute_logits(a(ids, pos, ContiguousAttention()))
             lb = b.compute_logits(b(ids, pos, ContiguousAttention()))
+            lc = c.compute_logits(c(ids, pos, ContiguousAttention()))
         _close(lb, la, tol=2e-2)  # RMSNorm's scale applied after the dot product: other rounding
+        _close(lc, lb, tol=2e-2)  # the MLP in one launch: the down projection's sums in another order
         # greedy choices agree wherever the cuBLAS layers' top-2 margin is wider than a few bf16 ulps
         top2 = la.topk(2, dim=-1).values
         ulp = torch.exp2(torch.floor(torch.log2(top2[:, 0].abs())) - 7)

@@ -32,6 +32,17 @@ def test_bad_values_name_their_source(field: str) -> None:
         resolve_kernel_config(KernelConfig(**{field: "nope"}), {})
 
 
+def test_the_fused_mlp_is_off_unless_asked_for() -> None:
+    assert KernelConfig().fused_mlp == "off" and not KernelConfig().mlp_fused
+    assert resolve_kernel_config(KernelConfig(), {"GRAPHTOP_FUSED_MLP": "on"}).mlp_fused
+    assert not resolve_kernel_config(KernelConfig(fused_mlp="on"), {"GRAPHTOP_FUSED_MLP": "off"}).mlp_fused
+    with pytest.raises(ValueError) as bad:
+        resolve_kernel_config(KernelConfig(), {"GRAPHTOP_FUSED_MLP": "yes"})
+    assert str(bad.value) == "GRAPHTOP_FUSED_MLP='yes': use one of off, on"
+    with pytest.raises(ValueError, match=r"^kernels\.fused_mlp='auto': use one of off, on$"):
+        resolve_kernel_config(KernelConfig(fused_mlp="auto"), {})
+
+
 def test_engine_config_validation_checks_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     EngineConfig(kernels=KernelConfig(pdl="on")).validate()
     with pytest.raises(ValueError, match="kernels.pdl='always'"):
