@@ -45,6 +45,8 @@ def test_recorded_parity_checks_in_the_trace_summary(tiny_ckpt, tmp_path, capsys
             str(trace),
             "--parity-every",
             "2",
+            # checks start once every graph is live: captured first, a loaded runner still has steps to check
+            "--capture-before-serving",
             *ENGINE_ARGS,
         ]
     )
