@@ -98,6 +98,10 @@ class BucketedGraphRunner(GraphRunner):
             reason,
             self.gate,
         )
+        if self.gate is not None and reason == "initial":
+            # at load, before any step: every bucket's kernels start compiling now, in parallel, so the
+            # first eager steps find theirs on the way (a recapture finds them slice by slice instead)
+            self.gate.look_ahead(self.job.order, float("inf"))
         self._adopt(self.job)
         return self.job
 

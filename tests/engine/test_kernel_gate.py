@@ -197,3 +197,17 @@ def test_look_ahead_dry_runs_each_bucket_once_and_at_most_its_limit(monkeypatch)
     assert ran == [8, 4, 2, 1]
     gate.look_ahead([16], 0.0)  # past its deadline: nothing
     assert ran == [8, 4, 2, 1]
+
+
+def test_every_buckets_kernels_are_found_while_the_engine_loads(tiny_ckpt, make_engine, monkeypatch):
+    """Before the first step, every configured bucket has been dry-run and its kernels handed to the
+    compiler, so they all compile in parallel from the start."""
+    compiler = HeldCompiler()
+    monkeypatch.setattr(engine_mod, "kernel_compiler", lambda *a, **k: compiler)
+    monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
+    engine = make_engine(tiny_ckpt("llama"), capture_before_serving=False)
+    runners = (engine.model_runner.decode, engine.model_runner.prefill)
+    for runner in runners:
+        assert runner.gate is not None and set(runner.gate._keys) == set(runner.configured)
+    assert compiler.asked == ["kernel-a"] and not any(r.buckets for r in runners)  # nothing captured yet
+    engine.close()
