@@ -41,7 +41,7 @@ from .kernel_config import resolve_kernel_config
 from .kv_pool import KVLayout, KVPool
 from .lifecycle.closing import Closing
 from .lifecycle.info import EngineInfo, describe, started_events
-from .lifecycle.kernel_cache import kernel_compiler
+from .lifecycle.kernel_cache import kernel_precompile
 from .lifecycle.loading import load_engine
 from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
 from .model_runner import ModelRunner
@@ -150,8 +150,9 @@ class Engine(RequestApi, ControlApi, Closing):
             )
         runner_args = (self.model, self.attention, self.device, resolved, max_pages, self.bus.publish)
         if tp is None:
-            compiler = kernel_compiler(self.kernels, self.device, config.tp_size, config.cache_dir)
-            self.model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc, compiler=compiler)
+            setup = f"{local!r}|{self.dtype}|{self.kernels!r}|{attention_note}|{config.page_size}|{max_pages}"
+            ahead = kernel_precompile(self.kernels, self.device, config.tp_size, config.cache_dir, setup)
+            self.model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc, precompile=ahead)
         else:
             setup = RankSetup(
                 self.attention.name,

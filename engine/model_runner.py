@@ -16,8 +16,6 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from graphtop.models.kernels.compile_pool import KernelCompiler
-
 from .attention.base import AttentionBackend
 from .batch import ForwardBatch, ForwardMode
 from .graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
@@ -29,7 +27,7 @@ from .runners.base import StepOutput
 from .runners.bucketed import BucketedGraphRunner
 from .runners.decode_graph import DecodeGraphRunner
 from .runners.eager import EagerRunner
-from .runners.kernel_gate import KernelGate
+from .runners.kernel_gate import Precompile
 from .runners.prefill_graph import PrefillGraphRunner
 from .telemetry import events as ev
 from .telemetry.capture import BucketCost
@@ -50,9 +48,9 @@ class ModelRunner:
         publish: PublishFn,
         *,
         freeze_gc: bool = False,
-        compiler: Optional[KernelCompiler] = None,
+        precompile: Optional[Precompile] = None,
     ):
-        """``max_pages``: pages of the longest context a decode graph must cover; ``compiler``: worker
+        """``max_pages``: pages of the longest context a decode graph must cover; ``precompile``: worker
         processes that compile each bucket's kernels before it is captured (None: capture compiles)."""
         self.resolved = resolved
         self.publish = publish
@@ -69,9 +67,11 @@ class ModelRunner:
             self.prefill = PrefillGraphRunner(
                 model, attention, backend, device, max(r.prefill_num_tokens), r.prefill_max_padding_waste, publish
             )
-        self.compiler = compiler
-        for runner in self._runners() if compiler is not None else ():
-            runner.gate = KernelGate(compiler, runner.dry_run)
+        self.compiler = precompile.compiler if precompile is not None else None
+        if precompile is not None:
+            for runner, buckets in ((self.decode, r.decode_bs), (self.prefill, r.prefill_num_tokens)):
+                if runner is not None:
+                    runner.gate = precompile.gate(runner.phase, list(buckets), runner.dry_run)
         self._recapture_started: Optional[float] = None
         self._recapture_memory_before = 0
         self._capture_waiters: list[threading.Event] = []

@@ -18,8 +18,9 @@ from graphtop.models.kernels import precompile
 from graphtop.models.kernels.compile_pool import KernelCompiler
 
 from ..kernel_config import KernelConfig
+from ..runners.kernel_gate import Precompile
 
-__all__ = ["kernel_cache_folder", "kernel_compiler"]
+__all__ = ["kernel_cache_folder", "kernel_precompile"]
 
 
 def kernel_cache_folder(cache_dir: Optional[str] = None) -> Path:
@@ -27,16 +28,18 @@ def kernel_cache_folder(cache_dir: Optional[str] = None) -> Path:
     return cache_root(cache_dir) / "triton"
 
 
-def kernel_compiler(
-    kernels: KernelConfig, device: torch.device, tp_size: int, cache_dir: Optional[str] = None
-) -> Optional[KernelCompiler]:
-    """Point Triton's cache at graphtop's (CUDA with Triton; $TRITON_CACHE_DIR still wins) and return the
-    compiler that captures wait for, or None: ``kernels.precompile`` off, no CUDA, a Triton without the
-    hooks (``precompile.supported``), or tensor parallel (its ranks capture the same bucket in lockstep,
-    so they compile as they capture)."""
+def kernel_precompile(
+    kernels: KernelConfig, device: torch.device, tp_size: int, cache_dir: Optional[str], setup: str
+) -> Optional[Precompile]:
+    """Point Triton's cache at graphtop's (CUDA with Triton; $TRITON_CACHE_DIR still wins) and return what
+    captures wait for, or None: ``kernels.precompile`` off, no CUDA, a Triton without the hooks
+    (``precompile.supported``), or tensor parallel (its ranks capture the same bucket in lockstep, so they
+    compile as they capture). ``setup``: everything about the engine that decides which kernel variants
+    its graphs launch (the model, dtype, kernel choices, attention), naming the variant manifests."""
     if device.type != "cuda" or not precompile.supported():
         return None
-    precompile.point_triton_cache(kernel_cache_folder(cache_dir))
+    folder = precompile.point_triton_cache(kernel_cache_folder(cache_dir))
     if kernels.precompile == "off" or tp_size > 1:
         return None
-    return KernelCompiler()
+    cache = Path(folder) if folder is not None else Path(precompile.triton_cache_dir() or ".")
+    return Precompile(KernelCompiler(), cache, f"{setup}|{device}|{torch.cuda.get_device_capability(device)}")

@@ -81,8 +81,8 @@ class BucketedGraphRunner(GraphRunner):
         self.ledger = {}
         self.job = None
         self._set_buckets([], buckets)
-        if self.gate is not None:
-            self.gate.forget()  # kernel choices may have changed since the last capture
+        if self.gate is not None and reason != "initial":
+            self.gate.forget()  # the lists, and kernel choices, may have changed since the last capture
         if self.backend.warms_up:
             if self.gate is None:
                 self.warmup(max(buckets) if buckets else 0)

@@ -148,7 +148,10 @@ class CaptureJob:
 
     def _finish(self) -> None:
         failed = self.failed
-        compiled, cached = self.gate.kernel_counts() if self.gate is not None else (0, 0)
+        compiled, cached = (0, 0)
+        if self.gate is not None:
+            compiled, cached = self.gate.kernel_counts()
+            self.gate.finish(ok=not failed)
         reason = None
         if failed:
             largest = max(failed, key=lambda c: c.bucket)

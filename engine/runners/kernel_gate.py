@@ -5,18 +5,36 @@ A bucket's kernels are found by a dry run of its forward (``models.kernels.preco
 variants not compiled here are recorded, not compiled or launched) and handed to the compiler's worker
 processes. A capture job asks ``ready`` before each bucket and leaves the bucket for a later slice while
 its kernels compile; meanwhile it dry-runs the buckets after it (``look_ahead``), so the workers compile
-every bucket's kernels in parallel while the engine serves eagerly.
+every bucket's kernels in parallel while the engine serves eagerly. Once a first capture has found them,
+the phase's variants are kept in a manifest (``models/kernels/manifest.py``): a later start with the same
+configuration submits those instead of dry-running, and every bucket waits for all of them.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Optional, Protocol
 
 from graphtop.models.kernels.compile_pool import KernelCompiler
-from graphtop.models.kernels.precompile import record_missing
+from graphtop.models.kernels.manifest import VariantManifest
+from graphtop.models.kernels.precompile import KernelVariant, record_missing
 
-__all__ = ["BucketGate", "KernelGate"]
+__all__ = ["BucketGate", "KernelGate", "Precompile"]
+
+
+@dataclass(frozen=True)
+class Precompile:
+    """What an engine hands its model runner to compile kernels ahead of capture: the compiler, and where
+    and under which setup (everything else that decides the variants) a phase's manifest is kept."""
+
+    compiler: KernelCompiler
+    cache_folder: Path
+    setup: str
+
+    def gate(self, phase: str, buckets: list[int], dry_run: Callable[[int], None]) -> "KernelGate":
+        return KernelGate(self.compiler, dry_run, VariantManifest(self.cache_folder, phase, self.setup, buckets))
 
 
 class BucketGate(Protocol):
@@ -39,24 +57,40 @@ class BucketGate(Protocol):
         """(compiled by the workers, loaded from the cache folder) of the kernels its buckets launch."""
         ...
 
+    def finish(self, ok: bool) -> None:
+        """The capture job is over (``ok``: every bucket captured)."""
+        ...
+
 
 class KernelGate:
     """A ``BucketGate`` over a compiler: ``dry_run(bucket)`` runs the bucket's forward as its capture would."""
 
-    def __init__(self, compiler: KernelCompiler, dry_run: Callable[[int], None]) -> None:
+    def __init__(
+        self, compiler: KernelCompiler, dry_run: Callable[[int], None], manifest: Optional[VariantManifest] = None
+    ) -> None:
         self.compiler = compiler
         self.dry_run = dry_run
+        self.manifest = manifest
+        self._known: Optional[list[str]] = None  # the manifest's keys, once submitted
+        self._use_manifest = manifest is not None and bool(manifest.variants)
+        self._found: dict[str, KernelVariant] = {}  # what this process's dry runs found
         self._keys: dict[int, list[str]] = {}
         self.failures: list[str] = []
         """Buckets whose dry run failed: they are captured as without a gate (the capture compiles)."""
 
     def _discover(self, bucket: int) -> list[str]:
         keys = self._keys.get(bucket)
+        if keys is None and self._use_manifest:
+            assert self.manifest is not None
+            if self._known is None:
+                self._known = self.compiler.submit(self.manifest.variants)
+            keys = self._keys[bucket] = self._known
         if keys is None:
             try:
                 with record_missing() as missing:
                     self.dry_run(bucket)
                 keys = self.compiler.submit(missing)
+                self._found.update((v.key, v) for v in missing)
             except Exception as e:  # e.g. a Triton whose hook data differs: never worse than no gate
                 self.failures.append(f"bucket {bucket}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
                 keys = []
@@ -83,6 +117,14 @@ class KernelGate:
         counts = self.compiler.origins(k for keys in self._keys.values() for k in keys)
         return counts["compiled"], counts["disk"]
 
+    def finish(self, ok: bool) -> None:
+        """Keep what the dry runs found for the next start, after a capture where every bucket went live."""
+        if ok and self.manifest is not None and not self._use_manifest and self._found and not self.failures:
+            self.manifest.save(list(self._found.values()))
+
     def forget(self) -> None:
-        """A recapture: kernel choices may have changed, so buckets are dry-run again."""
+        """A recapture: its lists may differ from the manifest's, so its buckets are dry-run (and what they
+        find is not the manifest's to keep)."""
         self._keys.clear()
+        self._use_manifest = False
+        self.manifest = None

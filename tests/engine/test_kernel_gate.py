@@ -9,7 +9,6 @@ where Triton is installed); the dry run that finds a bucket's kernels is the run
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import pytest
@@ -18,16 +17,17 @@ import graphtop.engine.engine as engine_mod
 import graphtop.engine.model_runner as model_runner_mod
 import graphtop.engine.runners.kernel_gate as kernel_gate_mod
 from graphtop.engine.runners.capture import CaptureJob
+from graphtop.engine.runners.kernel_gate import Precompile
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
+from graphtop.models.kernels.precompile import KernelVariant
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
-@dataclass(frozen=True)
-class Variant:
-    key: str
+KERNEL_A = KernelVariant("graphtop.models.kernels.fused", "_rmsnorm_kernel", '{"key": "a"}')
+DRY_RUNS: list[int] = []
 
 
 class HeldCompiler:
@@ -38,7 +38,7 @@ class HeldCompiler:
         self.released = False
         self.closed = False
 
-    def submit(self, variants: Iterable[Variant]) -> list[str]:
+    def submit(self, variants: Iterable[KernelVariant]) -> list[str]:
         keys = [v.key for v in variants]
         self.asked += [k for k in keys if k not in self.asked]
         return keys
@@ -75,6 +75,9 @@ class FakeGate:
     def kernel_counts(self) -> tuple[int, int]:
         return (2, 1)
 
+    def finish(self, ok: bool) -> None:
+        self.finished = ok
+
 
 def job_with(gate: FakeGate, order: list[int]) -> tuple[CaptureJob, list[int]]:
     captured: list[int] = []
@@ -107,15 +110,20 @@ def test_a_job_run_to_the_end_waits_for_each_buckets_kernels():
 
 
 @contextmanager
-def one_variant_per_dry_run() -> Iterator[list[Variant]]:
-    found: list[Variant] = [Variant("kernel-a")]
+def one_variant_per_dry_run() -> Iterator[list[KernelVariant]]:
+    DRY_RUNS.append(1)
+    found: list[KernelVariant] = [KERNEL_A]
     yield found
 
 
-def serve(make_engine, path, compiler: HeldCompiler, monkeypatch, release_after: int):
+def precompile_with(compiler: HeldCompiler, folder) -> object:
+    return lambda *a, **k: Precompile(compiler, folder, "the same setup")  # type: ignore[arg-type]
+
+
+def serve(make_engine, path, compiler: HeldCompiler, monkeypatch, release_after: int, folder):
     """Serve six requests on an engine whose kernels compile in ``compiler``; release its compiles after
     ``release_after`` steps. -> engine, tokens, events."""
-    monkeypatch.setattr(engine_mod, "kernel_compiler", lambda *a, **k: compiler)
+    monkeypatch.setattr(engine_mod, "kernel_precompile", precompile_with(compiler, folder))
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
     bus = EventBus()
@@ -132,16 +140,18 @@ def serve(make_engine, path, compiler: HeldCompiler, monkeypatch, release_after:
     return engine, [h.token_ids for h in handles], sub.drain()
 
 
-def test_steps_run_eagerly_while_kernels_compile_and_replay_once_captured(tiny_ckpt, make_engine, monkeypatch):
+def test_steps_run_eagerly_while_kernels_compile_and_replay_once_captured(
+    tiny_ckpt, make_engine, monkeypatch, tmp_path
+):
     path = tiny_ckpt("llama")
     compiler = HeldCompiler()
     # the stand-in is wired where the engine builds its compiler, so the emulated (CPU) graphs wait for it
-    engine, tokens, events = serve(make_engine, path, compiler, monkeypatch, release_after=6)
+    engine, tokens, events = serve(make_engine, path, compiler, monkeypatch, release_after=6, folder=tmp_path)
     steps = [e for e in events if isinstance(e, ev.StepEvent)]
     early, late = steps[:5], steps[8:]
     assert early and all(s.path == "eager" and s.fallback_reason == "kernels_compiling" for s in early)
     assert any(s.path != "eager" for s in late)
-    assert compiler.asked == ["kernel-a"]  # every bucket's dry run asked; each variant once
+    assert compiler.asked == [KERNEL_A.key]  # every bucket's dry run asked; each variant once
     finished = [e for e in events if isinstance(e, ev.CaptureFinished)]
     assert {e.phase for e in finished} == {"decode", "prefill"}
     assert all(e.ok and e.kernels_compiled == 1 and e.kernels_cached == 0 for e in finished)
@@ -199,15 +209,43 @@ def test_look_ahead_dry_runs_each_bucket_once_and_at_most_its_limit(monkeypatch)
     assert ran == [8, 4, 2, 1]
 
 
-def test_every_buckets_kernels_are_found_while_the_engine_loads(tiny_ckpt, make_engine, monkeypatch):
+def test_every_buckets_kernels_are_found_while_the_engine_loads(tiny_ckpt, make_engine, monkeypatch, tmp_path):
     """Before the first step, every configured bucket has been dry-run and its kernels handed to the
     compiler, so they all compile in parallel from the start."""
     compiler = HeldCompiler()
-    monkeypatch.setattr(engine_mod, "kernel_compiler", lambda *a, **k: compiler)
+    monkeypatch.setattr(engine_mod, "kernel_precompile", precompile_with(compiler, tmp_path))
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     engine = make_engine(tiny_ckpt("llama"), capture_before_serving=False)
     runners = (engine.model_runner.decode, engine.model_runner.prefill)
     for runner in runners:
         assert runner.gate is not None and set(runner.gate._keys) == set(runner.configured)
-    assert compiler.asked == ["kernel-a"] and not any(r.buckets for r in runners)  # nothing captured yet
+    assert compiler.asked == [KERNEL_A.key] and not any(r.buckets for r in runners)  # nothing captured yet
+    engine.close()
+
+
+def test_a_second_start_of_the_same_setup_reads_its_variants_and_dry_runs_nothing(
+    tiny_ckpt, make_engine, monkeypatch, tmp_path
+):
+    """The first capture keeps each phase's variants in a manifest beside the compiled kernels; a start
+    with the same setup submits those and dry-runs no bucket; another setup starts its own."""
+    path = tiny_ckpt("llama")
+    first = HeldCompiler()
+    engine, _, _ = serve(make_engine, path, first, monkeypatch, release_after=1, folder=tmp_path)
+    engine.close()
+    manifests = sorted(p.name.split("-")[0] for p in (tmp_path / "graphtop-manifests").glob("*.json"))
+    assert manifests == ["decode", "prefill"]
+
+    DRY_RUNS.clear()
+    second = HeldCompiler()
+    engine, tokens, events = serve(make_engine, path, second, monkeypatch, release_after=3, folder=tmp_path)
+    assert DRY_RUNS == [] and second.asked == [KERNEL_A.key]
+    assert not engine.capture_pending and engine.decode_buckets
+    engine.close()
+
+    DRY_RUNS.clear()
+    monkeypatch.setattr(
+        engine_mod, "kernel_precompile", lambda *a, **k: Precompile(HeldCompiler(), tmp_path, "another setup")
+    )
+    engine = make_engine(path, capture_before_serving=False)
+    assert DRY_RUNS  # no manifest for this setup: its buckets are dry-run
     engine.close()
