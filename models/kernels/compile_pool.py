@@ -24,6 +24,7 @@ from .precompile import KernelVariant
 __all__ = ["CompileStats", "KernelCompiler", "default_workers"]
 
 WORKER_MODULE = "graphtop.models.kernels.compile_worker"
+WAIT_S = 600.0  # the longest ``wait`` blocks; a cold compile of one variant takes seconds
 
 
 def default_workers() -> int:
@@ -88,8 +89,11 @@ class KernelCompiler:
     def done(self, keys: Iterable[str]) -> bool:
         return all(self._futures[k].done() for k in keys)
 
-    def wait(self, keys: Iterable[str]) -> None:
-        wait([self._futures[k] for k in keys])
+    def wait(self, keys: Iterable[str], timeout: Optional[float] = WAIT_S) -> bool:
+        """Block until the variants are done, at most ``timeout`` seconds (a stuck worker must not hang
+        an engine that captures before serving: its capture then compiles what is missing). True if done."""
+        _, pending = wait([self._futures[k] for k in keys], timeout=timeout)
+        return not pending
 
     def close(self) -> None:
         """Stop the workers; variants still queued are cancelled (they compile on their first launch)."""
