@@ -84,11 +84,13 @@ class GraphBackend(ABC):
         if not self.freeze_gc:
             yield
             return
+        outer = gc.get_freeze_count() > 0  # a program that froze its heap itself keeps it frozen
         gc.freeze()
         try:
             yield
         finally:
-            gc.unfreeze()
+            if not outer:
+                gc.unfreeze()
 
     @abstractmethod
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any: ...

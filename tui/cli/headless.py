@@ -27,6 +27,7 @@ from graphtop.engine.telemetry.safe_write import OutputPathError
 
 from ..safe_text import one_line
 from ..usage import UsageError, print_error
+from .gc_heap import frozen_heap
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 from .results_file import ResultsFile, result_line
 from .resume import Resumed, drop_unkept, read_resume
@@ -232,7 +233,8 @@ def run_headless(args: Any, config: Any) -> int:
                 arrival_rate=args.synthetic_rate,
             )
         t0 = time.perf_counter()
-        served = _serve(engine, args, to_serve, synthetic, out.add if out is not None else None)
+        with frozen_heap():  # the loaded heap out of the collector's way while the engine serves
+            served = _serve(engine, args, to_serve, synthetic, out.add if out is not None else None)
         wall = time.perf_counter() - t0
     finally:
         if server is not None:

@@ -18,6 +18,7 @@ from typing import Any, Optional
 from ..usage import UsageError, print_error
 from .flag_types import file_path, int_in, nonempty, nonneg_int
 from .flags import _Parser, add_engine_flags, add_telemetry_flag
+from .gc_heap import frozen_heap
 from .help_text import HelpFormatter, document
 
 API_KEY_ENV = "GRAPHTOP_API_KEY"
@@ -192,8 +193,9 @@ def run_serve(args: Any, config: Any) -> int:
             flush=True,
         )
         wait = threading.Event()
-        while api.running:
-            wait.wait(POLL_S)
+        with frozen_heap():  # the loaded heap out of the collector's way while the engine serves
+            while api.running:
+                wait.wait(POLL_S)
         stopped = "the API server stopped"
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the way a server is stopped
         from .headless import interrupt_status

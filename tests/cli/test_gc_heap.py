@@ -1,0 +1,47 @@
+"""The loaded heap is frozen while a headless run serves, and thawed after it (an in-process caller keeps
+collecting its own garbage); a capture that freezes the GC itself leaves an outer freeze in place."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from support.cli_support import SHORT_RUN, run
+
+import graphtop.tui.cli.headless as headless
+from graphtop.engine.graphs.emulated import EmulatedGraphBackend
+from graphtop.tui.cli.gc_heap import frozen_heap
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def test_a_headless_run_serves_with_the_loaded_heap_frozen_and_thaws_it(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello world\nOnce upon a time\n")
+    seen: list[int] = []
+    serve = headless._serve
+
+    def watched(*args, **kwargs):
+        seen.append(gc.get_freeze_count())
+        return serve(*args, **kwargs)
+
+    monkeypatch.setattr(headless, "_serve", watched)
+    assert gc.get_freeze_count() == 0
+    out = tmp_path / "out.jsonl"
+    rc, _, err = run(capsys, "--model", tiny_ckpt("llama"), "--prompts", prompts, "--output", out, *SHORT_RUN)
+    assert rc == 0, err
+    assert seen and seen[0] > 1000  # the engine, the model, torch's modules: all frozen while it served
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_freeze_inside_a_frozen_heap_keeps_the_outer_one():
+    backend = EmulatedGraphBackend()
+    backend.freeze_gc = True
+    with frozen_heap():
+        with backend.capture_session():
+            pass
+        assert gc.get_freeze_count() > 0  # the capture did not thaw the serving freeze
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
