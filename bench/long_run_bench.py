@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -47,6 +48,7 @@ from harness import (
 
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
+from graphtop.tui.cli.gc_heap import frozen_heap
 
 CPU_SHAPE_SMALL = dict(
     num_hidden_layers=1,
@@ -180,7 +182,8 @@ def measure(args: argparse.Namespace, bs: int, steps: int) -> dict:
         name = ["headless", "attached", "attached", "headless"][r % 4]  # ABBA
         viewer = Viewer(eng) if name == "attached" else None
         try:
-            run_round(eng, per_round, sync, modes[name], tenths, r * per_round, per_round * args.rounds)
+            with frozen_heap() if args.gc_freeze else nullcontext():  # as the graphtop command serves
+                run_round(eng, per_round, sync, modes[name], tenths, r * per_round, per_round * args.rounds)
         finally:
             if viewer is not None:
                 viewer.close()
@@ -222,6 +225,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=4, help="ABBA rounds of headless and attached steps")
     ap.add_argument("--prompt-len", type=int, default=PROMPT_LEN)
     ap.add_argument("--json", help="write the results to this JSON file too")
+    ap.add_argument(
+        "--no-gc-freeze",
+        dest="gc_freeze",
+        action="store_false",
+        help="serve without freezing the loaded heap (the graphtop command freezes it: tui/cli/gc_heap.py)",
+    )
     ap.add_argument("--viewer", nargs=2, metavar=("ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
     return ap
 
