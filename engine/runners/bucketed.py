@@ -28,6 +28,17 @@ TOKEN_SLOTS = (
 ids and their positions, a padded row reading token 0 at position 0."""
 
 
+def ends_first(buckets: list[int]) -> list[int]:
+    """``buckets`` smallest, largest, second smallest, second largest, ..."""
+    ordered = sorted(buckets)
+    out: list[int] = []
+    while ordered:
+        out.append(ordered.pop(0))
+        if ordered:
+            out.append(ordered.pop())
+    return out
+
+
 class BucketedGraphRunner(GraphRunner):
     phase: str = "?"
 
@@ -100,8 +111,9 @@ class BucketedGraphRunner(GraphRunner):
         )
         if self.gate is not None and reason == "initial":
             # at load, before any step: every bucket's kernels start compiling now, in parallel, so the
-            # first eager steps find theirs on the way (a recapture finds them slice by slice instead)
-            self.gate.look_ahead(self.job.order, float("inf"))
+            # first eager steps find theirs on the way (a recapture finds them slice by slice instead);
+            # smallest and largest alternate: the first requests' small steps and the first capture
+            self.gate.look_ahead(ends_first(self.job.order), float("inf"))
         self._adopt(self.job)
         return self.job
 

@@ -249,3 +249,10 @@ def test_a_second_start_of_the_same_setup_reads_its_variants_and_dry_runs_nothin
     engine = make_engine(path, capture_before_serving=False)
     assert DRY_RUNS  # no manifest for this setup: its buckets are dry-run
     engine.close()
+
+
+def test_buckets_are_found_smallest_and_largest_first():
+    from graphtop.engine.runners.bucketed import ends_first
+
+    assert ends_first([8, 4, 2, 1, 16]) == [1, 16, 2, 8, 4]
+    assert ends_first([3]) == [3] and ends_first([]) == []
