@@ -10,7 +10,7 @@ from support.cli_support import SHORT_RUN, run
 
 import graphtop.tui.cli.headless as headless
 from graphtop.engine.graphs.emulated import EmulatedGraphBackend
-from graphtop.tui.cli.gc_heap import frozen_heap
+from graphtop.tui.gc_heap import frozen_heap
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -44,4 +44,24 @@ def test_a_freeze_inside_a_frozen_heap_keeps_the_outer_one():
         with frozen_heap():
             pass
         assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_dashboards_session_freezes_the_heap_once_loaded_and_thaws_it_at_shutdown():
+    from graphtop.tui.sessions.local import EngineSession
+
+    class Loaded:
+        def start_background(self) -> None:
+            pass
+
+        def shutdown(self) -> None:
+            pass
+
+    session = EngineSession(None, None, engine_factory=lambda path, config, bus: Loaded())
+    assert gc.get_freeze_count() == 0
+    session.start()
+    try:
+        assert gc.get_freeze_count() > 0
+    finally:
+        session.shutdown()
     assert gc.get_freeze_count() == 0

@@ -25,9 +25,9 @@ from typing import Any, Optional
 
 from graphtop.engine.telemetry.safe_write import OutputPathError
 
+from ..gc_heap import frozen_heap
 from ..safe_text import one_line
 from ..usage import UsageError, print_error
-from .gc_heap import frozen_heap
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 from .results_file import ResultsFile, result_line
 from .resume import Resumed, drop_unkept, read_resume

@@ -15,10 +15,10 @@ import sys
 import threading
 from typing import Any, Optional
 
+from ..gc_heap import frozen_heap
 from ..usage import UsageError, print_error
 from .flag_types import file_path, int_in, nonempty, nonneg_int
 from .flags import _Parser, add_engine_flags, add_telemetry_flag
-from .gc_heap import frozen_heap
 from .help_text import HelpFormatter, document
 
 API_KEY_ENV = "GRAPHTOP_API_KEY"

@@ -12,6 +12,7 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..gc_heap import freeze_heap, thaw_heap
 from .base import Limits, SamplingSettings, StreamHandle
 from .prompt_queue import PromptQueue
 
@@ -80,6 +81,7 @@ class EngineSession:
         self._logger = logging.getLogger("graphtop")
         self._propagate = self._logger.propagate
         self.prompts = PromptQueue()
+        self._thaw = False  # this session froze the heap and thaws it at shutdown
 
     def start(self) -> None:
         """Load the model (blocking), start the serve loop (it captures graphs between steps), and
@@ -99,6 +101,7 @@ class EngineSession:
             engine.shutdown()
             return
         self.engine = engine
+        self._thaw = freeze_heap()  # the loaded heap out of the collector's way while it serves (tui/gc_heap.py)
         engine.start_background()
         self.prompts.release(self._submit_now)
 
@@ -176,5 +179,7 @@ class EngineSession:
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
+        thaw_heap(self._thaw)
+        self._thaw = False
         if self._bus is not None and self._sub is not None:
             self._bus.unsubscribe(self._sub)

@@ -5,8 +5,8 @@ tokenizer, the engine, the imported modules). A full (oldest-generation) collect
 and stops every thread meanwhile: about 170 ms on the 2-core CPU for 341,670 objects, a step's worth
 of stall that lands at random in a long run. Frozen (``gc.freeze``, as vLLM's engine core does after
 start-up), they are skipped, and a collection walks only what serving allocated since. The freeze is
-undone when serving ends, so a program that runs the CLI in-process (the tests) keeps collecting what
-it allocated before.
+undone when serving ends (the dashboard: when its session shuts down), so a program that runs the CLI
+in-process (the tests) keeps collecting what it allocated before.
 """
 
 from __future__ import annotations
@@ -15,16 +15,27 @@ import gc
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["frozen_heap"]
+__all__ = ["freeze_heap", "frozen_heap", "thaw_heap"]
+
+
+def freeze_heap() -> bool:
+    """Freeze everything alive now. Returns whether this call is the one to thaw it (nothing was frozen)."""
+    first = gc.get_freeze_count() == 0
+    gc.freeze()
+    return first
+
+
+def thaw_heap(first: bool) -> None:
+    """Undo ``freeze_heap`` if it was the first freeze (an outer one stays)."""
+    if first:
+        gc.unfreeze()
 
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
     """Freeze everything alive now for the block; thaw after it unless it was frozen already."""
-    outer = gc.get_freeze_count() > 0
-    gc.freeze()
+    first = freeze_heap()
     try:
         yield
     finally:
-        if not outer:
-            gc.unfreeze()
+        thaw_heap(first)
