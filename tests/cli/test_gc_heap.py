@@ -15,6 +15,14 @@ from graphtop.tui.gc_heap import frozen_heap
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
+@pytest.fixture(autouse=True)
+def thawed():
+    """Each test starts with nothing frozen (a test elsewhere in this process may have left a freeze)."""
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
 def test_a_headless_run_serves_with_the_loaded_heap_frozen_and_thaws_it(tiny_ckpt, tmp_path, capsys, monkeypatch):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello world\nOnce upon a time\n")
