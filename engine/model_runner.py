@@ -67,7 +67,6 @@ class ModelRunner:
             self.prefill = PrefillGraphRunner(
                 model, attention, backend, device, max(r.prefill_num_tokens), r.prefill_max_padding_waste, publish
             )
-        self.compiler = precompile.compiler if precompile is not None else None
         if precompile is not None:
             for runner, buckets in ((self.decode, r.decode_bs), (self.prefill, r.prefill_num_tokens)):
                 if runner is not None:
@@ -256,6 +255,4 @@ class ModelRunner:
         for runner in self._runners():
             runner.release()
         self.decode = self.prefill = None
-        if self.compiler is not None:
-            self.compiler.close()
         self._wake_waiters()  # nothing is left to capture

@@ -15,7 +15,7 @@ import torch
 
 from graphtop.models.checkpoint.cache import cache_root
 from graphtop.models.kernels import precompile
-from graphtop.models.kernels.compile_pool import KernelCompiler
+from graphtop.models.kernels.compile_pool import shared_compiler
 
 from ..kernel_config import KernelConfig
 from ..runners.kernel_gate import Precompile
@@ -42,4 +42,5 @@ def kernel_precompile(
     if kernels.precompile == "off" or tp_size > 1:
         return None
     cache = Path(folder) if folder is not None else Path(precompile.triton_cache_dir() or ".")
-    return Precompile(KernelCompiler(), cache, f"{setup}|{device}|{torch.cuda.get_device_capability(device)}")
+    setup = f"{setup}|{device}|{torch.cuda.get_device_capability(device)}"
+    return Precompile(shared_compiler(), cache, setup)

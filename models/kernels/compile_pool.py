@@ -8,6 +8,7 @@ the first variant that is not on disk, so a start whose cache is warm spawns non
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -21,7 +22,7 @@ from typing import Iterable, Optional
 from . import precompile
 from .precompile import KernelVariant
 
-__all__ = ["CompileStats", "KernelCompiler", "default_workers"]
+__all__ = ["CompileStats", "KernelCompiler", "default_workers", "shared_compiler"]
 
 WORKER_MODULE = "graphtop.models.kernels.compile_worker"
 WAIT_S = 600.0  # the longest ``wait`` blocks; a cold compile of one variant takes seconds
@@ -181,3 +182,20 @@ def _on_disk(variant: KernelVariant) -> bool:
         return precompile.is_cached(variant)
     except Exception:
         return False
+
+
+_shared: Optional[KernelCompiler] = None
+_shared_lock = threading.Lock()
+
+
+def shared_compiler() -> KernelCompiler:
+    """The process's compiler: its workers outlive an engine, so the next engine in the same process (a
+    benchmark's, a test suite's) reuses them instead of starting its own, and each variant is compiled
+    once a process. Idle workers wait on their input; they stop when the process exits (or dies: their
+    input closes)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = KernelCompiler()
+            atexit.register(_shared.close)
+        return _shared

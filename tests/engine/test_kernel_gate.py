@@ -163,7 +163,7 @@ def test_steps_run_eagerly_while_kernels_compile_and_replay_once_captured(
     want = reference.generate(prompts, SamplingParams(max_new_tokens=10, ignore_eos=True))
     assert tokens == [h.token_ids for h in want]
     engine.close()
-    assert compiler.closed
+    assert not compiler.closed  # the process's compiler outlives an engine (the next one reuses its workers)
 
 
 def test_a_compile_worker_answers_every_request_with_one_line_even_a_broken_one():
@@ -256,3 +256,9 @@ def test_buckets_are_found_smallest_and_largest_first():
 
     assert ends_first([8, 4, 2, 1, 16]) == [1, 16, 2, 8, 4]
     assert ends_first([3]) == [3] and ends_first([]) == []
+
+
+def test_every_engine_of_a_process_shares_one_compiler():
+    from graphtop.models.kernels.compile_pool import shared_compiler
+
+    assert shared_compiler() is shared_compiler()
