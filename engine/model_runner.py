@@ -67,6 +67,8 @@ class ModelRunner:
             self.prefill = PrefillGraphRunner(
                 model, attention, backend, device, max(r.prefill_num_tokens), r.prefill_max_padding_waste, publish
             )
+        self.compiler = precompile.compiler if precompile is not None else None
+        """The process's kernel compiler (its stats: benchmarks), or None where capture compiles."""
         if precompile is not None:
             for runner, buckets in ((self.decode, r.decode_bs), (self.prefill, r.prefill_num_tokens)):
                 if runner is not None:

@@ -152,6 +152,7 @@ def test_steps_run_eagerly_while_kernels_compile_and_replay_once_captured(
     assert early and all(s.path == "eager" and s.fallback_reason == "kernels_compiling" for s in early)
     assert any(s.path != "eager" for s in late)
     assert compiler.asked == [KERNEL_A.key]  # every bucket's dry run asked; each variant once
+    assert engine.model_runner.compiler is compiler  # what benchmarks read its stats from
     finished = [e for e in events if isinstance(e, ev.CaptureFinished)]
     assert {e.phase for e in finished} == {"decode", "prefill"}
     assert all(e.ok and e.kernels_compiled == 1 and e.kernels_cached == 0 for e in finished)
