@@ -46,9 +46,9 @@ from harness import (
     write_json,
 )
 
+from graphtop.engine.gc_freeze import frozen_heap
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
-from graphtop.tui.gc_heap import frozen_heap
 
 CPU_SHAPE_SMALL = dict(
     num_hidden_layers=1,
@@ -229,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
         "--no-gc-freeze",
         dest="gc_freeze",
         action="store_false",
-        help="serve without freezing the loaded heap (the graphtop command freezes it: tui/gc_heap.py)",
+        help="serve without freezing the loaded heap (the graphtop command freezes it: engine/gc_freeze.py)",
     )
     ap.add_argument("--viewer", nargs=2, metavar=("ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
     return ap

@@ -7,11 +7,12 @@ so smaller graphs reuse the blocks the larger ones freed (``capture_order``).
 
 from __future__ import annotations
 
-import gc
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
+
+from ..gc_freeze import frozen_heap
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only; this module needs no torch
     from .buffers import BridgeBuffers, BufferRegistry
@@ -84,13 +85,8 @@ class GraphBackend(ABC):
         if not self.freeze_gc:
             yield
             return
-        outer = gc.get_freeze_count() > 0  # a program that froze its heap itself keeps it frozen
-        gc.freeze()
-        try:
+        with frozen_heap():  # a heap frozen for serving stays frozen after the capture
             yield
-        finally:
-            if not outer:
-                gc.unfreeze()
 
     @abstractmethod
     def capture_one(self, key: ShapeKey, fn: Callable[[], Any]) -> Any: ...

@@ -41,6 +41,6 @@ def kernel_precompile(
     folder = precompile.point_triton_cache(kernel_cache_folder(cache_dir))
     if kernels.precompile == "off" or tp_size > 1:
         return None
-    cache = Path(folder) if folder is not None else Path(precompile.triton_cache_dir() or ".")
+    cache = folder if folder is not None else Path(precompile.triton_cache_dir() or ".")
     setup = f"{setup}|{device}|{torch.cuda.get_device_capability(device)}"
     return Precompile(shared_compiler(), cache, setup)

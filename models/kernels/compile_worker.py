@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Iterable, TextIO
 
 from .precompile import KernelVariant, compile_variant
 
 
-def serve(lines: object = sys.stdin, out: object = sys.stdout) -> None:
-    for line in lines:  # type: ignore[attr-defined]
+def serve(lines: Iterable[str] = sys.stdin, out: TextIO = sys.stdout) -> None:
+    for line in lines:
         if not line.strip():
             continue
         try:
             answer = {"seconds": compile_variant(KernelVariant(**json.loads(line)))}
         except Exception as e:  # the engine hears about it; its launch then compiles (and reports) itself
             answer = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
-        out.write(json.dumps(answer) + "\n")  # type: ignore[attr-defined]
-        out.flush()  # type: ignore[attr-defined]
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -163,8 +163,9 @@ def _jit_function(variant: KernelVariant) -> Any:
     return fn
 
 
-def _source(variant: KernelVariant) -> tuple[Any, Any, dict[str, Any]]:
-    """(ASTSource, GPUTarget, options) for ``variant``, decoded as ``JITFunction.preload`` decodes it."""
+def _source(variant: KernelVariant) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(ASTSource, GPUTarget, its backend, options) for ``variant``, decoded as ``JITFunction.preload``
+    decodes it."""
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -188,7 +189,7 @@ def _source(variant: KernelVariant) -> tuple[Any, Any, dict[str, Any]]:
     signature = {k: convert_to_tuple_if_list(v) for k, v in data["signature"].items()}
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()}
     source = ASTSource(_jit_function(variant), signature, constexprs, attrs)
-    return source, target, backend.parse_options(options).__dict__
+    return source, target, backend, backend.parse_options(options).__dict__
 
 
 def is_cached(variant: KernelVariant) -> bool:
@@ -196,12 +197,10 @@ def is_cached(variant: KernelVariant) -> bool:
     Computes the cache key as ``triton.compile`` does."""
     import hashlib
 
-    from triton.compiler import make_backend
     from triton.compiler.compiler import get_cache_invalidating_env_vars, get_cache_key
     from triton.runtime.cache import get_cache_manager
 
-    source, target, options = _source(variant)
-    backend = make_backend(target)
+    source, _, backend, options = _source(variant)
     parsed = backend.parse_options(dict(options, **source.parse_options()))
     key = get_cache_key(source, backend, parsed, env_vars=get_cache_invalidating_env_vars())
     manager = get_cache_manager(hashlib.sha256(key.encode("utf-8")).hexdigest())
@@ -213,6 +212,6 @@ def compile_variant(variant: KernelVariant) -> float:
     """Compile ``variant`` into Triton's on-disk cache (a worker process runs this; no GPU is touched).
     Returns the seconds it took (near zero when the cache already had it)."""
     t0 = time.perf_counter()
-    source, target, options = _source(variant)
+    source, target, _, options = _source(variant)
     triton.compile(source, target=target, options=options)
     return time.perf_counter() - t0

@@ -9,8 +9,8 @@ import pytest
 from support.cli_support import SHORT_RUN, run
 
 import graphtop.tui.cli.headless as headless
+from graphtop.engine.gc_freeze import frozen_heap
 from graphtop.engine.graphs.emulated import EmulatedGraphBackend
-from graphtop.tui.gc_heap import frozen_heap
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

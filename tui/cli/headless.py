@@ -23,9 +23,9 @@ import sys
 import time
 from typing import Any, Optional
 
+from graphtop.engine.gc_freeze import frozen_heap
 from graphtop.engine.telemetry.safe_write import OutputPathError
 
-from ..gc_heap import frozen_heap
 from ..safe_text import one_line
 from ..usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts

@@ -15,7 +15,8 @@ import sys
 import threading
 from typing import Any, Optional
 
-from ..gc_heap import frozen_heap
+from graphtop.engine.gc_freeze import frozen_heap
+
 from ..usage import UsageError, print_error
 from .flag_types import file_path, int_in, nonempty, nonneg_int
 from .flags import _Parser, add_engine_flags, add_telemetry_flag

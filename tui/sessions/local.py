@@ -12,7 +12,8 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..gc_heap import freeze_heap, thaw_heap
+from graphtop.engine.gc_freeze import freeze_heap, thaw_heap
+
 from .base import Limits, SamplingSettings, StreamHandle
 from .prompt_queue import PromptQueue
 
@@ -101,7 +102,7 @@ class EngineSession:
             engine.shutdown()
             return
         self.engine = engine
-        self._thaw = freeze_heap()  # the loaded heap out of the collector's way while it serves (tui/gc_heap.py)
+        self._thaw = freeze_heap()  # the loaded heap out of the collector's way while it serves (engine/gc_freeze.py)
         engine.start_background()
         self.prompts.release(self._submit_now)
 

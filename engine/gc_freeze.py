@@ -1,6 +1,8 @@
-"""The loaded heap, out of the garbage collector's reach while the engine serves.
+"""Freezing the garbage collector's view of the heap, nested: a freeze inside a frozen heap leaves the
+outer one in place. Used while the engine serves (the CLI, the dashboard) and, opt-in, around graph
+capture (``GraphConfig.freeze_gc``, graphs/backend.py).
 
-Why: once a model is loaded the process holds a few hundred thousand long-lived objects (torch, the
+Why serve frozen: once a model is loaded the process holds a few hundred thousand long-lived objects (torch, the
 tokenizer, the engine, the imported modules). A full (oldest-generation) collection walks all of them
 and stops every thread meanwhile: about 170 ms on the 2-core CPU for 341,670 objects, a step's worth
 of stall that lands at random in a long run. Frozen (``gc.freeze``, as vLLM's engine core does after
