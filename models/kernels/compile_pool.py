@@ -35,8 +35,9 @@ def default_workers() -> int:
 
 @dataclass
 class CompileStats:
-    """What the compiler has done: variants asked for, found on disk, compiled here, failed, and the
-    compile seconds the workers spent (summed over workers, so more than the wall time)."""
+    """What the compiler has done (``KernelCompiler.stats``): variants asked for, found on disk, compiled
+    by a worker, failed, and the compile seconds the workers spent (summed over workers, so more than the
+    wall time)."""
 
     requested: int = 0
     on_disk: int = 0
@@ -55,9 +56,10 @@ class KernelCompiler:
 
     def __init__(self, workers: Optional[int] = None) -> None:
         self.workers = workers or default_workers()
-        self.stats = CompileStats()
         self._futures: dict[str, Future[float]] = {}
-        self._origin: dict[str, str] = {}  # key -> "disk" | "compiled" | "failed"
+        self._origin: dict[str, str] = {}  # key -> "disk" | "compiled" | "failed", once known
+        self._worker_seconds = 0.0
+        self._failures: list[str] = []
         self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._procs: list[subprocess.Popen[str]] = []
@@ -74,11 +76,9 @@ class KernelCompiler:
             with self._lock:
                 if key in self._futures:
                     continue
-                self.stats.requested += 1
                 future: Future[float] = Future()
                 self._futures[key] = future
                 if _on_disk(variant):
-                    self.stats.on_disk += 1
                     self._origin[key] = "disk"
                     future.set_result(0.0)
                     continue
@@ -86,6 +86,20 @@ class KernelCompiler:
             future.add_done_callback(lambda f, label=variant.label, key=key: self._record(f, label, key))
             self._jobs.put((variant, future))
         return keys
+
+    @property
+    def stats(self) -> CompileStats:
+        """The counts so far, from each variant's origin."""
+        with self._lock:
+            counts = _tally(self._origin.values())
+            return CompileStats(
+                len(self._futures),
+                counts["disk"],
+                counts["compiled"],
+                counts["failed"],
+                self._worker_seconds,
+                list(self._failures),
+            )
 
     def done(self, keys: Iterable[str]) -> bool:
         return all(self._futures[k].done() for k in keys)
@@ -154,13 +168,8 @@ class KernelCompiler:
 
     def origins(self, keys: Iterable[str]) -> dict[str, int]:
         """How many of ``keys`` were found on disk, compiled by a worker, or failed to compile."""
-        counts = {"disk": 0, "compiled": 0, "failed": 0}
         with self._lock:
-            for key in set(keys):
-                origin = self._origin.get(key)
-                if origin is not None:
-                    counts[origin] += 1
-        return counts
+            return _tally(self._origin.get(key) for key in set(keys))
 
     def _record(self, future: Future[float], label: str, key: str) -> None:
         with self._lock:
@@ -169,11 +178,18 @@ class KernelCompiler:
             error = future.exception()
             self._origin[key] = "compiled" if error is None else "failed"
             if error is None:
-                self.stats.compiled += 1
-                self.stats.worker_seconds += future.result()
+                self._worker_seconds += future.result()
             else:
-                self.stats.failed += 1
-                self.stats.failures.append(f"{label}: {str(error)[:200]}")
+                self._failures.append(f"{label}: {str(error)[:200]}")
+
+
+def _tally(origins: Iterable[Optional[str]]) -> dict[str, int]:
+    """Origins counted by kind (an unknown one, a compile still running, is left out)."""
+    counts = {"disk": 0, "compiled": 0, "failed": 0}
+    for origin in origins:
+        if origin is not None:
+            counts[origin] += 1
+    return counts
 
 
 def _on_disk(variant: KernelVariant) -> bool:
