@@ -21,6 +21,8 @@ try:
     import triton
     import triton.language as tl
 
+    from .launch import fast
+
     HAVE_TRITON = True
 except Exception:  # pragma: no cover - CPU builds of torch ship no triton
     HAVE_TRITON = False
@@ -91,11 +93,11 @@ def argmax_rows(
     idx = torch.empty(rows, n_chunks, dtype=torch.int64, device=logits.device)
     if out is None:
         out = torch.empty(rows, dtype=torch.int64, device=logits.device)
-    _chunk_argmax[(rows, n_chunks)](
+    fast(_chunk_argmax)[(rows, n_chunks)](
         logits, vals, idx, V, logits.stride(0), n_chunks, BLOCK=CHUNK, USE_PDL=pdl, num_warps=8, launch_pdl=pdl
     )
     ring, slot = host_ring if host_ring is not None else (out, out)
-    _final_argmax[(rows,)](
+    fast(_final_argmax)[(rows,)](
         vals,
         idx,
         out,

@@ -43,6 +43,7 @@ except Exception:  # pragma: no cover - CPU builds of torch ship no triton
 
 if HAVE_TRITON:
     from graphtop.models.kernels.fused import rms_scale
+    from graphtop.models.kernels.launch import fast
 
     @triton.jit
     def _kv_tile(
@@ -352,7 +353,7 @@ class PagedDecode:
             out = torch.empty((rows, self.num_heads, self.head_dim), dtype=q.dtype, device=q.device)
         kn, vn, new_stride, pos, cs, qw, kw, eps, new_kv, has_norm = new
         tu = self.tuning_for(rows)
-        _decode_kernel[(rows, self.num_kv_heads, splits)](
+        fast(_decode_kernel)[(rows, self.num_kv_heads, splits)](
             q,
             k_cache,
             v_cache,

@@ -61,6 +61,7 @@ def use_pdl(device: torch.device, weight_bytes: int = 0, policy: str = "auto") -
 
 
 if HAVE_TRITON:
+    from .launch import fast
 
     @triton.jit
     def rms_scale(x, rstd, w, dt):
@@ -218,7 +219,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     x3 = x if x.dim() == 3 else x.unsqueeze(1)
     T, H, D = x3.shape
     out = torch.empty((T, H, D), dtype=x.dtype, device=x.device)
-    _rmsnorm_kernel[(T * H,)](
+    fast(_rmsnorm_kernel)[(T * H,)](
         x3,
         weight,
         out,
@@ -243,7 +244,7 @@ def add_rms_norm(
     PDL-launched projection after it streams its first weight tile while the norm runs."""
     out = torch.empty_like(residual)
     D = residual.shape[-1]
-    _add_rmsnorm_kernel[(residual.shape[0],)](
+    fast(_add_rmsnorm_kernel)[(residual.shape[0],)](
         x,
         residual,
         weight,
@@ -270,7 +271,7 @@ def silu_and_mul(x: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     cols = two_i // 2
     out = torch.empty((n, cols), dtype=x.dtype, device=x.device)
     block = 1024
-    _silu_mul_kernel[(n, triton.cdiv(cols, block))](
+    fast(_silu_mul_kernel)[(n, triton.cdiv(cols, block))](
         x, out, x.stride(0), out.stride(0), cols, BLOCK=block, USE_PDL=pdl, launch_pdl=pdl
     )
     return out
@@ -291,7 +292,7 @@ def qk_norm_rope(
     n_kh = k.shape[1]
     q_out = torch.empty((T, n_qh, D), dtype=q.dtype, device=q.device)
     has_norm = q_weight is not None
-    _qk_norm_rope_kernel[(T,)](
+    fast(_qk_norm_rope_kernel)[(T,)](
         q,
         k,
         q_out,
@@ -319,7 +320,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     T, n_kh, D = k.shape
     if T == 0:
         return
-    _store_kv_kernel[(T,)](
+    fast(_store_kv_kernel)[(T,)](
         k,
         v,
         k_cache,

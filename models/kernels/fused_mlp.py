@@ -34,6 +34,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from .gemv import _gemv_step, _gemv_weights
+    from .launch import fast
 
     @triton.jit
     def _sum_partials(src, first, count, c, c_mask, stride, BLOCK_C: tl.constexpr, RED: tl.constexpr):
@@ -271,7 +272,7 @@ def fused_mlp(
     group = max(1, min(group, programs))
     groups = triton.cdiv(programs, group)
     ws = workspace(h.device, hidden, programs, groups)
-    _fused_mlp_kernel[(programs,)](
+    fast(_fused_mlp_kernel)[(programs,)](
         h,
         gate_up_weight,
         norm_weight,

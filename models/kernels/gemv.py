@@ -39,6 +39,8 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from .launch import fast
+
     @triton.jit
     def _gemv_weights(w_rows, rk, K, n_mask, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
         if EVEN_K:
@@ -302,6 +304,52 @@ def _workspace(device: torch.device, partials: int, blocks: int) -> tuple[torch.
     return ws
 
 
+_SHAPES: dict[tuple, tuple[tuple[int, int], int, int, dict]] = {}
+"""(rows, N, K, x's columns, prologue, residual, bias, pdl, trigger, config) -> the launch's shape: worked out
+once, since an eager decode step launches the same few shapes ~140 times (models/kernels/launch.py)."""
+
+
+def _launch_shape(
+    m: int,
+    n: int,
+    k: int,
+    x_cols: int,
+    prologue: int,
+    has_res: bool,
+    has_bias: bool,
+    pdl: bool,
+    trigger: bool,
+    config: Optional[tuple[int, ...]],
+) -> tuple[tuple[int, int], int, int, dict]:
+    """(grid, split, block_n, the constexprs and launch options) of a ``gemv`` launch."""
+    assert m <= MAX_M, f"gemv handles at most {MAX_M} rows, got {m}"
+    assert x_cols == (2 * k if prologue == 2 else k), (m, x_cols, n, k, prologue)
+    block_n, block_k, warps, stages, *rest = config or pick_config(n, k)
+    block_m = triton.next_power_of_2(m)
+    if block_m > 1:  # the [M, N, K] accumulator must stay in registers
+        block_k = max(64, min(block_k, 8192 // (block_m * block_n)))
+    split = rest[0] if rest else 1
+    if prologue == 1 or k % (split * block_k):
+        split = 1
+    meta = dict(
+        PROLOGUE=prologue,
+        HAS_RES=has_res,
+        HAS_BIAS=has_bias,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        EVEN_K=k % block_k == 0,
+        EVEN_N=n % block_n == 0,
+        USE_PDL=pdl,
+        SPLIT_K=split,
+        TRIGGER=trigger and not pdl,
+        num_warps=warps,
+        num_stages=stages,
+        launch_pdl=pdl,
+    )
+    return (triton.cdiv(n, block_n), split), split, block_n, meta
+
+
 def gemv(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -327,24 +375,22 @@ def gemv(
     """
     m = x.shape[0]
     n, k = weight.shape
-    assert m <= MAX_M, f"gemv handles at most {MAX_M} rows, got {m}"
-    assert x.stride(-1) == 1 and weight.is_contiguous()
-    assert x.shape[1] == (2 * k if silu_mul else k), (x.shape, weight.shape, silu_mul)
     if out is None:
         out = torch.empty((m, n), dtype=weight.dtype, device=weight.device)
     prologue = 2 if silu_mul else (1 if norm_weight is not None else 0)
     if pdl is None:
         pdl = use_pdl(weight.device, weight.numel() * weight.element_size())
-    block_n, block_k, warps, stages, *rest = config or pick_config(n, k)
-    block_m = triton.next_power_of_2(m)
-    if block_m > 1:  # the [M, N, K] accumulator must stay in registers
-        block_k = max(64, min(block_k, 8192 // (block_m * block_n)))
-    split = rest[0] if rest else 1
-    if prologue == 1 or k % (split * block_k):
-        split = 1
-    blocks = triton.cdiv(n, block_n)
-    part, tickets = _workspace(weight.device, split * blocks * block_m * block_n, blocks) if split > 1 else (out, out)
-    _gemv_kernel[(blocks, split)](
+    at = (m, n, k, x.shape[1], prologue, residual is not None, bias is not None, pdl, trigger, config)
+    shape = _SHAPES.get(at)
+    if shape is None:
+        shape = _SHAPES[at] = _launch_shape(*at)
+    grid, split, block_n, meta = shape
+    assert x.stride(-1) == 1 and weight.is_contiguous()
+    if split > 1:
+        part, tickets = _workspace(weight.device, split * grid[0] * meta["BLOCK_M"] * block_n, grid[0])
+    else:
+        part, tickets = out, out
+    fast(_gemv_kernel)[grid](
         x,
         weight,
         out,
@@ -360,19 +406,6 @@ def gemv(
         out.stride(0),
         residual.stride(0) if residual is not None else 0,
         eps,
-        PROLOGUE=prologue,
-        HAS_RES=residual is not None,
-        HAS_BIAS=bias is not None,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        EVEN_K=k % block_k == 0,
-        EVEN_N=n % block_n == 0,
-        USE_PDL=pdl,
-        SPLIT_K=split,
-        TRIGGER=trigger and not pdl,
-        num_warps=warps,
-        num_stages=stages,
-        launch_pdl=pdl,
+        **meta,
     )
     return out

@@ -51,6 +51,7 @@ from .stream_k import stream_k_plan, stream_k_programs
 if HAVE_TRITON:
     import triton
 
+    from .launch import fast
     from .skinny_kernels import _skinny_kernel, _streamk_kernel
 
 
@@ -212,7 +213,7 @@ def _launch(
         )
         up_part = plan.segments * block_n * block_m
         parts, tickets = WORKSPACE.get(weight.device, up_part * (2 if silu_mul else 1), slabs)
-        _streamk_kernel[(plan.programs.shape[0],)](
+        fast(_streamk_kernel)[(plan.programs.shape[0],)](
             *common,
             parts,
             tickets,
@@ -235,7 +236,7 @@ def _launch(
         if split > 1
         else (out, out)
     )
-    _skinny_kernel[(slabs, split)](
+    fast(_skinny_kernel)[(slabs, split)](
         *common,
         parts,
         tickets,

@@ -501,3 +501,31 @@ def test_triton_paged_decode_launch_shape_by_rows():
     assert kern.tuning_for(td.LARGE_ROWS) == kern.tuning_for(td.HUGE_ROWS - 1) == td.LARGE_TUNING
     assert kern.tuning_for(td.HUGE_ROWS) == kern.tuning_for(4 * td.HUGE_ROWS) == td.HUGE_TUNING
     assert kern.splits_for(td.HUGE_ROWS) == 1  # 256 rows x 8 KV heads fill the SMs without splits
+
+
+def test_fast_launches_give_the_logits_tritons_own_launches_give():
+    """Eager decode through ``FastKernel`` (every fast launch checked against Triton's own binding) equals,
+    bit for bit, the same forwards launched by Triton, at 1 and 3 rows, with the MLP in one launch or not."""
+    from graphtop.models.kernels import launch
+    from graphtop.models.layers.reference_attention import ContiguousAttention
+    from graphtop.models.synthetic.random_model import hf_config_for, random_checkpoint
+
+    cfg = hf_config_for("qwen3-0.6b", num_hidden_layers=4)
+    for fused_mlp in (False, True):
+        model = random_checkpoint(cfg, device="cuda", dtype=torch.bfloat16, seed=7).model
+        assert model.enable_fused_kernels(gemv_max_rows=4, fused_mlp=fused_mlp)
+        for t in (1, 3):
+            ids = torch.randint(10, 1000, (t,), device="cuda")
+            pos = torch.arange(t, device="cuda")
+            with torch.inference_mode():
+                launch.ENABLED = False
+                try:
+                    want = model.decode_logits(ids, pos, ContiguousAttention()).clone()
+                finally:
+                    launch.ENABLED = True
+                model.decode_logits(ids, pos, ContiguousAttention())  # fills the plans, if the first was not
+                fast = sum(k.fast_launches for k in launch._KERNELS.values())
+                with launch.verifying():
+                    got = model.decode_logits(ids, pos, ContiguousAttention())
+            assert sum(k.fast_launches for k in launch._KERNELS.values()) > fast
+            assert torch.equal(got, want), (fused_mlp, t)
