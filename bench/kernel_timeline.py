@@ -8,7 +8,11 @@ the step is how far it moves the end of the work. Kernels are told apart by name
 place after the step's attention kernel, so the four projections of a layer (one GEMV kernel with
 different grids and places) get a row each.
 
-    python3 bench/kernel_timeline.py TRACE.json [--steps 10]
+    python3 bench/kernel_timeline.py TRACE.json [--steps 10] [--layers 28] [--bytes BYTES.json]
+
+With the model's layer count it says how many launches (and copies) a layer takes; with the bytes each
+kernel's launch reads (bench/profile_decode.py writes them beside its trace) each kernel's achieved
+bandwidth over its own duration.
 """
 
 from __future__ import annotations
@@ -75,24 +79,38 @@ def attribute(evs: list[dict]) -> dict[str, Row]:
     return rows
 
 
-def report(trace_path: Path, steps: int) -> str:
+def bytes_of(key: str, launch_bytes: dict[str, int]) -> int | None:
+    """The bytes one launch of row ``key`` reads: ``launch_bytes`` by "name grid=[...]", else by name."""
+    base = key.split(" @attn")[0]
+    found = launch_bytes.get(base)
+    return found if found is not None else launch_bytes.get(base.split(" grid=")[0])
+
+
+def report(trace_path: Path, steps: int, layers: int = 0, launch_bytes: dict[str, int] | None = None) -> str:
+    """The table; with ``layers``, launches per layer too; with ``launch_bytes`` (what a launch of a kernel
+    reads, by "name grid=[...]" or by name), each kernel's achieved bandwidth over its own duration."""
     rows = attribute(kernels(json.loads(trace_path.read_text())))
     total = sum(r.advance_us for r in rows.values())
     lines = [
         f"{'kernel (grid, place after attention)':80s} {'n/step':>6s} {'dur us':>7s} {'gap us':>7s} "
-        f"{'early us':>8s} {'charged us/step':>15s} {'share':>6s}"
+        f"{'early us':>8s} {'charged us/step':>15s} {'share':>6s} {'GB/s':>6s}"
     ]
     for key, r in sorted(rows.items(), key=lambda kv: -kv[1].advance_us):
         n = r.count
+        nbytes = bytes_of(key, launch_bytes or {})
+        bandwidth = f"{nbytes / (r.busy_us / n) / 1e3:6.0f}" if nbytes and r.busy_us > 0 else f"{'':6s}"
         lines.append(
             f"{key:80s} {n / steps:6.1f} {r.busy_us / n:7.2f} {r.gap_us / n:7.2f} "
-            f"{r.early_us / n:8.2f} {r.advance_us / steps:15.1f} {r.advance_us / total:6.1%}"
+            f"{r.early_us / n:8.2f} {r.advance_us / steps:15.1f} {r.advance_us / total:6.1%} {bandwidth}"
         )
     gaps = sum(r.gap_us for r in rows.values())
     lines.append(
         f"{'total busy (charged) / idle (gaps) per step':80s} {'':6s} {'':7s} {gaps / steps:7.1f} "
         f"{'':8s} {total / steps:15.1f}"
     )
+    launches = sum(r.count for r in rows.values()) / steps
+    per_layer = f", {launches / layers:.2f} a layer ({layers} layers)" if layers else ""
+    lines.append(f"device work items per step: {launches:.1f}{per_layer}")
     return "\n".join(lines)
 
 
@@ -100,12 +118,17 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--steps", type=int, default=10, help="decode steps the trace holds")
+    ap.add_argument("--layers", type=int, default=0, help="the model's decoder layers: launches per layer too")
+    ap.add_argument(
+        "--bytes", type=Path, help='JSON {"name grid=[...]" or "name": bytes a launch reads}: bandwidth per kernel'
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    print(report(args.trace, args.steps))
+    launch_bytes = json.loads(args.bytes.read_text()) if args.bytes else None
+    print(report(args.trace, args.steps, args.layers, launch_bytes))
     return 0
 
 

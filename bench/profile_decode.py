@@ -6,7 +6,9 @@ steps (torch.profiler) and the host functions (cProfile), for one batch size.
         [--ab ";norms=separate"]  (profile each bench/ab_decode.py variant in turn)
         [--eager]  (no graphs: the eager step a shape without a graph runs, its kernels and host profile)
 
-Writes ``profile_<shape>_bs<bs>.json`` (Chrome trace of the last variant; open in Perfetto) under --out.
+Writes ``profile_<shape>_bs<bs>.json`` (Chrome trace of the last variant; open in Perfetto) under --out, and
+beside it ``profile_<shape>_bs<bs>.bytes.json``, what each of its kernels' launches reads (bench/kernel_timeline.py
+--bytes): the timeline printed for each variant gives launches per layer and each kernel's bandwidth.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import shutil
@@ -25,7 +28,7 @@ from typing import Any, Optional
 import kernel_timeline
 import torch
 from ab_decode import apply
-from harness import comma_ints, drain, fill_decode, log, make_engine, random_ckpt, release_cuda, time_steps
+from harness import PROMPT_LEN, comma_ints, drain, fill_decode, log, make_engine, random_ckpt, release_cuda, time_steps
 
 from graphtop.engine.kernel_config import KernelConfig
 from graphtop.engine.telemetry.bus import EventBus
@@ -92,6 +95,40 @@ def kernel_table(eng: Any, rows: int) -> tuple[str, Any]:
     return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60), p
 
 
+def launch_bytes(model: Any, rows: int, context: int) -> dict[str, int]:
+    """What one launch of each decode kernel reads at ``rows`` rows (bench/kernel_timeline.py's ``--bytes``): a
+    fused-GEMV launch its weight (keyed by the grid its launch shape gives: a grid two projections share is
+    left out), the one-launch MLP both its weights, the decode attention kernel a layer's K/V at ``context``
+    tokens a row (keyed by name: its split count varies). Empty off the fused-GEMV rows."""
+    from graphtop.models.kernels import fused_mlp as tm
+    from graphtop.models.kernels import gemv as tg
+
+    if not model.fused_gemv_rows or rows > model.fused_gemv_rows:
+        return {}
+    found: dict[str, Optional[int]] = {}
+
+    def add(key: str, nbytes: int) -> None:
+        found[key] = nbytes if found.get(key, nbytes) == nbytes else None
+
+    layer = model.model.layers[0]
+    qkv, o, gate_up, down = layer.projections()
+    gemvs = ((qkv, 1), (o, 0), (model.lm_head, 1))
+    if not layer.kernels.fused_mlp:
+        gemvs += ((gate_up, 1), (down, 2))
+    for proj, prologue in gemvs:
+        n, k = proj.weight.shape
+        x_cols = 2 * k if prologue == 2 else k
+        grid = tg._launch_shape(rows, n, k, x_cols, prologue, False, False, False, False, None)[0]
+        add(f"_gemv_kernel grid={[grid[0], grid[1], 1]}", proj.weight.numel() * proj.weight.element_size())
+    if layer.kernels.fused_mlp:
+        w = (gate_up.weight, down.weight)
+        programs = -(-down.weight.shape[1] // tm.pick_config(down.weight.shape[0], down.weight.shape[1]).block_i)
+        add(f"_fused_mlp_kernel grid={[programs, 1, 1]}", sum(t.numel() * t.element_size() for t in w))
+    spec = model.spec
+    add("_decode_kernel", rows * context * spec.num_kv_heads * spec.head_dim * 2 * qkv.weight.element_size())
+    return {key: v for key, v in found.items() if v is not None}
+
+
 def profile_shape(
     shape: str, ckpt: Any, bs: int, args: argparse.Namespace, suffix: str = "", ab_variant: Optional[str] = None
 ) -> None:
@@ -130,17 +167,21 @@ def profile_shape(
             f"({eng.attention.describe()}, gemv rows "
             f"{eng.model.fused_gemv_rows}, overlapped {eng.overlapped_steps})"
         )
+        context = PROMPT_LEN + round(sum(len(h._token_ids) for h in handles) / len(handles)) + TRACE_STEPS // 2
         table, prof = kernel_table(eng, 14)
         log(table)
+        nbytes = launch_bytes(eng.model, bs, context)
+        layers = eng.spec.num_layers
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(trace))  # a profile exports once: the last variant's is kept
             log(
-                f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py)\n"
-                f"{kernel_timeline.report(trace, TRACE_STEPS)}"
+                f"[{tag}] {name}: wall time by kernel (bench/kernel_timeline.py; bandwidth at context {context})\n"
+                f"{kernel_timeline.report(trace, TRACE_STEPS, layers, nbytes)}"
             )
             if n == len(picked) - 1:
                 shutil.copyfile(trace, Path(args.out) / f"profile_{shape}_bs{bs}{suffix}.json")
+                Path(args.out, f"profile_{shape}_bs{bs}{suffix}.bytes.json").write_text(json.dumps(nbytes))
         if n == len(picked) - 1:
             cp = cProfile.Profile()
             cp.enable()

@@ -43,7 +43,33 @@ def test_kernels_of_one_name_are_keyed_by_their_place_after_attention(tmp_path):
     assert rows["_gemv_kernel grid=[128, 1, 1] @attn+3"].count == 2
     assert rows["_gemv_kernel grid=[128, 1, 1]"].count == 1  # the first qkv: no attention before it
     text = kt.report(path, steps=1)
-    assert text.splitlines()[-1].split()[-1] == "10.0"
+    assert text.splitlines()[-2].split()[-1] == "10.0"
+    assert text.splitlines()[-1] == "device work items per step: 10.0"
+
+
+def test_launches_per_layer_and_each_kernels_bandwidth(tmp_path):
+    """Two layers of five launches; the q|k|v GEMV (grid [512, 1, 1]) reads 8 MB in 4 us: 2,000 GB/s; the
+    attention is matched by name (its split count varies); the o GEMV has no byte count: no figure."""
+    evs, t = [], 0.0
+    for _ in range(2):
+        for name, grid, dur in [
+            ("_gemv_kernel", (512, 1, 1), 4.0),
+            ("_decode_kernel", (1, 8, 4), 2.0),
+            ("_gemv_kernel", (128, 2, 1), 2.0),
+            ("_gemv_kernel", (768, 1, 1), 5.0),
+            ("_gemv_kernel", (128, 3, 1), 3.0),
+        ]:
+            evs.append(_k(name, t, dur, grid))
+            t += dur
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    launch_bytes = {"_gemv_kernel grid=[512, 1, 1]": 8_000_000, "_decode_kernel": 1_000_000}
+    lines = kt.report(path, steps=1, layers=2, launch_bytes=launch_bytes).splitlines()
+    assert lines[-1] == "device work items per step: 10.0, 5.00 a layer (2 layers)"
+    row = {line.split("  ")[0]: line.split() for line in lines[1:-2]}
+    assert row["_gemv_kernel grid=[512, 1, 1] @attn+4"][-1] == "2000"  # the second layer's q|k|v
+    assert row["_decode_kernel grid=[1, 8, 4] @attn+0"][-1] == "500"
+    assert row["_gemv_kernel grid=[128, 2, 1] @attn+1"][-1].endswith("%")  # no byte count: the share is last
 
 
 def test_copies_between_graphs_are_charged_with_the_gap_before_them():
@@ -61,3 +87,33 @@ def test_copies_between_graphs_are_charged_with_the_gap_before_them():
     assert rows["Memset  grid=[]"].gap_us == 1 and rows["Memset  grid=[]"].advance_us == 1
     assert rows["_gemv_kernel grid=[512, 1, 1]"].gap_us == 1
     assert sum(r.advance_us + r.gap_us for r in rows.values()) == 15
+
+
+def test_profile_decode_knows_what_each_decode_launch_reads():
+    """bench/profile_decode.py's byte counts for the timeline (needs Triton for the launch shapes): each
+    projection's GEMV by its grid, the one-launch MLP both weights, the attention a layer's K/V."""
+    import pytest
+
+    pytest.importorskip("triton")
+    import profile_decode
+    from triton_host import fused_kernels_on_cpu, fused_model
+
+    for fused_mlp in (False, True):
+        with fused_kernels_on_cpu():
+            model = fused_model("qwen3-0.6b", fused_mlp=fused_mlp, num_hidden_layers=2, vocab_size=2048)
+        got = profile_decode.launch_bytes(model, 1, 100)
+        mib = 1 << 20
+        expected = {
+            "_gemv_kernel grid=[512, 1, 1]": 8 * mib,  # q|k|v: 4096 x 1024 bf16
+            "_gemv_kernel grid=[128, 2, 1]": 4 * mib,  # o: 1024 x 2048, K split in two
+            "_gemv_kernel grid=[256, 1, 1]": 4 * mib,  # the lm_head: 2048 x 1024
+            "_decode_kernel": 100 * 8 * 128 * 2 * 2,  # 100 tokens of K and V, 8 KV heads of 128
+        }
+        if fused_mlp:
+            # gate|up 6144 x 1024 and down 1024 x 3072, 16 intermediate columns a program
+            expected["_fused_mlp_kernel grid=[192, 1, 1]"] = 18 * mib
+        else:
+            expected["_gemv_kernel grid=[768, 1, 1]"] = 12 * mib
+            expected["_gemv_kernel grid=[128, 3, 1]"] = 6 * mib
+        assert got == expected
+        assert profile_decode.launch_bytes(model, 5, 100) == {}  # past the fused-GEMV rows
