@@ -260,15 +260,17 @@ class Engine(RequestApi, ControlApi, Closing):
                 pdl=k.pdl,
                 skinny=k.skinny_layers,
                 packed=k.skinny_packed,
-                fused_mlp=k.mlp_fused,
+                fused_mlp=k.fused_mlp,
             )
         ):
             return ""
         note = " · model kernels: triton-fused"
         if self.model.fused_gemv_rows:
             note += f" (fused-GEMV layers for steps of <= {self.model.fused_gemv_rows} tokens)"
-        if k.mlp_fused:  # asked for: say whether it took effect
-            note += " · fused MLP: " + ("one launch a layer" if self.model.fused_mlp_layers() else "not for this model")
+        if self.model.fused_mlp_layers():
+            note += " · fused MLP: one launch a layer"
+        elif k.mlp_fused:  # asked for by name: say that it did not take effect
+            note += " · fused MLP: not for this model"
         if k.skinny_packed:  # asked for: say where it took effect, and what it holds
             rows = self.model.packed_rows()
             note += (

@@ -22,8 +22,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "fused_gemv": ("auto", "on", "off"),
     # "on": at the fused-GEMV layers' rows, a layer's MLP (RMSNorm, gate|up, SiLU·mul, down, residual add)
     # in one launch instead of two GEMVs (models/kernels/fused_mlp.py; bias-free MLPs not sharded by rows);
-    # "off" until measured on a GPU
-    "fused_mlp": ("off", "on"),
+    # "auto": "on" for the MLP shapes where it measured faster (fused_mlp.MEASURED_WINS), "off" elsewhere
+    "fused_mlp": ("auto", "off", "on"),
     # the skinny Triton GEMM for steps of 2-64 tokens, on the projections where it measured faster than
     # cuBLAS (models/kernels/skinny_tuning.py TUNED); "off" keeps cuBLAS for every projection; "packed" =
     # "auto", and where skinny_tuning.PACKED lists the shape's row class (the 8B at 17-64 tokens) the
@@ -72,7 +72,7 @@ class KernelConfig:
     all_reduce: str = "auto"
     skinny_gemm: str = "auto"
     precompile: str = "auto"
-    fused_mlp: str = "off"
+    fused_mlp: str = "auto"
 
     @property
     def gemv_layers(self) -> bool:
@@ -81,7 +81,7 @@ class KernelConfig:
 
     @property
     def mlp_fused(self) -> bool:
-        """Whether the fused-GEMV layers may run their MLP in one launch (the layer's MLP decides the rest)."""
+        """Whether the one-launch MLP was asked for by name ("auto" lets the model's shape decide)."""
         return self.fused_mlp == "on"
 
     @property

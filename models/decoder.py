@@ -32,6 +32,7 @@ from .layers.linear import (
     lm_head_gemv_on,
     lm_head_settings,
     logits_with_norm,
+    one_launch_mlp_for,
     packed_classes,
     row_class,
 )
@@ -281,7 +282,7 @@ class DecoderForCausalLM(nn.Module):
         pdl: str = "auto",
         skinny: bool = True,
         packed: bool = False,
-        fused_mlp: bool = False,
+        fused_mlp: bool | str = False,
     ) -> bool:
         """Switch to fused weights (qkv, gate_up) and Triton kernels when the device allows it.
 
@@ -290,7 +291,8 @@ class DecoderForCausalLM(nn.Module):
         ``pdl`` is their launch policy (the engine's ``KernelConfig``); ``skinny``: batches of 2-64
         tokens may take the skinny GEMM (``DecoderLayer.set_skinny``), ``packed`` on weight copies in its
         tile order at the row classes that measured faster so; ``fused_mlp``: the fused-GEMV layers run each
-        MLP in one launch (``DecoderLayer.set_fused_mlp``). Calling it again only updates those settings.
+        MLP in one launch (``DecoderLayer.set_fused_mlp``): True or "on", or "auto" for the MLP shapes where it
+        measured faster (``fused_mlp.MEASURED_WINS``). Calling it again only updates those settings.
         """
         if not fused_kernels_run(self.model.embed_tokens.weight):
             return self.model.fused
@@ -302,9 +304,10 @@ class DecoderForCausalLM(nn.Module):
                 layer.fold_norm_weights()
             self._fold_final_norm()
             self.model.fused = True
+        one_launch_mlp = one_launch_mlp_for(fused_mlp, self.spec.hidden_size, self.spec.intermediate_size)
         for layer in self.model.layers:
             layer.set_pdl(pdl)
-            layer.set_fused_mlp(fused_mlp, pdl)
+            layer.set_fused_mlp(one_launch_mlp, pdl)
             layer.set_skinny(skinny, pdl, packed)
         folded = bool((self.model.norm.weight == 1).all())
         self.lm_head_pdl, self.logits_pdl, self.lm_head_skinny = lm_head_settings(

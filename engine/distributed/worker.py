@@ -197,7 +197,7 @@ class RankServer:
                 pdl=k.pdl,
                 skinny=k.skinny_layers,
                 packed=k.skinny_packed,
-                fused_mlp=k.mlp_fused,
+                fused_mlp=k.fused_mlp,
             )
         self.runner = LockstepModelRunner(
             self.model,

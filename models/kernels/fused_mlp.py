@@ -16,8 +16,9 @@ rounded to the activation dtype, silu(gate) rounded, times up, rounded, the down
 residual add (in the activation dtype). The only difference is the order of the down projection's fp32
 sums, so the outputs agree to about one bf16 ulp.
 
-Used by ``KernelConfig.fused_mlp`` "on" for the fused-GEMV layers (CUDA bf16/fp16, Triton, <= ``MAX_M``
-rows, bias-free MLPs not sharded by rows). The block sizes are unmeasured defaults (``pick_config``).
+Used by ``KernelConfig.fused_mlp`` "on" (and "auto" for the shapes ``MEASURED_WINS`` lists) for the fused-GEMV
+layers (CUDA bf16/fp16, Triton, <= ``MAX_M`` rows, bias-free MLPs not sharded by rows). The block sizes are
+unmeasured defaults (``pick_config``).
 """
 
 from __future__ import annotations
@@ -192,6 +193,17 @@ DEFAULTS: dict[tuple[int, int], FusedMLPConfig] = {
     (1024, 3072): FusedMLPConfig(16, 256, 512, 4, 2, 12),
     (4096, 14336): FusedMLPConfig(32, 256, 256, 8, 2, 16),
 }
+
+MEASURED_WINS: frozenset[tuple[int, int]] = frozenset()
+"""(hidden, intermediate) shapes whose decode step measured faster with the one-launch MLP than with the two
+GEMVs on an H200 (bench/ab_decode.py mlp=fused): ``KernelConfig.fused_mlp`` "auto" takes it for these
+only. None yet: it has not been measured on a GPU."""
+
+
+def measured_win(hidden: int, intermediate: int) -> bool:
+    """Whether "auto" runs an MLP of this shape in one launch (``MEASURED_WINS``)."""
+    return (hidden, intermediate) in MEASURED_WINS
+
 
 ACC_PER_WARP = 2048
 """fp32 accumulator values a warp holds in a tile (64 a thread): the block sizes shrink to keep to it."""

@@ -48,6 +48,7 @@ __all__ = [
     "lm_head_gemv_on",
     "lm_head_settings",
     "logits_with_norm",
+    "one_launch_mlp_for",
     "packed_classes",
     "row_class",
 ]
@@ -262,6 +263,12 @@ class LayerKernels:
         if cls in self.norms_in_projections:
             return None, residual, self.project_add(down_proj, gu, DOWN, cls, residual)
         return self.project(down_proj, gu, DOWN, cls), residual, None
+
+
+def one_launch_mlp_for(mode: bool | str, hidden: int, intermediate: int) -> bool:
+    """Whether the fused-GEMV layers run each MLP in one launch: asked for (True, "on"), or "auto" and the MLP's
+    shape measured faster so (``fused_mlp.MEASURED_WINS``)."""
+    return mode in (True, "on") or (mode == "auto" and tm.measured_win(hidden, intermediate))
 
 
 def packed_classes(hidden: int) -> int:

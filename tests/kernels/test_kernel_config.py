@@ -32,15 +32,23 @@ def test_bad_values_name_their_source(field: str) -> None:
         resolve_kernel_config(KernelConfig(**{field: "nope"}), {})
 
 
-def test_the_fused_mlp_is_off_unless_asked_for() -> None:
-    assert KernelConfig().fused_mlp == "off" and not KernelConfig().mlp_fused
+def test_the_fused_mlp_is_taken_where_asked_for_or_measured_faster(monkeypatch) -> None:
+    """ "auto" (the default) takes the one-launch MLP only for shapes in ``fused_mlp.MEASURED_WINS``; "on"
+    everywhere it can run, "off" nowhere."""
+    from graphtop.models.kernels import fused_mlp as tm
+    from graphtop.models.layers.linear import one_launch_mlp_for
+
+    assert KernelConfig().fused_mlp == "auto" and not KernelConfig().mlp_fused
     assert resolve_kernel_config(KernelConfig(), {"GRAPHTOP_FUSED_MLP": "on"}).mlp_fused
     assert not resolve_kernel_config(KernelConfig(fused_mlp="on"), {"GRAPHTOP_FUSED_MLP": "off"}).mlp_fused
     with pytest.raises(ValueError) as bad:
         resolve_kernel_config(KernelConfig(), {"GRAPHTOP_FUSED_MLP": "yes"})
-    assert str(bad.value) == "GRAPHTOP_FUSED_MLP='yes': use one of off, on"
-    with pytest.raises(ValueError, match=r"^kernels\.fused_mlp='auto': use one of off, on$"):
-        resolve_kernel_config(KernelConfig(fused_mlp="auto"), {})
+    assert str(bad.value) == "GRAPHTOP_FUSED_MLP='yes': use one of auto, off, on"
+    assert not one_launch_mlp_for("auto", 1024, 3072)  # nothing measured yet
+    monkeypatch.setattr(tm, "MEASURED_WINS", frozenset({(1024, 3072)}))
+    assert one_launch_mlp_for("auto", 1024, 3072) and not one_launch_mlp_for("auto", 4096, 14336)
+    assert one_launch_mlp_for("on", 4096, 14336) and one_launch_mlp_for(True, 4096, 14336)
+    assert not one_launch_mlp_for("off", 1024, 3072) and not one_launch_mlp_for(False, 1024, 3072)
 
 
 def test_engine_config_validation_checks_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
