@@ -118,7 +118,7 @@ def launch_bytes(model: Any, rows: int, context: int) -> dict[str, int]:
     for proj, prologue in gemvs:
         n, k = proj.weight.shape
         x_cols = 2 * k if prologue == 2 else k
-        grid = tg._launch_shape(rows, n, k, x_cols, prologue, False, False, False, False, None)[0]
+        grid = tg._launch_shape(rows, n, k, x_cols, prologue, False, False, False, False, tg.pick_config(n, k))[0]
         add(f"_gemv_kernel grid={[grid[0], grid[1], 1]}", proj.weight.numel() * proj.weight.element_size())
     if layer.kernels.fused_mlp:
         w = (gate_up.weight, down.weight)

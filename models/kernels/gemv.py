@@ -306,7 +306,7 @@ def _workspace(device: torch.device, partials: int, blocks: int) -> tuple[torch.
 
 _SHAPES: dict[tuple, tuple[tuple[int, int], int, int, dict]] = {}
 """(rows, N, K, x's columns, prologue, residual, bias, pdl, trigger, config) -> the launch's shape: worked out
-once, since an eager decode step launches the same few shapes ~140 times (models/kernels/launch.py)."""
+once, since an eager decode step launches the same few shapes ~140 times (bench/eager_launch_bench.py)."""
 
 
 def _launch_shape(
@@ -319,12 +319,12 @@ def _launch_shape(
     has_bias: bool,
     pdl: bool,
     trigger: bool,
-    config: Optional[tuple[int, ...]],
+    config: tuple[int, ...],
 ) -> tuple[tuple[int, int], int, int, dict]:
     """(grid, split, block_n, the constexprs and launch options) of a ``gemv`` launch."""
     assert m <= MAX_M, f"gemv handles at most {MAX_M} rows, got {m}"
     assert x_cols == (2 * k if prologue == 2 else k), (m, x_cols, n, k, prologue)
-    block_n, block_k, warps, stages, *rest = config or pick_config(n, k)
+    block_n, block_k, warps, stages, *rest = config
     block_m = triton.next_power_of_2(m)
     if block_m > 1:  # the [M, N, K] accumulator must stay in registers
         block_k = max(64, min(block_k, 8192 // (block_m * block_n)))
@@ -380,7 +380,9 @@ def gemv(
     prologue = 2 if silu_mul else (1 if norm_weight is not None else 0)
     if pdl is None:
         pdl = use_pdl(weight.device, weight.numel() * weight.element_size())
-    at = (m, n, k, x.shape[1], prologue, residual is not None, bias is not None, pdl, trigger, config)
+    # the config is picked before the memo: a benchmark may change TUNED between engines (bench/ab_decode.py gemv=)
+    cfg = config or pick_config(n, k)
+    at = (m, n, k, x.shape[1], prologue, residual is not None, bias is not None, pdl, trigger, cfg)
     shape = _SHAPES.get(at)
     if shape is None:
         shape = _SHAPES[at] = _launch_shape(*at)

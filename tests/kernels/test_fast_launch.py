@@ -108,7 +108,8 @@ def test_a_second_launch_passes_what_tritons_own_launch_passes(recorded: Recorde
         assert kernel.fast_launches == before + 1
         fast_call = recorded.calls[-1]
         # the same launch through Triton's own path
-        grid, _, _, meta = gemv._SHAPES[(1, 96, 256, 256, 1, False, False, True, False, None)]
+        at = (1, 96, 256, 256, 1, False, False, True, False, gemv.pick_config(96, 256))
+        grid, _, _, meta = gemv._SHAPES[at]
         gemv._gemv_kernel[grid](x[2:3], w, out, out, nw, w, out, out, 1, 96, 256, 256, 96, 0, 1e-6, **meta)
         triton_call = recorded.calls[-1]
     assert fast_call[:3] == triton_call[:3]  # the grid
@@ -191,3 +192,15 @@ def test_a_decode_forward_launches_every_kernel_as_triton_would(recorded: Record
 def _jit(variants: list) -> list:
     """The ``@triton.jit`` functions of recorded variants."""
     return [precompile._jit_function(v) for v in variants]
+
+
+def test_a_gemv_config_changed_between_launches_takes_effect(recorded: Recorder, monkeypatch):
+    """The launch-shape memo is keyed by the config in force: an A/B that replaces a tuned config between its
+    engines (bench/ab_decode.py gemv=) launches the new one."""
+    x = torch.randn(1, 256, dtype=torch.bfloat16)
+    w = torch.randn(96, 256, dtype=torch.bfloat16)
+    gemv.gemv(x, w, pdl=False)
+    assert recorded.calls[-1][:2] == (12, 1)  # 8 rows a program: 12 programs
+    monkeypatch.setitem(gemv.TUNED, (96, 256), (16, 256, 4, 2))
+    gemv.gemv(x, w, pdl=False)
+    assert recorded.calls[-1][:2] == (6, 1)
