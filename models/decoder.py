@@ -26,8 +26,6 @@ from .layers.linear import (
     Projections,
     class_rows,
     fused_kernels_run,
-    gemv_add,
-    gemv_norm,
     gemv_row_limit,
     lm_head_gemv_on,
     lm_head_settings,
@@ -39,6 +37,7 @@ from .layers.linear import (
 from .layers.mlp import SwiGLUMLP
 from .layers.norm import PreNorm, RMSNorm, final_norm, fold_norm, fused_input_norm
 from .layers.rope import RopeFactors, RotaryEmbedding, fused_norm_rope
+from .layers.small_layer import Projection, SmallLayer, norm_of
 from .spec import ModelSpec
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
@@ -81,6 +80,8 @@ class Attention(nn.Module):
         del self.q_proj, self.k_proj, self.v_proj
         self.qkv_proj.requires_grad_(False)
         self.fused = True
+        # what attend_fused hands the attention, looked up once (models/layers/small_layer.py says why)
+        self.qk_norm_weights = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.qk_norm else None
 
     def attend_fused(
         self, qkv: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
@@ -89,10 +90,8 @@ class Attention(nn.Module):
         ``attn``; returns o as [T, heads * head_dim], ready for o_proj."""
         fused = getattr(attn, "forward_qkv", None)
         if fused is not None:
-            qw, kw = (self.q_norm.weight, self.k_norm.weight) if self.qk_norm else (None, None)
-            o = fused(
-                qkv, positions, rope.cos_sin_cache, qw, kw, self.q_norm.eps if self.qk_norm else 0.0, self.layer_id
-            )
+            qw, kw, eps = self.qk_norm_weights or (None, None, 0.0)
+            o = fused(qkv, positions, rope.cos_sin_cache, qw, kw, eps, self.layer_id)
             if o is not None:
                 return o.reshape(-1, self.num_heads * self.head_dim)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -124,6 +123,8 @@ class DecoderLayer(nn.Module):
         self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
         #: which kernel each projection takes on the fused path, per row class (set_pdl, set_skinny)
         self.kernels = LayerKernels()
+        #: the fused-GEMV forward with what it reads looked up once (``bind_small``); None: bind at next use
+        self.small: Optional[SmallLayer] = None
 
     def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
@@ -170,21 +171,37 @@ class DecoderLayer(nn.Module):
     def set_pdl(self, policy: str) -> None:
         """Whether each projection's fused GEMV launches with PDL (``LayerKernels.set_pdl``)."""
         self.kernels.set_pdl(self.projections(), policy)
+        self.small = None
 
     def set_fused_mlp(self, enabled: bool, policy: str) -> None:
         """Whether the MLP at the fused GEMV's rows runs in one launch (``LayerKernels.set_fused_mlp``)."""
         self.kernels.set_fused_mlp(self.projections(), enabled, policy)
+        self.small = None
+
+    def bind_small(self) -> SmallLayer:
+        """The fused-GEMV forward over this layer's parameters and current kernel settings."""
+        qkv, o, gate_up, down = (Projection.of(p) for p in self.projections())
+        k = self.kernels
+        self.small = SmallLayer(
+            qkv,
+            o,
+            gate_up,
+            down,
+            norm_of(self.input_layernorm),
+            norm_of(self.post_attention_layernorm),
+            self.self_attn.attend_fused,
+            k.gemv_pdl,
+            k.gate_up_trigger,
+            k.fused_mlp,
+            k.fused_mlp_pdl,
+        )
+        return self.small
 
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn) -> None:
-        """Decode at <= ``gemv.MAX_M`` rows: 7 launches instead of 10 (6 with the MLP in one launch,
+        """Decode at <= ``gemv.MAX_M`` rows: 5 launches instead of 10 (4 with the MLP in one launch,
         ``LayerKernels.fused_mlp``). ``h`` is the residual stream, updated in place: RMSNorms ride in the
-        GEMV prologues, residual adds in the epilogues."""
-        ln, sa, mlp = self.input_layernorm, self.self_attn, self.mlp
-        pdl_qkv, pdl_o, _, _ = self.kernels.gemv_pdl
-        qkv = gemv_norm(sa.qkv_proj, h, ln, pdl_qkv)
-        o = sa.attend_fused(qkv, positions, rope, attn)
-        gemv_add(sa.o_proj, o, h, pdl_o)
-        self.kernels.mlp_small(mlp.gate_up_proj, mlp.down_proj, h, self.post_attention_layernorm)
+        GEMV prologues, residual adds in the epilogues (models/layers/small_layer.py)."""
+        (self.small or self.bind_small()).forward(h, positions, rope, attn)
 
 
 class DecoderModel(nn.Module):

@@ -5,8 +5,8 @@ parameter copy; a tensor-parallel shard is a subclass); this module decides, per
 size, how their products are launched:
 
 * at <= ``gemv.MAX_M`` rows (decode, ``DecoderLayer.forward_small``), the fused GEMV, the RMSNorm in its
-  prologue and the residual add in its epilogue (``gemv_norm``, ``gemv_add``); where asked for
-  (``KernelConfig.fused_mlp``), the whole MLP in one launch (``LayerKernels.mlp_small``, kernels/fused_mlp.py);
+  prologue and the residual add in its epilogue (small_layer.py, with the settings decided here); where asked
+  for (``KernelConfig.fused_mlp``), the whole MLP in one launch (kernels/fused_mlp.py);
 * at 2-64 rows, the skinny GEMM where bench/skinny_bench.py measured it faster than cuBLAS
   (``skinny_tuning.TUNED``), with SiLU·mul in the gate|up epilogue and, where all four of a layer's
   projections take it, the add+RMSNorms inside them (``LayerKernels``); on packed weight copies at the
@@ -42,8 +42,6 @@ __all__ = [
     "Projections",
     "class_rows",
     "fused_kernels_run",
-    "gemv_add",
-    "gemv_norm",
     "gemv_row_limit",
     "lm_head_gemv_on",
     "lm_head_settings",
@@ -66,22 +64,6 @@ def fused_kernels_run(weight: torch.Tensor) -> bool:
 def gemv_row_limit(rows: int) -> int:
     """``rows`` capped at the most the fused GEMV handles."""
     return min(rows, tg.MAX_M)
-
-
-def gemv_norm(proj: nn.Linear, x: torch.Tensor, norm: RMSNorm, pdl: bool, trigger: bool = False) -> torch.Tensor:
-    """``proj(RMSNorm(x))`` on the fused GEMV, the norm in its prologue (its weight folded into ``proj``'s:
-    ``norm.fold_norm``). ``trigger``: without ``pdl``, still let the PDL-launched GEMV after it start early."""
-    return tg.gemv(x, proj.weight, proj.bias, norm_weight=norm.weight, eps=norm.eps, pdl=pdl, trigger=trigger)
-
-
-def gemv_add(proj: nn.Linear, x: torch.Tensor, h: torch.Tensor, pdl: bool, silu_mul: bool = False) -> None:
-    """``h += proj(x)`` in place, the residual add in the GEMV's epilogue. A projection may bring its
-    own (a tensor-parallel row shard adds its partial sum and all-reduces: models/parallel/layers.py)."""
-    own = getattr(proj, "gemv_add", None)
-    if own is not None:
-        own(x, h, pdl, silu_mul)
-    else:
-        tg.gemv(x, proj.weight, proj.bias, silu_mul=silu_mul, residual=h, out=h, pdl=pdl)
 
 
 @dataclass
@@ -130,20 +112,6 @@ class LayerKernels:
         self.fused_mlp = enabled and all(type(p) is nn.Linear and p.bias is None for p in (gate_up, down))
         weights = sum(p.weight.numel() * p.weight.element_size() for p in (gate_up, down))
         self.fused_mlp_pdl = self.fused_mlp and tk.use_pdl(gate_up.weight.device, weights, policy)
-
-    def mlp_small(self, gate_up_proj: nn.Linear, down_proj: nn.Linear, h: torch.Tensor, pln: RMSNorm) -> None:
-        """``h += MLP(RMSNorm(h))`` in place at <= ``gemv.MAX_M`` rows: one launch where ``fused_mlp``, else
-        the gate|up GEMV (RMSNorm in its prologue) and the down GEMV (SiLU·mul in its prologue, the
-        residual add in its epilogue). A plain launch of either lets a PDL-launched kernel after it start
-        early (``gemv.TRIGGER_NEXT``)."""
-        if self.fused_mlp:
-            trigger = tg.TRIGGER_NEXT and not self.fused_mlp_pdl
-            tm.fused_mlp(
-                h, gate_up_proj.weight, down_proj.weight, pln.weight, pln.eps, pdl=self.fused_mlp_pdl, trigger=trigger
-            )
-            return
-        gu = gemv_norm(gate_up_proj, h, pln, self.gemv_pdl[GATE_UP], trigger=self.gate_up_trigger)
-        gemv_add(down_proj, gu, h, self.gemv_pdl[DOWN], silu_mul=True)
 
     def set_skinny(self, projections: Projections, enabled: bool, policy: str, packed: bool = False) -> None:
         """Which projections take the skinny GEMM at 2-64 rows: plain bias-free ``nn.Linear`` ones (a

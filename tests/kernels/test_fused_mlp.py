@@ -62,13 +62,13 @@ def test_the_small_mlp_is_one_launch_when_fused_and_two_gemvs_otherwise(monkeypa
     monkeypatch.setattr(tm, "fused_mlp", lambda h, gu, d, nw, eps, **kw: calls.append(("fused", kw)))
     monkeypatch.setattr(linear.tg, "gemv", lambda x, w, b=None, **kw: calls.append(("gemv", kw)) or x)
     layer = _fused_layer()
-    mlp, pln = layer.mlp, layer.post_attention_layernorm
     h = torch.empty(1, 8, device="meta")
-    layer.kernels.mlp_small(mlp.gate_up_proj, mlp.down_proj, h, pln)
+    layer.bind_small().mlp(h)
     assert [c[0] for c in calls] == ["gemv", "gemv"]
     calls.clear()
-    layer.set_fused_mlp(True, "auto")
-    layer.kernels.mlp_small(mlp.gate_up_proj, mlp.down_proj, h, pln)
+    layer.set_fused_mlp(True, "auto")  # a new setting: the small path is bound again at its next use
+    assert layer.small is None
+    layer.bind_small().mlp(h)
     assert calls == [("fused", {"pdl": False, "trigger": linear.tg.TRIGGER_NEXT})]
 
 
