@@ -36,6 +36,8 @@ _I32_MIN, _I32_MAX, _U64_FROM = -(2**31), 2**31 - 1, 2**63
 _PLANS_MAX = 4096
 """Specializations kept per kernel; past it a new one launches through Triton (no kernel has near this many)."""
 _VERIFY = False
+_RUN_KNOBS = ("instrumentation_mode", "fpsan_homomorphic_casts")
+"""Compilation knobs ``JITFunction.run`` adds to a call's options before binding it (3.6: the first; 3.9: both)."""
 ENABLED = True
 """Whether ``FastKernel`` launches bypass Triton's binding (bench/eager_launch_bench.py switches it off for the
 other half of its A/B)."""
@@ -120,12 +122,10 @@ class FastKernel:
     def _bind(self, device: int, args: tuple, kwargs: dict[str, Any]) -> Any:
         """Triton's own binding of a call: (bound arguments, specialization, options)."""
         binder = self.fn.device_caches[device][4]
-        options = dict(
-            kwargs,
-            debug=kwargs.get("debug", self.fn.debug) or knobs.runtime.debug,
-            instrumentation_mode=knobs.compilation.instrumentation_mode,
-            fpsan_homomorphic_casts=knobs.compilation.fpsan_homomorphic_casts,
-        )  # as JITFunction.run adds them
+        options = dict(kwargs, debug=kwargs.get("debug", self.fn.debug) or knobs.runtime.debug)
+        for knob in _RUN_KNOBS:  # as JITFunction.run adds them (which ones depends on the Triton version)
+            if hasattr(knobs.compilation, knob):
+                options[knob] = getattr(knobs.compilation, knob)
         return binder(*args, **options)
 
     def _tail(self, device: int, args: tuple, kwargs: dict[str, Any]) -> tuple | None:

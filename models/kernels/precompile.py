@@ -114,7 +114,7 @@ def record_missing() -> Iterator[list[KernelVariant]]:
     def hook(*, fn: Any, compile: dict[str, Any], **_: Any) -> Optional[bool]:
         if getattr(_recording, "active", None) is not found:  # another thread's launch: compile as usual
             return previous(fn=fn, compile=compile, **_) if previous is not None else None
-        variant = KernelVariant(fn.module, fn.name, compile["specialization_data"])
+        variant = KernelVariant(fn.module, fn.name, with_target(compile["specialization_data"]))
         if variant.key not in seen:
             seen.add(variant.key)
             found.append(variant)
@@ -127,6 +127,18 @@ def record_missing() -> Iterator[list[KernelVariant]]:
     finally:
         _recording.active = None
         knobs.runtime.jit_cache_hook = previous
+
+
+def with_target(specialization: str) -> str:
+    """Triton's specialization JSON with the target it compiles for: Triton 3.7+ writes it in, 3.6 leaves it
+    out (a worker without a GPU could not ask its driver), so it is added here from this process's driver."""
+    data = json.loads(specialization)
+    if "target" in data:
+        return specialization
+    from triton.runtime.driver import driver
+
+    data["target"] = driver.active.get_current_target().__dict__
+    return json.dumps(data)
 
 
 def join_in_flight(in_flight: Callable[[str], Optional[Future[float]]]) -> Hook:
@@ -169,7 +181,7 @@ def _source(variant: KernelVariant) -> tuple[Any, Any, Any, dict[str, Any]]:
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import _triton_jit_function_registry, convert_to_tuple_if_list
+    from triton.runtime.jit import convert_to_tuple_if_list
 
     data = json.loads(variant.specialization)
     target = GPUTarget(**{k: tuple(v) if isinstance(v, list) else v for k, v in data["target"].items()})
@@ -180,7 +192,9 @@ def _source(variant: KernelVariant) -> tuple[Any, Any, Any, dict[str, Any]]:
             return tl.dtype(value)
         if isinstance(value, dict) and "constexpr" in value:
             return tl.constexpr(convert_to_tuple_if_list(value["constexpr"]))
-        if isinstance(value, dict) and "jit_function" in value:
+        if isinstance(value, dict) and "jit_function" in value:  # Triton 3.7+ names JITFunction constants so
+            from triton.runtime.jit import _triton_jit_function_registry
+
             return _triton_jit_function_registry[value["jit_function"]]
         return convert_to_tuple_if_list(value)
 

@@ -125,3 +125,15 @@ def test_a_launch_of_a_variant_a_worker_is_compiling_waits_for_that_worker():
         precompile.leave(hook)
         knobs.runtime.jit_cache_hook = previous
     assert knobs.runtime.jit_cache_hook is previous
+
+
+def test_a_specialization_without_its_target_gets_this_drivers():
+    """Triton 3.6 leaves the target out of a variant's JSON (3.7+ writes it in): the recorder adds the
+    device's, so a worker without a GPU knows what to compile for."""
+    import json
+
+    with hopper_driver():
+        added = json.loads(precompile.with_target('{"key": "k", "name": "f"}'))
+        assert added["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32} and added["key"] == "k"
+        written = '{"key": "k", "target": {"backend": "cuda", "arch": 100, "warp_size": 32}}'
+        assert precompile.with_target(written) == written
