@@ -154,7 +154,10 @@ print(json.dumps([case(*c) for c in cases]))
 
 @pytest.fixture(scope="module")
 def interpreted() -> list[dict]:
-    pytest.importorskip("triton")
+    triton = pytest.importorskip("triton")
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7):
+        # its interpreter cannot loop over program-id bounds (the GEMV's K loop); compiled code can
+        pytest.skip(f"Triton {triton.__version__}'s interpreter cannot run the GEMV kernel")
     env = dict(os.environ, TRITON_INTERPRET="1")
     out = subprocess.run(
         [sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=600, check=False
