@@ -6,12 +6,12 @@
 # The dashboard benchmark needs textual, pyzmq and msgspec: wheels in .whl/ (docs/development.md) are
 # installed here without network.
 # Env: GPU_TESTS=0 skips tests, GPU_BENCH=0 skips the benchmarks, GPU_BENCHES picks some of
-#      graph,events,dashboard (default) and gemv,skinny,profile,attn,ab,parity,tp,cold; each has its flags
+#      graph,events,dashboard (default) and gemv,skinny,profile,attn,ab,parity,tp,cold,eager; each has its flags
 #      variable: graph BENCH_ARGS, events EVENTS_ARGS, dashboard DASH_ARGS, gemv GEMV_ARGS, skinny SKINNY_ARGS,
 #      profile PROFILE_ARGS, attn ATTN_ARGS, ab AB_ARGS, parity PARITY_ARGS, tp TP_ARGS (tp needs 2 GPUs),
-#      cold COLD_ARGS; the scripts are bench/graph_bench.py, events_bench.py, dashboard_bench.py, gemv_bench.py,
+#      cold COLD_ARGS, eager EAGER_ARGS; the scripts are bench/graph_bench.py, events_bench.py, dashboard_bench.py, gemv_bench.py,
 #      skinny_bench.py, profile_decode.py, decode_attn_bench.py, ab_decode.py, parity_bench.py, tp_bench.py,
-#      cold_start_bench.py (docs/benchmarks.md has the figures). PYTEST_ARGS adds pytest flags; GPU_TEST_FILES replaces the list
+#      cold_start_bench.py, eager_launch_bench.py (docs/benchmarks.md has the figures). PYTEST_ARGS adds pytest flags; GPU_TEST_FILES replaces the list
 #      of test files (default: every tests/cuda/test_*.py); GPU_TEST_PART=1 / 2 runs
 #      tests/cuda/test_cuda_kernels.py / the other files of the list; GPU_TEST_SPREAD=N (default 8; 0 or 1:
 #      off) runs the decode attention's reference test in N processes first when pytest-xdist is importable
@@ -82,5 +82,6 @@ if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,parity,* ]] && run_bench parity.log python3 bench/parity_bench.py --device cuda ${PARITY_ARGS:-}
   [[ $benches == *,tp,* ]] && run_bench tp.log python3 bench/tp_bench.py --out "$out" ${TP_ARGS:-}
   [[ $benches == *,cold,* ]] && run_bench cold.log python3 bench/cold_start_bench.py --out "$out" ${COLD_ARGS:-}
+  [[ $benches == *,eager,* ]] && run_bench eager.log python3 bench/eager_launch_bench.py ${EAGER_ARGS:-}
 fi
 exit "$rc"
