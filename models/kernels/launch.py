@@ -96,14 +96,24 @@ class FastKernel:
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
     def launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any]) -> Any:
-        if not (ENABLED and self.usable) or self.fn.pre_run_hooks or _hooked(knobs.runtime.launch_enter_hook):
+        if (
+            not (ENABLED and self.usable)
+            or callable(grid)
+            or self.fn.pre_run_hooks
+            or _hooked(knobs.runtime.launch_enter_hook)
+        ):
             return self.fn[grid](*args, **kwargs)
         device = driver.active.get_current_device()
         key = (device, specialization_key(args), tuple(kwargs.items()))
-        plan = self.plans.get(key)
+        try:
+            plan = self.plans.get(key)
+        except TypeError:  # an unhashable keyword value
+            return self.fn[grid](*args, **kwargs)
         if plan is None:
             kernel = self.fn[grid](*args, **kwargs)
-            if kernel is not None and len(self.plans) < _PLANS_MAX:  # None: a dry run recorded it uncompiled
+            # None: a dry run recorded it uncompiled; an argument of a type the key does not classify as
+            # Triton does (a numpy scalar, say) never gets a plan
+            if kernel is not None and len(self.plans) < _PLANS_MAX and all(map(_plannable, args)):
                 tail = self._tail(device, args, kwargs)
                 if tail is not None:
                     self.plans[key] = _Plan(kernel, tail)
@@ -163,6 +173,11 @@ def fast(fn: Any) -> FastKernel:
     if k is None:
         k = _KERNELS[id(fn)] = FastKernel(fn)
     return k
+
+
+def _plannable(arg: Any) -> bool:
+    """An argument ``specialization_key`` classifies as Triton does: a tensor, or a plain int, float, bool or None."""
+    return isinstance(arg, _Tensor) or type(arg) in (int, float, bool, type(None))
 
 
 def _hooked(hook: Any) -> bool:

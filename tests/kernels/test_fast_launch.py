@@ -204,3 +204,25 @@ def test_a_gemv_config_changed_between_launches_takes_effect(recorded: Recorder,
     monkeypatch.setitem(gemv.TUNED, (96, 256), (16, 256, 4, 2))
     gemv.gemv(x, w, pdl=False)
     assert recorded.calls[-1][:2] == (6, 1)
+
+
+def test_an_argument_the_key_does_not_classify_keeps_tritons_path(recorded: Recorder):
+    """Triton takes any object with ``data_ptr()`` and a dtype as a pointer and specializes it by its alignment;
+    the key would only see its type, so a launch with one never gets a plan (it takes Triton's own path)."""
+
+    class Pointer:
+        def __init__(self, t: torch.Tensor) -> None:
+            self.t, self.dtype = t, t.dtype
+
+        def data_ptr(self) -> int:
+            return self.t.data_ptr()
+
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    w = torch.ones(128, dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    kernel = launch.fast(fused._rmsnorm_kernel)
+    plans, fast = len(kernel.plans), kernel.fast_launches
+    for _ in range(2):
+        kernel[(4,)](Pointer(x), w, out, 128, 128, 1, 128, 128, 1e-6, BLOCK=128)
+    assert len(kernel.plans) == plans and kernel.fast_launches == fast
+    assert len(recorded.calls) == 2  # both launched, through Triton
