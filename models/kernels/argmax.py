@@ -17,6 +17,8 @@ from typing import Optional
 
 import torch
 
+from .fused import cdiv, next_pow2
+
 try:
     import triton
     import triton.language as tl
@@ -88,7 +90,7 @@ def argmax_rows(
         top = torch.argmax(logits, dim=-1)
         return top if out is None else out.copy_(top)
     rows, V = logits.shape
-    n_chunks = triton.cdiv(V, CHUNK)
+    n_chunks = cdiv(V, CHUNK)
     vals = torch.empty(rows, n_chunks, dtype=torch.float32, device=logits.device)
     idx = torch.empty(rows, n_chunks, dtype=torch.int64, device=logits.device)
     if out is None:
@@ -105,7 +107,7 @@ def argmax_rows(
         slot,
         ring.stride(0) if host_ring is not None else 0,
         n_chunks,
-        BLOCK=triton.next_power_of_2(n_chunks),
+        BLOCK=next_pow2(n_chunks),
         HOST=host_ring is not None,
         USE_PDL=pdl,
         launch_pdl=pdl,

@@ -40,6 +40,18 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for a launcher's grid on the host: ``triton.cdiv`` is a constexpr function there, whose
+    wrapper costs microseconds a call (bench/eager_launch_bench.py)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (n >= 1), as ``triton.next_power_of_2`` computes it, without its
+    constexpr-function wrapper."""
+    return 1 << (n - 1).bit_length()
+
+
 def use_pdl(device: torch.device, weight_bytes: int = 0, policy: str = "auto") -> bool:
     """Whether a decode-path kernel (fused GEMV, Triton decode attention) launches with programmatic
     dependent launch: it may start while its predecessor drains, stream its weights (which no kernel
@@ -229,7 +241,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         D,
         D,
         eps,
-        BLOCK=triton.next_power_of_2(D),
+        BLOCK=next_pow2(D),
         num_warps=4 if D <= 2048 else 8,
     )
     return out.view(x.shape)
@@ -254,7 +266,7 @@ def add_rms_norm(
         out.stride(0),
         D,
         eps,
-        BLOCK=triton.next_power_of_2(D),
+        BLOCK=next_pow2(D),
         USE_PDL=pdl,
         num_warps=4 if D <= 2048 else 8,
         launch_pdl=pdl,
@@ -271,7 +283,7 @@ def silu_and_mul(x: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     cols = two_i // 2
     out = torch.empty((n, cols), dtype=x.dtype, device=x.device)
     block = 1024
-    fast(_silu_mul_kernel)[(n, triton.cdiv(cols, block))](
+    fast(_silu_mul_kernel)[(n, cdiv(cols, block))](
         x, out, x.stride(0), out.stride(0), cols, BLOCK=block, USE_PDL=pdl, launch_pdl=pdl
     )
     return out
@@ -308,7 +320,7 @@ def qk_norm_rope(
         n_kh,
         eps,
         HALF=D // 2,
-        BLOCK_H=triton.next_power_of_2(max(n_qh, n_kh)),
+        BLOCK_H=next_pow2(max(n_qh, n_kh)),
         HAS_NORM=has_norm,
         num_warps=4,
     )
@@ -332,6 +344,6 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         v.stride(1),
         n_kh,
         D=D,
-        BLOCK_H=triton.next_power_of_2(n_kh),
+        BLOCK_H=next_pow2(n_kh),
         num_warps=4,
     )

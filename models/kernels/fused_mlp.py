@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .fused import HAVE_TRITON
+from .fused import HAVE_TRITON, cdiv, next_pow2
 from .gemv import MAX_M
 
 if HAVE_TRITON:
@@ -273,16 +273,16 @@ def fused_mlp(
     )
     assert h.stride(-1) == 1 and gate_up_weight.is_contiguous() and down_weight.is_contiguous()
     block_i, block_k, block_h, warps, stages, group = config or pick_config(hidden, inter)
-    block_m = triton.next_power_of_2(m)
+    block_m = next_pow2(m)
     budget = ACC_PER_WARP * warps
     # the [M, 2 * BLOCK_I, BLOCK_K] and [M, BLOCK_H, BLOCK_I] products must stay in registers
-    block_k = max(16, min(block_k, budget // (block_m * 2 * block_i), triton.next_power_of_2(hidden)))
-    block_h = max(16, min(block_h, budget // (block_m * block_i), triton.next_power_of_2(hidden)))
+    block_k = max(16, min(block_k, budget // (block_m * 2 * block_i), next_pow2(hidden)))
+    block_h = max(16, min(block_h, budget // (block_m * block_i), next_pow2(hidden)))
     red = 8
-    block_c = max(16, min(budget // red, triton.next_power_of_2(m * hidden)))
-    programs = triton.cdiv(inter, block_i)
+    block_c = max(16, min(budget // red, next_pow2(m * hidden)))
+    programs = cdiv(inter, block_i)
     group = max(1, min(group, programs))
-    groups = triton.cdiv(programs, group)
+    groups = cdiv(programs, group)
     ws = workspace(h.device, hidden, programs, groups)
     fast(_fused_mlp_kernel)[(programs,)](
         h,

@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from .fused import HAVE_TRITON, use_pdl
+from .fused import HAVE_TRITON, cdiv, next_pow2, use_pdl
 
 TRIGGER_NEXT = True
 """Whether a fused GEMV launched without PDL (the long gate|up, ``use_pdl``'s "auto") lets the PDL-launched
@@ -325,7 +325,7 @@ def _launch_shape(
     assert m <= MAX_M, f"gemv handles at most {MAX_M} rows, got {m}"
     assert x_cols == (2 * k if prologue == 2 else k), (m, x_cols, n, k, prologue)
     block_n, block_k, warps, stages, *rest = config
-    block_m = triton.next_power_of_2(m)
+    block_m = next_pow2(m)
     if block_m > 1:  # the [M, N, K] accumulator must stay in registers
         block_k = max(64, min(block_k, 8192 // (block_m * block_n)))
     split = rest[0] if rest else 1
@@ -347,7 +347,7 @@ def _launch_shape(
         num_stages=stages,
         launch_pdl=pdl,
     )
-    return (triton.cdiv(n, block_n), split), split, block_n, meta
+    return (cdiv(n, block_n), split), split, block_n, meta
 
 
 def gemv(

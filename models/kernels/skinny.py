@@ -44,13 +44,11 @@ from typing import Optional
 
 import torch
 
-from .fused import HAVE_TRITON, sm_count, use_pdl
+from .fused import HAVE_TRITON, next_pow2, sm_count, use_pdl
 from .skinny_tuning import MAX_M, Config, config_ok, reads_packed
 from .stream_k import stream_k_plan, stream_k_programs
 
 if HAVE_TRITON:
-    import triton
-
     from .launch import fast
     from .skinny_kernels import _skinny_kernel, _streamk_kernel
 
@@ -172,7 +170,7 @@ def _launch(
     m, k = x.shape
     n, kw = weight.shape
     assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
-    block_m = max(16, triton.next_power_of_2(m))
+    block_m = max(16, next_pow2(m))
     assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
     assert not packed or reads_packed(config), ("a packed weight for a launch that cannot read it", config)
     block_n, block_k, split, warps, stages = config
@@ -201,7 +199,7 @@ def _launch(
         USE_PDL=pdl,
         ADD=add,
         NORM=norm is not None,
-        SS_IN=triton.next_power_of_2(max(n_ss_in, 1)),
+        SS_IN=next_pow2(max(n_ss_in, 1)),
         num_warps=warps,
         num_stages=stages,
         launch_pdl=pdl,
