@@ -103,7 +103,8 @@ class FastKernel:
             or _hooked(knobs.runtime.launch_enter_hook)
         ):
             return self.fn[grid](*args, **kwargs)
-        device = driver.active.get_current_device()
+        active = driver.active
+        device = active.get_current_device()
         key = (device, specialization_key(args), tuple(kwargs.items()))
         try:
             plan = self.plans.get(key)
@@ -123,7 +124,7 @@ class FastKernel:
             self._verify(device, args, kwargs, plan)
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
-        stream = driver.active.get_current_stream(device)
+        stream = active.get_current_stream(device)
         run, function, metadata = kernel.run, kernel.function, kernel.packed_metadata
         run(grid[0], g1, g2, stream, function, metadata, None, None, None, *args, *plan.tail)
         self.fast_launches += 1
