@@ -73,6 +73,7 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for kernel in launch._KERNELS.values():  # what compiled here stays here: later tests' dry runs record it
         kernel.plans.clear()
         kernel.fn.device_caches.clear()
+        kernel.usable = True
 
 
 def kernel_args(call: tuple) -> tuple:
@@ -226,3 +227,29 @@ def test_an_argument_the_key_does_not_classify_keeps_tritons_path(recorded: Reco
         kernel[(4,)](Pointer(x), w, out, 128, 128, 1, 128, 128, 1e-6, BLOCK=128)
     assert len(kernel.plans) == plans and kernel.fast_launches == fast
     assert len(recorded.calls) == 2  # both launched, through Triton
+
+
+def test_a_launcher_that_refuses_the_arguments_turns_the_fast_path_off(recorded: Recorder):
+    """A Triton whose launcher parses other arguments than the ones this module passes raises TypeError
+    before launching: that kernel goes back to Triton's own path for good, and the launch still happens."""
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    w = torch.ones(128, dtype=torch.bfloat16)
+    kernel = launch.fast(fused._rmsnorm_kernel)
+    fused.rms_norm(x, w, 1e-6)  # compiles, plans
+    calls = len(recorded.calls)
+
+    def picky(*args: Any) -> None:
+        if args[7] is None:  # this module passes no launch hooks
+            raise TypeError("launch_enter_hook must be a HookChain")
+        recorded(*args)
+
+    from triton.compiler.compiler import CompiledKernel
+
+    before = CompiledKernel.run
+    CompiledKernel.run = property(lambda self: picky)
+    try:
+        fused.rms_norm(x, w, 1e-6)
+        fused.rms_norm(x, w, 1e-6)
+    finally:
+        CompiledKernel.run = before
+    assert not kernel.usable and len(recorded.calls) == calls + 2  # both launched, by Triton's path
