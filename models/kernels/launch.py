@@ -1,23 +1,23 @@
 """Launching a compiled Triton kernel again without Triton's per-call binding.
 
 Why: ``kernel[grid](...)`` binds every argument, specializes each one in C++, hashes the specialization into
-a cache key and walks Triton's launch options on every call: about 13 µs of host time a launch on the
-CPU where bench/host_step_bench.py's ``--launches`` measures it, before the driver's own launch. A CUDA
-graph replays none of that, but an eager decode step of a 28-layer model launches ~140 kernels, so it
-is host-bound by it (the GPU work of the 0.6B's step is under a millisecond).
+a cache key and walks Triton's launch options on every call: about 13 µs of host time a launch on the CPU
+bench/eager_launch_bench.py's stub mode runs on, before the driver's own launch. A CUDA graph replays none
+of that, but an eager decode step of a 28-layer model launches ~140 kernels, so it is host-bound by it
+(the GPU work of the 0.6B's step is under a millisecond).
 
 ``FastKernel`` keeps, per specialization, the compiled kernel Triton returned for it and the argument
 values Triton bound after the positional ones (constexprs, defaults), and launches it straight through
 its launcher. The specialization key is computed here with the rules Triton applies (tensors: dtype and
-16-byte alignment; ints: equal to 1, divisible by 16, 32- or 64-bit; everything else: its type), so two
-calls share a compiled kernel exactly when Triton would give them the same one. ``verifying()`` makes
-every launch also ask Triton's own binder and check that it would have picked the same kernel with the
-same arguments (the tests run the decoder's kernels under it).
+16-byte alignment; ints: equal to 1, divisible by 16, 32-bit, 64-bit or unsigned; everything else: its
+type), so two calls share a compiled kernel exactly when Triton would give them the same one.
+``verifying()`` makes every launch also ask Triton's own binder and check that it would have picked the
+same kernel with the same arguments (the tests run the decoder's kernels under it).
 
 Whatever is not the plain case takes Triton's own path: a first launch of a specialization (it compiles,
-or a dry run records it: models/kernels/precompile.py), launch hooks (profilers), pre-run hooks, a
-runtime argument passed by keyword, Triton's interpreter, and a Triton whose internals differ from what this
-module knows.
+or a dry run records it: models/kernels/precompile.py), launch hooks (profilers), pre-run hooks, callable
+grids, a runtime argument passed by keyword, an argument the key cannot classify, Triton's interpreter,
+and a Triton whose internals or launcher differ from what this module knows.
 """
 
 from __future__ import annotations
