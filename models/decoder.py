@@ -66,6 +66,7 @@ class Attention(nn.Module):
         self.qk_norm = spec.qk_norm
         self.fused = False
         self.q_size, self.kv_size = q_size, kv_size
+        self.qk_norm_weights: Optional[tuple[torch.Tensor, torch.Tensor, float]] = None  # set by ``fuse``
 
     @torch.no_grad()
     def fuse(self) -> None:
@@ -198,9 +199,9 @@ class DecoderLayer(nn.Module):
         return self.small
 
     def forward_small(self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn) -> None:
-        """Decode at <= ``gemv.MAX_M`` rows: 5 launches instead of 10 (4 with the MLP in one launch,
-        ``LayerKernels.fused_mlp``). ``h`` is the residual stream, updated in place: RMSNorms ride in the
-        GEMV prologues, residual adds in the epilogues (models/layers/small_layer.py)."""
+        """Decode at <= ``gemv.MAX_M`` rows: 5 launches with the one-launch decode attention (4 with the MLP
+        in one launch too, ``LayerKernels.fused_mlp``). ``h`` is the residual stream, updated in place:
+        RMSNorms ride in the GEMV prologues, residual adds in the epilogues (models/layers/small_layer.py)."""
         (self.small or self.bind_small()).forward(h, positions, rope, attn)
 
 

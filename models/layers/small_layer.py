@@ -8,9 +8,9 @@ surrounded by nn.Module attribute lookups: submodules and parameters go through 
 once the launches themselves are cheap (models/kernels/launch.py). Graph replays run none of it; eager
 steps (while buckets capture, and for batches without a graph) run all of it.
 
-``DecoderLayer.bind_small`` builds one when the fused kernels are set (and again whenever their settings
-change); the tensors are the layer's own parameters (the same objects: a checkpoint loaded into the model
-in place is seen), the settings those of its ``LayerKernels`` at that moment.
+``DecoderLayer.bind_small`` builds one at the layer's first fused-GEMV forward, and again after any of its
+kernel settings changes; the tensors are the layer's own parameters (the same objects: a checkpoint loaded
+into the model in place is seen), the settings those of its ``LayerKernels`` at that moment.
 """
 
 from __future__ import annotations
