@@ -59,7 +59,7 @@ class PagedAttention:
         from graphtop.models.kernels.decode_attention import PagedDecode
 
         self.kernel = PagedDecode(
-            spec.num_heads, spec.num_kv_heads, spec.head_dim, 16, spec.softmax_scale, 4, torch.device("cpu")
+            spec.num_heads, spec.num_kv_heads, spec.head_dim, 16, spec.softmax_scale, rows, torch.device("cpu")
         )
         shape = (rows + 1, 16, spec.num_kv_heads, spec.head_dim)
         self.kv = torch.zeros(shape, dtype=torch.bfloat16), torch.zeros(shape, dtype=torch.bfloat16)
@@ -92,10 +92,10 @@ def fused_kernels_on_cpu() -> Iterator[None]:
         fused.available, torch.cuda.is_current_stream_capturing = available, capturing
 
 
-def fused_model(shape: str, *, fused_mlp: bool = False, **overrides: Any) -> Any:
-    """A bf16 model of a published shape on the CPU, on the fused-kernel path at 1-4 rows (call it inside
-    ``fused_kernels_on_cpu``); its weights are left uninitialised (launches that launch nothing read none),
-    except the embeddings, the norms (ones) and RoPE's table."""
+def fused_model(shape: str, *, fused_mlp: bool = False, gemv_rows: int = 4, **overrides: Any) -> Any:
+    """A bf16 model of a published shape on the CPU, on the fused-kernel path, the fused-GEMV layers for steps
+    of up to ``gemv_rows`` rows (call it inside ``fused_kernels_on_cpu``); its weights are left uninitialised
+    (launches that launch nothing read none), except the embeddings, the norms (ones) and RoPE's table."""
     from graphtop.models.decoder import DecoderForCausalLM
     from graphtop.models.registry import spec_from_hf_config
     from graphtop.models.synthetic.random_model import hf_config_for
@@ -109,5 +109,5 @@ def fused_model(shape: str, *, fused_mlp: bool = False, **overrides: Any) -> Any
     for m in model.modules():
         if type(m).__name__ == "RMSNorm":
             m.weight.data.fill_(1.0)
-    assert model.enable_fused_kernels(4, pdl="on", fused_mlp=fused_mlp), "call inside fused_kernels_on_cpu()"
+    assert model.enable_fused_kernels(gemv_rows, pdl="on", fused_mlp=fused_mlp), "call inside fused_kernels_on_cpu()"
     return model

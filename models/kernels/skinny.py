@@ -153,6 +153,46 @@ def pack(weight: torch.Tensor, config: Config, silu_mul: bool = False) -> torch.
     return torch.cat(blocks).view(n, k)
 
 
+_SHAPES: dict[tuple, tuple[int, int, int, dict]] = {}
+"""(rows, N, K, config, silu_mul, pdl, add, norm, norm partial slabs, packed) -> (BLOCK_M, column slabs, output
+columns, constexprs and launch options): worked out once per launch shape, not per launch (an eager step at
+2-64 rows launches ~110 of these)."""
+
+
+def _launch_shape(
+    m: int,
+    n: int,
+    k: int,
+    config: Config,
+    silu_mul: bool,
+    pdl: bool,
+    add: bool,
+    norm: bool,
+    n_ss_in: int,
+    packed: bool,
+) -> tuple[int, int, int, dict]:
+    assert m <= MAX_M, f"the skinny GEMM handles at most {MAX_M} rows, got {m}"
+    assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
+    assert not packed or reads_packed(config), ("a packed weight for a launch that cannot read it", config)
+    block_n, block_k, _, warps, stages = config
+    block_m = max(16, next_pow2(m))
+    n_out = n // 2 if silu_mul else n
+    flags = dict(
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        SILU=silu_mul,
+        USE_PDL=pdl,
+        ADD=add,
+        NORM=norm,
+        SS_IN=next_pow2(max(n_ss_in, 1)),
+        num_warps=warps,
+        num_stages=stages,
+        launch_pdl=pdl,
+    )
+    return block_m, n_out // block_n, n_out, flags
+
+
 def _launch(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -168,21 +208,20 @@ def _launch(
     """One launch into ``out``; with ``add`` the product is added into it and the slab partials of its
     rows' squares [slabs, BLOCK_M] are returned; ``packed``: the weight is in ``pack``'s order for ``config``."""
     m, k = x.shape
-    n, kw = weight.shape
-    assert kw == k and m <= MAX_M and x.stride(-1) == 1 and weight.is_contiguous()
-    block_m = max(16, next_pow2(m))
-    assert config_ok(n, k, config, silu_mul), (n, k, config, silu_mul)
-    assert not packed or reads_packed(config), ("a packed weight for a launch that cannot read it", config)
-    block_n, block_k, split, warps, stages = config
-    n_out = n // 2 if silu_mul else n
+    n = weight.shape[0]
+    assert weight.shape[1] == k and x.stride(-1) == 1 and weight.is_contiguous()
     if pdl is None:
         pdl = use_pdl(weight.device)
-    slabs = n_out // block_n
-    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
-    n_ss_in = 0
+    n_ss_in = 0 if norm is None else norm.partials.shape[0]
+    at = (m, n, k, config, silu_mul, pdl, add, norm is not None, n_ss_in, packed)
+    shape = _SHAPES.get(at)
+    if shape is None:
+        shape = _SHAPES[at] = _launch_shape(*at)
+    block_m, slabs, n_out, flags = shape
+    block_n, block_k, split = config[:3]
     if norm is not None:
-        n_ss_in = norm.partials.shape[0]
         assert norm.partials.shape[1] == block_m  # the producer's rows: the same M
+    ss_out = torch.empty((slabs, block_m), dtype=torch.float32, device=weight.device) if add else None
     # the pointer and scalar arguments both kernels take first, then the epilogue switches
     common = (x, weight, out)
     epilogue = (
@@ -190,19 +229,6 @@ def _launch(
         out if norm is None else norm.partials,
         0.0 if norm is None else norm.eps,
         n_ss_in,
-    )
-    flags = dict(
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        SILU=silu_mul,
-        USE_PDL=pdl,
-        ADD=add,
-        NORM=norm is not None,
-        SS_IN=next_pow2(max(n_ss_in, 1)),
-        num_warps=warps,
-        num_stages=stages,
-        launch_pdl=pdl,
     )
     if split <= 0:  # stream-K: a fixed number of programs, each an equal share of the units
         tiles = k // block_k

@@ -190,6 +190,31 @@ def test_a_decode_forward_launches_every_kernel_as_triton_would(recorded: Record
     assert all(k.fast_launches > before[id(k)] for k in kernels)
 
 
+def test_a_skinny_decode_forward_launches_every_kernel_as_triton_would(recorded: Recorder):
+    """The Qwen3-0.6B layer shape at 3 rows off the fused-GEMV layers: the skinny GEMM (the norms riding in
+    the projections), the RMSNorm kernels and the decode attention, each fast launch checked."""
+    from graphtop.models.kernels.compile_pool import KernelCompiler
+
+    with fused_kernels_on_cpu(), torch.inference_mode():
+        model = fused_model("qwen3-0.6b", gemv_rows=1, num_hidden_layers=2, vocab_size=2048)
+        ids, pos, attn = torch.arange(3), torch.arange(3) + 7, PagedAttention(model.spec, 3)
+        with precompile.record_missing() as missing:
+            model.model.forward_pre_norm(ids, pos, attn)
+        compiler = KernelCompiler(workers=2)
+        try:
+            compiler.wait(compiler.submit(missing))
+            assert compiler.stats.failed == 0, compiler.stats.failures
+        finally:
+            compiler.close()
+        model.model.forward_pre_norm(ids, pos, attn)  # first launches: Triton's own path
+        kernels = list({id(f): launch.fast(f) for f in _jit(missing)}.values())
+        assert {"_skinny_kernel", "_decode_kernel"} <= {k.fn.__name__ for k in kernels}
+        before, launches = sum(k.fast_launches for k in kernels), len(recorded.calls)
+        with launch.verifying():
+            model.model.forward_pre_norm(ids, pos, attn)
+    assert sum(k.fast_launches for k in kernels) - before == len(recorded.calls) - launches > 0
+
+
 def _jit(variants: list) -> list:
     """The ``@triton.jit`` functions of recorded variants."""
     return [precompile._jit_function(v) for v in variants]
