@@ -18,39 +18,28 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.fused_layers import fused_layer
 from torch import nn
 
-from graphtop.models.decoder import DecoderLayer
 from graphtop.models.kernels import fused_mlp as tm
 from graphtop.models.layers import linear
-from graphtop.models.registry import spec_from_hf_config
-from graphtop.models.synthetic.random_model import hf_config_for
-
-
-def _fused_layer(shape: str = "qwen3-0.6b", **overrides) -> DecoderLayer:
-    spec = spec_from_hf_config(hf_config_for(shape, num_hidden_layers=1, **overrides), "<test>")
-    with torch.device("meta"):
-        layer = DecoderLayer(spec, 0)
-    layer.self_attn.fuse()
-    layer.mlp.fuse()
-    return layer
 
 
 def test_a_layer_takes_the_one_launch_mlp_only_when_asked_and_its_mlp_is_plain_and_bias_free() -> None:
-    layer = _fused_layer()
+    layer = fused_layer()
     assert not layer.kernels.fused_mlp  # off until set
     layer.set_fused_mlp(True, "auto")
     assert layer.kernels.fused_mlp and not layer.kernels.fused_mlp_pdl  # no PDL off CUDA
     layer.set_fused_mlp(False, "auto")
     assert not layer.kernels.fused_mlp
-    biased = _fused_layer("llama-3.1-8b", mlp_bias=True)  # Llama reads mlp_bias; Qwen3 has none
+    biased = fused_layer("llama-3.1-8b", mlp_bias=True)  # Llama reads mlp_bias; Qwen3 has none
     biased.set_fused_mlp(True, "auto")
     assert not biased.kernels.fused_mlp
 
     class RowShard(nn.Linear):  # a tensor-parallel down projection all-reduces in its own gemv_add
         pass
 
-    sharded = _fused_layer()
+    sharded = fused_layer()
     down = sharded.mlp.down_proj
     sharded.mlp.down_proj = RowShard(down.in_features, down.out_features, bias=False, device="meta")
     sharded.set_fused_mlp(True, "on")
@@ -61,7 +50,7 @@ def test_the_small_mlp_is_one_launch_when_fused_and_two_gemvs_otherwise(monkeypa
     calls: list[tuple] = []
     monkeypatch.setattr(tm, "fused_mlp", lambda h, gu, d, nw, eps, **kw: calls.append(("fused", kw)))
     monkeypatch.setattr(linear.tg, "gemv", lambda x, w, b=None, **kw: calls.append(("gemv", kw)) or x)
-    layer = _fused_layer()
+    layer = fused_layer()
     h = torch.empty(1, 8, device="meta")
     layer.bind_small().mlp(h)
     assert [c[0] for c in calls] == ["gemv", "gemv"]

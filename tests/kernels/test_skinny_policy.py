@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.fused_layers import fused_layer
 from torch import nn
 
 from graphtop.engine.kernel_config import KernelConfig, resolve_kernel_config
@@ -63,17 +64,8 @@ def test_config_ok_rejects_partial_tiles() -> None:
     assert not st.config_ok(1024, 2000, (32, 128, 1, 4, 3))
 
 
-def _fused_layer(shape: str, **overrides) -> DecoderLayer:
-    spec = spec_from_hf_config(hf_config_for(shape, num_hidden_layers=1, **overrides), "<test>")
-    with torch.device("meta"):
-        layer = DecoderLayer(spec, 0)
-    layer.self_attn.fuse()
-    layer.mlp.fuse()
-    return layer
-
-
 def test_a_layer_hands_the_skinny_gemm_only_its_measured_plain_projections() -> None:
-    layer = _fused_layer("qwen3-0.6b")
+    layer = fused_layer("qwen3-0.6b")
     layer.set_skinny(True, "auto")
     qkv, o, gate_up, down = layer.kernels.skinny
     assert set(qkv) == {16, 64} and set(o) == {16, 64} and set(gate_up) == {16} and set(down) == {16, 64}
@@ -82,14 +74,14 @@ def test_a_layer_hands_the_skinny_gemm_only_its_measured_plain_projections() -> 
     layer.set_skinny(False, "auto")
     assert layer.kernels.skinny == ({}, {}, {}, {}) and layer.kernels.skinny_gate_up_plain == {}
     # a shape nobody measured keeps cuBLAS everywhere
-    other = _fused_layer("qwen3-0.6b", hidden_size=512)
+    other = fused_layer("qwen3-0.6b", hidden_size=512)
     other.set_skinny(True, "auto")
     assert other.kernels.skinny == ({}, {}, {}, {})
 
 
 def test_a_plain_gate_up_config_yields_to_a_fused_one(monkeypatch) -> None:
     monkeypatch.setitem(st.TUNED, (6144, 1024, 16, False), (64, 128, 1, 4, 4))
-    layer = _fused_layer("qwen3-0.6b")
+    layer = fused_layer("qwen3-0.6b")
     layer.set_skinny(True, "auto")
     assert 16 in layer.kernels.skinny[2] and 16 not in layer.kernels.skinny_gate_up_plain
 
@@ -97,7 +89,7 @@ def test_a_plain_gate_up_config_yields_to_a_fused_one(monkeypatch) -> None:
 def test_the_silu_mul_kernel_launches_with_pdl_when_the_skinny_gemm_does(monkeypatch) -> None:
     from graphtop.models.kernels import fused as tk
 
-    layer = _fused_layer("qwen3-0.6b")
+    layer = fused_layer("qwen3-0.6b")
     monkeypatch.setattr(tk, "use_pdl", lambda device, weight_bytes=0, policy="auto": policy != "off")
     layer.set_skinny(True, "auto")
     assert layer.kernels.skinny_pdl and layer.kernels.silu_pdl
@@ -119,7 +111,7 @@ def test_a_plain_gate_up_gemv_lets_the_pdl_down_projection_start_early(monkeypat
         return policy == "on" or (policy == "auto" and weight_bytes <= tk.PDL_AUTO_MAX_BYTES)
 
     monkeypatch.setattr(tk, "use_pdl", use_pdl)
-    big, small = (_fused_layer(shape).to(torch.bfloat16) for shape in ("llama-3.1-8b", "qwen3-0.6b"))
+    big, small = (fused_layer(shape).to(torch.bfloat16) for shape in ("llama-3.1-8b", "qwen3-0.6b"))
     big.set_pdl("auto")
     assert big.kernels.gemv_pdl == (True, True, False, True) and big.kernels.gate_up_trigger
     small.set_pdl("auto")
@@ -136,7 +128,7 @@ def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
     class RowShard(nn.Linear):  # stands for a projection whose forward does more than the GEMM
         pass
 
-    layer = _fused_layer("qwen3-0.6b")
+    layer = fused_layer("qwen3-0.6b")
     w = layer.self_attn.o_proj.weight
     with torch.device("meta"):
         layer.self_attn.o_proj = RowShard(w.shape[1], w.shape[0], bias=False)
@@ -148,12 +140,12 @@ def test_tensor_parallel_shards_and_biased_projections_keep_cublas() -> None:
 
 
 def test_norms_ride_in_the_projections_where_all_four_take_the_skinny_gemm(monkeypatch) -> None:
-    layer = _fused_layer("llama-3.1-8b")
+    layer = fused_layer("llama-3.1-8b")
     layer.set_skinny(True, "auto")
     assert layer.kernels.norms_in_projections == {16, 64}
     # the 0.6B's gate|up at 64 rows has a plain config (the SiLU·mul kernel after it): it still normalises;
     # at 16 rows the separate norm kernels measured faster
-    small = _fused_layer("qwen3-0.6b")
+    small = fused_layer("qwen3-0.6b")
     small.set_skinny(True, "auto")
     assert small.kernels.norms_in_projections == {64}
     monkeypatch.setattr(st, "NORMS_APART", frozenset())
@@ -172,7 +164,7 @@ def test_norms_ride_in_the_projections_where_all_four_take_the_skinny_gemm(monke
 def test_the_post_attention_norm_runs_apart_only_where_measured_faster(monkeypatch) -> None:
     """st.POST_NORM_APART picks, among the row classes with the norms in the projections, those whose
     post-attention add+RMSNorm stays a kernel of its own: none as shipped (measured slower everywhere)."""
-    layer, small = _fused_layer("llama-3.1-8b"), _fused_layer("qwen3-0.6b")
+    layer, small = fused_layer("llama-3.1-8b"), fused_layer("qwen3-0.6b")
     for lay in (layer, small):
         lay.set_skinny(True, "auto")
     assert layer.kernels.post_norm_apart == frozenset() and small.kernels.post_norm_apart == frozenset()
@@ -275,7 +267,7 @@ def test_packed_copies_only_where_asked_and_measured(monkeypatch) -> None:
     class) of split-K configs (the 8B's 64-row class as shipped); asking again without it drops them from
     use but keeps them alive (a graph captured before may still read them), and asking again with it
     reuses them."""
-    layer = _fused_layer("llama-3.1-8b")  # on the meta device: shapes only
+    layer = fused_layer("llama-3.1-8b")  # on the meta device: shapes only
     layer.set_skinny(True, "auto")
     assert layer.kernels.packed == ({}, {}, {}, {})
     layer.set_skinny(True, "auto", packed=True)
@@ -302,7 +294,7 @@ def test_only_split_k_launches_at_listed_classes_read_packed_weights(monkeypatch
     assert st.packs(4096, 64, split_k) and st.packs(4096, 64, (64, 128, 1, 4, 4))
     assert not st.packs(4096, 64, stream_k) and not st.packs(4096, 64, (64, 128, -2, 4, 4))
     assert not st.packs(4096, 16, split_k) and not st.packs(1024, 64, split_k)
-    layer = _fused_layer("llama-3.1-8b")
+    layer = fused_layer("llama-3.1-8b")
     tuned = {key: (cfg[:2] + (0,) + cfg[3:] if key[2] == 64 else cfg) for key, cfg in st.TUNED.items()}
     monkeypatch.setattr(st, "TUNED", tuned)
     layer.set_skinny(True, "auto", packed=True)
