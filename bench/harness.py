@@ -46,6 +46,17 @@ CPU_SHAPE = dict(
 """Overrides that shrink a published shape to a CPU-sized one of the same family (smoke and dry runs). Its
 vocabulary fits the 512-token tokenizer a saved random checkpoint gets (a loader refuses a tokenizer of
 fewer than half the model's tokens), and 2 ranks split its heads evenly."""
+TINY_SHAPE = dict(
+    num_hidden_layers=1,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    vocab_size=512,
+)
+"""A one-layer, 64-wide model of a published shape's family: a forward small next to the host's own work in
+a step, for the benchmarks that measure that work on the CPU (host_step_bench, long_run_bench)."""
 
 
 def log(*a: Any) -> None:

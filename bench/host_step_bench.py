@@ -21,27 +21,16 @@ import time
 from typing import Any, Callable
 
 import torch
-from harness import PROMPT_LEN, comma_ints, fill_decode, log, make_engine, random_ckpt
+from harness import PROMPT_LEN, TINY_SHAPE, comma_ints, fill_decode, log, make_engine, random_ckpt
 
-HIDDEN = 64
 NEW_TOKENS = 1064  # room for the timed steps (refused past it), so the batch stays whole
 
 
 def engine(bs: int) -> Any:
     """``bs`` requests past their prefill on a tiny model whose forward returns zeros."""
-    ckpt = random_ckpt(
-        "qwen3-0.6b",
-        device="cpu",
-        dtype=torch.float32,
-        num_hidden_layers=1,
-        hidden_size=HIDDEN,
-        intermediate_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        vocab_size=512,
-    )
-    ckpt.model.forward = lambda input_ids, positions, attn: torch.zeros(input_ids.shape[0], HIDDEN)
+    ckpt = random_ckpt("qwen3-0.6b", device="cpu", dtype=torch.float32, **TINY_SHAPE)
+    hidden = TINY_SHAPE["hidden_size"]
+    ckpt.model.forward = lambda input_ids, positions, attn: torch.zeros(input_ids.shape[0], hidden)
     eng = make_engine(
         ckpt,
         "torch",

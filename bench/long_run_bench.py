@@ -16,7 +16,7 @@ run); per batch size the script reports
 
     python3 bench/long_run_bench.py --shape qwen3-0.6b --device cuda --bs 1,64 --steps 12000,3000
 
-A CPU smoke run (the shape shrunk to ``CPU_SHAPE_SMALL``, decode graphs emulated):
+A CPU smoke run (the shape shrunk to harness's ``TINY_SHAPE``, decode graphs emulated):
 
     python3 bench/long_run_bench.py --device cpu --bs 1,4 --steps 400 --rounds 2
 """
@@ -35,6 +35,7 @@ from typing import Any, Optional
 import torch
 from harness import (
     PROMPT_LEN,
+    TINY_SHAPE,
     comma_ints,
     fmt,
     log,
@@ -50,16 +51,6 @@ from graphtop.engine.gc_freeze import frozen_heap
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
 
-CPU_SHAPE_SMALL = dict(
-    num_hidden_layers=1,
-    hidden_size=64,
-    intermediate_size=128,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=32,
-    vocab_size=512,
-)
-"""A CPU-sized model whose forward is small next to the host's step: the host's own share shows."""
 VIEWER_DRAIN_S = 0.05  # how often the viewer drains its events (the dashboard's refresh timer)
 
 
@@ -116,7 +107,7 @@ def viewer_main(endpoint: str, token: str) -> int:
 
 def build(args: argparse.Namespace, bs: int, steps: int) -> Any:
     cuda = args.device.startswith("cuda")
-    overrides = {} if cuda else CPU_SHAPE_SMALL
+    overrides = {} if cuda else TINY_SHAPE
     ckpt = random_ckpt(args.shape, device=args.device, dtype=torch.bfloat16 if cuda else torch.float32, **overrides)
     context = args.prompt_len + steps + 16
     eng = make_engine(
