@@ -51,10 +51,16 @@ def cuda_rounds(args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 def stub_rounds(args: argparse.Namespace) -> dict[str, list[float]]:
-    from triton_host import PagedAttention, fused_kernels_on_cpu, fused_model, hopper_driver, stubbed_launches
+    from triton_host import (
+        PagedAttention,
+        compile_ahead,
+        fused_kernels_on_cpu,
+        fused_model,
+        hopper_driver,
+        stubbed_launches,
+    )
 
     from graphtop.models.kernels import precompile
-    from graphtop.models.kernels.compile_pool import KernelCompiler
 
     torch.set_num_threads(1)
     layers = {"num_hidden_layers": args.layers} if args.layers else {}
@@ -69,14 +75,7 @@ def stub_rounds(args: argparse.Namespace) -> dict[str, list[float]]:
             model = fused_model(args.shape, fused_mlp=args.fused_mlp, **layers)
             ids, pos = torch.arange(args.bs), torch.arange(args.bs) + 7
             attn = PagedAttention(model.spec, args.bs)
-            with precompile.record_missing() as missing:
-                model.decode_logits(ids, pos, attn)
-            compiler = KernelCompiler()
-            try:
-                compiler.wait(compiler.submit(missing))
-            finally:
-                compiler.close()
-            model.decode_logits(ids, pos, attn)
+            missing, _ = compile_ahead(lambda: model.decode_logits(ids, pos, attn))
             launches[0] = 0
             model.decode_logits(ids, pos, attn)
             log(f"{launches[0]} launches a forward ({len(missing)} kernel variants, compiled for sm_90)")

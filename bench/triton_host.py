@@ -5,7 +5,7 @@ of a launch runs whole. The tests and bench/eager_launch_bench.py's ``--device s
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -111,3 +111,22 @@ def fused_model(shape: str, *, fused_mlp: bool = False, gemv_rows: int = 4, **ov
             m.weight.data.fill_(1.0)
     assert model.enable_fused_kernels(gemv_rows, pdl="on", fused_mlp=fused_mlp), "call inside fused_kernels_on_cpu()"
     return model
+
+
+def compile_ahead(forward: Callable[[], Any], workers: Optional[int] = None) -> tuple[list, Any]:
+    """Run ``forward`` dry, recording the kernel variants it would compile (models/kernels/precompile.py),
+    compile them in worker processes for the driver's target, then run it once more: every variant's first
+    launch (Triton's own path, which loads it) is behind the caller. Returns (the variants, the compiler's
+    stats); a variant that failed to compile was compiled by that last run itself."""
+    from graphtop.models.kernels import precompile
+    from graphtop.models.kernels.compile_pool import KernelCompiler
+
+    with precompile.record_missing() as missing:
+        forward()
+    compiler = KernelCompiler(workers)
+    try:
+        compiler.wait(compiler.submit(missing))
+    finally:
+        compiler.close()
+    forward()
+    return missing, compiler.stats

@@ -16,7 +16,14 @@ pytest.importorskip("triton")
 
 from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.nvidia.compiler import CUDABackend  # noqa: E402
-from triton_host import PagedAttention, fused_kernels_on_cpu, fused_model, hopper_driver, stubbed_launches  # noqa: E402
+from triton_host import (  # noqa: E402
+    PagedAttention,
+    compile_ahead,
+    fused_kernels_on_cpu,
+    fused_model,
+    hopper_driver,
+    stubbed_launches,
+)
 
 from graphtop.models.kernels import fused, gemv, launch, precompile  # noqa: E402
 
@@ -160,23 +167,17 @@ def test_a_decode_forward_launches_every_kernel_as_triton_would(recorded: Record
     """The Qwen3-0.6B layer shape on the fused decode path (GEMVs with their prologues and epilogues, the MLP
     in one launch, the decode attention kernel, the lm_head GEMV) at 1 and 3 rows: after a first forward,
     every launch takes the fast path, each checked against Triton's own binding."""
-    from graphtop.models.kernels.compile_pool import KernelCompiler
-
     with fused_kernels_on_cpu(), torch.inference_mode():
         model = fused_model("qwen3-0.6b", fused_mlp=True, num_hidden_layers=2, vocab_size=2048)
         assert model.fused_mlp_layers() == 2
         steps = {r: (torch.arange(r), torch.arange(r) + 7, PagedAttention(model.spec, r)) for r in (1, 3)}
-        with precompile.record_missing() as missing:
+
+        def forward() -> None:
             for ids, pos, attn in steps.values():
                 model.decode_logits(ids, pos, attn)
-        compiler = KernelCompiler(workers=2)
-        try:
-            compiler.wait(compiler.submit(missing))
-            assert compiler.stats.failed == 0, compiler.stats.failures
-        finally:
-            compiler.close()
-        for ids, pos, attn in steps.values():  # first launches: Triton's own path
-            model.decode_logits(ids, pos, attn)
+
+        missing, stats = compile_ahead(forward, workers=2)  # its last run: the first launches, Triton's path
+        assert stats.failed == 0, stats.failures
         kernels = list({id(f): launch.fast(f) for f in _jit(missing)}.values())
         names = {k.fn.__name__ for k in kernels}
         assert names == {"_gemv_kernel", "_fused_mlp_kernel", "_decode_kernel"}, names
@@ -193,20 +194,11 @@ def test_a_decode_forward_launches_every_kernel_as_triton_would(recorded: Record
 def test_a_skinny_decode_forward_launches_every_kernel_as_triton_would(recorded: Recorder):
     """The Qwen3-0.6B layer shape at 3 rows off the fused-GEMV layers: the skinny GEMM (the norms riding in
     the projections), the RMSNorm kernels and the decode attention, each fast launch checked."""
-    from graphtop.models.kernels.compile_pool import KernelCompiler
-
     with fused_kernels_on_cpu(), torch.inference_mode():
         model = fused_model("qwen3-0.6b", gemv_rows=1, num_hidden_layers=2, vocab_size=2048)
         ids, pos, attn = torch.arange(3), torch.arange(3) + 7, PagedAttention(model.spec, 3)
-        with precompile.record_missing() as missing:
-            model.model.forward_pre_norm(ids, pos, attn)
-        compiler = KernelCompiler(workers=2)
-        try:
-            compiler.wait(compiler.submit(missing))
-            assert compiler.stats.failed == 0, compiler.stats.failures
-        finally:
-            compiler.close()
-        model.model.forward_pre_norm(ids, pos, attn)  # first launches: Triton's own path
+        missing, stats = compile_ahead(lambda: model.model.forward_pre_norm(ids, pos, attn), workers=2)
+        assert stats.failed == 0, stats.failures
         kernels = list({id(f): launch.fast(f) for f in _jit(missing)}.values())
         assert {"_skinny_kernel", "_decode_kernel"} <= {k.fn.__name__ for k in kernels}
         before, launches = sum(k.fast_launches for k in kernels), len(recorded.calls)
