@@ -116,13 +116,11 @@ def launch_bytes(model: Any, rows: int, context: int) -> dict[str, int]:
     if not layer.kernels.fused_mlp:
         gemvs += ((gate_up, 1), (down, 2))
     for proj, prologue in gemvs:
-        n, k = proj.weight.shape
-        x_cols = 2 * k if prologue == 2 else k
-        grid = tg._launch_shape(rows, n, k, x_cols, prologue, False, False, False, False, tg.pick_config(n, k))[0]
+        grid = tg.launch_grid(rows, *proj.weight.shape, prologue)
         add(f"_gemv_kernel grid={[grid[0], grid[1], 1]}", proj.weight.numel() * proj.weight.element_size())
     if layer.kernels.fused_mlp:
         w = (gate_up.weight, down.weight)
-        programs = -(-down.weight.shape[1] // tm.pick_config(down.weight.shape[0], down.weight.shape[1]).block_i)
+        programs = tm.launch_programs(*down.weight.shape)
         add(f"_fused_mlp_kernel grid={[programs, 1, 1]}", sum(t.numel() * t.element_size() for t in w))
     spec = model.spec
     add("_decode_kernel", rows * context * spec.num_kv_heads * spec.head_dim * 2 * qkv.weight.element_size())

@@ -227,6 +227,11 @@ class Workspace(NamedTuple):
 _workspaces: dict[tuple[torch.device, int, int, int], Workspace] = {}
 
 
+def launch_programs(hidden: int, intermediate: int, config: Optional[FusedMLPConfig] = None) -> int:
+    """How many programs a ``fused_mlp`` launch runs: one per ``block_i`` intermediate columns."""
+    return cdiv(intermediate, (config or pick_config(hidden, intermediate)).block_i)
+
+
 def workspace(device: torch.device, hidden: int, programs: int, groups: int) -> Workspace:
     """One per device and launch shape, shared by every layer of that shape (a launch is done before the
     next one of them reads it). Allocated once, outside any graph (the first launch is an eager warmup):
@@ -272,7 +277,8 @@ def fused_mlp(
         down_weight.shape,
     )
     assert h.stride(-1) == 1 and gate_up_weight.is_contiguous() and down_weight.is_contiguous()
-    block_i, block_k, block_h, warps, stages, group = config or pick_config(hidden, inter)
+    config = config or pick_config(hidden, inter)
+    block_i, block_k, block_h, warps, stages, group = config
     block_m = next_pow2(m)
     budget = ACC_PER_WARP * warps
     # the [M, 2 * BLOCK_I, BLOCK_K] and [M, BLOCK_H, BLOCK_I] products must stay in registers
@@ -280,7 +286,7 @@ def fused_mlp(
     block_h = max(16, min(block_h, budget // (block_m * block_i), next_pow2(hidden)))
     red = 8
     block_c = max(16, min(budget // red, next_pow2(m * hidden)))
-    programs = cdiv(inter, block_i)
+    programs = launch_programs(hidden, inter, config)
     group = max(1, min(group, programs))
     groups = cdiv(programs, group)
     ws = workspace(h.device, hidden, programs, groups)

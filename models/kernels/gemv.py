@@ -350,6 +350,13 @@ def _launch_shape(
     return (cdiv(n, block_n), split), split, block_n, meta
 
 
+def launch_grid(m: int, n: int, k: int, prologue: int = 0) -> tuple[int, int]:
+    """The grid of a ``gemv`` launch of ``m`` rows on an [n, k] weight with its shipped config (prologue: 0 none,
+    1 RMSNorm, 2 SiLU·mul), as a profiler trace shows it (bench/profile_decode.py keys its kernels by it)."""
+    x_cols = 2 * k if prologue == 2 else k
+    return _launch_shape(m, n, k, x_cols, prologue, False, False, False, False, pick_config(n, k))[0]
+
+
 def gemv(
     x: torch.Tensor,
     weight: torch.Tensor,
