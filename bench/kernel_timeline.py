@@ -126,9 +126,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    launch_bytes = json.loads(args.bytes.read_text()) if args.bytes else None
-    print(report(args.trace, args.steps, args.layers, launch_bytes))
+    ap = parser()
+    args = ap.parse_args(argv)
+    try:  # a file that is missing or not JSON: one line, exit 2
+        launch_bytes = json.loads(args.bytes.read_text()) if args.bytes else None
+        text = report(args.trace, args.steps, args.layers, launch_bytes)
+    except (OSError, ValueError) as e:
+        ap.error(f"cannot read the trace or the byte counts: {e}")
+    print(text)
     return 0
 
 

@@ -117,3 +117,20 @@ def test_profile_decode_knows_what_each_decode_launch_reads():
             expected["_gemv_kernel grid=[128, 3, 1]"] = 6 * mib
         assert got == expected
         assert profile_decode.launch_bytes(model, 5, 100) == {}  # past the fused-GEMV rows
+
+
+def test_an_unreadable_trace_or_byte_count_file_is_one_line_and_exit_2(tmp_path, capsys):
+    import pytest
+
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [_k("_gemv_kernel", 0, 1)]}))
+    broken = tmp_path / "bytes.json"
+    broken.write_text("{not json")
+    for argv in ([str(tmp_path / "missing.json")], [str(trace), "--bytes", str(broken)]):
+        with pytest.raises(SystemExit) as exit_:
+            kt.main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: ") and "Traceback" not in err
+        assert ": error: cannot read the trace or the byte counts: " in err.strip().splitlines()[-1]
+    assert kt.main([str(trace)]) == 0
