@@ -23,7 +23,13 @@ _INT_FIELDS = (
     "tp_size",
 )
 _OPTIONAL_FIELDS = ("max_running_requests", "max_context_len", "max_total_tokens")
-_BOOL_FIELDS = ("fused_kernels", "overlap_schedule", "allow_external_weights", "capture_before_serving")
+_BOOL_FIELDS = (
+    "fused_kernels",
+    "overlap_schedule",
+    "allow_external_weights",
+    "capture_before_serving",
+    "capture_thread",
+)
 
 
 @dataclass
@@ -50,6 +56,10 @@ class EngineConfig:
     # bucket is captured, capturing between steps. True: capture every graph before the constructor
     # returns (benchmarks: every step measures graphs, not eager warm-up).
     capture_before_serving: bool = False
+    # True: graphs are captured on a thread of their own while steps go on (engine/runners/capture_thread.py);
+    # False: in slices between steps, which wait for them. Tensor parallel always slices (its ranks
+    # capture in lockstep).
+    capture_thread: bool = True
     # graphtop's cache folder (built checkpoints; compiled Triton kernels in its triton/); None:
     # $GRAPHTOP_CACHE_DIR, else the user cache folder
     cache_dir: Optional[str] = None

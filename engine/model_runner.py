@@ -2,8 +2,9 @@
 
 Graphs are a fast path, never the only path: a batch a graph cannot take runs eagerly and the step
 record carries the named ``FallbackReason``. A step's bucket is decided once (``decide``) and that
-decision is what the graph runner replays. Capture, the first one and every recapture, runs in
-slices between steps (``advance_capture``), and each bucket serves the moment it is captured. The
+decision is what the graph runner replays. Capture, the first one and every recapture, runs on the
+capture thread (runners/capture_thread.py) while steps go on, or, without one (tensor parallel), in
+slices between steps; ``advance_capture`` makes each bucket serve the moment it is captured. The
 model runner is built from parts (model, attention, resolved graph config, a ``publish`` callable)
 and answers with results; it knows nothing of the engine that composes it.
 """
@@ -25,6 +26,7 @@ from .graphs.factory import graph_backend
 from .graphs.fallback import FallbackReason
 from .runners.base import StepOutput
 from .runners.bucketed import BucketedGraphRunner
+from .runners.capture_thread import CaptureThread, DeviceTurn
 from .runners.decode_graph import DecodeGraphRunner
 from .runners.eager import EagerRunner
 from .runners.kernel_gate import Precompile
@@ -49,24 +51,49 @@ class ModelRunner:
         *,
         freeze_gc: bool = False,
         precompile: Optional[Precompile] = None,
+        capture_thread: bool = False,
     ):
         """``max_pages``: pages of the longest context a decode graph must cover; ``precompile``: worker
-        processes that compile each bucket's kernels before it is captured (None: capture compiles)."""
+        processes that compile each bucket's kernels before it is captured (None: capture compiles);
+        ``capture_thread``: capture on a thread of its own while steps go on (else in slices between
+        steps)."""
         self.resolved = resolved
         self.publish = publish
         self.emulated = resolved.emulated
         self.eager = EagerRunner(model, attention, device)
         self.decode: Optional[DecodeGraphRunner] = None
         self.prefill: Optional[PrefillGraphRunner] = None
+        self.turn = DeviceTurn(device)
+        """Who queues device work that both threads' work touches (runners/capture_thread.py)."""
         r = resolved
+        wants_graphs = r.available and (
+            (r.decode_backend != "disabled" and bool(r.decode_bs))
+            or (r.prefill_backend != "disabled" and bool(r.prefill_num_tokens))
+        )
+        threaded = capture_thread and wants_graphs
+        # the graphs' own attention instance: what a capture binds is never what an eager step reads
+        graph_attention = attention.clone() if threaded else attention
         if r.available and r.decode_backend != "disabled" and r.decode_bs:
             backend = graph_backend("full", device, emulated=r.emulated, freeze_gc=freeze_gc)
-            self.decode = DecodeGraphRunner(model, attention, backend, device, max(r.decode_bs), max_pages, publish)
+            self.decode = DecodeGraphRunner(
+                model, graph_attention, backend, device, max(r.decode_bs), max_pages, publish
+            )
         if r.available and r.prefill_backend != "disabled" and r.prefill_num_tokens:
             backend = graph_backend("breakable", device, emulated=r.emulated, freeze_gc=freeze_gc)
             self.prefill = PrefillGraphRunner(
-                model, attention, backend, device, max(r.prefill_num_tokens), r.prefill_max_padding_waste, publish
+                model,
+                graph_attention,
+                backend,
+                device,
+                max(r.prefill_num_tokens),
+                r.prefill_max_padding_waste,
+                publish,
             )
+        self.graphs_lock = threading.Lock()
+        """One lock for the graph runners: they share ``graph_attention``, whose metadata a capture binds."""
+        for runner in self._runners():
+            runner.lock, runner.turn, runner.threaded = self.graphs_lock, self.turn, threaded
+        self.capture_thread = CaptureThread(device, self.turn) if threaded else None
         self.compiler = precompile.compiler if precompile is not None else None
         """The process's kernel compiler (its stats: benchmarks), or None where capture compiles."""
         if precompile is not None:
@@ -123,6 +150,8 @@ class ModelRunner:
         ):
             if runner is not None:
                 runner.start_capture(buckets, "initial")
+        if self.capture_thread is not None:
+            self.capture_thread.start(self._runners())
 
     def validate_buckets(self, phase: str, sizes: Sequence[int]) -> list[int]:
         runner = self.decode if phase == "decode" else self.prefill
@@ -153,12 +182,18 @@ class ModelRunner:
                 )
             )
             return
+        if self.capture_thread is not None:  # the capture running ends after its graph in flight
+            self.capture_thread.stop()
+            for runner in self._runners():
+                runner.poll_capture()
         self._recapture_memory_before = sum(self.graph_memory())
         self._recapture_started = time.perf_counter()
         for phase, sizes in lists.items():
             runner = self.decode if phase == "decode" else self.prefill
             assert runner is not None
             runner.start_capture(sizes, "recapture")
+        if self.capture_thread is not None:
+            self.capture_thread.start(self._runners())
         self.advance_capture()
 
     @property
@@ -167,8 +202,22 @@ class ModelRunner:
         return any(r.capturing for r in self._runners())
 
     @property
+    def capture_threaded(self) -> bool:
+        """Captures run on the capture thread: steps may go on, chained too, while they do."""
+        return self.capture_thread is not None and self.capture_thread.running
+
+    @property
+    def capture_between_steps(self) -> bool:
+        """A capture is pending and runs in slices between steps (no capture thread): nothing may be in
+        flight when a slice runs."""
+        return self.capture_pending and not self.capture_threaded
+
+    @property
     def capture_waiting(self) -> bool:
-        """Every pending capture waits for kernels to compile (an idle engine has nothing to do but wait)."""
+        """The step thread has nothing to do for the pending captures (an idle engine naps): the capture
+        thread has them, or every one waits for kernels to compile."""
+        if self.capture_threaded:
+            return True
         capturing = [r for r in self._runners() if r.capturing]
         return bool(capturing) and all(r.waiting_for_kernels for r in capturing)
 
@@ -185,8 +234,14 @@ class ModelRunner:
         its ledger)."""
         if not self.capture_pending:
             return False
+        thread = self.capture_thread
+        if thread is not None and to_the_end:
+            thread.wait()
         for runner in self._runners():
-            if runner.capturing:
+            if not runner.capturing:
+                continue
+            runner.poll_capture()  # what the capture thread captured (nothing without one)
+            if runner.capturing and (thread is None or not thread.running):  # no thread, or stopped
                 runner.advance_capture(*self.capture_slice(to_the_end))
         if self.capture_pending:
             return False
@@ -245,15 +300,25 @@ class ModelRunner:
         return self.decide(batch)[1].reason
 
     def forward(self, batch: ForwardBatch) -> StepOutput:
+        """The step's forward, a graph replay or eager; while the capture thread records a graph, a step
+        whose bucket is live runs eagerly instead of waiting (``CAPTURE_RUNNING``). The caller holds the
+        device turn (``turn.step``) around it and the reading of its logits."""
         runner, decision = self.decide(batch)
         if runner is not None and decision.graph:
-            return runner.run(batch, decision)
+            if runner.lock.acquire(blocking=False):
+                try:
+                    return runner.run(batch, decision)
+                finally:
+                    runner.lock.release()
+            decision = BucketDecision(reason=FallbackReason.CAPTURE_RUNNING)
         out = self.eager.run(batch)
         out.fallback_reason = decision.reason
         return out
 
     def release(self) -> None:
         """Drop every graph (and its pool); the model runner serves eagerly afterwards."""
+        if self.capture_thread is not None:
+            self.capture_thread.stop()
         for runner in self._runners():
             runner.release()
         self.decode = self.prefill = None

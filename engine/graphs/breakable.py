@@ -29,7 +29,7 @@ import torch
 
 from .backend import ReplayTiming, ShapeKey
 from .buffers import BridgeBuffers
-from .cuda_pool import CudaGraphPoolBackend
+from .cuda_pool import CAPTURE_MODE, CudaGraphPoolBackend
 
 _capture: contextvars.ContextVar[Optional["_BreakSite"]] = contextvars.ContextVar("graphtop_break", default=None)
 
@@ -85,7 +85,7 @@ class _CudaBreakSite(_BreakSite):
 
     def begin_segment(self) -> None:
         g = torch.cuda.CUDAGraph()
-        g.capture_begin(pool=self.pool)
+        g.capture_begin(pool=self.pool, capture_error_mode=CAPTURE_MODE)
         self._current = g
 
     def end_segment(self) -> None:

@@ -13,6 +13,9 @@ import torch
 
 from .backend import GraphBackend, ShapeKey
 
+CAPTURE_MODE = "thread_local"
+"""Stream capture forbids the capturing thread's unsafe CUDA calls only: the step thread serves meanwhile."""
+
 
 class CudaGraphPoolBackend(GraphBackend):
     def __init__(self, device: torch.device):

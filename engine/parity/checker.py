@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from .. import switch_interval
 from ..attention.base import AttentionBackend
 from ..batch import ForwardBatch
 from ..kv_pool import KVPool
@@ -130,7 +130,7 @@ class ParityChecker:
         self._ids_buf: Optional[torch.Tensor] = None
         self._queue: "queue.SimpleQueue[Optional[_Check]]" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
-        self._switch_interval: Optional[float] = None  # the interpreter's, while checks lowered it
+        self._switch_ask: Optional[int] = None  # engine/switch_interval.py, while checks are on
         self._pacing = device.type == "cuda"  # a CPU forward has no device wait to fill
         self._layers = len(getattr(getattr(model, "model", None), "layers", ()))
         self._device_waits = DeviceWaits(enabled=False)
@@ -168,9 +168,8 @@ class ParityChecker:
                 self._worker_ident = self._thread.ident
             if self._worker_ident is not None:
                 Paced.attach(getattr(self.model, "model", None), self._worker_ident, self._device_waits)
-            if sys.getswitchinterval() > SWITCH_INTERVAL_S + 1e-6:
-                self._switch_interval = sys.getswitchinterval()
-                sys.setswitchinterval(SWITCH_INTERVAL_S)
+            if self._switch_ask is None:
+                self._switch_ask = switch_interval.at_most(SWITCH_INTERVAL_S)
         if not n and self._scratch:
             self.wait_idle()
             Paced.detach(self._worker_ident)
@@ -182,9 +181,8 @@ class ParityChecker:
         return None
 
     def _restore_switch_interval(self) -> None:
-        if self._switch_interval is not None and abs(sys.getswitchinterval() - SWITCH_INTERVAL_S) < 1e-6:
-            sys.setswitchinterval(self._switch_interval)  # unless someone else has changed it since
-        self._switch_interval = None
+        switch_interval.release(self._switch_ask)
+        self._switch_ask = None
 
     @property
     def pacing(self) -> bool:

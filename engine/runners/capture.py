@@ -1,9 +1,11 @@
 """Capturing a bucket list in the backend's order, per-bucket time and memory, failures dropped and reported.
 
-A ``CaptureJob`` runs a slice at a time between engine steps (the initial capture while the engine
-already serves, and live recapture), so requests keep streaming while graphs are built; an engine
-that captures before serving runs it to completion at once. With a gate (runners/kernel_gate.py) a
-slice captures a bucket only once its kernels are compiled, so no slice waits for a compiler.
+A ``CaptureJob`` runs on the capture thread (runners/capture_thread.py) a bucket at a time, or, where
+there is none (tensor parallel), a slice at a time between engine steps; either way requests keep
+streaming while graphs are built (the initial capture while the engine already serves, and live
+recapture). An engine that captures before serving runs it to completion at once. With a gate
+(runners/kernel_gate.py) a bucket is captured only once its kernels are compiled, so no capture waits
+for a compiler.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ LOOK_AHEAD_PER_SLICE = 1
 takes seconds, a step milliseconds), few enough that no step's host time grows by more than a forward."""
 
 
-def device_free_bytes(device: torch.device) -> int:
+def device_free_bytes(device: torch.device, sync: bool = True) -> int:
+    """Free device memory. ``sync``: after the work queued so far (the step thread's capture slices).
+    The capture thread reads it without a sync: one would wait for the step thread's work, and the
+    allocations a capture makes (cudaMalloc) show at once."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        if sync:
+            torch.cuda.synchronize(device)
         return int(torch.cuda.mem_get_info(device)[0])
     return 0
 
@@ -42,9 +48,11 @@ class CaptureJob:
         publish: PublishFn,
         reason: str = "initial",
         gate: Optional[BucketGate] = None,
+        sync_memory: bool = True,
     ):
         """``order``: the buckets in the order to capture them (``GraphBackend.capture_order``); ``gate``:
-        whether a bucket's kernels are compiled (None: capture compiles what it launches)."""
+        whether a bucket's kernels are compiled (None: capture compiles what it launches);
+        ``sync_memory``: memory is read after a device sync (not on the capture thread)."""
         self.phase = phase
         self.reason = reason
         self.order = list(dict.fromkeys(order))
@@ -55,9 +63,12 @@ class CaptureJob:
         self.gate = gate
         self.waiting = False
         """The last slice stopped at a bucket whose kernels were still compiling."""
+        self.sync_memory = sync_memory
+        self.finished = False
+        """Its ``CaptureFinished`` is out (set last: whoever sees it also sees every event before)."""
         self._next = 0
         self._t0 = time.perf_counter()
-        self._free0 = device_free_bytes(device)
+        self._free0 = device_free_bytes(device, sync_memory)
         publish(ev.CaptureStarted(phase=phase, buckets=tuple(self.order), backend=backend_name, reason=reason))
         if not self.order:
             self._finish()
@@ -73,7 +84,8 @@ class CaptureJob:
 
     def run(self, budget_s: Optional[float] = None, max_buckets: Optional[int] = None) -> bool:
         """Capture buckets until done, ``budget_s`` has passed or ``max_buckets`` are captured (at least
-        one). Returns done. (Ranks of a tensor-parallel group slice by count: their clocks differ.)"""
+        one, if its kernels are compiled). Returns done. (Ranks of a tensor-parallel group slice by count:
+        their clocks differ; the capture thread asks for one bucket at a time with no budget to wait in.)"""
         start = time.perf_counter()
         count = 0
         while not self.done:
@@ -109,8 +121,21 @@ class CaptureJob:
         self.waiting = True
         return False
 
+    def abandon(self, reason: str) -> None:
+        """Give up the buckets not attempted yet (the capture thread failed): each is a failed bucket with
+        ``reason``, so its steps run eagerly with a named reason, and the job finishes."""
+        for bucket in self.remaining:
+            self.ledger.append(BucketCost(self.phase, bucket, 0.0, 0, False, reason))
+        self._next = len(self.order)
+        self._finish()
+
+    def look_ahead(self) -> None:
+        """Find every bucket's kernels now, so they all compile in parallel (the capture thread, first)."""
+        if self.gate is not None:
+            self.gate.look_ahead(self.remaining, float("inf"))
+
     def _capture_one(self, bucket: int) -> None:
-        free0 = device_free_bytes(self.device)
+        free0 = device_free_bytes(self.device, self.sync_memory)
         t0 = time.perf_counter()
         failure = None
         try:
@@ -123,7 +148,7 @@ class CaptureJob:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
         seconds = time.perf_counter() - t0
-        mem = max(0, free0 - device_free_bytes(self.device)) if failure is None else 0
+        mem = max(0, free0 - device_free_bytes(self.device, self.sync_memory)) if failure is None else 0
         self.ledger.append(BucketCost(self.phase, bucket, seconds, mem, failure is None, failure))
         self.publish(
             ev.CaptureProgress(
@@ -162,10 +187,11 @@ class CaptureJob:
                 captured=tuple(self.captured),
                 failed=tuple(sorted(c.bucket for c in failed)),
                 seconds=round(time.perf_counter() - self._t0, 6),
-                memory_bytes=max(0, self._free0 - device_free_bytes(self.device)),
+                memory_bytes=max(0, self._free0 - device_free_bytes(self.device, self.sync_memory)),
                 ok=not failed,
                 failure_reason=reason,
                 kernels_compiled=compiled,
                 kernels_cached=cached,
             )
         )
+        self.finished = True

@@ -293,7 +293,7 @@ def _workspace(device: torch.device, partials: int, blocks: int) -> tuple[torch.
     start at zero and stay where captured graphs point."""
     ws = _split_workspace.get(device)
     if ws is None:
-        if torch.cuda.is_current_stream_capturing():
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("split-K GEMV workspace first needed inside a graph capture: warm up eagerly first")
         ws = _split_workspace[device] = (
             torch.empty(SPLIT_WORKSPACE, dtype=torch.float32, device=device),

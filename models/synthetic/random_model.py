@@ -83,7 +83,9 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 class IdsTokenizer:
-    """Stands in for a tokenizer when prompts are token ids and nothing is detokenized."""
+    """Stands in for a tokenizer when prompts are token ids: text is bytes shifted by 3 (ids 0-2 are the
+    special ones), and a token decodes to its id in angle brackets, so text streams over HTTP one token
+    at a time (``bench/serve_bench.py`` counts arrivals by text) though random weights mean nothing."""
 
     chat_template = None
     all_special_ids: list[int] = []
@@ -95,7 +97,7 @@ class IdsTokenizer:
         return [b + 3 for b in text.encode("utf-8")]
 
     def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
-        return ""
+        return "".join(f"<{int(i)}>" for i in ids)
 
 
 SMALL_VOCAB_IDS = {"bos_token_id": 1, "eos_token_id": 2}

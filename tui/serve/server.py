@@ -4,6 +4,12 @@ The two never wait for each other: uvicorn's event loop runs in its thread, the 
 own, and tokens cross over through ``loop.call_soon_threadsafe`` (``generation``). The listening socket
 is bound first (``listen``), before a model is loaded: a port in use is a one-line error that costs no
 load, and port 0 picks a free port that ``url`` then names.
+
+They do share the GIL. The event loop's Python (HTTP parsing, validation, JSON and SSE framing) runs
+while the engine's thread steps, and the step thread takes the GIL back after every torch call and
+kernel launch: at CPython's 5 ms switch interval each take-back can wait that long for the loop, which
+adds whole intervals to a step, to TTFT and to the inter-token latency. While the server runs the
+interval is at most ``SWITCH_INTERVAL_S`` (engine/switch_interval.py).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Optional
 
 import uvicorn
 
+from graphtop.engine import switch_interval
 from graphtop.engine.telemetry.metrics import MetricsCollector
 
 from .app import create_app
@@ -26,6 +33,9 @@ log = logging.getLogger("graphtop.serve")
 
 START_TIMEOUT_S = 30.0
 GRACEFUL_SHUTDOWN_S = 2
+SWITCH_INTERVAL_S = 0.0002
+"""The interpreter's switch interval while the server runs: the longest the engine's thread waits for the
+GIL while the event loop runs Python (docs/benchmarks.md: the HTTP API's latency)."""
 
 
 class ServeError(Exception):
@@ -82,6 +92,7 @@ class ApiServer:
         self._server = uvicorn.Server(config)
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._switch_ask: Optional[int] = None
 
     @property
     def port(self) -> int:
@@ -102,6 +113,7 @@ class ApiServer:
     def start(self, timeout: float = START_TIMEOUT_S) -> "ApiServer":
         if self._thread is not None:
             return self
+        self._switch_ask = switch_interval.at_most(SWITCH_INTERVAL_S)
         self._thread = threading.Thread(target=self._run, name="graphtop-api", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -128,6 +140,8 @@ class ApiServer:
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)
+        switch_interval.release(self._switch_ask)
+        self._switch_ask = None
         try:
             self.sock.close()
         except OSError:
