@@ -36,15 +36,22 @@ import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol, Sequence
 
 import torch
 
 from .. import switch_interval
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .bucketed import BucketedGraphRunner
     from .capture import CaptureJob
+
+
+class CapturingRunner(Protocol):
+    """What the capture thread needs of a graph runner (runners/bucketed.py): its phase and its job."""
+
+    phase: str
+    job: Optional["CaptureJob"]
+
 
 log = logging.getLogger("graphtop.engine")
 
@@ -137,7 +144,7 @@ class CaptureThread:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, runners: Sequence["BucketedGraphRunner"]) -> None:
+    def start(self, runners: Sequence[CapturingRunner]) -> None:
         """Capture every job of ``runners`` in order (the thread of a previous start must be stopped)."""
         assert not self.running, "stop the capture thread before starting another"
         jobs = [r for r in runners if r.job is not None and not r.job.done]
@@ -160,7 +167,7 @@ class CaptureThread:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def _run(self, runners: list["BucketedGraphRunner"]) -> None:
+    def _run(self, runners: list[CapturingRunner]) -> None:
         _here.capturing = True
         try:
             with torch.inference_mode():
@@ -169,7 +176,7 @@ class CaptureThread:
             self.turn.active = False
             switch_interval.release(self._switch_ask)
 
-    def _capture_all(self, runners: list["BucketedGraphRunner"]) -> None:
+    def _capture_all(self, runners: list[CapturingRunner]) -> None:
         """A bucket of each runner in turn, as its kernels come in (every bucket's compile starts first);
         while none is ready, nap. A runner whose job raises is given up (``CaptureJob.abandon``)."""
         for runner in runners:
@@ -188,7 +195,7 @@ class CaptureThread:
             if not captured:
                 time.sleep(KERNEL_POLL_S)
 
-    def _guarded(self, runner: "BucketedGraphRunner", work: Callable[["CaptureJob"], object]) -> None:
+    def _guarded(self, runner: CapturingRunner, work: Callable[["CaptureJob"], object]) -> None:
         job = runner.job
         if job is None or job.done:
             return
