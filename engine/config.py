@@ -56,10 +56,10 @@ class EngineConfig:
     # bucket is captured, capturing between steps. True: capture every graph before the constructor
     # returns (benchmarks: every step measures graphs, not eager warm-up).
     capture_before_serving: bool = False
-    # True: graphs are captured on a thread of their own while steps go on (engine/runners/capture_thread.py);
-    # False: in slices between steps, which wait for them. Tensor parallel always slices (its ranks
-    # capture in lockstep).
-    capture_thread: bool = True
+    # False: graphs are captured in slices between steps, a stage (one forward's work) at a time. True: on a
+    # thread of their own while steps go on (engine/runners/capture_thread.py; docs/benchmarks.md has
+    # both side by side). Tensor parallel always slices (its ranks capture in lockstep).
+    capture_thread: bool = False
     # graphtop's cache folder (built checkpoints; compiled Triton kernels in its triton/); None:
     # $GRAPHTOP_CACHE_DIR, else the user cache folder
     cache_dir: Optional[str] = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -34,9 +34,25 @@ from .runners.prefill_graph import PrefillGraphRunner
 from .telemetry import events as ev
 from .telemetry.capture import BucketCost
 
-RECAPTURE_SLICE_S = 0.05  # capture time per runner and step boundary while a capture is running
-
 PublishFn = Callable[[ev.Event], None]
+
+
+RECAPTURE_SLICE_S = 0.01
+"""Capture time one step boundary may spend on one device, shared by the runners in turn: stages until it
+has passed, at least one. A stage is a bucket's warmup forward or one graph's recording, tens of ms for an
+8B model on a GPU, so there a step waits for one stage at most (docs/benchmarks.md has the step host times
+while capturing); an emulated stage records addresses in microseconds."""
+
+
+class CaptureSlice(NamedTuple):
+    """How much one ``advance_capture`` between two steps may capture: a time budget (None: no limit; 0:
+    only what needs no wait for kernels) or whole buckets; ``by_stage``: the budget may end a bucket's
+    capture between two stages (its warmup forward, one graph's recording), and the runners spend one
+    budget in turn instead of each its own. None everywhere: everything."""
+
+    budget_s: Optional[float] = None
+    max_buckets: Optional[int] = None
+    by_stage: bool = False
 
 
 class ModelRunner:
@@ -100,6 +116,7 @@ class ModelRunner:
             for runner, buckets in ((self.decode, r.decode_bs), (self.prefill, r.prefill_num_tokens)):
                 if runner is not None:
                     runner.gate = precompile.gate(runner.phase, list(buckets), runner.dry_run)
+        self._slice_turn = 0  # the runner whose turn the next one-stage slice is
         self._recapture_started: Optional[float] = None
         self._recapture_memory_before = 0
         self._capture_waiters: list[threading.Event] = []
@@ -229,20 +246,19 @@ class ModelRunner:
             done.set()
 
     def advance_capture(self, *, to_the_end: bool = False) -> bool:
-        """Capture one more slice (``RECAPTURE_SLICE_S`` per runner; everything with ``to_the_end``);
-        True when this call finished the capture (the graphs' memory changed: the caller republishes
-        its ledger)."""
+        """Make live what the capture thread captured; without one, capture one more slice
+        (``capture_slice``; everything with ``to_the_end``). True when this call finished the capture
+        (the graphs' memory changed: the caller republishes its ledger)."""
         if not self.capture_pending:
             return False
         thread = self.capture_thread
         if thread is not None and to_the_end:
             thread.wait()
         for runner in self._runners():
-            if not runner.capturing:
-                continue
-            runner.poll_capture()  # what the capture thread captured (nothing without one)
-            if runner.capturing and (thread is None or not thread.running):  # no thread, or stopped
-                runner.advance_capture(*self.capture_slice(to_the_end))
+            if runner.capturing:
+                runner.poll_capture()  # what the capture thread captured (nothing without one)
+        if thread is None or not thread.running:  # no thread, or one that was stopped
+            self._capture_slice(self.capture_slice(to_the_end))
         if self.capture_pending:
             return False
         if self._recapture_started is not None:
@@ -250,11 +266,34 @@ class ModelRunner:
         self._wake_waiters()
         return True
 
-    def capture_slice(self, to_the_end: bool) -> tuple[Optional[float], Optional[int]]:
-        """(seconds, buckets) one ``advance_capture`` may spend per runner: ``RECAPTURE_SLICE_S``
-        seconds here; nothing is limited ``to_the_end``. A tensor-parallel runner slices by count
-        (engine/distributed/lockstep.py): the ranks' clocks differ."""
-        return (None, None) if to_the_end else (RECAPTURE_SLICE_S, None)
+    def _capture_slice(self, limits: CaptureSlice) -> None:
+        capturing = [r for r in self._runners() if r.capturing]
+        if not limits.by_stage:  # every runner, within the limits
+            for runner in capturing:
+                runner.advance_capture(limits.budget_s, limits.max_buckets)
+            return
+        # one budget, the runners in turn (the next slice starts with the next runner); a runner whose next
+        # bucket waits for its kernels captures nothing and passes the budget on
+        start = time.perf_counter()
+        n = len(capturing)
+        captured = False
+        for i in range(n):
+            spent = time.perf_counter() - start
+            if captured and limits.budget_s is not None and spent >= limits.budget_s:
+                break
+            left = None if limits.budget_s is None else max(0.0, limits.budget_s - spent)
+            runner = capturing[(self._slice_turn + i) % n]
+            runner.advance_capture(left, limits.max_buckets, by_stage=True)
+            captured = captured or not runner.waiting_for_kernels
+        self._slice_turn = (self._slice_turn + 1) % max(1, n)
+
+    def capture_slice(self, to_the_end: bool) -> CaptureSlice:
+        """What one ``advance_capture`` may capture between two steps: ``RECAPTURE_SLICE_S`` shared by the
+        runners, a stage at a time; nothing is limited ``to_the_end``. A tensor-parallel runner slices by
+        whole buckets (engine/distributed/lockstep.py): its ranks capture in lockstep."""
+        if to_the_end:
+            return CaptureSlice()
+        return CaptureSlice(budget_s=RECAPTURE_SLICE_S, by_stage=True)
 
     def _recapture_finished(self) -> None:
         assert self._recapture_started is not None

@@ -13,11 +13,11 @@ that pair up across ranks:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from ..batch import ForwardBatch
 from ..errors import TensorParallelError
-from ..model_runner import ModelRunner
+from ..model_runner import CaptureSlice, ModelRunner
 from ..runners.base import StepOutput
 from ..runners.bucketed import BucketedGraphRunner
 from .process_group import RankGroup
@@ -33,9 +33,9 @@ class LockstepModelRunner(ModelRunner):
         for runner in self._runners():
             runner.agree_buckets = _agreement(group, runner)  # type: ignore[method-assign]
 
-    def capture_slice(self, to_the_end: bool) -> tuple[Optional[float], Optional[int]]:
+    def capture_slice(self, to_the_end: bool) -> CaptureSlice:
         """One bucket per phase and step boundary, on every rank alike (not a time budget)."""
-        return (None, None) if to_the_end else (None, 1)
+        return CaptureSlice() if to_the_end else CaptureSlice(max_buckets=1)
 
 
 def _agreement(group: RankGroup, runner: BucketedGraphRunner) -> Callable[[list[int]], list[int]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from abc import abstractmethod
 from collections import deque
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -118,7 +118,7 @@ class BucketedGraphRunner(GraphRunner):
             self.backend.capture_order(buckets),
             self.backend.name,
             self.device,
-            self._capture_bucket,
+            self._capture_stages,
             self._publish_capture,
             reason,
             self.gate,
@@ -132,14 +132,16 @@ class BucketedGraphRunner(GraphRunner):
         self._adopt(self.job)
         return self.job
 
-    def advance_capture(self, budget_s: Optional[float], max_buckets: Optional[int] = None) -> bool:
-        """Capture more of the running job (all of it when both limits are None) with the GC frozen
+    def advance_capture(
+        self, budget_s: Optional[float], max_buckets: Optional[int] = None, by_stage: bool = False
+    ) -> bool:
+        """Capture more of the running job (all of it when every limit is None) with the GC frozen
         (``GraphBackend.capture_session``); what it captured is live at once. True once nothing is
         pending."""
         if self.job is None:
             return True
         with self.backend.capture_session():
-            self.job.run(budget_s, max_buckets)
+            self.job.run(budget_s, max_buckets, by_stage)
         self._adopt(self.job)
         return self.job is None
 
@@ -248,22 +250,36 @@ class BucketedGraphRunner(GraphRunner):
                 self._prepare_capture(key)
                 self._warm_forward(size)
 
-    @torch.inference_mode()
-    def _capture_bucket(self, size: int) -> None:
+    def _capture_stages(self, size: int) -> Iterator[None]:
+        """Bucket ``size``'s capture, a stage per ``next``: the runner's warmup if it is due, then for each of
+        the bucket's graphs its warmup forward and its recording. A slice between steps runs one stage, so
+        no step waits for more than about one forward; between stages the step thread may replay other
+        graphs, so each stage binds its own capture state (``_prepare_capture``), and no lock is held
+        across a stage's end."""
         if self._warmup_size:
             self.warmup(self._warmup_size)
             self._warmup_size = 0
+            yield
         stream = self._turn_stream
-        for key in self.graph_keys(size):
-            with self.lock:
+        keys = self.graph_keys(size)
+        for i, key in enumerate(keys):
+            if self.backend.runs_at_capture and self.backend.warms_up:  # per-shape warmup outside capture
+                self._run_stage(lambda: self._warm_forward(size), key, stream)
+                yield
+            with self.lock, torch.inference_mode():
                 runs = self.backend.runs_at_capture  # an emulated capture that records addresses only runs nothing
                 if runs:
                     with self.turn.capture(stream):
                         self._prepare_capture(key)
-                        if self.backend.warms_up:
-                            self._warm_forward(size)  # per-shape warmup outside capture
                 if runs and stream is None:  # an emulated capture runs the forward itself, on the real outputs
                     with self.turn.capture(None):
                         self.backend.capture_one(key, lambda: self._forward(size))
                 else:  # recording runs nothing; a breakable graph's attention orders itself (graphs/breakable.py)
                     self.backend.capture_one(key, lambda: self._forward(size))
+            if i + 1 < len(keys):
+                yield
+
+    def _run_stage(self, work: Callable[[], object], key: ShapeKey, stream: Optional["torch.cuda.Stream"]) -> None:
+        with self.lock, self.turn.capture(stream), torch.inference_mode():
+            self._prepare_capture(key)
+            work()

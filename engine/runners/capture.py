@@ -1,17 +1,19 @@
 """Capturing a bucket list in the backend's order, per-bucket time and memory, failures dropped and reported.
 
-A ``CaptureJob`` runs on the capture thread (runners/capture_thread.py) a bucket at a time, or, where
-there is none (tensor parallel), a slice at a time between engine steps; either way requests keep
-streaming while graphs are built (the initial capture while the engine already serves, and live
-recapture). An engine that captures before serving runs it to completion at once. With a gate
-(runners/kernel_gate.py) a bucket is captured only once its kernels are compiled, so no capture waits
-for a compiler.
+A ``CaptureJob`` runs a slice at a time between engine steps, or on the capture thread
+(runners/capture_thread.py) a bucket at a time; either way requests keep streaming while graphs are
+built (the initial capture while the engine already serves, and live recapture). An engine that
+captures before serving runs it to completion at once. A bucket's capture comes in stages (its warmup
+forward, then the recording of each of its graphs: ``BucketedGraphRunner._capture_stages``), and a slice
+between steps may be one stage, so no step waits for more than one forward's worth of capture work.
+With a gate (runners/kernel_gate.py) a bucket is captured only once its kernels are compiled, so no
+capture waits for a compiler.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
@@ -44,14 +46,15 @@ class CaptureJob:
         order: list[int],
         backend_name: str,
         device: torch.device,
-        capture: Callable[[int], None],
+        capture: Callable[[int], Optional[Iterable[None]]],
         publish: PublishFn,
         reason: str = "initial",
         gate: Optional[BucketGate] = None,
         sync_memory: bool = True,
     ):
-        """``order``: the buckets in the order to capture them (``GraphBackend.capture_order``); ``gate``:
-        whether a bucket's kernels are compiled (None: capture compiles what it launches);
+        """``order``: the buckets in the order to capture them (``GraphBackend.capture_order``);
+        ``capture(bucket)``: captures it, or returns an iterable of its stages (each ``next`` runs one);
+        ``gate``: whether a bucket's kernels are compiled (None: capture compiles what it launches);
         ``sync_memory``: memory is read after a device sync (not on the capture thread)."""
         self.phase = phase
         self.reason = reason
@@ -67,6 +70,9 @@ class CaptureJob:
         self.finished = False
         """Its ``CaptureFinished`` is out (set last: whoever sees it also sees every event before)."""
         self._next = 0
+        self._stages: Optional[Iterator[None]] = None  # the bucket in progress, between two slices
+        self._bucket_s = 0.0  # its capture time so far
+        self._bucket_free0 = 0
         self._t0 = time.perf_counter()
         self._free0 = device_free_bytes(device, sync_memory)
         publish(ev.CaptureStarted(phase=phase, buckets=tuple(self.order), backend=backend_name, reason=reason))
@@ -82,16 +88,26 @@ class CaptureJob:
         """Buckets not attempted yet."""
         return self.order[self._next :]
 
-    def run(self, budget_s: Optional[float] = None, max_buckets: Optional[int] = None) -> bool:
+    @property
+    def mid_bucket(self) -> bool:
+        """A bucket's capture has begun and has stages left (a slice of one stage stopped in it)."""
+        return self._stages is not None
+
+    def run(self, budget_s: Optional[float] = None, max_buckets: Optional[int] = None, by_stage: bool = False) -> bool:
         """Capture buckets until done, ``budget_s`` has passed or ``max_buckets`` are captured (at least
-        one, if its kernels are compiled). Returns done. (Ranks of a tensor-parallel group slice by count:
+        one stage, if its kernels are compiled); ``by_stage``: the budget is looked at after every stage,
+        not only after every bucket. Returns done. (Ranks of a tensor-parallel group slice by count:
         their clocks differ; the capture thread asks for one bucket at a time with no budget to wait in.)"""
         start = time.perf_counter()
         count = 0
         while not self.done:
-            if not self._kernels_ready(start, budget_s):
+            if self._stages is None and not self._kernels_ready(start, budget_s):
                 break
-            self._capture_one(self.order[self._next])
+            over = self._capture_stage(self.order[self._next], whole=not by_stage)
+            if not over:
+                if budget_s is not None and time.perf_counter() - start >= budget_s:
+                    break
+                continue
             self._next += 1
             count += 1
             if self.done:
@@ -124,6 +140,7 @@ class CaptureJob:
     def abandon(self, reason: str) -> None:
         """Give up the buckets not attempted yet (the capture thread failed): each is a failed bucket with
         ``reason``, so its steps run eagerly with a named reason, and the job finishes."""
+        self._stages = None
         for bucket in self.remaining:
             self.ledger.append(BucketCost(self.phase, bucket, 0.0, 0, False, reason))
         self._next = len(self.order)
@@ -134,12 +151,27 @@ class CaptureJob:
         if self.gate is not None:
             self.gate.look_ahead(self.remaining, float("inf"))
 
-    def _capture_one(self, bucket: int) -> None:
-        free0 = device_free_bytes(self.device, self.sync_memory)
+    def _capture_stage(self, bucket: int, whole: bool) -> bool:
+        """Run ``bucket``'s next stage (all that are left, ``whole``); True once the bucket is over, captured
+        or failed, and its cost is in the ledger."""
+        if self._stages is None:
+            self._bucket_free0 = device_free_bytes(self.device, self.sync_memory)
+            self._bucket_s = 0.0
         t0 = time.perf_counter()
         failure = None
+        over = False
         try:
-            self.capture(bucket)
+            if self._stages is None:
+                stages = self.capture(bucket)
+                self._stages = iter(stages) if stages is not None else iter(())
+            if whole:
+                for _ in self._stages:
+                    pass
+                over = True
+            else:
+                next(self._stages)
+        except StopIteration:
+            over = True
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # a shape that cannot be captured must not take the engine down
@@ -147,8 +179,12 @@ class CaptureJob:
         if failure and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
-        seconds = time.perf_counter() - t0
-        mem = max(0, free0 - device_free_bytes(self.device, self.sync_memory)) if failure is None else 0
+        self._bucket_s += time.perf_counter() - t0
+        if not (over or failure):
+            return False
+        self._stages = None
+        seconds = self._bucket_s
+        mem = max(0, self._bucket_free0 - device_free_bytes(self.device, self.sync_memory)) if failure is None else 0
         self.ledger.append(BucketCost(self.phase, bucket, seconds, mem, failure is None, failure))
         self.publish(
             ev.CaptureProgress(
@@ -162,6 +198,7 @@ class CaptureJob:
                 failure_reason=failure,
             )
         )
+        return True
 
     @property
     def captured(self) -> list[int]:

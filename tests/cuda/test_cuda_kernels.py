@@ -283,7 +283,10 @@ def test_fused_mlp_matches_the_two_gemvs_in_a_graph(m, pdl):
         outs.append(h.clone())
     assert all(torch.equal(o, outs[0]) for o in outs)
     assert all(int(ws.tickets.abs().sum()) == 0 for ws in tm._workspaces.values())
-    scale = torch.maximum(torch.maximum(outs[0].float().abs(), two.float().abs()), x.float().abs())
+    # in ulps of the largest of the outputs and the terms added, the MLP's output among them: where it and
+    # the residual cancel, the output is only as precise as they are (tests/kernels/test_fused_mlp.py)
+    terms = (outs[0].float(), two.float(), x.float(), two.float() - x.float())
+    scale = torch.stack([t.abs() for t in terms]).amax(0)
     ulp = torch.exp2(torch.floor(torch.log2(scale)) - 7)
     assert ((outs[0].float() - two.float()).abs() <= ulp).all()
 

@@ -59,7 +59,7 @@ def test_steps_are_delivered_while_a_bucket_is_being_captured(llama, make_engine
     """The first bucket's capture waits until five steps were delivered: they can only have run beside it."""
     engines: list = []
     threads: list[str] = []
-    real = BucketedGraphRunner._capture_bucket
+    real = BucketedGraphRunner._capture_stages
 
     def capture(self, size):
         threads.append(threading.current_thread().name)
@@ -67,10 +67,10 @@ def test_steps_are_delivered_while_a_bucket_is_being_captured(llama, make_engine
             wait_until(lambda: engines and engines[0].loop.step_no >= 5, "five steps beside a capture")
         return real(self, size)
 
-    monkeypatch.setattr(BucketedGraphRunner, "_capture_bucket", capture)
+    monkeypatch.setattr(BucketedGraphRunner, "_capture_stages", capture)
     bus = EventBus()
     sub = bus.subscribe("t")
-    engine = make_engine(llama, bus=bus, capture_before_serving=False)
+    engine = make_engine(llama, bus=bus, capture_before_serving=False, capture_thread=True)
     engines.append(engine)
     got, events = serve(engine, sub)
     monkeypatch.undo()
@@ -88,7 +88,7 @@ def test_a_live_bucket_runs_eagerly_while_the_thread_records_another(llama, make
     """While the thread records decode bucket 2 (bucket 1 is live), a one-request decode step finds the graph
     runners busy: it runs eagerly with ``capture_running`` instead of waiting; then it replays bucket 1."""
     engines: list = []
-    real = BucketedGraphRunner._capture_bucket
+    real = BucketedGraphRunner._capture_stages
     backend_capture: dict = {}
 
     def capture(self, size):
@@ -104,10 +104,11 @@ def test_a_live_bucket_runs_eagerly_while_the_thread_records_another(llama, make
             backend_capture["patched"] = True
             monkeypatch.setattr(backend, "capture_one", held_capture_one)
             try:
-                return real(self, size)
+                yield from real(self, size)
             finally:
                 monkeypatch.setattr(backend, "capture_one", real_one)
-        return real(self, size)
+            return
+        yield from real(self, size)
 
     seen: list[ev.StepEvent] = []
 
@@ -115,11 +116,11 @@ def test_a_live_bucket_runs_eagerly_while_the_thread_records_another(llama, make
         seen.extend(e for e in sub.drain() if isinstance(e, ev.StepEvent))
         return any(s.fallback_reason == "capture_running" for s in seen)
 
-    monkeypatch.setattr(BucketedGraphRunner, "_capture_bucket", capture)
+    monkeypatch.setattr(BucketedGraphRunner, "_capture_stages", capture)
     bus = EventBus()
     sub = bus.subscribe("t", types={"step"})
     graphs = build_graph_config(None, {"decode.bs": [1, 2]})
-    engine = make_engine(llama, bus=bus, graphs=graphs, capture_before_serving=False)
+    engine = make_engine(llama, bus=bus, graphs=graphs, capture_before_serving=False, capture_thread=True)
     engines.append(engine)
     handle = engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=60, ignore_eos=True))
     engine.run_until_done([handle])
@@ -136,7 +137,7 @@ def test_a_live_bucket_runs_eagerly_while_the_thread_records_another(llama, make
 
 
 def test_close_while_capturing_stops_the_thread(llama, make_engine, monkeypatch):
-    real = BucketedGraphRunner._capture_bucket
+    real = BucketedGraphRunner._capture_stages
     started = threading.Event()
 
     def slow(self, size):
@@ -144,8 +145,8 @@ def test_close_while_capturing_stops_the_thread(llama, make_engine, monkeypatch)
         time.sleep(0.05)
         return real(self, size)
 
-    monkeypatch.setattr(BucketedGraphRunner, "_capture_bucket", slow)
-    engine = make_engine(llama, capture_before_serving=False)
+    monkeypatch.setattr(BucketedGraphRunner, "_capture_stages", slow)
+    engine = make_engine(llama, capture_before_serving=False, capture_thread=True)
     assert started.wait(WAIT_S)
     thread = engine.model_runner.capture_thread
     assert thread is not None and thread.running
@@ -163,7 +164,7 @@ def test_a_failing_capture_thread_leaves_named_eager_steps(llama, make_engine, m
     monkeypatch.setattr(CaptureJob, "_kernels_ready", broken)
     bus = EventBus()
     sub = bus.subscribe("t")
-    engine = make_engine(llama, bus=bus, capture_before_serving=False)
+    engine = make_engine(llama, bus=bus, capture_before_serving=False, capture_thread=True)
     assert engine.wait_for_capture(timeout=WAIT_S)  # over at once: the thread gave every bucket up
     got, events = serve(engine, sub, PROMPTS[:2], MAX_NEW[:2])
     monkeypatch.undo()

@@ -319,14 +319,14 @@ def test_context_exceeds_graph(llama, make_engine, eager_reference, monkeypatch)
 
 
 def test_capture_failed(llama, make_engine, eager_reference, monkeypatch):
-    real = DecodeGraphRunner._capture_bucket
+    real = DecodeGraphRunner._capture_stages
 
     def flaky(self, bs):
         if bs == 4:
             raise RuntimeError("boom\nsecond line")
         return real(self, bs)
 
-    monkeypatch.setattr(DecodeGraphRunner, "_capture_bucket", flaky)
+    monkeypatch.setattr(DecodeGraphRunner, "_capture_stages", flaky)
     prompts, max_new = PROMPTS[:3], [4, 8, 12]
     engine, tokens, events = serve(make_engine, llama, prompts, max_new, graphs=locked({"decode.bs": [1, 2, 4]}))
     assert engine.decode_buckets == [1, 2]
@@ -579,7 +579,7 @@ def test_capture_runs_with_the_gc_frozen(llama, make_engine, monkeypatch, freeze
 
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)  # one bucket per step boundary
     frozen_at_capture: list[tuple[str, int, int]] = []
-    real_capture = BucketedGraphRunner._capture_bucket
+    real_capture = BucketedGraphRunner._capture_stages
     collects = []
     real_collect = gc.collect
 
@@ -587,7 +587,7 @@ def test_capture_runs_with_the_gc_frozen(llama, make_engine, monkeypatch, freeze
         frozen_at_capture.append((self.phase, size, gc.get_freeze_count()))
         return real_capture(self, size)
 
-    monkeypatch.setattr(BucketedGraphRunner, "_capture_bucket", capture)
+    monkeypatch.setattr(BucketedGraphRunner, "_capture_stages", capture)
     monkeypatch.setattr(gc, "collect", lambda *a: collects.append(1) or real_collect(*a))
     engine = make_engine(llama, graphs=GraphConfig(freeze_gc=freeze, decode_bs=[1, 2, 4], prefill_num_tokens=[8, 16]))
     engine.submit(PROMPTS[0], SamplingParams(max_new_tokens=6, ignore_eos=True))

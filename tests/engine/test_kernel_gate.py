@@ -14,7 +14,6 @@ from typing import Iterable, Iterator
 import pytest
 
 import graphtop.engine.engine as engine_mod
-import graphtop.engine.model_runner as model_runner_mod
 import graphtop.engine.runners.kernel_gate as kernel_gate_mod
 from graphtop.engine.runners.capture import CaptureJob
 from graphtop.engine.runners.kernel_gate import Precompile
@@ -125,7 +124,6 @@ def serve(make_engine, path, compiler: HeldCompiler, monkeypatch, release_after:
     ``release_after`` steps. -> engine, tokens, events."""
     monkeypatch.setattr(engine_mod, "kernel_precompile", precompile_with(compiler, folder))
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
-    monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
     bus = EventBus()
     sub = bus.subscribe("test")
     engine = make_engine(path, bus=bus, capture_before_serving=False)

@@ -158,7 +158,7 @@ def test_capture_runs_only_with_nothing_in_flight(llama, make_engine, monkeypatc
     """Without a capture thread, under the overlap schedule a launched step is read back before a capture
     slice runs (on CUDA a slice must never race a step still using the static buffers)."""
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
-    real = BucketedGraphRunner._capture_bucket
+    real = BucketedGraphRunner._capture_stages
     in_flight_at_capture: list[bool] = []
     engines = []
 
@@ -166,7 +166,7 @@ def test_capture_runs_only_with_nothing_in_flight(llama, make_engine, monkeypatc
         in_flight_at_capture.append(engines[0].loop.pending is not None)
         return real(self, size)
 
-    monkeypatch.setattr(BucketedGraphRunner, "_capture_bucket", capture)
+    monkeypatch.setattr(BucketedGraphRunner, "_capture_stages", capture)
     engine = make_engine(llama, capture_before_serving=False, capture_thread=False)
     engines.append(engine)
     handles = [engine.submit(p, SamplingParams(max_new_tokens=30, ignore_eos=True)) for p in PROMPTS[:2]]
@@ -177,14 +177,14 @@ def test_capture_runs_only_with_nothing_in_flight(llama, make_engine, monkeypatc
 
 
 def test_a_failed_bucket_still_falls_back_as_capture_failed(llama, make_engine, monkeypatch):
-    real = BucketedGraphRunner._capture_bucket
+    real = BucketedGraphRunner._capture_stages
 
     def flaky(self, size):
         if self.phase == "decode" and size == 4:
             raise RuntimeError("boom")
         return real(self, size)
 
-    monkeypatch.setattr(BucketedGraphRunner, "_capture_bucket", flaky)
+    monkeypatch.setattr(BucketedGraphRunner, "_capture_stages", flaky)
     graphs = build_graph_config(None, {"decode.bs": [1, 2, 4]})
     engine, _, events = run(make_engine, llama, capture_before_serving=False, graphs=graphs)
     assert engine.decode_buckets == [1, 2]
