@@ -414,8 +414,8 @@ class DecoderForCausalLM(nn.Module):
         """Logits for the rows of `hidden` the caller selected (usually each request's last token), in
         the model's dtype (as transformers returns them), into ``out`` when given.
 
-        Not upcast: an argmax of bf16 logits is the argmax of their float copy, and samplers upcast the
-        one row they filter. At a few hundred rows the float copy of a 150k vocabulary (a conversion
+        Not upcast: an argmax of bf16 logits is the argmax of their float copy, and the sampler upcasts
+        only the rows it samples. At a few hundred rows the float copy of a 150k vocabulary (a conversion
         kernel, then a copy into a graph's output buffer) was a measurable slice of a decode step.
         """
         if out is not None and type(self.lm_head) is nn.Linear:  # a vocab-parallel head gathers first

@@ -33,7 +33,7 @@ class _Req:
 
 def test_sample_takes_model_dtype_logits():
     """Greedy rows pick the bf16 argmax; seeded rows sample the same token from bf16 logits as from
-    their float copy (the sampler upcasts the row it filters)."""
+    their float copy (the sampler upcasts the rows it samples)."""
     torch.manual_seed(0)
     logits = torch.randn(3, 1000).to(torch.bfloat16)
     reqs = [
