@@ -229,7 +229,7 @@ def test_ps_and_attach_skip_what_is_not_an_entry_file(capsys, runtime) -> None:
 
 def test_error_lines_carry_no_terminal_controls() -> None:
     """A remote engine's refusal reason is quoted in the error: an ESC in it would reach the terminal."""
-    from graphtop.tui.usage import one_line
+    from graphtop.engine.telemetry.plain_text import message_line
 
-    line = one_line("refused this viewer: \x1b]0;PWNED\x07\x1b[2J\nevil")
+    line = message_line("refused this viewer: \x1b]0;PWNED\x07\x1b[2J\nevil")
     assert line == "refused this viewer: \u241b]0;PWNED\u2407\u241b[2J evil"
