@@ -186,7 +186,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.rate == 0:
         args.rate = None
     from graphtop.engine import Engine, EngineConfig
-    from graphtop.tui.serve import ApiServer, ServeOptions
+    from graphtop.server import ApiServer, ServeOptions
 
     config = EngineConfig(
         device=args.device, max_running_requests=args.max_running_requests, capture_before_serving=True

@@ -128,7 +128,7 @@ def test_every_package_folder_is_installed() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         "graphtop." + ".".join(init.parent.relative_to(REPO).parts)
-        for top in ("engine", "models", "tui", "themes")
+        for top in ("engine", "models", "tui", "themes", "server")
         for init in (REPO / top).rglob("__init__.py")
     }
     assert listed == found

@@ -21,9 +21,9 @@ from support.cli_support import assert_usage_error, run
 from support.serve_support import TIMEOUT_S
 
 from graphtop.engine.engine import Engine
+from graphtop.server.options import ServeOptions, exposure_warning, is_loopback
 from graphtop.tui.cli.flags import engine_config_from_args
 from graphtop.tui.cli.serve import build_serve_parser
-from graphtop.tui.serve.options import ServeOptions, exposure_warning, is_loopback
 
 SMALL = [
     "--device",

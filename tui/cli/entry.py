@@ -302,7 +302,7 @@ def _main(argv: Sequence[str]) -> int:
 
     serve = None
     if args.serve:
-        from graphtop.tui.serve.options import DEFAULT_MAX_QUEUED
+        from graphtop.server.options import DEFAULT_MAX_QUEUED
 
         from .serve import serve_options
 

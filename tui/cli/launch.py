@@ -137,7 +137,7 @@ class _ApiBeside:
         self.metrics = MetricsCollector(bus)
 
     def start(self, engine: Any) -> None:
-        from graphtop.tui.serve.server import ApiServer
+        from graphtop.server.server import ApiServer
 
         self.server = ApiServer(engine, self.options, metrics=self.metrics, sock=self.sock).start()
         logging.getLogger("graphtop").info("serving the OpenAI API at %s/v1", self.server.url)
