@@ -66,9 +66,9 @@ def test_the_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
         ("graphtop.engine.request", "graphtop.engine.engine", "No import cycles"),
         ("graphtop.engine.graphs.buffers", "graphtop.engine.runners.base", "No import cycles"),
         ("graphtop.models.spec", "graphtop.models.registry", "No import cycles"),
-        ("graphtop.tui.cli.headless", "graphtop.tui.cli.entry", "No import cycles"),
-        ("graphtop.tui.cli.flags", "torch", "The CLI parser imports no torch"),
-        ("graphtop.tui.cli.entry", "transformers", "The CLI parser imports no torch"),
+        ("graphtop.cli.headless", "graphtop.cli.entry", "No import cycles"),
+        ("graphtop.cli.flags", "torch", "The CLI parser imports no torch"),
+        ("graphtop.cli.entry", "transformers", "The CLI parser imports no torch"),
     ],
 )
 def test_each_contract_catches_what_it_forbids(monkeypatch, importer, imported, contract) -> None:
@@ -98,11 +98,11 @@ def test_the_cli_parser_loads_without_torch() -> None:
     import sys
 
     code = (
-        "import sys, graphtop.tui.cli.flag_types, graphtop.tui.cli.help_text;"
-        "from graphtop.tui.cli.advise import build_advise_parser;"
-        "from graphtop.tui.cli.entry import build_attach_parser, build_parser, build_ps_parser, build_trace_parser;"
-        "from graphtop.tui.cli.flags import _Parser;"
-        "from graphtop.tui.cli.serve import build_serve_parser;"
+        "import sys, graphtop.cli.flag_types, graphtop.cli.help_text;"
+        "from graphtop.cli.advise import build_advise_parser;"
+        "from graphtop.cli.entry import build_attach_parser, build_parser, build_ps_parser, build_trace_parser;"
+        "from graphtop.cli.flags import _Parser;"
+        "from graphtop.cli.serve import build_serve_parser;"
         "build_parser().parse_args(['--synthetic', '2']); build_serve_parser(); build_attach_parser();"
         "build_ps_parser(); build_trace_parser(); build_advise_parser(_Parser);"
         "print(sorted(m for m in ('torch', 'triton', 'transformers', 'flashinfer') if m in sys.modules))"
@@ -128,7 +128,7 @@ def test_every_package_folder_is_installed() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         "graphtop." + ".".join(init.parent.relative_to(REPO).parts)
-        for top in ("engine", "models", "tui", "themes", "server")
+        for top in ("engine", "models", "tui", "themes", "server", "cli")
         for init in (REPO / top).rglob("__init__.py")
     }
     assert listed == found

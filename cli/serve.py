@@ -17,10 +17,10 @@ from typing import Any, Optional
 
 from graphtop.engine.gc_freeze import frozen_heap
 
-from ..usage import UsageError, print_error
 from .flag_types import file_path, int_in, nonempty, nonneg_int
 from .flags import _Parser, add_engine_flags, add_telemetry_flag
 from .help_text import HelpFormatter, document
+from .usage import UsageError, print_error
 
 API_KEY_ENV = "GRAPHTOP_API_KEY"
 """Where the API key may come from instead of --api-key (argv is visible to every user of the machine)."""
