@@ -21,7 +21,7 @@ parent runs one child per start and collects its JSON. Starts (``--modes``):
 
 A child builds random weights of the shape (untimed), builds the engine with the default settings (the
 default bucket lists, serving while it captures), submits the whole burst at once, the workload of
-``graphtop --synthetic N`` (tui/cli/workload.py, its default lengths unless --prompt-len / --output-len),
+``graphtop --synthetic N`` (cli/workload.py, its default lengths unless --prompt-len / --output-len),
 and steps until every request has finished and every graph is live. It reports:
 
 * load s: the engine built (``Engine(...)``, weights already in memory);
@@ -56,18 +56,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (tui/cli/entry.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (cli/entry.py)
 
 import torch  # noqa: E402
 from harness import CPU_SHAPE, fmt, log, md_table, percentile, random_ckpt, write_json  # noqa: E402
 
+from graphtop.cli.workload import DEFAULT_OUTPUT_LEN, DEFAULT_PROMPT_LEN, for_engine, sampling_params  # noqa: E402
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.kernel_config import ENV as KERNEL_ENV  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.telemetry import events as ev  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
-from graphtop.tui.cli.workload import DEFAULT_OUTPUT_LEN, DEFAULT_PROMPT_LEN, for_engine, sampling_params  # noqa: E402
 
 SHAPE_NAMES = ("tiny", "qwen3-0.6b", "llama-3.1-8b")
 TINY = "qwen3-0.6b"  # the family the tiny shape shrinks (harness.CPU_SHAPE)

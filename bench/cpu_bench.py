@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-# as the graphtop command sets it (tui/cli/entry.py); read when torch loads OpenMP, so before the harness
+# as the graphtop command sets it (cli/entry.py); read when torch loads OpenMP, so before the harness
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402

@@ -1,7 +1,7 @@
 """What the HTTP API costs: one synthetic workload served through ``graphtop serve``'s API and through the
 Python API of the same engine, in one run, with the ratio.
 
-The workload is the synthetic one of ``graphtop --synthetic`` (tui/cli/workload.py): seeded token-id prompts,
+The workload is the synthetic one of ``graphtop --synthetic`` (cli/workload.py): seeded token-id prompts,
 prompt and output lengths from distributions, Poisson arrivals. Every request asks for exactly its output
 length (``ignore_eos``), greedily. Through HTTP an async client (httpx, in a process of its own) streams each
 request from ``/v1/completions``; through the Python API the same requests are submitted at the same arrival
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (tui/cli/entry.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (cli/entry.py)
 
 
 @dataclass
@@ -158,7 +158,7 @@ def run_api(engine: Any, requests: list[Any]) -> list[Timing]:
 
 
 def workload(engine: Any, args: argparse.Namespace) -> list[Any]:
-    from graphtop.tui.cli.workload import for_engine
+    from graphtop.cli.workload import for_engine
 
     return for_engine(
         engine, args.requests, args.seed, prompt_len=args.prompt_len, output_len=args.output_len, arrival_rate=args.rate
@@ -186,7 +186,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.rate == 0:
         args.rate = None
     from graphtop.engine import Engine, EngineConfig
-    from graphtop.tui.serve import ApiServer, ServeOptions
+    from graphtop.server import ApiServer, ServeOptions
 
     config = EngineConfig(
         device=args.device, max_running_requests=args.max_running_requests, capture_before_serving=True

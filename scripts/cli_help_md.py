@@ -31,7 +31,7 @@ START, END = "<!-- cli-help:start -->", "<!-- cli-help:end -->"
 
 
 def help_text(argv: list[str]) -> str:
-    from graphtop.tui.cli.entry import main
+    from graphtop.cli.entry import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

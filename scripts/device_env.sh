@@ -5,7 +5,7 @@ export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 PYTHONUNBUFFERED=1
 # graphtop.* maps onto the top-level folders; a symlink shim does that without pip or network.
 shim=/tmp/graphtop-shim
 rm -rf "$shim" && mkdir -p "$shim/graphtop"
-for pkg in engine models tui themes; do ln -s "$here/$pkg" "$shim/graphtop/$pkg"; done
+for pkg in engine models tui themes server cli; do ln -s "$here/$pkg" "$shim/graphtop/$pkg"; done
 export PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}"
 # Packages the GPU machine's image lacks travel as wheels in .whl (docs/development.md): textual & co. (pure python),
 # pyzmq and msgspec (cp312 manylinux x86_64).

@@ -1,6 +1,7 @@
 """graphtop's Textual dashboard.
 
-Kept free of textual imports on purpose: the headless CLI imports ``graphtop.tui.cli.entry`` and must not
-pay textual's import time. Textual is imported only by ``app.py`` and the widget modules, which
-``launch.py`` imports lazily.
+Kept free of textual imports on purpose: the command line (``graphtop.cli``) imports the dashboard's
+plain modules (state, what-if, formatting, sessions) in headless runs and must not pay textual's import
+time. Textual is imported only by ``app.py`` and the widget modules, which ``graphtop.cli.launch``
+imports lazily.
 """

@@ -41,11 +41,10 @@ from .early_keys import EarlyKeys
 from .file_actions import FileActions
 from .graph_actions import GraphActions
 from .messages import DeviceSampled, EngineFailed, EngineReady
-from .safe_text import printable
+from .safe_text import error_line, printable
 from .screens.dashboard import DashboardScreen
 from .sessions.base import Session, SessionError
 from .state import DashboardState
-from .usage import error_line
 from .widgets.prompt_console import PromptConsole
 
 if TYPE_CHECKING:  # the engine package imports torch; the first frame must not wait for it

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from graphtop.engine.telemetry.plain_text import field_text, json_escaped, one_line, printable
+from graphtop.engine.telemetry.plain_text import error_line, field_text, json_escaped, one_line, printable
 
-__all__ = ["field_text", "json_escaped", "literal", "one_line", "printable", "safe_content"]
+__all__ = ["error_line", "field_text", "json_escaped", "literal", "one_line", "printable", "safe_content"]
 
-if TYPE_CHECKING:  # the CLI's error lines use printable() without loading Textual
+if TYPE_CHECKING:  # importing this module loads no Textual: its plain-text functions serve headless code too
     from textual.content import Content
 
 

@@ -9,13 +9,17 @@ at all. Each such character becomes one visible stand-in (a control picture such
 U+FFFD), one for one, so offsets into the text (a styled span) still hold.
 
 This is the one rule for every text report: the engine's endpoint and the CLI use :func:`one_line` (trace
-summary, advise, ps, error lines), the dashboard builds on :func:`printable`, and JSON written where a
-terminal may show it escapes the same characters (:func:`json_escaped`).
+summary, advise, ps), the dashboard builds on :func:`printable`, every error graphtop prints is one
+:func:`error_line` (the CLI's and the dashboard's alike), and JSON written where a terminal may show it
+escapes the same characters (:func:`json_escaped`).
 """
 
 from __future__ import annotations
 
 import re
+
+MAX_MESSAGE_CHARS = 400
+"""The longest message an :func:`error_line` quotes whole; a longer one keeps its head and its tail."""
 
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 """Unicode's bidirectional formatting characters, as a regular-expression class body: ALM, LRM, RLM, the
@@ -63,3 +67,19 @@ def json_escaped(json_text: str) -> str:
     if not _UNSAFE.search(json_text):
         return json_text
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+
+
+def message_line(message: str) -> str:
+    """A message as an error line quotes it: one line (the spaces around a line break fold into one), no
+    terminal controls (it may quote a remote engine, a file or an exception), and short even when it
+    quotes a huge input."""
+    message = printable(re.sub(r"\s*[\r\n]+\s*", " ", message).strip())
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    half = MAX_MESSAGE_CHARS // 2 - 2
+    return f"{message[:half]} … {message[-half:]}"
+
+
+def error_line(message: object) -> str:
+    """Every error graphtop prints has this one form: the CLI's, and the dashboard's when it exits on one."""
+    return f"graphtop: error: {message_line(str(message))}"

@@ -7,6 +7,8 @@ import shlex
 
 import pytest
 
+from graphtop.cli.advise import graph_config_json, parse_size
+from graphtop.cli.entry import main
 from graphtop.engine.telemetry.bucket_demand import DEFAULT_EAGER_RATIO, eager_ratio, phase_demand
 from graphtop.engine.telemetry.events import (
     CaptureFinished,
@@ -16,8 +18,6 @@ from graphtop.engine.telemetry.events import (
     StepEvent,
 )
 from graphtop.engine.telemetry.trace import write_trace
-from graphtop.tui.cli.advise import graph_config_json, parse_size
-from graphtop.tui.cli.entry import main
 
 MiB = 1024**2
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from graphtop.cli.entry import main
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.runtime import list_entries
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
-from graphtop.tui.cli.entry import main
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_attach_errors_are_one_line(capsys, runtime, servers) -> None:
 
 
 def test_attach_resolves_pid_endpoint_and_socket_path(runtime, servers) -> None:
-    from graphtop.tui.cli.attach import resolve_endpoint
+    from graphtop.cli.attach import resolve_endpoint
 
     a = servers()
     for name in (None, str(os.getpid()), a.endpoint, a.endpoint[len("ipc://") :]):
@@ -95,7 +95,7 @@ def test_attach_resolves_pid_endpoint_and_socket_path(runtime, servers) -> None:
 def test_attach_matches_a_socket_path_written_another_way(runtime, servers, tmp_path, monkeypatch) -> None:
     """``./X.sock``, ``//`` in the path, a symbolic link and ``ipc://relative`` name a live engine's socket
     too: they were compared as typed and refused as "not an engine of this user"."""
-    from graphtop.tui.cli.attach import resolve_endpoint
+    from graphtop.cli.attach import resolve_endpoint
 
     a = servers()
     sock = Path(a.endpoint[len("ipc://") :])
@@ -111,14 +111,14 @@ def test_replay_and_telemetry_do_not_mix(capsys, runtime, tmp_path: Path) -> Non
 
 
 def test_bad_telemetry_address_fails_before_the_model_loads(capsys, runtime, monkeypatch) -> None:
-    import graphtop.tui.cli.headless as headless
+    import graphtop.cli.headless as headless
 
     monkeypatch.setattr(headless, "_load_engine", lambda *a: pytest.fail("the model must not load"))
     usage_error(*run(capsys, "--synthetic", "2", "--telemetry", "udp://x")[::2], "use ipc (the default) or tcp://")
 
 
 def test_a_runtime_folder_open_to_others_is_refused_before_the_model_loads(capsys, runtime, monkeypatch) -> None:
-    import graphtop.tui.cli.headless as headless
+    import graphtop.cli.headless as headless
 
     monkeypatch.setattr(headless, "_load_engine", lambda *a: pytest.fail("the model must not load"))
     os.chmod(runtime, 0o775)
@@ -135,7 +135,7 @@ def test_headless_run_serves_telemetry_and_cleans_up(tiny_ckpt, runtime: Path, t
     argv = [
         sys.executable,
         "-m",
-        "graphtop.tui.cli.entry",
+        "graphtop.cli.entry",
         "--model",
         str(tiny_ckpt("qwen3")),
         "--device",
@@ -229,7 +229,7 @@ def test_ps_and_attach_skip_what_is_not_an_entry_file(capsys, runtime) -> None:
 
 def test_error_lines_carry_no_terminal_controls() -> None:
     """A remote engine's refusal reason is quoted in the error: an ESC in it would reach the terminal."""
-    from graphtop.tui.usage import one_line
+    from graphtop.engine.telemetry.plain_text import message_line
 
-    line = one_line("refused this viewer: \x1b]0;PWNED\x07\x1b[2J\nevil")
+    line = message_line("refused this viewer: \x1b]0;PWNED\x07\x1b[2J\nevil")
     assert line == "refused this viewer: \u241b]0;PWNED\u2407\u241b[2J evil"

@@ -137,7 +137,7 @@ def test_a_failed_trace_and_a_failed_output_are_both_reported(
 def test_a_trace_replaced_while_recording_exits_2_and_the_other_file_is_kept(
     ckpt, prompts, tmp_path, capsys, monkeypatch
 ):
-    from graphtop.tui.cli import headless
+    from graphtop.cli import headless
 
     trace, other = tmp_path / "t.jsonl", tmp_path / "other.jsonl"
     other.write_text("another run's trace\n")
@@ -260,7 +260,7 @@ _MORE_SIGTERMS = """
 import atexit, os, signal, sys, time
 from graphtop.engine.engine import Engine
 from graphtop.engine.step.loop import StepLoop
-from graphtop.tui.cli.entry import main
+from graphtop.cli.entry import main
 
 def kill_me():
     os.kill(os.getpid(), signal.SIGTERM)

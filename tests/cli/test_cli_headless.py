@@ -207,8 +207,8 @@ def test_bad_options_are_one_line_exit_2(ckpt, tmp_path, prompts_file, capsys, a
     "n,rate,ok", [("2", "1e-9", False), ("1001", "0.01", False), ("1", "1e-9", True), ("1001", "0.02", True)]
 )
 def test_synthetic_arrivals_spread_past_a_day_are_refused(ckpt, tmp_path, capsys, monkeypatch, n, rate, ok):
-    import graphtop.tui.cli.headless as headless
-    from graphtop.tui.usage import UsageError
+    import graphtop.cli.headless as headless
+    from graphtop.cli.usage import UsageError
 
     def stop_at_load(*args):
         raise UsageError("stopped where the model loads")
@@ -251,7 +251,7 @@ def test_bad_tuning_env_knob_is_one_line_exit_2(ckpt, tmp_path, prompts_file, ca
 
 
 def test_dashboard_mode_checks_the_model_folder_before_starting(tmp_path, capsys, monkeypatch):
-    import graphtop.tui.cli.launch as launch
+    import graphtop.cli.launch as launch
 
     def no_dashboard(*args, **kwargs):
         raise AssertionError("the dashboard must not start for a bad --model")

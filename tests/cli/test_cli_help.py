@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 from support.paths import SCRIPTS
 
-from graphtop.engine.telemetry.trace import write_trace
-from graphtop.tui.cli.advise import build_advise_parser
-from graphtop.tui.cli.entry import (
+from graphtop.cli.advise import build_advise_parser
+from graphtop.cli.entry import (
     build_attach_parser,
     build_parser,
     build_ps_parser,
     build_trace_parser,
     main,
 )
-from graphtop.tui.cli.flags import _Parser
-from graphtop.tui.cli.help_text import COMMANDS
-from graphtop.tui.cli.serve import build_serve_parser
+from graphtop.cli.flags import _Parser
+from graphtop.cli.help_text import COMMANDS
+from graphtop.cli.serve import build_serve_parser
+from graphtop.engine.telemetry.trace import write_trace
 from graphtop.tui.sessions.fake import boot_events, step_events
 
 MODE_SWITCHES = {"--prompts", "--output", "--record", "--synthetic", "--replay", "--cuda-graph-config", "--serve"}

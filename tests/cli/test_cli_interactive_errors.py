@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtop.tui.cli.entry import main
+from graphtop.cli.entry import main
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -19,7 +19,7 @@ from graphtop.tui.cli.entry import main
     ],
 )
 def test_interactive_mode_rejects_impossible_device_or_backend(argv, message, capsys, monkeypatch):
-    import graphtop.tui.cli.launch as launch
+    import graphtop.cli.launch as launch
 
     monkeypatch.setattr(launch, "run_interactive", lambda *a, **k: pytest.fail("the dashboard must not open"))
     assert main(argv) == 2

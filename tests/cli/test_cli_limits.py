@@ -57,7 +57,7 @@ FLAG_CASES = {
 
 @pytest.mark.parametrize("case", FLAG_CASES)
 def test_bad_flag_value_is_refused_before_the_model_loads(tmp_path, prompts, capsys, case, monkeypatch):
-    import graphtop.tui.cli.headless as headless
+    import graphtop.cli.headless as headless
 
     monkeypatch.setattr(headless, "_load_engine", None)  # any attempt to load would crash the test
     argv, *needles = FLAG_CASES[case]

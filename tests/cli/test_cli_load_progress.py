@@ -52,7 +52,7 @@ def _frames(raw: str) -> str:
 
 
 def test_the_progress_line_names_the_conversion_and_counts_tensors():
-    from graphtop.tui.cli.progress import start_headless_progress
+    from graphtop.cli.progress import start_headless_progress
 
     bus, buf = EventBus(), io.StringIO()
     progress = start_headless_progress(

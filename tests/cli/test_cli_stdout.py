@@ -14,7 +14,7 @@ from support.cli_support import SHORT_RUN, console_script, run
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory, tiny_ckpt) -> Path:
-    from graphtop.tui.cli.entry import main
+    from graphtop.cli.entry import main
 
     path = tmp_path_factory.mktemp("stdout") / "t.jsonl"
     assert (

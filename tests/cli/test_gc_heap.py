@@ -8,7 +8,7 @@ import gc
 import pytest
 from support.cli_support import SHORT_RUN, run
 
-import graphtop.tui.cli.headless as headless
+import graphtop.cli.headless as headless
 from graphtop.engine.gc_freeze import frozen_heap
 from graphtop.engine.graphs.emulated import EmulatedGraphBackend
 

@@ -9,9 +9,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
+from graphtop.cli.entry import main
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.trace import read_trace
-from graphtop.tui.cli.entry import main
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

@@ -1,5 +1,5 @@
 """Prompt lines: a bad line is rejected alone, with its number and why, and every other line is served
-and written. Covers the parser (tui/cli/prompts_file.py), the sampling values it checks through
+and written. Covers the parser (cli/prompts_file.py), the sampling values it checks through
 SamplingParams, and one end-to-end run per class through the command line."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import pytest
 from support.cli_support import SHORT_RUN
 
+from graphtop.cli.entry import main
+from graphtop.cli.prompts_file import parse_line, read_prompts
 from graphtop.engine.sampling_params import SamplingParams
-from graphtop.tui.cli.entry import main
-from graphtop.tui.cli.prompts_file import parse_line, read_prompts
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
 
@@ -204,8 +204,8 @@ def test_results_and_their_summary_show_no_terminal_or_bidi_controls(tiny_ckpt, 
 def test_a_prompts_file_past_the_limit_is_an_error_not_an_endless_read(tmp_path, monkeypatch):
     from pathlib import Path
 
-    import graphtop.tui.cli.prompts_file as prompts_mod
-    from graphtop.tui.cli.prompts_file import PromptsFileError
+    import graphtop.cli.prompts_file as prompts_mod
+    from graphtop.cli.prompts_file import PromptsFileError
 
     monkeypatch.setattr(prompts_mod, "MAX_FILE_BYTES", 1 << 10)
     big = tmp_path / "big.txt"

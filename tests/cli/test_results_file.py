@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from graphtop.cli.results_file import ResultsFile
 from graphtop.engine.telemetry import safe_write
-from graphtop.tui.cli.results_file import ResultsFile
 
 
 def _interrupt(*_a, **_k):

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from graphtop.tui.cli.workload import Dist, SyntheticRequest, SyntheticWorkload
+from graphtop.cli.workload import Dist, SyntheticRequest, SyntheticWorkload
 
 
 def make(**kw: object) -> SyntheticWorkload:

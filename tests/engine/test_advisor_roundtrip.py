@@ -16,6 +16,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
+from graphtop.cli.entry import main
+from graphtop.cli.workload import SyntheticWorkload
 from graphtop.engine.graphs.bucket_advisor import expected_cost
 from graphtop.engine.graphs.config import build_graph_config, default_decode_buckets
 from graphtop.engine.sampling_params import SamplingParams
@@ -25,8 +27,6 @@ from graphtop.engine.telemetry.events import StepEvent
 from graphtop.engine.telemetry.recorder import TraceRecorder
 from graphtop.engine.telemetry.summary import summarize
 from graphtop.engine.telemetry.trace import read_trace
-from graphtop.tui.cli.entry import main
-from graphtop.tui.cli.workload import SyntheticWorkload
 from graphtop.tui.state import DashboardState
 from graphtop.tui.whatif import what_if
 

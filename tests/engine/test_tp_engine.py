@@ -122,7 +122,7 @@ def test_tp_that_does_not_divide_the_heads_is_one_line_before_any_spawn(tiny_ckp
         [
             sys.executable,
             "-m",
-            "graphtop.tui.cli.entry",
+            "graphtop.cli.entry",
             "--model",
             str(tiny_ckpt("llama")),
             "--device",

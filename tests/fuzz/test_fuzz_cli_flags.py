@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.fuzz_support import examples, no_hang
 
-import graphtop.tui.cli.headless as headless
-from graphtop.tui.cli.entry import main
+import graphtop.cli.headless as headless
+from graphtop.cli.entry import main
 
 NUMERIC_FLAGS = (
     "--page-size",

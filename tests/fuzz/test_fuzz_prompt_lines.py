@@ -21,9 +21,9 @@ from support.fuzz_support import (
     to_json,
 )
 
+from graphtop.cli.headless import _result_line, _sampling, _serve
+from graphtop.cli.prompts_file import SAMPLING_FIELDS, PromptLine, parse_line, read_prompts
 from graphtop.engine.sampling_params import SamplingParams
-from graphtop.tui.cli.headless import _result_line, _sampling, _serve
-from graphtop.tui.cli.prompts_file import SAMPLING_FIELDS, PromptLine, parse_line, read_prompts
 
 FIELD_VALUES = st.one_of(
     numbers,

@@ -12,8 +12,8 @@ import importlib.util
 import pytest
 from support.load_support import load_error, require_gguf_packages
 
+from graphtop.cli.entry import main
 from graphtop.models.checkpoint import gguf as gguf_mod
-from graphtop.tui.cli.entry import main
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +92,7 @@ def test_cli_bad_gguf_is_usage_error(tmp_path, capsys):
 
 
 def test_cli_dashboard_accepts_a_gguf_file_but_not_other_files(tmp_path, capsys, monkeypatch):
-    from graphtop.tui.cli import launch
+    from graphtop.cli import launch
 
     seen = []
     monkeypatch.setattr(launch, "run_interactive", lambda model, *a, **k: seen.append(model) or 0)

@@ -132,7 +132,7 @@ def test_it_knows_the_capital_of_france(reference):
 def test_headless_chat_answers_the_question(folder, tmp_path, capsys):
     """A prompts file run with --chat, and a conversation line: the Instruct model answers (a bare question
     without the chat template came back as empty text)."""
-    from graphtop.tui.cli.entry import main
+    from graphtop.cli.entry import main
 
     question = CHAT[0]
     prompts = tmp_path / "p.jsonl"

@@ -20,10 +20,10 @@ import pytest
 from support.cli_support import assert_usage_error, run
 from support.serve_support import TIMEOUT_S
 
+from graphtop.cli.flags import engine_config_from_args
+from graphtop.cli.serve import build_serve_parser
 from graphtop.engine.engine import Engine
-from graphtop.tui.cli.flags import engine_config_from_args
-from graphtop.tui.cli.serve import build_serve_parser
-from graphtop.tui.serve.options import ServeOptions, exposure_warning, is_loopback
+from graphtop.server.options import ServeOptions, exposure_warning, is_loopback
 
 SMALL = [
     "--device",
@@ -53,7 +53,7 @@ def busy_port():
 @pytest.fixture
 def no_model_load(monkeypatch):
     """The usage errors here come before a model would load."""
-    import graphtop.tui.cli.headless as headless
+    import graphtop.cli.headless as headless
 
     monkeypatch.setattr(headless, "_load_engine", lambda *a: pytest.fail("the model must not load"))
 
@@ -88,7 +88,7 @@ def test_serve_usage_errors_are_one_line(capsys, tmp_path, monkeypatch, no_model
 
 def test_the_serve_command_line_is_read_without_importing_the_http_stack() -> None:
     code = (
-        "import sys; from graphtop.tui.cli.serve import build_serve_parser; build_serve_parser();"
+        "import sys; from graphtop.cli.serve import build_serve_parser; build_serve_parser();"
         "print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -107,9 +107,9 @@ def test_a_reachable_address_without_a_key_is_warned_about(capsys, tmp_path) -> 
 
 def test_the_dashboards_serve_starts_the_api_beside_the_engine(demo_model, tmp_path, monkeypatch) -> None:
     """The engine the dashboard builds (launch._load_engine) serves the API once it runs."""
+    from graphtop.cli.endpoint import open_endpoint
+    from graphtop.cli.launch import _ApiBeside, _load_engine
     from graphtop.engine.telemetry.bus import EventBus
-    from graphtop.tui.cli.endpoint import open_endpoint
-    from graphtop.tui.cli.launch import _ApiBeside, _load_engine
 
     monkeypatch.setenv("GRAPHTOP_RUNTIME_DIR", str(tmp_path / "runtime"))
     os.makedirs(tmp_path / "runtime", mode=0o700)
@@ -153,7 +153,7 @@ def test_served_traffic_gives_a_trace_that_advise_turns_into_a_graph_config(
         [
             sys.executable,
             "-m",
-            "graphtop.tui.cli.entry",
+            "graphtop.cli.entry",
             "serve",
             "--port",
             "0",

@@ -13,7 +13,7 @@ from support.serve_support import MODEL_NAME, TIMEOUT_S, engine_idle, serving, w
 
 from graphtop.engine.errors import TensorParallelError
 from graphtop.engine.telemetry import events as ev
-from graphtop.tui.serve.options import ServeOptions
+from graphtop.server.options import ServeOptions
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"

@@ -8,7 +8,7 @@ import openai
 import pytest
 from support.serve_support import MODEL_NAME, TIMEOUT_S, engine_idle, serving, wait_until
 
-from graphtop.tui.serve.options import ServeOptions
+from graphtop.server.options import ServeOptions
 
 PROMPTS = ["Hello there", "The cat sat on", "def fibonacci(n):"]
 MAX = 12

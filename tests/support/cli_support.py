@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtop.tui.cli.entry import main
+from graphtop.cli.entry import main
 
 # Small engine: no 512 MiB CPU pool, few buckets to capture.
 ENGINE_ARGS = [

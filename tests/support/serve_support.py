@@ -19,8 +19,8 @@ from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.metrics import MetricsCollector
 from graphtop.engine.telemetry.recorder import TraceRecorder
-from graphtop.tui.serve.options import ServeOptions
-from graphtop.tui.serve.server import ApiServer
+from graphtop.server.options import ServeOptions
+from graphtop.server.server import ApiServer
 
 MODEL_NAME = "demo"
 TIMEOUT_S = 60.0

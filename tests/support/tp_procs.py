@@ -29,7 +29,7 @@ def kill_worker_mid_run(
     """Run ``graphtop`` with ``cli_args`` (which record to ``trace``), SIGKILL its worker once the trace
     shows a served step, and return (exit status, stdout, stderr); fails if it does not end in time."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "graphtop.tui.cli.entry", *cli_args],
+        [sys.executable, "-m", "graphtop.cli.entry", *cli_args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from graphtop.cli.entry import main
 from graphtop.engine.telemetry.events import ErrorEvent, MemoryLedger, ParityCheck, StepEvent, TraceHeader
 from graphtop.engine.telemetry.trace import TraceError, read_trace
-from graphtop.tui.cli.entry import main
 
 
 def _json(obj) -> str:
@@ -161,7 +161,7 @@ def test_possible_steps_read_and_summarise(tmp_path):
 @pytest.mark.parametrize("case", ["bucket-0", "padded-past-bucket"])
 def test_advise_and_replay_refuse_impossible_values_with_the_line(tmp_path, capsys, monkeypatch, case):
     import graphtop.tui.app
-    from graphtop.tui.cli.launch import run_replay
+    from graphtop.cli.launch import run_replay
 
     monkeypatch.setattr(graphtop.tui.app, "GraphtopApp", None)  # never opens a terminal UI here
     path = _trace(tmp_path, IMPOSSIBLE_LINES[case][0])
@@ -189,7 +189,7 @@ def test_numbers_at_the_limits_are_accepted(tmp_path):
 
 def test_launch_replay_shows_the_error(tmp_path, capsys, monkeypatch):
     import graphtop.tui.app
-    from graphtop.tui.cli.launch import run_replay
+    from graphtop.cli.launch import run_replay
 
     monkeypatch.setattr(graphtop.tui.app, "GraphtopApp", None)  # never opens a terminal UI here
 

@@ -55,8 +55,8 @@ UNSAFE = "\x1b\x9b\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u
 def test_text_reports_show_no_terminal_or_bidi_controls(tmp_path, capsys, command):
     """``graphtop trace summary`` printed a right-to-left override (U+202E) from a trace as it was: a
     terminal then showed the line's end reversed. Every control (C0, C1, bidi) is a stand-in now."""
+    from graphtop.cli.entry import main
     from graphtop.engine.telemetry.events import EngineStarted, ErrorEvent, StepEvent
-    from graphtop.tui.cli.entry import main
 
     sly = "evil\u202etxt.exe \x1b]0;t\x07 \x9b31m \u2066x\u2069"
     events = [EngineStarted(model=sly, device="cpu", ts=1.0), ErrorEvent(message=sly, where=sly, ts=2.0)]

@@ -18,11 +18,11 @@ from typing import Any, Iterable
 import pytest
 import zmq
 
+from graphtop.cli.entry import main
 from graphtop.engine.telemetry import protocol as p
 from graphtop.engine.telemetry.events import EngineStarted, StepEvent
 from graphtop.engine.telemetry.gate import Gate, GateConfig
 from graphtop.tui.app import GraphtopApp
-from graphtop.tui.cli.entry import main
 from graphtop.tui.sessions.event_stream import MAX_SEQ_JUMP
 from graphtop.tui.sessions.fake import boot_events
 from graphtop.tui.sessions.remote import AttachError, RemoteSession

@@ -750,7 +750,7 @@ async def test_replay_keys_seek_pause_and_speed() -> None:
 
 
 def test_launch_reports_bad_trace(tmp_path, capsys) -> None:
-    from graphtop.tui.cli.launch import run_replay
+    from graphtop.cli.launch import run_replay
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
@@ -763,7 +763,7 @@ def test_importing_the_tui_package_and_launch_is_free_of_textual() -> None:
     import sys
 
     code = (
-        "import sys, graphtop.tui, graphtop.tui.cli.launch, graphtop.themes;"
+        "import sys, graphtop.tui, graphtop.cli.launch, graphtop.themes;"
         "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

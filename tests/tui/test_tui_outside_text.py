@@ -43,8 +43,7 @@ BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069
 def test_bidi_controls_are_stand_ins_too() -> None:
     """A right-to-left override showed ``evil\u202etxt.exe`` as ``evilexe.txt``: every bidi control is a
     stand-in now, one for one, in every report (they share ``printable``), and dropped from a field."""
-    from graphtop.tui.safe_text import field_text, one_line
-    from graphtop.tui.usage import error_line
+    from graphtop.tui.safe_text import error_line, field_text, one_line
 
     for raw in (f"a{c}b" for c in BIDI):
         assert printable(raw) == "a\ufffdb" and one_line(raw) == "a\ufffdb" and field_text(raw) == "ab", ascii(raw)
@@ -222,7 +221,7 @@ async def test_a_fallback_reason_with_markup_and_controls_hovers_safely() -> Non
 
 
 def test_a_cli_error_is_one_printable_line() -> None:
-    from graphtop.tui.usage import error_line
+    from graphtop.tui.safe_text import error_line
 
     line = error_line("refused by the engine:\n\x1b]0;title\x07 [b]x[/b]\r\nend")
     assert line == "graphtop: error: refused by the engine: \u241b]0;title\u2407 [b]x[/b] end"

@@ -50,7 +50,7 @@ def graphtop_command() -> str:
     found = shutil.which("graphtop")
     if found:
         return shlex.quote(found)
-    return f"{shlex.quote(sys.executable)} -m graphtop.tui.cli.entry"
+    return f"{shlex.quote(sys.executable)} -m graphtop.cli.entry"
 
 
 class Tmux:

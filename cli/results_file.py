@@ -8,7 +8,7 @@ OUT and renamed over it when the first result is written (a run that finishes no
 leaves an older OUT as it was), a link is never followed, and a device or FIFO (``/dev/stdout``) is
 written straight through. A run that ends normally rewrites OUT atomically with every result in request
 order (the order of the prompts file); until then, and in a killed or interrupted run's file, the lines
-are in completion order. ``--resume`` appends to an existing OUT instead (``tui/cli/resume.py``).
+are in completion order. ``--resume`` appends to an existing OUT instead (``cli/resume.py``).
 """
 
 from __future__ import annotations

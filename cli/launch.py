@@ -1,5 +1,5 @@
 """Entry points the CLI calls. Textual is imported inside the functions, never at module import,
-so ``graphtop.tui.cli.entry`` can import this module for free in headless runs.
+so ``graphtop.cli.entry`` can import this module for free in headless runs.
 
 ``graphtop --model PATH`` is two processes that look like one: this process serves the engine on a
 telemetry endpoint and loads it, while a child process (``graphtop attach --owner PID``) draws the
@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-from ..usage import UsageError, print_error
+from .usage import UsageError, print_error
 
 
 def terminal_problem() -> Optional[str]:
@@ -78,7 +78,7 @@ def run_interactive(
     bus = EventBus()
     # the child takes the terminal at once: only a TCP endpoint's token is worth saying first
     server = open_endpoint(bus, telemetry, label, say_where=telemetry.startswith("tcp://"))
-    argv = [sys.executable, "-m", "graphtop.tui.cli.entry", "attach", server.endpoint, "--owner", str(os.getpid())]
+    argv = [sys.executable, "-m", "graphtop.cli.entry", "attach", server.endpoint, "--owner", str(os.getpid())]
     if theme:
         argv += ["--theme", theme]
     if not poll_device:
@@ -137,7 +137,7 @@ class _ApiBeside:
         self.metrics = MetricsCollector(bus)
 
     def start(self, engine: Any) -> None:
-        from graphtop.tui.serve.server import ApiServer
+        from graphtop.server.server import ApiServer
 
         self.server = ApiServer(engine, self.options, metrics=self.metrics, sock=self.sock).start()
         logging.getLogger("graphtop").info("serving the OpenAI API at %s/v1", self.server.url)
@@ -216,7 +216,7 @@ def run_app(
     exit_when_engine_ends: bool = False,
 ) -> int:
     """Run the dashboard on ``session`` in this process until it quits. Returns an exit code."""
-    from ..app import GraphtopApp
+    from graphtop.tui.app import GraphtopApp
 
     try:
         app = GraphtopApp(
@@ -255,8 +255,7 @@ def _loader_running() -> bool:
 def run_replay(trace_path: str, theme: Optional[str] = None) -> int:
     """Open a recorded trace in the dashboard with pause and seek. Returns an exit code."""
     from graphtop.engine.telemetry.trace import TraceError
-
-    from ..sessions.replay import ReplaySession
+    from graphtop.tui.sessions.replay import ReplaySession
 
     try:
         session = ReplaySession.from_path(trace_path)

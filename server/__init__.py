@@ -1,4 +1,4 @@
-"""graphtop.tui.serve: the OpenAI-compatible HTTP API (FastAPI + uvicorn) with Prometheus metrics.
+"""graphtop.server: the OpenAI-compatible HTTP API (FastAPI + uvicorn) with Prometheus metrics.
 
 ``ApiServer(engine, ServeOptions(...)).start()`` serves an engine that runs on its background thread;
 ``graphtop serve`` and the dashboard's ``--serve`` build one. The engine never imports this package.
@@ -21,5 +21,5 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'graphtop.tui.serve' has no attribute {name!r}")
+        raise AttributeError(f"module 'graphtop.server' has no attribute {name!r}")
     return getattr(import_module(module, __name__), name)

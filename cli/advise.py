@@ -17,10 +17,10 @@ import shlex
 from typing import Any, Optional, Sequence
 
 from graphtop.engine.telemetry.bucket_demand import MAX_EAGER_RATIO
+from graphtop.engine.telemetry.plain_text import one_line
 
-from ..safe_text import one_line
-from ..usage import UsageError
 from .flag_types import file_path, finite_float, nonneg_int
+from .usage import UsageError
 
 MAX_SIZE = float(2**63)
 """Bytes a size flag may name: what a 64-bit count (and a trace's numbers) can hold."""
@@ -91,9 +91,8 @@ def run_advise(args: argparse.Namespace) -> int:
     from graphtop.engine.graphs.bucket_advisor import expected_cost
     from graphtop.engine.telemetry.bucket_demand import advise_phase
     from graphtop.engine.telemetry.trace import TraceError, read_trace
-
-    from ..state import DashboardState
-    from ..whatif import what_if
+    from graphtop.tui.state import DashboardState
+    from graphtop.tui.whatif import what_if
 
     try:
         trace = read_trace(args.trace)
@@ -174,8 +173,7 @@ def format_advice(
     args: argparse.Namespace, trace: Any, state: Any, reports: Sequence[tuple], now: Any, new: Any, cap: Optional[float]
 ) -> str:
     from graphtop.engine.graphs.bucket_list import format_buckets
-
-    from ..fmt import human_bytes, pct
+    from graphtop.tui.fmt import human_bytes, pct
 
     def mem(v: Optional[float]) -> str:
         return "unknown" if v is None else human_bytes(v)

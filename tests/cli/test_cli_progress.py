@@ -1,4 +1,4 @@
-"""Headless progress (tui/cli/progress.py): drawn from the event stream on a terminal, absent otherwise."""
+"""Headless progress (cli/progress.py): drawn from the event stream on a terminal, absent otherwise."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from rich.console import Console
 
+from graphtop.cli.entry import main
+from graphtop.cli.progress import start_headless_progress
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
-from graphtop.tui.cli.entry import main
-from graphtop.tui.cli.progress import start_headless_progress
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

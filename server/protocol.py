@@ -65,7 +65,7 @@ class CompletionRequest(_Common):
 class ChatCompletionRequest(_Common):
     """``POST /v1/chat/completions``."""
 
-    messages: Any = Field(...)  # checked by serve.chat.chat_messages
+    messages: Any = Field(...)  # checked by chat.chat_messages
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     top_logprobs: Any = None
     tools: Any = None

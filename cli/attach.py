@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from graphtop.engine.telemetry.plain_text import one_line
 from graphtop.engine.telemetry.runtime import EndpointError, check_tcp_port, find_entry, list_entries
 
-from ..safe_text import one_line
-from ..usage import UsageError
 from .endpoint import TOKEN_ENV
+from .usage import UsageError
 
 
 def resolve_endpoint(
@@ -92,7 +92,7 @@ def run_attach(
     runtime_dir: Optional[Path] = None,
 ) -> int:
     """Open the dashboard on a running engine's endpoint; ``q`` detaches. Returns an exit code."""
-    from ..sessions.remote import AttachError, RemoteSession
+    from graphtop.tui.sessions.remote import AttachError, RemoteSession
 
     try:
         address, secret, label = resolve_endpoint(endpoint, token or os.environ.get(TOKEN_ENV), runtime_dir)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn, Optional
 
-from ..usage import UsageError
 from .flag_types import file_path, finite_float, nonempty, nonneg_int, positive_float, positive_int
+from .usage import UsageError
 
 
 class _Parser(argparse.ArgumentParser):

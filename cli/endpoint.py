@@ -12,7 +12,7 @@ from typing import Any
 
 from graphtop.engine.telemetry.runtime import EndpointError
 
-from ..usage import UsageError
+from .usage import UsageError
 
 TOKEN_ENV = "GRAPHTOP_TELEMETRY_TOKEN"
 """How ``graphtop --model`` hands its endpoint's token to the dashboard child (never on argv)."""

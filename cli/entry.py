@@ -46,12 +46,13 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # CPU decode step (hundreds of small parallel ops) then ran ~10x slower. Passive threads sleep.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from ..safe_text import one_line  # noqa: E402
-from ..usage import UsageError, error_line  # noqa: E402
+from graphtop.engine.telemetry.plain_text import one_line  # noqa: E402
+
 from .flags import _Parser, add_engine_flags, add_telemetry_flag, engine_config_from_args  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
 from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
 from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
+from .usage import UsageError, error_line  # noqa: E402
 from .workload import DEFAULT_OUTPUT_LEN, DEFAULT_PROMPT_LEN  # noqa: E402
 
 
@@ -233,7 +234,7 @@ def _main(argv: Sequence[str]) -> int:
 
         return run_advise(build_advise_parser(_Parser).parse_args(argv[1:]))
     if argv and argv[0] == "attach":
-        from graphtop.tui.cli.attach import run_attach
+        from graphtop.cli.attach import run_attach
 
         a = build_attach_parser().parse_args(argv[1:])
         return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
@@ -252,7 +253,7 @@ def _main(argv: Sequence[str]) -> int:
         extra = build_ps_parser().parse_known_args(argv[1:])[1]
         if extra:
             raise UsageError(f"graphtop ps takes no arguments (got {' '.join(extra)})")
-        from graphtop.tui.cli.attach import run_ps
+        from graphtop.cli.attach import run_ps
 
         return run_ps()
     args = build_parser().parse_args(argv)
@@ -266,7 +267,7 @@ def _main(argv: Sequence[str]) -> int:
             raise UsageError("--replay opens a trace; there is no engine to serve with --telemetry")
         if args.serve:
             raise UsageError("--replay opens a trace; there is no engine to serve with --serve")
-        from graphtop.tui.cli.launch import run_replay
+        from graphtop.cli.launch import run_replay
 
         return run_replay(args.replay, args.theme)
     if args.chat and not args.prompts:  # synthetic prompts are token ids; the dashboard has its own chat toggle
@@ -278,7 +279,7 @@ def _main(argv: Sequence[str]) -> int:
     if headless:
         if args.model is None:
             _check_demo_cache()  # (the dashboard shows the same one-line error, without paying for torch first)
-        from graphtop.tui.cli.headless import run_headless
+        from graphtop.cli.headless import run_headless
 
         return run_headless(args, config)
     if args.model is not None and not os.path.isdir(args.model):
@@ -298,11 +299,11 @@ def _main(argv: Sequence[str]) -> int:
         problem = flashinfer_problem(device) if args.attention_backend == "flashinfer" else None
         if problem:
             raise UsageError(f"--attention-backend flashinfer: {problem}")
-    from graphtop.tui.cli.launch import run_interactive
+    from graphtop.cli.launch import run_interactive
 
     serve = None
     if args.serve:
-        from graphtop.tui.serve.options import DEFAULT_MAX_QUEUED
+        from graphtop.server.options import DEFAULT_MAX_QUEUED
 
         from .serve import serve_options
 

@@ -16,8 +16,8 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..usage import UsageError
 from .prompts_file import PromptLine
+from .usage import UsageError
 
 DONE = ("eos", "length", "stop", "rejected")
 """Finish reasons of a request that ended: its result is kept. A cancelled one (a run that failed) is redone."""

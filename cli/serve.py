@@ -17,10 +17,10 @@ from typing import Any, Optional
 
 from graphtop.engine.gc_freeze import frozen_heap
 
-from ..usage import UsageError, print_error
 from .flag_types import file_path, int_in, nonempty, nonneg_int
 from .flags import _Parser, add_engine_flags, add_telemetry_flag
 from .help_text import HelpFormatter, document
+from .usage import UsageError, print_error
 
 API_KEY_ENV = "GRAPHTOP_API_KEY"
 """Where the API key may come from instead of --api-key (argv is visible to every user of the machine)."""
@@ -28,7 +28,7 @@ POLL_S = 0.5
 
 
 def build_serve_parser() -> argparse.ArgumentParser:
-    from graphtop.tui.serve.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_PORT
+    from graphtop.server.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_PORT
 
     p = _Parser(
         prog="graphtop serve",
@@ -89,7 +89,7 @@ def serve_options(
 ) -> Any:
     """The ServeOptions of a command line (UsageError for a bad value); the key falls back to the
     environment's."""
-    from graphtop.tui.serve.options import ServeOptions, model_name_for
+    from graphtop.server.options import ServeOptions, model_name_for
 
     try:
         return ServeOptions(
@@ -105,7 +105,7 @@ def serve_options(
 
 def bind(options: Any) -> Any:
     """The listening socket, bound before the model loads; UsageError when it cannot be."""
-    from graphtop.tui.serve.server import ServeError, listen
+    from graphtop.server.server import ServeError, listen
 
     try:
         return listen(options.host, options.port)
@@ -114,7 +114,7 @@ def bind(options: Any) -> Any:
 
 
 def warn_if_exposed(options: Any) -> None:
-    from graphtop.tui.serve.options import exposure_warning
+    from graphtop.server.options import exposure_warning
 
     warning = exposure_warning(options)
     if warning:
@@ -158,7 +158,7 @@ def run_serve(args: Any, config: Any) -> int:
     from graphtop.engine.telemetry.bus import EventBus
     from graphtop.engine.telemetry.metrics import MetricsCollector
     from graphtop.engine.telemetry.recorder import RecorderError
-    from graphtop.tui.serve.server import ApiServer, ServeError
+    from graphtop.server.server import ApiServer, ServeError
 
     from .headless import _load_engine
 

@@ -24,16 +24,16 @@ import time
 from typing import Any, Optional
 
 from graphtop.engine.gc_freeze import frozen_heap
+from graphtop.engine.telemetry.plain_text import one_line
 from graphtop.engine.telemetry.safe_write import OutputPathError
 
-from ..safe_text import one_line
-from ..usage import UsageError, print_error
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 from .results_file import ResultsFile, result_line
 from .resume import Resumed, drop_unkept, read_resume
 from .serving import Served, has_chat_template
 from .serving import sampling as _sampling  # the names tests patch and read
 from .serving import serve as _serve
+from .usage import UsageError, print_error
 
 
 def model_files(model: Optional[str]) -> list[tuple[str, str]]:
@@ -179,7 +179,7 @@ def run_headless(args: Any, config: Any) -> int:
             raise UsageError("--prompts needs --output OUT.jsonl (or --record TRACE.jsonl)")
     synthetic = None
     if args.synthetic:
-        from graphtop.tui.cli.workload import Dist
+        from graphtop.cli.workload import Dist
 
         try:
             Dist.parse(args.synthetic_prompt_len)
@@ -222,7 +222,7 @@ def run_headless(args: Any, config: Any) -> int:
         if server is not None:
             engine.serve_telemetry(server=server)
         if args.synthetic:
-            from graphtop.tui.cli.workload import for_engine
+            from graphtop.cli.workload import for_engine
 
             synthetic = for_engine(
                 engine,
