@@ -14,8 +14,6 @@ parent runs one child per start and collects its JSON. Starts (``--modes``):
 * cold: graphtop's cache folder ($GRAPHTOP_CACHE_DIR and ``EngineConfig.cache_dir``) is a new empty
   temporary folder, $TRITON_CACHE_DIR is unset (so Triton's cache is ``triton/`` inside it, empty too);
 * warm: a second start on the folder the cold start filled;
-* thread: warm, with ``EngineConfig(capture_thread=True)``: graphs captured on a thread of their own
-  beside the steps instead of in slices between them (the A/B against warm);
 * off: cold, on a folder of its own, with ``KernelConfig(precompile="off")`` (a capture compiles what it
   launches, on the step thread): the A/B against cold.
 
@@ -71,7 +69,7 @@ from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 
 SHAPE_NAMES = ("tiny", "qwen3-0.6b", "llama-3.1-8b")
 TINY = "qwen3-0.6b"  # the family the tiny shape shrinks (harness.CPU_SHAPE)
-MODES = ("cold", "warm", "thread", "off")
+MODES = ("cold", "warm", "off")
 HOST_LIMIT_MS = 50.0
 CHILD_TIMEOUT_S = 3600
 EVENT_TYPES = {"step", "capture_finished", "request_first_token", "request_finished"}
@@ -93,13 +91,9 @@ def checkpoint(shape: str, device: str) -> Any:
 
 
 def engine_settings(device: str, mode: str, cache: str) -> EngineConfig:
-    """The default settings, on ``cache``; ``off`` compiles kernels during capture, ``thread`` captures on
-    the capture thread."""
+    """The default settings, on ``cache``; ``off`` compiles kernels during capture."""
     return EngineConfig(
-        device=device,
-        cache_dir=cache,
-        kernels=KernelConfig(precompile="off" if mode == "off" else "auto"),
-        capture_thread=mode == "thread",
+        device=device, cache_dir=cache, kernels=KernelConfig(precompile="off" if mode == "off" else "auto")
     )
 
 
@@ -283,14 +277,13 @@ def run_start(args: argparse.Namespace, shape: str, mode: str, cache: Path) -> d
 
 
 def modes_in_order(modes: Sequence[str]) -> list[str]:
-    """The starts to run, in order: a warm (or thread) start needs the cold one before it."""
-    wanted = set(modes) | ({"cold"} if {"warm", "thread"} & set(modes) else set())
+    """The starts to run, in order: a warm start needs the cold one before it."""
+    wanted = set(modes) | ({"cold"} if "warm" in modes else set())
     return [m for m in MODES if m in wanted]
 
 
 def run_shape(args: argparse.Namespace, shape: str, root: Path) -> list[dict]:
-    shared = root / shape / "cache"
-    caches = {"cold": shared, "warm": shared, "thread": shared, "off": root / shape / "cache-off"}
+    caches = {"cold": root / shape / "cache", "warm": root / shape / "cache", "off": root / shape / "cache-off"}
     return [run_start(args, shape, mode, caches[mode]) for mode in modes_in_order(args.modes)]
 
 
@@ -385,9 +378,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--device", default="cuda" if cuda else "cpu", choices=("cuda", "cpu"))
     ap.add_argument("--requests", type=int, help="the burst (default: 1000 on cuda, 8 on cpu)")
-    ap.add_argument(
-        "--modes", default="cold,warm", help="comma-separated starts: cold, warm, thread, off (default cold,warm)"
-    )
+    ap.add_argument("--modes", default="cold,warm", help="comma-separated starts: cold, warm, off (default cold,warm)")
     ap.add_argument("--prompt-len", default=DEFAULT_PROMPT_LEN, help="synthetic prompt lengths (graphtop's default)")
     ap.add_argument("--output-len", default=DEFAULT_OUTPUT_LEN, help="synthetic output lengths (graphtop's default)")
     ap.add_argument("--seed", type=int, default=0)

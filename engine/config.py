@@ -23,13 +23,7 @@ _INT_FIELDS = (
     "tp_size",
 )
 _OPTIONAL_FIELDS = ("max_running_requests", "max_context_len", "max_total_tokens")
-_BOOL_FIELDS = (
-    "fused_kernels",
-    "overlap_schedule",
-    "allow_external_weights",
-    "capture_before_serving",
-    "capture_thread",
-)
+_BOOL_FIELDS = ("fused_kernels", "overlap_schedule", "allow_external_weights", "capture_before_serving")
 
 
 @dataclass
@@ -56,10 +50,6 @@ class EngineConfig:
     # bucket is captured, capturing between steps. True: capture every graph before the constructor
     # returns (benchmarks: every step measures graphs, not eager warm-up).
     capture_before_serving: bool = False
-    # False: graphs are captured in slices between steps, a stage (one forward's work) at a time. True: on a
-    # thread of their own while steps go on (engine/runners/capture_thread.py; docs/benchmarks.md has
-    # both side by side). Tensor parallel always slices (its ranks capture in lockstep).
-    capture_thread: bool = False
     # graphtop's cache folder (built checkpoints; compiled Triton kernels in its triton/); None:
     # $GRAPHTOP_CACHE_DIR, else the user cache folder
     cache_dir: Optional[str] = None

@@ -152,12 +152,7 @@ class Engine(RequestApi, ControlApi, Closing):
         if tp is None:
             setup = f"{local!r}|{self.dtype}|{self.kernels!r}|{attention_note}|{config.page_size}|{max_pages}"
             ahead = kernel_precompile(self.kernels, self.device, config.tp_size, config.cache_dir, setup)
-            self.model_runner = ModelRunner(
-                *runner_args,
-                freeze_gc=config.graphs.freeze_gc,
-                precompile=ahead,
-                capture_thread=config.capture_thread and not config.capture_before_serving,
-            )
+            self.model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc, precompile=ahead)
         else:
             setup = RankSetup(
                 self.attention.name,

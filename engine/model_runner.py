@@ -2,9 +2,9 @@
 
 Graphs are a fast path, never the only path: a batch a graph cannot take runs eagerly and the step
 record carries the named ``FallbackReason``. A step's bucket is decided once (``decide``) and that
-decision is what the graph runner replays. Capture, the first one and every recapture, runs on the
-capture thread (runners/capture_thread.py) while steps go on, or, without one (tensor parallel), in
-slices between steps; ``advance_capture`` makes each bucket serve the moment it is captured. The
+decision is what the graph runner replays. Capture, the first one and every recapture, runs in
+slices between steps (``advance_capture``), a stage at a time, and each bucket serves the moment it is
+captured. The
 model runner is built from parts (model, attention, resolved graph config, a ``publish`` callable)
 and answers with results; it knows nothing of the engine that composes it.
 """
@@ -26,7 +26,6 @@ from .graphs.factory import graph_backend
 from .graphs.fallback import FallbackReason
 from .runners.base import StepOutput
 from .runners.bucketed import BucketedGraphRunner
-from .runners.capture_thread import CaptureThread, DeviceTurn
 from .runners.decode_graph import DecodeGraphRunner
 from .runners.eager import EagerRunner
 from .runners.kernel_gate import Precompile
@@ -36,11 +35,10 @@ from .telemetry.capture import BucketCost
 
 PublishFn = Callable[[ev.Event], None]
 
-
 RECAPTURE_SLICE_S = 0.01
-"""Capture time one step boundary may spend on one device, shared by the runners in turn: stages until it
-has passed, at least one. A stage is a bucket's warmup forward or one graph's recording, tens of ms for an
-8B model on a GPU, so there a step waits for one stage at most (docs/benchmarks.md has the step host times
+"""Capture time one step boundary may spend, shared by the runners in turn: stages until it has passed, at
+least one. A stage is a bucket's warmup forward or one graph's recording, tens of milliseconds for an 8B
+model on a GPU, so there a step waits for one stage at most (docs/benchmarks.md has the step host times
 while capturing); an emulated stage records addresses in microseconds."""
 
 
@@ -67,56 +65,31 @@ class ModelRunner:
         *,
         freeze_gc: bool = False,
         precompile: Optional[Precompile] = None,
-        capture_thread: bool = False,
     ):
         """``max_pages``: pages of the longest context a decode graph must cover; ``precompile``: worker
-        processes that compile each bucket's kernels before it is captured (None: capture compiles);
-        ``capture_thread``: capture on a thread of its own while steps go on (else in slices between
-        steps)."""
+        processes that compile each bucket's kernels before it is captured (None: capture compiles)."""
         self.resolved = resolved
         self.publish = publish
         self.emulated = resolved.emulated
         self.eager = EagerRunner(model, attention, device)
         self.decode: Optional[DecodeGraphRunner] = None
         self.prefill: Optional[PrefillGraphRunner] = None
-        self.turn = DeviceTurn(device)
-        """Who queues device work that both threads' work touches (runners/capture_thread.py)."""
         r = resolved
-        wants_graphs = r.available and (
-            (r.decode_backend != "disabled" and bool(r.decode_bs))
-            or (r.prefill_backend != "disabled" and bool(r.prefill_num_tokens))
-        )
-        threaded = capture_thread and wants_graphs
-        # the graphs' own attention instance: what a capture binds is never what an eager step reads
-        graph_attention = attention.clone() if threaded else attention
         if r.available and r.decode_backend != "disabled" and r.decode_bs:
             backend = graph_backend("full", device, emulated=r.emulated, freeze_gc=freeze_gc)
-            self.decode = DecodeGraphRunner(
-                model, graph_attention, backend, device, max(r.decode_bs), max_pages, publish
-            )
+            self.decode = DecodeGraphRunner(model, attention, backend, device, max(r.decode_bs), max_pages, publish)
         if r.available and r.prefill_backend != "disabled" and r.prefill_num_tokens:
             backend = graph_backend("breakable", device, emulated=r.emulated, freeze_gc=freeze_gc)
             self.prefill = PrefillGraphRunner(
-                model,
-                graph_attention,
-                backend,
-                device,
-                max(r.prefill_num_tokens),
-                r.prefill_max_padding_waste,
-                publish,
+                model, attention, backend, device, max(r.prefill_num_tokens), r.prefill_max_padding_waste, publish
             )
-        self.graphs_lock = threading.Lock()
-        """One lock for the graph runners: they share ``graph_attention``, whose metadata a capture binds."""
-        for runner in self._runners():
-            runner.lock, runner.turn, runner.threaded = self.graphs_lock, self.turn, threaded
-        self.capture_thread = CaptureThread(device, self.turn) if threaded else None
         self.compiler = precompile.compiler if precompile is not None else None
         """The process's kernel compiler (its stats: benchmarks), or None where capture compiles."""
         if precompile is not None:
             for runner, buckets in ((self.decode, r.decode_bs), (self.prefill, r.prefill_num_tokens)):
                 if runner is not None:
                     runner.gate = precompile.gate(runner.phase, list(buckets), runner.dry_run)
-        self._slice_turn = 0  # the runner whose turn the next one-stage slice is
+        self._slice_turn = 0  # the runner that starts the next shared slice
         self._recapture_started: Optional[float] = None
         self._recapture_memory_before = 0
         self._capture_waiters: list[threading.Event] = []
@@ -167,8 +140,6 @@ class ModelRunner:
         ):
             if runner is not None:
                 runner.start_capture(buckets, "initial")
-        if self.capture_thread is not None:
-            self.capture_thread.start(self._runners())
 
     def validate_buckets(self, phase: str, sizes: Sequence[int]) -> list[int]:
         runner = self.decode if phase == "decode" else self.prefill
@@ -199,18 +170,12 @@ class ModelRunner:
                 )
             )
             return
-        if self.capture_thread is not None:  # the capture running ends after its graph in flight
-            self.capture_thread.stop()
-            for runner in self._runners():
-                runner.poll_capture()
         self._recapture_memory_before = sum(self.graph_memory())
         self._recapture_started = time.perf_counter()
         for phase, sizes in lists.items():
             runner = self.decode if phase == "decode" else self.prefill
             assert runner is not None
             runner.start_capture(sizes, "recapture")
-        if self.capture_thread is not None:
-            self.capture_thread.start(self._runners())
         self.advance_capture()
 
     @property
@@ -219,22 +184,8 @@ class ModelRunner:
         return any(r.capturing for r in self._runners())
 
     @property
-    def capture_threaded(self) -> bool:
-        """Captures run on the capture thread: steps may go on, chained too, while they do."""
-        return self.capture_thread is not None and self.capture_thread.running
-
-    @property
-    def capture_between_steps(self) -> bool:
-        """A capture is pending and runs in slices between steps (no capture thread): nothing may be in
-        flight when a slice runs."""
-        return self.capture_pending and not self.capture_threaded
-
-    @property
     def capture_waiting(self) -> bool:
-        """The step thread has nothing to do for the pending captures (an idle engine naps): the capture
-        thread has them, or every one waits for kernels to compile."""
-        if self.capture_threaded:
-            return True
+        """Every pending capture waits for kernels to compile (an idle engine has nothing to do but wait)."""
         capturing = [r for r in self._runners() if r.capturing]
         return bool(capturing) and all(r.waiting_for_kernels for r in capturing)
 
@@ -246,19 +197,11 @@ class ModelRunner:
             done.set()
 
     def advance_capture(self, *, to_the_end: bool = False) -> bool:
-        """Make live what the capture thread captured; without one, capture one more slice
-        (``capture_slice``; everything with ``to_the_end``). True when this call finished the capture
-        (the graphs' memory changed: the caller republishes its ledger)."""
+        """Capture one more slice (``capture_slice``; everything with ``to_the_end``); True when this call
+        finished the capture (the graphs' memory changed: the caller republishes its ledger)."""
         if not self.capture_pending:
             return False
-        thread = self.capture_thread
-        if thread is not None and to_the_end:
-            thread.wait()
-        for runner in self._runners():
-            if runner.capturing:
-                runner.poll_capture()  # what the capture thread captured (nothing without one)
-        if thread is None or not thread.running:  # no thread, or one that was stopped
-            self._capture_slice(self.capture_slice(to_the_end))
+        self._capture_slice(self.capture_slice(to_the_end))
         if self.capture_pending:
             return False
         if self._recapture_started is not None:
@@ -339,25 +282,15 @@ class ModelRunner:
         return self.decide(batch)[1].reason
 
     def forward(self, batch: ForwardBatch) -> StepOutput:
-        """The step's forward, a graph replay or eager; while the capture thread records a graph, a step
-        whose bucket is live runs eagerly instead of waiting (``CAPTURE_RUNNING``). The caller holds the
-        device turn (``turn.step``) around it and the reading of its logits."""
         runner, decision = self.decide(batch)
         if runner is not None and decision.graph:
-            if runner.lock.acquire(blocking=False):
-                try:
-                    return runner.run(batch, decision)
-                finally:
-                    runner.lock.release()
-            decision = BucketDecision(reason=FallbackReason.CAPTURE_RUNNING)
+            return runner.run(batch, decision)
         out = self.eager.run(batch)
         out.fallback_reason = decision.reason
         return out
 
     def release(self) -> None:
         """Drop every graph (and its pool); the model runner serves eagerly afterwards."""
-        if self.capture_thread is not None:
-            self.capture_thread.stop()
         for runner in self._runners():
             runner.release()
         self.decode = self.prefill = None

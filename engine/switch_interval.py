@@ -2,8 +2,8 @@
 
 CPython hands the GIL to a waiting thread when its holder blocks, or else once the switch interval has
 passed (5 ms by default). The step thread releases the GIL at every torch call and kernel launch and must
-take it back each time: with another thread busy in Python meanwhile (the capture thread, a parity
-check's re-run, the HTTP server's event loop), each take-back can wait a whole interval, and a step that
+take it back each time: with another thread busy in Python meanwhile (a parity check's re-run, the HTTP
+server's event loop), each take-back can wait a whole interval, and a step that
 takes it back a hundred times waits for far longer than it computes. Each such thread asks for an interval
 of at most its bound while it works (``at_most``); the smallest bound asked for holds, and the interval
 the process had comes back once the last ask ends, unless someone else set another one meanwhile.

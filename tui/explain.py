@@ -67,10 +67,6 @@ FALLBACK_REASONS: dict[str, Explanation] = {
         "this step's bucket is not captured yet: its kernels compile in worker processes first",
         "nothing: a cold kernel cache fills once; later starts load it from graphtop's cache folder",
     ),
-    "capture_running": Explanation(
-        "this step's bucket is live, but the capture thread was recording another graph at that moment",
-        "nothing: a step never waits for a capture; it ends when the capture finishes (capture panel)",
-    ),
     "no_graphs_captured": Explanation(
         "graphs are on for this phase but no bucket survived the limits and capture failures",
         "check the bucket list against the limits, and the capture panel",

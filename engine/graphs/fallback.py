@@ -28,8 +28,5 @@ class FallbackReason(str, enum.Enum):
     KERNELS_COMPILING = "kernels_compiling"
     """This step's bucket is not captured yet and its capture waits for its kernels, which compile in
     worker processes (models/kernels/compile_pool.py) so that no step waits for a compiler."""
-    CAPTURE_RUNNING = "capture_running"
-    """This step's bucket is live, but the capture thread was recording another graph of the same runner at
-    that moment (engine/runners/capture_thread.py): rather than wait for it, the step ran eagerly."""
     NO_GRAPHS_CAPTURED = "no_graphs_captured"
     """The phase is enabled but its bucket list is empty after limits and failures."""

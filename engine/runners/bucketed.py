@@ -1,12 +1,9 @@
 """What decode and prefill graph runners share: the static token inputs, a bucket list, capture jobs whose
-buckets go live as they are captured (on the capture thread, or in slices between steps), recapture, the
-ledger."""
+buckets go live as they are captured (in slices between steps, a stage at a time), recapture, the ledger."""
 
 from __future__ import annotations
 
-import threading
 from abc import abstractmethod
-from collections import deque
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -19,7 +16,6 @@ from ..telemetry import events as ev
 from ..telemetry.capture import BucketCost
 from .base import GraphRunner
 from .capture import CaptureJob
-from .capture_thread import DeviceTurn, on_capture_thread
 from .kernel_gate import KernelGate
 
 PublishFn = Callable[[ev.Event], None]
@@ -66,16 +62,6 @@ class BucketedGraphRunner(GraphRunner):
         """Set (``ModelRunner``) where kernels compile in worker processes: a bucket is captured once its
         kernels are compiled."""
         self._warmup_size = 0  # a gated capture's warmup, run with its first bucket (their kernels match)
-        self.lock = threading.Lock()
-        """Held while this runner's host state is in use: by the capture thread while it prepares and
-        records a graph, by the step thread while it replays one (``ModelRunner`` shares one lock among
-        its graph runners, whose attention instance is one)."""
-        self.turn = DeviceTurn(device)
-        """The device turn (runners/capture_thread.py), shared with the model runner."""
-        self.threaded = False
-        """Captures run on the capture thread: progress is queued for ``poll_capture``, and work that runs
-        on the device takes the device turn."""
-        self._queued: deque[ev.Event] = deque()  # the capture thread's events, published by poll_capture
         # a subclass declares its own slots after these, then binds the backend to the registry
         self.registry = BufferRegistry(device, max_size)
         for slot in TOKEN_SLOTS:
@@ -119,10 +105,9 @@ class BucketedGraphRunner(GraphRunner):
             self.backend.name,
             self.device,
             self._capture_stages,
-            self._publish_capture,
+            self.publish,
             reason,
             self.gate,
-            sync_memory=not self.threaded,
         )
         if self.gate is not None and reason == "initial":
             # at load, before any step: every bucket's kernels start compiling now, in parallel, so the
@@ -145,26 +130,6 @@ class BucketedGraphRunner(GraphRunner):
         self._adopt(self.job)
         return self.job is None
 
-    def poll_capture(self) -> bool:
-        """On the step thread, while the capture thread captures: publish its progress and make what it
-        captured replayable. True once nothing is pending."""
-        if self.job is not None:
-            self._adopt(self.job)
-        self._publish_queued()  # after: a job seen finished has queued its last event
-        return self.job is None
-
-    def _publish_capture(self, event: ev.Event) -> None:
-        """A job's event: published at once on the step thread, queued for it on the capture thread."""
-        if on_capture_thread():
-            self._queued.append(event)
-        else:
-            self._publish_queued()  # whatever the capture thread queued first
-            self.publish(event)
-
-    def _publish_queued(self) -> None:
-        while self._queued:
-            self.publish(self._queued.popleft())
-
     def _adopt(self, job: CaptureJob) -> None:
         """Make the buckets captured so far replayable; steps whose bucket is still to come run
         eagerly with the job's reason (graphs/bucket_policy.py)."""
@@ -179,7 +144,7 @@ class BucketedGraphRunner(GraphRunner):
         if job.waiting:
             reason = FallbackReason.KERNELS_COMPILING
         self.policy = BucketPolicy.of(self.phase, kept, self.configured, self.max_padding_waste, job.remaining, reason)
-        if job.finished:
+        if job.done:
             self.job = None
 
     def agree_buckets(self, replayable: list[int]) -> list[int]:
@@ -201,7 +166,6 @@ class BucketedGraphRunner(GraphRunner):
         return sum(c.memory_bytes for c in self.ledger.values() if c.ok)
 
     def release(self) -> None:
-        self._publish_queued()
         self.job = None
         self.backend.cleanup()
         self._set_buckets([], self.configured)
@@ -221,65 +185,40 @@ class BucketedGraphRunner(GraphRunner):
     def _forward(self, size: int) -> torch.Tensor:
         """The function a graph of ``size`` captures: static inputs in, the static output back."""
 
-    def _warm_forward(self, size: int) -> torch.Tensor:
-        """The forward as a warmup or dry run runs it: what a capture records, into outputs a step
-        still to be read back does not read (the decode runner's scratch outputs)."""
-        return self._forward(size)
-
-    @property
-    def _turn_stream(self) -> Optional["torch.cuda.Stream"]:
-        """Where the capture thread runs its device work: the backend's capture stream (None on the step
-        thread, or without CUDA)."""
-        return getattr(self.backend, "stream", None) if self.threaded else None
-
     @torch.inference_mode()
     def warmup(self, size: int) -> None:
         """Run the forward once eagerly outside capture (JIT, autotune, workspaces)."""
         if size <= 0:
             return
-        with self.lock, self.turn.capture(self._turn_stream):
-            self._prepare_capture(self.graph_keys(size)[0])
-            self._warm_forward(size)
+        self._prepare_capture(self.graph_keys(size)[0])
+        self._forward(size)
 
     @torch.inference_mode()
     def dry_run(self, size: int) -> None:
         """Every forward a capture of bucket ``size`` runs, for ``KernelGate`` to see which kernels it
         launches (inside ``record_missing`` nothing uncompiled runs: the outputs are garbage)."""
-        with self.lock, self.turn.capture(self._turn_stream):
-            for key in self.graph_keys(size):
-                self._prepare_capture(key)
-                self._warm_forward(size)
+        for key in self.graph_keys(size):
+            self._prepare_capture(key)
+            self._forward(size)
 
+    @torch.inference_mode()  # a generator: torch's decorator enters the mode around each resumption
     def _capture_stages(self, size: int) -> Iterator[None]:
         """Bucket ``size``'s capture, a stage per ``next``: the runner's warmup if it is due, then for each of
-        the bucket's graphs its warmup forward and its recording. A slice between steps runs one stage, so
-        no step waits for more than about one forward; between stages the step thread may replay other
-        graphs, so each stage binds its own capture state (``_prepare_capture``), and no lock is held
-        across a stage's end."""
+        the bucket's graphs its warmup forward and its recording. A slice between steps may stop between
+        two stages, so no step waits for more than about one forward; the steps in between may replay
+        other graphs, so each stage binds its own capture state (``_prepare_capture``)."""
         if self._warmup_size:
             self.warmup(self._warmup_size)
             self._warmup_size = 0
             yield
-        stream = self._turn_stream
         keys = self.graph_keys(size)
         for i, key in enumerate(keys):
             if self.backend.runs_at_capture and self.backend.warms_up:  # per-shape warmup outside capture
-                self._run_stage(lambda: self._warm_forward(size), key, stream)
+                self._prepare_capture(key)
+                self._forward(size)
                 yield
-            with self.lock, torch.inference_mode():
-                runs = self.backend.runs_at_capture  # an emulated capture that records addresses only runs nothing
-                if runs:
-                    with self.turn.capture(stream):
-                        self._prepare_capture(key)
-                if runs and stream is None:  # an emulated capture runs the forward itself, on the real outputs
-                    with self.turn.capture(None):
-                        self.backend.capture_one(key, lambda: self._forward(size))
-                else:  # recording runs nothing; a breakable graph's attention orders itself (graphs/breakable.py)
-                    self.backend.capture_one(key, lambda: self._forward(size))
+            if self.backend.runs_at_capture:  # an emulated capture that records addresses only needs nothing
+                self._prepare_capture(key)
+            self.backend.capture_one(key, lambda: self._forward(size))
             if i + 1 < len(keys):
                 yield
-
-    def _run_stage(self, work: Callable[[], object], key: ShapeKey, stream: Optional["torch.cuda.Stream"]) -> None:
-        with self.lock, self.turn.capture(stream), torch.inference_mode():
-            self._prepare_capture(key)
-            work()

@@ -1,8 +1,7 @@
 """Capturing a bucket list in the backend's order, per-bucket time and memory, failures dropped and reported.
 
-A ``CaptureJob`` runs a slice at a time between engine steps, or on the capture thread
-(runners/capture_thread.py) a bucket at a time; either way requests keep streaming while graphs are
-built (the initial capture while the engine already serves, and live recapture). An engine that
+A ``CaptureJob`` runs a slice at a time between engine steps, so requests keep streaming while graphs
+are built (the initial capture while the engine already serves, and live recapture). An engine that
 captures before serving runs it to completion at once. A bucket's capture comes in stages (its warmup
 forward, then the recording of each of its graphs: ``BucketedGraphRunner._capture_stages``), and a slice
 between steps may be one stage, so no step waits for more than one forward's worth of capture work.
@@ -28,13 +27,9 @@ LOOK_AHEAD_PER_SLICE = 1
 takes seconds, a step milliseconds), few enough that no step's host time grows by more than a forward."""
 
 
-def device_free_bytes(device: torch.device, sync: bool = True) -> int:
-    """Free device memory. ``sync``: after the work queued so far (the step thread's capture slices).
-    The capture thread reads it without a sync: one would wait for the step thread's work, and the
-    allocations a capture makes (cudaMalloc) show at once."""
+def device_free_bytes(device: torch.device) -> int:
     if device.type == "cuda":
-        if sync:
-            torch.cuda.synchronize(device)
+        torch.cuda.synchronize(device)
         return int(torch.cuda.mem_get_info(device)[0])
     return 0
 
@@ -50,12 +45,10 @@ class CaptureJob:
         publish: PublishFn,
         reason: str = "initial",
         gate: Optional[BucketGate] = None,
-        sync_memory: bool = True,
     ):
         """``order``: the buckets in the order to capture them (``GraphBackend.capture_order``);
         ``capture(bucket)``: captures it, or returns an iterable of its stages (each ``next`` runs one);
-        ``gate``: whether a bucket's kernels are compiled (None: capture compiles what it launches);
-        ``sync_memory``: memory is read after a device sync (not on the capture thread)."""
+        ``gate``: whether a bucket's kernels are compiled (None: capture compiles what it launches)."""
         self.phase = phase
         self.reason = reason
         self.order = list(dict.fromkeys(order))
@@ -66,15 +59,12 @@ class CaptureJob:
         self.gate = gate
         self.waiting = False
         """The last slice stopped at a bucket whose kernels were still compiling."""
-        self.sync_memory = sync_memory
-        self.finished = False
-        """Its ``CaptureFinished`` is out (set last: whoever sees it also sees every event before)."""
         self._next = 0
         self._stages: Optional[Iterator[None]] = None  # the bucket in progress, between two slices
         self._bucket_s = 0.0  # its capture time so far
         self._bucket_free0 = 0
         self._t0 = time.perf_counter()
-        self._free0 = device_free_bytes(device, sync_memory)
+        self._free0 = device_free_bytes(device)
         publish(ev.CaptureStarted(phase=phase, buckets=tuple(self.order), backend=backend_name, reason=reason))
         if not self.order:
             self._finish()
@@ -97,7 +87,7 @@ class CaptureJob:
         """Capture buckets until done, ``budget_s`` has passed or ``max_buckets`` are captured (at least
         one stage, if its kernels are compiled); ``by_stage``: the budget is looked at after every stage,
         not only after every bucket. Returns done. (Ranks of a tensor-parallel group slice by count:
-        their clocks differ; the capture thread asks for one bucket at a time with no budget to wait in.)"""
+        their clocks differ.)"""
         start = time.perf_counter()
         count = 0
         while not self.done:
@@ -137,25 +127,11 @@ class CaptureJob:
         self.waiting = True
         return False
 
-    def abandon(self, reason: str) -> None:
-        """Give up the buckets not attempted yet (the capture thread failed): each is a failed bucket with
-        ``reason``, so its steps run eagerly with a named reason, and the job finishes."""
-        self._stages = None
-        for bucket in self.remaining:
-            self.ledger.append(BucketCost(self.phase, bucket, 0.0, 0, False, reason))
-        self._next = len(self.order)
-        self._finish()
-
-    def look_ahead(self) -> None:
-        """Find every bucket's kernels now, so they all compile in parallel (the capture thread, first)."""
-        if self.gate is not None:
-            self.gate.look_ahead(self.remaining, float("inf"))
-
     def _capture_stage(self, bucket: int, whole: bool) -> bool:
         """Run ``bucket``'s next stage (all that are left, ``whole``); True once the bucket is over, captured
         or failed, and its cost is in the ledger."""
         if self._stages is None:
-            self._bucket_free0 = device_free_bytes(self.device, self.sync_memory)
+            self._bucket_free0 = device_free_bytes(self.device)
             self._bucket_s = 0.0
         t0 = time.perf_counter()
         failure = None
@@ -184,7 +160,7 @@ class CaptureJob:
             return False
         self._stages = None
         seconds = self._bucket_s
-        mem = max(0, self._bucket_free0 - device_free_bytes(self.device, self.sync_memory)) if failure is None else 0
+        mem = max(0, self._bucket_free0 - device_free_bytes(self.device)) if failure is None else 0
         self.ledger.append(BucketCost(self.phase, bucket, seconds, mem, failure is None, failure))
         self.publish(
             ev.CaptureProgress(
@@ -224,11 +200,10 @@ class CaptureJob:
                 captured=tuple(self.captured),
                 failed=tuple(sorted(c.bucket for c in failed)),
                 seconds=round(time.perf_counter() - self._t0, 6),
-                memory_bytes=max(0, self._free0 - device_free_bytes(self.device, self.sync_memory)),
+                memory_bytes=max(0, self._free0 - device_free_bytes(self.device)),
                 ok=not failed,
                 failure_reason=reason,
                 kernels_compiled=compiled,
                 kernels_cached=cached,
             )
         )
-        self.finished = True

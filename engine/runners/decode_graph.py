@@ -69,37 +69,14 @@ class DecodeGraphRunner(BucketedGraphRunner):
         # each ring row's index as the slot scalar's upload source, made once instead of every step
         self._ring_slots = [torch.tensor([i], dtype=torch.int32) for i in range(self._ring_rows)]
         self._ring_turn = 0
-        # Where warmups and dry runs write: a step launched before them may not be read back yet, and its
-        # logits, tokens and host ring row must survive them. Same shapes and strides as the real ones, so
-        # they launch the kernel variants a capture records.
-        self._scratch_ring: Optional[tuple[torch.Tensor, torch.Tensor]] = None
-        if self.host_ring is not None:
-            self._scratch_ring = (
-                torch.zeros(1, max_bs, dtype=torch.int64, pin_memory=True),
-                torch.zeros(1, dtype=torch.int32, device=device),
-            )
         backend.bind(self.registry)
 
     @torch.inference_mode()
     def _forward(self, bs: int) -> torch.Tensor:
-        return self._run_forward(bs, self.logits_out, self.tokens_out, self.host_ring)
-
-    def _warm_forward(self, bs: int) -> torch.Tensor:
-        logits = torch.empty_like(self.logits_out[:bs])
-        tokens = torch.empty_like(self.tokens_out)
-        return self._run_forward(bs, logits, tokens, self._scratch_ring)
-
-    def _run_forward(
-        self,
-        bs: int,
-        logits_out: torch.Tensor,
-        tokens_out: torch.Tensor,
-        host_ring: Optional[tuple[torch.Tensor, torch.Tensor]],
-    ) -> torch.Tensor:
         ids, pos = self.token_inputs(bs)
         self.attention.prepare_in_graph()
-        logits = self.model.decode_logits(ids, pos, self.attention, out=logits_out[:bs])
-        argmax_rows(logits, out=tokens_out[:bs], host_ring=host_ring, pdl=self.model.logits_pdl)
+        logits = self.model.decode_logits(ids, pos, self.attention, out=self.logits_out[:bs])
+        argmax_rows(logits, out=self.tokens_out[:bs], host_ring=self.host_ring, pdl=self.model.logits_pdl)
         return logits
 
     def graph_keys(self, size: int) -> list[ShapeKey]:

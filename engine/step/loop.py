@@ -3,12 +3,9 @@
 Each step applies the commands queued since the last one, schedules a batch, runs it through the
 model runner (a graph or eagerly), samples, and hands the tokens to output processing. Under the
 overlap schedule (engine/step/overlap.py) a greedy decode step is launched here and read back in the next
-call, after that call has launched its own step. A pending capture (the first one, while the engine
-already serves, or a recapture) runs on the capture thread, and each step first makes live what it has
-captured; without a capture thread (tensor parallel) it captures one more slice of graphs between steps,
-never while a step is in flight, and an idle engine captures slice after slice, draining commands
-between slices. A step holds the device turn (runners/capture_thread.py) from its forward until its
-logits are read.
+call, after that call has launched its own step. Between steps, a pending capture (the first one,
+while the engine already serves, or a recapture) captures one more slice of graphs, never while a
+step is in flight; an idle engine captures slice after slice, draining commands between slices.
 """
 
 from __future__ import annotations
@@ -85,7 +82,7 @@ class StepLoop:
         self.apply_commands()
         if pending is not None:
             if self.overlap_schedule and can_chain(
-                pending, self.scheduler, self.pool, self.max_context_len, self.model_runner.capture_between_steps
+                pending, self.scheduler, self.pool, self.max_context_len, self.model_runner.capture_pending
             ):
                 for req in pending.batch.requests:  # the token in flight counts for the next step
                     req.output_ids.append(PLACEHOLDER_TOKEN)
@@ -95,8 +92,7 @@ class StepLoop:
                 self.overlapped_steps += 1
                 t0 = time.perf_counter()
                 # a step is in flight: no capture slice here (capture needs the device to itself)
-                with self.model_runner.turn.step():
-                    self.pending = self.readback.launch(batch, self._forward(batch, may_capture=False), t0)
+                self.pending = self.readback.launch(batch, self._forward(batch, may_capture=False), t0)
                 self._complete(pending, placeholders=True)
                 return True
             self._complete(pending, placeholders=False)
@@ -109,12 +105,11 @@ class StepLoop:
                 return True
             return worked
         t0 = time.perf_counter()
-        with self.model_runner.turn.step():
-            out = self._forward(batch)
-            if self.overlap_schedule and launchable(batch):
-                self.pending = self.readback.launch(batch, out, t0)
-                return True
-            tokens = self._wait_on_device(lambda: sample(out.logits, batch.sample_requests))  # the step's one sync
+        out = self._forward(batch)
+        if self.overlap_schedule and launchable(batch):
+            self.pending = self.readback.launch(batch, out, t0)
+            return True
+        tokens = self._wait_on_device(lambda: sample(out.logits, batch.sample_requests))  # the step's one sync
         self._deliver(batch, out, tokens, (time.perf_counter() - t0) * 1e3)
         return True
 
@@ -131,9 +126,9 @@ class StepLoop:
             self.events.memory_ledger()
 
     def _forward(self, batch: ForwardBatch, *, may_capture: bool = True) -> StepOutput:
-        """Make live what the capture thread captured, or capture a slice when nothing is in flight
-        (``may_capture``); run the step, and let the parity checker see its graph output."""
-        if may_capture or self.model_runner.capture_threaded:
+        """Capture a slice first when nothing is in flight (``may_capture``), run the step, and let the
+        parity checker see its graph output."""
+        if may_capture:
             self._advance_capture()
         out = self.model_runner.forward(batch)
         if self.parity is not None:

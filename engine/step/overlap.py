@@ -91,10 +91,10 @@ def launchable(batch: ForwardBatch) -> bool:
 
 
 def can_chain(
-    pending: InFlightStep, scheduler: Scheduler, pool: KVPool, max_context_len: int, capture_between_steps: bool
+    pending: InFlightStep, scheduler: Scheduler, pool: KVPool, max_context_len: int, capture_pending: bool
 ) -> bool:
     """True when the step after ``pending`` is certain to decode exactly ``pending``'s requests."""
-    if scheduler.waiting or capture_between_steps:  # a capture slice needs nothing in flight
+    if scheduler.waiting or capture_pending:
         return False
     reqs = pending.batch.requests
     running = scheduler.running

@@ -28,13 +28,6 @@ def test_a_cold_and_a_warm_start_serve_the_burst_on_cpu(tmp_path, capsys) -> Non
 def test_a_warm_start_runs_after_a_cold_one_and_off_last():
     assert cold_start_bench.modes_in_order(["warm"]) == ["cold", "warm"]
     assert cold_start_bench.modes_in_order(["off", "cold"]) == ["cold", "off"]
-    assert cold_start_bench.modes_in_order(["thread", "warm"]) == ["cold", "warm", "thread"]
-
-
-def test_a_thread_start_captures_on_the_capture_thread_the_others_between_steps():
-    settings = {m: cold_start_bench.engine_settings("cpu", m, "/tmp/c") for m in cold_start_bench.MODES}
-    assert {m: s.capture_thread for m, s in settings.items()} == dict(cold=False, warm=False, thread=True, off=False)
-    assert settings["off"].kernels.precompile == "off" and settings["thread"].kernels.precompile == "auto"
 
 
 def test_the_targets_apply_to_the_rows_they_name():

@@ -14,7 +14,7 @@ import torch
 from graphtop.engine.batch import ForwardBatch  # noqa: E402
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
-from graphtop.engine.graphs.config import GraphConfig, default_decode_buckets  # noqa: E402
+from graphtop.engine.graphs.config import GraphConfig, build_graph_config, default_decode_buckets  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 
@@ -379,11 +379,11 @@ def test_overlap_schedule_gives_the_plain_loops_tokens(qwen3_shape, attention):
     assert overlapped == plain
 
 
-@pytest.mark.parametrize("capture_thread", [True, False], ids=["thread", "slices"])
-def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkeypatch, capture_thread):
-    """Requests submitted at construction run while the first capture proceeds (on the capture thread, or
-    one bucket per step boundary): steps before their bucket is live are eager (not_yet_captured), later
-    ones replay it, and the predictions agree with an engine that captured first (teacher-forced)."""
+def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkeypatch):
+    """Requests submitted at construction run while the first capture proceeds a stage per step boundary
+    (short lists, so it ends while they run): steps before their bucket is live are eager
+    (not_yet_captured), later ones replay it, and the predictions agree with an engine that captured
+    first (teacher-forced)."""
     from support.token_agreement import Recorder, _assert_agree
 
     import graphtop.engine.model_runner as model_runner_mod
@@ -412,7 +412,7 @@ def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkey
         max_total_tokens=64 * 1024,
         chunked_prefill_size=512,
         overlap_schedule=False,
-        capture_thread=capture_thread,
+        graphs=build_graph_config(None, {"decode.bs": [1, 2, 4, 6, 8], "prefill.num_tokens": [64, 128, 256, 512]}),
     )
     eng = Engine(qwen3_shape, cfg, bus)
     _open.append(eng)
@@ -430,9 +430,8 @@ def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkey
 
 @pytest.mark.parametrize("attention", ["torch", "flashinfer"])
 def test_capture_between_overlapped_steps_keeps_the_plain_loops_tokens(qwen3_shape, monkeypatch, attention):
-    """Serving while capturing in slices with the overlap schedule on: a capture slice runs only once the
-    launched step was read back, so the tokens are those of the plain loop, and overlap resumes after
-    capture. (On the capture thread which steps replay depends on timing: the test above covers it.)"""
+    """Serving while capturing with the overlap schedule on: a capture slice runs only once the launched
+    step was read back, so the tokens are those of the plain loop, and overlap resumes after capture."""
     if attention == "flashinfer":
         pytest.importorskip("flashinfer")
     import graphtop.engine.model_runner as model_runner_mod
@@ -449,7 +448,6 @@ def test_capture_between_overlapped_steps_keeps_the_plain_loops_tokens(qwen3_sha
             attention=attention,
             overlap_schedule=overlap,
             capture_before_serving=False,
-            capture_thread=False,
         )
         hs = [
             eng.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False))

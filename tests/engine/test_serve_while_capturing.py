@@ -1,5 +1,4 @@
-"""Serving from the first step: requests run while the first graph capture proceeds, in slices between
-steps here (``capture_thread=False``; tests/engine/test_capture_thread.py covers the capture thread).
+"""Serving from the first step: requests run while the first graph capture proceeds between steps.
 
 The engine starts capturing and serves at once; each bucket goes live the moment it is captured,
 and a step whose bucket is not captured yet runs eagerly with ``not_yet_captured``. Tokens equal
@@ -53,11 +52,10 @@ def run(make_engine, path, *, capture_before_serving: bool, **cfg):
 
 
 def test_requests_before_capture_ends_match_capture_before_serving(llama, make_engine, monkeypatch):
-    """Capture in slices between steps (no capture thread), one bucket per runner per step boundary: the
-    capture spans many steps of these requests."""
+    """One stage per step boundary: the capture spans many steps of these requests."""
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
     _, want, strict_events = run(make_engine, llama, capture_before_serving=True)
-    engine, got, events = run(make_engine, llama, capture_before_serving=False, capture_thread=False)
+    engine, got, events = run(make_engine, llama, capture_before_serving=False)
     assert got == want
     assert {s.fallback_reason for s in strict_events if isinstance(s, ev.StepEvent)} == {None}
 
@@ -155,8 +153,8 @@ def test_wait_for_capture_in_background_mode_covers_a_recapture(llama, make_engi
 
 
 def test_capture_runs_only_with_nothing_in_flight(llama, make_engine, monkeypatch):
-    """Without a capture thread, under the overlap schedule a launched step is read back before a capture
-    slice runs (on CUDA a slice must never race a step still using the static buffers)."""
+    """Under the overlap schedule a launched step is read back before a capture slice runs (on CUDA a
+    capture must never race a step still using the static buffers)."""
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
     real = BucketedGraphRunner._capture_stages
     in_flight_at_capture: list[bool] = []
@@ -167,7 +165,7 @@ def test_capture_runs_only_with_nothing_in_flight(llama, make_engine, monkeypatc
         return real(self, size)
 
     monkeypatch.setattr(BucketedGraphRunner, "_capture_stages", capture)
-    engine = make_engine(llama, capture_before_serving=False, capture_thread=False)
+    engine = make_engine(llama, capture_before_serving=False)
     engines.append(engine)
     handles = [engine.submit(p, SamplingParams(max_new_tokens=30, ignore_eos=True)) for p in PROMPTS[:2]]
     engine.run_until_done(handles)

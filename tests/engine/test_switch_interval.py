@@ -19,15 +19,15 @@ def default_interval():
 
 
 def test_the_smallest_ask_holds_and_the_interval_comes_back_after_the_last():
-    capture = switch_interval.at_most(0.0005)
+    parity = switch_interval.at_most(0.0005)
     assert sys.getswitchinterval() == pytest.approx(0.0005, abs=2e-6)
     server = switch_interval.at_most(0.0002)
     assert sys.getswitchinterval() == pytest.approx(0.0002, abs=2e-6)
     switch_interval.release(server)
-    assert sys.getswitchinterval() == pytest.approx(0.0005, abs=2e-6)  # the capture thread still asks
+    assert sys.getswitchinterval() == pytest.approx(0.0005, abs=2e-6)  # the parity checker still asks
     switch_interval.release(server)  # a second release of a token: nothing
     assert sys.getswitchinterval() == pytest.approx(0.0005, abs=2e-6)
-    switch_interval.release(capture)
+    switch_interval.release(parity)
     assert sys.getswitchinterval() == pytest.approx(0.005, abs=2e-6)
     switch_interval.release(None)
 

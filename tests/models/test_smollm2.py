@@ -66,6 +66,7 @@ def engine_for(path: Path, graphs: bool, bus=None):
         max_running_requests=8,
         chunked_prefill_size=64,
         graphs=GRAPHS if graphs else GraphConfig(decode_backend="disabled", prefill_backend="disabled"),
+        capture_before_serving=graphs,  # every step a graph can take replays one: the comparison covers them
     )
     return Engine.from_pretrained(path, config=config, bus=bus)
 
