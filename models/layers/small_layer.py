@@ -72,10 +72,11 @@ class SmallLayer:
         self.mlp(h)
 
     def mlp(self, h: torch.Tensor) -> None:
-        """``h += MLP(RMSNorm(h))``: one launch where ``fused_mlp``, else the gate|up GEMV (RMSNorm in its
-        prologue) and the down GEMV (SiLU·mul in its prologue, the residual add in its epilogue). A plain
-        launch of either lets a PDL-launched kernel after it start early (``gemv.TRIGGER_NEXT``)."""
-        if self.fused_mlp:
+        """``h += MLP(RMSNorm(h))``: one launch where ``fused_mlp`` (at most ``fused_mlp.MAX_ROWS`` rows), else
+        the gate|up GEMV (RMSNorm in its prologue) and the down GEMV (SiLU·mul in its prologue, the residual
+        add in its epilogue). A plain launch of either lets a PDL-launched kernel after it start early
+        (``gemv.TRIGGER_NEXT``)."""
+        if self.fused_mlp and h.shape[0] <= tm.MAX_ROWS:
             trigger = tg.TRIGGER_NEXT and not self.fused_mlp_pdl
             weight, eps = self.post_norm
             tm.fused_mlp(h, self.gate_up.weight, self.down.weight, weight, eps, pdl=self.fused_mlp_pdl, trigger=trigger)

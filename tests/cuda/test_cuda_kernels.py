@@ -254,7 +254,7 @@ def test_split_k_gemv_is_deterministic():
 
 
 @pytest.mark.parametrize("pdl", [False, True])
-@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("m", [1, 2, 3])  # fused_mlp.MAX_ROWS: the rows a layer runs it at
 def test_fused_mlp_matches_the_two_gemvs_in_a_graph(m, pdl):
     """The MLP in one launch (Qwen3-0.6B's shape) against the gate|up and down GEMVs it replaces: within
     an ulp (only the down projection's fp32 sums are added in another order), bit-identical on every
