@@ -57,7 +57,7 @@ from typing import Any, Optional, Sequence
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command sets it (cli/entry.py)
 
 import torch  # noqa: E402
-from harness import CPU_SHAPE, fmt, log, md_table, percentile, random_ckpt, write_json  # noqa: E402
+from harness import fmt, log, md_table, percentile, shape_ckpt, write_json  # noqa: E402
 
 from graphtop.cli.workload import DEFAULT_OUTPUT_LEN, DEFAULT_PROMPT_LEN, for_engine, sampling_params  # noqa: E402
 from graphtop.engine.config import EngineConfig  # noqa: E402
@@ -68,7 +68,6 @@ from graphtop.engine.telemetry import events as ev  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 
 SHAPE_NAMES = ("tiny", "qwen3-0.6b", "llama-3.1-8b")
-TINY = "qwen3-0.6b"  # the family the tiny shape shrinks (harness.CPU_SHAPE)
 MODES = ("cold", "warm", "off")
 HOST_LIMIT_MS = 50.0
 CHILD_TIMEOUT_S = 3600
@@ -80,14 +79,6 @@ CPU_NOTE = (
 
 
 # -- one start (the child) -----------------------------------------------------------------------------------
-
-
-def checkpoint(shape: str, device: str) -> Any:
-    """Random weights of ``shape`` (the tiny one: the 0.6B's family at harness.CPU_SHAPE's size)."""
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if shape == "tiny":
-        return random_ckpt(TINY, device=device, dtype=dtype, **CPU_SHAPE)
-    return random_ckpt(shape, device=device, dtype=dtype)
 
 
 def engine_settings(device: str, mode: str, cache: str) -> EngineConfig:
@@ -197,7 +188,7 @@ def one_start(
     """Build the engine, serve the burst, and say what it cost."""
     found = cache_files(cache)
     t = time.perf_counter()
-    ckpt = checkpoint(shape, device)
+    ckpt = shape_ckpt(shape, device)
     weights_s = time.perf_counter() - t
     bus = EventBus()
     sub = bus.subscribe("cold-start", maxsize=1_000_000, types=EVENT_TYPES)

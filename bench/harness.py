@@ -125,6 +125,15 @@ def random_ckpt(shape: str, device: str = "cuda", dtype: torch.dtype = torch.bfl
     return random_checkpoint(hf_config_for(shape, **overrides), device=device, dtype=dtype)
 
 
+def shape_ckpt(shape: str, device: str) -> Any:
+    """Random weights of ``shape`` in the device's serving dtype (bf16 on CUDA, fp32 elsewhere); ``tiny``: the
+    0.6B's family at ``CPU_SHAPE``'s size (smoke checks on a CPU)."""
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if shape == "tiny":
+        return random_ckpt("qwen3-0.6b", device=device, dtype=dtype, **CPU_SHAPE)
+    return random_ckpt(shape, device=device, dtype=dtype)
+
+
 def attention_heads(shape: str) -> tuple[int, int, bool]:
     """(query heads, KV heads, whether q and k are RMS-normed) of a published shape."""
     c = SHAPES[shape]

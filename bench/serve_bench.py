@@ -8,8 +8,8 @@ request from ``/v1/completions``; through the Python API the same requests are s
 times and their tokens timed by ``on_update``. Both report output tokens/s over the serving window, TTFT and
 the inter-token latency (per stream chunk through HTTP, per token through the API) at p50 and p99.
 
-Options: --model PATH or --shape llama-3.1-8b (random bf16 weights, CUDA), --requests, --rate, --prompt-len,
---output-len, --device, --json OUT.json. On an H200, the 8B shape:
+Options: --model PATH or --shape llama-3.1-8b (random weights; ``tiny`` is a CPU-sized one), --requests,
+--rate, --prompt-len, --output-len, --device, --json OUT.json. On an H200, the 8B shape:
 
     python3 bench/serve_bench.py --shape llama-3.1-8b --device cuda --requests 200 --rate 20
 
@@ -168,7 +168,9 @@ def workload(engine: Any, args: argparse.Namespace) -> list[Any]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serve_bench.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="checkpoint folder or .gguf (default: the demo model)")
-    p.add_argument("--shape", help="random bf16 weights in a published shape instead (qwen3-0.6b, llama-3.1-8b; CUDA)")
+    p.add_argument(
+        "--shape", help="random weights in a published shape instead (qwen3-0.6b, llama-3.1-8b; tiny: CPU-sized)"
+    )
     p.add_argument("--device", default="auto")
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--rate", type=float, default=20.0, help="Poisson arrivals, requests/s (0: all at once)")
@@ -192,12 +194,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         device=args.device, max_running_requests=args.max_running_requests, capture_before_serving=True
     )
     if args.shape:
-        from harness import random_ckpt
+        from harness import shape_ckpt
 
-        engine = Engine(
-            random_ckpt(args.shape, device=args.device if args.device != "auto" else "cuda"),
-            replace(config, dtype="bfloat16"),
-        )
+        device = args.device if args.device != "auto" else "cuda"
+        engine = Engine(shape_ckpt(args.shape, device), replace(config, device=device))
     else:
         engine = Engine.from_pretrained(args.model, config=config)
     engine.start_background()
