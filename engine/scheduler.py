@@ -171,12 +171,29 @@ class Scheduler:
             batch.prefix_lens.append(start)
             batch.req_pages.append(req.pages)
             req.num_computed = start + n
+            if req.params.prompt_logprobs is not None:
+                self._score_prompt(batch, req, start, n)
             # Sample when this step produces the request's next token: every decode step, and the
             # last prefill chunk of a request that has no output yet.
             if mode is ForwardMode.DECODE or (not req.output_ids and not req.in_prefill):
                 batch.sample_rows.append(len(batch.input_ids) - 1)
                 batch.sample_requests.append(req)
         return batch
+
+    @staticmethod
+    def _score_prompt(batch: ForwardBatch, req: Request, start: int, n: int) -> None:
+        """Rows of this chunk (positions ``start``..``start + n - 1``, just added) whose logits score a
+        prompt token not scored yet: position ``p`` scores token ``p + 1``. A recomputed prefill (after a
+        preemption) scores nothing twice."""
+        lo = max(start, req.prompt_logprobs_next - 1)
+        hi = min(start + n, len(req.prompt_ids) - 1)
+        if hi <= lo:
+            return
+        first = len(batch.input_ids) - n - start  # the row of position 0 in this batch
+        batch.prompt_rows.extend(range(first + lo, first + hi))
+        batch.prompt_targets.extend(req.prompt_ids[lo + 1 : hi + 1])
+        batch.prompt_requests.append((req, hi - lo))
+        req.prompt_logprobs_next = hi + 1
 
     def _build_decode(self, batch: ForwardBatch, reqs: list[Request]) -> ForwardBatch:
         """One token per request: the same fields as ``_build``, without its per-request slicing and

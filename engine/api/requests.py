@@ -67,11 +67,15 @@ class RequestApi:
         text, ids = encode_prompt(self.tokenizer, prompt, chat, self.prompt_limit)
         return self._submit_encoded(text, ids, params, request_id)
 
-    @staticmethod
-    def _check_params(params: Optional[SamplingParams]) -> SamplingParams:
+    def _check_params(self, params: Optional[SamplingParams]) -> SamplingParams:
+        """The request's params; token ids they name (logit_bias, stop_token_ids) must be in the vocabulary."""
         if params is not None and not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        return params or SamplingParams()
+        params = params or SamplingParams()
+        problem = params.vocab_problem(self.spec.vocab_size)
+        if problem is not None:
+            raise problem
+        return params
 
     def _submit_encoded(
         self, text: str, ids: list[int], params: SamplingParams, request_id: Optional[str]
@@ -96,7 +100,7 @@ class RequestApi:
             return handle
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:
-            req.detok = TextStream(IncrementalDetokenizer(self.tokenizer), params.stop)
+            req.detok = self._text_stream(params)
         with self._lifecycle:  # queued before a close or a failure drains the queue, or refused: never lost
             try:
                 self._check_open()
@@ -105,6 +109,17 @@ class RequestApi:
                 raise
             self.commands.put(Submit(req))
         return handle
+
+    def _text_stream(self, p: SamplingParams) -> TextStream:
+        """The request's text: special tokens skipped or not, the token that ends it hidden unless asked for."""
+        ends = frozenset(p.stop_token_ids) | (frozenset() if p.ignore_eos else frozenset(self.spec.eos_token_ids))
+        return TextStream(
+            IncrementalDetokenizer(self.tokenizer, p.skip_special_tokens),
+            p.stop,
+            hidden=frozenset() if p.include_stop_str_in_output else ends,
+            min_tokens=p.min_tokens,
+            include_stop=p.include_stop_str_in_output,
+        )
 
     def generate(
         self, prompts: Iterable[Union[str, Sequence[int]]], params: Optional[SamplingParams] = None
