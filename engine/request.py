@@ -202,6 +202,11 @@ class RequestHandle:
             return list(self._token_ids)
 
     @property
+    def num_tokens(self) -> int:
+        """How many tokens it has generated so far (``len(token_ids)`` without the copy)."""
+        return len(self._token_ids)
+
+    @property
     def text(self) -> str:
         with self._cond:
             return self._joined()

@@ -130,7 +130,7 @@ class SamplingParams:
         _integer("min_tokens", self.min_tokens, 0, MAX_NEW_TOKENS)
         if self.min_tokens > self.max_new_tokens:
             raise SamplingParamError(
-                "min_tokens", f"must be at most max_new_tokens ({self.max_new_tokens}), got {self.min_tokens}"
+                "min_tokens", f"must be at most the {self.max_new_tokens} tokens to generate, got {self.min_tokens}"
             )
         if _real("temperature", self.temperature) < 0.0:
             raise SamplingParamError("temperature", f"must be >= 0, got {self.temperature!r}")

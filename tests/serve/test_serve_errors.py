@@ -17,6 +17,7 @@ from graphtop.server.options import ServeOptions
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "x"}]
 
 
 def post(url: str, path: str, body, **kwargs) -> httpx.Response:
@@ -51,15 +52,35 @@ BAD = [
     (COMPLETIONS, {"prompt": []}, "prompt", None, "prompt is empty"),
     (COMPLETIONS, {"max_tokens": 3}, "prompt", "missing_field", "prompt is required"),
     (COMPLETIONS, {"prompt": "x", "model": "gpt-4"}, "model", "model_not_found", "'gpt-4' is not served"),
-    (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, "max_tokens", "invalid_value", "greater than or equal to 1"),
-    (COMPLETIONS, {"prompt": "x", "bogus": 1}, "bogus", "unknown_field", "unknown field 'bogus'"),
-    (COMPLETIONS, {"prompt": "x", "logprobs": 2}, "logprobs", "unsupported_field", "logprobs is not supported"),
-    (COMPLETIONS, {"prompt": "x", "echo": True}, "echo", "unsupported_field", "echo is not supported"),
-    (COMPLETIONS, {"prompt": "x", "presence_penalty": 0.5}, "presence_penalty", "unsupported_field", "not supported"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, "max_tokens", "invalid_value", "at least 1 (0 only with echo)"),
+    (COMPLETIONS, {"prompt": "x", "logprobs": 21}, "logprobs", "invalid_value", "logprobs must be at most 20"),
+    (COMPLETIONS, {"prompt": "x", "logprobs": True}, "logprobs", "invalid_value", "valid integer"),
+    (COMPLETIONS, {"prompt": "x", "suffix": "y"}, "suffix", "unsupported_field", "suffix is not supported"),
+    (COMPLETIONS, {"prompt": "x", "presence_penalty": 2.5}, "presence_penalty", "invalid_value", "in [-2, 2]"),
+    (COMPLETIONS, {"prompt": "x", "repetition_penalty": 0}, "repetition_penalty", "invalid_value", "must be > 0"),
+    (COMPLETIONS, {"prompt": "x", "temperature": 2.5}, "temperature", "invalid_value", "less than or equal to 2"),
+    (COMPLETIONS, {"prompt": "x", "temperature": -1}, "temperature", "invalid_value", "temperature must be >= 0"),
+    (COMPLETIONS, {"prompt": "x", "min_p": 2}, "min_p", "invalid_value", "min_p must be in [0, 1]"),
+    (COMPLETIONS, {"prompt": "x", "logit_bias": {"x": 1}}, "logit_bias", "invalid_value", "keys must be token ids"),
+    (COMPLETIONS, {"prompt": "x", "logit_bias": {"5": 500}}, "logit_bias", "invalid_value", "in [-100, 100]"),
+    (COMPLETIONS, {"prompt": "x", "logit_bias": {"99999": 1}}, "logit_bias", "invalid_value", "outside the vocabulary"),
+    (COMPLETIONS, {"prompt": "x", "stop_token_ids": [-3]}, "stop_token_ids", "invalid_value", "integer >= 0"),
+    (COMPLETIONS, {"prompt": "x", "min_tokens": 20}, "min_tokens", "invalid_value", "at most the 16 tokens"),
+    (COMPLETIONS, {"prompt": "x", "best_of": 3}, "best_of", "unsupported_field", "best_of is not supported"),
+    (COMPLETIONS, {"prompt": "x", "use_beam_search": True}, "use_beam_search", "unsupported_field", "not supported"),
+    (COMPLETIONS, {"prompt": "x", "prompt_logprobs": 1}, "prompt_logprobs", "unsupported_field", "not supported"),
+    (
+        COMPLETIONS,
+        {"prompt": "x", "response_format": {"type": "json_object"}},
+        "response_format",
+        "unsupported_field",
+        "response_format is not supported",
+    ),
+    (COMPLETIONS, {"prompt": "x", "add_special_tokens": False}, "add_special_tokens", "unsupported_field", "not"),
     (COMPLETIONS, {"prompt": "x", "stop": [""]}, "stop", None, "must not be empty"),
     (COMPLETIONS, {"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options", None, "stream: true"),
-    (COMPLETIONS, {"prompt": "x", "top_p": 0}, "top_p", "invalid_value", "greater than 0"),
-    (COMPLETIONS, {"prompt": "x", "seed": -1}, "seed", "invalid_value", "greater than or equal to 0"),
+    (COMPLETIONS, {"prompt": "x", "top_p": 0}, "top_p", "invalid_value", "top_p must be in (0, 1]"),
+    (COMPLETIONS, {"prompt": "x", "seed": -1}, "seed", "invalid_value", "seed must be an integer >= 0"),
     (COMPLETIONS, {"prompt": "x", "n": 1000}, "n", "invalid_value", "less than or equal to 16"),
     (COMPLETIONS, {"prompt": [[1, 2], [99999]]}, "prompt", "invalid_prompt", "outside the vocabulary"),
     (CHAT, {"messages": []}, "messages", None, "non-empty list"),
@@ -85,6 +106,27 @@ BAD = [
         "max_tokens",
         None,
         "disagree",
+    ),
+    (CHAT, {"messages": MSG, "tool_choice": "auto"}, "tool_choice", "unsupported_field", "tool_choice is not"),
+    (CHAT, {"messages": MSG, "top_logprobs": 2}, "top_logprobs", None, "top_logprobs needs logprobs: true"),
+    (CHAT, {"messages": MSG, "logprobs": True, "top_logprobs": 30}, "top_logprobs", "invalid_value", "at most 20"),
+    (CHAT, {"messages": MSG, "logprobs": 1}, "logprobs", "invalid_value", "valid boolean"),
+    (CHAT, {"messages": MSG, "max_completion_tokens": 0}, "max_completion_tokens", "invalid_value", "at least 1"),
+    (CHAT, {"messages": MSG, "echo": True}, "echo", "unsupported_field", "echo is not supported"),
+    (CHAT, {"messages": MSG, "chat_template": "{{ 1 }}"}, "chat_template", "unsupported_field", "not supported"),
+    (
+        CHAT,
+        {"messages": MSG, "chat_template_kwargs": {"tokenize": False}},
+        "chat_template_kwargs",
+        None,
+        "chat_template_kwargs may not set 'tokenize'",
+    ),
+    (
+        CHAT,
+        {"messages": MSG, "continue_final_message": True},
+        "chat_template_kwargs",
+        None,
+        "cannot both be true",
     ),
 ]
 
