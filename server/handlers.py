@@ -139,7 +139,7 @@ async def chat_completions(ctx: ServeContext, body: ChatCompletionRequest, reque
     if budget is not None and budget < 1:
         name = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         raise ApiError(400, f"{name} must be at least 1, got {budget}", param=name, code="invalid_value")
-    if body.top_logprobs is not None and not body.logprobs:
+    if body.top_logprobs and not body.logprobs:
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     messages = chat_messages(body.messages)
     tokenizer = ctx.engine.tokenizer

@@ -94,3 +94,19 @@ def test_new_logprobs_reads_what_came_since_the_last_read(llama, make_engine) ->
         engine.step()
         seen += h.new_logprobs()
     assert seen == h.logprobs and len(seen) == 4
+
+
+def test_a_long_prompt_is_scored_a_bounded_number_of_rows_per_step(llama, make_engine, reference, monkeypatch) -> None:
+    from graphtop.engine import scheduler
+
+    monkeypatch.setattr(scheduler, "MAX_SCORED_ROWS", 10)
+    engine = make_engine(llama)
+    prompt = engine.tokenizer.encode(PROMPTS[2]) * 3
+    steps = engine.bus.subscribe("steps", types=["step"])
+    scored = engine.submit(prompt, SamplingParams(max_new_tokens=2, prompt_logprobs=0))
+    other = engine.submit(prompt, SamplingParams(max_new_tokens=2))  # not scoring: not held back
+    engine.run_until_idle()
+    _check(scored.prompt_logprobs, prompt[1:], reference(prompt)[:-1], 0)
+    prefill_tokens = [e.num_tokens for e in steps.drain() if e.phase == "prefill"]
+    assert max(prefill_tokens) <= 10 + 64 and len(prefill_tokens) >= -(-(len(prompt) - 1) // 10)
+    assert other.token_ids == scored.token_ids
