@@ -127,11 +127,7 @@ class SamplingParams:
         elif not isinstance(self.stop, tuple):
             raise SamplingParamError("stop", f"must be a string or a list of strings, got {short_repr(self.stop)}")
         _integer("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
-        _integer("min_tokens", self.min_tokens, 0, MAX_NEW_TOKENS)
-        if self.min_tokens > self.max_new_tokens:
-            raise SamplingParamError(
-                "min_tokens", f"must be at most the {self.max_new_tokens} tokens to generate, got {self.min_tokens}"
-            )
+        _integer("min_tokens", self.min_tokens, 0, MAX_NEW_TOKENS)  # past max_new_tokens: that ends it first
         if _real("temperature", self.temperature) < 0.0:
             raise SamplingParamError("temperature", f"must be >= 0, got {self.temperature!r}")
         _integer("top_k", self.top_k, 0)

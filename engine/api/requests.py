@@ -53,7 +53,8 @@ class RequestApi:
         at once with a streaming handle.
 
         A prompt that can never be served (empty, past the context or the KV pool, ids outside the
-        vocabulary, a conversation for a model without a chat template) comes back as a finished
+        vocabulary, in the prompt or in the params' logit_bias and stop_token_ids, a conversation for a
+        model without a chat template) comes back as a finished
         ``rejected`` handle; text too long for the context by its bytes alone is rejected without being
         tokenized. A wrong type is a TypeError, a malformed conversation a ValueError; a request id that a
         request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
@@ -67,15 +68,11 @@ class RequestApi:
         text, ids = encode_prompt(self.tokenizer, prompt, chat, self.prompt_limit)
         return self._submit_encoded(text, ids, params, request_id)
 
-    def _check_params(self, params: Optional[SamplingParams]) -> SamplingParams:
-        """The request's params; token ids they name (logit_bias, stop_token_ids) must be in the vocabulary."""
+    @staticmethod
+    def _check_params(params: Optional[SamplingParams]) -> SamplingParams:
         if params is not None and not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        params = params or SamplingParams()
-        problem = params.vocab_problem(self.spec.vocab_size)
-        if problem is not None:
-            raise problem
-        return params
+        return params or SamplingParams()
 
     def _submit_encoded(
         self, text: str, ids: list[int], params: SamplingParams, request_id: Optional[str]
@@ -91,6 +88,8 @@ class RequestApi:
             return handle
         handle = RequestHandle(rid, self, text, ids)
         problem = admission_problem(ids, self.max_context_len, self.pool.capacity_tokens, self.spec.vocab_size)
+        if not problem and params.vocab_problem(self.spec.vocab_size):  # logit_bias, stop_token_ids
+            problem = str(params.vocab_problem(self.spec.vocab_size))
         if problem:
             self._ids.release(rid)
             handle._finish(FinishReason.REJECTED, problem)
