@@ -20,8 +20,11 @@ from typing import Any, Optional
 
 from graphtop.engine.arguments import short_repr
 from graphtop.engine.prompts import conversation_problem
+from graphtop.engine.sampling_params import sampling_fields
 
-SAMPLING_FIELDS = {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "ignore_eos"}
+SAMPLING_FIELDS = set(sampling_fields()) - {"logprobs", "prompt_logprobs", "detokenize"}
+"""A line's sampling fields: ``SamplingParams``' own, by name, less those a result line has no room for
+(log-probabilities) or that only the engine's own callers choose (``detokenize``)."""
 OTHER_FIELDS = {"prompt", "messages", "id", "chat"}
 MAX_ID_CHARS = 256
 #: Read whole before anything runs: bounded, so a device that never ends (/dev/zero) is an error, not a hang.

@@ -2,8 +2,8 @@
 
 Public API: ``Engine`` (``from_pretrained``, ``submit``, ``generate``, ``step``, ``recapture``,
 ``wait_for_capture``, ``start_background``, ``shutdown``), ``EngineConfig`` (with ``GraphConfig`` and ``KernelConfig``),
-``SamplingParams``, ``RequestHandle``,
-``FinishReason``, ``EventBus`` and the event types in ``graphtop.engine.telemetry.events``.
+``SamplingParams`` (its errors ``SamplingParamError``), ``RequestHandle`` (its log-probabilities
+``TokenLogprob``), ``FinishReason``, ``EventBus`` and the event types in ``graphtop.engine.telemetry.events``.
 
 Names resolve lazily (PEP 562) so that ``graphtop trace ...`` and the event tools do not pay for
 importing torch.
@@ -26,6 +26,8 @@ _EXPORTS = {
     "FinishReason": ".request",
     "RequestHandle": ".request",
     "SamplingParams": ".sampling_params",
+    "SamplingParamError": ".sampling_params",
+    "TokenLogprob": ".request",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -32,9 +32,20 @@ class ForwardBatch:
     page_size: int
     sample_rows: list[int] = field(default_factory=list)  # token rows whose logits are sampled
     sample_requests: list[Request] = field(default_factory=list)
+    # Prompt log-probabilities (``SamplingParams.prompt_logprobs``): the rows whose logits score the next
+    # prompt token, that token, and per request (in row order) how many rows are its own. Empty for every
+    # request that did not ask, so a step computes the lm_head of its sampled rows only.
+    prompt_rows: list[int] = field(default_factory=list)
+    prompt_targets: list[int] = field(default_factory=list)
+    prompt_requests: list[tuple[Request, int]] = field(default_factory=list)
     # Overlap schedule: this decode step's input ids are still on the device (the previous step's
     # sampled tokens, one per row); ``input_ids`` then holds placeholders. A torch.Tensor or None.
     input_ids_device: Optional[Any] = None
+
+    @property
+    def logit_rows(self) -> list[int]:
+        """The rows whose logits a step computes: the sampled ones, then the prompt-scoring ones."""
+        return self.sample_rows + self.prompt_rows if self.prompt_rows else self.sample_rows
 
     @property
     def batch_size(self) -> int:

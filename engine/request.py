@@ -10,7 +10,7 @@ import time
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Protocol
 
 from .arguments import wait_timeout
 from .sampling_params import SamplingParams
@@ -30,6 +30,15 @@ class RequestOwner(Protocol):
     def refuse_inside_step(self, what: str) -> None: ...
 
     def cancel_handle(self, handle: "RequestHandle") -> None: ...
+
+
+class TokenLogprob(NamedTuple):
+    """One token's log-probability and its most likely alternatives, most likely first (as many as its
+    request's ``logprobs`` or ``prompt_logprobs`` asked for): the log-softmax of the model's raw logits."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
 
 
 class FinishReason(str, enum.Enum):
@@ -66,6 +75,8 @@ class Request:
     preemptions: int = 0
     generator: Optional[object] = None  # torch.Generator, created lazily for seeded sampling
     detok: Optional[Any] = None  # its TextStream (engine/step/text_stream.py) when it is detokenized
+    prompt_vocab: Optional[list[int]] = None  # the prompt's distinct ids, for a repetition penalty (made once)
+    prompt_logprobs_next: int = 1  # the first prompt token whose log-probability is not scheduled yet
 
     @property
     def fill_ids(self) -> list[int]:
@@ -111,6 +122,9 @@ class RequestHandle:
         self._token_ids: list[int] = []
         self._pieces: list[str] = []  # the text, one piece per push: joined when read, never per token
         self._read = 0  # pieces new_text has returned
+        self._logprobs: list[TokenLogprob] = []  # per generated token, when its params ask for logprobs
+        self._logprobs_read = 0
+        self._prompt_logprobs: list[TokenLogprob] = []  # prompt tokens 1.. (the first has none)
         self._finished = False
         self.finish_reason: Optional[FinishReason] = None
         self.error: Optional[str] = None
@@ -130,6 +144,12 @@ class RequestHandle:
                 self._cond.notify_all()
         if self.on_update is not None:
             self._notify()
+
+    def _add_logprobs(self, entries: list[TokenLogprob], prompt: bool = False) -> None:
+        """Log-probabilities of generated tokens (before their ``_push``) or of prompt tokens, from the step
+        loop; only requests that asked for them get any, so the fast path never comes here."""
+        with self._lock:
+            (self._prompt_logprobs if prompt else self._logprobs).extend(entries)
 
     def _set_text(self, text: str) -> None:
         """The final text (it may differ from the streamed one): ``new_text`` goes on from as many
@@ -182,9 +202,34 @@ class RequestHandle:
             return list(self._token_ids)
 
     @property
+    def num_tokens(self) -> int:
+        """How many tokens it has generated so far (``len(token_ids)`` without the copy)."""
+        return len(self._token_ids)
+
+    @property
     def text(self) -> str:
         with self._cond:
             return self._joined()
+
+    @property
+    def logprobs(self) -> list[TokenLogprob]:
+        """Each generated token's log-probability and alternatives (``SamplingParams.logprobs``)."""
+        with self._cond:
+            return list(self._logprobs)
+
+    @property
+    def prompt_logprobs(self) -> list[TokenLogprob]:
+        """The prompt's tokens after the first, each with its log-probability given the tokens before it
+        (``SamplingParams.prompt_logprobs``); complete once the first token is out."""
+        with self._cond:
+            return list(self._prompt_logprobs)
+
+    def new_logprobs(self) -> list[TokenLogprob]:
+        """Generated tokens' log-probabilities since the previous call (for streams, like ``new_text``)."""
+        with self._cond:
+            out = self._logprobs[self._logprobs_read :]
+            self._logprobs_read = len(self._logprobs)
+            return out
 
     def new_text(self) -> str:
         """Text produced since the previous call (thread-safe; for streaming UIs): the pieces pushed

@@ -21,6 +21,11 @@ from .batch import ForwardBatch, ForwardMode
 from .kv_pool import KVPool, OutOfPages
 from .request import Request, RequestStatus
 
+MAX_SCORED_ROWS = 1024
+"""Prompt positions one prefill step may score for prompt log-probabilities: each is a row of logits
+(and of their float32 log-softmax), so a long prompt is scored a chunk of this size at a time instead of
+asking for ``chunk x vocab`` logits at once (8k tokens of a 152k vocabulary: 5 GB in float32)."""
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -86,11 +91,14 @@ class Scheduler:
         """``prefilling``: the running requests still in prefill; ``decoding``: how many others run.
         Returning None, it has changed nothing (the decode step then sees the same split)."""
         budget = self.config.chunked_prefill_size
+        scored = [MAX_SCORED_ROWS]  # prompt-scoring rows left this step
         chosen: list[tuple[Request, int]] = []
         for req in prefilling:
             if budget == 0:
                 break
-            chunk = min(req.prefill_target - req.num_computed, budget)
+            chunk = _scored(req, min(req.prefill_target - req.num_computed, budget), scored)
+            if chunk == 0:
+                continue
             try:
                 self.pool.grow(req.pages, req.num_computed + chunk)
             except OutOfPages:
@@ -99,7 +107,9 @@ class Scheduler:
             budget -= chunk
         while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
             req = self.waiting[0]
-            chunk = min(req.prefill_target - req.num_computed, budget)
+            chunk = _scored(req, min(req.prefill_target - req.num_computed, budget), scored)
+            if chunk == 0:
+                break
             need = self.pool.pages_for(req.num_computed + chunk) - len(req.pages)
             if need > self.pool.free_pages - decoding:
                 break
@@ -171,12 +181,29 @@ class Scheduler:
             batch.prefix_lens.append(start)
             batch.req_pages.append(req.pages)
             req.num_computed = start + n
+            if req.params.prompt_logprobs is not None:
+                self._score_prompt(batch, req, start, n)
             # Sample when this step produces the request's next token: every decode step, and the
             # last prefill chunk of a request that has no output yet.
             if mode is ForwardMode.DECODE or (not req.output_ids and not req.in_prefill):
                 batch.sample_rows.append(len(batch.input_ids) - 1)
                 batch.sample_requests.append(req)
         return batch
+
+    @staticmethod
+    def _score_prompt(batch: ForwardBatch, req: Request, start: int, n: int) -> None:
+        """Rows of this chunk (positions ``start``..``start + n - 1``, just added) whose logits score a
+        prompt token not scored yet: position ``p`` scores token ``p + 1``. A recomputed prefill (after a
+        preemption) scores nothing twice."""
+        lo = max(start, req.prompt_logprobs_next - 1)
+        hi = min(start + n, len(req.prompt_ids) - 1)
+        if hi <= lo:
+            return
+        first = len(batch.input_ids) - n - start  # the row of position 0 in this batch
+        batch.prompt_rows.extend(range(first + lo, first + hi))
+        batch.prompt_targets.extend(req.prompt_ids[lo + 1 : hi + 1])
+        batch.prompt_requests.append((req, hi - lo))
+        req.prompt_logprobs_next = hi + 1
 
     def _build_decode(self, batch: ForwardBatch, reqs: list[Request]) -> ForwardBatch:
         """One token per request: the same fields as ``_build``, without its per-request slicing and
@@ -200,6 +227,16 @@ class Scheduler:
         batch.sample_rows = list(range(n))
         batch.sample_requests = list(reqs)
         return batch
+
+
+def _scored(req: Request, chunk: int, left: list[int]) -> int:
+    """``chunk``, cut to the prompt-scoring rows ``left`` this step (and taken from them) when ``req``
+    still scores its prompt (``SamplingParams.prompt_logprobs``): each such row is a row of logits."""
+    if req.params.prompt_logprobs is None or req.prompt_logprobs_next >= len(req.prompt_ids):
+        return chunk
+    chunk = min(chunk, left[0])
+    left[0] -= chunk
+    return chunk
 
 
 def _fill_slice(req: Request, start: int, n: int) -> list[int]:

@@ -10,11 +10,11 @@ frees their KV pages at the next step boundary.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional, Sequence
 
 from graphtop.engine.errors import EngineError
-from graphtop.engine.request import FinishReason, RequestHandle
+from graphtop.engine.request import FinishReason, RequestHandle, TokenLogprob
 from graphtop.engine.sampling_params import SamplingParams
 
 from .errors import ApiError, one_line
@@ -28,12 +28,25 @@ class EngineFailed(Exception):
 
 
 @dataclass
+class Echo:
+    """A choice's prompt, for ``echo``: its text, its token ids and their log-probabilities (the second
+    token's first; empty unless asked for)."""
+
+    text: str
+    ids: list[int]
+    logprobs: list[TokenLogprob]
+
+
+@dataclass
 class ChoiceUpdate:
-    """New text of one choice; ``finish_reason`` once it has finished."""
+    """New text of one choice, the log-probabilities of its new tokens (when asked for), its prompt in its
+    first update (``echo``); ``finish_reason`` once it has finished."""
 
     index: int
     text: str
     finish_reason: Optional[str] = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    echo: Optional[Echo] = None
 
 
 class Admission:
@@ -59,17 +72,30 @@ class Admission:
         self.in_flight -= count
 
 
+@dataclass(frozen=True)
+class Output:
+    """What a response shows of each choice besides its text: its tokens' log-probabilities, its prompt
+    (``echo``), and whether its generated tokens are hidden (``max_tokens: 0`` with ``echo``: the engine
+    generates one token, which the response leaves out, so only the prompt is scored)."""
+
+    logprobs: bool = False
+    echo: bool = False
+    hidden: bool = False
+
+
 class Generation:
     """``n`` choices for each prompt, as engine requests ``{request_id}-{i}`` (choice ``i`` of the whole
     request: prompt ``p``'s choice ``j`` is ``p * n + j``, OpenAI's numbering)."""
 
-    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop, output: Output = Output()) -> None:
         self.engine = engine
+        self.output = output
         self.handles: list[RequestHandle] = []
         self._loop = loop
         self._event = asyncio.Event()
         self._wake_pending = False
         self._done: list[bool] = []
+        self._started: list[bool] = []
 
     def submit(self, prompts: Sequence[Any], params: SamplingParams, n: int, request_id: str, param: str) -> None:
         """Queue every choice; a prompt the engine refuses cancels those already queued (ApiError 400),
@@ -94,6 +120,7 @@ class Generation:
             self.cancel()
             raise
         self._done = [False] * len(self.handles)
+        self._started = [False] * len(self.handles)
         for handle in self.handles:
             handle.on_update = self._on_update
         self._event.set()  # whatever happened before the callbacks were attached is read at once
@@ -128,20 +155,29 @@ class Generation:
 
     def _collect(self) -> list[ChoiceUpdate]:
         out = []
+        shown = self.output
         for i, handle in enumerate(self.handles):
             if self._done[i]:
                 continue
             finished = handle.finished  # first: a finished handle's text is final
             text = handle.new_text()
-            if not finished:
-                if text:
-                    out.append(ChoiceUpdate(i, text))
+            logprobs = handle.new_logprobs() if shown.logprobs else []
+            if shown.hidden:
+                text, logprobs = "", []
+            if finished:
+                self._done[i] = True
+                reason = FINISH.get(handle.finish_reason)  # type: ignore[arg-type]
+                if reason is None:
+                    raise EngineFailed(one_line(handle.error or f"the request was {handle.finish_reason.value}"))
+            elif not text and not logprobs:
                 continue
-            self._done[i] = True
-            reason = FINISH.get(handle.finish_reason)  # type: ignore[arg-type]
-            if reason is None:
-                raise EngineFailed(one_line(handle.error or f"the request was {handle.finish_reason.value}"))
-            out.append(ChoiceUpdate(i, text, reason))
+            else:
+                reason = None
+            update = ChoiceUpdate(i, text, reason, logprobs)
+            if shown.echo and not self._started[i]:
+                update.echo = Echo(handle.prompt, handle.prompt_ids, handle.prompt_logprobs if shown.logprobs else [])
+            self._started[i] = True
+            out.append(update)
         return out
 
     def cancel(self) -> None:
@@ -151,7 +187,7 @@ class Generation:
             handle.cancel()
 
     def usage(self, prompt_count: int, n: int) -> dict[str, int]:
-        """OpenAI's usage: each prompt's tokens once, every choice's generated tokens."""
+        """OpenAI's usage: each prompt's tokens once, every choice's generated tokens (so far, in a stream)."""
         prompt = sum(len(self.handles[p * n].prompt_ids) for p in range(prompt_count))
-        completion = sum(len(h.token_ids) for h in self.handles)
+        completion = 0 if self.output.hidden else sum(h.num_tokens for h in self.handles)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -1,8 +1,10 @@
 """The two generation endpoints: a checked request becomes engine requests, and their tokens become a
 response or a stream.
 
-Everything about the request is checked before anything is submitted (the model name, fields the engine
-does not implement, the sampling values, the prompt), so a bad request costs the engine nothing. A
+Everything about the request is checked before anything is submitted (the model name, fields graphtop
+does not implement, the sampling values, the prompt), so a bad request costs the engine nothing. The
+sampling values reach the engine by name (``protocol.sampling_values``); an endpoint adds only what it
+derives (the token budget, log-probabilities), and a bad value is a 400 naming the request's field. A
 client that goes away cancels its requests: a stream's generator is cancelled by Starlette when the
 client disconnects, and a non-streaming request watches for the disconnect while it waits.
 """
@@ -11,26 +13,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Union
+from typing import Any, AsyncIterator, Union
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
-from graphtop.engine.prompts import Unencodable, encode_messages, has_chat_template
-from graphtop.engine.sampling_params import MAX_NEW_TOKENS, SamplingParams
+from graphtop.engine.prompts import Unencodable, chat_template_options, encode_messages, has_chat_template
+from graphtop.engine.sampling_params import MAX_NEW_TOKENS, SamplingParamError, SamplingParams
 
 from .chat import chat_messages
-from .errors import ApiError, error_body, one_line
-from .generation import Admission, EngineFailed, Generation
-from .protocol import ChatCompletionRequest, CompletionRequest, completion_prompts, stop_strings, unsupported_field
-from .responses import DONE, ResponseShape, new_id, sse
+from .errors import ApiError, error_body
+from .generation import Admission, EngineFailed, Generation, Output
+from .logprobs import LogprobWriter
+from .protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    completion_prompts,
+    sampling_values,
+    unknown_fields,
+    unsupported_field,
+)
+from .responses import DONE, Choice, ResponseShape, new_id, sse
 
 COMPLETION_MAX_TOKENS = 16
 """OpenAI's default ``max_tokens`` for ``/v1/completions``; chat defaults to the rest of the context."""
-DEFAULT_TEMPERATURE = 1.0
-"""OpenAI's default (pass ``temperature: 0`` for greedy output)."""
+
+log = logging.getLogger("graphtop.serve")
+_warned: set[str] = set()
+"""Unknown request fields already warned about (once per name for the process, as vLLM logs them)."""
 
 
 @dataclass
@@ -61,25 +74,33 @@ def check_common(ctx: ServeContext, body: Union[CompletionRequest, ChatCompletio
         )
     if body.stream_options is not None and not body.stream:
         raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
+    for name in unknown_fields(body):
+        if name not in _warned:
+            _warned.add(name)
+            log.warning("request field %r is not one graphtop knows: it is ignored", name)
 
 
-def sampling(body: Union[CompletionRequest, ChatCompletionRequest], max_tokens: int) -> SamplingParams:
+def sampling(
+    ctx: ServeContext, body: Union[CompletionRequest, ChatCompletionRequest], wire: dict[str, str], **values: Any
+) -> SamplingParams:
+    """The request's ``SamplingParams``: its sampling fields by name (``sampling_values``), then ``values``
+    (what the endpoint derives: the token budget, log-probabilities). A bad value is a 400 naming the
+    request field (``wire`` maps the engine's name of a derived value back to it)."""
     try:
-        stop = stop_strings(body.stop)
+        fields = sampling_values(body)
     except ValueError as e:
         raise ApiError(400, str(e), param="stop") from None
+    fields.update(values)
+    fields["max_new_tokens"] = min(fields["max_new_tokens"], MAX_NEW_TOKENS)  # past any context: it ends first
     try:
-        return SamplingParams(
-            max_new_tokens=min(max_tokens, MAX_NEW_TOKENS),  # past any context: the context ends it first
-            temperature=DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
-            top_k=0 if body.top_k in (None, -1) else body.top_k,
-            seed=body.seed,
-            stop=stop or (),
-            ignore_eos=body.ignore_eos,
-        )
-    except ValueError as e:  # SamplingParams names the field in its message
-        raise ApiError(400, one_line(str(e))) from None
+        params = SamplingParams(**fields)
+        problem = params.vocab_problem(ctx.engine.spec.vocab_size)
+    except SamplingParamError as e:
+        problem = e
+    if problem is not None:
+        name = wire.get(problem.field, problem.field)
+        raise ApiError(400, f"{name} {problem.problem}", param=name, code="invalid_value")
+    return params
 
 
 async def completions(ctx: ServeContext, body: CompletionRequest, request: Request) -> Any:
@@ -88,32 +109,69 @@ async def completions(ctx: ServeContext, body: CompletionRequest, request: Reque
         prompts = completion_prompts(body.prompt)
     except ValueError as e:
         raise ApiError(400, str(e), param="prompt") from None
-    params = sampling(body, body.max_tokens or COMPLETION_MAX_TOKENS)
+    echo = bool(body.echo)
+    max_tokens = COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
+    if max_tokens < (0 if echo else 1):
+        raise ApiError(
+            400,
+            f"max_tokens must be at least {0 if echo else 1} (0 only with echo), got {max_tokens}",
+            param="max_tokens",
+            code="invalid_value",
+        )
+    output = Output(logprobs=body.logprobs is not None, echo=echo, hidden=max_tokens == 0)
+    params = sampling(
+        ctx,
+        body,
+        {"max_new_tokens": "max_tokens"},
+        max_new_tokens=max(1, max_tokens),
+        logprobs=body.logprobs,
+        prompt_logprobs=body.logprobs if echo else None,
+    )
     shape = ResponseShape(chat=False, model=ctx.model_name, request_id=new_id("cmpl"))
-    return await generate(ctx, body, request, prompts, params, shape, "prompt")
+    return await generate(ctx, body, request, prompts, params, shape, "prompt", output)
 
 
 async def chat_completions(ctx: ServeContext, body: ChatCompletionRequest, request: Request) -> Any:
     check_common(ctx, body)
-    if (
-        body.max_tokens is not None
-        and body.max_completion_tokens is not None
-        and body.max_tokens != body.max_completion_tokens
-    ):
+    budget = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    if body.max_tokens is not None and body.max_completion_tokens is not None and body.max_tokens != budget:
         raise ApiError(400, "max_tokens and max_completion_tokens disagree; give one", param="max_tokens")
+    if budget is not None and budget < 1:
+        name = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        raise ApiError(400, f"{name} must be at least 1, got {budget}", param=name, code="invalid_value")
+    if body.top_logprobs and not body.logprobs:
+        raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     messages = chat_messages(body.messages)
     tokenizer = ctx.engine.tokenizer
     if not has_chat_template(tokenizer):
         raise ApiError(
             400, "this model has no chat template: use /v1/completions", param="messages", code="no_chat_template"
         )
-    ids = encode_messages(tokenizer, messages, ctx.engine.prompt_limit)
+    try:
+        template = chat_template_options(
+            body.chat_template_kwargs,
+            True if body.add_generation_prompt is None else body.add_generation_prompt,
+            bool(body.continue_final_message),
+        )
+    except ValueError as e:
+        raise ApiError(400, str(e), param="chat_template_kwargs") from None
+    ids = encode_messages(tokenizer, messages, ctx.engine.prompt_limit, template)
     if isinstance(ids, Unencodable):
         raise ApiError(400, f"messages: {ids.problem}", param="messages")
     room = max(1, ctx.engine.max_context_len - len(ids))
-    params = sampling(body, body.max_completion_tokens or body.max_tokens or room)
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    params = sampling(
+        ctx,
+        body,
+        {
+            "max_new_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
+            "logprobs": "top_logprobs",
+        },
+        max_new_tokens=budget or room,
+        logprobs=logprobs,
+    )
     shape = ResponseShape(chat=True, model=ctx.model_name, request_id=new_id("chatcmpl"))
-    return await generate(ctx, body, request, [ids], params, shape, "messages")
+    return await generate(ctx, body, request, [ids], params, shape, "messages", Output(logprobs=logprobs is not None))
 
 
 async def generate(
@@ -124,10 +182,11 @@ async def generate(
     params: SamplingParams,
     shape: ResponseShape,
     param: str,
+    output: Output,
 ) -> Any:
     count = len(prompts) * body.n
     ctx.admission.admit(count)
-    gen = Generation(ctx.engine, asyncio.get_running_loop())
+    gen = Generation(ctx.engine, asyncio.get_running_loop(), output)
     released = False
 
     def release() -> None:  # once, whichever way the request ends
@@ -142,8 +201,13 @@ async def generate(
     except BaseException:
         release()
         raise
+    if output.logprobs:
+        shape.logprobs = LogprobWriter(ctx.engine.tokenizer, bool(body.return_tokens_as_token_ids))
     if body.stream:
-        shape.include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        options = body.stream_options
+        shape.include_usage = bool(options and options.include_usage)
+        if shape.include_usage and options.continuous_usage_stats:
+            shape.running_usage = lambda: gen.usage(len(prompts), body.n)
         return StreamingResponse(
             _stream(gen, shape, len(prompts), body.n, release),
             media_type="text/event-stream",
@@ -174,14 +238,12 @@ async def _stream(gen: Generation, shape: ResponseShape, prompt_count: int, n: i
 
 
 async def _collect(gen: Generation, shape: ResponseShape, request: Request, prompt_count: int, n: int) -> Any:
-    texts = [""] * len(gen.handles)
-    reasons: list[Optional[str]] = [None] * len(gen.handles)
+    choices = [Choice() for _ in gen.handles]
 
     async def consume() -> None:
         async for batch in gen.updates():
             for u in batch:
-                texts[u.index] += u.text
-                reasons[u.index] = u.finish_reason or reasons[u.index]
+                choices[u.index].add(u)
 
     consumer = asyncio.ensure_future(consume())
     watcher = asyncio.ensure_future(_disconnected(request))
@@ -197,7 +259,7 @@ async def _collect(gen: Generation, shape: ResponseShape, request: Request, prom
         consumer.result()
     except EngineFailed as e:
         raise ApiError(500, f"the engine failed this request: {e}", code="engine_error") from None
-    return shape.response(texts, reasons, gen.usage(prompt_count, n))
+    return shape.response(choices, gen.usage(prompt_count, n))
 
 
 async def _disconnected(request: Request) -> None:

@@ -1,112 +1,162 @@
-"""The request bodies of the OpenAI API as graphtop takes them (after vLLM's
-``vllm/entrypoints/openai/protocol.py`` and the OpenAI reference).
+"""The request bodies of the OpenAI API as graphtop takes them, with vLLM's extensions (after vLLM's
+``vllm/entrypoints/openai/protocol.py`` and the OpenAI reference), so clients and benchmark tools written
+for vLLM or SGLang send their requests unchanged.
 
-Strict on purpose: types are not coerced (``"0.5"`` is not a temperature, ``true`` not a seed), a field
-the API does not have is refused by name (``extra="forbid"``), and a field the API has but the engine
-does not implement (logprobs, tools, penalties, ...) is refused by name unless it holds its neutral value:
-a client that asks for log-probabilities must hear that it will not get them, not receive an answer
-without them. ``unsupported_field`` finds the first such field.
+Types are strict (``"0.5"`` is not a temperature, ``true`` not a seed). The sampling fields carry the
+names of the engine's ``SamplingParams`` and reach it by name (``sampling_values``): their values are
+checked there, the one home of what a sampling value may be. A field this model does not know is
+accepted and ignored with a warning, once per name, as vLLM does; a field that would change the output
+and that graphtop cannot honour (tools, structured output, beam search, ...) is refused by name unless it
+holds its neutral value (``unsupported_field``): a client that asks for JSON must hear that it will not
+get it, not receive free text.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from graphtop.engine.sampling_params import sampling_fields
 
 MAX_N = 16
 """Choices one request may ask for (each is an engine request)."""
 MAX_STOP = 16
 """Stop strings one request may give (OpenAI takes 4; vLLM more)."""
-SEED_MAX = 2**64 - 1
+MAX_TEMPERATURE = 2.0
+"""OpenAI's bound (the engine takes any temperature; the API refuses what OpenAI refuses)."""
+DEFAULT_TEMPERATURE = 1.0
+"""OpenAI's and vLLM's default (pass ``temperature: 0`` for greedy output)."""
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True)
     include_usage: Optional[bool] = None
+    continuous_usage_stats: Optional[bool] = None  # vLLM's: the running usage in every chunk
 
 
 class _Common(BaseModel):
     """The fields both endpoints share."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True)
+    honoured: ClassVar[frozenset[str]] = frozenset()
+    """Names of ``UNSUPPORTED`` this endpoint implements (completions' ``echo``)."""
 
     model: Optional[str] = None
-    max_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0.0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    top_k: Optional[int] = Field(None, ge=-1)  # vLLM's extension; 0 and -1: no cut
+    max_tokens: Optional[int] = None  # checked per endpoint
     n: int = Field(1, ge=1, le=MAX_N)
-    seed: Optional[int] = Field(None, ge=0, le=SEED_MAX)
-    stop: Any = None  # a string or a list of strings: checked by stop_strings
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    ignore_eos: bool = False  # vLLM's extension: generate max_tokens even past an end-of-sequence token
-    user: Optional[str] = None  # who asked (OpenAI: for abuse monitoring); it changes no output
-    # in the API, not in the engine: refused unless neutral (UNSUPPORTED)
-    frequency_penalty: Any = None
-    presence_penalty: Any = None
-    logit_bias: Any = None
-    logprobs: Any = None
-    best_of: Any = None
+    # sampling: SamplingParams' own names and meanings (vLLM's), checked by SamplingParams
+    temperature: Optional[float] = Field(None, le=MAX_TEMPERATURE)
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None  # vLLM's -1 (and 0): no cut
+    min_p: Optional[float] = None
+    seed: Optional[int] = None
+    stop: Any = None  # a string or a list of strings: checked by stop_strings
+    stop_token_ids: Optional[list[int]] = None
+    min_tokens: Optional[int] = None
+    repetition_penalty: Optional[float] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    logit_bias: Optional[dict[str, float]] = None
+    ignore_eos: Optional[bool] = None
+    skip_special_tokens: Optional[bool] = None
+    include_stop_str_in_output: Optional[bool] = None
+    return_tokens_as_token_ids: Optional[bool] = None  # logprobs name tokens "token_id:N" (vLLM's)
+    # accepted; they change no output
+    user: Optional[str] = None
     service_tier: Any = None
     metadata: Any = None
     store: Any = None
+    # in the API, not in graphtop: refused unless neutral (UNSUPPORTED)
+    best_of: Any = None
+    use_beam_search: Any = None
+    prompt_logprobs: Any = None
+    truncate_prompt_tokens: Any = None
+    allowed_token_ids: Any = None
+    bad_words: Any = None
+    response_format: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+    logits_processors: Any = None
+    add_special_tokens: Any = None
 
 
 class CompletionRequest(_Common):
     """``POST /v1/completions``."""
 
     prompt: Any = Field(...)  # a string, strings, token ids or lists of them: checked by completion_prompts
-    echo: Any = None
+    logprobs: Optional[int] = None  # the top-N alternatives of each token (0: the token's own only)
+    echo: Optional[bool] = None  # the prompt (and, with logprobs, its log-probabilities) before the text
     suffix: Any = None
+
+    honoured: ClassVar[frozenset[str]] = frozenset({"echo"})
 
 
 class ChatCompletionRequest(_Common):
     """``POST /v1/chat/completions``."""
 
     messages: Any = Field(...)  # checked by chat.chat_messages
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    top_logprobs: Any = None
+    max_completion_tokens: Optional[int] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = None
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+    add_generation_prompt: Optional[bool] = None
+    continue_final_message: Optional[bool] = None
+    parallel_tool_calls: Optional[bool] = None  # accepted: there are no tools to call in parallel
     tools: Any = None
     tool_choice: Any = None
     functions: Any = None
     function_call: Any = None
-    parallel_tool_calls: Any = None
-    response_format: Any = None
     audio: Any = None
     modalities: Any = None
     prediction: Any = None
     reasoning_effort: Any = None
     web_search_options: Any = None
+    documents: Any = None
+    chat_template: Any = None
+    echo: Any = None
 
 
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "frequency_penalty": (0, 0.0),
-    "presence_penalty": (0, 0.0),
-    "logit_bias": ({},),
-    "logprobs": (False,),
-    "top_logprobs": (0,),
-    "best_of": (1,),
-    "echo": (False,),
+    "best_of": (1,),  # a best_of equal to n asks for nothing more (checked in unsupported_field)
+    "use_beam_search": (False,),
+    "prompt_logprobs": (),  # completions: echo with logprobs gives the prompt's log-probabilities
+    "truncate_prompt_tokens": (),
+    "allowed_token_ids": ([],),
+    "bad_words": ([],),
+    "response_format": ({"type": "text"},),
+    "guided_json": (),
+    "guided_regex": (),
+    "guided_choice": (),
+    "guided_grammar": (),
+    "structured_outputs": (),
+    "logits_processors": ([],),
     "suffix": ("",),
     "tools": ([],),
     "tool_choice": ("none",),
     "functions": ([],),
     "function_call": ("none",),
-    "parallel_tool_calls": (),
-    "response_format": ({"type": "text"},),
     "audio": (),
     "modalities": (["text"],),
     "prediction": (),
     "reasoning_effort": (),
     "web_search_options": (),
-    "service_tier": ("auto", "default"),
-    "metadata": ({},),
-    "store": (False,),
+    "documents": ([],),
+    "chat_template": (),
+    "echo": (False,),  # chat only: completions take echo
 }
-"""Fields of the OpenAI API the engine does not implement, and the values that ask for nothing (null
-always does). ``True`` is not ``1`` here: ``best_of: true`` is refused."""
+"""Fields that would change the output and that graphtop does not implement, and the values that ask
+for nothing (null always does). ``True`` is not ``1`` here: ``best_of: true`` is refused."""
+NEUTRAL_ADD_SPECIAL_TOKENS = {"CompletionRequest": True, "ChatCompletionRequest": False}
+"""``add_special_tokens`` as graphtop tokenizes (vLLM's defaults): a prompt's with, a chat template's without."""
+
+SAMPLING = frozenset(sampling_fields())
+"""The engine's sampling fields; a request field of the same name is one of them."""
 
 
 def _neutral(value: Any, allowed: tuple[Any, ...]) -> bool:
@@ -114,11 +164,39 @@ def _neutral(value: Any, allowed: tuple[Any, ...]) -> bool:
 
 
 def unsupported_field(body: _Common) -> Optional[tuple[str, Any]]:
-    """The first field that asks for something the engine does not do, with its value; None if none."""
+    """The first field that asks for something graphtop does not do, with its value; None if none."""
     for name, allowed in UNSUPPORTED.items():
-        if name in type(body).model_fields and not _neutral(getattr(body, name), allowed):
-            return name, getattr(body, name)
+        if name not in type(body).model_fields or name in body.honoured:
+            continue
+        value = getattr(body, name)
+        if name == "best_of" and type(value) is int and value == body.n:
+            continue
+        if not _neutral(value, allowed):
+            return name, value
+    special = body.add_special_tokens
+    if special is not None and special is not NEUTRAL_ADD_SPECIAL_TOKENS[type(body).__name__]:
+        return "add_special_tokens", special
     return None
+
+
+def unknown_fields(body: _Common) -> list[str]:
+    """Fields of the request that no model here declares (their values are ignored), as dotted names."""
+    names = list(body.model_extra or {})
+    if body.stream_options is not None:
+        names += [f"stream_options.{k}" for k in body.stream_options.model_extra or {}]
+    return names
+
+
+def sampling_values(body: _Common) -> dict[str, Any]:
+    """The request's sampling fields by their engine names, those it leaves out at graphtop's defaults for
+    the API (OpenAI's temperature of 1), vLLM's ``top_k: -1`` as the engine's 0, ``stop`` checked."""
+    values = {name: getattr(body, name) for name in SAMPLING & type(body).model_fields.keys()}
+    values = {name: v for name, v in values.items() if v is not None}
+    values.setdefault("temperature", DEFAULT_TEMPERATURE)
+    if values.get("top_k") == -1:
+        values["top_k"] = 0
+    values["stop"] = stop_strings(body.stop) or ()
+    return values
 
 
 def stop_strings(stop: Any) -> Optional[tuple[str, ...]]:

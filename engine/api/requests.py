@@ -53,7 +53,8 @@ class RequestApi:
         at once with a streaming handle.
 
         A prompt that can never be served (empty, past the context or the KV pool, ids outside the
-        vocabulary, a conversation for a model without a chat template) comes back as a finished
+        vocabulary, in the prompt or in the params' logit_bias and stop_token_ids, a conversation for a
+        model without a chat template) comes back as a finished
         ``rejected`` handle; text too long for the context by its bytes alone is rejected without being
         tokenized. A wrong type is a TypeError, a malformed conversation a ValueError; a request id that a
         request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
@@ -87,6 +88,8 @@ class RequestApi:
             return handle
         handle = RequestHandle(rid, self, text, ids)
         problem = admission_problem(ids, self.max_context_len, self.pool.capacity_tokens, self.spec.vocab_size)
+        if not problem and params.vocab_problem(self.spec.vocab_size):  # logit_bias, stop_token_ids
+            problem = str(params.vocab_problem(self.spec.vocab_size))
         if problem:
             self._ids.release(rid)
             handle._finish(FinishReason.REJECTED, problem)
@@ -96,7 +99,7 @@ class RequestApi:
             return handle
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:
-            req.detok = TextStream(IncrementalDetokenizer(self.tokenizer), params.stop)
+            req.detok = self._text_stream(params)
         with self._lifecycle:  # queued before a close or a failure drains the queue, or refused: never lost
             try:
                 self._check_open()
@@ -105,6 +108,17 @@ class RequestApi:
                 raise
             self.commands.put(Submit(req))
         return handle
+
+    def _text_stream(self, p: SamplingParams) -> TextStream:
+        """The request's text: special tokens skipped or not, the token that ends it hidden unless asked for."""
+        ends = frozenset(p.stop_token_ids) | (frozenset() if p.ignore_eos else frozenset(self.spec.eos_token_ids))
+        return TextStream(
+            IncrementalDetokenizer(self.tokenizer, p.skip_special_tokens),
+            p.stop,
+            hidden=frozenset() if p.include_stop_str_in_output else ends,
+            min_tokens=p.min_tokens,
+            include_stop=p.include_stop_str_in_output,
+        )
 
     def generate(
         self, prompts: Iterable[Union[str, Sequence[int]]], params: Optional[SamplingParams] = None

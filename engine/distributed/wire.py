@@ -88,7 +88,8 @@ class ForwardEncoder:
         released = [s.slot for r, s in sent_by_req.items() if r.pages is not s.pages]
         if released:
             self._sent = {r: s for r, s in sent_by_req.items() if r.pages is s.pages}
-        for part in (slots, keeps, added, new, batch.sample_rows, released):
+        logit_rows = batch.logit_rows  # the workers' lm_head gathers the same rows as rank 0's
+        for part in (slots, keeps, added, new, logit_rows, released):
             ints.extend(part)
         flags = IDS_ON_DEVICE if batch.input_ids_device is not None else 0
         message = bytearray(FORWARD)
@@ -98,7 +99,7 @@ class ForwardEncoder:
             seq,
             bs,
             batch.num_tokens,
-            len(batch.sample_rows),
+            len(logit_rows),
             len(new),
             len(released),
             batch.page_size,

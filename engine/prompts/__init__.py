@@ -7,7 +7,15 @@ for a list of messages; ``byte_limit``: a prompt too long for the context by its
 
 from .byte_limit import PromptByteLimit
 from .conversation import as_messages, conversation_problem, is_conversation
-from .encode import Prompt, Unencodable, admission_problem, encode_messages, encode_prompt, has_chat_template
+from .encode import (
+    Prompt,
+    Unencodable,
+    admission_problem,
+    chat_template_options,
+    encode_messages,
+    encode_prompt,
+    has_chat_template,
+)
 
 __all__ = [
     "Prompt",
@@ -15,6 +23,7 @@ __all__ = [
     "Unencodable",
     "admission_problem",
     "as_messages",
+    "chat_template_options",
     "conversation_problem",
     "encode_messages",
     "encode_prompt",

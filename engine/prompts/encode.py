@@ -75,18 +75,23 @@ def _encode_conversation(
 
 
 def _chat_ids(
-    tokenizer: Any, messages: list[dict[str, str]], limit: Optional[PromptByteLimit]
+    tokenizer: Any,
+    messages: list[dict[str, str]],
+    limit: Optional[PromptByteLimit],
+    template: Optional[Mapping[str, Any]] = None,
 ) -> tuple[str, list[int]]:
     """(the rendered conversation, its token ids) through the chat template. The text is rendered on its own
     first (cheap) so one too long for the context is rejected before the tokenizer spends minutes on it;
-    the ids come from transformers' own tokenizing render (which guards the template's control tokens)."""
-    text = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+    the ids come from transformers' own tokenizing render (which guards the template's control tokens).
+    ``template``: keyword arguments for the template (``chat_template_options``)."""
+    options = {"add_generation_prompt": True, **(template or {})}
+    text = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, tokenize=False, **options))
     if isinstance(text, Unencodable):
         return "", text
     problem = limit.problem(text) if limit is not None and isinstance(text, str) else None
     if problem:
         return text, Unencodable(problem)
-    ids = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    ids = _tokenizer_call(lambda: tokenizer.apply_chat_template(messages, tokenize=True, **options))
     if isinstance(ids, Unencodable):
         return text, ids
     if isinstance(ids, dict) or hasattr(ids, "keys"):
@@ -99,12 +104,46 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 
 def encode_messages(
-    tokenizer: Any, messages: list[dict[str, str]], limit: Optional[PromptByteLimit] = None
+    tokenizer: Any,
+    messages: list[dict[str, str]],
+    limit: Optional[PromptByteLimit] = None,
+    template: Optional[Mapping[str, Any]] = None,
 ) -> list[int]:
     """A conversation through the tokenizer's chat template, ready for the assistant's turn: its token ids,
     or an ``Unencodable`` saying why it cannot be served. The one home of the template call, for a chat
-    prompt of ``submit`` and the HTTP API's chat completions alike, so both give the same ids."""
-    return _chat_ids(tokenizer, messages, limit)[1]
+    prompt of ``submit`` and the HTTP API's chat completions alike, so both give the same ids. ``template``
+    (``chat_template_options``) reaches the template: ``add_generation_prompt`` (default true),
+    ``continue_final_message``, and a template's own variables such as Qwen3's ``enable_thinking``."""
+    return _chat_ids(tokenizer, messages, limit, template)[1]
+
+
+TEMPLATE_RESERVED = frozenset(
+    {"conversation", "messages", "tokenize", "chat_template", "tools", "documents", "tokenizer_kwargs"}
+    | {"return_dict", "return_tensors", "return_assistant_tokens_mask", "padding", "truncation", "max_length"}
+)
+"""Arguments of ``apply_chat_template`` that are not the template's to take from a caller: the call's own
+(what it renders, how it returns it) and tools or documents, which graphtop does not serve."""
+
+
+def chat_template_options(
+    kwargs: Optional[Mapping[str, Any]], add_generation_prompt: bool = True, continue_final_message: bool = False
+) -> dict[str, Any]:
+    """The template's keyword arguments for a chat request: ``kwargs`` (its own variables, and
+    ``add_generation_prompt`` / ``continue_final_message`` if given there, as vLLM merges them) over the two
+    flags; ValueError (one line) for a reserved name or both flags at once."""
+    options: dict[str, Any] = {
+        "add_generation_prompt": add_generation_prompt,
+        "continue_final_message": continue_final_message,
+    }
+    for key, value in (kwargs or {}).items():
+        if not isinstance(key, str) or key in TEMPLATE_RESERVED:
+            raise ValueError(f"chat_template_kwargs may not set {key!r}")
+        options[key] = value
+    if options["add_generation_prompt"] is True and options["continue_final_message"] is True:
+        raise ValueError("add_generation_prompt and continue_final_message cannot both be true")
+    if not options["continue_final_message"]:
+        del options["continue_final_message"]  # templates and tokenizers that predate it take no such argument
+    return options
 
 
 def admission_problem(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -34,6 +34,17 @@ class StepOutput:
     tokens_host: Optional[torch.Tensor] = None
     # an eager CUDA step's GPU time in ms, readable after the step's own sync (``EagerRunner``)
     forward_time: Optional[Callable[[], float]] = None
+    # [len(batch.prompt_rows), vocab]: the logits that score prompt tokens, when the batch has such rows
+    prompt_logits: Optional[torch.Tensor] = None
+
+    @classmethod
+    def of_rows(cls, logits: torch.Tensor, batch: ForwardBatch, **fields: Any) -> "StepOutput":
+        """A prefill step's output from the logits of ``batch.logit_rows``: the sampled rows' first, then
+        the prompt-scoring rows' (``prompt_logits``)."""
+        if not batch.prompt_rows:
+            return cls(logits=logits, **fields)
+        n = len(batch.sample_rows)
+        return cls(logits=logits[:n], prompt_logits=logits[n:], **fields)
 
     def read_timing(self) -> tuple[Optional[float], Optional[float], Optional[float]]:
         """(replay_ms, segment_ms, break_ms); call only after the step's own sync."""

@@ -41,7 +41,7 @@ class EagerRunner(Runner):
         self.attention.prepare(batch)
         if batch.mode is ForwardMode.DECODE:  # every row sampled: the decode graphs' own logits path
             return StepOutput(logits=self.model.decode_logits(ids, pos, self.attention), path="eager")
-        rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(dev, non_blocking=True)
+        rows = torch.tensor(batch.logit_rows, dtype=torch.int64).to(dev, non_blocking=True)
         hidden = self.model(ids, pos, self.attention)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
-        return StepOutput(logits=logits, path="eager")
+        return StepOutput.of_rows(logits, batch, path="eager")

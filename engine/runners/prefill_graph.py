@@ -2,7 +2,8 @@
 
 Everything but attention is replayed from segments; attention runs eagerly between them on the live
 batch's metadata (``eager_on_graph``). The lm_head runs eagerly on the sampled rows only (most
-prefill rows are never sampled). A bucket whose padding would waste more than the cap is refused.
+prefill rows are never sampled), and on the rows that score prompt tokens for a request that asked for
+its prompt's log-probabilities. A bucket whose padding would waste more than the cap is refused.
 """
 
 from __future__ import annotations
@@ -89,6 +90,6 @@ class PrefillGraphRunner(BucketedGraphRunner):
         self.registry.fill(batch, bucket)
         self.attention.prepare(batch)  # live metadata, read by the eager breaks at replay
         hidden, timing = self.backend.replay(ShapeKey("prefill", bucket))
-        rows = torch.tensor(batch.sample_rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        rows = torch.tensor(batch.logit_rows, dtype=torch.int64).to(self.device, non_blocking=True)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
-        return StepOutput(logits=logits, path="graph", bucket=bucket, padded=decision.padded, timing=timing)
+        return StepOutput.of_rows(logits, batch, path="graph", bucket=bucket, padded=decision.padded, timing=timing)

@@ -11,19 +11,21 @@ step is in flight; an idle engine captures slice after slice, draining commands 
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 from ..batch import ForwardBatch
 from ..kv_pool import KVPool
 from ..model_runner import ModelRunner
 from ..parity.checker import ParityChecker
 from ..runners.base import StepOutput
-from ..sampler import sample
+from ..sampler import PromptRows, Sampled, sample_step
 from ..scheduler import Scheduler
 from .commands import Command, CommandQueue
 from .events import EngineEvents
 from .output import OutputProcessor
 from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
+
+T = TypeVar("T")
 
 COMPILE_POLL_S = 0.005
 """How long an idle loop naps while its capture waits for kernels to compile (a command waits at most this)."""
@@ -109,8 +111,9 @@ class StepLoop:
         if self.overlap_schedule and launchable(batch):
             self.pending = self.readback.launch(batch, out, t0)
             return True
-        tokens = self._wait_on_device(lambda: sample(out.logits, batch.sample_requests))  # the step's one sync
-        self._deliver(batch, out, tokens, (time.perf_counter() - t0) * 1e3)
+        eos, prompt = self.output.eos_ids, PromptRows.of(out.prompt_logits, batch)
+        sampled = self._wait_on_device(lambda: sample_step(out.logits, batch.sample_requests, eos, prompt))
+        self._deliver(batch, out, sampled.tokens, (time.perf_counter() - t0) * 1e3, sampled=sampled)
         return True
 
     def discard_in_flight(self) -> None:
@@ -139,16 +142,24 @@ class StepLoop:
         """Read a launched step's tokens back and deliver them."""
         self._deliver(step.batch, step.out, self._wait_on_device(step.tokens), step.host_ms, placeholders)
 
-    def _wait_on_device(self, wait: Callable[[], list[int]]) -> list[int]:
+    def _wait_on_device(self, wait: Callable[[], T]) -> T:
         """Block on the device for a step's tokens; a parity check's re-run uses the wait."""
         return wait() if self.parity is None else self.parity.while_device_busy(wait)
 
     def _deliver(
-        self, batch: ForwardBatch, out: StepOutput, tokens: list[int], host_ms: float, placeholders: bool = False
+        self,
+        batch: ForwardBatch,
+        out: StepOutput,
+        tokens: list[int],
+        host_ms: float,
+        placeholders: bool = False,
+        sampled: Optional[Sampled] = None,
     ) -> None:
         self.step_no += 1
         self.events.step(self.step_no, batch, out, host_ms)
         if self.parity is not None:
             self.parity.delivered(out, self.step_no)
+        if sampled is not None and (sampled.logprobs or sampled.prompt_logprobs):
+            self.output.deliver_logprobs(batch, sampled)
         self.output.deliver(batch, tokens, placeholders)
         self.events.kv()

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 from ..batch import ForwardBatch
 from ..request import FinishReason, Request, RequestStatus
+from ..sampler import Sampled
 from ..telemetry import events as ev
 
 PublishFn = Callable[[ev.Event], None]
@@ -55,12 +56,26 @@ class OutputProcessor:
             if reason is not None:
                 self.finish(req, reason)
 
+    def deliver_logprobs(self, batch: ForwardBatch, sampled: Sampled) -> None:
+        """Hand each request the log-probabilities it asked for, before its token (so a reader woken by the
+        token finds them): its prompt's first (they come from its prefill), then its new token's."""
+        if sampled.prompt_logprobs:
+            at = 0
+            for req, n in batch.prompt_requests:
+                req.handle._add_logprobs(sampled.prompt_logprobs[at : at + n], prompt=True)
+                at += n
+        if sampled.logprobs:
+            for req, entry in zip(batch.sample_requests, sampled.logprobs):
+                if entry is not None and req.status is not RequestStatus.FINISHED:
+                    req.handle._add_logprobs([entry])
+
     def finish_reason(self, req: Request, tok: int, stopped: bool) -> Optional[FinishReason]:
-        """``stopped``: a stop string completed with ``tok`` (the request's ``TextStream`` says)."""
+        """``stopped``: a stop string completed with ``tok`` (the request's ``TextStream`` says; it holds
+        stop strings back until ``min_tokens``, and the sampler holds back the tokens that would end it)."""
         p = req.params
         if not p.ignore_eos and tok in self.eos_ids:
             return FinishReason.EOS
-        if stopped:
+        if stopped or (p.stop_token_ids and tok in p.stop_token_ids):
             return FinishReason.STOP
         if req.ends_by_length(len(req.output_ids), self.max_context_len, self.kv_capacity_tokens):
             return FinishReason.LENGTH
@@ -68,9 +83,12 @@ class OutputProcessor:
 
     def finish(self, req: Request, reason: FinishReason, error: Optional[str] = None) -> None:
         self.release(req)
-        if req.detok is not None and reason is not FinishReason.STOP:
-            # The streamed text is provisional; the final text is one full decode of the output.
-            text = self.tokenizer.decode(req.output_ids, skip_special_tokens=True)
+        if req.detok is not None and not req.detok.stopped:
+            # The streamed text is provisional; the final text is one full decode of the output, less the
+            # token that ended it (an end-of-sequence or stop token: vLLM's rule) unless it is asked for.
+            p, ids = req.params, req.output_ids
+            hidden = reason in (FinishReason.EOS, FinishReason.STOP) and not p.include_stop_str_in_output
+            text = self.tokenizer.decode(ids[:-1] if hidden else ids, skip_special_tokens=p.skip_special_tokens)
             req.handle._set_text(text)
         try:
             req.handle._finish(reason, error)  # its on_update may raise KeyboardInterrupt (engine/step/cleanup.py)

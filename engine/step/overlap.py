@@ -7,12 +7,12 @@ N+1 (its input ids are N's sampled tokens, still on the device: a device-to-devi
 static buffer) before it waits for N's tokens, so host work hides behind GPU work. SGLang calls this
 the overlap scheduler.
 
-When it applies: step N was a greedy decode step, and N+1 is certain to be a decode step of exactly
-the same requests: nothing queued or cancelled, no request that N's token could end by length or
-context, enough free pages that no one is preempted, no capture under way (capture runs between steps only
-when nothing is in flight). A request that N's
-token ends by EOS or a stop string has computed one extra row in N+1, which is dropped (its KV slot
-is freed with the request; later users of the slot run after N+1 on the same stream). Anything else
+When it applies: step N was a plain greedy decode step (no penalty, bias or logprobs), and N+1 is
+certain to be a decode step of exactly the same requests: nothing queued or cancelled, no request that
+N's token could end by length or context, enough free pages that no one is preempted, no capture under
+way (capture runs between steps only when nothing is in flight). A request that N's token ends by EOS
+or a stop string has computed one extra row in N+1, which is dropped (its KV slot is freed with the
+request; later users of the slot run after N+1 on the same stream). Anything else
 completes N first and schedules as usual, so outputs are token-for-token those of the plain loop.
 """
 
@@ -86,8 +86,9 @@ class TokenReadback:
 
 
 def launchable(batch: ForwardBatch) -> bool:
-    """May this step run without waiting for its tokens? Greedy decode steps only."""
-    return batch.mode is ForwardMode.DECODE and all(r.params.greedy for r in batch.sample_requests)
+    """May this step run without waiting for its tokens? Decode steps of plain greedy rows only
+    (``SamplingParams.plain``: a row with penalties, bias, min_tokens or logprobs needs the sampler)."""
+    return batch.mode is ForwardMode.DECODE and all(r.params.plain for r in batch.sample_requests)
 
 
 def can_chain(

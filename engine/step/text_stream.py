@@ -11,15 +11,32 @@ what is held back is a suffix of that same window, and what goes out is a delta 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .detokenizer import IncrementalDetokenizer
 
 
 class TextStream:
-    def __init__(self, detok: IncrementalDetokenizer, stops: Sequence[str] = ()) -> None:
+    """``hidden``: tokens whose text never shows (the end-of-sequence and stop tokens that end the request,
+    unless their text is asked for); ``min_tokens``: stop strings count only from that many tokens on;
+    ``include_stop``: the text ends after the stop string instead of before it."""
+
+    def __init__(
+        self,
+        detok: IncrementalDetokenizer,
+        stops: Sequence[str] = (),
+        *,
+        hidden: frozenset[int] = frozenset(),
+        min_tokens: int = 0,
+        include_stop: bool = False,
+    ) -> None:
         self.detok = detok
         self.stops = tuple(stops)
+        self.hidden = hidden
+        self.min_tokens = min_tokens
+        self.include_stop = include_stop
+        self.stopped = False  # a stop string ended the text
+        self._pushed = 0
         self._keep = max((len(s) for s in self.stops), default=1) - 1  # a tail shorter than any stop
         self._tail = ""  # the text's last ``_keep`` characters
         self._length = 0  # characters of stable text so far
@@ -27,7 +44,11 @@ class TextStream:
 
     def push(self, token_id: int) -> tuple[str, bool]:
         """Add a token: (the text to stream now, whether a stop string completed). After a stop the text
-        streamed ends where the stop string starts; nothing should be pushed after it."""
+        streamed ends where the stop string starts (or ends, ``include_stop``); nothing should be pushed
+        after it."""
+        self._pushed += 1
+        if token_id in self.hidden:
+            return "", False
         delta = self.detok.push(token_id)
         if not self.stops:
             self._length += len(delta)
@@ -36,12 +57,29 @@ class TextStream:
         window = self._tail + delta
         base = self._length - len(self._tail)  # where ``window`` starts in the text
         self._length += len(delta)
-        found = [i for i in (window.find(s) for s in self.stops) if i >= 0]
-        end = base + min(found) if found else self._length - stop_prefix_len(window, self.stops)
+        found = self._find(window) if self._pushed >= self.min_tokens else None
+        if found is not None:
+            end = base + found
+        else:
+            end = self._length - stop_prefix_len(window, self.stops)
         out = window[self._shown - base : end - base] if end > self._shown else ""
         self._shown = max(self._shown, end)
         self._tail = window[-self._keep :] if self._keep else ""
-        return out, bool(found)
+        self.stopped = found is not None
+        return out, self.stopped
+
+    def _find(self, window: str) -> Optional[int]:
+        """Where the text ends for the first stop string that completes in the window's new part (one
+        that lies in the tail alone was seen before, or counted for nothing before ``min_tokens``)."""
+        ends = []
+        for s in self.stops:
+            i = window.find(s, max(0, len(self._tail) - len(s) + 1))
+            if i >= 0:
+                ends.append((i, i + len(s)))
+        if not ends:
+            return None
+        start, stop = min(ends)
+        return stop if self.include_stop else start
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:

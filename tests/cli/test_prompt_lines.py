@@ -50,6 +50,9 @@ BAD = {
     "id surrogate": ('{"prompt": "a", "id": "\\ud800"}', "'id' is not valid Unicode"),
     "deep nesting": ('{"prompt": "a", "stop": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
     "5000-digit int": ('{"prompt": "a", "seed": 1' + "0" * 5000 + "}", "out of range"),
+    "repetition_penalty zero": ('{"prompt": "a", "repetition_penalty": 0}', "repetition_penalty must be > 0"),
+    "logit_bias key": ('{"prompt": "a", "logit_bias": {"x": 1}}', "logit_bias keys must be token ids"),
+    "logprobs": ('{"prompt": "a", "logprobs": 1}', "unknown field(s) logprobs"),
     "array": ("[1, 2]", None),  # plain text: a line that does not start with '{' is a prompt
 }
 
@@ -98,6 +101,14 @@ def test_accepted_sampling_values_build_sampling_params():
     assert pl.error is None and pl.id == "12"
     params = SamplingParams(**pl.sampling)
     assert (params.seed, params.stop, params.temperature) == (2**64 - 1, ("\n",), 1.0)
+
+
+def test_every_sampling_field_is_taken_by_name():
+    line = {"prompt": "a", "min_p": 0.1, "repetition_penalty": 1.2, "logit_bias": {"3": -5}, "stop_token_ids": [7]}
+    pl = parse_line(1, json.dumps({**line, "min_tokens": 2, "skip_special_tokens": False}))
+    assert pl.error is None
+    params = SamplingParams(**pl.sampling)
+    assert (params.min_p, params.logit_bias, params.stop_token_ids, params.min_tokens) == (0.1, ((3, -5.0),), (7,), 2)
 
 
 def test_line_breaks_inside_json_strings_and_prompts_do_not_split_requests(tmp_path):

@@ -333,13 +333,13 @@ def test_recapture_keeps_requests_streaming(qwen3_shape, monkeypatch):
     params = SamplingParams(max_new_tokens=40, ignore_eos=True, detokenize=False)
     prompts = [_ids(20 + 7 * i, 10 + i, vocab) for i in range(6)]
     ref = Recorder()
-    monkeypatch.setattr(engine_mod, "sample", ref)
+    monkeypatch.setattr(engine_mod, "sample_step", ref)
     base = _engine(qwen3_shape, graphs=True, overlap_schedule=False)  # teacher forcing: host sampling
     for i, p in enumerate(prompts):
         base.submit(p, params, request_id=f"r{i}")
     base.run_until_idle()
     got = Recorder(reference=ref)
-    monkeypatch.setattr(engine_mod, "sample", got)
+    monkeypatch.setattr(engine_mod, "sample_step", got)
     eng = _engine(qwen3_shape, graphs=True, overlap_schedule=False)
     handles = [eng.submit(p, params, request_id=f"r{i}") for i, p in enumerate(prompts)]
     for _ in range(10):
@@ -395,13 +395,13 @@ def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkey
     params = SamplingParams(max_new_tokens=40, ignore_eos=True, detokenize=False)
     prompts = [_ids(20 + 7 * i, 10 + i, vocab) for i in range(6)]
     ref = Recorder()
-    monkeypatch.setattr(engine_mod, "sample", ref)
+    monkeypatch.setattr(engine_mod, "sample_step", ref)
     base = _engine(qwen3_shape, graphs=True, overlap_schedule=False)
     for i, p in enumerate(prompts):
         base.submit(p, params, request_id=f"r{i}")
     base.run_until_idle()
     got = Recorder(reference=ref)
-    monkeypatch.setattr(engine_mod, "sample", got)
+    monkeypatch.setattr(engine_mod, "sample_step", got)
     bus = EventBus()
     sub = bus.subscribe("t", types={"step"})
     cfg = EngineConfig(

@@ -4,7 +4,7 @@ Skipped unless CUDA is available and ``flashinfer`` imports. Every model here is
 so the prebuilt (AOT) fa2 kernels of the carried bundle serve it without JIT.
 
 Engine-level token checks are *teacher-forced*: the reference engine generates greedily, the engine
-under test is fed the reference's tokens (its ``sample`` is swapped for a recorder) and only its own
+under test is fed the reference's tokens (its ``sample_step`` is swapped for a recorder) and only its own
 greedy prediction at every position is compared. One near-tie flip therefore costs one token, not the
 rest of the sequence. Random-weight models have bf16 logits whose top two are often within an ulp of
 each other, so a flip whose reference margin is within ``TIE_ULPS`` bf16 ulps counts as a tie, not a

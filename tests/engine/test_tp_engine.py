@@ -99,11 +99,11 @@ def test_worker_env_and_an_error_outside_a_mirrored_call(tiny_ckpt, make_engine,
             err = capfd.readouterr().err
         assert "worker.py" in err and "serve" in err  # the worker's stack, waiting for rank 0's next call
 
-        def broken(logits, requests):
+        def broken(*args):
             raise RuntimeError("sampling broke")
 
         first = eng.submit(PROMPTS[0], SamplingParams(max_new_tokens=8, ignore_eos=True))
-        monkeypatch.setattr(step_loop, "sample", broken)
+        monkeypatch.setattr(step_loop, "sample_step", broken)
         with pytest.raises(RuntimeError, match="sampling broke"):
             eng.step()  # the prefill ran on both ranks; only its sampling failed
         monkeypatch.undo()

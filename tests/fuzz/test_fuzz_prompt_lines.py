@@ -43,6 +43,15 @@ GOOD_VALUES = {
     "seed": st.integers(0, 2**64 - 1),
     "stop": st.sampled_from([[], ["\n"], "x"]),
     "ignore_eos": st.booleans(),
+    "min_tokens": st.integers(0, 3),
+    "min_p": st.sampled_from([0.0, 0.2, 1.0]),
+    "repetition_penalty": st.sampled_from([1.0, 0.5, 1.3]),
+    "presence_penalty": st.sampled_from([0, -2.0, 1.5]),
+    "frequency_penalty": st.sampled_from([0, 2, -0.5]),
+    "logit_bias": st.sampled_from([{}, {"3": 5}, {"1": -100, "2": 100}, {"999999": 1}]),
+    "stop_token_ids": st.sampled_from([[], [3], [1, 2]]),
+    "include_stop_str_in_output": st.booleans(),
+    "skip_special_tokens": st.booleans(),
 }
 objects = st.fixed_dictionaries(
     {"prompt": st.one_of(awkward_text, st.just("hello world"), FIELD_VALUES)},

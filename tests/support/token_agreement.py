@@ -1,7 +1,7 @@
 """Teacher-forced greedy comparison of two engine configurations (used by the ``cuda`` tests).
 
 The reference engine generates greedily; the engine under test is fed the reference's tokens (its
-``sample`` is swapped for a recorder) and only its own greedy prediction at every position is compared,
+``sample_step`` is swapped for a recorder) and only its own greedy prediction at every position is compared,
 so one near-tie flip costs one token, not the rest of the sequence. Random-weight models have bf16
 logits whose top two are often within an ulp, so a flip whose reference margin is within ``TIE_ULPS``
 bf16 ulps counts as a tie (bounded separately by a strict floor); the logits must also agree.
@@ -13,6 +13,8 @@ import math
 from typing import Any, Optional
 
 import torch
+
+from graphtop.engine.sampler import Sampled
 
 TIE_ULPS = 3
 
@@ -26,7 +28,7 @@ def _bf16_ulp(x: float) -> float:
 
 
 class Recorder:
-    """Stands in for ``graphtop.engine.engine.sample``: records each greedy prediction, its top-8 and the
+    """Stands in for the step loop's ``sample_step``: records each greedy prediction, its top-8 and the
     logits row; returns the prediction (reference run) or the reference's token (teacher forcing)."""
 
     def __init__(self, reference: Optional["Recorder"] = None):
@@ -36,7 +38,7 @@ class Recorder:
         self.rows: dict[str, list[torch.Tensor]] = {}
         self.rel_errs: list[float] = []
 
-    def __call__(self, logits: torch.Tensor, requests: list[Any]) -> list[int]:
+    def __call__(self, logits: torch.Tensor, requests: list[Any], *_: Any) -> Sampled:
         logits = logits.float()
         vals, idx = torch.topk(logits, 8, dim=-1)
         vals_l, idx_l = vals.tolist(), idx.tolist()
@@ -52,7 +54,7 @@ class Recorder:
             else:
                 self.rel_errs.append(_rel(logits[i], self.reference.rows[rid][j]))
                 out.append(self.reference.preds[rid][j])
-        return out
+        return Sampled(out)
 
 
 def agreement(ref: Recorder, got: Recorder) -> tuple[float, float, list[tuple]]:
@@ -80,8 +82,8 @@ def serve(engine: Any, prompts: list[list[int]], max_new: list[int], recorder: R
     import graphtop.engine.step.loop as engine_mod  # where the step samples
     from graphtop.engine.sampling_params import SamplingParams
 
-    monkeypatch.setattr(engine_mod, "sample", recorder)
-    engine.overlap_schedule = False  # teacher forcing feeds tokens through sample(): the host path
+    monkeypatch.setattr(engine_mod, "sample_step", recorder)
+    engine.overlap_schedule = False  # teacher forcing feeds tokens through sample_step(): the host path
     for i, (p, m) in enumerate(zip(prompts, max_new)):
         engine.submit(p, SamplingParams(max_new_tokens=m, ignore_eos=True, detokenize=False), request_id=f"r{i}")
     engine.run_until_idle()
