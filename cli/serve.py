@@ -10,9 +10,11 @@ is its command line: the engine and CUDA-graph flags of ``flags``, plus the serv
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import threading
+import time
 from typing import Any, Optional, Sequence
 
 from graphtop.engine.gc_freeze import frozen_heap
@@ -229,6 +231,8 @@ def _recorder(args: Any, bus: Any) -> Any:
 
 
 def run_serve(args: Any, config: Any) -> int:
+    """Serve until Ctrl-C or SIGTERM. The API answers from before the model loads (``/health`` 503 until it
+    serves), and stops gracefully: the requests in flight get ``--timeout-graceful-shutdown`` seconds."""
     options = serve_options(args)
     _check_record(args)
     sock = bind(options)
@@ -240,18 +244,26 @@ def run_serve(args: Any, config: Any) -> int:
     from graphtop.server.server import ApiServer, ServeError
 
     from .headless import _load_engine
+    from .serve_progress import say, start_load_lines
 
     bus = EventBus()
     metrics = MetricsCollector(bus)
-    recorder = endpoint = engine = api = None
+    recorder = endpoint = engine = api = lines = None
     serving = False
     stopped = "stopped"
+    log_handlers = _log_to_stderr()
     try:
         recorder = _recorder(args, bus)
         if args.telemetry:
             from .endpoint import open_endpoint
 
             endpoint = open_endpoint(bus, args.telemetry, args.model or "demo model")
+        try:
+            api = ApiServer(None, options, metrics=metrics, sock=sock).start()
+        except ServeError as e:
+            raise UsageError(str(e)) from None
+        started = time.perf_counter()
+        lines = start_load_lines(bus, args.model, f"{api.url}/health")
         engine = _load_engine(args, config, bus)
         if recorder is not None:
             try:
@@ -262,10 +274,10 @@ def run_serve(args: Any, config: Any) -> int:
         if endpoint is not None:
             engine.serve_telemetry(server=endpoint)
         engine.start_background()
-        try:
-            api = ApiServer(engine, options, metrics=metrics, sock=sock).start()
-        except ServeError as e:
-            raise UsageError(str(e)) from None
+        api.attach(engine)
+        lines.stop()
+        lines = None
+        say(f"graphtop: ready in {time.perf_counter() - started:.1f} s")
         print(
             f"graphtop: serving {options.model_name} at {api.url}/v1 (OpenAI API) · {api.url}/metrics · "
             f"{api.url}/health — Ctrl-C stops",
@@ -282,14 +294,19 @@ def run_serve(args: Any, config: Any) -> int:
 
         stopped = f"stopped ({interrupt_status(e)[0]})"
     finally:
+        if lines is not None:
+            lines.stop()
         if api is not None:
-            api.close()
+            ended = _close_gracefully(api)
+            if ended:
+                stopped += f"; {ended} request(s) did not finish within --timeout-graceful-shutdown"
         if endpoint is not None:
             endpoint.close("graphtop serve stopped")
         if engine is not None:
             engine.close("the server stopped")
         metrics.close()
         sock.close()
+        _unlog(log_handlers)
         rec_result = None
         if recorder is not None and serving:
             rec_result = recorder.close()
@@ -303,3 +320,37 @@ def run_serve(args: Any, config: Any) -> int:
         print_error(rec_result.error_line)
         return 2
     return 0 if stopped.startswith("stopped") else 1
+
+
+def _close_gracefully(api: Any) -> int:
+    """Stop the API, the requests in flight given their time; a second Ctrl-C ends them at once. How many
+    were still running when the time ran out."""
+    try:
+        api.close()
+    except KeyboardInterrupt:
+        api.close(now=True)
+    return int(api.ended_at_shutdown)
+
+
+LOGGERS = ("graphtop.serve", "uvicorn.error")
+"""The server's loggers (its access log and connection problems, uvicorn's own): lines on stderr."""
+
+
+def _log_to_stderr() -> list[tuple[logging.Logger, logging.Handler, int]]:
+    """A stderr handler on each of ``LOGGERS`` while the server runs (removed by ``_unlog``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("graphtop: %(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    added = []
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        added.append((logger, handler, logger.level))
+        logger.addHandler(handler)
+        if name == "graphtop.serve":
+            logger.setLevel(logging.INFO)
+    return added
+
+
+def _unlog(added: list[tuple[logging.Logger, logging.Handler, int]]) -> None:
+    for logger, handler, level in added:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
-    404: "not_found_error",
+    404: "invalid_request_error",  # OpenAI's type for an unknown model or route
     405: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",

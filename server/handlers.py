@@ -40,12 +40,13 @@ class ServeContext:
     engine: Any
     model_name: str
     admission: Admission
+    default_seed: Optional[int] = None  # the seed of requests that give none (graphtop serve --seed)
 
 
 def check_common(ctx: ServeContext, body: Union[CompletionRequest, ChatCompletionRequest]) -> None:
     if body.model is not None and body.model != ctx.model_name:
         raise ApiError(
-            400,
+            404,
             f"model {body.model!r} is not served here; this server serves {ctx.model_name!r}",
             param="model",
             code="model_not_found",
@@ -127,7 +128,7 @@ async def generate(
 ) -> Any:
     count = len(prompts) * body.n
     ctx.admission.admit(count)
-    gen = Generation(ctx.engine, asyncio.get_running_loop())
+    gen = Generation(ctx.engine, asyncio.get_running_loop(), default_seed=ctx.default_seed)
     released = False
 
     def release() -> None:  # once, whichever way the request ends
@@ -167,7 +168,7 @@ async def _stream(gen: Generation, shape: ResponseShape, prompt_count: int, n: i
         if shape.include_usage:
             yield shape.usage_chunk(gen.usage(prompt_count, n))
     except EngineFailed as e:  # the status line is sent: the error goes in the stream, as vLLM sends it
-        yield sse(error_body(500, f"the engine failed this request: {e}", code="engine_error"))
+        yield sse(e.error_body())
     finally:
         release()
     yield DONE
@@ -196,7 +197,7 @@ async def _collect(gen: Generation, shape: ResponseShape, request: Request, prom
     try:
         consumer.result()
     except EngineFailed as e:
-        raise ApiError(500, f"the engine failed this request: {e}", code="engine_error") from None
+        raise e.api_error() from None
     return shape.response(texts, reasons, gen.usage(prompt_count, n))
 
 

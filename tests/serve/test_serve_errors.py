@@ -50,7 +50,6 @@ BAD = [
     (COMPLETIONS, {"prompt": 5}, "prompt", None, "prompt must be a string"),
     (COMPLETIONS, {"prompt": []}, "prompt", None, "prompt is empty"),
     (COMPLETIONS, {"max_tokens": 3}, "prompt", "missing_field", "prompt is required"),
-    (COMPLETIONS, {"prompt": "x", "model": "gpt-4"}, "model", "model_not_found", "'gpt-4' is not served"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, "max_tokens", "invalid_value", "greater than or equal to 1"),
     (COMPLETIONS, {"prompt": "x", "bogus": 1}, "bogus", "unknown_field", "unknown field 'bogus'"),
     (COMPLETIONS, {"prompt": "x", "logprobs": 2}, "logprobs", "unsupported_field", "logprobs is not supported"),
