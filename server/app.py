@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from graphtop.engine.telemetry.metrics import CONTENT_TYPE, MetricsCollector
 
-from .errors import ApiError, error_body, error_response, install_handlers
+from .errors import ApiError, error_body, error_response, install_handlers, model_not_found
 from .generation import Admission
 from .handlers import ServeContext, chat_completions, completions
 from .options import ServeOptions
@@ -144,11 +144,3 @@ def create_app(serving: Serving, metrics: MetricsCollector) -> FastAPI:
         return await chat_completions(serving.context(), body, request)
 
     return app
-
-
-def model_not_found(name: str, served: str) -> ApiError:
-    """OpenAI's answer for a model it does not have: 404, ``model_not_found`` (a request naming another
-    model than the served one gets the same, from ``handlers.check_common``)."""
-    return ApiError(
-        404, f"model {name!r} is not served here; this server serves {served!r}", param="model", code="model_not_found"
-    )

@@ -48,6 +48,14 @@ class ApiError(Exception):
         self.headers = headers
 
 
+def model_not_found(name: str, served: str) -> ApiError:
+    """OpenAI's answer for a model it does not have: 404, ``model_not_found``, whether a request names it
+    or ``GET /v1/models/{id}`` asks for it."""
+    return ApiError(
+        404, f"model {name!r} is not served here; this server serves {served!r}", param="model", code="model_not_found"
+    )
+
+
 def one_line(text: str, limit: int = 500) -> str:
     """The first line of ``text``, cut to ``limit`` characters (an error object carries no traceback)."""
     first = str(text).strip().splitlines()[0] if str(text).strip() else ""

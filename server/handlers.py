@@ -22,7 +22,7 @@ from graphtop.engine.prompts import Unencodable, encode_messages, has_chat_templ
 from graphtop.engine.sampling_params import MAX_NEW_TOKENS, SamplingParams
 
 from .chat import chat_messages
-from .errors import ApiError, error_body, one_line
+from .errors import ApiError, error_body, model_not_found, one_line
 from .generation import Admission, EngineFailed, Generation
 from .protocol import ChatCompletionRequest, CompletionRequest, completion_prompts, stop_strings, unsupported_field
 from .responses import DONE, ResponseShape, new_id, sse
@@ -45,12 +45,7 @@ class ServeContext:
 
 def check_common(ctx: ServeContext, body: Union[CompletionRequest, ChatCompletionRequest]) -> None:
     if body.model is not None and body.model != ctx.model_name:
-        raise ApiError(
-            404,
-            f"model {body.model!r} is not served here; this server serves {ctx.model_name!r}",
-            param="model",
-            code="model_not_found",
-        )
+        raise model_not_found(body.model, ctx.model_name)
     bad = unsupported_field(body)
     if bad is not None:
         name, value = bad
