@@ -239,9 +239,9 @@ def _main(argv: Sequence[str]) -> int:
         a = build_attach_parser().parse_args(argv[1:])
         return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
     if argv and argv[0] == "serve":
-        from .serve import build_serve_parser
+        from .serve import read_serve_args
 
-        args = build_serve_parser().parse_args(argv[1:])
+        args = read_serve_args(argv[1:])
         args.argv = list(argv)
         config = engine_config_from_args(args)
         if args.model is None:
@@ -303,11 +303,10 @@ def _main(argv: Sequence[str]) -> int:
 
     serve = None
     if args.serve:
-        from graphtop.server.options import DEFAULT_MAX_QUEUED
+        from .serve import make_options
 
-        from .serve import serve_options
-
-        serve = serve_options(*args.serve, None, DEFAULT_MAX_QUEUED, args.model, None)
+        host, port = args.serve  # no access log: its lines would be drawn over the dashboard
+        serve = make_options(host, port, model=args.model, name=None, api_key=None, log_requests=False)
     return run_interactive(args.model, config, args.theme, telemetry=args.telemetry or "ipc", serve=serve)
 
 

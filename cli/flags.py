@@ -8,13 +8,26 @@ for a bad combination). torch is imported only inside the functions that build t
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, NoReturn, Optional
 
+from graphtop.engine.arguments import short_repr
+
+from .aliases import DTYPES, dtype_value, names
 from .flag_types import file_path, finite_float, nonempty, nonneg_int, positive_float, positive_int
 from .usage import UsageError
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every parser of the CLI (subparsers too: argparse makes them of their parent's class).
+
+    Abbreviations are off: with them ``--mem-fraction`` silently meant ``--mem-fraction-static``, and a
+    flag added later could change what an abbreviation on someone's command line means."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, not usage + error
         raise UsageError(message)
 
@@ -31,11 +44,26 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="accept checkpoint files that are symbolic links out of the folder (HF cache snapshots)",
     )
+    p.add_argument(
+        "--chat-template",
+        type=nonempty("chat template"),
+        metavar="FILE|TEMPLATE",
+        help="a Jinja chat template, or a file holding one, used instead of the tokenizer's (default: the "
+        "tokenizer's own)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="accepted so vLLM and SGLang command lines run; it does nothing: graphtop never runs code "
+        "from a checkpoint",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16", "float16"],
-        help="weights/activations dtype (default: bfloat16 on CUDA, float32 on CPU)",
+        type=dtype_value,
+        metavar="{" + ",".join(DTYPES) + "}",
+        help="weights/activations dtype; half = float16, float = float32 (default: auto, bfloat16 on CUDA, "
+        "float32 on CPU)",
     )
     p.add_argument("--attention-backend", choices=["auto", "flashinfer", "torch"], default="auto")
     p.add_argument("--page-size", type=positive_int, default=1, help="KV page size in tokens")
@@ -45,11 +73,11 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
         default=2048,
         help="max tokens one prefill step takes (longer prompts are chunked)",
     )
-    p.add_argument("--max-running-requests", type=positive_int)
+    p.add_argument(*names("--max-running-requests"), type=positive_int)
     p.add_argument("--max-total-tokens", type=positive_int, help="cap on the KV pool size in tokens")
-    p.add_argument("--max-context-len", type=positive_int)
+    p.add_argument(*names("--max-context-len"), type=positive_int)
     p.add_argument(
-        "--mem-fraction-static",
+        *names("--mem-fraction-static"),
         type=finite_float(0.0, 1.0, lo_open=True),
         default=0.85,
         help="CUDA: fraction of device memory for weights + KV pool",
@@ -81,7 +109,7 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
         help="relative logit error over which a parity check is a mismatch (default: by dtype)",
     )
     p.add_argument(
-        "--tp",
+        *names("--tp"),
         type=positive_int,
         default=1,
         metavar="N",
@@ -106,7 +134,7 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
         type=finite_float(0.0),
         help="refuse a prefill graph when padding exceeds this fraction of the bucket",
     )
-    g.add_argument("--disable-cuda-graph", action="store_true", help="eager only (both phases)")
+    g.add_argument(*names("--disable-cuda-graph"), action="store_true", help="eager only (both phases)")
     g.add_argument(
         "--no-graph-emulation",
         dest="graph_emulation",
@@ -159,6 +187,38 @@ def graph_flags(args: argparse.Namespace) -> dict[str, Any]:
     return flags
 
 
+MAX_TEMPLATE_BYTES = 1 << 20
+"""A chat template file larger than this is not a template (a checkpoint or a log named by mistake)."""
+
+
+def chat_template_text(value: Optional[str]) -> Optional[str]:
+    """``--chat-template``: the text of a file, or the value itself when it is a Jinja template (vLLM reads
+    it the same way), compiled here so a broken template is refused before the model loads."""
+    from graphtop.models import CheckpointError
+    from graphtop.models.checkpoint.tokenizer_check import check_template_text
+
+    if value is None:
+        return None
+    if os.path.isfile(value):
+        try:
+            if os.path.getsize(value) > MAX_TEMPLATE_BYTES:
+                raise UsageError(f"--chat-template: {value} is over {MAX_TEMPLATE_BYTES >> 20} MiB: not a template")
+            with open(value, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"--chat-template: cannot read {value}: {getattr(e, 'strerror', None) or e}") from None
+        where = value
+    elif "{{" in value or "{%" in value:
+        text, where = value, "--chat-template"
+    else:
+        raise UsageError(f"--chat-template: {short_repr(value)} is neither a file nor a Jinja template")
+    try:
+        check_template_text(text, where)
+    except CheckpointError as e:
+        raise UsageError(f"--chat-template: {e}") from None
+    return text
+
+
 def engine_config_from_args(args: argparse.Namespace) -> Any:
     from graphtop.engine.config import EngineConfig
     from graphtop.engine.graphs.config import GraphConfigError, build_graph_config
@@ -186,6 +246,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         allow_external_weights=args.allow_external_weights,
         tp_size=args.tp,
         capture_before_serving=args.capture_before_serving,
+        chat_template=chat_template_text(args.chat_template),
         graphs=graphs,
     )
     try:

@@ -132,7 +132,15 @@ def document(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the epilog's layout and says every flag's default (unless its text already does)."""
+    """Keeps the epilog's layout and says every flag's default (unless its text already does). A flag
+    with aliases (``aliases.ALIASES``) shows its value's format once: ``--tp N, --tensor-parallel-size,
+    --tp-size``."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        text = super()._format_action_invocation(action)
+        if len(action.option_strings) < 2 or action.nargs == 0:
+            return text
+        return ", ".join([text.split(", ")[0], *action.option_strings[1:]])
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

@@ -10,14 +10,16 @@ is its command line: the engine and CUDA-graph flags of ``flags``, plus the serv
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import threading
-from typing import Any, Optional
+import time
+from typing import Any, Optional, Sequence
 
 from graphtop.engine.gc_freeze import frozen_heap
 
-from .flag_types import file_path, int_in, nonempty, nonneg_int
+from .flag_types import MAX_SEED, file_path, finite_float, int_in, nonempty, nonneg_int, positive_int
 from .flags import _Parser, add_engine_flags, add_telemetry_flag
 from .help_text import HelpFormatter, document
 from .usage import UsageError, print_error
@@ -28,30 +30,38 @@ POLL_S = 0.5
 
 
 def build_serve_parser() -> argparse.ArgumentParser:
-    from graphtop.server.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_PORT
+    from graphtop.server import options as o
 
     p = _Parser(
         prog="graphtop serve",
         formatter_class=HelpFormatter,
         description="Serve a model over an OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions,\n"
         "/v1/models, /health, and Prometheus metrics at /metrics. Headless; every engine and\n"
-        "CUDA-graph flag of graphtop applies. Ctrl-C (or SIGTERM) stops it.",
-        epilog="examples:\n  graphtop serve --model ~/models/Qwen3-0.6B --port 8000\n"
+        "CUDA-graph flag of graphtop applies, and vLLM's and SGLang's names for them too.\n"
+        "Ctrl-C (or SIGTERM) stops it, letting the requests in flight finish first.",
+        epilog="examples:\n  graphtop serve ~/models/Qwen3-0.6B --port 8000\n"
         "  graphtop serve --record served.jsonl --telemetry   # watch: graphtop attach\n"
         "  graphtop advise served.jsonl                        # buckets for that traffic",
+    )
+    p.add_argument(
+        "model_path",
+        nargs="?",
+        type=file_path,
+        metavar="MODEL",
+        help="the model, as --model gives it (vLLM's and SGLang's positional form)",
     )
     add_engine_flags(p)
     s = p.add_argument_group("server")
     s.add_argument(
         "--host",
-        default=DEFAULT_HOST,
+        default=o.DEFAULT_HOST,
         metavar="HOST",
         help="address to listen on (another than loopback without --api-key prints a warning)",
     )
     s.add_argument(
         "--port",
         type=int_in(0, 65535),
-        default=DEFAULT_PORT,
+        default=o.DEFAULT_PORT,
         metavar="PORT",
         help="port to listen on (0: a free one, printed at start)",
     )
@@ -64,7 +74,7 @@ def build_serve_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--max-queued-requests",
         type=nonneg_int,
-        default=DEFAULT_MAX_QUEUED,
+        default=o.DEFAULT_MAX_QUEUED,
         metavar="N",
         help="requests that may wait beyond the running batch; past them a request gets 429",
     )
@@ -75,20 +85,93 @@ def build_serve_parser() -> argparse.ArgumentParser:
         help="the model id of /v1/models (default: the model's folder or file name, demo for the demo)",
     )
     s.add_argument(
+        "--seed",
+        type=int_in(0, MAX_SEED),
+        metavar="N",
+        help="the sampling seed of requests that give none, so a repeated request gets the same answer "
+        "(default: none, each such request samples afresh)",
+    )
+    s.add_argument(
         "--record",
         type=file_path,
         metavar="TRACE.jsonl",
         help="save the event trace of what was served (graphtop advise reads it)",
     )
+    s.add_argument(
+        "--disable-log-requests",
+        action="store_true",
+        help="no access log line per request on stderr (errors included)",
+    )
+    c = p.add_argument_group("connections")
+    seconds = finite_float(0.0, 1e6)
+    c.add_argument(
+        "--timeout-keep-alive",
+        type=seconds,
+        default=o.DEFAULT_KEEP_ALIVE_S,
+        metavar="S",
+        help="close a keep-alive connection idle this long",
+    )
+    c.add_argument(
+        "--timeout-headers",
+        type=seconds,
+        default=o.DEFAULT_HEADER_TIMEOUT_S,
+        metavar="S",
+        help="close a connection that has not sent a request's headers this long after it opened (or after "
+        "its last response)",
+    )
+    c.add_argument(
+        "--max-connections",
+        type=positive_int,
+        metavar="N",
+        help="open connections at most; past them the oldest idle one is closed (default: what the open-file "
+        "limit leaves, ulimit -n)",
+    )
+    c.add_argument(
+        "--timeout-graceful-shutdown",
+        type=seconds,
+        default=o.DEFAULT_SHUTDOWN_TIMEOUT_S,
+        metavar="S",
+        help="on Ctrl-C or SIGTERM, how long requests in flight may take to finish; then each stream gets "
+        "a last error chunk and [DONE]",
+    )
     add_telemetry_flag(p.add_argument_group("telemetry"))
     return document(p)
 
 
-def serve_options(
-    host: str, port: int, api_key: Optional[str], max_queued: Optional[int], model: Optional[str], name: Optional[str]
+def read_serve_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``graphtop serve``'s arguments; the positional model and ``--model`` are one setting."""
+    args = build_serve_parser().parse_args(argv)
+    if args.model_path is not None:
+        if args.model is not None and args.model != args.model_path:
+            raise UsageError(f"two models: {args.model_path} and --model {args.model}; give one")
+        args.model = args.model_path
+    return args
+
+
+def serve_options(args: Any) -> Any:
+    """The ServeOptions of ``graphtop serve``'s command line (UsageError for a bad value); the key falls
+    back to the environment's."""
+    return make_options(
+        args.host,
+        args.port,
+        model=args.model,
+        name=args.served_model_name,
+        api_key=args.api_key,
+        max_queued_requests=args.max_queued_requests,
+        seed=args.seed,
+        log_requests=not args.disable_log_requests,
+        timeout_keep_alive=args.timeout_keep_alive,
+        timeout_headers=args.timeout_headers,
+        max_connections=args.max_connections,
+        shutdown_timeout=args.timeout_graceful_shutdown,
+    )
+
+
+def make_options(
+    host: str, port: int, *, model: Optional[str], name: Optional[str], api_key: Optional[str], **more: Any
 ) -> Any:
-    """The ServeOptions of a command line (UsageError for a bad value); the key falls back to the
-    environment's."""
+    """ServeOptions (UsageError for a bad value): the served name from the model's path unless given, the
+    API key from the environment unless given. ``more``: ServeOptions' other fields."""
     from graphtop.server.options import ServeOptions, model_name_for
 
     try:
@@ -96,8 +179,8 @@ def serve_options(
             host=host,
             port=port,
             api_key=api_key or os.environ.get(API_KEY_ENV) or None,
-            max_queued_requests=max_queued,
             model_name=name or model_name_for(model),
+            **more,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -148,9 +231,9 @@ def _recorder(args: Any, bus: Any) -> Any:
 
 
 def run_serve(args: Any, config: Any) -> int:
-    options = serve_options(
-        args.host, args.port, args.api_key, args.max_queued_requests, args.model, args.served_model_name
-    )
+    """Serve until Ctrl-C or SIGTERM. The API answers from before the model loads (``/health`` 503 until it
+    serves), and stops gracefully: the requests in flight get ``--timeout-graceful-shutdown`` seconds."""
+    options = serve_options(args)
     _check_record(args)
     sock = bind(options)
     warn_if_exposed(options)
@@ -161,18 +244,26 @@ def run_serve(args: Any, config: Any) -> int:
     from graphtop.server.server import ApiServer, ServeError
 
     from .headless import _load_engine
+    from .serve_progress import say, start_load_lines
 
     bus = EventBus()
     metrics = MetricsCollector(bus)
-    recorder = endpoint = engine = api = None
+    recorder = endpoint = engine = api = lines = None
     serving = False
     stopped = "stopped"
+    log_handlers = _log_to_stderr()
     try:
         recorder = _recorder(args, bus)
         if args.telemetry:
             from .endpoint import open_endpoint
 
             endpoint = open_endpoint(bus, args.telemetry, args.model or "demo model")
+        try:
+            api = ApiServer(None, options, metrics=metrics, sock=sock).start()
+        except ServeError as e:
+            raise UsageError(str(e)) from None
+        started = time.perf_counter()
+        lines = start_load_lines(bus, args.model, f"{api.url}/health")
         engine = _load_engine(args, config, bus)
         if recorder is not None:
             try:
@@ -183,10 +274,10 @@ def run_serve(args: Any, config: Any) -> int:
         if endpoint is not None:
             engine.serve_telemetry(server=endpoint)
         engine.start_background()
-        try:
-            api = ApiServer(engine, options, metrics=metrics, sock=sock).start()
-        except ServeError as e:
-            raise UsageError(str(e)) from None
+        api.attach(engine)
+        lines.stop()
+        lines = None
+        say(f"graphtop: ready in {time.perf_counter() - started:.1f} s")
         print(
             f"graphtop: serving {options.model_name} at {api.url}/v1 (OpenAI API) · {api.url}/metrics · "
             f"{api.url}/health — Ctrl-C stops",
@@ -203,14 +294,19 @@ def run_serve(args: Any, config: Any) -> int:
 
         stopped = f"stopped ({interrupt_status(e)[0]})"
     finally:
+        if lines is not None:
+            lines.stop()
         if api is not None:
-            api.close()
+            ended = _close_gracefully(api)
+            if ended:
+                stopped += f"; {ended} request(s) did not finish within --timeout-graceful-shutdown"
         if endpoint is not None:
             endpoint.close("graphtop serve stopped")
         if engine is not None:
             engine.close("the server stopped")
         metrics.close()
         sock.close()
+        _unlog(log_handlers)
         rec_result = None
         if recorder is not None and serving:
             rec_result = recorder.close()
@@ -224,3 +320,37 @@ def run_serve(args: Any, config: Any) -> int:
         print_error(rec_result.error_line)
         return 2
     return 0 if stopped.startswith("stopped") else 1
+
+
+def _close_gracefully(api: Any) -> int:
+    """Stop the API, the requests in flight given their time; a second Ctrl-C ends them at once. How many
+    were still running when the time ran out."""
+    try:
+        api.close()
+    except KeyboardInterrupt:
+        api.close(now=True)
+    return int(api.ended_at_shutdown)
+
+
+LOGGERS = ("graphtop.serve", "uvicorn.error")
+"""The server's loggers (its access log and connection problems, uvicorn's own): lines on stderr."""
+
+
+def _log_to_stderr() -> list[tuple[logging.Logger, logging.Handler, int]]:
+    """A stderr handler on each of ``LOGGERS`` while the server runs (removed by ``_unlog``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("graphtop: %(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    added = []
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        added.append((logger, handler, logger.level))
+        logger.addHandler(handler)
+        if name == "graphtop.serve":
+            logger.setLevel(logging.INFO)
+    return added
+
+
+def _unlog(added: list[tuple[logging.Logger, logging.Handler, int]]) -> None:
+    for logger, handler, level in added:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -53,6 +53,8 @@ class EngineConfig:
     # graphtop's cache folder (built checkpoints; compiled Triton kernels in its triton/); None:
     # $GRAPHTOP_CACHE_DIR, else the user cache folder
     cache_dir: Optional[str] = None
+    # A Jinja chat template used instead of the tokenizer's (``--chat-template``); None: the tokenizer's
+    chat_template: Optional[str] = None
     graphs: GraphConfig = field(default_factory=GraphConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
 
@@ -103,6 +105,8 @@ class EngineConfig:
             )
         if self.cache_dir is not None and not isinstance(self.cache_dir, str):
             raise TypeError(f"cache_dir must be a folder path (str) or None, got {type(self.cache_dir).__name__}")
+        if self.chat_template is not None and not (isinstance(self.chat_template, str) and self.chat_template):
+            raise TypeError(f"chat_template must be a non-empty template text or None, got {self.chat_template!r:.40}")
         if not isinstance(self.graphs, GraphConfig):  # a dict would fail later as "'dict' has no attribute"
             raise TypeError(
                 f"graphs must be a GraphConfig, got {type(self.graphs).__name__}; build one with "

@@ -95,6 +95,8 @@ class Engine(RequestApi, ControlApi, Closing):
         self.checkpoint = checkpoint
         self.model = checkpoint.model
         self.tokenizer = checkpoint.tokenizer
+        if config.chat_template is not None:  # before anything reads it (telemetry says whether chat works)
+            self.tokenizer.chat_template = config.chat_template
         self.spec = spec = checkpoint.spec
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype

@@ -1,10 +1,11 @@
-"""The "Help text" block of docs/cli.md: ``graphtop --help`` and every subcommand's, at 100 columns.
+"""The generated blocks of docs/cli.md: the "Help text" block (``graphtop --help`` and every subcommand's,
+at 100 columns) and the table of vLLM's and SGLang's flag names (``graphtop.cli.aliases``).
 
-    python scripts/cli_help_md.py            print it
-    python scripts/cli_help_md.py --write    put it into docs/cli.md between the cli-help markers
+    python scripts/cli_help_md.py            print the help block
+    python scripts/cli_help_md.py --write    put both into docs/cli.md between their markers
 
-tests/cli/test_cli_help.py checks that docs/cli.md holds exactly this, so its help texts stay true:
-after changing a flag or a help text, run it with --write.
+tests/cli/test_cli_help.py and tests/cli/test_cli_aliases.py check that docs/cli.md holds exactly these,
+so they stay true: after changing a flag, an alias or a help text, run it with --write.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ COMMANDS = (
 WIDTH = "100"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 START, END = "<!-- cli-help:start -->", "<!-- cli-help:end -->"
+ALIAS_START, ALIAS_END = "<!-- cli-aliases:start -->", "<!-- cli-aliases:end -->"
 
 
 def help_text(argv: list[str]) -> str:
@@ -59,16 +61,26 @@ def markdown() -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def doc_block(text: str) -> str:
+def alias_markdown() -> str:
+    from graphtop.cli.aliases import alias_table_md
+
+    return alias_table_md()
+
+
+def doc_block(text: str, start: str = START, end: str = END) -> str:
     """What docs/cli.md holds between the markers."""
-    return text.split(START, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+    return text.split(start, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+
+
+def _replaced(text: str, start: str, end: str, block: str) -> str:
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    return f"{head}{start}\n{block}{end}{tail}"
 
 
 def write_doc() -> None:
-    text = DOC.read_text()
-    head, rest = text.split(START, 1)
-    tail = rest.split(END, 1)[1]
-    DOC.write_text(f"{head}{START}\n{markdown()}{END}{tail}")
+    text = _replaced(DOC.read_text(), START, END, markdown())
+    DOC.write_text(_replaced(text, ALIAS_START, ALIAS_END, alias_markdown()))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from graphtop.engine.telemetry.metrics import CONTENT_TYPE, MetricsCollector
 
-from .errors import ApiError, error_body, error_response, install_handlers
+from .errors import ApiError, error_body, error_response, install_handlers, model_not_found
 from .generation import Admission
 from .handlers import ServeContext, chat_completions, completions
 from .options import ServeOptions
@@ -63,18 +63,54 @@ class BearerAuth:
         return scheme.lower() == b"bearer" and secrets.compare_digest(key.strip(), self.key)
 
 
-def create_app(engine: Any, options: ServeOptions, metrics: MetricsCollector) -> FastAPI:
-    """The application for ``engine`` (already serving: ``engine.start_background()``)."""
+LOADING = "the model is still loading; /health answers 200 once it serves"
+
+
+class Serving:
+    """What the routes answer for: nothing while the model loads (every route but ``/metrics`` then
+    answers 503 at once, instead of a connection left waiting in the listen queue), then the engine."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        self.ctx: Optional[ServeContext] = None
+
+    def attach(self, engine: Any) -> None:
+        """The model has loaded and ``engine`` serves on its background thread: answer for it."""
+        admission = Admission(engine.max_running, self.options.max_queued_requests)
+        self.ctx = ServeContext(engine, self.options.model_name, admission, default_seed=self.options.seed)
+
+    def context(self) -> ServeContext:
+        if self.ctx is None:
+            raise ApiError(503, LOADING, code="model_loading", headers={"Retry-After": "1"})
+        return self.ctx
+
+
+def model_card(ctx: ServeContext, created: int) -> dict[str, Any]:
+    return {
+        "id": ctx.model_name,
+        "object": "model",
+        "created": created,
+        "owned_by": "graphtop",
+        "max_model_len": ctx.engine.max_context_len,
+    }
+
+
+def create_app(serving: Serving, metrics: MetricsCollector) -> FastAPI:
+    """The application for ``serving``'s engine (once attached, already serving: ``engine.start_background()``)."""
+    options = serving.options
     app = FastAPI(title="graphtop", docs_url=None, redoc_url=None, openapi_url=None)
     install_handlers(app)
     if options.api_key is not None:
         app.add_middleware(BearerAuth, api_key=options.api_key)
-    ctx = ServeContext(engine, options.model_name, Admission(engine.max_running, options.max_queued_requests))
-    app.state.serve = ctx
+    app.state.serving = serving
     created = int(time.time())
 
     @app.get("/health")
     async def health() -> Response:
+        if serving.ctx is None:
+            body = error_body(503, LOADING, code="model_loading")
+            return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+        engine = serving.ctx.engine
         problem = engine_problem(engine)
         if problem is not None:
             return JSONResponse(error_body(503, f"unhealthy: {problem}", code="engine_unavailable"), status_code=503)
@@ -90,25 +126,21 @@ def create_app(engine: Any, options: ServeOptions, metrics: MetricsCollector) ->
 
     @app.get("/v1/models")
     async def models() -> Any:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": options.model_name,
-                    "object": "model",
-                    "created": created,
-                    "owned_by": "graphtop",
-                    "max_model_len": engine.max_context_len,
-                }
-            ],
-        }
+        return {"object": "list", "data": [model_card(serving.context(), created)]}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Any:
+        ctx = serving.context()
+        if model != ctx.model_name:
+            raise model_not_found(model, ctx.model_name)
+        return model_card(ctx, created)
 
     @app.post("/v1/completions")
     async def _completions(body: CompletionRequest, request: Request) -> Any:
-        return await completions(ctx, body, request)
+        return await completions(serving.context(), body, request)
 
     @app.post("/v1/chat/completions")
     async def _chat(body: ChatCompletionRequest, request: Request) -> Any:
-        return await chat_completions(ctx, body, request)
+        return await chat_completions(serving.context(), body, request)
 
     return app

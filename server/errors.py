@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
-    404: "not_found_error",
+    404: "invalid_request_error",  # OpenAI's type for an unknown model or route
     405: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
@@ -46,6 +46,14 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = headers
+
+
+def model_not_found(name: str, served: str) -> ApiError:
+    """OpenAI's answer for a model it does not have: 404, ``model_not_found``, whether a request names it
+    or ``GET /v1/models/{id}`` asks for it."""
+    return ApiError(
+        404, f"model {name!r} is not served here; this server serves {served!r}", param="model", code="model_not_found"
+    )
 
 
 def one_line(text: str, limit: int = 500) -> str:

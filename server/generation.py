@@ -17,14 +17,30 @@ from graphtop.engine.errors import EngineError
 from graphtop.engine.request import FinishReason, RequestHandle, TokenLogprob
 from graphtop.engine.sampling_params import SamplingParams
 
-from .errors import ApiError, one_line
+from .errors import ApiError, error_body, one_line
 
 FINISH = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
 """The engine's finish reasons as OpenAI names them (an end-of-sequence token is a natural stop)."""
 
 
 class EngineFailed(Exception):
-    """A request the engine ended without finishing it (a failed step, a closed engine); one line."""
+    """A request the engine ended without finishing it (a failed step, a closed engine); one line. Once a
+    stream has begun it is the stream's last chunk (``error_body``), before it the response
+    (``api_error``)."""
+
+    status, code, prefix = 500, "engine_error", "the engine failed this request: "
+
+    def api_error(self) -> ApiError:
+        return ApiError(self.status, f"{self.prefix}{self}", code=self.code)
+
+    def error_body(self) -> dict:
+        return error_body(self.status, f"{self.prefix}{self}", code=self.code)
+
+
+class ServerStopping(EngineFailed):
+    """The server stopped (SIGTERM) before the request finished: its stream is ended, not cut."""
+
+    status, code, prefix = 503, "server_shutting_down", ""
 
 
 @dataclass
@@ -87,9 +103,19 @@ class Generation:
     """``n`` choices for each prompt, as engine requests ``{request_id}-{i}`` (choice ``i`` of the whole
     request: prompt ``p``'s choice ``j`` is ``p * n + j``, OpenAI's numbering)."""
 
-    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop, output: Output = Output()) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        loop: asyncio.AbstractEventLoop,
+        output: Output = Output(),
+        *,
+        default_seed: Optional[int] = None,
+    ) -> None:
         self.engine = engine
         self.output = output
+        self.default_seed = default_seed
+        self.prompt_count = self.n = 0
+        self._stopped: Optional[str] = None
         self.handles: list[RequestHandle] = []
         self._loop = loop
         self._event = asyncio.Event()
@@ -100,6 +126,12 @@ class Generation:
     def submit(self, prompts: Sequence[Any], params: SamplingParams, n: int, request_id: str, param: str) -> None:
         """Queue every choice; a prompt the engine refuses cancels those already queued (ApiError 400),
         a closed engine is a 503. ``param``: the request field the prompts came from."""
+        from .access import note_generation
+
+        if params.seed is None and self.default_seed is not None:
+            params = params.replace(seed=self.default_seed)  # before the choices: choice j takes seed + j
+        self.prompt_count, self.n = len(prompts), n
+        note_generation(self)
         try:
             for p, prompt in enumerate(prompts):
                 for j in range(n):
@@ -149,6 +181,8 @@ class Generation:
         while not self.finished:
             await self._event.wait()
             self._event.clear()
+            if self._stopped is not None:
+                raise ServerStopping(self._stopped)
             batch = self._collect()
             if batch:
                 yield batch
@@ -179,6 +213,22 @@ class Generation:
             self._started[i] = True
             out.append(update)
         return out
+
+    def stop(self, reason: str) -> None:
+        """End the request now, its reader raising ServerStopping(reason) (a shutdown whose wait ran out).
+        On the event loop's thread."""
+        if self.finished:
+            return
+        self._stopped = reason
+        self.cancel()
+        self._event.set()
+
+    def token_counts(self) -> tuple[int, int]:
+        """(prompt, completion) tokens so far, for the access log."""
+        if not self.handles:
+            return 0, 0
+        usage = self.usage(min(self.prompt_count, len(self.handles) // max(1, self.n)), self.n)
+        return usage["prompt_tokens"], usage["completion_tokens"]
 
     def cancel(self) -> None:
         """Cancel every choice still running (a client that left, or a sibling refused)."""

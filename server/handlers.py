@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Union
+from typing import Any, AsyncIterator, Optional, Union
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -25,7 +25,7 @@ from graphtop.engine.prompts import Unencodable, chat_template_options, encode_m
 from graphtop.engine.sampling_params import MAX_NEW_TOKENS, SamplingParamError, SamplingParams
 
 from .chat import chat_messages
-from .errors import ApiError, error_body
+from .errors import ApiError, error_body, model_not_found
 from .generation import Admission, EngineFailed, Generation, Output
 from .logprobs import LogprobWriter
 from .protocol import (
@@ -53,16 +53,12 @@ class ServeContext:
     engine: Any
     model_name: str
     admission: Admission
+    default_seed: Optional[int] = None  # the seed of requests that give none (graphtop serve --seed)
 
 
 def check_common(ctx: ServeContext, body: Union[CompletionRequest, ChatCompletionRequest]) -> None:
     if body.model is not None and body.model != ctx.model_name:
-        raise ApiError(
-            400,
-            f"model {body.model!r} is not served here; this server serves {ctx.model_name!r}",
-            param="model",
-            code="model_not_found",
-        )
+        raise model_not_found(body.model, ctx.model_name)
     bad = unsupported_field(body)
     if bad is not None:
         name, value = bad
@@ -186,7 +182,7 @@ async def generate(
 ) -> Any:
     count = len(prompts) * body.n
     ctx.admission.admit(count)
-    gen = Generation(ctx.engine, asyncio.get_running_loop(), output)
+    gen = Generation(ctx.engine, asyncio.get_running_loop(), output, default_seed=ctx.default_seed)
     released = False
 
     def release() -> None:  # once, whichever way the request ends
@@ -231,7 +227,7 @@ async def _stream(gen: Generation, shape: ResponseShape, prompt_count: int, n: i
         if shape.include_usage:
             yield shape.usage_chunk(gen.usage(prompt_count, n))
     except EngineFailed as e:  # the status line is sent: the error goes in the stream, as vLLM sends it
-        yield sse(error_body(500, f"the engine failed this request: {e}", code="engine_error"))
+        yield sse(e.error_body())
     finally:
         release()
     yield DONE
@@ -258,7 +254,7 @@ async def _collect(gen: Generation, shape: ResponseShape, request: Request, prom
     try:
         consumer.result()
     except EngineFailed as e:
-        raise ApiError(500, f"the engine failed this request: {e}", code="engine_error") from None
+        raise e.api_error() from None
     return shape.response(choices, gen.usage(prompt_count, n))
 
 

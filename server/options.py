@@ -1,4 +1,5 @@
-"""What a server is told: where to listen, who may call it, how many requests may wait."""
+"""What a server is told: where to listen, who may call it, how many requests may wait, how long a
+connection may take, and how long a shutdown waits for the requests in flight."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ from typing import Optional
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_MAX_QUEUED = 1024
+DEFAULT_KEEP_ALIVE_S = 5.0
+"""uvicorn's default (and vLLM's): an idle keep-alive connection is closed after this long."""
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+"""A connection must finish a request's headers this long after it opened (or after its last response)."""
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+"""On SIGTERM, requests in flight get this long to finish before their streams are ended."""
 
 
 @dataclass(frozen=True)
@@ -16,13 +23,22 @@ class ServeOptions:
     """``max_queued_requests``: requests that may wait for a running slot beyond the engine's running
     batch (None: no bound); past it a request gets 429. ``api_key``: clients must send
     ``Authorization: Bearer KEY`` to ``/v1/*`` (``/health`` and ``/metrics`` stay open, as in vLLM).
-    ``model_name``: the id ``/v1/models`` lists and requests must name (or leave out)."""
+    ``model_name``: the id ``/v1/models`` lists and requests must name (or leave out). ``seed``: the
+    sampling seed of requests that give none. ``log_requests``: a line per request on the
+    ``graphtop.serve`` logger. ``timeout_keep_alive``, ``timeout_headers``, ``max_connections``: the
+    connection limits of ``connections``; ``shutdown_timeout``: how long a shutdown waits for requests."""
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     api_key: Optional[str] = None
     max_queued_requests: Optional[int] = DEFAULT_MAX_QUEUED
     model_name: str = "graphtop"
+    seed: Optional[int] = None
+    log_requests: bool = True
+    timeout_keep_alive: float = DEFAULT_KEEP_ALIVE_S
+    timeout_headers: float = DEFAULT_HEADER_TIMEOUT_S
+    max_connections: Optional[int] = None
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not isinstance(self.port, int) or isinstance(self.port, bool) or not 0 <= self.port <= 65535:
@@ -33,6 +49,12 @@ class ServeOptions:
             raise ValueError("the API key is empty")
         if not self.model_name:
             raise ValueError("the served model name is empty")
+        for name in ("timeout_keep_alive", "timeout_headers", "shutdown_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e6:
+                raise ValueError(f"{name} must be a number of seconds in [0, 1e6), got {value!r}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
 
 
 def is_loopback(host: str) -> bool:

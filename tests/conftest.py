@@ -15,6 +15,16 @@ import pytest
 pytest_plugins = ["support.cli_support", "support.load_support"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-load",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the tests of tests/tui beside N spinning processes (default: $GRAPHTOP_TEST_CPU_LOAD, else 0)",
+    )
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """``tiny_ckpt(family, seed=0, **overrides)`` -> a tiny random checkpoint folder, built once per

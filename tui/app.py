@@ -45,6 +45,7 @@ from .safe_text import error_line, printable
 from .screens.dashboard import DashboardScreen
 from .sessions.base import Session, SessionError
 from .state import DashboardState
+from .widgets.panel import drawable
 from .widgets.prompt_console import PromptConsole
 
 if TYPE_CHECKING:  # the engine package imports torch; the first frame must not wait for it
@@ -155,6 +156,12 @@ class GraphtopApp(GraphActions, FileActions):
             return
         await super().on_event(event)
 
+    def _drawing(self) -> bool:
+        """Whether the dashboard can be drawn: not before its screen exists, nor once the app is shutting
+        down (a tick, a toast's timer or a worker's message can still come then)."""
+        dashboard = getattr(self, "dashboard", None)
+        return not self._stop.is_set() and dashboard is not None and drawable(dashboard)
+
     def on_unmount(self) -> None:
         self._stop.set()
         if self._switch_interval is not None:
@@ -192,7 +199,7 @@ class GraphtopApp(GraphActions, FileActions):
         layout's other views, the device panel every second), does not always repaint what the toast
         covered: in a real terminal the toast stayed on screen for minutes, until a key changed the view.
         """
-        if not self._stop.is_set():
+        if self._drawing():
             self.screen.refresh()
 
     def apply_mode(self) -> None:
@@ -298,7 +305,7 @@ class GraphtopApp(GraphActions, FileActions):
         ``now`` (the timer passes ``time.monotonic()``) lets each panel skip a render that is not
         due yet (``Panel.MIN_INTERVAL``); without it every changed panel renders at once.
         """
-        if self._stop.is_set():  # shutting down: widgets may already be gone
+        if not self._drawing():  # shutting down: widgets may already be gone
             return 0
         session = self.session
         replay = session.replay
@@ -339,6 +346,8 @@ class GraphtopApp(GraphActions, FileActions):
     def render_all(self, *, force: bool = False, now: Optional[float] = None) -> None:
         """Re-render every panel whose state areas changed (all of them when ``force``); with
         ``now``, only those due by their ``MIN_INTERVAL``."""
+        if not self._drawing():
+            return
         state = self.state
         dashboard = self.dashboard
         for panel in dashboard.panels:
@@ -350,6 +359,8 @@ class GraphtopApp(GraphActions, FileActions):
             dashboard.replay_bar.update_view(replay)
 
     def render_status(self, *, force: bool = False) -> None:
+        if not self._drawing():
+            return
         replay = self.session.replay
         if replay is not None:
             mode = "REPLAY · PAUSED" if replay.paused else "REPLAY"

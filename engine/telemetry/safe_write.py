@@ -137,8 +137,10 @@ def check_output(path: PathLike, label: str, *, probe: bool = False) -> OutputTa
             fd, tmp = _temp_beside(p)
         except OSError as exc:
             raise OutputPathError(f"{label} {path}: cannot create a file in {parent}: {exc.strerror or exc}") from None
-        os.close(fd)
-        os.unlink(tmp)
+        try:  # an interrupt raised as os.close returns must not leave the probe behind
+            os.close(fd)
+        finally:
+            _remove_quietly(tmp)
     if st is None:
         return OutputTarget(p, "new")
     return OutputTarget(p, "regular", stat.S_IMODE(st.st_mode))
@@ -189,7 +191,17 @@ def _temp_stem(name: str, parent: Path) -> str:
     return name if len(raw) <= room else os.fsdecode(raw[:room].decode("utf-8", "ignore").encode("utf-8"))
 
 
+def _remove_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _temp_beside(target: Path) -> tuple[int, Path]:
+    """A new file beside ``target`` and its descriptor. A Python signal handler runs as a C call returns, so
+    a SIGTERM landing during ``os.open`` raises after the file was made and before its name is handed back:
+    it is removed here, the caller having nothing to remove it by."""
     parent = target.parent if str(target.parent) else Path(".")
     stem = _temp_stem(target.name, parent)
     for _ in range(100):
@@ -198,6 +210,9 @@ def _temp_beside(target: Path) -> tuple[int, Path]:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), NEW_FILE_MODE)
         except FileExistsError:
             continue
+        except BaseException:  # an interrupt (SIGTERM) raised as os.open returned: the file exists, unheld
+            _remove_quietly(tmp)
+            raise
         return fd, tmp
     raise FileExistsError(f"no free temporary name beside {target}")
 

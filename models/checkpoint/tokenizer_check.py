@@ -64,6 +64,12 @@ def check_chat_template(tokenizer: Any, where: str, folder: Optional[Path] = Non
         ) from None
 
 
+def check_template_text(text: str, where: str) -> None:
+    """A chat template given apart from the checkpoint (``--chat-template``) compiles as transformers will
+    compile it; CheckpointError naming ``where`` otherwise."""
+    _compile("default", text, where, None)
+
+
 def _compile(name: str, text: Any, where: str, folder: Optional[Path]) -> None:
     """Compile ``text`` as transformers will (its sandboxed environment and extensions)."""
     if not isinstance(text, str):

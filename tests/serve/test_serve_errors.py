@@ -51,7 +51,6 @@ BAD = [
     (COMPLETIONS, {"prompt": 5}, "prompt", None, "prompt must be a string"),
     (COMPLETIONS, {"prompt": []}, "prompt", None, "prompt is empty"),
     (COMPLETIONS, {"max_tokens": 3}, "prompt", "missing_field", "prompt is required"),
-    (COMPLETIONS, {"prompt": "x", "model": "gpt-4"}, "model", "model_not_found", "'gpt-4' is not served"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, "max_tokens", "invalid_value", "at least 1 (0 only with echo)"),
     (COMPLETIONS, {"prompt": "x", "logprobs": 21}, "logprobs", "invalid_value", "logprobs must be at most 20"),
     (COMPLETIONS, {"prompt": "x", "logprobs": True}, "logprobs", "invalid_value", "valid integer"),

@@ -225,3 +225,31 @@ def test_a_name_at_the_folders_limit_is_written_through_a_shorter_temporary(tmp_
     staged.publish()
     staged.discard()
     assert (tmp_path / ("c" * 255)).read_bytes() == b"x"
+
+
+def test_an_interrupt_as_a_temporary_file_is_made_leaves_none_behind(tmp_path: Path, monkeypatch) -> None:
+    """A SIGTERM handler raises as the C call it landed in returns: os.open has made the file, the caller
+    never got its name. Seen under load: a headless run killed while staging --output left it behind."""
+    from graphtop.engine.telemetry import safe_write
+
+    real_open, real_close = os.open, os.close
+
+    def made_then_interrupted(path, *args, **kwargs):
+        real_close(real_open(path, *args, **kwargs))
+        raise KeyboardInterrupt
+
+    def closed_then_interrupted(fd):
+        real_close(fd)
+        raise KeyboardInterrupt
+
+    target = tmp_path / "out.jsonl"
+    with monkeypatch.context() as m:
+        m.setattr(safe_write.os, "open", made_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            safe_write.open_staged(target, "--output")
+    assert list(tmp_path.iterdir()) == []
+    with monkeypatch.context() as m:
+        m.setattr(safe_write.os, "close", closed_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            safe_write.check_output(target, "--output", probe=True)
+    assert list(tmp_path.iterdir()) == []

@@ -33,7 +33,7 @@ from ..widgets.capture_panel import CapturePanel
 from ..widgets.device_panel import DevicePanel
 from ..widgets.kv_panel import KVPanel
 from ..widgets.ledger_panel import LedgerPanel
-from ..widgets.panel import Panel
+from ..widgets.panel import Panel, drawable
 from ..widgets.parity_panel import ParityPanel
 from ..widgets.prompt_console import PromptConsole
 from ..widgets.replay_bar import ReplayBar
@@ -153,6 +153,8 @@ class DashboardScreen(Screen[None]):
 
     def reflow(self) -> None:
         """Show, hide and size the panels for the layout, the view and the palette's choices."""
+        if not drawable(self):  # a panel's WantedChanged can arrive while the screen is being removed
+            return
         if self.compact:
             views = self.available_views()
             if views and self.view not in views:

@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from ..device_probe import DeviceSample
 from ..fmt import bar, human_bytes
-from .panel import set_content
+from .panel import drawable, set_content
 
 
 def _opt(value: Optional[float], fmt: str) -> str:
@@ -40,7 +40,7 @@ class DevicePanel(Vertical):
         """Render ``sample``; an identical text (same numbers as last second) costs no repaint."""
         self.sample = sample
         bodies = self.query("#device-body")
-        if not bodies:  # a sample can arrive before compose: on_mount shows the latest one
+        if not bodies or not drawable(self):  # a sample before compose (on_mount shows the latest one) or at exit
             return
         body = bodies.first(Static)
         if sample is None:

@@ -16,6 +16,7 @@ from typing import ClassVar, Optional
 from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Static
 
 from ..safe_text import safe_content
@@ -44,6 +45,24 @@ def set_content(widget: Static, content: Content) -> bool:
     widget._graphtop_content = content  # type: ignore[attr-defined]
     widget.update(content, layout=layout)
     return True
+
+
+def drawable(widget: Widget) -> bool:
+    """Whether ``widget`` is still in a running app: its children (composed once it was mounted) can be
+    looked up and drawn into.
+
+    The UI timer, a refresh callback or a message from a worker can run while the app shuts down (a
+    test's shutdown prunes the screen without ``App.exit``, its timer still ticking; an exit's messages
+    still queued): a query for a child then raises NoMatches. Every path that draws into children asks
+    this first, the one place that knows how Textual says a node is going. The app renders only once
+    its screen is mounted (``DashboardScreen.Ready``); a widget that can be told something before its
+    own compose (the device panel) also checks that its children exist."""
+    if not widget.is_attached:
+        return False
+    app = widget.app
+    if not app.is_running or getattr(app, "_exit", False):
+        return False
+    return not any(getattr(widget, flag, False) for flag in ("_pruning", "_closing", "_closed"))
 
 
 class Panel(Vertical):
@@ -76,6 +95,8 @@ class Panel(Vertical):
 
     def update_view(self, state: DashboardState, *, force: bool = False, now: Optional[float] = None) -> bool:
         """Re-render from ``state`` if any of this panel's areas changed (and, with ``now``, if due)."""
+        if not drawable(self):  # stays dirty: drawn once it can be
+            return False
         revs = state.revs
         key = (id(state), tuple(revs[a] for a in self.AREAS))
         if not force:

@@ -25,6 +25,7 @@ from textual.widgets import Checkbox, Input, Static
 
 from ..sessions.base import SamplingSettings, StreamHandle
 from .history_input import HistoryInput
+from .panel import drawable
 from .request_view import RequestView
 from .sampling_row import SamplingRow
 
@@ -191,7 +192,7 @@ class PromptConsole(Vertical):
 
         Called on every UI tick: with nothing in flight it is one truth test.
         """
-        if not self._in_flight:
+        if not self._in_flight or not drawable(self):
             return 0
         changed = 0
         for view in self._in_flight:
@@ -204,4 +205,5 @@ class PromptConsole(Vertical):
         return changed
 
     def set_chat_available(self, available: bool) -> None:
-        self.query_one(SamplingRow).set_chat_available(available)
+        if drawable(self):  # the engine's ready message may come while the app shuts down
+            self.query_one(SamplingRow).set_chat_available(available)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
 from ..sessions.base import ReplayControls
+from .panel import drawable
 
 KEYS = "←/→ 5s · shift+←/→ 1 event · +/- speed · space pause"
 BACK_TO_LIVE = " · l back to live"
@@ -43,12 +43,11 @@ class ReplayBar(Vertical):
         state = "[$warning]❚❚ paused[/]" if session.paused else "[$success]▶ playing[/]"
         if session.finished and not session.paused:
             state = "[$text-muted]■ end[/]"
-        try:
-            label = self.query_one("#replay-label", Label)
-            progress = self.query_one(ProgressBar)
-            keys = self.query_one("#replay-keys", Label)
-        except NoMatches:  # a timer tick while the app shuts down, after the children were removed
+        if not drawable(self):  # a timer tick while the app shuts down, after the children were removed
             return
+        label = self.query_one("#replay-label", Label)
+        progress = self.query_one(ProgressBar)
+        keys = self.query_one("#replay-keys", Label)
         label.update(
             Content.from_markup(
                 f"{state} $speed  $pos / $dur  event $cur/$tot",

@@ -12,14 +12,13 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
-from textual.css.query import NoMatches
 from textual.widgets import Label, Static
 
 from ..explain import STATUS_ITEMS
 from ..fmt import pct
 from ..safe_text import literal
 from ..state import DashboardState
-from .panel import set_content
+from .panel import drawable, set_content
 
 
 class StatusLine(Horizontal):
@@ -50,6 +49,8 @@ class StatusLine(Horizontal):
         Keyed on what the line shows (the hit rate as displayed, not the step count), so a busy
         engine whose hit rate holds steady costs no repaint at all.
         """
+        if not drawable(self):  # a tick while the app mounts or shuts down: no badges to set
+            return
         key = (id(state), state.revs["info"], pct(state.hit_rate()), state.emulated, mode, dropped, state.failed)
         if key == self._seen and not force:
             return
@@ -96,10 +97,9 @@ class StatusLine(Horizontal):
 
     def _fit(self) -> None:
         """Join the parts that fit the line's width, dropping the least telling ones first."""
-        try:
-            text_widget = self.query_one("#status-text", Static)
-        except NoMatches:  # called after a refresh that came while the app shut down, its children gone
+        if not drawable(self):  # called after a refresh that came while the app shut down, its children gone
             return
+        text_widget = self.query_one("#status-text", Static)
         room = (text_widget.size.width or self.app.size.width) - 2
         parts = [(prio, part) for prio, part in self._parts if part.cell_length]
         sep = Content(" │ ")
