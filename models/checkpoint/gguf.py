@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import torch
 
 from ..errors import CheckpointError
-from ..registry import architecture_name, model_class, spec_from_hf_config
+from ..registry import architecture_name, model_class, spec_from_hf_config, stored_shapes
 from ..spec import ModelSpec
 from .cache import build_once, cache_root, no_progress_bars
 from .config_check import (
@@ -208,7 +208,8 @@ def _check_tensors(spec: ModelSpec, reader: Any, gguf_file: Path) -> None:
     if names is None:
         return  # an architecture gguf-py does not map: _load_model's check of what transformers loaded decides
     with torch.device("meta"):
-        wanted = {n: tuple(p.shape) for n, p in model_class(spec)(spec).named_parameters()}  # tied lm_head once
+        params = {n: tuple(p.shape) for n, p in model_class(spec)(spec).named_parameters()}  # tied lm_head once
+    wanted = stored_shapes(spec, params)  # transformers' names, which gguf-py maps (Phi-3's fused ones too)
     missing = []
     for hf_name, shape in wanted.items():
         base, _, suffix = hf_name.rpartition(".")
