@@ -80,14 +80,15 @@ def read_spec(
     partial_rotary: bool = False,
     rope: Optional[RopeSettings] = None,
     activation_key: str = "hidden_act",
+    activation_default: str = "silu",
     **family: Any,
 ) -> ModelSpec:
     """The ModelSpec of ``architecture``'s transformers config (v4 or v5 layout) with the family's facts,
     refusing what graphtop cannot run. ``sliding``: the family honours ``sliding_window`` (``read_sliding``);
     ``partial_rotary``: it rotates part of each head where the config says so; ``rope``: the RoPE the family
-    read itself; ``activation_key``: the config key naming the MLP's activation; ``family``: more ModelSpec
-    fields."""
-    act = str(getattr(config, activation_key, None) or "silu")
+    read itself; ``activation_key``: the config key naming the MLP's activation (``activation_default`` where
+    the config leaves it out); ``family``: more ModelSpec fields."""
+    act = str(getattr(config, activation_key, None) or activation_default)
     if act not in ACTIVATIONS:
         supported = ", ".join(ACTIVATIONS)
         raise CheckpointError(located(f"unsupported {activation_key} '{act}' (supported: {supported})", where))
@@ -102,11 +103,6 @@ def read_spec(
         problem = f"partial_rotary_factor={rope.partial_rotary_factor} is not supported for {architecture}"
         raise CheckpointError(located(problem, where))
     window, sliding_layers = read_sliding(config) if sliding else (None, ())
-    if window is not None and window < max_pos:
-        problem = (
-            f"sliding_window={window} < max_position_embeddings={max_pos}: sliding-window attention is not implemented"
-        )
-        raise CheckpointError(located(problem, where))
     return ModelSpec(
         architecture=architecture,
         vocab_size=int(config.vocab_size),
@@ -138,3 +134,9 @@ def read_spec(
 def flag(config: Any, key: str) -> bool:
     """A config's boolean, false where absent (transformers 4 configs lack some)."""
     return bool(getattr(config, key, False))
+
+
+def positive(config: Any, key: str) -> Optional[float]:
+    """A config's optional positive number as a float (soft caps), None where absent or null."""
+    value = getattr(config, key, None)
+    return None if value is None else float(value)

@@ -207,15 +207,16 @@ def test_broken_tokenizer(ckpt):
     assert load_error(ckpt).startswith("tokenizer failed to load")
 
 
-def test_short_sliding_window_refused(tmp_path):
+def test_short_sliding_window_is_served(tmp_path):
+    """Every Mistral layer attends within the window (parity: tests/models/test_new_families.py)."""
     path = build_tiny_checkpoint(tmp_path, "mistral", sliding_window=128)
-    message = load_error(path)
-    assert "sliding_window=128 < max_position_embeddings=256" in message and "not implemented" in message
+    assert load_checkpoint(path).spec.layer_windows() == (128, 128)
 
 
-def test_sliding_window_covering_context_accepted(tmp_path):
+def test_sliding_window_covering_context_masks_nothing(tmp_path):
     path = build_tiny_checkpoint(tmp_path, "mistral", sliding_window=256)
-    assert load_checkpoint(path).spec.sliding_window == 256
+    spec = load_checkpoint(path).spec
+    assert spec.sliding_window == 256 and spec.layer_windows() == (None, None)
 
 
 def test_unsupported_activation(ckpt):
