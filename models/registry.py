@@ -12,7 +12,7 @@ from typing import Any, Callable
 from torch import nn
 
 from .errors import CheckpointError
-from .families import llama, mistral, qwen2, qwen3
+from .families import gemma2, gemma3, llama, mistral, phi3, qwen2, qwen3
 from .family import Family, Stored
 from .spec import ModelSpec, located
 
@@ -21,6 +21,9 @@ FAMILIES: tuple[Family, ...] = (
     mistral.FAMILY,
     qwen2.FAMILY,
     qwen3.FAMILY,
+    gemma2.FAMILY,
+    gemma3.FAMILY,
+    phi3.FAMILY,
 )
 ARCHITECTURES: dict[str, Family] = {family.architecture: family for family in FAMILIES}
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(ARCHITECTURES)

@@ -223,6 +223,10 @@ def test_a_windowed_decode_graph_replays_live_windows(kernel):
 CASES = {
     "mistral-window": ("mistral", {"sliding_window": 16}),
     "qwen2-window": ("qwen2", {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}),
+    "gemma2": ("gemma2", {}),
+    "gemma3": ("gemma3", {}),
+    "phi3-window": ("phi3", {"sliding_window": 16}),
+    "phi3-partial-rotary": ("phi3", {"partial_rotary_factor": 0.5}),
 }
 # head_dim 128: the shape FlashInfer's prebuilt kernels cover
 WIDE = dict(hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=128, intermediate_size=512, num_layers=2)

@@ -1,4 +1,4 @@
-"""Sliding windows through the whole engine on CPU (paged KV, chunked prefill, torch-native
+"""The families beyond Llama through the whole engine on CPU (paged KV, chunked prefill, torch-native
 attention, eager and emulated decode graphs) against transformers on tiny random fp32 checkpoints: the
 logits of every sampled position (a prompt's last, then each decode step) equal transformers' forward over
 the same tokens, and greedy tokens equal ``generate``, for prompts longer than the sliding window and 80
@@ -20,11 +20,24 @@ from graphtop.engine.telemetry.bus import EventBus
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 WINDOW = 16
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0 + 0.25 * i for i in range(4)],
+    "long_factor": [3.0 + 0.5 * i for i in range(4)],
+}
 CASES = {
     "mistral-window": ("mistral", {"sliding_window": WINDOW}),
     "qwen2-window-upper-layer": (
         "qwen2",
         {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1},
+    ),
+    "gemma2": ("gemma2", {}),
+    "gemma3": ("gemma3", {}),
+    "phi3-window": ("phi3", {"sliding_window": WINDOW}),
+    # rotates half of each head, LongRoPE's short factors with the attention factor of a 2x context extension
+    "phi3-partial-longrope": (
+        "phi3",
+        {"partial_rotary_factor": 0.5, "rope_scaling": LONGROPE, "original_max_position_embeddings": 128},
     ),
 }
 PROMPTS = [

@@ -96,7 +96,8 @@ def test_unsupported_architecture_message_without_path():
         spec_from_hf_config(config)
     assert str(info.value) == (
         "unsupported architecture 'FalconForCausalLM'; supported: "
-        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+        "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM"
     )
 
 
