@@ -1,9 +1,9 @@
 """ModelSpec: the architecture facts the engine and the decoder need, frozen.
 
-Derived once from a transformers config (``registry.spec_from_hf_config``, which owns the per-family
-knowledge) so nothing downstream touches the HF config
-object (whose layout moved between transformers 4 and 5: rope settings live in
-`config.rope_parameters` in v5, in `rope_theta` + `rope_scaling` in v4; both are read).
+Derived once from a transformers config (``registry.spec_from_hf_config``: each family's ``read`` in
+models/families/ owns its knowledge) so nothing downstream touches the HF config object (whose layout
+moved between transformers 4 and 5: rope settings live in `config.rope_parameters` in v5, in `rope_theta`
++ `rope_scaling` in v4; both are read).
 """
 
 from __future__ import annotations
