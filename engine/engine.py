@@ -124,7 +124,7 @@ class Engine(RequestApi, ControlApi, Closing):
             self.memory_plan = tp.plan_kv_pool(plan_inputs, self.memory_plan)
         self.pool = KVPool(layout, self.memory_plan.num_pages, config.page_size, self.device)
         self.max_running = min(config.max_running_requests or 256, self.pool.capacity_pages)
-        shape = AttentionShape(local.num_heads, local.num_kv_heads, local.head_dim, local.softmax_scale)
+        shape = AttentionShape.of(local)
         self.attention, attention_note = select_attention_backend(
             config.attention_backend, self.pool, shape, self.device, self.kernels
         )

@@ -1,6 +1,6 @@
 """graphtop.models: HF-format checkpoints -> one compact, CUDA-graph-friendly decoder.
 
-Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
+Covers the architectures of models/families/ (``SUPPORTED_ARCHITECTURES``).
 The engine calls `model(input_ids, positions, attn)` on a flat ragged batch and
 `model.compute_logits(hidden)`, or, for a decode step, `model.decode_logits(input_ids, positions, attn)`
 (the final norm may ride in the lm_head's kernel); attention (and the KV cache) is the engine's `attn`.

@@ -1,4 +1,4 @@
-"""One decoder for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+"""The decoder every family builds on (models/families/): embeddings, layers, final norm, lm_head.
 
 The model sees a flat ragged batch of tokens (requests concatenated, no batch dim) and
 their absolute `positions`; attention over the KV cache is delegated to the engine's
@@ -6,19 +6,25 @@ their absolute `positions`; attention over the KV cache is delegated to the engi
 free of padding, caches and batch logic, and keeps `forward` CUDA-graph capturable: no
 host syncs, no value-dependent control flow, all shapes derived from input shapes.
 
-Parameter names equal HF checkpoint names, so loading is a name -> parameter copy. This file is the
-model's structure; on the fused path (CUDA bf16/fp16 with Triton) which kernel runs each norm, projection
-and activation is decided in models/layers/ (norm.py, linear.py, activation.py, rope.py), the kernels
-themselves are in models/kernels/.
+Parameter names equal HF checkpoint names, so loading is a name -> parameter copy (a family whose
+checkpoints store some weights fused maps them: ``Family.stored``). This file is the model's structure: a
+family swaps the layer and norm classes (``DecoderForCausalLM.layer_cls``, ``norm_cls``), and the numerics
+its spec carries (embedding scale, logit soft cap, a second RoPE table) are applied here. On the fused path
+(CUDA bf16/fp16 with Triton) which kernel runs each norm, projection and activation is decided in
+models/layers/ (norm.py, linear.py, activation.py, rope.py), the kernels themselves are in models/kernels/.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import logging
+from dataclasses import replace
+from typing import Callable, ClassVar, Optional
 
 import torch
 from torch import nn
 
+from .layers.attention import Attention, AttentionFn
+from .layers.fused_support import spec_problem
 from .layers.linear import (
     QKV,
     Config,
@@ -34,94 +40,26 @@ from .layers.linear import (
     packed_classes,
     row_class,
 )
-from .layers.mlp import SwiGLUMLP
+from .layers.mlp import GatedMLP
 from .layers.norm import PreNorm, RMSNorm, final_norm, fold_norm, fused_input_norm
-from .layers.rope import RopeFactors, RotaryEmbedding, fused_norm_rope
+from .layers.rope import RopeFactors, RotaryEmbedding
 from .layers.small_layer import Projection, SmallLayer, norm_of
 from .spec import ModelSpec
 
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
-"""attn(q [T, H, D], k [T, KVH, D], v [T, KVH, D], layer_id) -> o [T, H, D].
-
-Causal across each request of the ragged batch, softmax scale `spec.softmax_scale`; the
-implementation stores k/v in its cache before attending. It may also have a method
-``forward_qkv(qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, layer_id)`` that
-does the q/k norm, RoPE, store and attention from the fused projection in one go, or returns None
-(engine/attention/base.py); the fused path tries it first."""
-
-
-class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, layer_id: int) -> None:
-        super().__init__()
-        self.layer_id = layer_id
-        self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        q_size, kv_size = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
-        self.q_proj = nn.Linear(spec.hidden_size, q_size, bias=spec.qkv_bias)
-        self.k_proj = nn.Linear(spec.hidden_size, kv_size, bias=spec.qkv_bias)
-        self.v_proj = nn.Linear(spec.hidden_size, kv_size, bias=spec.qkv_bias)
-        self.o_proj = nn.Linear(q_size, spec.hidden_size, bias=spec.o_bias)
-        if spec.qk_norm:  # Qwen3: RMSNorm over each head's vector, before rope
-            self.q_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
-            self.k_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
-        self.qk_norm = spec.qk_norm
-        self.fused = False
-        self.q_size, self.kv_size = q_size, kv_size
-        self.qk_norm_weights: Optional[tuple[torch.Tensor, torch.Tensor, float]] = None  # set by ``fuse``
-
-    @torch.no_grad()
-    def fuse(self) -> None:
-        """One GEMM for q, k and v (the fused-kernel path); the separate projections are dropped."""
-        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-        self.qkv_proj = nn.Linear(
-            w.shape[1], w.shape[0], bias=self.q_proj.bias is not None, device=w.device, dtype=w.dtype
-        )
-        self.qkv_proj.weight.copy_(w)
-        if self.q_proj.bias is not None:
-            self.qkv_proj.bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
-        del self.q_proj, self.k_proj, self.v_proj
-        self.qkv_proj.requires_grad_(False)
-        self.fused = True
-        # what attend_fused hands the attention, looked up once (models/layers/small_layer.py says why)
-        self.qk_norm_weights = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.qk_norm else None
-
-    def attend_fused(
-        self, qkv: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attn: AttentionFn
-    ) -> torch.Tensor:
-        """Fused-path attention from the fused q|k|v projection: q/k-norm + RoPE in one launch, then
-        ``attn``; returns o as [T, heads * head_dim], ready for o_proj."""
-        fused = getattr(attn, "forward_qkv", None)
-        if fused is not None:
-            qw, kw, eps = self.qk_norm_weights or (None, None, 0.0)
-            o = fused(qkv, positions, rope.cos_sin_cache, qw, kw, eps, self.layer_id)
-            if o is not None:
-                return o.reshape(-1, self.num_heads * self.head_dim)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)
-        k = k.view(-1, self.num_kv_heads, self.head_dim)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q_norm, k_norm = (self.q_norm, self.k_norm) if self.qk_norm else (None, None)
-        q = fused_norm_rope(positions, q, k, rope, q_norm, k_norm)
-        return attn(q, k, v, self.layer_id).reshape(-1, self.num_heads * self.head_dim)
-
-    def forward(self, x: torch.Tensor, rope: RopeFactors, attn: AttentionFn) -> torch.Tensor:
-        """``rope``: the step's RoPE factors (``RotaryEmbedding.factors``), shared by all layers."""
-        q = self.q_proj(x).view(-1, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(-1, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope.apply(q), rope.apply(k)
-        o = attn(q, k, v, self.layer_id)
-        return self.o_proj(o.reshape(-1, self.num_heads * self.head_dim))
+__all__ = ["Attention", "AttentionFn", "DecoderForCausalLM", "DecoderLayer", "DecoderModel"]
+log = logging.getLogger(__name__)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, spec: ModelSpec, layer_id: int) -> None:
+    """The pre-norm block (Llama, Mistral, Qwen, Phi-3): x + attn(norm(x)), then x + mlp(norm(x)). The one
+    block the fused kernels run (``forward_fused``, ``forward_small``)."""
+
+    def __init__(self, spec: ModelSpec, layer_id: int, norm_cls: type[nn.Module] = RMSNorm) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        self.self_attn = Attention(spec, layer_id)
-        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias)
+        self.input_layernorm = norm_cls(spec.hidden_size, spec.rms_norm_eps)
+        self.self_attn = Attention(spec, layer_id, norm_cls)
+        self.post_attention_layernorm = norm_cls(spec.hidden_size, spec.rms_norm_eps)
+        self.mlp = GatedMLP(spec.hidden_size, spec.intermediate_size, spec.mlp_bias, spec.hidden_act)
         #: which kernel each projection takes on the fused path, per row class (set_pdl, set_skinny)
         self.kernels = LayerKernels()
         #: the fused-GEMV forward with what it reads looked up once (``bind_small``); None: bind at next use
@@ -206,19 +144,44 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    """The `model.` prefix of HF checkpoints: embeddings, layers, final norm, shared rope."""
+    """The `model.` prefix of HF checkpoints: embeddings, layers, final norm, shared rope (and the sliding
+    layers' own, ``local_rotary_emb``, where the family has one: Gemma 3)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(
+        self, spec: ModelSpec, layer_cls: type[nn.Module] = DecoderLayer, norm_cls: type[nn.Module] = RMSNorm
+    ) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_layers))
-        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.layers = nn.ModuleList(layer_cls(spec, i, norm_cls) for i in range(spec.num_layers))
+        self.norm = norm_cls(spec.hidden_size, spec.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(spec)
+        self.local_rotary_emb: Optional[RotaryEmbedding] = None
+        if spec.local_rope_theta is not None:  # the whole context's length: the global table's
+            local = replace(spec, rope_theta=spec.local_rope_theta, rope_scaling=spec.local_rope_scaling)
+            self.local_rotary_emb = RotaryEmbedding(replace(local, max_position_embeddings=spec.max_context_len))
+        #: per layer, 1 where it rotates with ``local_rotary_emb``, else 0 (an index into ``_ropes``)
+        self.rope_of = [int(spec.local_rope(i)) for i in range(spec.num_layers)]
+        #: the embeddings' scale as transformers holds it (a float32 value, rounded to the model's dtype in use)
+        self.embed_scale = None if spec.embed_scale is None else float(torch.tensor(spec.embed_scale, device="cpu"))
         self.fused = False
         self.gemv_max_rows = 0  # fused path: batches up to this many tokens take the Triton GEMV layers
         self.before_layer: Optional[Callable[[], None]] = None
         """Called before each layer when set: lets a background forward (the engine's parity re-run)
         pace itself between layers; it decides itself which threads it holds back."""
+
+    def reset_rope_cache(self, device: torch.device | str | None = None) -> None:
+        """Rebuild the RoPE tables (non-persistent: after ``to_empty`` from meta, they hold garbage)."""
+        for rope in self._ropes():
+            rope.reset_cache(device)
+
+    def _ropes(self) -> list[RotaryEmbedding]:
+        return [self.rotary_emb] if self.local_rotary_emb is None else [self.rotary_emb, self.local_rotary_emb]
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The embeddings, times the family's scale where it has one: a 0-d tensor of the embeddings' dtype,
+        as transformers multiplies (a Python float would multiply at float32 precision in bf16)."""
+        x = self.embed_tokens(input_ids)
+        return x if self.embed_scale is None else x * x.new_full((), self.embed_scale)
 
     def gemv_rows(self, rows: int) -> bool:
         """Whether a forward of ``rows`` tokens runs the fused-GEMV layers (``forward_small``)."""
@@ -231,7 +194,7 @@ class DecoderModel(nn.Module):
     def forward_pre_norm(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> PreNorm:
         """The residual stream before the final RMSNorm, which the caller applies (``final_norm``) or
         leaves to the lm_head's kernel (``DecoderForCausalLM.decode_logits``)."""
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids)
         pace = self.before_layer
         if self.gemv_rows(x.shape[0]):
             for layer in self.layers:
@@ -248,11 +211,11 @@ class DecoderModel(nn.Module):
             x, residual, sumsq = stream
             assert residual is not None
             return PreNorm(residual, x, sumsq)
-        rope = self.rotary_emb.factors(positions, x.dtype)
-        for layer in self.layers:
+        ropes = [rope.factors(positions, x.dtype) for rope in self._ropes()]
+        for layer, r in zip(self.layers, self.rope_of):
             if pace is not None:
                 pace()
-            x = layer(x, rope, attn)
+            x = layer(x, ropes[r], attn)
         return PreNorm(x)
 
     def final_norm(self, pre: PreNorm) -> torch.Tensor:
@@ -262,12 +225,21 @@ class DecoderModel(nn.Module):
 
 class DecoderForCausalLM(nn.Module):
     """forward(input_ids [T], positions [T], attn) -> hidden [T, hidden]; compute_logits -> logits in the
-    model's dtype."""
+    model's dtype.
+
+    A family whose layers are not the pre-norm RMSNorm block subclasses it in its own file and sets
+    ``layer_cls`` and ``norm_cls`` (Gemma: models/families/gemma2.py); such a model, or one whose numerics the
+    fused kernels do not implement (``fused_kernels_problem``), runs on the torch layers on every device."""
+
+    #: the decoder layer, built as ``layer_cls(spec, layer_id, norm_cls)``
+    layer_cls: ClassVar[type[nn.Module]] = DecoderLayer
+    #: the RMSNorm of every layer and of the final norm
+    norm_cls: ClassVar[type[nn.Module]] = RMSNorm
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.model = DecoderModel(spec)
+        self.model = DecoderModel(spec, self.layer_cls, self.norm_cls)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         self.tie_weights()
         self.lm_head_pdl = False  # the lm_head GEMV launches with PDL (enable_fused_kernels)
@@ -314,6 +286,10 @@ class DecoderForCausalLM(nn.Module):
         """
         if not fused_kernels_run(self.model.embed_tokens.weight):
             return self.model.fused
+        problem = self.fused_kernels_problem()
+        if problem is not None:
+            log.warning("%s runs on the torch layers, not the fused kernels: %s", self.spec.architecture, problem)
+            return False
         self.model.gemv_max_rows = gemv_row_limit(gemv_max_rows) if gemv else 0
         if not self.model.fused:
             for layer in self.model.layers:
@@ -332,6 +308,15 @@ class DecoderForCausalLM(nn.Module):
             self.lm_head.weight, pdl, skinny and folded and self._plain_lm_head()
         )
         return True
+
+    def fused_kernels_problem(self) -> Optional[str]:
+        """Why the fused kernels cannot run this model (one line), or None: they run the pre-norm RMSNorm
+        block with SiLU, one full-width RoPE table and plain logits alone."""
+        if self.layer_cls is not DecoderLayer or self.norm_cls is not RMSNorm:
+            return (
+                f"its layers ({self.layer_cls.__name__}, {self.norm_cls.__name__}) are not the pre-norm RMSNorm block"
+            )
+        return spec_problem(self.spec)
 
     def fused_mlp_layers(self) -> int:
         """How many decoder layers run their MLP in one launch at the fused GEMV's rows (0 where not asked
@@ -377,6 +362,16 @@ class DecoderForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
         return self.model(input_ids, positions, attn)
 
+    def reset_rope_cache(self, device: torch.device | str | None = None) -> None:
+        """Rebuild the RoPE tables (``DecoderModel.reset_rope_cache``)."""
+        self.model.reset_rope_cache(device)
+
+    def _soft_cap(self, logits: torch.Tensor) -> torch.Tensor:
+        """cap * tanh(logits / cap) in place where the family caps its logits (``spec.final_softcap``), with
+        transformers' rounding points (each op rounded to the logits' dtype)."""
+        cap = self.spec.final_softcap
+        return logits if cap is None else logits.div_(cap).tanh_().mul_(cap)
+
     def gemv_logits(self, rows: int) -> bool:
         """Whether a decode step of ``rows`` tokens takes its final RMSNorm and lm_head in one GEMV."""
         return lm_head_gemv_on() and self.model.gemv_rows(rows) and self._plain_lm_head()
@@ -408,7 +403,9 @@ class DecoderForCausalLM(nn.Module):
             tail_pdl=self.logits_pdl,
             out=out,
         )
-        return logits if logits is not None else self.compute_logits(self.model.final_norm(pre), out=out)
+        if logits is None:
+            return self.compute_logits(self.model.final_norm(pre), out=out)
+        return self._soft_cap(logits)
 
     def compute_logits(self, hidden: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits for the rows of `hidden` the caller selected (usually each request's last token), in
@@ -419,6 +416,6 @@ class DecoderForCausalLM(nn.Module):
         kernel, then a copy into a graph's output buffer) was a measurable slice of a decode step.
         """
         if out is not None and type(self.lm_head) is nn.Linear:  # a vocab-parallel head gathers first
-            return torch.mm(hidden, self.lm_head.weight.t(), out=out)
+            return self._soft_cap(torch.mm(hidden, self.lm_head.weight.t(), out=out))
         logits = self.lm_head(hidden)
-        return logits if out is None else out.copy_(logits)
+        return self._soft_cap(logits if out is None else out.copy_(logits))

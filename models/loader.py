@@ -46,7 +46,7 @@ from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
 from .parallel.layout import TensorParallel, tp_problem
 from .parallel.loading import ShardLoader, build_sharded
-from .registry import architecture_name, check_model_type, model_class, resolve, spec_from_hf_config
+from .registry import architecture_name, check_model_type, model_class, resolve, spec_from_hf_config, stored_at
 from .spec import ModelSpec, as_int_tuple, located
 
 log = logging.getLogger(__name__)
@@ -202,42 +202,56 @@ def _materialise(
         model = model_class(spec)(spec) if tp is None or tp.size == 1 else build_sharded(spec, tp)
     model = model.to(dtype=dtype).to_empty(device=device)
     model.tie_weights()  # to_empty re-creates parameters, which unties them
-    model.model.rotary_emb.reset_cache(device)  # non-persistent, float32
+    model.reset_rope_cache(device)  # non-persistent, float32
     return model
 
 
 @torch.no_grad()
 def _copy_weights(
-    model: DecoderForCausalLM, locations: dict[str, Path], device: str, path: Path, shard: Optional[ShardLoader] = None
+    model: DecoderForCausalLM,
+    spec: ModelSpec,
+    locations: dict[str, Path],
+    device: str,
+    path: Path,
+    shard: Optional[ShardLoader] = None,
 ) -> None:
-    """Every parameter from its safetensors file, by HF name; ``shard``: this rank's slices only."""
+    """Every parameter from its safetensors file, where ``spec``'s family stores it (``registry.stored_at``:
+    under its own name, or as rows of a stacked tensor); ``shard``: this rank's slices only."""
     params = dict(model.named_parameters())  # deduplicated: a tied lm_head is not listed
-    missing = [name for name in params if name not in locations]
+    at = stored_at(spec)
+    where = {name: at(name) for name in params}
+    missing = [where[name].name for name in params if where[name].name not in locations]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise CheckpointError(f"missing tensor '{missing[0]}'{more} in {path}")
     by_file: dict[Path, list[str]] = defaultdict(list)
     for name in params:
-        by_file[locations[name]].append(name)
+        by_file[locations[where[name].name]].append(name)
     with FiniteChecks() as finite:
         for file, names in by_file.items():
             reader = SafetensorsReader(file, device if shard is None else "cpu")
             for name in names:
-                if name not in reader.names:
-                    raise CheckpointError(f"tensor '{name}' is not in shard '{file.name}' named by the index in {path}")
-                got = reader.shape(name)
-                want = shard.full_shape(name) if shard is not None else tuple(params[name].shape)
+                src = where[name]
+                if src.name not in reader.names:
+                    raise CheckpointError(
+                        f"tensor '{src.name}' is not in shard '{file.name}' named by the index in {path}"
+                    )
+                got = reader.shape(src.name)
+                want = src.shape(shard.full_shape(name) if shard is not None else tuple(params[name].shape))
                 if got != want:
-                    raise CheckpointError(f"tensor '{name}' has shape {list(got)}, expected {list(want)} in {file}")
-                check_float_dtype(name, reader.dtype(name), file)
+                    raise CheckpointError(f"tensor '{src.name}' has shape {list(got)}, expected {list(want)} in {file}")
+                check_float_dtype(src.name, reader.dtype(src.name), file)
                 if shard is None:
-                    source = reader.tensor(name)
+                    source = (
+                        reader.tensor(src.name) if src.rows is None else reader.slice(src.name, 0, src.start, src.stop)
+                    )
                     params[name].copy_(source)
-                    finite.submit(name, tensor_to_check(source, params[name]), file)
+                    finite.submit(src.name, tensor_to_check(source, params[name]), file)
                 else:  # this rank's slice only: the rank checks what it loaded
-                    shard.copy(reader, name, params[name])
-                    finite.submit(name, params[name], file)
-    unused = [n for n in locations if n not in params and not n.endswith(_HARMLESS_SUFFIXES)]
+                    shard.copy(reader, name, params[name], src)
+                    finite.submit(src.name, params[name], file)
+    used = {src.name for src in where.values()}
+    unused = [n for n in locations if n not in used and not n.endswith(_HARMLESS_SUFFIXES)]
     if unused:
         log.warning("ignored %d unused tensors in %s (first: %s)", len(unused), path, unused[0])
 
@@ -346,7 +360,7 @@ def load_checkpoint(
     allow_external_weights: bool = False,
     progress: Optional[GGUFProgress] = None,
 ) -> LoadedCheckpoint:
-    """Load a Llama/Mistral/Qwen2/Qwen3 safetensors checkpoint folder, or a ``.gguf`` file of one
+    """Load a safetensors checkpoint folder of a supported family (``registry.FAMILIES``), or a ``.gguf`` file of one
     (dequantized once into a cached folder, models/checkpoint/gguf.py).
 
     ``tp`` (size > 1): build and fill only this rank's shard (``models/parallel``); ``spec`` stays the
@@ -392,5 +406,5 @@ def load_weights(
     model = _materialise(spec, device_str, dtype, tp)
     if locations is None:
         locations = tensor_locations(path, allow_external_weights)
-    _copy_weights(model, locations, device_str, path, ShardLoader(spec, tp) if sharded else None)
+    _copy_weights(model, spec, locations, device_str, path, ShardLoader(spec, tp) if sharded else None)
     return model.eval().requires_grad_(False)

@@ -1,72 +1,31 @@
-"""Architecture registry: `config.architectures[0]` -> implementation and family flags.
+"""The supported families, one line each, and the lookups over them: `config.architectures[0]` -> family,
+its ModelSpec, its model class, where its checkpoints store each parameter.
 
-All four families are one `DecoderForCausalLM`; they differ only in flags:
-
-* Llama: `attention_bias` puts biases on q, k, v *and* o; `mlp_bias` on the MLP.
-* Mistral: no biases. HF applies sliding-window attention whenever `sliding_window` is
-  set. We do not implement SWA, so a window that is null or >= max_position_embeddings
-  (it can never mask anything) is accepted and recorded in `spec.sliding_window`; a
-  smaller one is refused with CheckpointError rather than silently producing wrong output.
-* Qwen2: q, k, v biases always, o never. Same sliding-window rule (HF nulls the window
-  unless `use_sliding_window`).
-* Qwen3: per-head RMSNorm on q and k (`q_norm`/`k_norm`); `attention_bias` as in Llama.
+A family is one file in models/families/ (models/family.py says what it holds); adding one is that file, its
+line in ``FAMILIES`` and its tests (docs/architecture.md, "Adding a model family").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from torch import nn
 
-from .decoder import DecoderForCausalLM
 from .errors import CheckpointError
-from .spec import ModelSpec, as_int_tuple, located, read_rope
+from .families import gemma2, gemma3, llama, mistral, phi3, qwen2, qwen3
+from .family import Family, Stored
+from .spec import ModelSpec, located
 
-
-def _flag(name: str) -> Callable[[Any], bool]:
-    return lambda config: bool(getattr(config, name, False))
-
-
-def _const(value: bool) -> Callable[[Any], bool]:
-    return lambda config: value
-
-
-@dataclass(frozen=True)
-class Family:
-    """How one HF architecture maps onto the shared decoder."""
-
-    model_cls: type[nn.Module]
-    model_type: str
-    qkv_bias: Callable[[Any], bool]
-    o_bias: Callable[[Any], bool]
-    mlp_bias: Callable[[Any], bool]
-    qk_norm: bool
-
-
-_NO = _const(False)
-ARCHITECTURES: dict[str, Family] = {
-    "LlamaForCausalLM": Family(
-        DecoderForCausalLM,
-        "llama",
-        qkv_bias=_flag("attention_bias"),
-        o_bias=_flag("attention_bias"),
-        mlp_bias=_flag("mlp_bias"),
-        qk_norm=False,
-    ),
-    "MistralForCausalLM": Family(DecoderForCausalLM, "mistral", qkv_bias=_NO, o_bias=_NO, mlp_bias=_NO, qk_norm=False),
-    "Qwen2ForCausalLM": Family(
-        DecoderForCausalLM, "qwen2", qkv_bias=_const(True), o_bias=_NO, mlp_bias=_NO, qk_norm=False
-    ),
-    "Qwen3ForCausalLM": Family(
-        DecoderForCausalLM,
-        "qwen3",
-        qkv_bias=_flag("attention_bias"),
-        o_bias=_flag("attention_bias"),
-        mlp_bias=_NO,
-        qk_norm=True,
-    ),
-}
+FAMILIES: tuple[Family, ...] = (
+    llama.FAMILY,
+    mistral.FAMILY,
+    qwen2.FAMILY,
+    qwen3.FAMILY,
+    gemma2.FAMILY,
+    gemma3.FAMILY,
+    phi3.FAMILY,
+)
+ARCHITECTURES: dict[str, Family] = {family.architecture: family for family in FAMILIES}
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(ARCHITECTURES)
 _BY_MODEL_TYPE = {family.model_type: name for name, family in ARCHITECTURES.items()}
 
@@ -114,47 +73,22 @@ def check_model_type(config: dict[str, Any], where: str | None = None) -> None:
 
 def spec_from_hf_config(config: Any, where: str | None = None) -> ModelSpec:
     """Freeze a transformers config (v4 or v5 layout) into a ModelSpec, refusing what we can't run."""
-    name = architecture_name(config)
-    family = resolve(name, where)
-    act = getattr(config, "hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        raise CheckpointError(located(f"unsupported hidden_act '{act}' (only silu/SwiGLU is implemented)", where))
-    heads = int(config.num_attention_heads)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    if heads % kv_heads:
-        problem = f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}"
-        raise CheckpointError(located(problem, where))
-    max_pos = int(config.max_position_embeddings)
-    window = getattr(config, "sliding_window", None)
-    if window is not None and int(window) < max_pos:
-        problem = (
-            f"sliding_window={window} < max_position_embeddings={max_pos}: sliding-window attention is not implemented"
-        )
-        raise CheckpointError(located(problem, where))
-    theta, scaling = read_rope(config, max_pos, where)
-    return ModelSpec(
-        architecture=name,
-        vocab_size=int(config.vocab_size),
-        hidden_size=int(config.hidden_size),
-        intermediate_size=int(config.intermediate_size),
-        num_layers=int(config.num_hidden_layers),
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=int(getattr(config, "head_dim", None) or config.hidden_size // heads),
-        rms_norm_eps=float(config.rms_norm_eps),
-        rope_theta=theta,
-        rope_scaling=scaling,
-        max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        qkv_bias=family.qkv_bias(config),
-        qk_norm=family.qk_norm,
-        eos_token_ids=as_int_tuple(getattr(config, "eos_token_id", None)),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        o_bias=family.o_bias(config),
-        mlp_bias=family.mlp_bias(config),
-        sliding_window=None if window is None else int(window),
-    )
+    return resolve(architecture_name(config), where).read(config, where)
 
 
 def model_class(spec: ModelSpec) -> type[nn.Module]:
-    return resolve(spec.architecture).model_cls
+    return resolve(spec.architecture).model
+
+
+def stored_at(spec: ModelSpec) -> Callable[[str], Stored]:
+    """Where each parameter of ``spec``'s model (the whole model's spec, also for a tensor-parallel rank) is
+    in its checkpoints, by parameter name."""
+    family = resolve(spec.architecture)
+    return lambda name: family.stored(name, spec)
+
+
+def stored_shapes(spec: ModelSpec, params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The checkpoint's tensors, name -> shape, for a model of ``spec`` with parameters ``params`` (name ->
+    shape): what a file must hold for the model to load."""
+    where = stored_at(spec)
+    return {where(name).name: where(name).shape(shape) for name, shape in params.items()}

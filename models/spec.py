@@ -1,9 +1,9 @@
 """ModelSpec: the architecture facts the engine and the decoder need, frozen.
 
-Derived once from a transformers config (``registry.spec_from_hf_config``, which owns the per-family
-knowledge) so nothing downstream touches the HF config
-object (whose layout moved between transformers 4 and 5: rope settings live in
-`config.rope_parameters` in v5, in `rope_theta` + `rope_scaling` in v4; both are read).
+Derived once from a transformers config (``registry.spec_from_hf_config``: each family's ``read`` in
+models/families/ owns its knowledge) so nothing downstream touches the HF config object (whose layout
+moved between transformers 4 and 5: rope settings live in `config.rope_parameters` in v5, in `rope_theta`
++ `rope_scaling` in v4; both are read).
 """
 
 from __future__ import annotations
@@ -14,17 +14,22 @@ from typing import Any
 
 from .errors import CheckpointError
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 # Rope types whose config carries the pretraining context; HF fills it in when absent.
-_ROPE_WITH_ORIGINAL_MAX = ("llama3", "yarn")
+_ROPE_WITH_ORIGINAL_MAX = ("llama3", "yarn", "longrope")
+# Of those, the ones whose max_position_embeddings may still be the pretraining length (the context is then
+# original * factor); a longrope config's max_position_embeddings is the extended context already.
+_ROPE_EXTENDING_MAX = ("llama3", "yarn")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Shape and numerics of a Llama/Mistral/Qwen2/Qwen3-style decoder.
+    """Shape and numerics of a decoder of any supported family (models/families/), read once from its config.
 
     `rope_scaling` is None for plain rope, else a normalised dict with `rope_type` set
     (no `rope_theta`, no legacy `type` key). It makes the spec unhashable; compare, don't hash.
+    The fields after ``sliding_window`` default to the Llama family's values, so a family sets only what
+    it changes.
     """
 
     architecture: str
@@ -47,6 +52,24 @@ class ModelSpec:
     o_bias: bool = False
     mlp_bias: bool = False
     sliding_window: int | None = None
+    #: the layers of the sliding type, which attend within ``sliding_window`` keys (the query's own included)
+    #: and rotate with the local RoPE where the family has one; the others see the whole context
+    sliding_layers: tuple[int, ...] = ()
+    #: the MLP's activation, as transformers names it (``layers.activation.ACTIVATIONS``)
+    hidden_act: str = "silu"
+    #: the attention logits' scale where it is not head_dim ** -0.5 (Gemma: query_pre_attn_scalar ** -0.5)
+    attn_scale: float | None = None
+    #: cap * tanh(logit / cap) on the attention logits (Gemma 2)
+    attn_softcap: float | None = None
+    #: cap * tanh(logit / cap) on the output logits (Gemma 2 and 3)
+    final_softcap: float | None = None
+    #: the embeddings are multiplied by this, rounded to the model's dtype (Gemma: sqrt(hidden_size))
+    embed_scale: float | None = None
+    #: the share of each head's dimensions that RoPE rotates (the first ones); the rest pass through
+    partial_rotary_factor: float = 1.0
+    #: the sliding layers' own RoPE base and scaling (Gemma 3's rope_local_base_freq); None: the model's
+    local_rope_theta: float | None = None
+    local_rope_scaling: dict[str, Any] | None = None
 
     @property
     def rope_type(self) -> str:
@@ -54,8 +77,27 @@ class ModelSpec:
 
     @property
     def softmax_scale(self) -> float:
-        """Attention logit scale for every supported family: head_dim ** -0.5."""
-        return self.head_dim**-0.5
+        """Attention logit scale: head_dim ** -0.5 unless the family says otherwise (``attn_scale``)."""
+        return self.head_dim**-0.5 if self.attn_scale is None else self.attn_scale
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's dimensions RoPE rotates (transformers' ``int(head_dim * factor)``)."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    def window(self, layer: int) -> int | None:
+        """Keys a query of ``layer`` attends to at most (its own included), or None: the whole context (also
+        where the window is as long as the context, so it can never mask)."""
+        w = self.sliding_window
+        return w if w is not None and w < self.max_context_len and layer in self.sliding_layers else None
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """``window`` of every layer, what the attention backends mask by."""
+        return tuple(self.window(i) for i in range(self.num_layers))
+
+    def local_rope(self, layer: int) -> bool:
+        """Whether ``layer`` rotates with the sliding layers' own RoPE (``local_rope_theta``)."""
+        return self.local_rope_theta is not None and layer in self.sliding_layers
 
     @property
     def max_context_len(self) -> int:
@@ -65,7 +107,7 @@ class ModelSpec:
         pretraining length (Qwen's documented yarn recipe does), original * factor.
         """
         extended = 0
-        if self.rope_type in _ROPE_WITH_ORIGINAL_MAX and self.rope_scaling.get("factor"):
+        if self.rope_type in _ROPE_EXTENDING_MAX and self.rope_scaling.get("factor"):
             extended = int(self.rope_scaling["original_max_position_embeddings"] * self.rope_scaling["factor"])
         return max(self.max_position_embeddings, extended)
 
@@ -102,13 +144,23 @@ def _quoted(value: Any) -> str:
     return f"'{value}'" if isinstance(value, str) else repr(value)
 
 
+@dataclass(frozen=True)
+class RopeSettings:
+    """A config's RoPE: base, normalised scaling dict (None: plain rope) and the rotated share of a head."""
+
+    theta: float
+    scaling: dict[str, Any] | None
+    partial_rotary_factor: float = 1.0
+
+
 def read_rope(
-    config: Any, max_position_embeddings: int, where: str | None = None
-) -> tuple[float, dict[str, Any] | None]:
-    """(rope_theta, normalised rope_scaling or None) from either config layout."""
-    params = getattr(config, "rope_parameters", None)
-    legacy = getattr(config, "rope_scaling", None)
-    raw = dict(params or legacy or {})
+    config: Any, max_position_embeddings: int, where: str | None = None, params: dict[str, Any] | None = None
+) -> RopeSettings:
+    """The RoPE settings from either config layout; ``params``: a rope dict to read instead of the config's
+    (one layer type's, where the config holds a dict per layer type: Gemma 3)."""
+    if params is None:
+        params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    raw = dict(params or {})
     if raw and any(isinstance(v, dict) for v in raw.values()):
         raise CheckpointError(located("per-layer rope parameters are not supported", where))
     theta = raw.pop("rope_theta", None)
@@ -117,14 +169,12 @@ def read_rope(
     rope_type = supported_rope_type(raw, where)
     raw.pop("rope_type", None)
     raw.pop("type", None)
-    partial = raw.pop("partial_rotary_factor", None) or getattr(config, "partial_rotary_factor", None)
-    if partial not in (None, 1, 1.0):
-        raise CheckpointError(located(f"partial_rotary_factor={partial} is not supported", where))
+    partial = raw.pop("partial_rotary_factor", None) or getattr(config, "partial_rotary_factor", None) or 1.0
     if rope_type == "default":
-        return float(theta), None
+        return RopeSettings(float(theta), None, float(partial))
     if rope_type in _ROPE_WITH_ORIGINAL_MAX:
         raw["original_max_position_embeddings"] = _pretraining_context(config, raw, max_position_embeddings)
-    return float(theta), {"rope_type": rope_type, **raw}
+    return RopeSettings(float(theta), {"rope_type": rope_type, **raw}, float(partial))
 
 
 def _pretraining_context(config: Any, rope: dict[str, Any], max_position_embeddings: int) -> int:

@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from graphtop.models.spec import ModelSpec
+
 from ..batch import ForwardBatch
 from ..kv_pool import KVPool
 
@@ -26,10 +28,35 @@ class AttentionBackendError(RuntimeError):
 
 @dataclass(frozen=True)
 class AttentionShape:
+    """What a backend attends with: heads, logit scale, and per layer the sliding window (keys a query sees,
+    its own included; None: the whole context) and the logits' soft cap (cap * tanh(logit / cap))."""
+
     num_heads: int
     num_kv_heads: int
     head_dim: int
     scale: float
+    windows: tuple[Optional[int], ...] = ()
+    softcap: Optional[float] = None
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> "AttentionShape":
+        """The shape of ``spec``'s model (a tensor-parallel rank's spec: its heads)."""
+        return cls(
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_dim,
+            spec.softmax_scale,
+            spec.layer_windows(),
+            spec.attn_softcap,
+        )
+
+    def window(self, layer: int) -> Optional[int]:
+        return self.windows[layer] if layer < len(self.windows) else None
+
+    @property
+    def distinct_windows(self) -> tuple[int, ...]:
+        """The window sizes some layer attends within, ascending."""
+        return tuple(sorted({w for w in self.windows if w is not None}))
 
 
 class AttentionBackend(ABC):

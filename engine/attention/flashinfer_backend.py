@@ -14,6 +14,11 @@ layout as they are, so the kernels read the pool directly through CSR page metad
 - Prefill / extend (eager, and inside breakable-prefill breaks): one
   ``BatchPrefillWithPagedKVCacheWrapper`` (causal, bottom-right aligned, so cached prefixes work).
 
+Sliding windows and logit soft caps are plan arguments: the wrappers come in a ``WrapperGroup``, one per
+distinct window among the layers, each layer running its own (flashinfer_groups.py); the Triton decode
+kernel takes each layer's window as an argument and has no soft cap (a model with one decodes on
+FlashInfer's kernels alone).
+
 Planning facts of the 0.7.2 source this relies on: ``plan`` copies ``indptr`` / ``last_page_len``
 to the host (``.to("cpu")``) for its scheduler, so they are passed as CPU int32 tensors (a device
 tensor there would be a device→host sync). The page-id list may be either; the graph path passes it
@@ -26,7 +31,6 @@ already on the device, because a graph-mode ``plan`` copies a *host* ``indices``
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Optional
 
 import torch
@@ -40,28 +44,12 @@ from ..graphs.upload import Upload
 from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
 from .decode_policy import CUDA_CORE_DECODE_GROUPS, EVERY_SIZE, triton_rows_for
+from .flashinfer_groups import FlashInferMeta, LayerGroups, WrapperGroup, store_kv
 from .flashinfer_support import FlashInferUnsupported, kv_cache_problem
 from .page_lists import host_ints, page_lists
 from .triton_decode import TritonDecodeWrapper
 
 WORKSPACE_BYTES = 256 * 1024 * 1024  # float workspace (split-KV partials), shared by every wrapper
-
-
-def _store_kv(k: torch.Tensor, v: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, loc: torch.Tensor) -> None:
-    """K and V into the pool in one Triton launch when possible (two index_copy_ otherwise)."""
-    if tk.HAVE_TRITON and k.dtype == kf.dtype and kf.is_contiguous():
-        tk.store_kv(k, v, kf, vf, loc)
-    else:
-        kf.index_copy_(0, loc, k.to(kf.dtype))
-        vf.index_copy_(0, loc, v.to(vf.dtype))
-
-
-@dataclass
-class FlashInferMeta:
-    out_cache_loc: torch.Tensor  # int64 flat slot per row: [rows] (decode, graph: the static view)
-    wrapper: Any  # the planned FlashInfer wrapper whose run() this forward calls
-    decode: bool
-    num_tokens: int = 0  # extend: real rows (q may carry padded rows past them)
 
 
 class FlashInferBackend(AttentionBackend):
@@ -117,8 +105,13 @@ class FlashInferBackend(AttentionBackend):
         self._stage: Optional[torch.Tensor] = None  # pinned staging for the Triton decode's page lists
         if kernel == "triton" and not HAVE_TRITON:
             raise AttentionBackendError("decode kernel triton: triton is not installed")
+        if kernel == "triton" and shape.softcap is not None:
+            raise AttentionBackendError(
+                "decode kernel triton: the Triton decode kernel has no attention logit soft cap, which this model has"
+            )
+        self._groups = LayerGroups(shape)
         #: decode batches of at most this many rows take the Triton kernel
-        self.triton_max_rows = triton_rows_for(kernel, group) if HAVE_TRITON else 0
+        self.triton_max_rows = triton_rows_for(kernel, group) if HAVE_TRITON and shape.softcap is None else 0
         if self.triton_max_rows:
             self._triton = PagedDecode(
                 shape.num_heads,
@@ -145,14 +138,22 @@ class FlashInferBackend(AttentionBackend):
         if not self.decode_split_kv:
             self._decode_kw["disable_split_kv"] = True
         self._prefill_kw = dict(causal=True, sm_scale=shape.scale, q_data_type=dtype, kv_data_type=dtype)
+        if shape.softcap is not None:
+            self._decode_kw["logits_soft_cap"] = self._prefill_kw["logits_soft_cap"] = shape.softcap
 
         # FlashInfer wants the float workspace zeroed before first use.
         self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
-        self._decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self._workspace, "NHD", use_tensor_cores=self.decode_tensor_cores, backend="fa2"
+        self._decode_wrapper = WrapperGroup(
+            lambda: flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                self._workspace, "NHD", use_tensor_cores=self.decode_tensor_cores, backend="fa2"
+            ),
+            self._groups,
         )
-        self._prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-            self._workspace, "NHD", backend=self.prefill_backend
+        self._prefill_wrapper = WrapperGroup(
+            lambda: flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                self._workspace, "NHD", backend=self.prefill_backend
+            ),
+            self._groups,
         )
         self._graph_wrappers: dict[int, Any] = {}
         self._graph_bufs: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
@@ -222,8 +223,9 @@ class FlashInferBackend(AttentionBackend):
                 self._stage = torch.empty(max(need, 4096), dtype=torch.int32, pin_memory=True)
             wrapper.load(indptr, indices, last, self._stage)
 
-    def _plan(self, wrapper: Any, *args: Any, **kw: Any) -> None:
-        """``wrapper.plan``, safe while earlier steps still run (see ``_staging``); every plan goes here."""
+    def _plan(self, wrapper: WrapperGroup, *args: Any, **kw: Any) -> None:
+        """``wrapper.plan`` (each of its windows' wrappers), safe while earlier steps still run (see
+        ``_staging``); every plan goes here."""
         with self._staging():
             wrapper.plan(*args, **kw)
 
@@ -239,6 +241,7 @@ class FlashInferBackend(AttentionBackend):
                 host_ints(indptr, "i", i32).to(dev, non_blocking=True),
                 host_ints(indices, "i", i32).to(dev, non_blocking=True),
                 host_ints(last, "i", i32).to(dev, non_blocking=True),
+                windows=self._groups.windows,
             )
             self.meta = FlashInferMeta(loc, w, decode=True)
             return
@@ -277,17 +280,17 @@ class FlashInferBackend(AttentionBackend):
         self._ensure_views()
         kf, vf = self._k_flat[layer_id], self._v_flat[layer_id]
         if m.decode:
-            _store_kv(k, v, kf, vf, m.out_cache_loc)
-            return m.wrapper.run(q.contiguous(), self._kv[layer_id])
+            store_kv(k, v, kf, vf, m.out_cache_loc)
+            return m.wrapper.run(q.contiguous(), self._kv[layer_id], layer_id)
         n = m.num_tokens
         if k.shape[0] != n:
             k, v = k[:n], v[:n]
-        _store_kv(k, v, kf, vf, m.out_cache_loc)
+        store_kv(k, v, kf, vf, m.out_cache_loc)
         q = q.contiguous()
         if q.shape[0] == n:
-            return m.wrapper.run(q, self._kv[layer_id])
+            return m.wrapper.run(q, self._kv[layer_id], layer_id)
         out = torch.zeros_like(q)  # padded rows (breakable-prefill buckets) stay zero
-        m.wrapper.run(q[:n], self._kv[layer_id], out=out[:n])
+        m.wrapper.run(q[:n], self._kv[layer_id], layer_id, out=out[:n])
         return out
 
     def forward_qkv(
@@ -306,7 +309,7 @@ class FlashInferBackend(AttentionBackend):
         if not (m.decode and isinstance(m.wrapper, TritonDecodeWrapper)):
             return None
         self._ensure_views()
-        return m.wrapper.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, self._kv[layer_id])
+        return m.wrapper.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, self._kv[layer_id], layer_id)
 
     # --- decode graphs ---------------------------------------------------------------------------
     def init_graph_state(self, max_bs: int, max_pages_per_req: int) -> None:
@@ -352,19 +355,27 @@ class FlashInferBackend(AttentionBackend):
             indptr, indices, last = self._graph_bufs
             if self._use_triton(bucket):
                 w = TritonDecodeWrapper(
-                    self._triton, indptr[: bucket + 1], indices, last[:bucket], splits=self._triton.splits_for(bucket)
+                    self._triton,
+                    indptr[: bucket + 1],
+                    indices,
+                    last[:bucket],
+                    splits=self._triton.splits_for(bucket),
+                    windows=self._groups.windows,
                 )
                 self._graph_wrappers[bucket] = w
                 return w
-            w = self._fi.BatchDecodeWithPagedKVCacheWrapper(
-                self._workspace,
-                "NHD",
-                use_cuda_graph=True,
-                use_tensor_cores=self.decode_tensor_cores,
-                paged_kv_indptr_buffer=indptr[: bucket + 1],
-                paged_kv_indices_buffer=indices,
-                paged_kv_last_page_len_buffer=last[:bucket],
-                backend="fa2",
+            w = WrapperGroup(  # each window's wrapper over the same page-list buffers (its plan fills them alike)
+                lambda: self._fi.BatchDecodeWithPagedKVCacheWrapper(
+                    self._workspace,
+                    "NHD",
+                    use_cuda_graph=True,
+                    use_tensor_cores=self.decode_tensor_cores,
+                    paged_kv_indptr_buffer=indptr[: bucket + 1],
+                    paged_kv_indices_buffer=indices,
+                    paged_kv_last_page_len_buffer=last[:bucket],
+                    backend="fa2",
+                ),
+                self._groups,
             )
             self._graph_wrappers[bucket] = w
         return w

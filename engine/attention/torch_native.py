@@ -3,6 +3,12 @@
 Decode reads K/V through a page table expanded to slots on the device (``prepare_in_graph``), so the
 whole decode step, attention included, is capturable with fixed shapes. Prefill (extend) loops over
 requests with a causal mask offset by each request's cached prefix; it always runs eagerly.
+
+A layer with a sliding window masks every key before ``seq_len - window``: in decode by a bias derived on
+the device from the step's seq_lens (``prepare_in_graph``, so a graph's replay masks the live batch's
+windows, nothing about them fixed at capture), in extend by the mask of each request's rows. A model with
+a logit soft cap attends in transformers' eager order (scores, cap, mask, float32 softmax), which SDPA has
+no form for.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class DecodeMeta:
     seq_lens: torch.Tensor  # [bs] int64
     slot_table: Optional[torch.Tensor] = None  # [bs, P * page_size], derived in prepare_in_graph
     bias: Optional[torch.Tensor] = None  # [bs, 1, 1, P * page_size]: 0 or -inf, derived in prepare_in_graph
+    # window -> ``bias`` masking each row's keys before seq_len - window too, derived in prepare_in_graph
+    window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,13 +51,40 @@ class ExtendMeta:
     num_tokens: int
     # per request: (first row, new tokens, prefix length, context slots tensor)
     segments: list[tuple[int, int, int, torch.Tensor]] = field(default_factory=list)
-    masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    # (new tokens, prefix length, window or None) -> bool mask [new, prefix + new]; absent: nothing masked
+    masks: dict[tuple[int, int, Optional[int]], torch.Tensor] = field(default_factory=dict)
 
 
-def _causal_mask(extend: int, prefix: int, device: torch.device) -> torch.Tensor:
+def _causal_mask(extend: int, prefix: int, device: torch.device, window: Optional[int] = None) -> torch.Tensor:
+    """Row i (position prefix + i) sees columns up to its own and, within a window, after i - window."""
     rows = torch.arange(extend, device=device)[:, None] + prefix
     cols = torch.arange(prefix + extend, device=device)[None, :]
-    return cols <= rows
+    mask = cols <= rows
+    return mask if window is None else mask & (cols > rows - window)
+
+
+def _masks_anything(extend: int, prefix: int, window: Optional[int]) -> bool:
+    return extend > 1 or (window is not None and prefix + extend > window)
+
+
+def _additive(valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where ``valid``, -inf elsewhere: an additive mask, built once a step (SDPA would turn a bool mask
+    into this in every layer)."""
+    return torch.zeros(valid.shape, dtype=dtype, device=valid.device).masked_fill_(~valid, float("-inf"))
+
+
+def softcapped_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], scale: float, cap: float
+) -> torch.Tensor:
+    """Attention with soft-capped logits in transformers' eager order: q [..., Hq, Tq, D] over k, v
+    [..., Hkv, Tk, D] (GQA heads repeated); ``mask``: bool (True: attend) or additive, broadcastable."""
+    group = q.shape[-3] // k.shape[-3]
+    k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / cap) * cap
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
 
 
 class TorchNativeBackend(AttentionBackend):
@@ -77,8 +112,9 @@ class TorchNativeBackend(AttentionBackend):
             pos = torch.arange(total)
             slots = (page_ids[pos // ps] * ps + pos % ps).to(self.device, non_blocking=True)
             meta.segments.append((row, ext, prefix, slots))
-            if (ext, prefix) not in meta.masks and ext > 1:
-                meta.masks[(ext, prefix)] = _causal_mask(ext, prefix, self.device)
+            for window in (None, *self.shape.distinct_windows):
+                if (ext, prefix, window) not in meta.masks and _masks_anything(ext, prefix, window):
+                    meta.masks[(ext, prefix, window)] = _causal_mask(ext, prefix, self.device, window)
             row += ext
         return meta
 
@@ -90,30 +126,38 @@ class TorchNativeBackend(AttentionBackend):
         width = meta.page_table.shape[1] * ps
         j = torch.arange(width, device=meta.page_table.device)
         meta.slot_table = meta.page_table[:, j // ps] * ps + (j % ps)
-        valid = j[None, :] < meta.seq_lens[:, None]
-        # an additive mask, built once a step (SDPA would turn a bool mask into this in every layer)
-        bias = torch.zeros(valid.shape, dtype=self.pool.layout.dtype, device=j.device)
-        meta.bias = bias.masked_fill_(~valid, float("-inf"))[:, None, None, :]
+        seq = meta.seq_lens[:, None]
+        valid = j[None, :] < seq
+        dtype = self.pool.layout.dtype
+        meta.bias = _additive(valid, dtype)[:, None, None, :]
+        meta.window_bias = {
+            w: _additive(valid & (j[None, :] >= seq - w), dtype)[:, None, None, :] for w in self.shape.distinct_windows
+        }
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int) -> torch.Tensor:
         kc = self.pool.k_cache[layer_id].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
         vc = self.pool.v_cache[layer_id].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
+        window = self.shape.window(layer_id)
         if isinstance(self.meta, DecodeMeta):
-            return self._decode(q, k, v, kc, vc)
-        return self._extend(q, k, v, kc, vc)
+            return self._decode(q, k, v, kc, vc, window)
+        return self._extend(q, k, v, kc, vc, window)
 
-    def _decode(self, q, k, v, kc, vc) -> torch.Tensor:
+    def _decode(self, q, k, v, kc, vc, window: Optional[int]) -> torch.Tensor:
         m: DecodeMeta = self.meta
+        bias = m.bias if window is None else m.window_bias[window]
         kc.index_copy_(0, m.out_cache_loc, k.to(kc.dtype))
         vc.index_copy_(0, m.out_cache_loc, v.to(vc.dtype))
         shape = (*m.slot_table.shape, *kc.shape[1:])  # [bs, W, hkv, d]
         slots = m.slot_table.reshape(-1)  # index_select: ~4x faster than a 2-D advanced index on a CPU
         keys = kc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)  # [bs, hkv, W, d]
         vals = vc.index_select(0, slots).view(shape).transpose(1, 2).to(q.dtype)
+        if self.shape.softcap is not None:
+            o = softcapped_attention(q.unsqueeze(2), keys, vals, bias.to(q.dtype), self.shape.scale, self.shape.softcap)
+            return o.squeeze(2)
         if q.device.type == "cpu":
             # GQA inside SDPA: on a CPU it measured faster than the grouped form below
             o = F.scaled_dot_product_attention(
-                q.unsqueeze(2), keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale, enable_gqa=True
+                q.unsqueeze(2), keys, vals, attn_mask=bias.to(q.dtype), scale=self.shape.scale, enable_gqa=True
             )
             return o.squeeze(2)
         # CUDA: each KV head's group of query heads as its query rows, so a fused kernel (fp32
@@ -122,10 +166,10 @@ class TorchNativeBackend(AttentionBackend):
         hkv = keys.shape[1]
         qg = q.view(bs, hkv, hq // hkv, d)
         with sdpa_kernel(CUDA_DECODE_SDPA):
-            o = F.scaled_dot_product_attention(qg, keys, vals, attn_mask=m.bias.to(q.dtype), scale=self.shape.scale)
+            o = F.scaled_dot_product_attention(qg, keys, vals, attn_mask=bias.to(q.dtype), scale=self.shape.scale)
         return o.reshape(bs, hq, d)
 
-    def _extend(self, q, k, v, kc, vc) -> torch.Tensor:
+    def _extend(self, q, k, v, kc, vc, window: Optional[int]) -> torch.Tensor:
         m: ExtendMeta = self.meta
         n = m.num_tokens
         kc.index_copy_(0, m.out_cache_loc, k[:n].to(kc.dtype))
@@ -135,8 +179,11 @@ class TorchNativeBackend(AttentionBackend):
             qi = q[row : row + ext].transpose(0, 1)  # [hq, ext, d]
             ki = kc[slots].transpose(0, 1).to(q.dtype)  # [hkv, total, d]
             vi = vc[slots].transpose(0, 1).to(q.dtype)
-            mask = m.masks.get((ext, prefix))
-            o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=self.shape.scale, enable_gqa=True)
+            mask = m.masks.get((ext, prefix, window))
+            if self.shape.softcap is not None:
+                o = softcapped_attention(qi, ki, vi, mask, self.shape.scale, self.shape.softcap)
+            else:
+                o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=self.shape.scale, enable_gqa=True)
             out[row : row + ext] = o.transpose(0, 1)
         return out
 

@@ -14,8 +14,10 @@ from ..graphs.upload import Upload
 
 
 class TritonDecodeWrapper:
-    """FlashInfer-wrapper-shaped front of the Triton decode kernel: ``load`` replaces ``plan`` (it only
-    copies the page lists into the device buffers: nothing to plan on the host), ``run`` attends."""
+    """``WrapperGroup``-shaped front of the Triton decode kernel: ``load`` replaces ``plan`` (it only copies
+    the page lists into the device buffers: nothing to plan on the host), ``run`` attends for a layer, within
+    its sliding window (``windows``, per layer, 0: the whole context; the kernel starts each row's window
+    from the row's length, which it reads from the page lists)."""
 
     def __init__(
         self,
@@ -24,8 +26,13 @@ class TritonDecodeWrapper:
         indices: torch.Tensor,
         last: torch.Tensor,
         splits: Optional[int] = None,
+        windows: tuple[int, ...] = (),
     ) -> None:
         self.kernel, self.indptr, self.indices, self.last, self.splits = kernel, indptr, indices, last, splits
+        self.windows = windows
+
+    def _window(self, layer: int) -> int:
+        return self.windows[layer] if layer < len(self.windows) else 0
 
     def load(self, indptr: Any, indices: Any, last: Any, stage: torch.Tensor) -> None:
         """Copy the page lists in through ``stage``, a pinned buffer the caller keeps (and guards:
@@ -49,8 +56,10 @@ class TritonDecodeWrapper:
             Upload(self.indices[: len(indices)], indices),
         ]
 
-    def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return self.kernel.run(q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits)
+    def run(self, q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], layer: int = 0) -> torch.Tensor:
+        return self.kernel.run(
+            q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits, window=self._window(layer)
+        )
 
     def run_qkv(
         self,
@@ -61,6 +70,7 @@ class TritonDecodeWrapper:
         k_norm: Optional[torch.Tensor],
         eps: float,
         kv: tuple[torch.Tensor, torch.Tensor],
+        layer: int = 0,
     ) -> torch.Tensor:
         return self.kernel.run_qkv(
             qkv,
@@ -75,4 +85,5 @@ class TritonDecodeWrapper:
             self.indices,
             self.last,
             splits=self.splits,
+            window=self._window(layer),
         )

@@ -187,7 +187,7 @@ class RankServer:
     def on_setup(self, setup: RankSetup) -> None:
         assert self.pool is not None and self.plan is not None
         spec = self.model.spec
-        shape = AttentionShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.softmax_scale)
+        shape = AttentionShape.of(spec)
         attention, _ = select_attention_backend(setup.attention_backend, self.pool, shape, self.device, setup.kernels)
         if setup.fused_kernels:
             k = setup.kernels

@@ -14,11 +14,13 @@ import logging
 import math
 import re
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Iterator, Optional
 
 import torch
 
 from ..errors import CheckpointError
+from ..registry import model_class
 from ..spec import ModelSpec, located, supported_rope_type
 from .capacity import fit_problem, format_bytes
 
@@ -240,14 +242,13 @@ def check_spec(spec: ModelSpec, where: Optional[str] = None) -> None:
 
 
 def parameter_count(spec: ModelSpec) -> int:
-    """Parameters DecoderForCausalLM will hold for ``spec`` (a tied lm_head counted once)."""
-    h, inter, hd = spec.hidden_size, spec.intermediate_size, spec.head_dim
-    q, kv = spec.num_heads * hd, spec.num_kv_heads * hd
-    attention = h * (q + 2 * kv) + q * h + (q + 2 * kv if spec.qkv_bias else 0) + (h if spec.o_bias else 0)
-    mlp = 3 * h * inter + ((2 * inter + h) if spec.mlp_bias else 0)
-    norms = 2 * h + (2 * hd if spec.qk_norm else 0)
-    embeddings = spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2)
-    return spec.num_layers * (attention + mlp + norms) + embeddings + h
+    """Parameters the family's model will hold for ``spec`` (a tied lm_head counted once): a one-layer model
+    built on the meta device (no memory), its layer counted ``num_layers`` times. The model's own structure
+    decides, so a family's norms, biases and projections are counted as built."""
+    with torch.device("meta"):
+        model = model_class(spec)(replace(spec, num_layers=1))
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    return sum(p.numel() for p in model.parameters()) + (spec.num_layers - 1) * layer
 
 
 def model_bytes(spec: ModelSpec, dtype: torch.dtype) -> tuple[int, int]:

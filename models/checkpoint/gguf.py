@@ -10,6 +10,8 @@ What the conversion fixes up (transformers 5.x): a config read from GGUF has no 
 quantized (dropped); ``save_pretrained`` refuses GGUF-loaded models, so the state dict is written
 with safetensors directly, minus a tied ``lm_head.weight``.
 
+What it restores (transformers 5.x reads some families' metadata only in part): gguf_metadata.py.
+
 What the conversion checks first (a refused file leaves nothing in the cache): the metadata under
 config.json's rules (config_check), the declared model's size against the host, the tokenizer
 (tokenizer_check), and every weight of the declared model present in the file's tensor table with its
@@ -29,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import torch
 
 from ..errors import CheckpointError
-from ..registry import architecture_name, model_class, spec_from_hf_config
+from ..registry import architecture_name, model_class, spec_from_hf_config, stored_shapes
 from ..spec import ModelSpec
 from .cache import build_once, cache_root, no_progress_bars
 from .config_check import (
@@ -40,6 +42,7 @@ from .config_check import (
     ignored_token_ids,
     no_token_id_warning,
 )
+from .gguf_metadata import restore_metadata
 from .paths import expand_user, resolve
 from .tokenizer_check import check_tokenizer
 from .weight_checks import check_finite
@@ -113,12 +116,14 @@ def convert_gguf(gguf_file: Path, folder: Path, progress: Optional[Progress] = N
         config = _read(lambda: AutoConfig.from_pretrained(where, gguf_file=name), "metadata", gguf_file)
     arch = architecture_name(config)
     config.architectures = [arch]
+    restore_metadata(reader, config)  # what transformers' reader leaves out for Gemma and Phi-3
     spec = _checked_spec(config, gguf_file)  # refuses what graphtop cannot run, before the slow part
     _check_tensors(spec, reader, gguf_file)
     say("reading the tokenizer")
     tokenizer = _read(lambda: AutoTokenizer.from_pretrained(where, gguf_file=name), "tokenizer", gguf_file)
     check_tokenizer(tokenizer, spec.vocab_size, str(gguf_file))
     model = _load_model(where, name, gguf_file, lambda done, total: say("tensor", done, total))
+    restore_metadata(reader, model.config)  # its config is read from the file again: the folder's config.json
     say("checking the weights")
     _check_finite(model, gguf_file)
     say("writing the converted folder")
@@ -208,7 +213,8 @@ def _check_tensors(spec: ModelSpec, reader: Any, gguf_file: Path) -> None:
     if names is None:
         return  # an architecture gguf-py does not map: _load_model's check of what transformers loaded decides
     with torch.device("meta"):
-        wanted = {n: tuple(p.shape) for n, p in model_class(spec)(spec).named_parameters()}  # tied lm_head once
+        params = {n: tuple(p.shape) for n, p in model_class(spec)(spec).named_parameters()}  # tied lm_head once
+    wanted = stored_shapes(spec, params)  # transformers' names, which gguf-py maps (Phi-3's fused ones too)
     missing = []
     for hf_name, shape in wanted.items():
         base, _, suffix = hf_name.rpartition(".")

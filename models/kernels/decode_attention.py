@@ -42,6 +42,7 @@ except Exception:  # pragma: no cover - CPU builds of torch ship no triton
 
 
 if HAVE_TRITON:
+    from graphtop.models.kernels.decode_attention_merge import _merge_splits
     from graphtop.models.kernels.fused import rms_scale
     from graphtop.models.kernels.launch import fast
 
@@ -82,44 +83,6 @@ if HAVE_TRITON:
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         return m_new, l_i, acc
-
-    @triton.jit
-    def _merge_splits(
-        po_ptr,
-        pml_ptr,
-        first,
-        g,
-        gm,
-        d,
-        n_act,
-        G: tl.constexpr,
-        GP: tl.constexpr,
-        D: tl.constexpr,
-        SPLITS: tl.constexpr,
-    ):
-        """Every query head's output [GP, D] from its splits' partials (rows ``first + s * G + g``), an
-        online softmax over the splits in split order. Unrolled over SPLITS with the inactive ones
-        masked, it has no cross-thread reduction and stores nothing between its loads, so they can all
-        be in flight at once: merging one head after another waited for each head's loads, reductions
-        and store in turn, and a split cost several times its bytes (bench/decode_attn_bench.py,
-        bench/ab_decode.py; docs/benchmarks.md)."""
-        m = tl.full([GP], float("-inf"), dtype=tl.float32)
-        den = tl.zeros([GP], dtype=tl.float32)
-        acc = tl.zeros([GP, D], dtype=tl.float32)
-        for s in tl.static_range(SPLITS):
-            live = gm & (tl.full([GP], s, tl.int32) < n_act)
-            row = first + s * G + g
-            ms = tl.load(pml_ptr + row * 2, mask=live, other=float("-inf"), cache_modifier=".cg")
-            ls = tl.load(pml_ptr + row * 2 + 1, mask=live, other=0.0, cache_modifier=".cg")
-            po = tl.load(po_ptr + row[:, None] * D + d[None, :], mask=live[:, None], other=0.0, cache_modifier=".cg")
-            ms = tl.where(gm, ms, 0.0)  # padded query rows: finite, never stored
-            m_new = tl.maximum(m, ms)
-            keep = tl.exp(m - m_new)  # split 0 is always live: m_new is finite from it on
-            take = tl.exp(ms - m_new)  # an inactive split: exp(-inf) = 0
-            den = den * keep + ls * take
-            acc = acc * keep[:, None] + po * take[:, None]
-            m = m_new
-        return acc / den[:, None]
 
     @triton.jit
     def _rope_inputs(pos_ptr, cs_ptr, qw_ptr, kw_ptr, b, d, dsw, dt, D: tl.constexpr, HAS_NORM: tl.constexpr):
@@ -168,6 +131,7 @@ if HAVE_TRITON:
         qw_ptr,
         kw_ptr,
         eps,
+        window,
         PAGE: tl.constexpr,
         G: tl.constexpr,
         GP: tl.constexpr,
@@ -192,11 +156,14 @@ if HAVE_TRITON:
             n_ctx = seq - 1  # the step's own token comes from registers, not the cache
         else:
             n_ctx = seq
-        chunk = tl.maximum(MIN_CHUNK, tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_T) * BLOCK_T)
-        n_act = tl.maximum(1, tl.cdiv(n_ctx, chunk))
+        # a sliding window of ``window`` keys (the query's own included; 0: none) starts at seq - window: the
+        # row's start follows its length, read from the page lists, so a graph's replay windows the live batch
+        start = tl.where(window > 0, tl.maximum(seq - window, 0), 0)
+        chunk = tl.maximum(MIN_CHUNK, tl.cdiv(tl.cdiv(n_ctx - start, SPLITS), BLOCK_T) * BLOCK_T)
+        n_act = tl.maximum(1, tl.cdiv(n_ctx - start, chunk))
         d = tl.arange(0, D)
         slot_stride = n_kv_heads * D
-        t_lo = s * chunk
+        t_lo = start + s * chunk
         t_hi = tl.minimum(n_ctx, t_lo + chunk)
         dsw = (d + D // 2) % D  # the RoPE partner of each lane: the two halves swapped
         dt = q_ptr.dtype.element_ty
@@ -345,6 +312,7 @@ class PagedDecode:
         out: Optional[torch.Tensor],
         splits: Optional[int],
         new: tuple,
+        window: int = 0,
     ) -> torch.Tensor:
         rows = q.shape[0]
         splits = splits or self.splits_for(rows)
@@ -376,6 +344,7 @@ class PagedDecode:
             qw,
             kw,
             eps,
+            window,
             PAGE=self.page_size,
             G=self.group,
             GP=self.group_pad,
@@ -404,13 +373,13 @@ class PagedDecode:
         last_page_len: torch.Tensor,
         out: Optional[torch.Tensor] = None,
         splits: Optional[int] = None,
+        window: int = 0,
     ) -> torch.Tensor:
         """q [rows, H, D] over K/V already in the caches (any [pages, page, Hkv, D] / [slots, Hkv, D]
-        view with contiguous slots)."""
+        view with contiguous slots); ``window``: a sliding window's keys (0: the whole context)."""
         new = (q, q, 0, q, q, q, q, 0.0, False, False)
-        return self._launch(
-            q, q.stride(0), q.stride(1), k_cache, v_cache, (indptr, indices, last_page_len), out, splits, new
-        )
+        pages = (indptr, indices, last_page_len)
+        return self._launch(q, q.stride(0), q.stride(1), k_cache, v_cache, pages, out, splits, new, window)
 
     def run_qkv(
         self,
@@ -426,10 +395,12 @@ class PagedDecode:
         indices: torch.Tensor,
         last_page_len: torch.Tensor,
         splits: Optional[int] = None,
+        window: int = 0,
     ) -> torch.Tensor:
         """Decode straight from the fused projection ``qkv`` [rows, (H + 2 Hkv) * D]: q/k-norm, RoPE,
         the K/V store (into the slot after each row's context: the page lists include the new token)
-        and attention in one launch, instead of four (norm+rope, store, FlashInfer decode, merge)."""
+        and attention in one launch, instead of four (norm+rope, store, FlashInfer decode, merge);
+        ``window`` as in ``run``."""
         H, HK, D = self.num_heads, self.num_kv_heads, self.head_dim
         has_norm = q_norm is not None
         new = (
@@ -444,6 +415,5 @@ class PagedDecode:
             True,
             has_norm,
         )
-        return self._launch(
-            qkv, qkv.stride(0), D, k_cache, v_cache, (indptr, indices, last_page_len), None, splits, new
-        )
+        pages = (indptr, indices, last_page_len)
+        return self._launch(qkv, qkv.stride(0), D, k_cache, v_cache, pages, None, splits, new, window)

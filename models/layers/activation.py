@@ -1,7 +1,7 @@
 """SiLU·mul (silu(gate) * up, the SwiGLU activation) on the fused path, where it is no projection's
 prologue or epilogue: its own kernel after a gate|up projection (cuBLAS, or the plain skinny GEMM at a
 row class whose fused SiLU·mul epilogue measured slower). HF's rounding points: SiLU rounded to the
-activation dtype, then the product. The torch path keeps ``F.silu(gate) * up`` (``SwiGLUMLP``)."""
+activation dtype, then the product. The torch path keeps ``act(gate) * up`` (``GatedMLP``)."""
 
 from __future__ import annotations
 

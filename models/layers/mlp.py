@@ -1,23 +1,43 @@
-"""The SwiGLU MLP, numerically identical to the HF module it replaces (RMSNorm: ``norm.py``)."""
+"""The gated MLP, numerically identical to the HF modules it replaces (RMSNorm: ``norm.py``).
+
+down(act(gate(x)) * up(x)): SwiGLU with SiLU (Llama, Mistral, Qwen, Phi-3), GeGLU with GELU (Gemma). The
+activation is the config's, by transformers' name; the fused Triton path implements SiLU alone
+(``FUSED_ACTIVATIONS``), and a model with another activation runs on these torch layers instead
+(``layers/fused_support.py``).
+"""
 
 from __future__ import annotations
+
+from functools import partial
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+}
+"""transformers' activation names (``ACT2FN``) this MLP runs, each as transformers computes it."""
+FUSED_ACTIVATIONS = ("silu", "swish")
+"""The activations the fused kernels' SiLU·mul implements."""
 
-class SwiGLUMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)), names as in HF checkpoints."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool) -> None:
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)), names as in HF checkpoints."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool, act: str = "silu") -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = ACTIVATIONS[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
     @torch.no_grad()
     def fuse(self) -> None:

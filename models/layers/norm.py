@@ -1,4 +1,4 @@
-"""RMSNorm, and where the fused path runs the decoder's RMSNorms.
+"""RMSNorm (Llama's, and Gemma's (1 + w) form), and where the fused path runs the decoder's RMSNorms.
 
 The module is HF's op order exactly (CPU and fp32 parity tests compare logits bit for bit). On the fused
 path (CUDA bf16/fp16 with Triton) a norm runs as one kernel, its residual add fused in
@@ -31,6 +31,21 @@ class RMSNorm(nn.Module):
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
+
+
+class OffsetRMSNorm(nn.Module):
+    """Gemma's RMSNorm: scaled by (1 + weight), in float32, then cast: transformers' op order for Gemma, whose
+    stored weights are offsets from one (a zero weight is the identity scale)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).type_as(x)
 
 
 @dataclass(frozen=True)

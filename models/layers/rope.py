@@ -1,4 +1,5 @@
-"""Rotary position embedding for the default, linear, llama3 and yarn rope types.
+"""Rotary position embedding for the default, linear, llama3, yarn and longrope rope types, over a head's
+first ``rotary_dim`` dimensions (all of them but for a partial rotary factor, Phi-4-mini's).
 
 The inverse-frequency math mirrors transformers' `ROPE_INIT_FUNCTIONS` line for line
 (same float32 ops, same order) so logits match HF bit-for-bit in fp32. Unlike HF, which
@@ -75,12 +76,28 @@ def _yarn(base: float, dim: int, p: dict, max_pos: int) -> tuple[torch.Tensor, f
     return inv_freq, float(attention_factor)
 
 
-def rope_inv_freq(spec: ModelSpec) -> tuple[torch.Tensor, float]:
-    """(inverse frequencies [head_dim/2] float32, cos/sin scale) exactly as HF computes them."""
-    base, dim, p = spec.rope_theta, spec.head_dim, spec.rope_scaling or {}
+def _longrope(base: float, dim: int, p: dict, max_pos: int, factors: str) -> tuple[torch.Tensor, float]:
+    """LongRoPE (Phi-3's "su"): the base frequencies divided by the per-frequency ``factors`` ("short_factor"
+    or "long_factor"), and the cos/sin scale; HF's ``_compute_longrope_parameters``."""
+    original = p["original_max_position_embeddings"]
+    factor = p.get("factor") or max_pos / original
+    attention_factor = p.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    ext = torch.tensor(p[factors], dtype=torch.float32)
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    return 1.0 / (ext * base**shape), float(attention_factor)
+
+
+def rope_inv_freq(spec: ModelSpec, long: bool = False) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies [rotary_dim/2] float32, cos/sin scale) exactly as HF computes them; ``long``: a
+    longrope table's long factors (positions from the pretraining context on), else its short ones."""
+    base, dim, p = spec.rope_theta, spec.rotary_dim, spec.rope_scaling or {}
     kind = spec.rope_type
     if kind == "yarn":
         return _yarn(base, dim, p, spec.max_position_embeddings)
+    if kind == "longrope":
+        return _longrope(base, dim, p, spec.max_position_embeddings, "long_factor" if long else "short_factor")
     inv_freq = _base_inv_freq(base, dim)
     if kind == "linear":
         return inv_freq / p["factor"], 1.0
@@ -95,8 +112,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+def _cos_sin(positions: torch.Tensor, spec: ModelSpec, long: bool = False) -> torch.Tensor:
+    inv_freq, scale = rope_inv_freq(spec, long)
+    freqs = positions[:, None] * inv_freq.to(positions.device)[None, :]
+    return torch.cat((freqs.cos() * scale, freqs.sin() * scale), dim=-1)
+
+
 class RotaryEmbedding(nn.Module):
-    """Holds `cos_sin_cache` [max_context_len, head_dim] (cos | sin halves), float32.
+    """Holds `cos_sin_cache` [max_context_len, rotary_dim] (cos | sin halves), float32.
+
+    A longrope table rotates the positions inside the pretraining context with the short factors and the
+    later ones with the long factors. transformers instead switches a whole sequence to the long factors
+    once it grows past that context (dropping its KV cache to re-rotate every position), which a KV cache
+    cannot follow: within the pretraining context the two agree exactly, past it each key keeps the
+    rotation of its own position.
 
     The buffer is non-persistent (never in a checkpoint); call `reset_cache()` after
     materialising a meta-built model, and keep it float32 (load in the final dtype
@@ -111,11 +140,13 @@ class RotaryEmbedding(nn.Module):
 
     def reset_cache(self, device: torch.device | str | None = None) -> None:
         device = self.cos_sin_cache.device if device is None else torch.device(device)
-        inv_freq, scale = rope_inv_freq(self.spec)
-        inv_freq = inv_freq.to(device)
-        positions = torch.arange(self.spec.max_context_len, device=device, dtype=torch.int64).float()
-        freqs = positions[:, None] * inv_freq[None, :]
-        self.cos_sin_cache = torch.cat((freqs.cos() * scale, freqs.sin() * scale), dim=-1)
+        spec = self.spec
+        positions = torch.arange(spec.max_context_len, device=device, dtype=torch.int64).float()
+        if spec.rope_type != "longrope":
+            self.cos_sin_cache = _cos_sin(positions, spec)
+            return
+        short = int(spec.rope_scaling["original_max_position_embeddings"])
+        self.cos_sin_cache = torch.cat((_cos_sin(positions[:short], spec), _cos_sin(positions[short:], spec, True)))
 
     def factors(self, positions: torch.Tensor, dtype: torch.dtype) -> "RopeFactors":
         """The factors at ``positions``, for every layer of one forward (per layer, the lookup and
@@ -130,15 +161,21 @@ class RotaryEmbedding(nn.Module):
 
 @dataclass(frozen=True)
 class RopeFactors:
-    """cos and sign-folded sin at full head width [T, 1, D]: ``apply`` rotates in 5 ops instead of
-    ``apply_rope``'s 8, with the same result bit for bit (x2 * -sin is exactly -(x2 * sin))."""
+    """cos and sign-folded sin at full rotary width [T, 1, R]: ``apply`` rotates in 5 ops instead of
+    ``apply_rope``'s 8, with the same result bit for bit (x2 * -sin is exactly -(x2 * sin)). Where R is
+    less than the head's width (a partial rotary factor) the rest of each head passes through."""
 
     cos: torch.Tensor
     signed_sin: torch.Tensor
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * self.cos + torch.cat((x2, x1), dim=-1) * self.signed_sin
+        rotary = self.cos.shape[-1]
+        if rotary == x.shape[-1]:
+            x1, x2 = x.chunk(2, dim=-1)
+            return x * self.cos + torch.cat((x2, x1), dim=-1) * self.signed_sin
+        rot, rest = x[..., :rotary], x[..., rotary:]
+        x1, x2 = rot.chunk(2, dim=-1)
+        return torch.cat((rot * self.cos + torch.cat((x2, x1), dim=-1) * self.signed_sin, rest), dim=-1)
 
 
 def fused_norm_rope(

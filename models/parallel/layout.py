@@ -17,6 +17,7 @@ from typing import Optional, Protocol
 
 import torch
 
+from ..registry import resolve
 from ..spec import ModelSpec
 
 
@@ -46,6 +47,8 @@ def tp_problem(spec: ModelSpec, size: int) -> Optional[str]:
     """Why ``spec`` cannot be split over ``size`` ranks (one line), or None."""
     if size < 1:
         return f"--tp must be >= 1, got {size}"
+    if size > 1 and not resolve(spec.architecture).tensor_parallel:
+        return f"--tp {size}: tensor parallelism is not implemented for {spec.architecture}"
     if spec.num_heads % size:
         return f"--tp {size} does not divide num_attention_heads={spec.num_heads}"
     kv = spec.num_kv_heads

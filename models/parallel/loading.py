@@ -15,6 +15,7 @@ import torch
 
 from ..checkpoint.files import SafetensorsReader
 from ..decoder import DecoderForCausalLM
+from ..family import Stored
 from ..spec import ModelSpec
 from .layers import ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
 from .layout import TensorParallel, kv_head_start, shard_spec, vocab_rows
@@ -89,15 +90,31 @@ class ShardLoader:
         return self._full[name]
 
     @torch.no_grad()
-    def copy(self, reader: SafetensorsReader, name: str, param: torch.Tensor) -> None:
+    def copy(self, reader: SafetensorsReader, name: str, param: torch.Tensor, src: Optional[Stored] = None) -> None:
+        """This rank's part of parameter ``name`` into ``param``; ``src``: where the checkpoint stores the whole
+        parameter (rows of a stacked tensor, ``Family.stored``), under ``name`` itself by default."""
+        src = src or Stored(name)
         cut = cut_for(name, self.spec, self.tp)
         if cut is None:
-            param.copy_(reader.tensor(name))
+            param.copy_(_rows(reader, src))
         elif cut.rank0_only:
-            param.copy_(reader.tensor(name)) if self.tp.rank == 0 else param.zero_()
+            param.copy_(_rows(reader, src)) if self.tp.rank == 0 else param.zero_()
         else:
-            part = reader.slice(name, cut.dim, cut.start, cut.stop)
+            part = _rows(reader, src, cut)
             n = cut.stop - cut.start
             param.narrow(cut.dim, 0, n).copy_(part)
             if n < param.shape[cut.dim]:  # the vocabulary's tail on the last rank
                 param.narrow(cut.dim, n, param.shape[cut.dim] - n).zero_()
+
+
+def _rows(reader: SafetensorsReader, src: Stored, cut: Optional[Cut] = None) -> torch.Tensor:
+    """The parameter stored at ``src`` (whole, or rows of a stacked tensor), or its ``cut`` only, reading
+    just those rows or columns."""
+    first, last = (0, reader.shape(src.name)[0]) if src.stop is None else (src.start, src.stop)
+    if cut is None:
+        return reader.tensor(src.name) if src.stop is None else reader.slice(src.name, 0, first, last)
+    if cut.dim == 0:
+        return reader.slice(src.name, 0, first + cut.start, first + cut.stop)
+    if src.stop is None:
+        return reader.slice(src.name, cut.dim, cut.start, cut.stop)
+    return reader.slice(src.name, 0, first, last)[:, cut.start : cut.stop]

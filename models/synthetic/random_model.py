@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..loader import LoadedCheckpoint, _materialise
-from ..registry import spec_from_hf_config
+from ..registry import model_class, spec_from_hf_config, stored_at, stored_shapes
 
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(
@@ -171,7 +171,6 @@ def save_random_checkpoint(
 
     from safetensors.torch import save_file
 
-    from ..decoder import DecoderForCausalLM
     from .demo_corpus import CORPUS
     from .tokenizer_train import train_byte_level_bpe
 
@@ -186,7 +185,9 @@ def save_random_checkpoint(
     hf_config = hf_config_for(shape, **overrides)
     spec = spec_from_hf_config(hf_config, "<random>")
     with torch.device("meta"):
-        names = [(n, tuple(p.shape)) for n, p in DecoderForCausalLM(spec).named_parameters()]
+        names = [(n, tuple(p.shape)) for n, p in model_class(spec)(spec).named_parameters()]
+    stored = stored_at(spec)  # the checkpoint's names and layout (a family may stack parameters in one tensor)
+    tensors = stored_shapes(spec, dict(names))
     gen = torch.Generator(device=device).manual_seed(seed)
     weight_map: dict[str, str] = {}
     shard: dict[str, torch.Tensor] = {}
@@ -203,9 +204,14 @@ def save_random_checkpoint(
     for name, shape_ in names:
         t = torch.empty(shape_, dtype=dtype, device=device)
         _fill_random(name, t, gen, std)
-        shard[name] = t.cpu()
+        src = stored(name)
+        if src.rows is None:
+            shard[src.name] = t.cpu()
+        else:  # a stacked tensor is saved once all its rows are filled
+            whole = shard.setdefault(src.name, torch.empty(tensors[src.name], dtype=dtype))
+            whole[src.start : src.stop] = t.cpu()
         shard_bytes += t.numel() * t.element_size()
-        if shard_bytes >= SHARD_BYTES:
+        if shard_bytes >= SHARD_BYTES and src.stop in (None, src.rows):
             flush()
     if shard:
         flush()

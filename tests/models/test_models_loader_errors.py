@@ -96,7 +96,8 @@ def test_unsupported_architecture_message_without_path():
         spec_from_hf_config(config)
     assert str(info.value) == (
         "unsupported architecture 'FalconForCausalLM'; supported: "
-        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+        "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM"
     )
 
 
@@ -207,17 +208,21 @@ def test_broken_tokenizer(ckpt):
     assert load_error(ckpt).startswith("tokenizer failed to load")
 
 
-def test_short_sliding_window_refused(tmp_path):
+def test_short_sliding_window_is_served(tmp_path):
+    """Every Mistral layer attends within the window (parity: tests/models/test_new_families.py)."""
     path = build_tiny_checkpoint(tmp_path, "mistral", sliding_window=128)
-    message = load_error(path)
-    assert "sliding_window=128 < max_position_embeddings=256" in message and "not implemented" in message
+    assert load_checkpoint(path).spec.layer_windows() == (128, 128)
 
 
-def test_sliding_window_covering_context_accepted(tmp_path):
+def test_sliding_window_covering_context_masks_nothing(tmp_path):
     path = build_tiny_checkpoint(tmp_path, "mistral", sliding_window=256)
-    assert load_checkpoint(path).spec.sliding_window == 256
+    spec = load_checkpoint(path).spec
+    assert spec.sliding_window == 256 and spec.layer_windows() == (None, None)
 
 
 def test_unsupported_activation(ckpt):
-    edit_config(ckpt, hidden_act="gelu")
-    assert "unsupported hidden_act 'gelu'" in load_error(ckpt)
+    """An activation the torch layers do not implement is refused, naming those they do; one the fused kernels
+    lack (GELU) is served by the torch layers (tests/models/test_family_layers.py)."""
+    edit_config(ckpt, hidden_act="quick_gelu")
+    message = load_error(ckpt)
+    assert "unsupported hidden_act 'quick_gelu'" in message and "gelu_pytorch_tanh" in message

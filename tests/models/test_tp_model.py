@@ -83,6 +83,9 @@ CASES = {
     "qwen3": ("qwen3", {}, 2),
     "llama-kv-replicated": ("llama", {"num_kv_heads": 1}, 2),  # 1 KV head on both ranks
     "qwen3-tp4-odd-vocab": ("qwen3", {"vocab_size": 515}, 4),  # KV heads replicated, padded vocab
+    # q/k/v and gate/up stored stacked: each rank reads its heads' rows of qkv_proj, its features' of gate_up_proj
+    "phi3": ("phi3", {}, 2),
+    "phi3-partial-rotary-tp4": ("phi3", {"partial_rotary_factor": 0.5}, 4),
 }
 
 
@@ -164,6 +167,9 @@ def test_rank_spec_and_refusals(tiny_ckpt):
     assert "intermediate_size=128" in tp_problem(replace(full, num_heads=12, num_kv_heads=3), 3)
     with pytest.raises(CheckpointError, match=r"--tp 8 does not divide num_attention_heads=4 in "):
         run_ranks(1, lambda tp: load_checkpoint(tiny_ckpt("llama"), tp=TensorParallel(0, 8, tp.comm)))
+    gemma = load_checkpoint(tiny_ckpt("gemma2")).spec  # the sandwich block: models/parallel/ does not shard it
+    assert tp_problem(gemma, 1) is None
+    assert tp_problem(gemma, 2) == "--tp 2: tensor parallelism is not implemented for Gemma2ForCausalLM"
 
 
 def test_a_saved_random_checkpoint_loads_whole_and_sharded(tmp_path, torch_one_thread):

@@ -18,7 +18,7 @@ import torch
 from graphtop.models.synthetic.demo_corpus import CORPUS
 from graphtop.models.synthetic.tokenizer_train import train_byte_level_bpe
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 _ALIASES = {
     "num_kv_heads": "num_key_value_heads",
     "num_layers": "num_hidden_layers",
@@ -34,7 +34,15 @@ def shared_tokenizer() -> Any:
 
 def tiny_config(family: str, **overrides: Any) -> Any:
     """A 2-layer, hidden-64 config of `family`; overrides use HF names or the aliases above."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import (
+        Gemma2Config,
+        Gemma3TextConfig,
+        LlamaConfig,
+        MistralConfig,
+        Phi3Config,
+        Qwen2Config,
+        Qwen3Config,
+    )
 
     tokenizer = shared_tokenizer()
     base: dict[str, Any] = dict(
@@ -56,9 +64,31 @@ def tiny_config(family: str, **overrides: Any) -> Any:
         base["sliding_window"] = None
     if family == "qwen3":
         base["head_dim"] = 32  # != 64 / 4: Qwen3 decouples head_dim from hidden/heads
+    if family in ("gemma2", "gemma3"):
+        # as the real ones: head_dim != hidden / heads, a query scale of its own, a local layer then a global one;
+        # a window the tests' prompts outgrow
+        base.update(
+            head_dim=32,
+            query_pre_attn_scalar=24,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"],
+            tie_word_embeddings=True,
+        )
+    if family == "gemma2":
+        base.update(attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+    if family == "gemma3":
+        base["rope_local_base_freq"] = 100.0  # the local layers' own RoPE base
     for key, value in copy.deepcopy(overrides).items():  # HF mutates rope dicts in place
         base[_ALIASES.get(key, key)] = value
-    classes = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
+    classes = {
+        "llama": LlamaConfig,
+        "mistral": MistralConfig,
+        "qwen2": Qwen2Config,
+        "qwen3": Qwen3Config,
+        "gemma2": Gemma2Config,
+        "gemma3": Gemma3TextConfig,
+        "phi3": Phi3Config,
+    }
     return classes[family](**base)
 
 
