@@ -38,6 +38,7 @@ class Timing:
     sent: float
     arrivals: list[float] = field(default_factory=list)
     tokens: int = 0
+    prompt: tuple[int, ...] = ()
 
 
 @dataclass
@@ -93,7 +94,7 @@ async def _http_one(client: Any, start: float, req: Any, model: str) -> Timing:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    timing = Timing(time.perf_counter())
+    timing = Timing(time.perf_counter(), prompt=tuple(req.prompt_token_ids))
     async with client.stream("POST", "/v1/completions", json=body) as response:
         if response.status_code != 200:
             raise SystemExit(f"serve_bench: HTTP {response.status_code}: {(await response.aread())[:200]!r}")
@@ -140,7 +141,7 @@ def run_api(engine: Any, requests: list[Any]) -> list[Timing]:
     start = time.perf_counter()
     for r in requests:
         time.sleep(max(0.0, start + r.arrival_s - time.perf_counter()))
-        timing = Timing(time.perf_counter())
+        timing = Timing(time.perf_counter(), prompt=tuple(r.prompt_token_ids))
 
         def stamp(handle: Any, timing: Timing = timing) -> None:
             if not handle.finished:  # one call per token; the last call is the finish, which brings none
@@ -155,6 +156,53 @@ def run_api(engine: Any, requests: list[Any]) -> list[Timing]:
         handle.wait()
         timing.tokens = len(handle.token_ids)
     return timings
+
+
+@dataclass
+class Stamps:
+    """Engine-side times of one request (``time.perf_counter``: CLOCK_MONOTONIC, shared by the client's
+    process): when ``submit`` was called and when its first token reached the handle."""
+
+    submit: float
+    first: Optional[float] = None
+
+
+def stamp_submits(engine: Any) -> dict[tuple[int, ...], Stamps]:
+    """Wrap ``engine.submit`` so that each request's submit and first-token times are kept by prompt."""
+    stamps: dict[tuple[int, ...], Stamps] = {}
+    submit = engine.submit
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        s = Stamps(time.perf_counter())
+        handle = submit(*args, **kwargs)
+        stamps[tuple(handle.prompt_ids)] = s
+        push = handle._push
+
+        def first_push(token: int, text: str) -> None:
+            if s.first is None:
+                s.first = time.perf_counter()
+            push(token, text)
+
+        handle._push = first_push
+        return handle
+
+    engine.submit = traced
+    return stamps
+
+
+def ttft_parts(timings: list[Timing], stamps: dict[tuple[int, ...], Stamps]) -> dict[str, float]:
+    """Where TTFT goes, p50 of each part (ms): client send to ``submit`` (HTTP in: framing, parsing,
+    validation, the event loop), ``submit`` to the first token on the engine's thread (queue, prefill),
+    and that token to the client (the wake-up, SSE framing, the socket)."""
+    parts: dict[str, list[float]] = {"to_submit": [], "engine": [], "to_client": []}
+    for t in timings:
+        s = stamps.get(t.prompt)
+        if s is None or s.first is None or not t.arrivals:
+            continue
+        parts["to_submit"].append((s.submit - t.sent) * 1e3)
+        parts["engine"].append((s.first - s.submit) * 1e3)
+        parts["to_client"].append((t.arrivals[0] - s.first) * 1e3)
+    return {k: percentile(v, 50) for k, v in parts.items()}
 
 
 def workload(engine: Any, args: argparse.Namespace) -> list[Any]:
@@ -207,8 +255,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         warm = requests[: args.warmup]
         http_client_process(server.url, [_at_zero(r) for r in warm], "bench")
         run_api(engine, [_at_zero(r) for r in warm])
-        http = report("http", http_client_process(server.url, requests, "bench"))
-        api = report("python-api", run_api(engine, requests))
+        stamps = stamp_submits(engine)
+        http_timings = http_client_process(server.url, requests, "bench")
+        http_parts = ttft_parts(http_timings, stamps)
+        api_timings = run_api(engine, requests)
+        api_parts = ttft_parts(api_timings, stamps)
+        http, api = report("http", http_timings), report("python-api", api_timings)
     finally:
         server.close()
         engine.close()
@@ -222,6 +274,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"{r.path:<12}{r.tokens_per_s:>10.1f}{r.ttft_p50_ms:>11.2f}{r.ttft_p99_ms:>11.2f}"
             f"{r.itl_p50_ms:>10.2f}{r.itl_p99_ms:>10.2f}"
         )
+    for name, parts in (("http", http_parts), ("python-api", api_parts)):
+        print(f"TTFT p50 parts, {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()) + " (ms)")
     ratios = {
         "tokens_per_s": http.tokens_per_s / api.tokens_per_s if api.tokens_per_s else float("nan"),
         "ttft_p50": http.ttft_p50_ms / api.ttft_p50_ms if api.ttft_p50_ms else float("nan"),
@@ -232,7 +286,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"http": asdict(http), "python_api": asdict(api), "ratio": ratios}, f, indent=2)
+            json.dump(
+                {
+                    "http": asdict(http),
+                    "python_api": asdict(api),
+                    "ratio": ratios,
+                    "ttft_parts_p50_ms": {"http": http_parts, "python_api": api_parts},
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 
