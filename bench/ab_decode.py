@@ -70,10 +70,9 @@ from harness import (
 )
 
 from graphtop.engine.attention import decode_policy as dp
-from graphtop.engine.attention.base import pick_graph_width
 from graphtop.engine.graphs import upload as gu
 from graphtop.engine.graphs.backend import ShapeKey
-from graphtop.engine.graphs.bucket_policy import BucketDecision
+from graphtop.engine.graphs.bucket_policy import BucketDecision, pick_graph_width
 from graphtop.engine.kernel_config import KernelConfig
 from graphtop.engine.runners import decode_graph as dg
 from graphtop.engine.runners.base import StepOutput

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
 
 import torch
 
-from .attention.base import AttentionBackend
 from .batch import ForwardBatch, ForwardMode
 from .graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
 from .graphs.bucket_policy import BucketDecision
@@ -32,6 +31,9 @@ from .runners.kernel_gate import Precompile
 from .runners.prefill_graph import PrefillGraphRunner
 from .telemetry import events as ev
 from .telemetry.capture import BucketCost
+
+if TYPE_CHECKING:  # annotations only: the caller hands the runner its attention backend
+    from .attention.base import AttentionBackend
 
 PublishFn = Callable[[ev.Event], None]
 
