@@ -37,6 +37,7 @@ from .distributed.group import TensorParallelGroup
 from .distributed.setup import RankSetup
 from .errors import EngineError, TensorParallelError
 from .graphs.config import resolve_graph_config
+from .graphs.model_runner import ModelRunner
 from .kernel_config import resolve_kernel_config
 from .kv_pool import KVLayout, KVPool
 from .lifecycle.closing import Closing
@@ -44,7 +45,6 @@ from .lifecycle.info import EngineInfo, describe, started_events
 from .lifecycle.kernel_cache import kernel_precompile
 from .lifecycle.loading import load_engine
 from .memory_plan import MiB, check_graph_buffers_fit, graph_reserve_estimate, plan_kv_pool
-from .model_runner import ModelRunner
 from .parity.checker import ParityChecker
 from .parity.scratch import scratch_pages
 from .prompts import PromptByteLimit

@@ -71,7 +71,7 @@ LAYERS = "Layers: cli above tui | server (siblings) above engine above models"
         ("graphtop.engine.attention.flashinfer_backend", "triton", "Triton is imported by models.kernels alone"),
         ("graphtop.server.handlers", "triton", "Triton is imported by models.kernels alone"),
         ("graphtop.engine.request", "graphtop.engine.engine", "No import cycles"),
-        ("graphtop.engine.graphs.buffers", "graphtop.engine.runners.base", "No import cycles"),
+        ("graphtop.engine.graphs.buffers", "graphtop.engine.graphs.runners.base", "No import cycles"),
         ("graphtop.models.spec", "graphtop.models.registry", "No import cycles"),
         ("graphtop.cli.headless", "graphtop.cli.entry", "No import cycles"),
         ("graphtop.server.app", "graphtop.server.server", "No import cycles"),

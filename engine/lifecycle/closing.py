@@ -15,8 +15,8 @@ from typing import Any, Optional
 import torch
 
 from ..errors import EngineError, TensorParallelError
+from ..graphs.model_runner import ModelRunner
 from ..kv_pool import KVPool
-from ..model_runner import ModelRunner
 from ..parity.checker import ParityChecker
 from ..request import FinishReason, RequestIds
 from ..scheduler import Scheduler

@@ -14,10 +14,10 @@ import time
 from typing import Callable, Optional, TypeVar
 
 from ..batch import ForwardBatch
+from ..graphs.model_runner import ModelRunner
+from ..graphs.runners.base import StepOutput
 from ..kv_pool import KVPool
-from ..model_runner import ModelRunner
 from ..parity.checker import ParityChecker
-from ..runners.base import StepOutput
 from ..sampler import PromptRows, Sampled, sample_step
 from ..scheduler import Scheduler
 from .commands import Command, CommandQueue

@@ -472,7 +472,7 @@ def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
 
 
 def test_headless_serves_while_capturing_unless_asked_to_capture_first(ckpt, tmp_path, capsys, monkeypatch):
-    import graphtop.engine.model_runner as model_runner_mod
+    import graphtop.engine.graphs.model_runner as model_runner_mod
 
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)  # one bucket per step boundary
     prompts = tmp_path / "p.txt"

@@ -14,9 +14,9 @@ from typing import Iterable, Iterator
 import pytest
 
 import graphtop.engine.engine as engine_mod
-import graphtop.engine.runners.kernel_gate as kernel_gate_mod
-from graphtop.engine.runners.capture import CaptureJob
-from graphtop.engine.runners.kernel_gate import Precompile
+import graphtop.engine.graphs.runners.kernel_gate as kernel_gate_mod
+from graphtop.engine.graphs.runners.capture import CaptureJob
+from graphtop.engine.graphs.runners.kernel_gate import Precompile
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
@@ -183,7 +183,7 @@ def test_a_compile_worker_answers_every_request_with_one_line_even_a_broken_one(
 def test_a_dry_run_that_fails_leaves_its_bucket_to_a_plain_capture(monkeypatch):
     """A dry run that raises (say, a Triton whose hook data differs) must not take the step down: the
     bucket counts as ready and its capture compiles what it launches, as without a gate."""
-    from graphtop.engine.runners.kernel_gate import KernelGate
+    from graphtop.engine.graphs.runners.kernel_gate import KernelGate
 
     def dry_run(bucket: int) -> None:
         raise KeyError("specialization_data")
@@ -194,7 +194,7 @@ def test_a_dry_run_that_fails_leaves_its_bucket_to_a_plain_capture(monkeypatch):
 
 
 def test_look_ahead_dry_runs_each_bucket_once_and_at_most_its_limit(monkeypatch):
-    from graphtop.engine.runners.kernel_gate import KernelGate
+    from graphtop.engine.graphs.runners.kernel_gate import KernelGate
 
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     ran: list[int] = []
@@ -251,7 +251,7 @@ def test_a_second_start_of_the_same_setup_reads_its_variants_and_dry_runs_nothin
 
 
 def test_buckets_are_found_smallest_and_largest_first():
-    from graphtop.engine.runners.bucketed import ends_first
+    from graphtop.engine.graphs.runners.bucketed import ends_first
 
     assert ends_first([8, 4, 2, 1, 16]) == [1, 16, 2, 8, 4]
     assert ends_first([3]) == [3] and ends_first([]) == []

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..batch import ForwardBatch, ForwardMode
+from ...batch import ForwardBatch, ForwardMode
 from .base import Runner, StepOutput
 
 if TYPE_CHECKING:  # annotations only: the caller hands the runner its attention backend
-    from ..attention.base import AttentionBackend
+    from ...attention.base import AttentionBackend
 
 
 class EagerRunner(Runner):
