@@ -169,7 +169,7 @@ def test_ids_of_requests_a_close_cancels_are_free(make_engine, llama):
     handle = engine.submit("hello", GREEDY, request_id="F")
     engine.close()
     assert handle.finish_reason is FinishReason.CANCELLED
-    assert "F" not in engine._ids
+    assert "F" not in engine.in_flight.ids
 
 
 def test_a_closed_engine_takes_nothing_new(make_engine, llama):
