@@ -16,7 +16,7 @@ from graphtop.engine.telemetry.events import (
     EngineStarted,
     StepEvent,
 )
-from graphtop.engine.telemetry.trace import write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
 from graphtop.engine.trace_tools.bucket_demand import DEFAULT_EAGER_RATIO, eager_ratio, phase_demand
 
 MiB = 1024**2

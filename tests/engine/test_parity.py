@@ -409,7 +409,8 @@ def test_compare_rows() -> None:
 
 def test_a_parity_check_of_nan_logits_leaves_a_readable_trace(tmp_path) -> None:
     from graphtop.engine.telemetry.events import ParityCheck
-    from graphtop.engine.telemetry.trace import read_trace, write_trace
+    from graphtop.engine.telemetry.trace import read_trace
+    from graphtop.engine.telemetry.trace_writer import write_trace
 
     e = torch.tensor([[1.0, 2.0, 3.0, 0.5, 0.1, -1.0]])
     g = e.clone()

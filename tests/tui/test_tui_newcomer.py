@@ -206,7 +206,7 @@ async def test_an_export_toast_keeps_the_file_name_whole_at_80x24(tmp_path: Path
 
 async def test_open_trace_offers_the_folders_traces_newest_first(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    from graphtop.engine.telemetry.trace import write_trace
+    from graphtop.engine.telemetry.trace_writer import write_trace
 
     for i, name in enumerate(("old-run.jsonl", "run-2.jsonl", "newest.jsonl")):
         write_trace(str(tmp_path / name), boot_events() + step_events(3))

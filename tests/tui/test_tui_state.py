@@ -14,7 +14,7 @@ from graphtop.engine.telemetry.events import (
     KVPoolState,
     StepEvent,
 )
-from graphtop.engine.telemetry.trace import write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
 from graphtop.tui.sessions.fake import FakeSession, boot_events, step_events
 from graphtop.tui.sessions.replay import ReplaySession
 from graphtop.tui.state import DashboardState
