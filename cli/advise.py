@@ -89,8 +89,8 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
 
 def run_advise(args: argparse.Namespace) -> int:
     from graphtop.engine.graphs.bucket_advisor import expected_cost
-    from graphtop.engine.telemetry.trace import TraceError, read_trace
     from graphtop.engine.trace_tools.bucket_demand import advise_phase
+    from graphtop.engine.trace_tools.trace import TraceError, read_trace
     from graphtop.tui.state import DashboardState
     from graphtop.tui.whatif import what_if
 

@@ -57,7 +57,7 @@ LAYERS = "Layers: cli above tui | server (siblings) above engine above models"
 @pytest.mark.parametrize(
     "importer, imported, contracts",
     [
-        ("graphtop.engine.telemetry.stats", "torch", "Telemetry and the pure graph policies import no torch"),
+        ("graphtop.engine.trace_tools.stats", "torch", "Telemetry and the pure graph policies import no torch"),
         ("graphtop.engine.graphs.bucket_policy", "graphtop.models", "Telemetry and the pure graph policies"),
         ("graphtop.engine.step.loop", "graphtop.tui.state", (ENGINE, LAYERS)),
         ("graphtop.engine.telemetry.bus", "textual", ENGINE),
@@ -115,8 +115,8 @@ def test_dashboard_model_loads_without_torch() -> None:
     import sys
 
     code = (
-        "import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.telemetry.summary,"
-        " graphtop.engine.telemetry.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config,"
+        "import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.trace_tools.summary,"
+        " graphtop.engine.trace_tools.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config,"
         " graphtop.engine.telemetry.metrics;"
         "print('torch' in sys.modules)"
     )

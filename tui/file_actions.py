@@ -257,7 +257,7 @@ class FileActions(AppActions):
 
     @work(thread=True, group="open-trace", exit_on_error=False)
     def _read_trace_worker(self, path: str) -> None:
-        from graphtop.engine.telemetry.trace import TraceError
+        from graphtop.engine.trace_tools.trace import TraceError
 
         try:
             replay = ReplaySession.from_path(path)

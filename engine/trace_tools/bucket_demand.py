@@ -28,7 +28,7 @@ from ..graphs.bucket_advisor import Advice, advise
 from ..graphs.bucket_policy import BucketPolicy, depends_on_buckets
 from ..telemetry.capture import BucketCost, cost_points, estimate_cost
 from ..telemetry.events import StepEvent
-from ..telemetry.stats import PREFILL, step_key, step_phase
+from .stats import PREFILL, step_key, step_phase
 
 __all__ = [
     "DEFAULT_EAGER_RATIO",

@@ -19,7 +19,7 @@ from support.cli_support import ENGINE_ARGS, SHORT_RUN, assert_usage_error, cons
 
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.trace import read_trace
+from graphtop.engine.trace_tools.trace import read_trace
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
 

@@ -85,7 +85,7 @@ def test_text_that_is_not_valid_unicode_is_a_value_error(engine):
 def test_a_request_id_that_is_not_valid_unicode_is_a_value_error(engine, tmp_path):
     """It was served, and each of its events made a recorded trace unreadable as a whole."""
     from graphtop.engine.telemetry.recorder import TraceRecorder
-    from graphtop.engine.telemetry.trace import read_trace
+    from graphtop.engine.trace_tools.trace import read_trace
 
     rec = TraceRecorder(tmp_path / "t.jsonl", engine.bus)
     with pytest.raises(ValueError) as info:

@@ -15,9 +15,9 @@ from textual.widgets import Input, OptionList
 from textual.widgets._toast import Toast
 
 from graphtop.engine.telemetry.events import MemoryLedger
-from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU
-from graphtop.engine.telemetry.report import format_summary
-from graphtop.engine.telemetry.summary import summarize
+from graphtop.engine.trace_tools.ledger_words import FREE_ON_CPU
+from graphtop.engine.trace_tools.report import format_summary
+from graphtop.engine.trace_tools.summary import summarize
 from graphtop.tui.early_keys import EarlyKeys
 from graphtop.tui.path_choices import path_choices
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen

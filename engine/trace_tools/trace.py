@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Union
 
-from .events import SCHEMA_VERSION, Event, TraceHeader, event_from_dict, validate_event_dict
-from .trace_writer import NonFinite, refuse_constant
-from .value_limits import MAX_DEPTH, SchemaError, short_repr
+from ..telemetry.events import SCHEMA_VERSION, Event, TraceHeader, event_from_dict, validate_event_dict
+from ..telemetry.trace_writer import NonFinite, refuse_constant
+from ..telemetry.value_limits import MAX_DEPTH, SchemaError, short_repr
 
 __all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace"]
 
