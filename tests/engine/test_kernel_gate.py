@@ -13,8 +13,8 @@ from typing import Iterable, Iterator
 
 import pytest
 
-import graphtop.engine.engine as engine_mod
 import graphtop.engine.graphs.runners.kernel_gate as kernel_gate_mod
+import graphtop.engine.lifecycle.build as build_mod  # where the engine starts its kernel compiles
 from graphtop.engine.graphs.runners.capture import CaptureJob
 from graphtop.engine.graphs.runners.kernel_gate import Precompile
 from graphtop.engine.sampling_params import SamplingParams
@@ -122,7 +122,7 @@ def precompile_with(compiler: HeldCompiler, folder) -> object:
 def serve(make_engine, path, compiler: HeldCompiler, monkeypatch, release_after: int, folder):
     """Serve six requests on an engine whose kernels compile in ``compiler``; release its compiles after
     ``release_after`` steps. -> engine, tokens, events."""
-    monkeypatch.setattr(engine_mod, "kernel_precompile", precompile_with(compiler, folder))
+    monkeypatch.setattr(build_mod, "kernel_precompile", precompile_with(compiler, folder))
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     bus = EventBus()
     sub = bus.subscribe("test")
@@ -212,7 +212,7 @@ def test_every_buckets_kernels_are_found_while_the_engine_loads(tiny_ckpt, make_
     """Before the first step, every configured bucket has been dry-run and its kernels handed to the
     compiler, so they all compile in parallel from the start."""
     compiler = HeldCompiler()
-    monkeypatch.setattr(engine_mod, "kernel_precompile", precompile_with(compiler, tmp_path))
+    monkeypatch.setattr(build_mod, "kernel_precompile", precompile_with(compiler, tmp_path))
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     engine = make_engine(tiny_ckpt("llama"), capture_before_serving=False)
     runners = (engine.model_runner.decode, engine.model_runner.prefill)
@@ -243,7 +243,7 @@ def test_a_second_start_of_the_same_setup_reads_its_variants_and_dry_runs_nothin
 
     DRY_RUNS.clear()
     monkeypatch.setattr(
-        engine_mod, "kernel_precompile", lambda *a, **k: Precompile(HeldCompiler(), tmp_path, "another setup")
+        build_mod, "kernel_precompile", lambda *a, **k: Precompile(HeldCompiler(), tmp_path, "another setup")
     )
     engine = make_engine(path, capture_before_serving=False)
     assert DRY_RUNS  # no manifest for this setup: its buckets are dry-run
