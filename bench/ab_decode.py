@@ -70,14 +70,13 @@ from harness import (
 )
 
 from graphtop.engine.attention import decode_policy as dp
-from graphtop.engine.attention.base import pick_graph_width
 from graphtop.engine.graphs import upload as gu
 from graphtop.engine.graphs.backend import ShapeKey
-from graphtop.engine.graphs.bucket_policy import BucketDecision
+from graphtop.engine.graphs.bucket_policy import BucketDecision, pick_graph_width
+from graphtop.engine.graphs.runners import decode_graph as dg
+from graphtop.engine.graphs.runners.base import StepOutput
+from graphtop.engine.graphs.runners.decode_graph import DecodeGraphRunner
 from graphtop.engine.kernel_config import KernelConfig
-from graphtop.engine.runners import decode_graph as dg
-from graphtop.engine.runners.base import StepOutput
-from graphtop.engine.runners.decode_graph import DecodeGraphRunner
 from graphtop.models.kernels import decode_attention_tuning as td
 from graphtop.models.kernels import fused as tk
 from graphtop.models.kernels import fused_mlp as tm

@@ -2,7 +2,7 @@
 
 The trace is folded the way the dashboard folds events (``DashboardState``: steps, capture costs,
 the prefill padding cap, the lists in use); the advice comes from the bucket advisor
-(``telemetry.bucket_demand.advise_phase``, the same call the bucket editor makes), and the numbers
+(``trace_tools.bucket_demand.advise_phase``, the same call the bucket editor makes), and the numbers
 shown for both lists come from the what-if (``whatif.what_if``), whose predictions a recapture
 reproduces. Budgets apply to each phase: ``--max-graphs`` defaults to the graph count of the trace's
 list, so the advice is compared at equal count; memory is unbounded unless ``--max-graph-memory``.
@@ -16,8 +16,8 @@ import re
 import shlex
 from typing import Any, Optional, Sequence
 
-from graphtop.engine.telemetry.bucket_demand import MAX_EAGER_RATIO
 from graphtop.engine.telemetry.plain_text import one_line
+from graphtop.engine.trace_tools.bucket_demand import MAX_EAGER_RATIO
 
 from .flag_types import file_path, finite_float, nonneg_int
 from .usage import UsageError
@@ -89,8 +89,8 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
 
 def run_advise(args: argparse.Namespace) -> int:
     from graphtop.engine.graphs.bucket_advisor import expected_cost
-    from graphtop.engine.telemetry.bucket_demand import advise_phase
-    from graphtop.engine.telemetry.trace import TraceError, read_trace
+    from graphtop.engine.trace_tools.bucket_demand import advise_phase
+    from graphtop.engine.trace_tools.trace import TraceError, read_trace
     from graphtop.tui.state import DashboardState
     from graphtop.tui.whatif import what_if
 

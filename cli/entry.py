@@ -196,7 +196,7 @@ def _run_trace(argv: Sequence[str]) -> int:
         parser.print_help()
         return 0
     from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
-    from graphtop.engine.telemetry.trace import TraceError, read_trace
+    from graphtop.engine.trace_tools.trace import TraceError, read_trace
 
     if args.cmd == "export":
         try:  # before reading: a wrong OUT costs nothing, and OUT can never be the trace itself
@@ -209,12 +209,12 @@ def _run_trace(argv: Sequence[str]) -> int:
     except TraceError as e:
         raise UsageError(str(e)) from None
     if args.cmd == "summary":
-        from graphtop.engine.telemetry.report import format_summary
-        from graphtop.engine.telemetry.summary import summarize
+        from graphtop.engine.trace_tools.report import format_summary
+        from graphtop.engine.trace_tools.summary import summarize
 
         print(format_summary(summarize(trace)), end="")
         return 0
-    from graphtop.engine.telemetry.perfetto import write_perfetto
+    from graphtop.engine.trace_tools.perfetto import write_perfetto
 
     try:
         out = write_perfetto(trace, args.out)

@@ -331,9 +331,9 @@ def _print_summary(args: Any, results: list[dict], wall: float, rec_result: Any)
         print(one_line(rec_result.describe()))
         if not _summarizable(rec_result):
             return False
-        from graphtop.engine.telemetry.report import format_summary
-        from graphtop.engine.telemetry.summary import summarize
-        from graphtop.engine.telemetry.trace import TraceError, read_trace
+        from graphtop.engine.trace_tools.report import format_summary
+        from graphtop.engine.trace_tools.summary import summarize
+        from graphtop.engine.trace_tools.trace import TraceError, read_trace
 
         try:
             print(format_summary(summarize(read_trace(args.record))), end="")

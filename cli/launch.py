@@ -254,7 +254,7 @@ def _loader_running() -> bool:
 
 def run_replay(trace_path: str, theme: Optional[str] = None) -> int:
     """Open a recorded trace in the dashboard with pause and seek. Returns an exit code."""
-    from graphtop.engine.telemetry.trace import TraceError
+    from graphtop.engine.trace_tools.trace import TraceError
     from graphtop.tui.sessions.replay import ReplaySession
 
     try:

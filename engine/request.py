@@ -19,7 +19,7 @@ log = logging.getLogger("graphtop.engine")
 
 
 class RequestOwner(Protocol):
-    """What a handle needs from whoever serves its request (the engine): a way to make progress when
+    """What a handle needs from whoever serves its request (the engine's ``Serving`` part): a way to make progress when
     nobody else drives the loop, a way to cancel, and the refusal of a wait that would wait on itself."""
 
     @property
@@ -111,11 +111,11 @@ class Request:
 class RequestHandle:
     """What ``Engine.submit`` returns. Safe to read from any thread while the engine streams into it."""
 
-    def __init__(self, request_id: str, engine: RequestOwner, prompt: str, prompt_ids: list[int]):
+    def __init__(self, request_id: str, owner: RequestOwner, prompt: str, prompt_ids: list[int]):
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_ids = prompt_ids
-        self._engine = engine
+        self._owner = owner
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._waiters = 0  # threads inside a wait on _cond: a push with none skips the notify
@@ -256,7 +256,7 @@ class RequestHandle:
         runs inside a step, and only that step's thread could finish the request (a deadlock, or the
         whole timeout lost, depending on timing otherwise)."""
         timeout = wait_timeout(timeout, "RequestHandle.wait")
-        self._engine.refuse_inside_step("RequestHandle.wait()")
+        self._owner.refuse_inside_step("RequestHandle.wait()")
         with self._cond, self._waiting():
             return self._cond.wait_for(lambda: self._finished, timeout)
 
@@ -269,10 +269,10 @@ class RequestHandle:
         callback it is an EngineError, as ``wait`` is (the request is left running)."""
         try:
             while True:
-                self._engine.refuse_inside_step("RequestHandle.stream()")
-                if not self._engine.background_running:
+                self._owner.refuse_inside_step("RequestHandle.stream()")
+                if not self._owner.background_running:
                     if not self._finished:
-                        self._engine.step()
+                        self._owner.step()
                 else:
                     with self._cond, self._waiting():
                         self._cond.wait(timeout=0.05)
@@ -292,7 +292,7 @@ class RequestHandle:
         """Cancel this request; a no-op once it has finished (its id may belong to a newer request by
         then, which this handle must not touch)."""
         if not self._finished:
-            self._engine.cancel_handle(self)
+            self._owner.cancel_handle(self)
 
     def result(self) -> dict:
         return {

@@ -267,7 +267,7 @@ def render() -> str:
     w("* Events appear in the order the engine published them. `ts` is wall-clock Unix seconds (float).")
     w("* **Crash safety:** the recorder hands the OS only whole lines, so a run that is killed (even with")
     w("  SIGKILL) or crashes leaves every complete line valid; only the *last* line can be cut short. Readers")
-    w("  (`graphtop.engine.telemetry.trace.read_trace`) skip such a final line without a newline and set")
+    w("  (`graphtop.engine.trace_tools.trace.read_trace`) skip such a final line without a newline and set")
     w("  `truncated_tail`; any other bad line is an error reported as `path:LINE: message`.")
     w("* Events the recorder could not keep up with are dropped (never stalling the engine) and are simply")
     w("  absent; gaps in `step.step` numbers reveal dropped steps.\n")

@@ -52,14 +52,16 @@ def test_the_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 ENGINE = "The engine (telemetry included) never imports"
 LAYERS = "Layers: cli above tui | server (siblings) above engine above models"
+TRACE_TOOLS = "The engine's serving path never imports the offline trace tools"
 
 
 @pytest.mark.parametrize(
     "importer, imported, contracts",
     [
-        ("graphtop.engine.telemetry.stats", "torch", "Telemetry and the pure graph policies import no torch"),
+        ("graphtop.engine.trace_tools.stats", "torch", "Telemetry and the pure graph policies import no torch"),
         ("graphtop.engine.graphs.bucket_policy", "graphtop.models", "Telemetry and the pure graph policies"),
-        ("graphtop.engine.step.loop", "graphtop.tui.state", (ENGINE, LAYERS)),
+        # the dashboard reads traces: importing it would bring the trace tools in too
+        ("graphtop.engine.step.loop", "graphtop.tui.state", (ENGINE, LAYERS, TRACE_TOOLS)),
         ("graphtop.engine.telemetry.bus", "textual", ENGINE),
         ("graphtop.engine.telemetry.metrics", "fastapi", ENGINE),
         ("graphtop.engine.engine", "uvicorn", ENGINE),
@@ -71,19 +73,29 @@ LAYERS = "Layers: cli above tui | server (siblings) above engine above models"
         ("graphtop.engine.attention.flashinfer_backend", "triton", "Triton is imported by models.kernels alone"),
         ("graphtop.server.handlers", "triton", "Triton is imported by models.kernels alone"),
         ("graphtop.engine.request", "graphtop.engine.engine", "No import cycles"),
-        ("graphtop.engine.graphs.buffers", "graphtop.engine.runners.base", "No import cycles"),
+        ("graphtop.engine.graphs.buffers", "graphtop.engine.graphs.runners.base", "No import cycles"),
         ("graphtop.models.spec", "graphtop.models.registry", "No import cycles"),
         ("graphtop.cli.headless", "graphtop.cli.entry", "No import cycles"),
         ("graphtop.server.app", "graphtop.server.server", "No import cycles"),
         ("graphtop.cli.flags", "torch", "The CLI parser imports no torch"),
         ("graphtop.cli.entry", "transformers", "The CLI parser imports no torch"),
         # The layers: each upward import, and one between the two siblings, breaks the one contract.
-        ("graphtop.engine.engine", "graphtop.cli.entry", (ENGINE, LAYERS)),
+        ("graphtop.engine.engine", "graphtop.cli.entry", (ENGINE, LAYERS, TRACE_TOOLS)),
         ("graphtop.tui.app", "graphtop.cli.usage", LAYERS),
         ("graphtop.server.server", "graphtop.cli.serve", LAYERS),
         ("graphtop.server.handlers", "graphtop.tui.state", LAYERS),
         ("graphtop.tui.state", "graphtop.server.options", LAYERS),
         ("graphtop.models.kernels.gemv", "graphtop.models.spec", LAYERS),
+        # Telemetry split by when it runs: nothing that serves reaches the offline trace tools.
+        ("graphtop.engine.step.loop", "graphtop.engine.trace_tools.summary", TRACE_TOOLS),
+        # the trace tools read the live schema: an import back is a cycle too
+        ("graphtop.engine.telemetry.server", "graphtop.engine.trace_tools.trace", (TRACE_TOOLS, "No import cycles")),
+        (
+            "graphtop.engine.graphs.model_runner",
+            "graphtop.engine.trace_tools.bucket_demand",
+            (TRACE_TOOLS, "No import cycles"),
+        ),
+        ("graphtop.engine.lifecycle.build", "graphtop.engine.trace_tools.report", TRACE_TOOLS),
     ],
 )
 def test_each_contract_catches_what_it_forbids(monkeypatch, importer, imported, contracts) -> None:
@@ -109,14 +121,30 @@ def test_the_models_layer_is_every_module_of_models_but_kernels() -> None:
     assert {name for name in named if name.startswith("graphtop.models.")} == children
 
 
+def test_every_part_of_the_engine_but_the_trace_tools_is_kept_from_them() -> None:
+    """The trace-tools contract lists the engine's modules and subpackages one by one (a forbidden
+    contract whose source were graphtop.engine would forbid the tools their own imports): a new one
+    missing there could import the offline tools unchecked."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (sources,) = [c["source_modules"] for c in contracts if c["name"].startswith(TRACE_TOOLS)]
+    children = {
+        "graphtop.engine." + (path.stem if path.is_file() else path.name)
+        for path in (REPO / "engine").iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").exists()
+    }
+    assert set(sources) == children - {"graphtop.engine.trace_tools"}
+
+
 def test_dashboard_model_loads_without_torch() -> None:
     """The dashboard's state and what-if import telemetry and the bucket policy directly: no torch."""
     import subprocess
     import sys
 
     code = (
-        "import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.telemetry.summary,"
-        " graphtop.engine.telemetry.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config,"
+        "import sys, graphtop.tui.state, graphtop.tui.whatif, graphtop.engine.trace_tools.summary,"
+        " graphtop.engine.trace_tools.report, graphtop.engine.telemetry.recorder, graphtop.engine.kernel_config,"
         " graphtop.engine.telemetry.metrics;"
         "print('torch' in sys.modules)"
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU, free_applies
+from graphtop.engine.trace_tools.ledger_words import FREE_ON_CPU, free_applies
 
 __all__ = ["Explanation", "FALLBACK_REASONS", "LEDGER_ROWS", "STATUS_ITEMS", "explain_fallback", "explain_ledger_row"]
 

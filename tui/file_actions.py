@@ -17,7 +17,7 @@ from textual.app import SystemCommand
 from textual.screen import Screen
 
 from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output, write_atomic
-from graphtop.engine.telemetry.trace import write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
 
 from .app_actions import AppActions
 from .screens.path_prompt import PathPromptScreen
@@ -257,7 +257,7 @@ class FileActions(AppActions):
 
     @work(thread=True, group="open-trace", exit_on_error=False)
     def _read_trace_worker(self, path: str) -> None:
-        from graphtop.engine.telemetry.trace import TraceError
+        from graphtop.engine.trace_tools.trace import TraceError
 
         try:
             replay = ReplaySession.from_path(path)

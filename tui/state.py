@@ -34,8 +34,8 @@ from graphtop.engine.telemetry.events import (
     RequestQueued,
     StepEvent,
 )
-from graphtop.engine.telemetry.stats import BucketTally, HitTally, ParityTally, step_phase
 from graphtop.engine.telemetry.value_limits import MAX_FLOAT, MAX_INT
+from graphtop.engine.trace_tools.stats import BucketTally, HitTally, ParityTally, step_phase
 
 from .sessions.recapture_state import RecaptureTracker
 from .whatif import WhatIfInputs

@@ -3,7 +3,7 @@
 Pure so it can be tested with numbers and reused by the bucket editor on every keystroke. It asks the
 engine's own bucket policy (``graphtop.engine.graphs.bucket_policy``) what each recorded step would
 do under the candidate lists, and counts the answers with the trace report's counting rules
-(``graphtop.engine.telemetry.stats``), so a prediction is what a recapture then measures:
+(``graphtop.engine.trace_tools.stats``), so a prediction is what a recapture then measures:
 
 * a step a bucket list decides (``bucket_policy.depends_on_buckets``: a graph step, or one that fell
   back for a bucket-list reason) is decided again under the candidate lists, with the same prefill
@@ -21,7 +21,7 @@ from typing import Iterable, Optional, Sequence
 from graphtop.engine.graphs.bucket_policy import BucketPolicy, depends_on_buckets
 from graphtop.engine.telemetry.capture import BucketCost, cost_points, estimate_cost
 from graphtop.engine.telemetry.events import StepEvent
-from graphtop.engine.telemetry.stats import DECODE, PREFILL, HitTally, step_key, step_phase
+from graphtop.engine.trace_tools.stats import DECODE, PREFILL, HitTally, step_key, step_phase
 
 __all__ = ["PhaseWhatIf", "WhatIf", "WhatIfInputs", "what_if"]
 

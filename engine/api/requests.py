@@ -1,44 +1,52 @@
 """What callers ask of an engine: serve a prompt (``submit``), a batch of prompts (``generate``), and
 stop one (``cancel``).
 
-A mixin of ``Engine`` (engine/engine.py): the engine holds the state these methods use, annotated
-below. Every method is thread-safe because it only checks its arguments, claims a request id and
-queues a command; the step loop applies the command between steps (engine/step/commands.py).
+A part the ``Engine`` (engine/engine.py) owns and delegates to. Every method is thread-safe because it
+only checks its arguments, claims a request id and queues a command; the step loop applies the command
+between steps (engine/step/apply.py). Handles drive and wait on the engine through its ``Serving`` part.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from ..errors import EngineError
 from ..kv_pool import KVPool
 from ..prompts import Prompt, PromptByteLimit, admission_problem, encode_prompt
-from ..request import FinishReason, Request, RequestHandle, RequestIds
+from ..request import FinishReason, Request, RequestHandle
 from ..sampling_params import SamplingParams
 from ..step.commands import Cancel, CommandQueue, Submit
 from ..step.detokenizer import IncrementalDetokenizer
+from ..step.in_flight import RequestsInFlight
+from ..step.serving import Serving
 from ..step.text_stream import TextStream
 from ..telemetry import events as ev
 from ..telemetry.bus import EventBus
 from ..telemetry.value_limits import is_unicode
 
 
-class RequestApi:
-    # the engine's, set in Engine.__init__
-    tokenizer: Any
-    spec: Any
-    bus: EventBus
-    pool: KVPool
-    commands: CommandQueue
-    max_context_len: int
-    prompt_limit: PromptByteLimit
-    background_running: bool
-    _ids: RequestIds
-    _lifecycle: threading.Lock
-    _check_open: Callable[[], None]
-    refuse_inside_step: Callable[[str], None]
-    run_until_done: Callable[[Iterable[RequestHandle]], None]
+class Requests:
+    def __init__(
+        self,
+        tokenizer: Any,
+        spec: Any,
+        bus: EventBus,
+        pool: KVPool,
+        commands: CommandQueue,
+        max_context_len: int,
+        prompt_limit: PromptByteLimit,
+        in_flight: RequestsInFlight,
+        serving: Serving,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.bus = bus
+        self.pool = pool
+        self.commands = commands
+        self.max_context_len = max_context_len
+        self.prompt_limit = prompt_limit
+        self.in_flight = in_flight
+        self.serving = serving
 
     def submit(
         self,
@@ -48,18 +56,8 @@ class RequestApi:
         chat: bool = False,
         request_id: Optional[str] = None,
     ) -> RequestHandle:
-        """Queue a prompt (text, token ids, or a conversation: ``[{"role": "user", "content": ...}, ...]``,
-        which always goes through the chat template; ``chat`` sends text through it). Thread-safe; returns
-        at once with a streaming handle.
-
-        A prompt that can never be served (empty, past the context or the KV pool, ids outside the
-        vocabulary, in the prompt or in the params' logit_bias and stop_token_ids, a conversation for a
-        model without a chat template) comes back as a finished
-        ``rejected`` handle; text too long for the context by its bytes alone is rejected without being
-        tokenized. A wrong type is a TypeError, a malformed conversation a ValueError; a request id that a
-        request in flight already uses finishes the new one as ``rejected`` (cancel goes by id).
-        """
-        self._check_open()
+        """See ``Engine.submit``."""
+        self.serving.check_open()
         params = self._check_params(params)
         if request_id is not None and not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
@@ -77,21 +75,22 @@ class RequestApi:
     def _submit_encoded(
         self, text: str, ids: list[int], params: SamplingParams, request_id: Optional[str]
     ) -> RequestHandle:
-        rid = self._ids.claim(request_id)
+        ids_in_flight = self.in_flight.ids
+        rid = ids_in_flight.claim(request_id)
         if rid is None:  # request_id is not None here: only a wanted id can be taken
             problem = f"request id {request_id!r} is already used by a request in flight"
-            handle = RequestHandle(str(request_id), self, text, ids)
+            handle = RequestHandle(str(request_id), self.serving, text, ids)
             handle._finish(FinishReason.REJECTED, problem)
             # an error, not a request_finished: under that id every reader of the stream (the endpoint's
             # snapshot, the dashboard, a trace's latencies) would finish the live request
             self.bus.publish(ev.ErrorEvent(message=f"a submit was rejected: {problem}", where="submit"))
             return handle
-        handle = RequestHandle(rid, self, text, ids)
+        handle = RequestHandle(rid, self.serving, text, ids)
         problem = admission_problem(ids, self.max_context_len, self.pool.capacity_tokens, self.spec.vocab_size)
         if not problem and params.vocab_problem(self.spec.vocab_size):  # logit_bias, stop_token_ids
             problem = str(params.vocab_problem(self.spec.vocab_size))
         if problem:
-            self._ids.release(rid)
+            ids_in_flight.release(rid)
             handle._finish(FinishReason.REJECTED, problem)
             self.bus.publish(
                 ev.RequestFinished(request_id=rid, output_tokens=0, finish_reason="rejected", error=problem)
@@ -100,11 +99,11 @@ class RequestApi:
         req = Request(rid, list(ids), params, handle)
         if params.detokenize:
             req.detok = self._text_stream(params)
-        with self._lifecycle:  # queued before a close or a failure drains the queue, or refused: never lost
+        with self.serving.lifecycle:  # queued before a close or a failure drains the queue, or refused: never lost
             try:
-                self._check_open()
+                self.serving.check_open()
             except EngineError:
-                self._ids.release(rid)
+                ids_in_flight.release(rid)
                 raise
             self.commands.put(Submit(req))
         return handle
@@ -123,28 +122,23 @@ class RequestApi:
     def generate(
         self, prompts: Iterable[Union[str, Sequence[int]]], params: Optional[SamplingParams] = None
     ) -> list[RequestHandle]:
-        """Submit all prompts at once (one continuous batch) and serve them to completion. Every prompt
-        is checked before any is submitted: a wrong type refuses the whole call, serving none."""
+        """See ``Engine.generate``."""
         if isinstance(prompts, str):
             raise TypeError("generate takes a list of prompts; for one prompt pass [prompt], or use submit")
-        self._check_open()
-        self.refuse_inside_step("generate()")
+        self.serving.check_open()
+        self.serving.refuse_inside_step("generate()")
         params = self._check_params(params)
         encoded = [encode_prompt(self.tokenizer, p, False, self.prompt_limit) for p in prompts]
         handles = [self._submit_encoded(text, ids, params, None) for text, ids in encoded]
-        if self.background_running:
+        if self.serving.background_running:
             for h in handles:
                 h.wait()
         else:
-            self.run_until_done(handles)
+            self.serving.run_until_done(handles)
         return handles
 
     def cancel(self, request_id: str) -> None:
-        """Cancel the request in flight with this id (none: nothing happens). Thread-safe."""
+        """See ``Engine.cancel``."""
         if not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         self.commands.put(Cancel(request_id))
-
-    def cancel_handle(self, handle: RequestHandle) -> None:
-        """``RequestHandle.cancel``: cancels that handle's request only, never a newer one with its id."""
-        self.commands.put(Cancel(handle.request_id, handle))

@@ -125,7 +125,8 @@ class AttentionBackend(ABC):
         """Page-table widths (in pages) a decode bucket is captured at, widest first. ``[0]``: one graph
         per bucket, for kernels that walk only each row's own pages. A backend whose graph reads a
         fixed-width table gives several, and a step replays the narrowest that holds its longest row
-        (``pick_graph_width``), so its cost follows the batch's context, not the widest one allowed."""
+        (``pick_graph_width``, engine/graphs/bucket_policy.py), so its cost follows the batch's context,
+        not the widest one allowed."""
         return [0]
 
     def bind_graph_meta(self, registry: Any, bucket: int, width: int = 0) -> None:
@@ -144,10 +145,3 @@ class AttentionBackend(ABC):
 
     def describe(self) -> str:
         return self.name
-
-
-def pick_graph_width(widths: list[int], pages: int) -> int:
-    """The narrowest of a backend's ``graph_widths`` holding ``pages`` pages (0 where it has one graph
-    per bucket); the caller has checked that the widest holds them."""
-    fits = [w for w in widths if w == 0 or w >= pages]
-    return min(fits) if fits else max(widths)

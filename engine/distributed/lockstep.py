@@ -17,9 +17,9 @@ from typing import Any, Callable, Protocol, TypeVar
 
 from ..batch import ForwardBatch
 from ..errors import TensorParallelError
-from ..model_runner import CaptureSlice, ModelRunner
-from ..runners.base import StepOutput
-from ..runners.bucketed import BucketedGraphRunner
+from ..graphs.model_runner import CaptureSlice, ModelRunner
+from ..graphs.runners.base import StepOutput
+from ..graphs.runners.bucketed import BucketedGraphRunner
 from .process_group import RankGroup
 from .wire import ForwardEncoder, encode_control
 

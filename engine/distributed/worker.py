@@ -31,9 +31,9 @@ from graphtop.models.spec import ModelSpec
 
 from ..attention.base import AttentionShape
 from ..attention.select import select_attention_backend
+from ..graphs.runners.base import StepOutput
 from ..kv_pool import KVLayout, KVPool
 from ..memory_plan import MemoryPlan, plan_kv_pool
-from ..runners.base import StepOutput
 from ..step.events import EngineEvents
 from ..telemetry import events as ev
 from .collectives import build_collectives

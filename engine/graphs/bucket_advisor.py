@@ -5,7 +5,7 @@ Cost model, per step, in rows (decode) or tokens (prefill):
 * a step of size ``s`` that replays bucket ``b`` costs ``b``: its ``s`` real rows and ``b - s``
   padded ones;
 * a step that runs eagerly costs ``R * s``, where ``R`` is the eager step time over the graph step
-  time (measured from a trace by ``telemetry.bucket_demand``; the caller decides);
+  time (measured from a trace by ``trace_tools.bucket_demand``; the caller decides);
 
 so a list's expected cost is the sum over observed sizes of ``count * cost``, and the ideal (every
 step a perfect-fit graph) is the sum of ``count * s``. Which bucket serves a size, and when the

@@ -31,6 +31,7 @@ __all__ = [
     "BucketPolicy",
     "depends_on_buckets",
     "pick_bucket",
+    "pick_graph_width",
     "within_padding_cap",
 ]
 
@@ -148,3 +149,10 @@ class BucketPolicy:
         if not within_padding_cap(bucket, size, self.max_padding_waste):
             return BucketDecision(reason=FallbackReason.PREFILL_PADDING_OVER_CAP)
         return BucketDecision(bucket, bucket - size)
+
+
+def pick_graph_width(widths: list[int], pages: int) -> int:
+    """The narrowest of a backend's ``graph_widths`` holding ``pages`` pages (0 where it has one graph
+    per bucket); the caller has checked that the widest holds them."""
+    fits = [w for w in widths if w == 0 or w >= pages]
+    return min(fits) if fits else max(widths)

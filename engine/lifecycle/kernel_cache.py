@@ -17,8 +17,8 @@ from graphtop.models.checkpoint.cache import cache_root
 from graphtop.models.kernels import precompile
 from graphtop.models.kernels.compile_pool import shared_compiler
 
+from ..graphs.runners.kernel_gate import Precompile
 from ..kernel_config import KernelConfig
-from ..runners.kernel_gate import Precompile
 
 __all__ = ["kernel_cache_folder", "kernel_precompile"]
 

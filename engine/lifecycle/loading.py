@@ -8,9 +8,10 @@ starts), the worker ranks are spawned, and rank 0's shard loads while they load 
 from __future__ import annotations
 
 import logging
-from dataclasses import fields, replace
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 from ..config import EngineConfig
 from ..device import resolve_device, resolve_dtype
@@ -22,14 +23,25 @@ from ..telemetry.bus import EventBus
 log = logging.getLogger("graphtop.engine")
 
 
-def load_engine(
-    engine_cls: Any,
-    path: Union[str, Path, None],
-    config: Optional[EngineConfig],
-    bus: Optional[EventBus],
-    overrides: dict[str, Any],
-) -> Any:
-    """An ``engine_cls`` (the Engine) for ``path``; see ``Engine.from_pretrained``."""
+@dataclass(frozen=True)
+class Loaded:
+    """What an engine is built from: the checkpoint (rank 0's shard with tensor parallelism), the checked
+    config, the bus, whether it is the demo model, and the tensor-parallel group (None without)."""
+
+    checkpoint: Any
+    config: EngineConfig
+    bus: Optional[EventBus]
+    demo: bool
+    tp: Optional[TensorParallelGroup]
+
+
+@contextmanager
+def loading(
+    path: Union[str, Path, None], config: Optional[EngineConfig], bus: Optional[EventBus], overrides: dict[str, Any]
+) -> Iterator[Loaded]:
+    """The checkpoint at ``path`` (None: the demo model), loaded for ``Engine.from_pretrained`` to build
+    its engine from inside this block: with tensor parallelism a worker that fails to load or capture
+    ends the block with its reason, and the group is closed if the block fails."""
     from graphtop.models import DEMO_NOTE, ensure_demo_model
 
     if config is not None and not isinstance(config, EngineConfig):
@@ -47,37 +59,37 @@ def load_engine(
     demo = path is None
     if demo:
         path = ensure_demo_model()
-    engine = _load(engine_cls, path, config, bus, device, dtype, demo)
+    assert path is not None
+    if config.tp_size == 1:
+        yield _load_one(path, config, bus, device, dtype, demo)
+    else:
+        yield from _load_group(path, config, bus, device, dtype, demo)
     if demo:  # once it loaded: a load that fails says so in one line, without this note before it
         log.warning(DEMO_NOTE)
-    return engine
 
 
-def _load(
-    engine_cls: Any,
-    path: Union[str, Path],
-    config: EngineConfig,
-    bus: Optional[EventBus],
-    device: Any,
-    dtype: Any,
-    demo: bool,
-) -> Any:
+def _load_one(
+    path: Union[str, Path], config: EngineConfig, bus: Optional[EventBus], device: Any, dtype: Any, demo: bool
+) -> Loaded:
     from graphtop.models import load_checkpoint
 
-    progress = _progress(bus)
-    if config.tp_size == 1:
-        ckpt = load_checkpoint(
-            path,
-            device=str(device),
-            dtype=dtype,
-            allow_external_weights=config.allow_external_weights,
-            progress=progress,
-        )
-        return engine_cls(ckpt, config, bus, demo=demo)
-    from graphtop.models import CheckpointError, read_checkpoint
+    ckpt = load_checkpoint(
+        path,
+        device=str(device),
+        dtype=dtype,
+        allow_external_weights=config.allow_external_weights,
+        progress=_progress(bus),
+    )
+    return Loaded(ckpt, config, bus, demo, None)
+
+
+def _load_group(
+    path: Union[str, Path], config: EngineConfig, bus: Optional[EventBus], device: Any, dtype: Any, demo: bool
+) -> Iterator[Loaded]:
+    from graphtop.models import CheckpointError, load_checkpoint, read_checkpoint
     from graphtop.models.parallel import TensorParallel, tp_problem
 
-    meta = read_checkpoint(path, allow_external_weights=config.allow_external_weights, progress=progress)
+    meta = read_checkpoint(path, allow_external_weights=config.allow_external_weights, progress=_progress(bus))
     problem = tp_problem(meta.spec, config.tp_size)
     if problem:  # before any process is spawned
         raise CheckpointError(f"{problem} in {meta.path}")
@@ -88,7 +100,7 @@ def _load(
     try:
         with tp.step_guard():  # a worker that fails to load or capture ends this with its reason
             ckpt = load_checkpoint(path, str(tp.device), dtype, TensorParallel(0, tp.size, tp.comm), meta)
-            return engine_cls(ckpt, config, bus, demo=demo, tp=tp)
+            yield Loaded(ckpt, config, bus, demo, tp)
     except BaseException:
         tp.close()
         raise

@@ -54,9 +54,9 @@ import torch
 from .. import switch_interval
 from ..attention.base import AttentionBackend
 from ..batch import ForwardBatch
+from ..graphs.runners.base import StepOutput
+from ..graphs.runners.eager import EagerRunner
 from ..kv_pool import KVPool
-from ..runners.base import StepOutput
-from ..runners.eager import EagerRunner
 from ..telemetry import events as ev
 from ..telemetry.value_limits import MAX_FLOAT
 from .pacing import DeviceWaits, Paced

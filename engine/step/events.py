@@ -13,10 +13,10 @@ from typing import Optional
 import torch
 
 from ..batch import ForwardBatch, ForwardMode
+from ..graphs.model_runner import ModelRunner
+from ..graphs.runners.base import StepOutput
 from ..kv_pool import KVPool
 from ..memory_plan import MemoryPlan
-from ..model_runner import ModelRunner
-from ..runners.base import StepOutput
 from ..scheduler import Scheduler
 from ..telemetry import events as ev
 from ..telemetry.bus import EventBus

@@ -14,13 +14,14 @@ import time
 from typing import Callable, Optional, TypeVar
 
 from ..batch import ForwardBatch
+from ..graphs.model_runner import ModelRunner
+from ..graphs.runners.base import StepOutput
 from ..kv_pool import KVPool
-from ..model_runner import ModelRunner
 from ..parity.checker import ParityChecker
-from ..runners.base import StepOutput
 from ..sampler import PromptRows, Sampled, sample_step
 from ..scheduler import Scheduler
-from .commands import Command, CommandQueue
+from .apply import CommandApplier
+from .commands import CommandQueue
 from .events import EngineEvents
 from .output import OutputProcessor
 from .overlap import PLACEHOLDER_TOKEN, InFlightStep, TokenReadback, can_chain, launchable
@@ -40,21 +41,21 @@ class StepLoop:
         output: OutputProcessor,
         events: EngineEvents,
         commands: CommandQueue,
-        apply: Callable[[Command], None],
+        applier: CommandApplier,
         readback: TokenReadback,
         max_context_len: int,
         overlap_schedule: bool,
         parity: Optional[ParityChecker] = None,
     ):
-        """``apply`` carries out one command (the engine's lifecycle does that); ``parity`` checks
-        graph steps against eager re-runs (engine/parity/checker.py) when switched on."""
+        """``applier`` carries out each queued command between steps; ``parity`` checks graph steps
+        against eager re-runs (engine/parity/checker.py) when switched on."""
         self.scheduler = scheduler
         self.pool = pool
         self.model_runner = model_runner
         self.output = output
         self.events = events
         self.commands = commands
-        self.apply = apply
+        self.applier = applier
         self.readback = readback
         self.max_context_len = max_context_len
         self.overlap_schedule = overlap_schedule  # may be switched between steps
@@ -66,7 +67,7 @@ class StepLoop:
     def apply_commands(self) -> None:
         applied = False
         for command in self.commands.drain():
-            self.apply(command)
+            self.applier.apply(command)
             applied = True
         if applied:  # a cancel on an idle engine has no step after it to publish the freed pool
             self.events.kv()

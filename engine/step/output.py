@@ -14,6 +14,7 @@ from ..batch import ForwardBatch
 from ..request import FinishReason, Request, RequestStatus
 from ..sampler import Sampled
 from ..telemetry import events as ev
+from .in_flight import RequestsInFlight
 
 PublishFn = Callable[[ev.Event], None]
 
@@ -25,15 +26,15 @@ class OutputProcessor:
         eos_ids: frozenset[int],
         max_context_len: int,
         kv_capacity_tokens: int,
-        release: Callable[[Request], None],
+        in_flight: RequestsInFlight,
         publish: PublishFn,
     ):
-        """``release`` frees a finished request's scheduler slot and KV pages."""
+        """``in_flight`` gives a finished request's scheduler slot, KV pages and id back."""
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
         self.max_context_len = max_context_len
         self.kv_capacity_tokens = kv_capacity_tokens
-        self.release = release
+        self.in_flight = in_flight
         self.publish = publish
 
     def deliver(self, batch: ForwardBatch, tokens: list[int], placeholders: bool = False) -> None:
@@ -82,7 +83,7 @@ class OutputProcessor:
         return None
 
     def finish(self, req: Request, reason: FinishReason, error: Optional[str] = None) -> None:
-        self.release(req)
+        self.in_flight.release(req)
         if req.detok is not None and not req.detok.stopped:
             # The streamed text is provisional; the final text is one full decode of the output, less the
             # token that ended it (an end-of-sequence or stop token: vLLM's rule) unless it is asked for.

@@ -27,9 +27,9 @@ import torch
 from graphtop.models.kernels.argmax import argmax_rows
 
 from ..batch import ForwardBatch, ForwardMode
+from ..graphs.runners.base import StepOutput
 from ..kv_pool import KVPool
 from ..request import RequestStatus
-from ..runners.base import StepOutput
 from ..scheduler import Scheduler
 
 PLACEHOLDER_TOKEN = -1

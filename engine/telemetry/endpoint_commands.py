@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Protocol
 from . import protocol as p
 from .events import Event
 from .plain_text import one_line
-from .trace import write_trace
+from .trace_writer import write_trace
 
 MAX_REQUEST_ID = 64
 MAX_VIEWER_REQUESTS = 256

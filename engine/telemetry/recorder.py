@@ -2,7 +2,7 @@
 
 Crash safety: every write hands the OS only whole lines (a batch of complete ``...\\n`` lines in one
 ``write`` on an unbuffered file), so a SIGKILL can at worst leave a partially written *last* line,
-never a damaged line in the middle; ``graphtop.engine.telemetry.trace.read_trace`` tolerates exactly that.
+never a damaged line in the middle; ``graphtop.engine.trace_tools.trace.read_trace`` tolerates exactly that.
 
 Failure isolation: the recorder must never take the engine down. The trace path is checked when the
 recorder is constructed (so the CLI can exit 2 before loading a model); after that, a failing write

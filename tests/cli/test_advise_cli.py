@@ -9,7 +9,6 @@ import pytest
 
 from graphtop.cli.advise import graph_config_json, parse_size
 from graphtop.cli.entry import main
-from graphtop.engine.telemetry.bucket_demand import DEFAULT_EAGER_RATIO, eager_ratio, phase_demand
 from graphtop.engine.telemetry.events import (
     CaptureFinished,
     CaptureProgress,
@@ -17,7 +16,8 @@ from graphtop.engine.telemetry.events import (
     EngineStarted,
     StepEvent,
 )
-from graphtop.engine.telemetry.trace import write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
+from graphtop.engine.trace_tools.bucket_demand import DEFAULT_EAGER_RATIO, eager_ratio, phase_demand
 
 MiB = 1024**2
 

@@ -19,7 +19,7 @@ from support.cli_support import ENGINE_ARGS, SHORT_RUN, assert_usage_error, cons
 
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.trace import read_trace
+from graphtop.engine.trace_tools.trace import read_trace
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread", "private_cache_dir")
 
@@ -472,7 +472,7 @@ def test_record_then_trace_summary_and_perfetto_export(ckpt, tmp_path, capsys):
 
 
 def test_headless_serves_while_capturing_unless_asked_to_capture_first(ckpt, tmp_path, capsys, monkeypatch):
-    import graphtop.engine.model_runner as model_runner_mod
+    import graphtop.engine.graphs.model_runner as model_runner_mod
 
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)  # one bucket per step boundary
     prompts = tmp_path / "p.txt"

@@ -22,7 +22,7 @@ from graphtop.cli.entry import (
 from graphtop.cli.flags import _Parser
 from graphtop.cli.help_text import COMMANDS
 from graphtop.cli.serve import build_serve_parser
-from graphtop.engine.telemetry.trace import write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
 from graphtop.tui.sessions.fake import boot_events, step_events
 
 MODE_SWITCHES = {"--prompts", "--output", "--record", "--synthetic", "--replay", "--cuda-graph-config", "--serve"}

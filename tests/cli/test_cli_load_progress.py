@@ -25,7 +25,7 @@ def test_a_first_gguf_load_publishes_its_conversion_tensor_by_tensor(tiny_ckpt, 
     require_gguf_packages()
     from support.gguf_files import build_gguf
 
-    from graphtop.engine.telemetry.trace import read_trace
+    from graphtop.engine.trace_tools.trace import read_trace
 
     model = build_gguf(tiny_ckpt("llama"), tmp_path / "tiny.gguf")
     prompts = tmp_path / "p.txt"

@@ -11,7 +11,7 @@ import pytest
 
 from graphtop.cli.entry import main
 from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.trace import read_trace
+from graphtop.engine.trace_tools.trace import read_trace
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

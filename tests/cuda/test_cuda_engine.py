@@ -386,7 +386,7 @@ def test_serving_while_capturing_agrees_with_capturing_first(qwen3_shape, monkey
     first (teacher-forced)."""
     from support.token_agreement import Recorder, _assert_agree
 
-    import graphtop.engine.model_runner as model_runner_mod
+    import graphtop.engine.graphs.model_runner as model_runner_mod
     import graphtop.engine.step.loop as engine_mod  # where the step samples
     from graphtop.engine.telemetry import events as ev
 
@@ -434,7 +434,7 @@ def test_capture_between_overlapped_steps_keeps_the_plain_loops_tokens(qwen3_sha
     step was read back, so the tokens are those of the plain loop, and overlap resumes after capture."""
     if attention == "flashinfer":
         pytest.importorskip("flashinfer")
-    import graphtop.engine.model_runner as model_runner_mod
+    import graphtop.engine.graphs.model_runner as model_runner_mod
 
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)
     vocab = qwen3_shape.spec.vocab_size

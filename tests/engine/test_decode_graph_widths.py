@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphtop.engine.attention.base import pick_graph_width
 from graphtop.engine.attention.torch_native import GRAPH_MAX_CONTEXT, GRAPH_MIN_CONTEXT
 from graphtop.engine.graphs.backend import ShapeKey
+from graphtop.engine.graphs.bucket_policy import pick_graph_width
 from graphtop.engine.sampling_params import SamplingParams
 
 

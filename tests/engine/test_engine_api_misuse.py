@@ -85,7 +85,7 @@ def test_text_that_is_not_valid_unicode_is_a_value_error(engine):
 def test_a_request_id_that_is_not_valid_unicode_is_a_value_error(engine, tmp_path):
     """It was served, and each of its events made a recorded trace unreadable as a whole."""
     from graphtop.engine.telemetry.recorder import TraceRecorder
-    from graphtop.engine.telemetry.trace import read_trace
+    from graphtop.engine.trace_tools.trace import read_trace
 
     rec = TraceRecorder(tmp_path / "t.jsonl", engine.bus)
     with pytest.raises(ValueError) as info:
@@ -169,7 +169,7 @@ def test_ids_of_requests_a_close_cancels_are_free(make_engine, llama):
     handle = engine.submit("hello", GREEDY, request_id="F")
     engine.close()
     assert handle.finish_reason is FinishReason.CANCELLED
-    assert "F" not in engine._ids
+    assert "F" not in engine.in_flight.ids
 
 
 def test_a_closed_engine_takes_nothing_new(make_engine, llama):

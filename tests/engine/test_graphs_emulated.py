@@ -13,14 +13,14 @@ import pytest
 import torch
 from support.tiny_models import shared_tokenizer
 
-import graphtop.engine.model_runner as model_runner_mod
+import graphtop.engine.graphs.model_runner as model_runner_mod
 from graphtop.engine.attention import torch_native
 from graphtop.engine.graphs.bucket_policy import BucketDecision
 from graphtop.engine.graphs.buffers import StaticBufferError
 from graphtop.engine.graphs.config import GraphConfig, build_graph_config
 from graphtop.engine.graphs.fallback import FallbackReason
+from graphtop.engine.graphs.runners.decode_graph import DecodeGraphRunner
 from graphtop.engine.kv_pool import DUMMY_PAGE
-from graphtop.engine.runners.decode_graph import DecodeGraphRunner
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
@@ -547,7 +547,7 @@ def test_output_outside_the_static_output_buffer_is_caught(llama, make_engine, m
 def test_emulated_capture_runs_each_runner_once_and_records_every_bucket(llama, make_engine, monkeypatch):
     """An emulated replay re-runs the function, so capture records the contract (static buffer addresses,
     where the output lives) and runs the function once per runner, at its smallest bucket."""
-    from graphtop.engine.runners.prefill_graph import PrefillGraphRunner
+    from graphtop.engine.graphs.runners.prefill_graph import PrefillGraphRunner
 
     ran: list[tuple[str, int]] = []
     for cls in (DecodeGraphRunner, PrefillGraphRunner):
@@ -573,7 +573,7 @@ def test_capture_runs_with_the_gc_frozen(llama, make_engine, monkeypatch, freeze
     backend's capture_session (GC frozen), and the GC is thawed between slices; no full collection."""
     import gc
 
-    from graphtop.engine.runners.bucketed import BucketedGraphRunner
+    from graphtop.engine.graphs.runners.bucketed import BucketedGraphRunner
 
     monkeypatch.setattr(model_runner_mod, "RECAPTURE_SLICE_S", 0.0)  # one bucket per step boundary
     frozen_at_capture: list[tuple[str, int, int]] = []

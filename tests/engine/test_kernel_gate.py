@@ -13,10 +13,10 @@ from typing import Iterable, Iterator
 
 import pytest
 
-import graphtop.engine.engine as engine_mod
-import graphtop.engine.runners.kernel_gate as kernel_gate_mod
-from graphtop.engine.runners.capture import CaptureJob
-from graphtop.engine.runners.kernel_gate import Precompile
+import graphtop.engine.graphs.runners.kernel_gate as kernel_gate_mod
+import graphtop.engine.lifecycle.build as build_mod  # where the engine starts its kernel compiles
+from graphtop.engine.graphs.runners.capture import CaptureJob
+from graphtop.engine.graphs.runners.kernel_gate import Precompile
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
@@ -122,7 +122,7 @@ def precompile_with(compiler: HeldCompiler, folder) -> object:
 def serve(make_engine, path, compiler: HeldCompiler, monkeypatch, release_after: int, folder):
     """Serve six requests on an engine whose kernels compile in ``compiler``; release its compiles after
     ``release_after`` steps. -> engine, tokens, events."""
-    monkeypatch.setattr(engine_mod, "kernel_precompile", precompile_with(compiler, folder))
+    monkeypatch.setattr(build_mod, "kernel_precompile", precompile_with(compiler, folder))
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     bus = EventBus()
     sub = bus.subscribe("test")
@@ -183,7 +183,7 @@ def test_a_compile_worker_answers_every_request_with_one_line_even_a_broken_one(
 def test_a_dry_run_that_fails_leaves_its_bucket_to_a_plain_capture(monkeypatch):
     """A dry run that raises (say, a Triton whose hook data differs) must not take the step down: the
     bucket counts as ready and its capture compiles what it launches, as without a gate."""
-    from graphtop.engine.runners.kernel_gate import KernelGate
+    from graphtop.engine.graphs.runners.kernel_gate import KernelGate
 
     def dry_run(bucket: int) -> None:
         raise KeyError("specialization_data")
@@ -194,7 +194,7 @@ def test_a_dry_run_that_fails_leaves_its_bucket_to_a_plain_capture(monkeypatch):
 
 
 def test_look_ahead_dry_runs_each_bucket_once_and_at_most_its_limit(monkeypatch):
-    from graphtop.engine.runners.kernel_gate import KernelGate
+    from graphtop.engine.graphs.runners.kernel_gate import KernelGate
 
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     ran: list[int] = []
@@ -212,7 +212,7 @@ def test_every_buckets_kernels_are_found_while_the_engine_loads(tiny_ckpt, make_
     """Before the first step, every configured bucket has been dry-run and its kernels handed to the
     compiler, so they all compile in parallel from the start."""
     compiler = HeldCompiler()
-    monkeypatch.setattr(engine_mod, "kernel_precompile", precompile_with(compiler, tmp_path))
+    monkeypatch.setattr(build_mod, "kernel_precompile", precompile_with(compiler, tmp_path))
     monkeypatch.setattr(kernel_gate_mod, "record_missing", one_variant_per_dry_run)
     engine = make_engine(tiny_ckpt("llama"), capture_before_serving=False)
     runners = (engine.model_runner.decode, engine.model_runner.prefill)
@@ -243,7 +243,7 @@ def test_a_second_start_of_the_same_setup_reads_its_variants_and_dry_runs_nothin
 
     DRY_RUNS.clear()
     monkeypatch.setattr(
-        engine_mod, "kernel_precompile", lambda *a, **k: Precompile(HeldCompiler(), tmp_path, "another setup")
+        build_mod, "kernel_precompile", lambda *a, **k: Precompile(HeldCompiler(), tmp_path, "another setup")
     )
     engine = make_engine(path, capture_before_serving=False)
     assert DRY_RUNS  # no manifest for this setup: its buckets are dry-run
@@ -251,7 +251,7 @@ def test_a_second_start_of_the_same_setup_reads_its_variants_and_dry_runs_nothin
 
 
 def test_buckets_are_found_smallest_and_largest_first():
-    from graphtop.engine.runners.bucketed import ends_first
+    from graphtop.engine.graphs.runners.bucketed import ends_first
 
     assert ends_first([8, 4, 2, 1, 16]) == [1, 16, 2, 8, 4]
     assert ends_first([3]) == [3] and ends_first([]) == []

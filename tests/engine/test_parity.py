@@ -22,9 +22,9 @@ from graphtop.engine.request import FinishReason
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
-from graphtop.engine.telemetry.report import format_summary
-from graphtop.engine.telemetry.summary import summarize
 from graphtop.engine.telemetry.value_limits import MAX_FLOAT
+from graphtop.engine.trace_tools.report import format_summary
+from graphtop.engine.trace_tools.summary import summarize
 
 if TYPE_CHECKING:
     from graphtop.engine.engine import Engine
@@ -409,7 +409,8 @@ def test_compare_rows() -> None:
 
 def test_a_parity_check_of_nan_logits_leaves_a_readable_trace(tmp_path) -> None:
     from graphtop.engine.telemetry.events import ParityCheck
-    from graphtop.engine.telemetry.trace import read_trace, write_trace
+    from graphtop.engine.telemetry.trace_writer import write_trace
+    from graphtop.engine.trace_tools.trace import read_trace
 
     e = torch.tensor([[1.0, 2.0, 3.0, 0.5, 0.1, -1.0]])
     g = e.clone()

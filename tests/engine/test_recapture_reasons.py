@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import graphtop.engine.model_runner as model_runner_mod
+import graphtop.engine.graphs.model_runner as model_runner_mod
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus

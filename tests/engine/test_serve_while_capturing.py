@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-import graphtop.engine.model_runner as model_runner_mod
+import graphtop.engine.graphs.model_runner as model_runner_mod
 from graphtop.engine.graphs.bucket_policy import BucketPolicy
 from graphtop.engine.graphs.config import build_graph_config
 from graphtop.engine.graphs.fallback import FallbackReason
-from graphtop.engine.runners.bucketed import BucketedGraphRunner
+from graphtop.engine.graphs.runners.bucketed import BucketedGraphRunner
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus

@@ -15,8 +15,8 @@ from graphtop.engine.graphs.backend import ShapeKey
 from graphtop.engine.graphs.config import GraphConfig
 from graphtop.engine.graphs.fallback import FallbackReason
 from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.report import format_summary
-from graphtop.engine.telemetry.summary import summarize
+from graphtop.engine.trace_tools.report import format_summary
+from graphtop.engine.trace_tools.summary import summarize
 from graphtop.tui.sessions.fake import FakeSession, boot_events, step_events
 from graphtop.tui.state import DashboardState
 from graphtop.tui.testing import screen_text, settle

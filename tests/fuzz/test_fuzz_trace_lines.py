@@ -23,10 +23,10 @@ from support.fuzz_support import (
 )
 
 from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.perfetto import export_perfetto
-from graphtop.engine.telemetry.report import format_summary
-from graphtop.engine.telemetry.summary import summarize
-from graphtop.engine.telemetry.trace import TraceError, read_trace
+from graphtop.engine.trace_tools.perfetto import export_perfetto
+from graphtop.engine.trace_tools.report import format_summary
+from graphtop.engine.trace_tools.summary import summarize
+from graphtop.engine.trace_tools.trace import TraceError, read_trace
 from graphtop.tui.state import DashboardState
 
 T0 = 1_767_225_600.0

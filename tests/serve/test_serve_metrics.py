@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.serve_support import MODEL_NAME, TIMEOUT_S, engine_idle, serving, wait_until
 
 from graphtop.engine.telemetry import events as ev
-from graphtop.engine.telemetry.summary import summarize
-from graphtop.engine.telemetry.trace import read_trace
+from graphtop.engine.trace_tools.summary import summarize
+from graphtop.engine.trace_tools.trace import read_trace
 
 
 def samples(text: str) -> dict[str, dict[tuple, float]]:

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.metrics import MetricsCollector
-from graphtop.engine.telemetry.summary import summarize
+from graphtop.engine.trace_tools.summary import summarize
 from graphtop.tui.sessions.fake import boot_events, step_events
 
 

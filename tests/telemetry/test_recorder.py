@@ -23,7 +23,7 @@ from graphtop.engine.telemetry.events import (
     validate_event_dict,
 )
 from graphtop.engine.telemetry.recorder import RecorderError, TraceRecorder
-from graphtop.engine.telemetry.trace import read_trace
+from graphtop.engine.trace_tools.trace import read_trace
 
 
 def step(i: int) -> StepEvent:

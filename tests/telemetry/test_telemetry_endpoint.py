@@ -306,7 +306,7 @@ def test_recapture_cancel_and_export_commands(serve, tmp_path: Path) -> None:
 
     out = tmp_path / "engine.jsonl"
     assert "events" in session.export_trace_on_engine(str(out))
-    from graphtop.engine.telemetry.trace import read_trace
+    from graphtop.engine.trace_tools.trace import read_trace
 
     assert {e.type for e in read_trace(out).events} >= {"engine_started", "capture_finished", "memory_ledger"}
     with pytest.raises(RuntimeError, match="exists"):

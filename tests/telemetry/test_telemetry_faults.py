@@ -25,7 +25,7 @@ from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.recorder import TraceRecorder
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
-from graphtop.engine.telemetry.trace import read_trace
+from graphtop.engine.trace_tools.trace import read_trace
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import pytest
 
 from graphtop.cli.entry import main
 from graphtop.engine.telemetry.events import ErrorEvent, MemoryLedger, ParityCheck, StepEvent, TraceHeader
-from graphtop.engine.telemetry.trace import TraceError, read_trace
+from graphtop.engine.trace_tools.trace import TraceError, read_trace
 
 
 def _json(obj) -> str:
@@ -148,8 +148,8 @@ def test_trace_commands_exit_2_with_one_line(tmp_path, capsys, case, command):
 
 def test_possible_steps_read_and_summarise(tmp_path):
     """The impossible lines above are these ones changed: as written, they are read and reported."""
-    from graphtop.engine.telemetry.report import format_summary
-    from graphtop.engine.telemetry.summary import summarize
+    from graphtop.engine.trace_tools.report import format_summary
+    from graphtop.engine.trace_tools.summary import summarize
 
     path = tmp_path / "t.jsonl"
     path.write_text(HEADER + "".join(_json(e.to_dict()) + "\n" for e in (GRAPH_STEP, PREFILL_STEP, PARITY, STEP)))
@@ -250,9 +250,9 @@ def _events_at(int_value: int, float_value: float) -> list:
 @pytest.mark.parametrize("int_value,float_value", [(2**63 - 1, 2.0**53), (0, 0.0)])
 async def test_values_at_the_limits_replay_in_the_dashboard(tmp_path, int_value, float_value):
     """What the reader accepts, every reader shows: the summary, Perfetto and the dashboard's panels."""
-    from graphtop.engine.telemetry.perfetto import write_perfetto
-    from graphtop.engine.telemetry.report import format_summary
-    from graphtop.engine.telemetry.summary import summarize
+    from graphtop.engine.trace_tools.perfetto import write_perfetto
+    from graphtop.engine.trace_tools.report import format_summary
+    from graphtop.engine.trace_tools.summary import summarize
     from graphtop.tui.app import GraphtopApp
     from graphtop.tui.sessions.replay import ReplaySession
     from graphtop.tui.testing import FIXED_DEVICE, screen_text, settle
@@ -275,7 +275,7 @@ async def test_values_at_the_limits_replay_in_the_dashboard(tmp_path, int_value,
 
 def test_a_line_past_the_limit_is_an_error_not_an_endless_read(tmp_path, monkeypatch, capsys):
     """/dev/zero has no newline: reading it line by line would never end; a long line is refused."""
-    import graphtop.engine.telemetry.trace as trace_mod
+    import graphtop.engine.trace_tools.trace as trace_mod
 
     monkeypatch.setattr(trace_mod, "MAX_LINE_BYTES", 1 << 10)
     long_line = tmp_path / "long.jsonl"

@@ -9,8 +9,9 @@ import pytest
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import KVPoolState
 from graphtop.engine.telemetry.recorder import TraceRecorder
-from graphtop.engine.telemetry.trace import read_trace, write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
 from graphtop.engine.telemetry.value_limits import is_unicode, readable_free, readable_text
+from graphtop.engine.trace_tools.trace import read_trace
 
 
 @pytest.mark.parametrize(

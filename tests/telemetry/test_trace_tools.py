@@ -29,11 +29,11 @@ from graphtop.engine.telemetry.events import (
     TraceHeader,
     validate_event_dict,
 )
-from graphtop.engine.telemetry.perfetto import PID, TID_EAGER, TID_GRAPH, export_perfetto, write_perfetto
-from graphtop.engine.telemetry.report import format_summary
-from graphtop.engine.telemetry.stats import percentile
-from graphtop.engine.telemetry.summary import summarize
-from graphtop.engine.telemetry.trace import Trace, TraceError, iter_trace_dicts, read_trace
+from graphtop.engine.trace_tools.perfetto import PID, TID_EAGER, TID_GRAPH, export_perfetto, write_perfetto
+from graphtop.engine.trace_tools.report import format_summary
+from graphtop.engine.trace_tools.stats import percentile
+from graphtop.engine.trace_tools.summary import summarize
+from graphtop.engine.trace_tools.trace import Trace, TraceError, iter_trace_dicts, read_trace
 
 T0 = 1000.0
 

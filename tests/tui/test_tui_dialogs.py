@@ -168,7 +168,7 @@ async def test_escape_closes_the_palette_key_panel() -> None:
 
 async def test_exporting_over_the_trace_being_replayed_is_refused(tmp_path: Path) -> None:
     """The replay may not have read its file to the end: the export says why and leaves it whole."""
-    from graphtop.engine.telemetry.trace import write_trace
+    from graphtop.engine.telemetry.trace_writer import write_trace
     from graphtop.tui.sessions.fake import boot_events, step_events
     from graphtop.tui.sessions.replay import ReplaySession
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from graphtop.engine.telemetry.events import EngineStarted, RankReplay, RequestFirstToken, StepEvent
-from graphtop.engine.telemetry.trace import read_trace, write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
+from graphtop.engine.trace_tools.trace import read_trace
 from graphtop.tui.app import GraphtopApp
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events

@@ -15,9 +15,9 @@ from textual.widgets import Input, OptionList
 from textual.widgets._toast import Toast
 
 from graphtop.engine.telemetry.events import MemoryLedger
-from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU
-from graphtop.engine.telemetry.report import format_summary
-from graphtop.engine.telemetry.summary import summarize
+from graphtop.engine.trace_tools.ledger_words import FREE_ON_CPU
+from graphtop.engine.trace_tools.report import format_summary
+from graphtop.engine.trace_tools.summary import summarize
 from graphtop.tui.early_keys import EarlyKeys
 from graphtop.tui.path_choices import path_choices
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
@@ -206,7 +206,7 @@ async def test_an_export_toast_keeps_the_file_name_whole_at_80x24(tmp_path: Path
 
 async def test_open_trace_offers_the_folders_traces_newest_first(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    from graphtop.engine.telemetry.trace import write_trace
+    from graphtop.engine.telemetry.trace_writer import write_trace
 
     for i, name in enumerate(("old-run.jsonl", "run-2.jsonl", "newest.jsonl")):
         write_trace(str(tmp_path / name), boot_events() + step_events(3))

@@ -14,7 +14,7 @@ from graphtop.engine.telemetry.events import (
     KVPoolState,
     StepEvent,
 )
-from graphtop.engine.telemetry.trace import write_trace
+from graphtop.engine.telemetry.trace_writer import write_trace
 from graphtop.tui.sessions.fake import FakeSession, boot_events, step_events
 from graphtop.tui.sessions.replay import ReplaySession
 from graphtop.tui.state import DashboardState
@@ -145,7 +145,7 @@ def test_replay_seek_events_pauses_and_steps() -> None:
 
 
 def test_export_then_read_back(tmp_path) -> None:
-    from graphtop.engine.telemetry.trace import read_trace
+    from graphtop.engine.trace_tools.trace import read_trace
 
     evs = boot_events() + step_events(10)
     path = tmp_path / "t.jsonl"

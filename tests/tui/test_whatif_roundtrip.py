@@ -19,7 +19,7 @@ from graphtop.engine.graphs.fallback import FallbackReason
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry import events as ev
 from graphtop.engine.telemetry.bus import EventBus
-from graphtop.engine.telemetry.summary import summarize
+from graphtop.engine.trace_tools.summary import summarize
 from graphtop.tui.state import DashboardState
 from graphtop.tui.whatif import what_if
 

@@ -24,7 +24,7 @@ from textual.content import Content
 from textual.widgets import Button, Input, Label, Static
 
 from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, format_buckets, parse_buckets
-from graphtop.engine.telemetry.bucket_demand import advise_phase
+from graphtop.engine.trace_tools.bucket_demand import advise_phase
 
 from ..fmt import human_bytes, pct, secs
 from ..safe_text import printable

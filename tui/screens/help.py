@@ -20,7 +20,7 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Label, Static
 
-from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU
+from graphtop.engine.trace_tools.ledger_words import FREE_ON_CPU
 
 from ..explain import FALLBACK_REASONS, LEDGER_ROWS, STATUS_ITEMS
 from ..widgets.history_input import HistoryInput

@@ -55,8 +55,8 @@ class ReplaySession:
 
     @classmethod
     def from_path(cls, path: str, **kwargs: object) -> "ReplaySession":
-        """Read a trace (raises graphtop.engine.telemetry.trace.TraceError with a one-line message)."""
-        from graphtop.engine.telemetry.trace import read_trace
+        """Read a trace (raises graphtop.engine.trace_tools.trace.TraceError with a one-line message)."""
+        from graphtop.engine.trace_tools.trace import read_trace
 
         trace = read_trace(path)
         return cls(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.content import Content
 
-from graphtop.engine.telemetry.ledger_words import FREE_ON_CPU, free_applies
+from graphtop.engine.trace_tools.ledger_words import FREE_ON_CPU, free_applies
 
 from ..explain import explain_ledger_row
 from ..fmt import bar, human_bytes

@@ -1,4 +1,4 @@
-"""Reads JSON-lines trace files written by ``TraceRecorder``, and writes whole ones (``write_trace``).
+"""Reads JSON-lines trace files written by ``TraceRecorder`` or ``write_trace`` (trace_writer.py).
 
 Strict about everything except the one damage a killed recorder can cause: a final line cut off
 before its newline. That line is skipped and ``truncated_tail`` is set, so traces of crashed or
@@ -9,16 +9,15 @@ the CLI prints as is.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
+from typing import Any, Iterator, Union
 
-from .codec import encode_event
-from .events import SCHEMA_VERSION, Event, TraceHeader, event_from_dict, validate_event_dict
-from .value_limits import MAX_DEPTH, SchemaError, readable_free, short_repr
+from ..telemetry.events import SCHEMA_VERSION, Event, TraceHeader, event_from_dict, validate_event_dict
+from ..telemetry.trace_writer import NonFinite, refuse_constant
+from ..telemetry.value_limits import MAX_DEPTH, SchemaError, short_repr
 
-__all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace", "write_trace"]
+__all__ = ["Trace", "TraceError", "TraceDicts", "iter_trace_dicts", "read_trace"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -110,7 +109,7 @@ class TraceDicts:
         if raw.count(b"[") + raw.count(b"{") > 2 * MAX_DEPTH and _depth(raw) > MAX_DEPTH:
             raise self._error(lineno, f"nested deeper than {MAX_DEPTH} levels")
         try:
-            return json.loads(raw, parse_constant=_refuse_constant)
+            return json.loads(raw, parse_constant=refuse_constant)
         except UnicodeDecodeError as exc:
             if not complete:
                 return _TRUNCATED
@@ -119,7 +118,7 @@ class TraceDicts:
             if not complete:
                 return _TRUNCATED  # only the last line can lack a newline
             raise self._error(lineno, f"bad JSON: {exc.msg} (column {exc.colno})") from None
-        except _NonFinite as exc:
+        except NonFinite as exc:
             raise self._error(lineno, f"non-finite number {exc.args[0]} (traces hold finite numbers only)") from None
         except ValueError as exc:  # an integer of more than 4300 digits (int-from-string limit)
             raise self._error(lineno, f"number out of range ({str(exc).splitlines()[0][:80]})") from None
@@ -151,15 +150,6 @@ class TraceDicts:
 MAX_LINE_BYTES = 64 << 20
 
 _TRUNCATED = object()  # _parse's answer for a cut-off final line (a line can hold JSON null)
-
-
-class _NonFinite(ValueError):
-    pass
-
-
-def _refuse_constant(name: str) -> Any:
-    """json's hook for NaN, Infinity and -Infinity, which strict JSON (and every trace) lacks."""
-    raise _NonFinite(name)
 
 
 def _depth(raw: bytes) -> int:
@@ -207,57 +197,3 @@ def read_trace(path: PathLike) -> Trace:
             events.append(event)
     assert header is not None  # TraceDicts raises on a trace without header
     return Trace(path=str(path), header=header, events=events, truncated_tail=lines.truncated_tail)
-
-
-def _readable_line(line: bytes) -> bool:
-    """``read_trace`` would take this event line: parsed and validated by the reader's own rules
-    (``_refuse_constant``, ``validate_event_dict``: finite numbers within the schema's limits)."""
-    try:
-        validate_event_dict(json.loads(line, parse_constant=_refuse_constant))
-    except (_NonFinite, SchemaError, ValueError):
-        return False
-    return True
-
-
-def write_trace(
-    path: PathLike, events: Iterable[Event], meta: Optional[dict] = None, source: Optional[PathLike] = None
-) -> int:
-    """Header line + one line per event (the recorder's encoding); returns the number of events written.
-
-    An event the reader would refuse (an attached engine's NaN timing, a number past the schema's
-    limits) is left out, and the count logged: one such line makes ``read_trace`` refuse the whole file,
-    so writing it would make an export that cannot be opened again. The rules are the reader's own.
-
-    Written through ``safe_write.write_atomic`` (temporary file + rename, the target's mode kept, links
-    never replaced), so a failed export never leaves a half trace behind. ``source`` is the trace being
-    replayed, if any: exporting over it is refused (the replay may not have read it all). Used for the
-    dashboard's "export trace" and the endpoint's export command. Raises ``OSError`` or
-    ``OutputPathError`` (one line).
-    """
-    from .safe_write import check_distinct, write_atomic
-
-    check_distinct([("export", path)], [("the open trace", source)])
-    count = left_out = 0
-
-    def write(f: BinaryIO) -> None:
-        nonlocal count, left_out
-        f.write(encode_event(TraceHeader(meta=readable_free(dict(meta or {})))))
-        for ev in events:
-            if ev.type == TraceHeader.type:
-                continue
-            line = encode_event(ev)
-            if not _readable_line(line):
-                left_out += 1
-                continue
-            f.write(line)
-            count += 1
-
-    write_atomic(path, write, "export")
-    if left_out:
-        logging.getLogger("graphtop.trace").warning(
-            "%s: left out %d event(s) the trace reader would refuse (a number that is not finite or past "
-            "the schema's limits, or values that contradict each other)",
-            path,
-            left_out,
-        )
-    return count

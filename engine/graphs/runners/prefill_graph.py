@@ -8,17 +8,21 @@ its prompt's log-probabilities. A bucket whose padding would waste more than the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from ..attention.base import AttentionBackend
-from ..batch import ForwardBatch, ForwardMode
-from ..graphs.backend import GraphBackend, ShapeKey
-from ..graphs.breakable import eager_on_graph
-from ..graphs.bucket_policy import BucketDecision
-from ..graphs.buffers import BridgeBuffers
-from ..kv_pool import DUMMY_PAGE
+from ...batch import ForwardBatch, ForwardMode
+from ...kv_pool import DUMMY_PAGE
+from ..backend import GraphBackend, ShapeKey
+from ..breakable import eager_on_graph
+from ..bucket_policy import BucketDecision
+from ..buffers import BridgeBuffers
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
+
+if TYPE_CHECKING:  # annotations only: the caller hands the runner its attention backend
+    from ...attention.base import AttentionBackend
 
 
 class PrefillGraphRunner(BucketedGraphRunner):

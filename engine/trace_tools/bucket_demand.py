@@ -26,8 +26,8 @@ from typing import Iterable, Optional, Sequence
 
 from ..graphs.bucket_advisor import Advice, advise
 from ..graphs.bucket_policy import BucketPolicy, depends_on_buckets
-from .capture import BucketCost, cost_points, estimate_cost
-from .events import StepEvent
+from ..telemetry.capture import BucketCost, cost_points, estimate_cost
+from ..telemetry.events import StepEvent
 from .stats import PREFILL, step_key, step_phase
 
 __all__ = [

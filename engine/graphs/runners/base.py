@@ -13,10 +13,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..batch import ForwardBatch
-from ..graphs.backend import ReplayTiming
-from ..graphs.bucket_policy import BucketDecision
-from ..graphs.fallback import FallbackReason
+from ...batch import ForwardBatch
+from ..backend import ReplayTiming
+from ..bucket_policy import BucketDecision
+from ..fallback import FallbackReason
 
 
 @dataclass

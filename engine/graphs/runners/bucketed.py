@@ -8,12 +8,12 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from ..graphs.backend import GraphBackend, ShapeKey
-from ..graphs.bucket_policy import BucketPolicy
-from ..graphs.buffers import BufferRegistry, BufferSlot, PaddingPolicy
-from ..graphs.fallback import FallbackReason
-from ..telemetry import events as ev
-from ..telemetry.capture import BucketCost
+from ...telemetry import events as ev
+from ...telemetry.capture import BucketCost
+from ..backend import GraphBackend, ShapeKey
+from ..bucket_policy import BucketPolicy
+from ..buffers import BufferRegistry, BufferSlot, PaddingPolicy
+from ..fallback import FallbackReason
 from .base import GraphRunner
 from .capture import CaptureJob
 from .kernel_gate import KernelGate

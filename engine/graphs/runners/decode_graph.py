@@ -10,20 +10,22 @@ a step replays the narrowest that holds its longest row.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from graphtop.models.kernels.argmax import argmax_rows, host_ring_supported
 
-from ..attention.base import AttentionBackend, pick_graph_width
-from ..batch import ForwardBatch
-from ..graphs.backend import GraphBackend, ShapeKey
-from ..graphs.bucket_policy import BucketDecision
-from ..graphs.fallback import FallbackReason
-from ..graphs.upload import Upload
+from ...batch import ForwardBatch
+from ..backend import GraphBackend, ShapeKey
+from ..bucket_policy import BucketDecision, pick_graph_width
+from ..fallback import FallbackReason
+from ..upload import Upload
 from .base import StepOutput
 from .bucketed import BucketedGraphRunner, PublishFn
+
+if TYPE_CHECKING:  # annotations only: the caller hands the runner its attention backend
+    from ...attention.base import AttentionBackend
 
 HOST_RING = 4
 """Host token rows a decode runner's graphs write in turn: a row is read back (engine/step/overlap.py) within

@@ -16,8 +16,8 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
-from ..telemetry import events as ev
-from ..telemetry.capture import BucketCost
+from ...telemetry import events as ev
+from ...telemetry.capture import BucketCost
 from .kernel_gate import BucketGate
 
 PublishFn = Callable[[ev.Event], None]

@@ -7,11 +7,15 @@ of wall time the GPU waited is measurable while eager steps still run (cold star
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from ..attention.base import AttentionBackend
-from ..batch import ForwardBatch, ForwardMode
+from ...batch import ForwardBatch, ForwardMode
 from .base import Runner, StepOutput
+
+if TYPE_CHECKING:  # annotations only: the caller hands the runner its attention backend
+    from ...attention.base import AttentionBackend
 
 
 class EagerRunner(Runner):

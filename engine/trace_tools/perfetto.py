@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Union
 
-from .events import (
+from ..telemetry.events import (
     CaptureFinished,
     CaptureProgress,
     CaptureStarted,
@@ -42,7 +42,7 @@ from .events import (
     RequestQueued,
     StepEvent,
 )
-from .safe_write import write_atomic
+from ..telemetry.safe_write import write_atomic
 from .trace import Trace
 
 __all__ = ["export_perfetto", "write_perfetto", "PID", "TID_GRAPH", "TID_EAGER", "TID_CAPTURE"]

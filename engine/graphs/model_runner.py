@@ -13,25 +13,27 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
 
 import torch
 
-from .attention.base import AttentionBackend
-from .batch import ForwardBatch, ForwardMode
-from .graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
-from .graphs.bucket_policy import BucketDecision
-from .graphs.config import ResolvedGraphConfig
-from .graphs.factory import graph_backend
-from .graphs.fallback import FallbackReason
+from ..batch import ForwardBatch, ForwardMode
+from ..telemetry import events as ev
+from ..telemetry.capture import BucketCost
+from .bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
+from .bucket_policy import BucketDecision
+from .config import ResolvedGraphConfig
+from .factory import graph_backend
+from .fallback import FallbackReason
 from .runners.base import StepOutput
 from .runners.bucketed import BucketedGraphRunner
 from .runners.decode_graph import DecodeGraphRunner
 from .runners.eager import EagerRunner
 from .runners.kernel_gate import Precompile
 from .runners.prefill_graph import PrefillGraphRunner
-from .telemetry import events as ev
-from .telemetry.capture import BucketCost
+
+if TYPE_CHECKING:  # annotations only: the caller hands the runner its attention backend
+    from ..attention.base import AttentionBackend
 
 PublishFn = Callable[[ev.Event], None]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..telemetry.plain_text import one_line
 from .ledger_words import FREE_ON_CPU, free_applies
-from .plain_text import one_line
 from .stats import Percentiles
 from .summary import TraceSummary
 

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Union
 
-from .capture import CapturePass, CaptureTracker
-from .events import (
+from ..telemetry.capture import CapturePass, CaptureTracker
+from ..telemetry.events import (
     CaptureFinished,
     CaptureProgress,
     CaptureStarted,
