@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
+from ..arguments import is_unicode
 from ..errors import EngineError
 from ..kv_pool import KVPool
 from ..prompts import Prompt, PromptByteLimit, admission_problem, encode_prompt
@@ -21,7 +22,6 @@ from ..step.detokenizer import IncrementalDetokenizer
 from ..step.text_stream import TextStream
 from ..telemetry import events as ev
 from ..telemetry.bus import EventBus
-from ..telemetry.value_limits import is_unicode
 
 
 class RequestApi:
