@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..sampling_params import SamplingParams
 from ..telemetry import events as ev
 from ..telemetry.protocol import EngineStatus, Sampling
 from ..telemetry.server import EndpointConfig, TelemetryServer
@@ -73,14 +72,7 @@ class EngineLink:
         return out
 
     def submit(self, request_id: str, prompt: str, sampling: Sampling, chat: bool) -> "RequestHandle":
-        params = SamplingParams(
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            seed=sampling.seed,
-        )
-        return self.engine.submit(prompt, params, chat=chat, request_id=request_id)
+        return self.engine.submit(prompt, sampling.to_params(), chat=chat, request_id=request_id)
 
     def cancel(self, request_id: str) -> None:
         self.engine.cancel(request_id)
