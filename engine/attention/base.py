@@ -19,7 +19,8 @@ import torch
 from graphtop.models.spec import ModelSpec
 
 from ..batch import ForwardBatch
-from ..kv_pool import KVPool
+from ..graphs.buffers import BufferSlot, PaddingPolicy
+from ..kv_pool import DUMMY_PAGE, KVPool
 
 
 class AttentionBackendError(RuntimeError):
@@ -127,6 +128,18 @@ class AttentionBackend(ABC):
         fixed-width table gives several, and a step replays the narrowest that holds its longest row
         (``pick_graph_width``), so its cost follows the batch's context, not the widest one allowed."""
         return [0]
+
+    def out_cache_loc_slot(self) -> BufferSlot:
+        """The slot of the step's K/V destinations, one per row, which every backend's decode graph writes
+        through: a padded row's points into the dummy page, where nothing reads it."""
+        return BufferSlot(
+            "out_cache_loc",
+            lambda n: (n,),
+            torch.int64,
+            PaddingPolicy.FILL_SENTINEL,
+            pad_value=DUMMY_PAGE * self.pool.page_size,
+            source=lambda b, p: b.out_cache_loc,
+        )
 
     def bind_graph_meta(self, registry: Any, bucket: int, width: int = 0) -> None:
         """Point ``self.meta`` at the static buffers' views for a graph of ``bucket`` rows that reads

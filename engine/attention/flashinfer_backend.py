@@ -39,7 +39,7 @@ from graphtop.models.kernels import fused as tk
 from graphtop.models.kernels.decode_attention import HAVE_TRITON, PagedDecode
 
 from ..batch import ForwardBatch, ForwardMode
-from ..graphs.buffers import BufferSlot, PaddingPolicy
+from ..graphs.buffers import BufferSlot
 from ..graphs.upload import Upload
 from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
@@ -329,14 +329,7 @@ class FlashInferBackend(AttentionBackend):
 
     def graph_buffer_slots(self) -> list[BufferSlot]:
         return [
-            BufferSlot(
-                "out_cache_loc",
-                lambda n: (n,),
-                torch.int64,
-                PaddingPolicy.FILL_SENTINEL,
-                pad_value=DUMMY_PAGE * self.pool.page_size,
-                source=lambda b, p: b.out_cache_loc,
-            ),
+            self.out_cache_loc_slot(),
         ]
 
     def bind_graph_meta(self, registry: Any, bucket: int, width: int = 0) -> None:
