@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from graphtop.models.kernels.qkv_input import QKVInput
 from graphtop.models.spec import ModelSpec
 
 from ..batch import ForwardBatch
@@ -97,18 +98,9 @@ class AttentionBackend(ABC):
         optional fused entry (models/decoder.py ``AttentionFn``)."""
         return self.forward(q, k, v, layer_id)
 
-    def forward_qkv(
-        self,
-        qkv: torch.Tensor,
-        positions: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        q_norm: Optional[torch.Tensor],
-        k_norm: Optional[torch.Tensor],
-        eps: float,
-        layer_id: int,
-    ) -> Optional[torch.Tensor]:
+    def forward_qkv(self, x: QKVInput, layer_id: int) -> Optional[torch.Tensor]:
         """Attention straight from the fused q|k|v projection [T, (H + 2 Hkv) * D] — q/k RMSNorm when
-        weights are given, NeoX RoPE from ``cos_sin_cache``, the K/V store — returning o [T, H, D];
+        weights are given, NeoX RoPE from ``x.cos_sin_cache``, the K/V store — returning o [T, H, D];
         or None, and the model does those steps itself and calls ``forward``. Backends with a kernel
         that fuses them override this (one launch per layer instead of several)."""
         return None
