@@ -38,6 +38,7 @@ from graphtop.engine.attention.decode_policy import CUDA_CORE_DECODE_GROUPS
 from graphtop.models.kernels import fused as tk
 from graphtop.models.kernels.decode_attention import PagedDecode
 from graphtop.models.kernels.decode_attention_tuning import DecodeTuning
+from graphtop.models.kernels.qkv_input import QKVInput
 
 SHAPES = {name: attention_heads(name) for name in ("qwen3-0.6b", "llama-3.1-8b")}  # head_dim 128 both
 D = 128
@@ -154,12 +155,7 @@ def triton_layer(case: Case, tuning: DecodeTuning | None = None, pdl: bool | Non
 
     def layer(i: int) -> Any:
         return kern.run_qkv(
-            case.qkv,
-            case.pos,
-            case.cs,
-            case.qw,
-            case.kw,
-            1e-6,
+            QKVInput(case.qkv, case.pos, case.cs, case.qw, case.kw, 1e-6),
             case.kc[i],
             case.vc[i],
             case.indptr,

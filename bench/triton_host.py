@@ -67,11 +67,9 @@ class PagedAttention:
         self.indices = torch.arange(1, rows + 1, dtype=torch.int32)
         self.last = torch.full((rows,), 5, dtype=torch.int32)
 
-    def forward_qkv(self, qkv, positions, cos_sin_cache, q_norm, k_norm, eps, layer_id):
+    def forward_qkv(self, x, layer_id):
         k_cache, v_cache = self.kv
-        return self.kernel.run_qkv(
-            qkv, positions, cos_sin_cache, q_norm, k_norm, eps, k_cache, v_cache, self.indptr, self.indices, self.last
-        )
+        return self.kernel.run_qkv(x, k_cache, v_cache, self.indptr, self.indices, self.last)
 
     def __call__(self, q, k, v, layer_id):  # pragma: no cover - the fused path always takes forward_qkv
         raise AssertionError("the fused decode path attends through forward_qkv")

@@ -1,4 +1,5 @@
-"""Argument checks every boundary shares: how a bad value is quoted, and what a wait's ``timeout`` may be.
+"""Argument checks every boundary shares: how a bad value is quoted, what a wait's ``timeout`` may be, and
+whether text is valid Unicode.
 
 Its own dependency-free module (no torch, no other engine module) because every boundary check quotes
 values (graph config, sampling parameters, trace lines, CLI flags) and telemetry (no torch) and the
@@ -24,6 +25,19 @@ def short_repr(v: Any) -> str:
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
         return f"an integer of {v.bit_length()} bits"
     return short_text(repr(v))
+
+
+def is_unicode(text: str) -> bool:
+    """False for a str holding a lone surrogate (legal in a JSON escape or a surrogate-escaped argv or
+    path, not encodable as UTF-8): the one test the trace reader, the stop strings and the request ids
+    apply to text."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def wait_timeout(timeout: Any, what: str) -> Optional[float]:

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
-from .arguments import short_repr
-from .telemetry.value_limits import is_unicode
+from .arguments import is_unicode, short_repr
 
 MAX_NEW_TOKENS = 2**31 - 1
 """Above any context length; the bound only keeps the number a 64-bit-safe trace value."""

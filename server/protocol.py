@@ -157,6 +157,15 @@ NEUTRAL_ADD_SPECIAL_TOKENS = {"CompletionRequest": True, "ChatCompletionRequest"
 
 SAMPLING = frozenset(sampling_fields())
 """The engine's sampling fields; a request field of the same name is one of them."""
+NAMED_OTHERWISE = {
+    "max_new_tokens": "max_tokens (chat: max_completion_tokens, or the rest of the context)",
+    "logprobs": "logprobs (chat: logprobs with top_logprobs)",
+    "prompt_logprobs": "echo with logprobs (completions)",
+    "detokenize": "none: a response is text",
+}
+"""The sampling fields a request does not carry by their own name, and what sets them. Every other field of
+``SamplingParams`` is a request field of ``_Common`` under its own name (tests/engine/test_sampling_record.py
+checks both lists, so a new sampling parameter cannot be left out of the API unnoticed)."""
 
 
 def _neutral(value: Any, allowed: tuple[Any, ...]) -> bool:

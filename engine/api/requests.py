@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from ..arguments import is_unicode
 from ..errors import EngineError
 from ..kv_pool import KVPool
 from ..prompts import Prompt, PromptByteLimit, admission_problem, encode_prompt
@@ -22,7 +23,6 @@ from ..step.serving import Serving
 from ..step.text_stream import TextStream
 from ..telemetry import events as ev
 from ..telemetry.bus import EventBus
-from ..telemetry.value_limits import is_unicode
 
 
 class Requests:

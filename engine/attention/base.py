@@ -16,10 +16,12 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from graphtop.models.kernels.qkv_input import QKVInput
 from graphtop.models.spec import ModelSpec
 
 from ..batch import ForwardBatch
-from ..kv_pool import KVPool
+from ..graphs.buffers import BufferSlot, PaddingPolicy
+from ..kv_pool import DUMMY_PAGE, KVPool
 
 
 class AttentionBackendError(RuntimeError):
@@ -96,18 +98,9 @@ class AttentionBackend(ABC):
         optional fused entry (models/decoder.py ``AttentionFn``)."""
         return self.forward(q, k, v, layer_id)
 
-    def forward_qkv(
-        self,
-        qkv: torch.Tensor,
-        positions: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        q_norm: Optional[torch.Tensor],
-        k_norm: Optional[torch.Tensor],
-        eps: float,
-        layer_id: int,
-    ) -> Optional[torch.Tensor]:
+    def forward_qkv(self, x: QKVInput, layer_id: int) -> Optional[torch.Tensor]:
         """Attention straight from the fused q|k|v projection [T, (H + 2 Hkv) * D] — q/k RMSNorm when
-        weights are given, NeoX RoPE from ``cos_sin_cache``, the K/V store — returning o [T, H, D];
+        weights are given, NeoX RoPE from ``x.cos_sin_cache``, the K/V store — returning o [T, H, D];
         or None, and the model does those steps itself and calls ``forward``. Backends with a kernel
         that fuses them override this (one launch per layer instead of several)."""
         return None
@@ -128,6 +121,18 @@ class AttentionBackend(ABC):
         (``pick_graph_width``, engine/graphs/bucket_policy.py), so its cost follows the batch's context,
         not the widest one allowed."""
         return [0]
+
+    def out_cache_loc_slot(self) -> BufferSlot:
+        """The slot of the step's K/V destinations, one per row, which every backend's decode graph writes
+        through: a padded row's points into the dummy page, where nothing reads it."""
+        return BufferSlot(
+            "out_cache_loc",
+            lambda n: (n,),
+            torch.int64,
+            PaddingPolicy.FILL_SENTINEL,
+            pad_value=DUMMY_PAGE * self.pool.page_size,
+            source=lambda b, p: b.out_cache_loc,
+        )
 
     def bind_graph_meta(self, registry: Any, bucket: int, width: int = 0) -> None:
         """Point ``self.meta`` at the static buffers' views for a graph of ``bucket`` rows that reads

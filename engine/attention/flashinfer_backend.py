@@ -37,9 +37,10 @@ import torch
 
 from graphtop.models.kernels import fused as tk
 from graphtop.models.kernels.decode_attention import HAVE_TRITON, PagedDecode
+from graphtop.models.kernels.qkv_input import QKVInput
 
 from ..batch import ForwardBatch, ForwardMode
-from ..graphs.buffers import BufferSlot, PaddingPolicy
+from ..graphs.buffers import BufferSlot
 from ..graphs.upload import Upload
 from ..kv_pool import DUMMY_PAGE, KVPool
 from .base import AttentionBackend, AttentionBackendError, AttentionShape
@@ -293,23 +294,14 @@ class FlashInferBackend(AttentionBackend):
         m.wrapper.run(q[:n], self._kv[layer_id], layer_id, out=out[:n])
         return out
 
-    def forward_qkv(
-        self,
-        qkv: torch.Tensor,
-        positions: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        q_norm: Optional[torch.Tensor],
-        k_norm: Optional[torch.Tensor],
-        eps: float,
-        layer_id: int,
-    ) -> Optional[torch.Tensor]:
+    def forward_qkv(self, x: QKVInput, layer_id: int) -> Optional[torch.Tensor]:
         """Decode on the Triton kernel straight from the fused projection (norm, RoPE, K/V store and
         attention in one launch); None where this step does not decode on it."""
         m: FlashInferMeta = self.meta
         if not (m.decode and isinstance(m.wrapper, TritonDecodeWrapper)):
             return None
         self._ensure_views()
-        return m.wrapper.run_qkv(qkv, positions, cos_sin_cache, q_norm, k_norm, eps, self._kv[layer_id], layer_id)
+        return m.wrapper.run_qkv(x, self._kv[layer_id], layer_id)
 
     # --- decode graphs ---------------------------------------------------------------------------
     def init_graph_state(self, max_bs: int, max_pages_per_req: int) -> None:
@@ -329,14 +321,7 @@ class FlashInferBackend(AttentionBackend):
 
     def graph_buffer_slots(self) -> list[BufferSlot]:
         return [
-            BufferSlot(
-                "out_cache_loc",
-                lambda n: (n,),
-                torch.int64,
-                PaddingPolicy.FILL_SENTINEL,
-                pad_value=DUMMY_PAGE * self.pool.page_size,
-                source=lambda b, p: b.out_cache_loc,
-            ),
+            self.out_cache_loc_slot(),
         ]
 
     def bind_graph_meta(self, registry: Any, bucket: int, width: int = 0) -> None:

@@ -211,14 +211,7 @@ class TorchNativeBackend(AttentionBackend):
         pages = self.graph_max_pages
         fill = self.seq_len_fill_value()
         return [
-            BufferSlot(
-                "out_cache_loc",
-                lambda n: (n,),
-                torch.int64,
-                PaddingPolicy.FILL_SENTINEL,
-                pad_value=DUMMY_PAGE * self.pool.page_size,
-                source=lambda b, p: b.out_cache_loc,
-            ),
+            self.out_cache_loc_slot(),
             BufferSlot(
                 "seq_lens",
                 lambda n: (n,),

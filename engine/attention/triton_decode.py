@@ -9,6 +9,7 @@ from typing import Any, Optional
 import torch
 
 from graphtop.models.kernels.decode_attention import PagedDecode
+from graphtop.models.kernels.qkv_input import QKVInput
 
 from ..graphs.upload import Upload
 
@@ -61,24 +62,9 @@ class TritonDecodeWrapper:
             q, kv[0], kv[1], self.indptr, self.indices, self.last, splits=self.splits, window=self._window(layer)
         )
 
-    def run_qkv(
-        self,
-        qkv: torch.Tensor,
-        positions: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        q_norm: Optional[torch.Tensor],
-        k_norm: Optional[torch.Tensor],
-        eps: float,
-        kv: tuple[torch.Tensor, torch.Tensor],
-        layer: int = 0,
-    ) -> torch.Tensor:
+    def run_qkv(self, x: QKVInput, kv: tuple[torch.Tensor, torch.Tensor], layer: int = 0) -> torch.Tensor:
         return self.kernel.run_qkv(
-            qkv,
-            positions,
-            cos_sin_cache,
-            q_norm,
-            k_norm,
-            eps,
+            x,
             kv[0],
             kv[1],
             self.indptr,

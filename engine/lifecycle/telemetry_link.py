@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from ..api.controls import Controls
 from ..api.requests import Requests
 from ..graphs.model_runner import ModelRunner
-from ..sampling_params import SamplingParams
 from ..step.events import EngineEvents
 from ..telemetry import events as ev
 from ..telemetry.protocol import EngineStatus, Sampling
@@ -92,14 +91,7 @@ class EngineLink:
         return out
 
     def submit(self, request_id: str, prompt: str, sampling: Sampling, chat: bool) -> "RequestHandle":
-        params = SamplingParams(
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            seed=sampling.seed,
-        )
-        return self.requests.submit(prompt, params, chat=chat, request_id=request_id)
+        return self.requests.submit(prompt, sampling.to_params(), chat=chat, request_id=request_id)
 
     def cancel(self, request_id: str) -> None:
         self.requests.cancel(request_id)

@@ -12,10 +12,12 @@ Events travel as ``(type tag, event)`` pairs: the sender encodes the event datac
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from dataclasses import fields
+from typing import Any, Optional, Union, get_type_hints
 
 import msgspec
 
+from ..sampling_params import SamplingParams
 from .events import EVENT_TYPES, Event
 
 PROTOCOL_VERSION = 2
@@ -45,14 +47,31 @@ class EngineStatus(msgspec.Struct, frozen=True):
     parity_every: int = 0  # graph steps per parity check (0: off)
 
 
-class Sampling(msgspec.Struct, frozen=True):
-    """The sampling settings a viewer may set on a prompt (the engine validates the values)."""
+def _sampling_struct() -> type:
+    """The wire's copy of ``SamplingParams``, made from its fields (names, types, defaults), so a new
+    sampling parameter reaches the wire, and the dashboard that sends it, without a line here. Values at
+    their default are left out of the message; a peer that does not know a field ignores it."""
 
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: Optional[int] = None
+    def to_params(self: Any) -> SamplingParams:
+        """The engine's ``SamplingParams``: its ``SamplingParamError`` (one line) where its rules refuse a
+        value, the one home of those rules."""
+        return SamplingParams(**msgspec.structs.asdict(self))
+
+    hints = get_type_hints(SamplingParams)
+    return msgspec.defstruct(
+        "Sampling",
+        [(f.name, hints[f.name], f.default) for f in fields(SamplingParams) if f.init],
+        namespace={"to_params": to_params, "__doc__": "A prompt's sampling settings, as ``SamplingParams``."},
+        module=__name__,
+        frozen=True,
+        kw_only=True,
+        omit_defaults=True,
+    )
+
+
+Sampling = _sampling_struct()
+"""A prompt's sampling settings as a viewer sends them: ``SamplingParams``' fields, checked by it
+(``to_params``) on the engine's side."""
 
 
 # -- viewer -> engine ----------------------------------------------------------------------------

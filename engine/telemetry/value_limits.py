@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arguments import short_repr  # noqa: F401 (re-exported: the readers quote bad values with it)
+from ..arguments import is_unicode, short_repr  # noqa: F401 (re-exported: the readers quote bad values with it)
 
 
 class SchemaError(ValueError):
@@ -20,18 +20,6 @@ class SchemaError(ValueError):
 MAX_INT = 2**63 - 1
 MAX_FLOAT = 2.0**53
 MAX_DEPTH = 32  # nesting of free-form values (header meta, graph_config, config_downgrade old/new)
-
-
-def is_unicode(text: str) -> bool:
-    """False for a str holding a lone surrogate (legal in a JSON escape or a surrogate-escaped argv or
-    path, not encodable as UTF-8): the one test the trace reader applies to text."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_text(name: str, v: str) -> None:

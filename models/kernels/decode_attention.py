@@ -31,6 +31,7 @@ import torch
 from graphtop.models.kernels.fused import sm_count, use_pdl
 
 from .decode_attention_tuning import HUGE_ROWS, LARGE_ROWS, DecodeTuning, num_splits, shipped_tunings
+from .qkv_input import QKVInput
 
 try:
     import triton
@@ -383,12 +384,7 @@ class PagedDecode:
 
     def run_qkv(
         self,
-        qkv: torch.Tensor,
-        positions: torch.Tensor,
-        cos_sin_cache: torch.Tensor,
-        q_norm: Optional[torch.Tensor],
-        k_norm: Optional[torch.Tensor],
-        eps: float,
+        x: QKVInput,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         indptr: torch.Tensor,
@@ -397,21 +393,21 @@ class PagedDecode:
         splits: Optional[int] = None,
         window: int = 0,
     ) -> torch.Tensor:
-        """Decode straight from the fused projection ``qkv`` [rows, (H + 2 Hkv) * D]: q/k-norm, RoPE,
+        """Decode straight from the fused projection ``x.qkv`` [rows, (H + 2 Hkv) * D]: q/k-norm, RoPE,
         the K/V store (into the slot after each row's context: the page lists include the new token)
         and attention in one launch, instead of four (norm+rope, store, FlashInfer decode, merge);
         ``window`` as in ``run``."""
         H, HK, D = self.num_heads, self.num_kv_heads, self.head_dim
-        has_norm = q_norm is not None
+        qkv, has_norm = x.qkv, x.q_norm is not None
         new = (
             qkv[:, H * D :],
             qkv[:, (H + HK) * D :],
             qkv.stride(0),
-            positions,
-            cos_sin_cache,
-            q_norm if has_norm else qkv,
-            k_norm if has_norm else qkv,
-            eps,
+            x.positions,
+            x.cos_sin_cache,
+            x.q_norm if has_norm else qkv,
+            x.k_norm if has_norm else qkv,
+            x.eps,
             True,
             has_norm,
         )

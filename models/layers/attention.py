@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from ..kernels.qkv_input import QKVInput
 from ..spec import ModelSpec
 from .norm import RMSNorm
 from .rope import RopeFactors, RotaryEmbedding, fused_norm_rope
@@ -23,7 +24,7 @@ AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Te
 Causal across each request of the ragged batch, softmax scale `spec.softmax_scale`, within layer_id's
 sliding window (`spec.window`) and logit soft cap (`spec.attn_softcap`) where it has them; the
 implementation stores k/v in its cache before attending. It may also have a method
-``forward_qkv(qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, layer_id)`` that
+``forward_qkv(x: QKVInput, layer_id)`` (models/kernels/qkv_input.py) that
 does the q/k norm, RoPE, store and attention from the fused projection in one go, or returns None
 (engine/attention/base.py); the fused path tries it first."""
 
@@ -71,8 +72,7 @@ class Attention(nn.Module):
         ``attn``; returns o as [T, heads * head_dim], ready for o_proj."""
         fused = getattr(attn, "forward_qkv", None)
         if fused is not None:
-            qw, kw, eps = self.qk_norm_weights or (None, None, 0.0)
-            o = fused(qkv, positions, rope.cos_sin_cache, qw, kw, eps, self.layer_id)
+            o = fused(QKVInput(qkv, positions, rope.cos_sin_cache, *(self.qk_norm_weights or ())), self.layer_id)
             if o is not None:
                 return o.reshape(-1, self.num_heads * self.head_dim)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)

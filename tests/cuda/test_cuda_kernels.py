@@ -403,6 +403,7 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         SMALL_GROUP_TUNING,
         DecodeTuning,
     )
+    from graphtop.models.kernels.qkv_input import QKVInput
     from graphtop.models.layers.norm import RMSNorm
     from graphtop.models.layers.rope import apply_rope
 
@@ -458,7 +459,8 @@ def test_triton_paged_decode_matches_reference(heads, page_size, splits, min_chu
         q_ref, k_ref = apply_rope(qn(q), cos, sin), apply_rope(kn(k), cos, sin)
     kc_f, vc_f = kc.clone(), vc.clone()
     outs_qkv = [
-        kern.run_qkv(qkv, pos, cos_sin, qn.weight, kn.weight, 1e-6, kc_f, vc_f, *args, splits=splits) for _ in range(2)
+        kern.run_qkv(QKVInput(qkv, pos, cos_sin, qn.weight, kn.weight, 1e-6), kc_f, vc_f, *args, splits=splits)
+        for _ in range(2)
     ]
     assert torch.equal(outs_qkv[0], outs_qkv[1])
     flat_k, flat_v = kc.view(-1, hkv, D).clone(), vc.view(-1, hkv, D).clone()

@@ -45,6 +45,7 @@ def test_triton_decode_window_matches_reference(page_size, splits, window):
     """Both entries (q over stored K/V, and straight from q|k|v with the new token's store) attend to the
     last ``window`` keys of each row only, split or not."""
     from graphtop.models.kernels.decode_attention import PagedDecode
+    from graphtop.models.kernels.qkv_input import QKVInput
     from graphtop.models.layers.rope import apply_rope
 
     torch.manual_seed(window + page_size)
@@ -70,7 +71,7 @@ def test_triton_decode_window_matches_reference(page_size, splits, window):
     cos_sin = torch.cat((freqs.cos(), freqs.sin()), dim=-1)
     cos, sin = cos_sin[pos].to(DTYPE).unsqueeze(1).chunk(2, dim=-1)
     q_ref = apply_rope(qkv[:, : hq * D].view(R, hq, D), cos, sin)
-    out_qkv = kern.run_qkv(qkv, pos, cos_sin, None, None, 0.0, kc, vc, *pages, splits=splits, window=window)
+    out_qkv = kern.run_qkv(QKVInput(qkv, pos, cos_sin), kc, vc, *pages, splits=splits, window=window)
     out = kern.run(q_ref.contiguous(), kc, vc, *pages, splits=splits, window=window)  # over what run_qkv stored
     assert int(kern._tickets.abs().sum()) == 0
     flat_k, flat_v = kc.view(-1, hkv, D).float(), vc.view(-1, hkv, D).float()

@@ -12,6 +12,7 @@ from graphtop.engine.attention.torch_native import TorchNativeBackend
 from graphtop.engine.kv_pool import KVLayout, KVPool
 from graphtop.models.decoder import Attention
 from graphtop.models.kernels import fused as tk
+from graphtop.models.kernels.qkv_input import QKVInput
 from graphtop.models.layers.rope import RotaryEmbedding
 from graphtop.models.spec import ModelSpec
 
@@ -49,11 +50,11 @@ class FusedAttn:
         self.plain_calls += 1
         return q
 
-    def forward_qkv(self, qkv, positions, cos_sin_cache, q_norm, k_norm, eps, layer_id):
-        self.calls.append((qkv, positions, cos_sin_cache, q_norm, k_norm, eps, layer_id))
+    def forward_qkv(self, x, layer_id):
+        self.calls.append((*x, layer_id))
         if not self.answer:
             return None
-        return torch.full((qkv.shape[0], 4, 16), 7.0)
+        return torch.full((x.qkv.shape[0], 4, 16), 7.0)
 
 
 @pytest.mark.parametrize("qk_norm", [True, False])
@@ -81,9 +82,7 @@ def test_backends_without_a_fused_kernel_decline_and_calling_them_is_forward():
     pool = KVPool(KVLayout(1, 2, 16, torch.float32), 8, 1, "cpu")
     backend = TorchNativeBackend(pool, AttentionShape(4, 2, 16, 0.25), torch.device("cpu"))
     assert (
-        backend.forward_qkv(
-            torch.zeros(1, 128), torch.zeros(1, dtype=torch.long), torch.zeros(4, 16), None, None, 0.0, 0
-        )
+        backend.forward_qkv(QKVInput(torch.zeros(1, 128), torch.zeros(1, dtype=torch.long), torch.zeros(4, 16)), 0)
         is None
     )
     seen = []

@@ -8,7 +8,6 @@ when ``GRAPHTOP_SMOLLM2_GGUF`` names the .gguf file; skipped otherwise.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -17,24 +16,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
-from support.paths import SCRIPTS
+from support.smollm2 import smollm2_gguf
 
 from graphtop.engine.graphs.config import GraphConfig
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.bus import EventBus
-
-GGUF_ENV = "GRAPHTOP_SMOLLM2_GGUF"
-SCRIPT = SCRIPTS / "fetch_smollm2.py"
-
-
-def smollm2_gguf() -> Path:
-    if os.environ.get(GGUF_ENV):
-        return Path(os.environ[GGUF_ENV]).expanduser()
-    spec = importlib.util.spec_from_file_location("fetch_smollm2", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.gguf_path()
-
 
 GGUF = smollm2_gguf()
 pytestmark = [

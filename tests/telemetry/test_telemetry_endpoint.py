@@ -634,7 +634,7 @@ def test_protocol_messages_round_trip() -> None:
     assert p.decode_events([("step", msgspec.Raw(p.encoder.encode({"step": "x"})))]) == ([], 1)
     for m in (
         p.Hello(1, "t", "n"),
-        p.Submit("r", "x", p.Sampling(3, 0.5, 0.9, 4, 1), True),
+        p.Submit("r", "x", p.Sampling(max_new_tokens=3, temperature=0.5, top_p=0.9, top_k=4, seed=1), True),
         p.Cancel("r"),
         p.Recapture(1, [1, 2], None),
         p.ExportTrace(2, "/x"),

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-if TYPE_CHECKING:  # typing only: importing the engine package pulls in torch
-    from graphtop.engine import SamplingParams
+from graphtop.engine.telemetry.protocol import Sampling  # no torch: the wire's own modules
+
+if TYPE_CHECKING:
     from graphtop.engine.telemetry.events import Event
 
 
@@ -27,36 +28,10 @@ class SessionError(RuntimeError):
     forwarded from another process): shown as is, without the exception's type name."""
 
 
-@dataclass(frozen=True)
-class SamplingSettings:
-    """What the console's settings row edits; mirrors the engine's SamplingParams."""
-
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: Optional[int] = None
-
-    def to_params(self) -> "SamplingParams":
-        """The engine's SamplingParams for these settings: ValueError (one line) where the engine's own
-        rules refuse them. The one home of those rules, so a prompt typed while the model loads is
-        refused as it is typed, not later when the engine takes it."""
-        from graphtop.engine import SamplingParams
-
-        return SamplingParams(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            seed=self.seed,
-        )
-
-    def describe(self) -> str:
-        seed = "—" if self.seed is None else str(self.seed)
-        return (
-            f"max {self.max_new_tokens} · T {self.temperature:g} · top-p {self.top_p:g} · "
-            f"top-k {self.top_k} · seed {seed}"
-        )
+SamplingSettings = Sampling
+"""What the console sends with a prompt: the telemetry wire's sampling record, itself made from the engine's
+``SamplingParams`` (so the two cannot drift); ``to_params()`` checks it by the engine's own rules, so a
+prompt typed while the model loads is refused as it is typed, not later when the engine takes it."""
 
 
 class StreamHandle(Protocol):

@@ -198,10 +198,7 @@ class RemoteSession:
         if self._ended is not None:
             raise RuntimeError(self._ended)
         handle = RemoteHandle(f"{self.name}-{next(self._ids)}", self)
-        sampling = p.Sampling(
-            settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k, settings.seed
-        )
-        payload = p.encoder.encode(p.Submit(handle.request_id, prompt, sampling, chat and self.chat_available))
+        payload = p.encoder.encode(p.Submit(handle.request_id, prompt, settings, chat and self.chat_available))
         if len(payload) > p.MAX_MESSAGE_BYTES:  # the endpoint would refuse it: say so now, send nothing
             raise ValueError(
                 f"the prompt is {len(payload):,} bytes as a message; the engine's endpoint takes "

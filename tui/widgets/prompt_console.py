@@ -27,7 +27,7 @@ from ..sessions.base import SamplingSettings, StreamHandle
 from .history_input import HistoryInput
 from .panel import drawable
 from .request_view import RequestView
-from .sampling_row import SamplingRow
+from .sampling_row import SamplingRow, describe
 
 KEEP = 50
 """Requests kept on screen; older finished ones are removed (bounded like every history)."""
@@ -157,7 +157,7 @@ class PromptConsole(Vertical):
     def add_request(self, handle: StreamHandle, prompt: str, settings: SamplingSettings) -> RequestView:
         """Show a new in-flight request (called by the app after submitting it)."""
         outputs = self.query_one("#outputs", VerticalScroll)
-        view = RequestView(handle, prompt, settings.describe())
+        view = RequestView(handle, prompt, describe(settings))
         outputs.mount(view)
         self._in_flight.append(view)
         self._shown.append(view)

@@ -70,6 +70,15 @@ def _read(vals: dict[str, str], fid: str, convert: type, empty: Any, none_when_e
         ) from None
 
 
+def describe(settings: SamplingSettings) -> str:
+    """The settings a request was sent with, as its view's title shows them (the row's five)."""
+    seed = "—" if settings.seed is None else str(settings.seed)
+    return (
+        f"max {settings.max_new_tokens} · T {settings.temperature:g} · top-p {settings.top_p:g} · "
+        f"top-k {settings.top_k} · seed {seed}"
+    )
+
+
 class SamplingRow(Horizontal):
     """max · temp · top-p · top-k · seed · chat."""
 
@@ -102,11 +111,11 @@ class SamplingRow(Horizontal):
         """Current values, or ValueError with a message naming the field."""
         vals = {fid: self.query_one(f"#{fid}", Input).value.strip() for fid, *_ in FIELDS}
         settings = SamplingSettings(
-            _read(vals, "max-tokens", int, None),
-            _read(vals, "temperature", float, 0.0),
-            _read(vals, "top-p", float, 1.0),
-            _read(vals, "top-k", int, 0),
-            _read(vals, "seed", int, None, True),
+            max_new_tokens=_read(vals, "max-tokens", int, None),
+            temperature=_read(vals, "temperature", float, 0.0),
+            top_p=_read(vals, "top-p", float, 1.0),
+            top_k=_read(vals, "top-k", int, 0),
+            seed=_read(vals, "seed", int, None, True),
         )
         try:  # the engine's rules (NaN, 1e309, a seed past 64 bits...): refused as typed
             settings.to_params()
