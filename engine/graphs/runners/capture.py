@@ -28,8 +28,11 @@ takes seconds, a step milliseconds), few enough that no step's host time grows b
 
 
 def device_free_bytes(device: torch.device) -> int:
+    """The driver's free memory: allocations (cudaMalloc, by the caching allocator or a graph's pool) show
+    at once, so no synchronize is needed, and none may be: a capture slice runs between steps, and a
+    synchronize there would wait out every step still queued on the GPU (the overlap schedule keeps one
+    queued), which is what a step's host time must not include."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
         return int(torch.cuda.mem_get_info(device)[0])
     return 0
 
