@@ -100,18 +100,18 @@ def run_web(args: argparse.Namespace) -> int:
     ).start()
     announce(dashboard)
     print("graphtop: Ctrl-C stops", file=sys.stderr, flush=True)
-    stopped = "stopped"
+    gone = None
     try:
         wait = threading.Event()
         while _engine_there(endpoint):
             wait.wait(ENGINE_CHECK_S)
-        stopped = f"the engine at {endpoint} is gone"
+        gone = f"the engine at {endpoint} is gone; "
     except KeyboardInterrupt:
         pass
     finally:
         dashboard.close()
-    print(f"graphtop: web dashboard {stopped}", file=sys.stderr, flush=True)
-    return 0 if stopped == "stopped" else 1
+    print(f"graphtop: {gone or ''}web dashboard stopped", file=sys.stderr, flush=True)
+    return 0 if gone is None else 1
 
 
 def _check_theme(name: Optional[str]) -> None:

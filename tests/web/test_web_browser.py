@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 from support.browser import Tab, chromium_path, why_no_browser
 
-pytestmark = [pytest.mark.skipif(why_no_browser() is not None, reason=why_no_browser() or "")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_no_browser() is not None, reason=why_no_browser() or "")]
 
 KEY = "browser-test-key"
 FINISHED = "graphtop:requests_finished_total"
