@@ -90,22 +90,37 @@ def run_attach(
     owner_pid: Optional[int] = None,
     poll_device: bool = True,
     runtime_dir: Optional[Path] = None,
+    browser_tab: bool = False,
+    max_queued: Optional[int] = None,
 ) -> int:
-    """Open the dashboard on a running engine's endpoint; ``q`` detaches. Returns an exit code."""
+    """Open the dashboard on a running engine's endpoint; ``q`` detaches. Returns an exit code.
+
+    ``browser_tab``: this process draws a tab of ``graphtop web`` (textual-serve's pipes, not a terminal):
+    its prompts obey the API's limits (``max_queued``: the API's --max-queued-requests) and it neither
+    reads nor writes files on this host for the browser."""
     from graphtop.tui.sessions.remote import AttachError, RemoteSession
 
     try:
         address, secret, label = resolve_endpoint(endpoint, token or os.environ.get(TOKEN_ENV), runtime_dir)
     except EndpointError as exc:
         raise UsageError(str(exc)) from None
-    session = RemoteSession(address, secret, label=label, owner_pid=owner_pid)
+    if browser_tab:
+        from graphtop.server.protocol import MAX_TEMPERATURE
+        from graphtop.tui.sessions.browser_tab import BrowserTabSession, PromptLimits
+
+        limits = PromptLimits(max_queued=max_queued, max_temperature=MAX_TEMPERATURE)
+        session: RemoteSession = BrowserTabSession(address, secret, label=label, owner_pid=owner_pid, limits=limits)
+    else:
+        session = RemoteSession(address, secret, label=label, owner_pid=owner_pid)
     try:
         session.connect()
     except AttachError as exc:
         raise UsageError(f"cannot attach: {exc}") from None
     from .launch import run_app
 
-    return run_app(session, theme, poll_device=poll_device, exit_when_engine_ends=owner_pid is not None)
+    return run_app(
+        session, theme, poll_device=poll_device, exit_when_engine_ends=owner_pid is not None, browser_tab=browser_tab
+    )
 
 
 def run_ps(runtime_dir: Optional[Path] = None) -> int:

@@ -6,6 +6,7 @@
     graphtop --replay TRACE.jsonl                             a recorded trace in the dashboard
     graphtop attach [ENDPOINT]                                the dashboard on a running engine
     graphtop ps                                               the engines one can attach to
+    graphtop web [TARGET]                                     a running engine's dashboard, for browsers
     graphtop trace summary TRACE.jsonl
     graphtop trace export TRACE.jsonl OUT.json                 Perfetto JSON (--perfetto accepted)
     graphtop advise TRACE.jsonl [--max-graphs N] [--max-graph-memory SIZE] [--phase decode|prefill|both]
@@ -34,6 +35,7 @@ from .flag_types import (
     file_path,
     finite_float,
     int_in,
+    nonneg_int,
     positive_int,
     serve_address,
 )
@@ -133,6 +135,8 @@ def build_attach_parser() -> argparse.ArgumentParser:
     p.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
     p.add_argument("--owner", type=int, help=argparse.SUPPRESS)  # the graphtop process that spawned this viewer
     p.add_argument("--no-device-poll", dest="poll_device", action="store_false", help=argparse.SUPPRESS)
+    p.add_argument("--browser-tab", action="store_true", help=argparse.SUPPRESS)  # a tab of graphtop web
+    p.add_argument("--max-queued-requests", type=nonneg_int, help=argparse.SUPPRESS)  # the API's, for a tab
     return document(p)
 
 
@@ -237,7 +241,15 @@ def _main(argv: Sequence[str]) -> int:
         from graphtop.cli.attach import run_attach
 
         a = build_attach_parser().parse_args(argv[1:])
-        return run_attach(a.endpoint, a.token, a.theme, owner_pid=a.owner, poll_device=a.poll_device)
+        return run_attach(
+            a.endpoint,
+            a.token,
+            a.theme,
+            owner_pid=a.owner,
+            poll_device=a.poll_device,
+            browser_tab=a.browser_tab,
+            max_queued=a.max_queued_requests,
+        )
     if argv and argv[0] == "serve":
         from .serve import read_serve_args
 
@@ -249,6 +261,10 @@ def _main(argv: Sequence[str]) -> int:
         from .serve import run_serve
 
         return run_serve(args, config)
+    if argv and argv[0] == "web":
+        from .web import build_web_parser, run_web
+
+        return run_web(build_web_parser().parse_args(argv[1:]))
     if argv and argv[0] == "ps":
         extra = build_ps_parser().parse_known_args(argv[1:])[1]
         if extra:

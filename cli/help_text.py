@@ -20,6 +20,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("attach [ENDPOINT]", "the dashboard on a running engine (q detaches)"),
     ("ps", "the engines of this user one can attach to"),
     ("serve", "an OpenAI-compatible HTTP API with Prometheus metrics"),
+    ("web [TARGET]", "a running engine's dashboard, served to browsers"),
 )
 
 EXAMPLES: tuple[tuple[str, str], ...] = (
@@ -34,6 +35,7 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("graphtop --synthetic 1000 --telemetry", "a run others can watch,"),
     ("graphtop attach", "... from another terminal"),
     ("graphtop serve --model ~/models/Qwen3-0.6B", "OpenAI API on 127.0.0.1:8000"),
+    ("graphtop serve --dashboard", "... the dashboard at :8001"),
 )
 
 
@@ -49,7 +51,9 @@ def commands_epilog() -> str:
     return "\n".join(lines)
 
 
-USAGE = "graphtop [--model PATH] [options]\n       graphtop {trace,advise,attach,ps,serve} ...   (see commands below)"
+USAGE = (
+    "graphtop [--model PATH] [options]\n       graphtop {trace,advise,attach,ps,serve,web} ...   (see commands below)"
+)
 
 
 @dataclass(frozen=True)

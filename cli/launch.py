@@ -214,8 +214,12 @@ def run_app(
     *,
     poll_device: bool = True,
     exit_when_engine_ends: bool = False,
+    browser_tab: bool = False,
 ) -> int:
-    """Run the dashboard on ``session`` in this process until it quits. Returns an exit code."""
+    """Run the dashboard on ``session`` in this process until it quits. Returns an exit code.
+
+    ``browser_tab``: drawn for a browser by textual-serve (its web driver speaks over pipes, so there is
+    no terminal to ask for), and with no file actions on this host."""
     from graphtop.tui.app import GraphtopApp
 
     try:
@@ -226,7 +230,8 @@ def run_app(
         session.shutdown()
         print_error(str(exc))
         return 2
-    problem = terminal_problem()
+    app.host_files = not browser_tab
+    problem = None if browser_tab else terminal_problem()
     if problem:
         session.shutdown()
         print_error(problem)

@@ -19,7 +19,7 @@ from typing import Any, Optional, Sequence
 
 from graphtop.engine.gc_freeze import frozen_heap
 
-from .flag_types import MAX_SEED, file_path, finite_float, int_in, nonempty, nonneg_int, positive_int
+from .flag_types import MAX_SEED, file_path, finite_float, int_in, nonempty, nonneg_int, positive_int, serve_address
 from .flags import _Parser, add_engine_flags, add_telemetry_flag
 from .help_text import HelpFormatter, document
 from .usage import UsageError, print_error
@@ -134,8 +134,31 @@ def build_serve_parser() -> argparse.ArgumentParser:
         help="on Ctrl-C or SIGTERM, how long requests in flight may take to finish; then each stream gets "
         "a last error chunk and [DONE]",
     )
-    add_telemetry_flag(p.add_argument_group("telemetry"))
+    t = p.add_argument_group("telemetry")
+    add_telemetry_flag(t)
+    t.add_argument(
+        "--dashboard",
+        nargs="?",
+        const="",
+        type=dashboard_address,
+        metavar="[HOST:]PORT",
+        help="serve the dashboard to browsers too (as graphtop web): on --host, port 8001, unless given; "
+        "with --api-key, browsers must give the key (?token=KEY); off loopback without one, a token is "
+        "printed once",
+    )
+    t.add_argument(
+        "--dashboard-max-tabs",
+        type=int_in(1, 1000),
+        default=16,
+        metavar="N",
+        help="browser tabs the dashboard serves at once; past them a page says it is full",
+    )
     return document(p)
+
+
+def dashboard_address(text: str) -> Any:
+    """``--dashboard``'s value: "" (the flag alone: --host, the dashboard's default port) or [HOST:]PORT."""
+    return text if text == "" else serve_address(text)
 
 
 def read_serve_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -248,16 +271,20 @@ def run_serve(args: Any, config: Any) -> int:
 
     bus = EventBus()
     metrics = MetricsCollector(bus)
-    recorder = endpoint = engine = api = lines = None
+    recorder = endpoint = engine = api = lines = web = None
     serving = False
     stopped = "stopped"
     log_handlers = _log_to_stderr()
     try:
         recorder = _recorder(args, bus)
-        if args.telemetry:
+        if args.telemetry or args.dashboard is not None:
             from .endpoint import open_endpoint
 
-            endpoint = open_endpoint(bus, args.telemetry, args.model or "demo model")
+            # the dashboard's tabs attach to an endpoint: a private one unless --telemetry names one
+            address = args.telemetry or "ipc"
+            endpoint = open_endpoint(bus, address, args.model or "demo model", say_where=bool(args.telemetry))
+        if args.dashboard is not None:
+            web = _dashboard(args, options, endpoint)
         try:
             api = ApiServer(None, options, metrics=metrics, sock=sock).start()
         except ServeError as e:
@@ -296,6 +323,8 @@ def run_serve(args: Any, config: Any) -> int:
     finally:
         if lines is not None:
             lines.stop()
+        if web is not None:
+            web.close()
         if api is not None:
             ended = _close_gracefully(api)
             if ended:
@@ -320,6 +349,27 @@ def run_serve(args: Any, config: Any) -> int:
         print_error(rec_result.error_line)
         return 2
     return 0 if stopped.startswith("stopped") else 1
+
+
+def _dashboard(args: Any, options: Any, endpoint: Any) -> Any:
+    """The browser dashboard beside the API, started (its tabs show the load): the API's key and its
+    --max-queued-requests hold for it too."""
+    from .web_server import DEFAULT_PORT
+    from .web_start import announce, make_dashboard
+
+    host, port = (options.host, DEFAULT_PORT) if args.dashboard == "" else args.dashboard
+    dashboard = make_dashboard(
+        endpoint.endpoint,
+        endpoint.token,
+        host=host,
+        port=port,
+        key=options.api_key,
+        label=options.model_name,
+        max_tabs=args.dashboard_max_tabs,
+        max_queued=options.max_queued_requests,
+    ).start()
+    announce(dashboard)
+    return dashboard
 
 
 def _close_gracefully(api: Any) -> int:

@@ -25,6 +25,7 @@ COMMANDS = (
     ["attach", "--help"],
     ["ps", "--help"],
     ["serve", "--help"],
+    ["web", "--help"],
 )
 WIDTH = "100"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"

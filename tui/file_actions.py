@@ -119,6 +119,20 @@ class FileActions(AppActions):
     """Export trace, open trace, back to live, screenshot."""
 
     _trace_opening: Optional[str] = None  # the trace a reading worker is loading for the panels, if any
+    host_files = True
+    """False in a browser tab of ``graphtop web``: whoever holds the browser is not a user of this host, so
+    the dashboard neither writes (export, screenshot) nor reads (open trace) its files for them."""
+
+    def _no_host_files(self, what: str) -> bool:
+        """True (and says why) when ``what`` would touch this host's files from a browser tab."""
+        if self.host_files:
+            return False
+        self.notify(
+            "a browser tab does not read or write files on the dashboard's host; use graphtop attach there",
+            title=f"no {what} from a browser",
+            severity="warning",
+        )
+        return True
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's palette commands, with graphtop's screenshot (a path, and a reason on failure)."""
@@ -133,6 +147,8 @@ class FileActions(AppActions):
 
     # ------------------------------------------------------------------ screenshot
     def action_screenshot_prompt(self) -> None:
+        if self._no_host_files("screenshot"):
+            return
         name = stamped("graphtop", ".svg")
         self.push_screen(
             PathPromptScreen(
@@ -170,6 +186,8 @@ class FileActions(AppActions):
 
     # ------------------------------------------------------------------ traces
     def action_export_trace(self) -> None:
+        if self._no_host_files("export"):
+            return
         events = len(self.state.recorded)
         name = stamped("graphtop", ".jsonl")
         self.push_screen(
@@ -227,6 +245,8 @@ class FileActions(AppActions):
             self.call_from_thread(self.notify, f"{n:,} events → {name_then_folder(path)}{note}", title="trace exported")
 
     def action_open_trace(self) -> None:
+        if self._no_host_files("trace to open"):
+            return
         self.push_screen(
             PathPromptScreen(
                 "Open trace",

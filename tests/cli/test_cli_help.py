@@ -22,10 +22,20 @@ from graphtop.cli.entry import (
 from graphtop.cli.flags import _Parser
 from graphtop.cli.help_text import COMMANDS
 from graphtop.cli.serve import build_serve_parser
+from graphtop.cli.web import build_web_parser
 from graphtop.engine.telemetry.trace_writer import write_trace
 from graphtop.tui.sessions.fake import boot_events, step_events
 
-MODE_SWITCHES = {"--prompts", "--output", "--record", "--synthetic", "--replay", "--cuda-graph-config", "--serve"}
+MODE_SWITCHES = {
+    "--prompts",
+    "--output",
+    "--record",
+    "--synthetic",
+    "--replay",
+    "--cuda-graph-config",
+    "--serve",
+    "--dashboard",
+}
 """Flags whose absence is the default (a mode not chosen); their help says what they turn on."""
 
 
@@ -48,6 +58,7 @@ def all_parsers() -> list[argparse.ArgumentParser]:
         build_advise_parser(_Parser),
         trace,
         build_serve_parser(),
+        build_web_parser(),
         *subs.choices.values(),
     ]
 
@@ -55,7 +66,7 @@ def all_parsers() -> list[argparse.ArgumentParser]:
 def test_top_level_help_lists_every_subcommand_with_a_line_and_examples(capsys) -> None:
     rc, out, err = run(capsys, "--help")
     assert rc == 0 and err == ""
-    assert "graphtop {trace,advise,attach,ps,serve}" in out
+    assert "graphtop {trace,advise,attach,ps,serve,web}" in out
     for command, what in COMMANDS:
         assert f"  {command}" in out and what in out
     examples = out.split("examples:")[1]
