@@ -30,6 +30,11 @@ from typing import Any, ClassVar, Optional
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+try:  # uvicorn's C parser (llhttp): a request's framing costs a fraction of h11's pure Python
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools not installed: h11 serves the same requests
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+
 log = logging.getLogger("graphtop.serve")
 
 ACCEPT_BATCH = 64
@@ -200,9 +205,10 @@ def throttle_uvicorn_log() -> None:
         logger.addFilter(ThrottledLog())
 
 
-class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol under a ``ConnectionGuard``: headers timed from the connection's opening
-    and from each response on, and the connection counted against the cap."""
+class Guarded:
+    """A uvicorn HTTP protocol under a ``ConnectionGuard``: headers timed from the connection's opening
+    and from each response on, and the connection counted against the cap. Mixed into uvicorn's httptools
+    or h11 protocol (both make a new ``cycle`` when a request's headers are complete)."""
 
     guard: ClassVar[ConnectionGuard]
 
@@ -232,6 +238,12 @@ class GuardedH11(H11Protocol):
             self.guard.headers_came(self)
 
 
-def guarded_protocol(guard: ConnectionGuard) -> type:
-    """A protocol class for uvicorn's ``Config(http=...)`` bound to ``guard`` (one per server)."""
-    return type("GuardedH11", (GuardedH11,), {"guard": guard})
+def guarded_protocol(guard: ConnectionGuard, parser: Optional[str] = None) -> type:
+    """A protocol class for uvicorn's ``Config(http=...)`` bound to ``guard`` (one per server). ``parser``:
+    "httptools" or "h11"; None takes httptools where it is installed."""
+    if parser is None:
+        parser = "h11" if HttpToolsProtocol is None else "httptools"
+    if parser not in ("httptools", "h11") or (parser == "httptools" and HttpToolsProtocol is None):
+        raise ValueError(f"no HTTP parser {parser!r} here")
+    base = HttpToolsProtocol if parser == "httptools" else H11Protocol
+    return type(f"Guarded{base.__name__}", (Guarded, base), {"guard": guard})
