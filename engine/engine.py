@@ -27,6 +27,8 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
+from graphtop.models.layers.moe import expert_weight_bytes
+
 from .api.controls import ControlApi
 from .api.requests import RequestApi
 from .attention.base import AttentionShape
@@ -167,7 +169,14 @@ class Engine(RequestApi, ControlApi, Closing):
             )
             self.model_runner = tp.model_runner(*runner_args, freeze_gc=config.graphs.freeze_gc, setup=setup)
         self.events = EngineEvents(
-            self.bus, self.device, self.scheduler, self.pool, self.memory_plan, self.model_runner, self.max_running
+            self.bus,
+            self.device,
+            self.scheduler,
+            self.pool,
+            self.memory_plan,
+            self.model_runner,
+            self.max_running,
+            expert_bytes=expert_weight_bytes(self.model),
         )
         self.parity = ParityChecker(
             self.model,
