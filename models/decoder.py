@@ -330,7 +330,10 @@ class DecoderForCausalLM(nn.Module):
     def packed_copy_bytes(self) -> int:
         """The most GPU memory ``enable_fused_kernels(packed=True)`` may add: a copy of every decoder
         layer's projection weights for each row class ``skinny_tuning.PACKED`` lists for this hidden size (the
-        skinny GEMM's tables decide which projections are copied)."""
+        skinny GEMM's tables decide which projections are copied); none for a model the fused kernels do not
+        run (``fused_kernels_problem``: Gemma's sandwich, a mixture of experts, ...)."""
+        if self.fused_kernels_problem() is not None:
+            return 0
         classes = packed_classes(self.spec.hidden_size)
         return classes * sum(
             p.numel() * p.element_size()

@@ -112,6 +112,8 @@ def test_experts_are_held_once_as_views_of_their_stacked_weights(tmp_path):
     assert expert_weight_bytes(model) == (w13.numel() + w2.numel()) * 4
     assert loaded.weights_bytes == parameter_count(spec) * 4
     assert isinstance(model.model.layers[0].mlp, SparseMoE) and not isinstance(model.model.layers[1].mlp, SparseMoE)
+    # the fused dense kernels step aside (the experts take the grouped GEMM on CUDA): no packed weight copies
+    assert "MoELayer" in model.fused_kernels_problem() and model.packed_copy_bytes() == 0
 
 
 @pytest.mark.parametrize(
