@@ -133,7 +133,9 @@ class Engine(RequestApi, ControlApi, Closing):
         attention_note += self._enable_model_kernels()
         if config.overlap_schedule:
             attention_note += " · overlap schedule"
-        self.scheduler = Scheduler(self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running))
+        self.scheduler = Scheduler(
+            self.pool, SchedulerConfig(config.chunked_prefill_size, self.max_running, spec.kv_window)
+        )
         resolved = resolve_graph_config(
             config.graphs,
             max_running=self.max_running,

@@ -104,6 +104,16 @@ class ModelSpec:
         """``window`` of every layer, what the attention backends mask by."""
         return tuple(self.window(i) for i in range(self.num_layers))
 
+    @property
+    def kv_window(self) -> int | None:
+        """Keys any layer still reads behind a query (its own included), or None where some layer sees the whole
+        context: with every layer windowed (Mistral with ``sliding_window``), KV older than the widest window is
+        read by no layer again; one global layer (Gemma's) keeps it all."""
+        windows = self.layer_windows()
+        if not windows or any(w is None for w in windows):
+            return None
+        return max(w for w in windows if w is not None)
+
     def sparse(self, layer: int) -> bool:
         """Whether ``layer``'s MLP is the mixture of experts (``moe_layers``)."""
         return layer in self.moe_layers
