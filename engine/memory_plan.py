@@ -105,12 +105,13 @@ def graph_buffers_estimate(
 ) -> int:
     """Bytes the graph runners' static buffers take before any capture: decode logits (float32) and page
     table rows; prefill bridge buffers (q, k, v, attention out), hidden output and the MLP's widest
-    activation. An estimate to refuse the impossible early, not a measurement."""
+    activation (a mixture of experts': each of a token's experts' gate|up, SiLU·mul and output rows). An
+    estimate to refuse the impossible early, not a measurement."""
     size = torch.empty((), dtype=dtype).element_size()
     decode = decode_max_bs * (spec.vocab_size * 4 + max_pages * 8)
-    per_token = (
-        (2 * spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim + spec.hidden_size + 2 * spec.intermediate_size
-    ) * size
+    experts = spec.num_experts_per_tok * (3 * spec.moe_intermediate_size + spec.hidden_size)
+    mlp = max(2 * spec.intermediate_size, experts)
+    per_token = ((2 * spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim + spec.hidden_size + mlp) * size
     return decode + prefill_max_tokens * per_token
 
 

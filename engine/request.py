@@ -69,6 +69,9 @@ class Request:
     pages: array = field(default_factory=lambda: array("i"))  # KV page ids; an int32 array so page
     # tables are built with memcpy-speed extends, not one int conversion per page per step
     num_computed: int = 0
+    #: how many of ``pages`` (the first ones) were freed as out of every layer's window and now read the dummy
+    #: page (the scheduler's ``window``): never freed twice
+    dropped_pages: int = 0
     status: RequestStatus = RequestStatus.WAITING
     arrival: float = field(default_factory=time.perf_counter)
     first_token_time: Optional[float] = None

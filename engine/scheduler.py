@@ -8,6 +8,13 @@ Policy, in order, every step:
 3. When the pool runs dry mid-decode, preempt the most recently admitted request: its pages are
    freed and it re-queues at the front; later its prompt and outputs are recomputed by prefill
    (greedy output is unchanged). The engine never crashes for lack of KV.
+
+A model whose every layer attends within a sliding window (``SchedulerConfig.window``: Mistral with
+``sliding_window``) reads no key older than the widest window again: before each step, a request's pages
+that lie wholly before its next query's window go back to the pool, and their entries in its page list
+read the dummy page (positions keep their place, and no layer's mask reaches them). The request gets a
+new page array then, as when it frees all its pages, so whoever holds the old one (a tensor-parallel
+rank's copy, a parity check's re-run) sees that it changed.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .batch import ForwardBatch, ForwardMode
-from .kv_pool import KVPool, OutOfPages
+from .kv_pool import DUMMY_PAGE, KVPool, OutOfPages
 from .request import Request, RequestStatus
 
 MAX_SCORED_ROWS = 1024
@@ -31,6 +38,8 @@ asking for ``chunk x vocab`` logits at once (8k tokens of a 152k vocabulary: 5 G
 class SchedulerConfig:
     chunked_prefill_size: int
     max_running: int
+    #: keys every layer reads at most behind a query (``ModelSpec.kv_window``); None: some layer reads them all
+    window: Optional[int] = None
 
 
 class Scheduler:
@@ -54,15 +63,31 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
-        if req.pages:
-            self.pool.free(req.pages)
-            req.pages = array("i")
+        self._release(req)
         req.status = RequestStatus.FINISHED
+
+    def _release(self, req: Request) -> None:
+        """Every page ``req`` still owns back to the pool, and a new (empty) page array for it."""
+        if req.pages:
+            self.pool.free(list(req.pages[req.dropped_pages :]))
+            req.pages = array("i")
+        req.dropped_pages = 0
+
+    def _drop_out_of_window(self, req: Request, window: int) -> None:
+        """Free ``req``'s pages wholly before the window of its next query (position ``num_computed``), which
+        no layer reads again; their entries read the dummy page, in a new array (module docstring)."""
+        keep_from = req.num_computed - window + 1  # the oldest key the next query attends to
+        drop = min(keep_from // self.pool.page_size, len(req.pages)) if keep_from > 0 else 0
+        if drop <= req.dropped_pages:
+            return
+        pages = req.pages
+        self.pool.free(list(pages[req.dropped_pages : drop]))
+        req.pages = array("i", [DUMMY_PAGE]) * drop + pages[drop:]
+        req.dropped_pages = drop
 
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
-        self.pool.free(req.pages)
-        req.pages = array("i")
+        self._release(req)
         req.num_computed = 0
         req.status = RequestStatus.WAITING
         req.preemptions += 1
@@ -79,7 +104,10 @@ class Scheduler:
             # one pass over the running requests (at a few hundred, per-request checks add up)
             prefilling: list[Request] = []
             ready: list[Request] = []
+            window = self.config.window
             for r in self.running:
+                if window is not None:
+                    self._drop_out_of_window(r, window)
                 (prefilling if r.in_prefill else ready).append(r)
             batch = self._schedule_prefill(prefilling, len(ready)) or self._schedule_decode(ready)
             if batch is not None or not self.running:

@@ -41,6 +41,7 @@ from .layers.linear import (
     row_class,
 )
 from .layers.mlp import GatedMLP
+from .layers.moe import expert_banks
 from .layers.norm import PreNorm, RMSNorm, final_norm, fold_norm, fused_input_norm
 from .layers.rope import RopeFactors, RotaryEmbedding
 from .layers.small_layer import Projection, SmallLayer, norm_of
@@ -248,12 +249,15 @@ class DecoderForCausalLM(nn.Module):
         self.lm_head_skinny: dict[int, Config] = {}
 
     def tie_weights(self) -> None:
-        """Share lm_head with the embeddings when the config says so.
+        """Share lm_head with the embeddings when the config says so, and make every expert's parameters
+        views of its layer's stacked expert weights (``layers.experts.ExpertBank``).
 
         Must be re-run after anything that replaces parameters (e.g. `to_empty` from meta).
         """
         if self.spec.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        for bank in expert_banks(self):  # experts' parameters as views of their stacked weights again
+            bank.stack()
 
     @property
     def fused_kernels(self) -> bool:
@@ -326,7 +330,10 @@ class DecoderForCausalLM(nn.Module):
     def packed_copy_bytes(self) -> int:
         """The most GPU memory ``enable_fused_kernels(packed=True)`` may add: a copy of every decoder
         layer's projection weights for each row class ``skinny_tuning.PACKED`` lists for this hidden size (the
-        skinny GEMM's tables decide which projections are copied)."""
+        skinny GEMM's tables decide which projections are copied); none for a model the fused kernels do not
+        run (``fused_kernels_problem``: Gemma's sandwich, a mixture of experts, ...)."""
+        if self.fused_kernels_problem() is not None:
+            return 0
         classes = packed_classes(self.spec.hidden_size)
         return classes * sum(
             p.numel() * p.element_size()

@@ -140,3 +140,17 @@ def positive(config: Any, key: str) -> Optional[float]:
     """A config's optional positive number as a float (soft caps), None where absent or null."""
     value = getattr(config, key, None)
     return None if value is None else float(value)
+
+
+def read_experts(config: Any, where: Optional[str], experts_key: str, width_key: str) -> dict[str, Any]:
+    """A mixture of experts' ModelSpec fields: ``num_experts`` from ``experts_key``, ``num_experts_per_tok``,
+    and each expert's MLP width from ``width_key``, refusing counts no router can take."""
+    experts, top_k = getattr(config, experts_key, None), getattr(config, "num_experts_per_tok", None)
+    width = getattr(config, width_key, None)
+    for key, value in ((experts_key, experts), ("num_experts_per_tok", top_k), (width_key, width)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(located(f"config.json: '{key}' must be a positive integer, got {value!r}", where))
+    if top_k > experts:
+        problem = f"config.json: 'num_experts_per_tok' ({top_k}) is above '{experts_key}' ({experts})"
+        raise CheckpointError(located(problem, where))
+    return dict(num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=width)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from torch import nn
 
 from .errors import CheckpointError
-from .families import gemma2, gemma3, llama, mistral, phi3, qwen2, qwen3
+from .families import gemma2, gemma3, llama, mistral, mixtral, phi3, qwen2, qwen3, qwen3_moe
 from .family import Family, Stored
 from .spec import ModelSpec, located
 
@@ -24,6 +24,8 @@ FAMILIES: tuple[Family, ...] = (
     gemma2.FAMILY,
     gemma3.FAMILY,
     phi3.FAMILY,
+    qwen3_moe.FAMILY,
+    mixtral.FAMILY,
 )
 ARCHITECTURES: dict[str, Family] = {family.architecture: family for family in FAMILIES}
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(ARCHITECTURES)

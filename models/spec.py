@@ -70,6 +70,15 @@ class ModelSpec:
     #: the sliding layers' own RoPE base and scaling (Gemma 3's rope_local_base_freq); None: the model's
     local_rope_theta: float | None = None
     local_rope_scaling: dict[str, Any] | None = None
+    #: mixture of experts (Qwen3-MoE, Mixtral): experts per sparse layer (0: a dense model), experts each token
+    #: takes, and each expert's MLP width (``intermediate_size`` stays the dense layers')
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    #: the top-k routing weights are renormalised to sum to one (Mixtral always; Qwen3-MoE's norm_topk_prob)
+    norm_topk_prob: bool = False
+    #: the layers whose MLP is the sparse experts block; the others have the dense MLP
+    moe_layers: tuple[int, ...] = ()
 
     @property
     def rope_type(self) -> str:
@@ -94,6 +103,20 @@ class ModelSpec:
     def layer_windows(self) -> tuple[int | None, ...]:
         """``window`` of every layer, what the attention backends mask by."""
         return tuple(self.window(i) for i in range(self.num_layers))
+
+    @property
+    def kv_window(self) -> int | None:
+        """Keys any layer still reads behind a query (its own included), or None where some layer sees the whole
+        context: with every layer windowed (Mistral with ``sliding_window``), KV older than the widest window is
+        read by no layer again; one global layer (Gemma's) keeps it all."""
+        windows = self.layer_windows()
+        if not windows or any(w is None for w in windows):
+            return None
+        return max(w for w in windows if w is not None)
+
+    def sparse(self, layer: int) -> bool:
+        """Whether ``layer``'s MLP is the mixture of experts (``moe_layers``)."""
+        return layer in self.moe_layers
 
     def local_rope(self, layer: int) -> bool:
         """Whether ``layer`` rotates with the sliding layers' own RoPE (``local_rope_theta``)."""

@@ -70,6 +70,7 @@ DESCRIPTIONS = {
     "memory_ledger.activation_reserve": "memory kept free for eager activations, bytes",
     "memory_ledger.free": "free memory left, bytes",
     "memory_ledger.rank": "tensor-parallel rank whose device this ledger describes",
+    "memory_ledger.experts": "of `weights`, a mixture of experts' expert weights (this rank's share), bytes; 0 for a dense model",
     "kv_pool.capacity_tokens": "KV pool capacity, tokens",
     "kv_pool.used_tokens": "tokens currently held in the KV pool",
     "kv_pool.page_size": "tokens per KV page",

@@ -80,6 +80,10 @@ UNKNOWN_REASON = Explanation(
 
 LEDGER_ROWS: dict[str, Explanation] = {
     "weights": Explanation("the model's parameters on the device", "fixed by the model and dtype (--dtype)"),
+    "experts": Explanation(
+        "of the weights, the mixture of experts' expert weights (a rank's share under --tp); shown for MoE models",
+        "fixed by the model and dtype; --tp splits every expert's features across the ranks",
+    ),
     "KV pool": Explanation(
         "cache pages for the tokens of running requests",
         "more pool, more tokens in flight: --mem-fraction-static (CUDA), --kv-budget-mb (CPU)",
@@ -100,7 +104,7 @@ LEDGER_ROWS: dict[str, Explanation] = {
         "device memory nobody holds: headroom", "spend it on the KV pool (--mem-fraction-static) or more graph buckets"
     ),
 }
-"""The memory ledger's rows, as the panel names them."""
+"""The memory ledger's rows, as the panel names them ("experts" only for a mixture-of-experts model)."""
 
 CPU_FREE = Explanation(
     f"{FREE_ON_CPU}: host memory has no device limit to be free of",

@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch
 
 from graphtop.models.kernels.argmax import argmax_rows
+from graphtop.models.layers.moe import expert_weight_bytes
 from graphtop.models.loader import load_weights
 from graphtop.models.parallel import TensorParallel
 from graphtop.models.spec import ModelSpec
@@ -217,6 +218,7 @@ class RankServer:
             self.plan,  # type: ignore[arg-type]
             self.runner,
             0,
+            expert_bytes=expert_weight_bytes(self.model),
         )
 
     def on_start_capture(self) -> None:

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import torch
 
+from graphtop.models.layers.moe import expert_weight_bytes
+
 from ..api.controls import Controls
 from ..api.requests import Requests
 from ..attention.base import AttentionShape
@@ -115,7 +117,7 @@ def build_parts(
     attention_note += enable_model_kernels(model, config, kernels)
     if config.overlap_schedule:
         attention_note += " · overlap schedule"
-    scheduler = Scheduler(pool, SchedulerConfig(config.chunked_prefill_size, max_running))
+    scheduler = Scheduler(pool, SchedulerConfig(config.chunked_prefill_size, max_running, spec.kv_window))
     resolved = resolve_graph_config(
         config.graphs,
         max_running=max_running,
@@ -150,7 +152,9 @@ def build_parts(
             config.graphs.freeze_gc,
         )
         model_runner = tp.model_runner(*runner_args, freeze_gc=config.graphs.freeze_gc, setup=rank_setup)
-    events = EngineEvents(bus, device, scheduler, pool, memory_plan, model_runner, max_running)
+    events = EngineEvents(
+        bus, device, scheduler, pool, memory_plan, model_runner, max_running, expert_bytes=expert_weight_bytes(model)
+    )
     parity = ParityChecker(
         model,
         attention,

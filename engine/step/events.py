@@ -34,8 +34,12 @@ class EngineEvents:
         plan: MemoryPlan,
         model_runner: ModelRunner,
         max_running: int,
+        expert_bytes: int = 0,
     ):
+        """``expert_bytes``: the model's expert weights (``models.layers.moe.expert_weight_bytes``), part of
+        the plan's weights, shown apart in the memory ledger."""
         self.bus = bus
+        self.expert_bytes = expert_bytes
         self.device = device
         self.scheduler = scheduler
         self.pool = pool
@@ -116,6 +120,7 @@ class EngineEvents:
             prefill_graphs=int(prefill_b),
             activation_reserve=int(plan.activation_reserve_bytes),
             free=int(free),
+            experts=int(self.expert_bytes),
         )
 
 

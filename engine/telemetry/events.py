@@ -183,6 +183,8 @@ class MemoryLedger(Event):
     activation_reserve: int = 0
     free: int = 0
     rank: int = _added(0)
+    #: of ``weights``, a mixture of experts' expert weights (0 for a dense model)
+    experts: int = _added(0)
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,7 @@ def format_summary(summary: TraceSummary, *, width: int = 30, ascii_only: bool =
         for label, value in (
             ("total", m.total),
             ("weights", m.weights),
+            *((("  of them experts", m.experts),) if m.experts else ()),
             ("kv pool", m.kv_pool),
             ("decode graphs", m.decode_graphs),
             ("prefill graphs", m.prefill_graphs),

@@ -242,13 +242,19 @@ def check_spec(spec: ModelSpec, where: Optional[str] = None) -> None:
 
 
 def parameter_count(spec: ModelSpec) -> int:
-    """Parameters the family's model will hold for ``spec`` (a tied lm_head counted once): a one-layer model
-    built on the meta device (no memory), its layer counted ``num_layers`` times. The model's own structure
-    decides, so a family's norms, biases and projections are counted as built."""
+    """Parameters the family's model will hold for ``spec`` (a tied lm_head counted once): the model without
+    layers and one layer of each kind (dense, sparse) built on the meta device (no memory), each counted for
+    every layer of its kind. The model's own structure decides, so a family's norms, biases, projections and
+    experts are counted as built."""
+    cls = model_class(spec)
+    kinds = [spec.sparse(i) for i in range(spec.num_layers)]
+    total = 0
     with torch.device("meta"):
-        model = model_class(spec)(replace(spec, num_layers=1))
-    layer = sum(p.numel() for p in model.model.layers[0].parameters())
-    return sum(p.numel() for p in model.parameters()) + (spec.num_layers - 1) * layer
+        total += sum(p.numel() for p in cls(replace(spec, num_layers=0)).parameters())
+        for sparse in set(kinds):
+            layer = cls.layer_cls(spec, kinds.index(sparse), cls.norm_cls)
+            total += kinds.count(sparse) * sum(p.numel() for p in layer.parameters())
+    return total
 
 
 def model_bytes(spec: ModelSpec, dtype: torch.dtype) -> tuple[int, int]:

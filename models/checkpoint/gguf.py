@@ -112,6 +112,7 @@ def convert_gguf(gguf_file: Path, folder: Path, progress: Optional[Progress] = N
     where, name = str(gguf_file.parent), gguf_file.name
     say("reading the metadata")
     reader = _tensor_table(gguf_file)  # the file's layout, before transformers dequantizes from it
+    _no_experts(reader, gguf_file)
     with no_token_id_warning(None):  # checked below, as config.json's would be
         config = _read(lambda: AutoConfig.from_pretrained(where, gguf_file=name), "metadata", gguf_file)
     arch = architecture_name(config)
@@ -128,6 +129,18 @@ def convert_gguf(gguf_file: Path, folder: Path, progress: Optional[Progress] = N
     _check_finite(model, gguf_file)
     say("writing the converted folder")
     _write(model, tokenizer, arch, gguf_file, folder)
+
+
+def _no_experts(reader: Any, gguf_file: Path) -> None:
+    """Refuse a mixture of experts (``<arch>.expert_count`` above 0: llama.cpp's Mixtral, Qwen3-MoE): llama.cpp
+    stores each layer's experts merged in one tensor, which neither transformers' reader nor graphtop's
+    expert weights take; read as its dense base it would serve another model."""
+    for name, field in reader.fields.items():
+        if name.endswith(".expert_count") and field.data and int(field.contents()) > 0:
+            raise CheckpointError(
+                f"GGUF metadata declares a mixture of {int(field.contents())} experts: GGUF files of "
+                f"mixture-of-experts models are not supported (load the Hugging Face checkpoint) in {gguf_file}"
+            )
 
 
 def config_dict(config: Any) -> dict[str, Any]:

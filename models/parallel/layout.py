@@ -1,10 +1,12 @@
 """Who holds what under tensor parallelism: the one place that splits heads, the MLP and the vocabulary.
 
-A rank's decoder is the ordinary ``DecoderForCausalLM`` built from ``shard_spec(spec, size)``: its
-attention sees ``num_heads / size`` query heads and its share of the KV heads, its MLP a slice of the
-intermediate features, so q/k/v and gate/up are column shards and o/down row shards of the full
-weights without a line of the decoder changing. The vocabulary stays whole in the spec (the logits the
-engine samples are full width); the embedding and lm_head hold ``ceil(vocab / size)`` rows each.
+A rank's decoder is its family's model built from ``shard_spec(spec, size)``: its attention sees
+``num_heads / size`` query heads and its share of the KV heads, its MLP a slice of the intermediate
+features, so q/k/v and gate/up are column shards and o/down row shards of the full weights without a line
+of the decoder changing. A mixture of experts splits every expert's MLP features alike
+(``moe_intermediate_size / size`` each): every rank holds all experts, a slice of each. The vocabulary
+stays whole in the spec (the logits the engine samples are full width); the embedding and lm_head hold
+``ceil(vocab / size)`` rows each.
 
 KV heads: split when ``size`` divides them; when ``size`` is a multiple of them, each KV head is
 replicated on ``size / num_kv_heads`` ranks (vLLM's rule), so every rank keeps one.
@@ -57,8 +59,10 @@ def tp_problem(spec: ModelSpec, size: int) -> Optional[str]:
             f"--tp {size} and num_key_value_heads={kv}: one must divide the other "
             "(KV heads are split, or replicated when --tp is a multiple of them)"
         )
-    if spec.intermediate_size % size:
+    if spec.intermediate_size % size and len(spec.moe_layers) < spec.num_layers:
         return f"--tp {size} does not divide intermediate_size={spec.intermediate_size}"
+    if spec.moe_intermediate_size % size:
+        return f"--tp {size} does not divide each expert's MLP width ({spec.moe_intermediate_size})"
     return None
 
 
@@ -71,6 +75,7 @@ def shard_spec(spec: ModelSpec, size: int) -> ModelSpec:
         num_heads=spec.num_heads // size,
         num_kv_heads=max(1, spec.num_kv_heads // size),
         intermediate_size=spec.intermediate_size // size,
+        moe_intermediate_size=spec.moe_intermediate_size // size,
     )
 
 

@@ -16,21 +16,30 @@ import torch
 from ..checkpoint.files import SafetensorsReader
 from ..decoder import DecoderForCausalLM
 from ..family import Stored
+from ..layers.mlp import GatedMLP
+from ..layers.moe import SparseMoE
+from ..registry import model_class
 from ..spec import ModelSpec
 from .layers import ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
 from .layout import TensorParallel, kv_head_start, shard_spec, vocab_rows
 
 
 def build_sharded(spec: ModelSpec, tp: TensorParallel) -> DecoderForCausalLM:
-    """This rank's decoder (parameters on the current default device, usually meta)."""
+    """This rank's decoder (parameters on the current default device, usually meta): o and every dense
+    down projection row-parallel, a sparse block's output all-reduced (its experts' down projections are
+    row shards too, summed once after the routing weights)."""
     assert tp.comm is not None, "a sharded decoder needs the group's collectives"
     local = shard_spec(spec, tp.size)
-    model = DecoderForCausalLM(local)
+    model = model_class(spec)(local)
     for layer in model.model.layers:
         layer.self_attn.o_proj = RowParallelLinear(
             local.num_heads * spec.head_dim, spec.hidden_size, spec.o_bias, tp.comm
         )
-        layer.mlp.down_proj = RowParallelLinear(local.intermediate_size, spec.hidden_size, spec.mlp_bias, tp.comm)
+        for block in layer.modules():
+            if isinstance(block, GatedMLP):
+                block.down_proj = RowParallelLinear(local.intermediate_size, spec.hidden_size, spec.mlp_bias, tp.comm)
+            elif isinstance(block, SparseMoE):
+                block.reduce = tp.comm.all_reduce
     model.model.embed_tokens = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.comm)
     model.lm_head = ParallelLMHead(spec.vocab_size, spec.hidden_size, tp.comm)
     model.tie_weights()
@@ -58,6 +67,10 @@ def cut_for(name: str, spec: ModelSpec, tp: TensorParallel) -> Optional[Cut]:
     kv = max(1, spec.num_kv_heads // tp.size)
     module, _, kind = name.rpartition(".")
     proj = module.rpartition(".")[2]
+    if ".experts." in name:  # every expert's features split like a dense MLP's, each of moe_intermediate_size
+        width = spec.moe_intermediate_size // tp.size
+        names = model_class(spec).layer_cls.expert_names
+        return Cut(0, r * width, (r + 1) * width) if proj in names.column() else Cut(1, r * width, (r + 1) * width)
     if proj in ("embed_tokens", "lm_head"):
         rows = vocab_rows(spec.vocab_size, tp.size)
         return Cut(0, min(r * rows, spec.vocab_size), min((r + 1) * rows, spec.vocab_size))
@@ -84,7 +97,7 @@ class ShardLoader:
         self.spec = spec
         self.tp = tp
         with torch.device("meta"):
-            self._full = {n: tuple(p.shape) for n, p in DecoderForCausalLM(spec).named_parameters()}
+            self._full = {n: tuple(p.shape) for n, p in model_class(spec)(spec).named_parameters()}
 
     def full_shape(self, name: str) -> tuple[int, ...]:
         return self._full[name]

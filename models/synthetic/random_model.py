@@ -1,7 +1,8 @@
 """Random-weight models of published architecture shapes, built straight on the target device.
 
-Benchmarks need real shapes (Qwen3-0.6B, Llama-3.1-8B, SmolLM2-135M) but no weights can be downloaded: the
-configs below are written from the published numbers, the weights are seeded noise.
+Benchmarks need real shapes (Qwen3-0.6B, Llama-3.1-8B, SmolLM2-135M, the mixtures of experts Qwen3-30B-A3B and
+Mixtral-8x7B) but no weights can be downloaded: the configs below are written from the published numbers, the
+weights are seeded noise.
 """
 
 from __future__ import annotations
@@ -78,6 +79,48 @@ SHAPES: dict[str, dict[str, Any]] = {
             high_freq_factor=4.0,
             original_max_position_embeddings=8192,
         ),
+    ),
+    "qwen3-30b-a3b": dict(  # 128 experts of 768 features, 8 a token: 3.3B of 30.5B parameters active
+        model_type="qwen3_moe",
+        architectures=["Qwen3MoeForCausalLM"],
+        hidden_size=2048,
+        intermediate_size=6144,
+        moe_intermediate_size=768,
+        num_experts=128,
+        num_experts_per_tok=8,
+        norm_topk_prob=True,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        eos_token_id=151645,
+        bos_token_id=151643,
+    ),
+    "mixtral-8x7b": dict(  # 8 experts of 14336 features, 2 a token
+        model_type="mixtral",
+        architectures=["MixtralForCausalLM"],
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=32000,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        sliding_window=None,
+        eos_token_id=2,
+        bos_token_id=1,
     ),
 }
 

@@ -21,6 +21,8 @@ FAMILIES = {
     "phi3": ("phi3", {"partial_rotary_factor": 0.5}),
     "mistral-window": ("mistral", {"sliding_window": 16}),
     "qwen2-window": ("qwen2", {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}),
+    "qwen3-moe": ("qwen3_moe", {}),
+    "mixtral-window": ("mixtral", {"sliding_window": 16}),
 }
 PROMPTS = ["In a hole in the ground there lived a hobbit, not a nasty one", "Once upon a time"]
 

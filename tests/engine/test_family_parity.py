@@ -35,6 +35,8 @@ CASES = {
     "gemma3": ("gemma3", {}),
     "phi3-window": ("phi3", {"sliding_window": WINDOW}),
     # rotates half of each head, LongRoPE's short factors with the attention factor of a 2x context extension
+    "qwen3-moe": ("qwen3_moe", {}),
+    "mixtral-window": ("mixtral", {"sliding_window": WINDOW}),
     "phi3-partial-longrope": (
         "phi3",
         {"partial_rotary_factor": 0.5, "rope_scaling": LONGROPE, "original_max_position_embeddings": 128},

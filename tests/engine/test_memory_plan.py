@@ -62,3 +62,20 @@ def test_one_total_token_is_refused_at_config_time():
         ValueError, match=r"max total tokens must be >= 2 \(a prompt token and one to generate\), got 1"
     ):
         EngineConfig(device="cpu", max_total_tokens=1).validate()
+
+
+def test_graph_buffers_estimate_counts_the_experts_activations():
+    """A mixture of experts' widest activation is each of a token's k experts' rows (gate|up, SiLU·mul,
+    output), not the dense MLP's: Qwen3-30B-A3B's shape needs 8 * (3 * 768 + 2048) per token, not 2 * 6144."""
+    from dataclasses import replace
+
+    from graphtop.engine.memory_plan import graph_buffers_estimate
+    from graphtop.models.spec import ModelSpec
+
+    dense = ModelSpec(
+        "Qwen3ForCausalLM", 151936, 2048, 6144, 48, 32, 4, 128, 1e-6, 1e6, None, 40960, False, False, True, (), None
+    )
+    moe = replace(dense, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, moe_layers=tuple(range(48)))
+    attention = (2 * 32 + 2 * 4) * 128 + 2048
+    assert graph_buffers_estimate(dense, torch.bfloat16, 0, 0, 1) == (attention + 2 * 6144) * 2
+    assert graph_buffers_estimate(moe, torch.bfloat16, 0, 0, 1) == (attention + 8 * (3 * 768 + 2048)) * 2

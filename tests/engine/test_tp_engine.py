@@ -1,9 +1,9 @@
 """Tensor parallelism end to end on CPU: rank 0 in this process, a spawned worker rank, gloo.
 
-Greedy tokens with ``tp_size=2`` equal ``tp_size=1`` (fp32) for every family, through emulated graphs
-(decode and prefill buckets), chunked prefill, preemption and the overlap schedule; the worker's
-capture, ledger and replay times reach rank 0's bus with its rank; a killed worker ends a CLI run
-with one line, a non-zero exit status and no hang.
+Greedy tokens with ``tp_size=2`` equal ``tp_size=1`` (fp32) for every family (a mixture of experts' experts
+sharded too), through emulated graphs (decode and prefill buckets), chunked prefill, preemption and the
+overlap schedule; the worker's capture, ledger and replay times reach rank 0's bus with its rank; a killed
+worker ends a CLI run with one line, a non-zero exit status and no hang.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def serve(make_engine, path: Path, tp: int, bus: EventBus | None = None):
         eng.close()
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"])
 def test_tp2_greedy_tokens_equal_tp1(tiny_ckpt, make_engine, torch_one_thread, family):
     path = tiny_ckpt(family)
     want, solo = serve(make_engine, path, 1)
@@ -68,6 +68,7 @@ def test_tp2_greedy_tokens_equal_tp1(tiny_ckpt, make_engine, torch_one_thread, f
         assert finished[(1, phase)].captured == finished[(0, phase)].captured and finished[(1, phase)].ok
     ledgers = {e.rank: e for e in events if e.type == "memory_ledger"}
     assert set(ledgers) == {0, 1} and ledgers[1].kv_pool == ledgers[0].kv_pool
+    assert ledgers[1].experts == ledgers[0].experts and (ledgers[0].experts > 0) == (family in ("qwen3_moe", "mixtral"))
     replayed = [s for e in events if e.type == "rank_replay" and e.rank == 1 for s in e.steps]
     graph_steps = {s.step for s in steps if s.path == "graph"}
     assert replayed and set(replayed) <= graph_steps

@@ -230,3 +230,12 @@ def test_the_conversion_says_how_far_it_is_and_a_cached_load_says_nothing(folder
     again = []
     load_checkpoint(path, progress=lambda *a: again.append(a))
     assert again == []  # read from the cache: nothing to convert
+
+
+def test_a_mixture_of_experts_is_refused_before_allocation(folder, tmp_path, cache_dir, no_allocation):
+    """llama.cpp writes Mixtral as a llama file with an expert count: read as the dense llama it would load."""
+    path = build_gguf(folder, tmp_path / "x.gguf", meta={"expert_count": 4, "expert_used_count": 2})
+    assert refused(path, cache_dir) == (
+        "GGUF metadata declares a mixture of 4 experts: GGUF files of mixture-of-experts models are not "
+        f"supported (load the Hugging Face checkpoint) in {path}"
+    )

@@ -97,7 +97,7 @@ def test_unsupported_architecture_message_without_path():
     assert str(info.value) == (
         "unsupported architecture 'FalconForCausalLM'; supported: "
         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-        "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM"
+        "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM"
     )
 
 

@@ -46,3 +46,17 @@ def test_a_saved_shrunken_shape_loads(tmp_path, torch_one_thread):
     path = save_random_checkpoint("qwen3-0.6b", tmp_path / "rand", dtype=torch.float32, vocab_size=300, **SMALL)
     ckpt = load_checkpoint(path)
     assert ckpt.spec.vocab_size == 300 and SMALL_VOCAB_IDS["eos_token_id"] in ckpt.spec.eos_token_ids
+
+
+@pytest.mark.parametrize(
+    "shape, experts", [("qwen3-30b-a3b", dict(num_experts=4, moe_intermediate_size=32)), ("mixtral-8x7b", {})]
+)
+def test_a_saved_shrunken_mixture_of_experts_loads(tmp_path, torch_one_thread, shape, experts):
+    """The MoE shapes (their routing kept, experts shrunk) save per-expert tensors that load."""
+    small = {**SMALL, "num_experts_per_tok": 2, **experts}
+    if shape == "mixtral-8x7b":
+        small.update(num_local_experts=4)
+    path = save_random_checkpoint(shape, tmp_path / "rand", dtype=torch.float32, vocab_size=300, **small)
+    spec = load_checkpoint(path).spec
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.moe_layers) == (4, 2, (0,))
+    assert spec.architecture == SHAPES[shape]["architectures"][0]

@@ -86,6 +86,10 @@ CASES = {
     # q/k/v and gate/up stored stacked: each rank reads its heads' rows of qkv_proj, its features' of gate_up_proj
     "phi3": ("phi3", {}, 2),
     "phi3-partial-rotary-tp4": ("phi3", {"partial_rotary_factor": 0.5}, 4),
+    # every expert's features split across the ranks, the sparse block's partial sums all-reduced once
+    "qwen3-moe": ("qwen3_moe", {}, 2),
+    "qwen3-moe-dense-layer-tp4": ("qwen3_moe", {"mlp_only_layers": [0]}, 4),
+    "mixtral": ("mixtral", {}, 2),
 }
 
 
@@ -194,3 +198,19 @@ def test_a_saved_random_checkpoint_loads_whole_and_sharded(tmp_path, torch_one_t
     want = logits(full.model, ids)
     for got in run_ranks(2, lambda tp: logits(load_checkpoint(path, tp=tp).model, ids)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_rank_holds_every_expert_with_its_share_of_features(tiny_ckpt, torch_one_thread):
+    """Gate and up rows, down columns of each expert: the ranks' parts put together are the full experts,
+    and each rank's expert bytes (what its memory ledger shows) are its share."""
+    from graphtop.models.layers.moe import expert_weight_bytes
+
+    path = tiny_ckpt("mixtral")
+    full = load_checkpoint(path)
+    shards = run_ranks(2, lambda tp: load_checkpoint(path, tp=tp))
+    experts = {n: p for n, p in full.model.named_parameters() if ".experts." in n}
+    assert len(experts) == 2 * 4 * 3  # layers x experts x (w1, w3, w2)
+    for name, p in experts.items():
+        a, b = (dict(s.model.named_parameters())[name] for s in shards)
+        torch.testing.assert_close(torch.cat([a, b], dim=1 if name.endswith("w2.weight") else 0), p, rtol=0, atol=0)
+    assert all(2 * expert_weight_bytes(s.model) == expert_weight_bytes(full.model) > 0 for s in shards)

@@ -18,7 +18,7 @@ import torch
 from graphtop.models.synthetic.demo_corpus import CORPUS
 from graphtop.models.synthetic.tokenizer_train import train_byte_level_bpe
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral")
 _ALIASES = {
     "num_kv_heads": "num_key_value_heads",
     "num_layers": "num_hidden_layers",
@@ -39,9 +39,11 @@ def tiny_config(family: str, **overrides: Any) -> Any:
         Gemma3TextConfig,
         LlamaConfig,
         MistralConfig,
+        MixtralConfig,
         Phi3Config,
         Qwen2Config,
         Qwen3Config,
+        Qwen3MoeConfig,
     )
 
     tokenizer = shared_tokenizer()
@@ -78,6 +80,10 @@ def tiny_config(family: str, **overrides: Any) -> Any:
         base.update(attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
     if family == "gemma3":
         base["rope_local_base_freq"] = 100.0  # the local layers' own RoPE base
+    if family == "qwen3_moe":  # 8 experts of 32 features, 2 a token; the dense width only for mlp_only_layers
+        base.update(head_dim=32, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
+    if family == "mixtral":  # 4 experts of intermediate_size features, 2 a token
+        base.update(sliding_window=None, num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)
     for key, value in copy.deepcopy(overrides).items():  # HF mutates rope dicts in place
         base[_ALIASES.get(key, key)] = value
     classes = {
@@ -88,6 +94,8 @@ def tiny_config(family: str, **overrides: Any) -> Any:
         "gemma2": Gemma2Config,
         "gemma3": Gemma3TextConfig,
         "phi3": Phi3Config,
+        "qwen3_moe": Qwen3MoeConfig,
+        "mixtral": MixtralConfig,
     }
     return classes[family](**base)
 

@@ -142,6 +142,31 @@ async def test_cpu_ledger_free_reads_not_applicable_and_rows_explain_themselves(
         assert tip.startswith("KV pool: ") and "--mem-fraction-static" in tip
 
 
+async def test_a_mixture_of_experts_ledger_shows_its_expert_weights_under_the_weights() -> None:
+    moe = MemoryLedger(
+        device="cpu",
+        total=700 * 1024**2,
+        weights=200 * 1024**2,
+        kv_pool=500 * 1024**2,
+        experts=150 * 1024**2,
+        ts=T0 + 1,
+    )
+    session = FakeSession(boot_events() + [moe] + step_events(20))
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        body = app.query_one("#ledger-body")
+        lines = str(body.render()).splitlines()
+        rows = [line.split()[0] for line in lines]
+        assert rows[:3] == ["weights", "experts", "KV"]
+        assert "150 MiB" in lines[1] and "21.4%" in lines[1]  # of the 700 MiB used, not added to them
+        await pilot.hover("#ledger-body", offset=(2, 1))
+        assert str(body.tooltip).startswith("experts: of the weights")
+        session.publish(MemoryLedger(device="cpu", total=700 * 1024**2, weights=200 * 1024**2, ts=T0 + 2))
+        await pump(pilot)
+        assert "experts" not in str(body.render())  # a dense model's ledger has no such row
+
+
 async def test_kv_sparkline_at_zero_use_draws_nothing_and_full_use_full_columns() -> None:
     idle = [KVPoolState(capacity_tokens=1000, used_tokens=0, page_size=16, ts=T0 + i) for i in range(5)]
     session = FakeSession(boot_events() + idle)
@@ -165,7 +190,7 @@ def test_every_fallback_reason_and_ledger_row_is_explained() -> None:
         ex = FALLBACK_REASONS[reason.value]
         assert ex.meaning and ex.action and reason.value in ex.line(reason.value)
     assert explain_fallback("made up").meaning.startswith("a reason this graphtop does not know")
-    assert set(LEDGER_ROWS) == {"weights", "KV pool", "decode graphs", "prefill graphs", "reserve", "free"}
+    assert set(LEDGER_ROWS) == {"weights", "experts", "KV pool", "decode graphs", "prefill graphs", "reserve", "free"}
 
 
 async def test_help_screen_explains_every_reason_row_and_status_item() -> None:

@@ -1,4 +1,5 @@
-"""Where device memory went: weights, KV pool, decode graphs, prefill graphs, reserve, free.
+"""Where device memory went: weights (of them the experts', for a mixture of experts), KV pool, decode
+graphs, prefill graphs, reserve, free.
 
 Graph memory is the cost side of every bucket you add; seeing it next to the KV pool it competes
 with is the point of this panel. ``c`` opens the per-bucket table. On CPU there is no device to be
@@ -11,6 +12,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.content import Content
 
+from graphtop.engine.telemetry.events import MemoryLedger
 from graphtop.engine.trace_tools.ledger_words import FREE_ON_CPU, free_applies
 
 from ..explain import explain_ledger_row
@@ -21,12 +23,18 @@ from .tipped_lines import TippedLines
 
 ROWS = (
     ("weights", "weights", "$secondary"),
+    ("experts", "experts", "$secondary"),
     ("KV pool", "kv_pool", "$primary"),
     ("decode graphs", "decode_graphs", "$accent"),
     ("prefill graphs", "prefill_graphs", "$accent"),
     ("reserve", "activation_reserve", "$text-muted"),
     ("free", "free", "$success"),
 )
+
+
+def rows_of(ledgers: list[MemoryLedger]) -> tuple[tuple[str, str, str], ...]:
+    """The rows to show: "experts" (a part of the weights) only where some ledger has expert weights."""
+    return ROWS if any(led.experts for led in ledgers) else tuple(r for r in ROWS if r[1] != "experts")
 
 
 class LedgerPanel(Panel):
@@ -45,14 +53,16 @@ class LedgerPanel(Panel):
             body.show([Content.from_markup("[$text-muted]waiting for the memory plan…[/]")])
             return
         if len(state.ledgers) > 1:
+            rows = rows_of(list(state.ledgers.values()))
             body.show(
-                rank_columns(state), [None, *(explain_ledger_row(n, device=led.device).line(n) for n, _, _ in ROWS)]
+                rank_columns(state), [None, *(explain_ledger_row(n, device=led.device).line(n) for n, _, _ in rows)]
             )
             return
         cpu = not free_applies(led.device)
-        total = led.total or sum(getattr(led, attr) for _, attr, _ in ROWS) or 1
+        rows = rows_of([led])
+        total = led.total or sum(getattr(led, attr) for _, attr, _ in rows if attr != "experts") or 1
         lines, tips = [], []
-        for name, attr, style in ROWS:
+        for name, attr, style in rows:
             value = getattr(led, attr)
             tips.append(explain_ledger_row(name, device=led.device).line(name))
             if name == "free" and cpu:
@@ -86,7 +96,7 @@ def rank_columns(state: DashboardState) -> list[Content]:
     ranks = sorted(state.ledgers)
     header = [Content.from_markup("[b]$r[/b]", r=f"{'rank ' + str(r):>9}") for r in ranks]
     lines = [Content(" " * 14) + Content(" ").join(header)]
-    for name, attr, style in ROWS:
+    for name, attr, style in rows_of([state.ledgers[r] for r in ranks]):
         cells = []
         for r in ranks:
             led = state.ledgers[r]
