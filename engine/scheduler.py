@@ -12,6 +12,7 @@ Policy, in order, every step:
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections import deque
 from dataclasses import dataclass
@@ -116,6 +117,8 @@ class Scheduler:
             self.pool.grow(req.pages, req.num_computed + chunk)
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
+            if req.admitted is None:
+                req.admitted = time.perf_counter()
             self.running.append(req)
             chosen.append((req, chunk))
             budget -= chunk
