@@ -21,7 +21,16 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional, Protocol
 
-__all__ = ["BucketTally", "HitTally", "ParityTally", "Percentiles", "percentile", "step_key", "step_phase"]
+__all__ = [
+    "BucketTally",
+    "HitTally",
+    "ParityTally",
+    "Percentiles",
+    "mean_itl_ms",
+    "percentile",
+    "step_key",
+    "step_phase",
+]
 
 DECODE = "decode"
 PREFILL = "prefill"
@@ -160,6 +169,15 @@ class ParityTally:
 
 def _worst(old: Optional[float], new: float, pick) -> float:  # type: ignore[no-untyped-def]
     return new if old is None else pick(old, new)
+
+
+def mean_itl_ms(ttft_ms: Optional[float], latency_ms: float, output_tokens: int) -> Optional[float]:
+    """A finished request's inter-token latency: the mean time between its output tokens after the
+    first, ``(latency - TTFT) / (tokens - 1)``. None without a TTFT, with fewer than 2 tokens, or when
+    the latency is shorter than the TTFT (clocks that disagree). One rule for /metrics and the report."""
+    if ttft_ms is None or output_tokens < 2 or latency_ms < ttft_ms:
+        return None
+    return (latency_ms - ttft_ms) / (output_tokens - 1)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
