@@ -14,6 +14,7 @@ import argparse
 import json
 import re
 import shlex
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from graphtop.engine.telemetry.plain_text import one_line
@@ -87,71 +88,91 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
     return document(p)
 
 
-def run_advise(args: argparse.Namespace) -> int:
+@dataclass
+class Advice:
+    """What ``graphtop advise`` prints and the trace report draws: per phase, the list in use and the
+    advised one, with the what-if's numbers for both (``now``, ``new``)."""
+
+    state: Any  # the DashboardState the trace was folded into
+    reports: list[tuple]  # (phase, budget, advice, demand, cost of today's list) per phase advised
+    now: Any  # what_if of today's lists
+    new: Any  # what_if of the advised lists
+    cap: Optional[float]  # the prefill padding cap the advice assumed
+    current: dict[str, list[int]] = field(default_factory=dict)
+    advised: dict[str, list[int]] = field(default_factory=dict)
+
+
+def compute_advice(
+    trace: Any,
+    *,
+    max_graphs: Optional[int] = None,
+    max_memory: Optional[float] = None,
+    phase: str = "both",
+    eager_ratio: Optional[float] = None,
+) -> Advice:
+    """Fold ``trace`` as the dashboard does and advise each phase; ValueError (one line) when there is
+    nothing to advise from or the advisor refuses its inputs."""
     from graphtop.engine.graphs.bucket_advisor import expected_cost
     from graphtop.engine.trace_tools.bucket_demand import advise_phase
-    from graphtop.engine.trace_tools.trace import TraceError, read_trace
     from graphtop.tui.state import DashboardState
     from graphtop.tui.whatif import what_if
+
+    state = DashboardState(step_history=None, event_history=0)
+    state.apply_all(trace.events)
+    inputs = state.whatif_inputs()
+    if not inputs.steps:
+        raise ValueError("no steps recorded, nothing to advise from")
+    phases = ["decode", "prefill"] if phase == "both" else [phase]
+    current = {ph: state.current_buckets(ph) for ph in ("decode", "prefill")}
+    cap = inputs.max_padding_waste
+    advised = dict(current)
+    reports = []
+    for ph in phases:
+        budget = max_graphs if max_graphs is not None else (len(current[ph]) or None)
+        advice, demand = advise_phase(
+            inputs.steps,
+            ph,
+            costs=inputs.costs,
+            max_padding_waste=cap,
+            current=current[ph] or None,
+            max_graphs=budget,
+            max_memory=max_memory,
+            ratio=eager_ratio,
+        )
+        if demand.steps == 0:
+            continue
+        advised[ph] = list(advice.buckets)
+        ph_cap = cap if ph == "prefill" else None
+        now_cost = expected_cost(
+            ph, demand.sizes, current[ph], eager_ratio=demand.ratio.value, max_padding_waste=ph_cap
+        )
+        reports.append((ph, budget, advice, demand, now_cost))
+    if not reports:
+        raise ValueError(f"no {' or '.join(phases)} steps recorded, nothing to advise from")
+    both = dict(current_decode=current["decode"], current_prefill=current["prefill"], max_padding_waste=cap)
+    now = what_if(inputs.steps, current["decode"], current["prefill"], inputs.costs, **both)
+    new = what_if(inputs.steps, advised["decode"], advised["prefill"], inputs.costs, **both)
+    return Advice(state, reports, now, new, cap, current, advised)
+
+
+def run_advise(args: argparse.Namespace) -> int:
+    from graphtop.engine.trace_tools.trace import TraceError, read_trace
 
     try:
         trace = read_trace(args.trace)
     except TraceError as e:
         raise UsageError(str(e)) from None
-    state = DashboardState(step_history=None, event_history=0)
-    state.apply_all(trace.events)
-    inputs = state.whatif_inputs()
-    if not inputs.steps:
-        raise UsageError(f"{args.trace}: no steps recorded, nothing to advise from")
-    phases = ["decode", "prefill"] if args.phase == "both" else [args.phase]
-    current = {ph: state.current_buckets(ph) for ph in ("decode", "prefill")}
-    cap = inputs.max_padding_waste
-    advised = dict(current)
-    reports = []
-    for phase in phases:
-        budget = args.max_graphs if args.max_graphs is not None else (len(current[phase]) or None)
-        try:
-            advice, demand = advise_phase(
-                inputs.steps,
-                phase,
-                costs=inputs.costs,
-                max_padding_waste=cap,
-                current=current[phase] or None,
-                max_graphs=budget,
-                max_memory=args.max_graph_memory,
-                ratio=args.eager_ratio,
-            )
-        except ValueError as e:
-            raise UsageError(f"{args.trace}: {e}") from None
-        if demand.steps == 0:
-            continue
-        advised[phase] = list(advice.buckets)
-        ph_cap = cap if phase == "prefill" else None
-        now_cost = expected_cost(
-            phase, demand.sizes, current[phase], eager_ratio=demand.ratio.value, max_padding_waste=ph_cap
+    try:
+        a = compute_advice(
+            trace,
+            max_graphs=args.max_graphs,
+            max_memory=args.max_graph_memory,
+            phase=args.phase,
+            eager_ratio=args.eager_ratio,
         )
-        reports.append((phase, budget, advice, demand, now_cost))
-    if not reports:
-        raise UsageError(f"{args.trace}: no {' or '.join(phases)} steps recorded, nothing to advise from")
-    now = what_if(
-        inputs.steps,
-        current["decode"],
-        current["prefill"],
-        inputs.costs,
-        max_padding_waste=cap,
-        current_decode=current["decode"],
-        current_prefill=current["prefill"],
-    )
-    new = what_if(
-        inputs.steps,
-        advised["decode"],
-        advised["prefill"],
-        inputs.costs,
-        max_padding_waste=cap,
-        current_decode=current["decode"],
-        current_prefill=current["prefill"],
-    )
-    report = format_advice(args, trace, state, reports, now, new, cap)
+    except ValueError as e:
+        raise UsageError(f"{args.trace}: {e}") from None
+    report = format_advice(args, trace, a.state, a.reports, a.now, a.new, a.cap)
     print("".join(one_line(line) + "\n" for line in report.splitlines()), end="")  # trace text: no controls
     return 0
 

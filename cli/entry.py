@@ -8,6 +8,7 @@
     graphtop ps                                               the engines one can attach to
     graphtop web [TARGET]                                     a running engine's dashboard, for browsers
     graphtop trace summary TRACE.jsonl
+    graphtop trace report TRACE.jsonl -o report.html          charts in one offline HTML file
     graphtop trace export TRACE.jsonl OUT.json                 Perfetto JSON (--perfetto accepted)
     graphtop advise TRACE.jsonl [--max-graphs N] [--max-graph-memory SIZE] [--phase decode|prefill|both]
 
@@ -154,9 +155,12 @@ def build_trace_parser() -> argparse.ArgumentParser:
         prog="graphtop trace",
         description="Inspect recorded traces (graphtop --record, or Export trace in the dashboard).",
         formatter_class=HelpFormatter,
-        epilog="examples:\n  graphtop trace summary run.jsonl\n  graphtop trace export run.jsonl run.json",
+        epilog=(
+            "examples:\n  graphtop trace summary run.jsonl\n  graphtop trace report run.jsonl -o report.html\n"
+            "  graphtop trace export run.jsonl run.json"
+        ),
     )
-    sub = p.add_subparsers(dest="cmd", metavar="{summary,export}")
+    sub = p.add_subparsers(dest="cmd", metavar="{summary,report,export}")
     s = sub.add_parser(
         "summary",
         help="a text report: steps, graph hit rate, fallbacks, capture, memory",
@@ -165,6 +169,21 @@ def build_trace_parser() -> argparse.ArgumentParser:
     )
     s.error = p.error  # type: ignore[method-assign]
     s.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
+    r = sub.add_parser(
+        "report",
+        help="charts in one HTML file that opens offline: steps, buckets, fallbacks, latency, KV, capture, advice",
+        description="Write a recorded trace as one self-contained HTML page of charts (no network fetch).",
+        formatter_class=HelpFormatter,
+    )
+    r.error = p.error  # type: ignore[method-assign]
+    r.add_argument("trace", type=file_path, metavar="TRACE.jsonl", help="a trace written by graphtop")
+    r.add_argument(
+        "-o",
+        "--out",
+        type=file_path,
+        metavar="OUT.html",
+        help="where to write the page (default: TRACE's path ending in .html instead of its extension)",
+    )
     e = sub.add_parser(
         "export",
         help="Perfetto (Chrome trace-event) JSON, to open at ui.perfetto.dev",
@@ -199,6 +218,10 @@ def _run_trace(argv: Sequence[str]) -> int:
     if args.cmd is None:  # "graphtop trace" alone: say what it can do
         parser.print_help()
         return 0
+    if args.cmd == "report":
+        from .trace_report import run_report
+
+        return run_report(args)
     from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
     from graphtop.engine.trace_tools.trace import TraceError, read_trace
 

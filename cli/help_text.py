@@ -15,6 +15,7 @@ from typing import Optional
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("trace summary TRACE", "a text report of a recorded trace"),
+    ("trace report TRACE", "its charts in one HTML file that opens offline"),
     ("trace export TRACE OUT", "the trace as Perfetto JSON, for ui.perfetto.dev"),
     ("advise TRACE", "bucket lists that workload should have had"),
     ("attach [ENDPOINT]", "the dashboard on a running engine (q detaches)"),

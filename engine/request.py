@@ -75,6 +75,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     arrival: float = field(default_factory=time.perf_counter)
     first_token_time: Optional[float] = None
+    admitted: Optional[float] = None  # when it first left the waiting queue (perf_counter): its queue time ends
     preemptions: int = 0
     generator: Optional[object] = None  # torch.Generator, created lazily for seeded sampling
     detok: Optional[Any] = None  # its TextStream (engine/step/text_stream.py) when it is detokenized

@@ -19,6 +19,7 @@ rank's copy, a parity check's re-run) sees that it changed.
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections import deque
 from dataclasses import dataclass
@@ -144,6 +145,8 @@ class Scheduler:
             self.pool.grow(req.pages, req.num_computed + chunk)
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
+            if req.admitted is None:
+                req.admitted = time.perf_counter()
             self.running.append(req)
             chosen.append((req, chunk))
             budget -= chunk

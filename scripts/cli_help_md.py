@@ -20,6 +20,7 @@ COMMANDS = (
     ["--help"],
     ["trace", "--help"],
     ["trace", "summary", "--help"],
+    ["trace", "report", "--help"],
     ["trace", "export", "--help"],
     ["advise", "--help"],
     ["attach", "--help"],

@@ -120,6 +120,9 @@ DESCRIPTIONS = {
     "request_queued.max_new_tokens": "generation limit, tokens",
     "request_first_token.request_id": "request id",
     "request_first_token.ttft_ms": "time from queued to first output token, milliseconds",
+    "request_first_token.queue_ms": (
+        "of `ttft_ms`, the time the request waited in the queue before the scheduler first admitted it, milliseconds"
+    ),
     "request_finished.request_id": "request id",
     "request_finished.output_tokens": "tokens generated",
     "request_finished.finish_reason": "`eos`, `length`, `stop` (stop string), `rejected`, `cancelled`",
@@ -204,7 +207,7 @@ EXAMPLES = {
     ),
     "parity_not_run": dict(step=1090, reason="discarded", skipped=1, discarded=1, every=64),
     "request_queued": dict(request_id="req-7", prompt_tokens=128, max_new_tokens=256),
-    "request_first_token": dict(request_id="req-7", ttft_ms=21.5),
+    "request_first_token": dict(request_id="req-7", ttft_ms=21.5, queue_ms=3.2),
     "request_finished": dict(request_id="req-7", output_tokens=256, finish_reason="length", latency_ms=912.3),
     "recapture_requested": dict(decode_bs=(1, 2, 4, 8, 16)),
     "recapture_finished": dict(

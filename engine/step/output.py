@@ -50,7 +50,12 @@ class OutputProcessor:
                 req.output_ids.append(tok)
             if req.first_token_time is None:
                 req.first_token_time = now
-                self.publish(ev.RequestFirstToken(request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3))
+                queue_ms = None if req.admitted is None else (req.admitted - req.arrival) * 1e3
+                self.publish(
+                    ev.RequestFirstToken(
+                        request_id=req.request_id, ttft_ms=(now - req.arrival) * 1e3, queue_ms=queue_ms
+                    )
+                )
             text, stopped = ("", False) if req.detok is None else req.detok.push(tok)
             reason = finish_reason(req, tok, stopped)
             req.handle._push(tok, text)

@@ -284,6 +284,7 @@ class RequestFirstToken(Event):
     type: ClassVar[str] = "request_first_token"
     request_id: str = ""
     ttft_ms: float = 0.0
+    queue_ms: Optional[float] = _added(None)  # of the TTFT, the time it waited before its first admission
 
 
 @dataclass(frozen=True)

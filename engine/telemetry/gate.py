@@ -7,14 +7,16 @@ password is not the token is refused there, and ZeroMQ never hands the endpoint 
 then a peer can make ZeroMQ read at most one frame of ``wire.FRAME_BYTES``, and only for
 ``handshake_s`` (ZeroMQ's ``HANDSHAKE_IVL``).
 
-That bounds one connection. Their number is bounded here too: the socket's monitor reports each accepted
-connection with its file descriptor; when ``max_pending`` connections accepted in the last ``handshake_s``
-seconds are still open, a new one is shut at once (``shutdown(2)`` on a duplicate of its descriptor,
-after checking that the descriptor is still a connection to this endpoint: ZeroMQ then closes it as if
-the peer had). A connection counts from its accept until it closes or ``handshake_s`` has passed (by
-then ZeroMQ has dropped it unless it authenticated), so a burst of real viewers counts too; a refused
-one reconnects (ZeroMQ retries every 100 ms) and gets in once the burst is over. While a flood goes on,
-new viewers wait with it; viewers already attached are not touched.
+That bounds one connection. Their number is bounded here too, without letting anyone lock viewers out:
+the socket's monitor reports each accepted connection with its file descriptor, and the connections in
+their handshake are kept in a :class:`~.handshakes.PendingHandshakes` table of ``max_pending`` (see there
+for who gives way when it is full: per-address fairness, then the oldest past ``patience_s``). A
+connection it gives up is shut at once (``shutdown(2)`` on a duplicate of its descriptor, after
+checking that the descriptor is still a connection to this endpoint: ZeroMQ then closes it as if the
+peer had). A connection stops counting when the endpoint reads its first message (``passed``: the
+viewer's ``Hello``, which it sends once ZeroMQ says its handshake succeeded), when it closes, or after
+``handshake_s`` (by then ZeroMQ has dropped it unless it authenticated). A shut viewer reconnects on its
+own (ZeroMQ retries after 100 to 200 ms) and says ``Hello`` again after its next handshake.
 
 Everything here runs on the endpoint's publisher thread, which polls ``sockets``.
 """
@@ -30,6 +32,7 @@ from typing import Optional
 
 import zmq
 
+from .handshakes import PendingHandshakes
 from .wire import FRAME_BYTES, ZAP_DOMAIN
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -40,6 +43,7 @@ class GateConfig:
     token: str
     max_pending: int = 32
     handshake_s: float = 5.0
+    patience_s: float = 1.0
 
 
 class Gate:
@@ -55,7 +59,7 @@ class Gate:
         self.monitor: Optional[zmq.Socket] = None
         self._sock: Optional[zmq.Socket] = None
         self._local: object = None  # the listening address an accepted connection of ours has
-        self._pending: dict[int, float] = {}  # fd -> when it was accepted
+        self.pending = PendingHandshakes(config.max_pending, config.handshake_s, config.patience_s)
         self.refused_connections = 0
 
     @property
@@ -81,11 +85,19 @@ class Gate:
         self.monitor.connect(address)
 
     def serve(self) -> list[str]:
-        """Answer waiting handshakes and follow connections; returns what was refused, one line each."""
-        refused = self._answer_handshakes()
-        if self.monitor is not None:
-            refused += self._follow_connections()
-        return refused
+        """``answer`` then ``follow``: for an endpoint that reads its messages elsewhere."""
+        return self.answer() + self.follow()
+
+    def answer(self) -> list[str]:
+        """Answer waiting handshakes; returns what was refused, one line each."""
+        return self._answer_handshakes()
+
+    def follow(self, read_at: Optional[float] = None) -> list[str]:
+        """Follow accepted and closed connections, shutting what ``max_pending`` leaves no room for;
+        returns what was refused, one line each. Call it after reading the endpoint's messages: a
+        ``Hello`` read first frees its connection's place instead of it being shut. ``read_at``: when the
+        endpoint last read every message waiting (see ``PendingHandshakes.accepted``)."""
+        return self._follow_connections(read_at) if self.monitor is not None else []
 
     def close(self) -> None:
         if self._sock is not None and self.monitor is not None:
@@ -115,8 +127,23 @@ class Gate:
                 refused.append(f"wrong token in the handshake of a client at {who}")
         return refused
 
-    # -- the connection cap -----------------------------------------------------------------------------
-    def _follow_connections(self, limit: int = 1024) -> list[str]:
+    # -- connections in their handshake ---------------------------------------------------------------
+    def _peer(self, fd: int) -> str:
+        """The address the connection on ``fd`` comes from: its host ("" for a Unix socket, or when it
+        cannot be told: such connections share one fair share)."""
+        if isinstance(self._local, str):
+            return ""
+        seen = _connection(fd, self._local)
+        return seen[1] if seen is not None else ""
+
+    def passed(self, fd: int) -> None:
+        """The endpoint read the first message of the connection on ``fd`` (``zmq.SRCFD``): it holds the
+        token, and no longer counts against ``max_pending``."""
+        inode = _inode(fd)
+        if inode is not None:  # else closed since: nothing to count
+            self.pending.passed((fd, inode), time.monotonic())
+
+    def _follow_connections(self, read_at: Optional[float], limit: int = 64) -> list[str]:
         from zmq.utils.monitor import recv_monitor_message
 
         assert self.monitor is not None
@@ -128,20 +155,17 @@ class Gate:
                 break
             fd = event["value"]
             if event["event"] == zmq.EVENT_DISCONNECTED:
-                self._pending.pop(fd, None)
+                self.pending.closed(fd)
             if event["event"] != zmq.EVENT_ACCEPTED:
                 continue
-            now = time.monotonic()
-            horizon = now - self.config.handshake_s
-            for old in [f for f, at in self._pending.items() if at < horizon]:
-                del self._pending[old]  # authenticated by now, or dropped by ZeroMQ
-            if len(self._pending) < self.config.max_pending:
-                self._pending[fd] = now
-            elif _shut(fd, self._local):
+            inode = _inode(fd)  # the one system call per connection while there is room
+            if inode is None:  # closed before this event was read
+                continue
+            victim = self.pending.accepted((fd, inode), time.monotonic(), self._peer, read_at)
+            if victim is not None and self.pending.may_shut(victim) and _shut(victim, self._local):
                 self.refused_connections += 1
-                refused.append(
-                    f"{self.config.max_pending} connections are already in their handshake: closed a new one"
-                )
+                which = "a new one" if victim[0] == fd else "the one waiting longest"
+                refused.append(f"{self.config.max_pending} connections were in their handshake: closed {which}")
         return refused
 
 
@@ -153,25 +177,59 @@ def _local_address(endpoint: str) -> object:
     return int(endpoint.rsplit(":", 1)[1])
 
 
-def _shut(fd: int, local: object) -> bool:
-    """Shut the connection on ``fd`` when it is still one accepted on this endpoint (the number could
-    have been reused since the event); ZeroMQ sees the peer gone and closes it."""
+def _inode(fd: int) -> Optional[int]:
+    """The inode of the socket on ``fd`` (which connection the number means now), None once closed."""
+    try:
+        return os.fstat(fd).st_ino
+    except OSError:
+        return None
+
+
+def _connection(fd: int, local: object) -> Optional[tuple[int, str]]:
+    """(inode, peer) of the connection on ``fd`` when it is one accepted on this endpoint (the number
+    could have been closed and reused since the monitor's event): the peer is the address it comes
+    from, its host ("" for a Unix socket)."""
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return None
+    try:
+        conn = socket.socket(fileno=dup)
+    except OSError:  # not a socket (any more)
+        os.close(dup)
+        return None
+    with conn:  # closes the duplicate only
+        try:
+            peer = conn.getpeername()  # the listening socket has no peer
+            here = conn.getsockname()
+            if conn.family == socket.AF_UNIX:
+                return (os.fstat(dup).st_ino, "") if here == local else None
+            return (os.fstat(dup).st_ino, str(peer[0])) if here[1] == local else None
+        except (OSError, IndexError, TypeError):
+            return None
+
+
+def _shut(conn: tuple[int, int], local: object) -> bool:
+    """Shut ``conn`` (descriptor, inode) when its descriptor still holds that socket and it is a
+    connection accepted on this endpoint; ZeroMQ sees the peer gone and closes it."""
+    fd, inode = conn
     try:
         dup = os.dup(fd)
     except OSError:
         return False
     try:
-        conn = socket.socket(fileno=dup)
+        sock = socket.socket(fileno=dup)
     except OSError:  # not a socket (any more)
         os.close(dup)
         return False
-    with conn:  # closes the duplicate only
+    with sock:  # closes the duplicate only
         try:
-            conn.getpeername()  # the listening socket has no peer
-            here = conn.getsockname()
-            ours = here == local if conn.family == socket.AF_UNIX else here[1] == local
-            if ours:
-                conn.shutdown(socket.SHUT_RDWR)
-            return ours
+            sock.getpeername()  # the listening socket has no peer
+            here = sock.getsockname()
+            ours = here == local if sock.family == socket.AF_UNIX else here[1] == local
+            if not ours or os.fstat(dup).st_ino != inode:  # closed, and the number reused since
+                return False
+            sock.shutdown(socket.SHUT_RDWR)
         except (OSError, IndexError, TypeError):
             return False
+        return True

@@ -44,6 +44,7 @@ from .events import (
     RequestQueued,
     StepEvent,
 )
+from .latency import mean_itl_ms
 
 __all__ = ["CONTENT_TYPE", "EngineMetrics", "MetricsCollector", "PREFIX"]
 
@@ -332,8 +333,9 @@ class MetricsCollector:
         if ev.finish_reason == "rejected":
             return
         m.e2e.observe(ev.latency_ms / 1e3)
-        if ttft is not None and ev.output_tokens > 1 and ev.latency_ms >= ttft:
-            m.itl.observe((ev.latency_ms - ttft) / (ev.output_tokens - 1) / 1e3)
+        itl = mean_itl_ms(ttft, ev.latency_ms, ev.output_tokens)
+        if itl is not None:
+            m.itl.observe(itl / 1e3)
 
     def _capture(self, ev: Event) -> None:
         if getattr(ev, "rank", 0) != 0:

@@ -42,6 +42,7 @@ import zmq
 
 from . import protocol as p
 from .bus import EventBus
+from .descriptors import make_room_for
 from .endpoint_commands import CommandDesk, EngineLink, Viewer
 from .events import ErrorEvent, Event
 from .gate import Gate, GateConfig
@@ -61,6 +62,11 @@ from .runtime import (
 from .state_keeper import REFUSAL_WHERE, StateKeeper
 
 log = logging.getLogger("graphtop.telemetry")
+
+MAX_VIEWERS = 1024
+"""Viewers attached to one endpoint at once; a ``Hello`` past it is refused with the reason. Each one is a
+connection (a file descriptor: the endpoint raises the process's soft limit to fit, see ``descriptors``)
+and a ZeroMQ queue of at most ``send_hwm`` batches."""
 _SERIALS = itertools.count()
 
 
@@ -78,8 +84,10 @@ class EndpointConfig:
     max_message_bytes: int = p.MAX_MESSAGE_BYTES
     recent_steps: int = 4096
     refusals_per_s: float = 2.0
-    max_pending: int = 32  # connections in their handshake at once (see ``gate``)
+    max_pending: int = 32  # connections in their handshake at once (see ``gate`` and ``handshakes``)
     handshake_s: float = 5.0  # a connection that has not passed the handshake by then is dropped
+    patience_s: float = 1.0  # a handshake this old gives way to a newcomer when ``max_pending`` are in one
+    max_viewers: int = MAX_VIEWERS
 
 
 def let_the_engine_run() -> None:
@@ -101,7 +109,8 @@ class TelemetryServer:
         self.token = new_token()
         self.started = time.time()
         self._ctx = zmq.Context()
-        self.gate = Gate(self._ctx, GateConfig(self.token, config.max_pending, config.handshake_s))
+        self.gate = Gate(self._ctx, GateConfig(self.token, config.max_pending, config.handshake_s, config.patience_s))
+        make_room_for(config.max_viewers + config.max_pending)
         self._sock = self._bind(self._resolve_address(config.address))
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.gate.watch(self._sock, self.endpoint)
@@ -120,6 +129,7 @@ class TelemetryServer:
         self._refusal_budget = config.refusals_per_s
         self._refusal_clock = time.monotonic()
         self._last_heartbeat = 0.0
+        self._read_all_at = time.monotonic()
         self.logs = LogForwarder()
         self.logs.install()
         self._sub = bus.subscribe("telemetry-endpoint", maxsize=config.queue_size)
@@ -217,12 +227,13 @@ class TelemetryServer:
         try:
             while not self._stop.is_set():
                 try:
-                    incoming = dict(poller.poll(timeout_ms))
-                    for reason in self.gate.serve():  # handshakes first: a viewer waits on its answer
+                    poller.poll(timeout_ms)
+                    for reason in self.gate.answer():  # handshakes first: a viewer waits on its answer
                         self._refuse(None, reason)
                     self._publish()  # first, so a viewer saying Hello now gets a snapshot up to now
-                    if self._sock in incoming:
-                        self._receive()
+                    self._receive()  # before the gate counts connections: a Hello read frees a place
+                    for reason in self.gate.follow(self._read_all_at):
+                        self._refuse(None, reason)
                     self._tick()
                 except Exception:  # the endpoint must outlive any bug in it, and never stop the engine
                     log.exception("telemetry endpoint: unexpected error (serving continues)")
@@ -293,11 +304,14 @@ class TelemetryServer:
 
     # -- incoming -----------------------------------------------------------------------------------
     def _receive(self, limit: int = 256) -> None:
+        started = time.monotonic()
         for _ in range(limit):
             try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
+                parts = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
+                self._read_all_at = started  # what had come by then is read (the gate's patience counts to it)
                 return
+            frames = [part.bytes for part in parts]
             identity = frames[0]
             size = sum(map(len, frames[1:]))  # a message longer than a frame comes in several (``wire``)
             if size > self.config.max_message_bytes:
@@ -315,6 +329,8 @@ class TelemetryServer:
                 continue
             viewer = self.viewers.get(identity)
             if isinstance(msg, p.Hello):
+                if viewer is None:  # its connection passed the handshake: it no longer counts as pending
+                    self.gate.passed(parts[0].get(zmq.SRCFD))
                 self._hello(identity, msg)
             elif viewer is None and isinstance(msg, p.Bye):
                 continue  # a viewer that left while a batch for it was found undeliverable
@@ -350,9 +366,11 @@ class TelemetryServer:
         if not hmac.compare_digest(msg.token.encode(), self.token.encode()):
             self._refuse(identity, "wrong token")
             return
-        old = self.viewers.pop(identity, None)
-        if old is not None:
-            self._detach(old)
+        if identity in self.viewers:  # said again on the same connection (a viewer's retry): welcomed already
+            return
+        if len(self.viewers) >= self.config.max_viewers:
+            self._refuse(identity, f"{len(self.viewers)} viewers are attached, the most this endpoint serves at once")
+            return
         viewer = Viewer(identity, msg.name[:64], time.time())
         self._reply(
             identity,

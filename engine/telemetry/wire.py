@@ -58,18 +58,25 @@ def viewer_socket(ctx: zmq.Context, token: str, name: str) -> zmq.Socket:
 
 
 class HandshakeWatch:
-    """Why the endpoint refused this viewer's handshake, from the socket's monitor: a wrong token (the
-    endpoint's ZAP handler said no) or another mechanism (an endpoint of an older graphtop, or not
-    graphtop). Without it a refused viewer would only see silence until its connect timeout."""
+    """What became of this viewer's handshakes, from the socket's monitor.
 
-    _EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    A refused one says why: a wrong token (the endpoint's ZAP handler said no) or another mechanism (an
+    endpoint of an older graphtop, or not graphtop); without it a refused viewer would only see silence
+    until its connect timeout. The ones that passed are counted: a viewer that reconnects after one
+    passed says ``Hello`` again, since its first went out on a connection the endpoint may have shut
+    right after (its ``gate`` bounds the handshakes in progress, and can be a moment behind)."""
+
+    _EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_SUCCEEDED
 
     def __init__(self, sock: zmq.Socket) -> None:
         self._sock = sock
         self.monitor = sock.get_monitor_socket(self._EVENTS)
+        self.succeeded = 0
+        """Handshakes passed so far (one per connection: ZeroMQ reconnects after a shut one)."""
 
     def failure(self) -> Optional[str]:
-        """The reason of a refused handshake since the last call, if any (never blocks)."""
+        """The reason of a refused handshake since the last call, if any (never blocks); handshakes that
+        passed meanwhile are counted in ``succeeded``."""
         from zmq.utils.monitor import recv_monitor_message
 
         while True:
@@ -77,9 +84,11 @@ class HandshakeWatch:
                 event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return None
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.succeeded += 1
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 return "wrong token"
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                 return (
                     "its handshake is not this viewer's (an endpoint of another graphtop version, or "
                     "not graphtop): attach with the graphtop version that runs the engine"

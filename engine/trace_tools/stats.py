@@ -21,7 +21,18 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional, Protocol
 
-__all__ = ["BucketTally", "HitTally", "ParityTally", "Percentiles", "percentile", "step_key", "step_phase"]
+from ..telemetry.latency import mean_itl_ms
+
+__all__ = [
+    "BucketTally",
+    "HitTally",
+    "ParityTally",
+    "Percentiles",
+    "mean_itl_ms",
+    "percentile",
+    "step_key",
+    "step_phase",
+]
 
 DECODE = "decode"
 PREFILL = "prefill"

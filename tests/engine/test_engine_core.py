@@ -374,8 +374,9 @@ def test_event_stream_of_a_run_is_complete_and_valid(llama, make_engine):
     for h in handles:
         mine = [e for e in events if getattr(e, "request_id", None) == h.request_id]
         assert [type(e) for e in mine] == [ev.RequestQueued, ev.RequestFirstToken, ev.RequestFinished]
-        queued, _, done = mine
+        queued, first, done = mine
         assert queued.prompt_tokens == len(h.prompt_ids) and queued.max_new_tokens == 10
+        assert first.queue_ms is not None and 0.0 <= first.queue_ms <= first.ttft_ms  # the wait is part of TTFT
         assert done.output_tokens == 10 and done.finish_reason == "length" and done.latency_ms > 0
     ts = [e.ts for e in events]
     assert ts == sorted(ts)

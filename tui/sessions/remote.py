@@ -270,19 +270,30 @@ class RemoteSession:
         ctx = zmq.Context()
         sock = wire.viewer_socket(ctx, self._token, self.name)  # connect() checked the token's length
         watch = wire.HandshakeWatch(sock)
+        hello = p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, self._token, self.name))
         try:
             sock.connect(self.endpoint)
-            sock.send(p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, self._token, self.name)), zmq.NOBLOCK)
+            sock.send(hello, zmq.NOBLOCK)  # queued: goes out once the first handshake passes
+            poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(watch.monitor, zmq.POLLIN)
+            said_hello = 1  # the handshakes this viewer's Hellos went out after (the queued one: the first)
             next_check = 0.0
             while not self._stop.is_set():
-                if sock.poll(20):
+                if sock in dict(poller.poll(20)):
                     self._receive(sock)
                 refused = watch.failure()
                 if refused is not None:  # said in the handshake: no message will ever come
                     self._refused = self._refused or refused
                     self._ended = self._ended or f"{self.endpoint} refused this viewer: {refused}"
                     break
-                while True:
+                if watch.succeeded > said_hello and not self._welcomed.is_set():
+                    # reconnected after a handshake that passed, and not welcomed: the Hello went out on a
+                    # connection the endpoint shut (too many in their handshake at once) and is lost with
+                    # it (one still queued goes too: the endpoint ignores a Hello said twice)
+                    said_hello = watch.succeeded
+                    sock.send(hello, zmq.NOBLOCK)
+                while self.welcome is not None:  # commands only once attached: before, they are refused
                     try:
                         sock.send_multipart(wire.frames(self._outbox.get_nowait()), zmq.NOBLOCK)
                     except (queue.Empty, zmq.Again):
