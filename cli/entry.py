@@ -222,19 +222,11 @@ def _run_trace(argv: Sequence[str]) -> int:
         from .trace_report import run_report
 
         return run_report(args)
-    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output
-    from graphtop.engine.trace_tools.trace import TraceError, read_trace
+    from graphtop.engine.telemetry.safe_write import OutputPathError
 
-    if args.cmd == "export":
-        try:  # before reading: a wrong OUT costs nothing, and OUT can never be the trace itself
-            check_output(args.out, "OUT", probe=True)
-            check_distinct([("OUT", args.out)], [("TRACE", args.trace)])
-        except OutputPathError as e:
-            raise UsageError(str(e)) from None
-    try:
-        trace = read_trace(args.trace)
-    except TraceError as e:
-        raise UsageError(str(e)) from None
+    from .trace_input import read_checked_trace
+
+    trace = read_checked_trace(args.trace, args.out if args.cmd == "export" else None)
     if args.cmd == "summary":
         from graphtop.engine.trace_tools.report import format_summary
         from graphtop.engine.trace_tools.summary import summarize

@@ -12,27 +12,19 @@ from pathlib import Path
 
 from graphtop.engine.telemetry.plain_text import one_line
 
+from .trace_input import read_checked_trace
 from .usage import UsageError
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from graphtop.engine.telemetry.safe_write import OutputPathError, check_distinct, check_output, write_atomic
-    from graphtop.engine.trace_tools.trace import TraceError, read_trace
+    from graphtop.engine.telemetry.safe_write import OutputPathError, write_atomic
 
     from .report_data import collect
     from .report_html import render
 
     if args.out is None:
         args.out = Path(args.trace).with_suffix(".html")
-    try:  # before reading: a wrong OUT costs nothing, and OUT can never be the trace itself
-        check_output(args.out, "OUT", probe=True)
-        check_distinct([("OUT", args.out)], [("TRACE", args.trace)])
-    except OutputPathError as e:
-        raise UsageError(str(e)) from None
-    try:
-        trace = read_trace(args.trace)
-    except TraceError as e:
-        raise UsageError(str(e)) from None
+    trace = read_checked_trace(args.trace, args.out)
     page = render(collect(trace)).encode("utf-8")
     try:
         write_atomic(args.out, lambda f: f.write(page), "OUT")
