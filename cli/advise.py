@@ -211,6 +211,15 @@ def format_advice(
         for name, x, y in rows:
             lines.append(f"  {name:<22}{x:<{width + 2}}{y}")
         lines.append(f"  {'eager ÷ graph step':<22}{demand.ratio.value:.2f} ({demand.ratio.source})")
+        if advice.bucket_memory:
+            per = ", ".join(f"{b}: {human_bytes(m)}" for b, m in zip(advice.buckets, advice.bucket_memory))
+            lines.append(f"  {'memory per bucket':<22}{per}")
+        if advice.uncovered:
+            n = sum(demand.sizes.get(s, 0) for s in advice.uncovered)
+            lines.append(
+                f"  {n:,} step(s) of {len(advice.uncovered):,} size(s) up to {advice.uncovered[-1]:,} left without "
+                f"a bucket: {advice.uncovered_because}"
+            )
         if demand.fixed_eager:
             lines.append(f"  {demand.fixed_eager:,} step(s) ran eagerly for reasons no bucket list changes")
     lines.append("")

@@ -26,6 +26,12 @@ evenly over the sorted sizes with the largest kept (every size is still costed):
 the best such list, no longer provably the best of all.
 Among lists of equal cost the advice takes the fewest graphs, then the least memory.
 
+With ``cover_largest`` (what ``graphtop advise``, the dashboard and auto-tune ask) the list must
+serve the largest size the workload asked for (up to ``max_bucket``): a size the trace needed is
+never left to the eager path to save a graph, unless graphs do not pay at all (an eager ratio of 1
+or less) or no such list fits the budgets. Then the cheapest list is advised and ``uncovered`` /
+``uncovered_because`` name the sizes left above its largest bucket and which budget forced it.
+
 Pure (numpy, no torch): the CLI and the dashboard call it without loading the inference stack.
 """
 
@@ -54,6 +60,9 @@ class Advice:
     cost: float  # expected cost of the observed steps, rows or tokens
     ideal: float  # every step a perfect-fit graph
     memory_bytes: Optional[float]  # estimated graph memory of the list; None when not estimated
+    bucket_memory: tuple[Optional[float], ...] = ()  # per bucket, as ``buckets``; empty when not estimated
+    uncovered: tuple[int, ...] = ()  # asked-for sizes above the largest bucket (they run eagerly)
+    uncovered_because: str = ""  # the budget that left them uncovered; "" when none was asked to cover
 
     @property
     def relative_cost(self) -> Optional[float]:
@@ -98,10 +107,11 @@ def advise(
     max_memory: Optional[float] = None,
     memory_of: Optional[Callable[[int], float]] = None,
     max_bucket: Optional[int] = None,
+    cover_largest: bool = False,
 ) -> Advice:
     """The cheapest list for ``demand`` (size -> steps) with at most ``max_graphs`` buckets, no bucket
     over ``max_bucket`` and, with ``max_memory``, an estimated memory (``memory_of`` per bucket) within
-    it. ``memory_of`` alone only reports the advice's memory."""
+    it. ``memory_of`` alone only reports the advice's memory. ``cover_largest``: see the module."""
     if eager_ratio <= 0:
         raise ValueError(f"eager ratio must be positive, got {eager_ratio}")
     if max_memory is not None and memory_of is None:
@@ -132,13 +142,10 @@ def advise(
             break
         levels.append(nxt)
 
-    best: Optional[tuple[float, int, float, int]] = None  # (total, graphs, memory, label)
-    for k, level in enumerate(levels):
-        tails = eager_sum[n] - eager_sum[level.state + 1]
-        for i, total in enumerate(level.cost + tails):
-            key = (float(total), k, float(level.memory[i]), i)
-            if best is None or _better(key, best):
-                best = key
+    top = cand[-1] if cand and cover_largest and eager_ratio > 1 else None  # the size that must be a bucket
+    best = _best(levels, eager_sum, n, top) if top is not None else None
+    if best is None:  # no list that covers fits the budgets: the cheapest one, and say why
+        best = _best(levels, eager_sum, n, None)
     assert best is not None  # level 0 always has the empty list
     total, k, _, i = best
     chosen: list[int] = []
@@ -147,8 +154,43 @@ def advise(
         i = int(levels[k].back[i])
         k -= 1
     buckets = tuple(sorted(chosen))
-    mem_total = float(sum(memory_of(b) for b in buckets)) if memory_of is not None else None
-    return Advice(phase, buckets, total, ideal, mem_total)
+    per_bucket = tuple(float(memory_of(b)) for b in buckets) if memory_of is not None else ()
+    mem_total = float(sum(per_bucket)) if memory_of is not None else None
+    uncovered: tuple[int, ...] = ()
+    because = ""
+    if cover_largest and eager_ratio > 1:
+        uncovered = tuple(s for s in sizes if not buckets or s > buckets[-1])
+        if uncovered:
+            because = _why_uncovered(buckets, top, sizes, max_graphs)
+    return Advice(phase, buckets, total, ideal, mem_total, per_bucket, uncovered, because)
+
+
+def _best(
+    levels: Sequence["_Level"], eager_sum: np.ndarray, n: int, top: Optional[int]
+) -> Optional[tuple[float, int, float, int]]:
+    """The cheapest label (total, graphs, memory, label), among those whose largest bucket is the
+    size index ``top`` when given; None when there is none."""
+    best: Optional[tuple[float, int, float, int]] = None
+    for k, level in enumerate(levels):
+        tails = eager_sum[n] - eager_sum[level.state + 1]
+        for i, total in enumerate(level.cost + tails):
+            if top is not None and int(level.state[i]) != top:
+                continue
+            key = (float(total), k, float(level.memory[i]), i)
+            if best is None or _better(key, best):
+                best = key
+    return best
+
+
+def _why_uncovered(buckets: Sequence[int], top: Optional[int], sizes: Sequence[int], max_graphs: Optional[int]) -> str:
+    """Which budget left sizes above the advice's largest bucket, in words for the report. Without a
+    memory budget a covering list always exists (one graph of the largest allowed size), so past the
+    ``max_bucket`` and graph-count cases only the memory budget can be the cause."""
+    if top is None or (buckets and buckets[-1] == sizes[top]):
+        return "larger than the largest bucket allowed"
+    if max_graphs == 0:
+        return "the graph budget is 0"
+    return "the graph memory budget cannot hold a bucket this large"
 
 
 @dataclass

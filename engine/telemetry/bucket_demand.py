@@ -1,9 +1,13 @@
 """What a recorded workload asked of each phase's bucket list: the bucket advisor's inputs from steps.
 
-* **Demand**: the sizes (decode batch sizes, prefill token counts) of the steps a bucket list decides
-  (``bucket_policy.depends_on_buckets``: graph steps and bucket-list fallbacks), with their counts.
-  The other steps (capture failed, context wider than the graph, a recapture under way, ...) stay
-  eager under any list; they are counted apart.
+* **Demand**: the sizes (decode batch sizes, prefill token counts) of every step a captured bucket
+  could have served (``bucket_policy.bucket_could_serve``), with their counts: graph steps,
+  bucket-list fallbacks, and steps that ran eagerly because their bucket was not captured yet
+  (``not_yet_captured``, ``kernels_compiling``, ``recapture_in_progress``) or failed to capture. A
+  2,048-token chunk that ran eagerly while the first capture ran is demand like any other: leaving
+  it out once advised a list whose largest bucket sent every later such chunk down the eager path.
+  The other steps (context wider than the graph, a phase without graphs) stay eager under any
+  list; they are counted apart.
 * **Eager ratio** R, an eager step's time over a graph step's (the advisor charges an eager step
   ``R * size``). A step's time is its host time, or its replay time when that is longer (under the
   overlap schedule a graph step's host time is only its launch). Measured, in order of preference:
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from ..graphs.bucket_advisor import Advice, advise
-from ..graphs.bucket_policy import BucketPolicy, depends_on_buckets
+from ..graphs.bucket_policy import BucketPolicy, bucket_could_serve
 from .capture import BucketCost, cost_points, estimate_cost
 from .events import StepEvent
 from .stats import PREFILL, step_key, step_phase
@@ -63,8 +67,8 @@ class EagerRatio:
 @dataclass(frozen=True)
 class PhaseDemand:
     phase: str
-    sizes: dict[int, int]  # size -> steps a bucket list decides
-    fixed_eager: int  # steps that stay eager under any list
+    sizes: dict[int, int]  # size -> steps a bucket could serve
+    fixed_eager: int  # steps that stay eager under any list (context wider than the graph, ...)
     ratio: EagerRatio
 
     @property
@@ -129,7 +133,7 @@ def phase_demand(
     fixed = 0
     for s in steps:
         size = step_key(s.phase, s.batch_size, s.num_tokens)
-        if size > 0 and depends_on_buckets(s.path == "graph", s.fallback_reason, size, policy):
+        if size > 0 and bucket_could_serve(s.path == "graph", s.fallback_reason, size, policy):
             sizes[size] += 1
         else:
             fixed += 1
@@ -170,5 +174,6 @@ def advise_phase(
         max_memory=max_memory,
         memory_of=memory_of if points else None,
         max_bucket=max_bucket,
+        cover_largest=True,
     )
     return advice, demand

@@ -315,7 +315,8 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
                 notes.append(f"{phase}: no graph pays off ({ratio}), left as it is")
             else:
                 self.query_one(f"#{phase}-input", Input).value = format_buckets(advice.buckets)
-                notes.append(f"{phase}: advised ({ratio})")
+                left = f"; sizes up to {advice.uncovered[-1]:,} stay eager: {advice.uncovered_because}"
+                notes.append(f"{phase}: advised ({ratio}{left if advice.uncovered else ''})")
         self.notify("; ".join(notes) or "no graphs to advise", title="bucket advisor")
 
     def action_cancel(self) -> None:
