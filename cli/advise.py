@@ -16,7 +16,7 @@ import re
 import shlex
 from typing import Any, Optional, Sequence
 
-from graphtop.engine.telemetry.bucket_demand import MAX_EAGER_RATIO
+from graphtop.engine.telemetry.bucket_demand import DEFAULT_HOLDOUT, MAX_EAGER_RATIO
 from graphtop.engine.telemetry.plain_text import one_line
 
 from .flag_types import file_path, finite_float, nonneg_int
@@ -84,6 +84,14 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
         metavar="R",
         help="eager step time / graph step time (default: measured from the trace, else a default)",
     )
+    p.add_argument(
+        "--holdout",
+        type=finite_float(0.0, 0.9),
+        default=DEFAULT_HOLDOUT,
+        metavar="F",
+        help=f"the later fraction of each phase's steps held out to choose and score the advice on; 0: none"
+        f" (default {DEFAULT_HOLDOUT:g})",
+    )
     return document(p)
 
 
@@ -120,6 +128,8 @@ def run_advise(args: argparse.Namespace) -> int:
                 max_graphs=budget,
                 max_memory=args.max_graph_memory,
                 ratio=args.eager_ratio,
+                holdout=args.holdout,
+                page_size=state.kv.page_size if state.kv is not None else None,
             )
         except ValueError as e:
             raise UsageError(f"{args.trace}: {e}") from None
@@ -210,6 +220,7 @@ def format_advice(
         lines.append(f"{phase:<24}{'now':<{width + 2}}advice" + (f" (at most {budget} graphs)" if budget else ""))
         for name, x, y in rows:
             lines.append(f"  {name:<22}{x:<{width + 2}}{y}")
+        lines.extend(_held_out_lines(advice.held_out, width))
         lines.append(f"  {'eager ÷ graph step':<22}{demand.ratio.value:.2f} ({demand.ratio.source})")
         if advice.bucket_memory:
             per = ", ".join(f"{b}: {human_bytes(m)}" for b, m in zip(advice.buckets, advice.bucket_memory))
@@ -225,3 +236,21 @@ def format_advice(
     lines.append("")
     lines.append("--cuda-graph-config " + shlex.quote(graph_config_json(advised, cap)))
     return "\n".join(lines) + "\n"
+
+
+def _held_out_lines(held: Any, width: int) -> list[str]:
+    """Train and held-out cost ÷ ideal for the lists in use and the advice, and the grid the held-out
+    cost chose; a line that nothing was held out when the trace was too short to split."""
+    if held is None:
+        return [f"  {'held out':<22}nothing (too few steps, or --holdout 0): the costs above are in-sample"]
+
+    def f(v: Optional[float]) -> str:
+        return "—" if v is None else f"{v:.3f}×"
+
+    grids = ", ".join(f"{g}: {c:.3f}×" for g, c in held.by_grid)
+    return [
+        f"  {'train cost ÷ ideal':<22}{f(held.now_train):<{width + 2}}{f(held.advice_train)}",
+        f"  {'held-out cost ÷ ideal':<22}{f(held.now_held):<{width + 2}}{f(held.advice_held)}",
+        f"  {'held out':<22}the last {held.held_steps:,} of {held.train_steps + held.held_steps:,} steps; "
+        f"buckets in multiples of {held.grid} (held-out cost by multiple: {grids})",
+    ]

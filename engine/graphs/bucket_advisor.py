@@ -24,7 +24,9 @@ and a front is a single point. The work is O(max_graphs * n^2) in vector operati
 sizes, so past ``MAX_CANDIDATES`` distinct sizes the buckets are drawn from that many of them, spread
 evenly over the sorted sizes with the largest kept (every size is still costed): the advice is then
 the best such list, no longer provably the best of all.
-Among lists of equal cost the advice takes the fewest graphs, then the least memory.
+Among lists of equal cost the advice takes the fewest graphs, then the least memory. With a ``grid``
+the buckets are multiples of it (the page size, a kernel-friendly tile): every asked size contributes
+the grid point just above it as a candidate, and the same exact search runs over those.
 
 With ``cover_largest`` (what ``graphtop advise``, the dashboard and auto-tune ask) the list must
 serve the largest size the workload asked for (up to ``max_bucket``): a size the trace needed is
@@ -38,11 +40,14 @@ Pure (numpy, no torch): the CLI and the dashboard call it without loading the in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from .bucket_policy import BucketPolicy, within_padding_cap
+
+if TYPE_CHECKING:
+    from .bucket_holdout import HeldOut
 
 __all__ = ["Advice", "advise", "expected_cost"]
 
@@ -63,6 +68,7 @@ class Advice:
     bucket_memory: tuple[Optional[float], ...] = ()  # per bucket, as ``buckets``; empty when not estimated
     uncovered: tuple[int, ...] = ()  # asked-for sizes above the largest bucket (they run eagerly)
     uncovered_because: str = ""  # the budget that left them uncovered; "" when none was asked to cover
+    held_out: Optional["HeldOut"] = None  # train / held-out costs (``bucket_holdout``); None: not scored
 
     @property
     def relative_cost(self) -> Optional[float]:
@@ -108,22 +114,29 @@ def advise(
     memory_of: Optional[Callable[[int], float]] = None,
     max_bucket: Optional[int] = None,
     cover_largest: bool = False,
+    grid: int = 1,
 ) -> Advice:
     """The cheapest list for ``demand`` (size -> steps) with at most ``max_graphs`` buckets, no bucket
     over ``max_bucket`` and, with ``max_memory``, an estimated memory (``memory_of`` per bucket) within
-    it. ``memory_of`` alone only reports the advice's memory. ``cover_largest``: see the module."""
+    it. ``memory_of`` alone only reports the advice's memory. ``cover_largest``: see the module.
+    ``grid``: buckets are multiples of it (or ``max_bucket``), each the smallest such point at or
+    above some asked size; the search stays exact over those candidates."""
     if eager_ratio <= 0:
         raise ValueError(f"eager ratio must be positive, got {eager_ratio}")
     if max_memory is not None and memory_of is None:
         raise ValueError("a memory budget needs per-bucket memory estimates")
-    sizes = sorted(s for s, c in demand.items() if c > 0)
-    counts = np.array([demand[s] for s in sizes], dtype=np.float64)
+    if grid < 1:
+        raise ValueError(f"grid must be at least 1, got {grid}")
+    asked = sorted(s for s, c in demand.items() if c > 0)
+    allowed = {_round_up(s, grid, max_bucket) for s in asked}  # grid 1: the asked sizes themselves
+    sizes = sorted(set(asked) | allowed)  # a grid point nobody asked for costs nothing: count 0
+    counts = np.array([demand.get(s, 0) for s in sizes], dtype=np.float64)
     x = np.array(sizes, dtype=np.float64)
     n = len(sizes)
     count_sum = np.concatenate(([0.0], np.cumsum(counts)))
     eager_sum = np.concatenate(([0.0], np.cumsum(counts * x * eager_ratio)))
     ideal = float(np.dot(counts, x))
-    cand = _thin([j for j in range(n) if max_bucket is None or sizes[j] <= max_bucket])
+    cand = _thin([j for j in range(n) if sizes[j] in allowed and (max_bucket is None or sizes[j] <= max_bucket)])
     limit = len(cand) if max_graphs is None else min(max_graphs, len(cand))
     track_memory = max_memory is not None and memory_of is not None
     step = _Step(
@@ -159,7 +172,7 @@ def advise(
     uncovered: tuple[int, ...] = ()
     because = ""
     if cover_largest and eager_ratio > 1:
-        uncovered = tuple(s for s in sizes if not buckets or s > buckets[-1])
+        uncovered = tuple(s for s in asked if not buckets or s > buckets[-1])
         if uncovered:
             because = _why_uncovered(buckets, top, sizes, max_graphs)
     return Advice(phase, buckets, total, ideal, mem_total, per_bucket, uncovered, because)
@@ -241,6 +254,15 @@ class _Step:
         if not ok.any():
             return None
         return _Level(self.cand[ok], prev.memory[back[ok]] + self.memory[ok], best[ok], back[ok])
+
+
+def _round_up(size: int, grid: int, max_bucket: Optional[int]) -> int:
+    """The smallest multiple of ``grid`` at or above ``size``; ``max_bucket`` where that passes it
+    (a size past ``max_bucket`` keeps itself and is no candidate)."""
+    point = -(-size // grid) * grid
+    if max_bucket is not None and size <= max_bucket < point:
+        return max_bucket
+    return point
 
 
 def _thin(cand: list[int]) -> list[int]:

@@ -210,3 +210,17 @@ def test_a_memory_budget_that_drops_a_needed_size_says_so(tmp_path, capsys) -> N
     out = capsys.readouterr().out
     assert "1 step(s) of 1 size(s) up to 30 left without a bucket: the graph memory budget" in out, out
     assert "memory per bucket" in out
+
+
+def test_held_out_costs_beside_training_costs(tmp_path, capsys) -> None:
+    path = _trace(tmp_path, _decode_mix())
+    assert main(["advise", str(path), "--phase", "decode"]) == 0
+    out = capsys.readouterr().out
+    train = next(ln for ln in out.splitlines() if "train cost ÷ ideal" in ln).split()
+    held = next(ln for ln in out.splitlines() if "held-out cost ÷ ideal" in ln).split()
+    assert len(train) == 6 and len(held) == 6  # a number for the lists in use and for the advice
+    assert "the last 15 of 60 steps; buckets in multiples of" in out
+    assert main(["advise", str(path), "--phase", "decode", "--holdout", "0"]) == 0
+    assert "held out              nothing" in capsys.readouterr().out
+    assert main(["advise", str(path), "--holdout", "2"]) == 2
+    assert "--holdout" in capsys.readouterr().err

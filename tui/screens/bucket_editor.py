@@ -315,8 +315,12 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
                 notes.append(f"{phase}: no graph pays off ({ratio}), left as it is")
             else:
                 self.query_one(f"#{phase}-input", Input).value = format_buckets(advice.buckets)
-                left = f"; sizes up to {advice.uncovered[-1]:,} stay eager: {advice.uncovered_because}"
-                notes.append(f"{phase}: advised ({ratio}{left if advice.uncovered else ''})")
+                gain = advice.held_out.gain if advice.held_out is not None else None
+                held = "" if gain is None else f"; held-out step cost {-100 * gain:+.1f} %"
+                left = ""
+                if advice.uncovered:
+                    left = f"; sizes up to {advice.uncovered[-1]:,} stay eager: {advice.uncovered_because}"
+                notes.append(f"{phase}: advised ({ratio}{held}{left})")
         self.notify("; ".join(notes) or "no graphs to advise", title="bucket advisor")
 
     def action_cancel(self) -> None:
