@@ -36,15 +36,26 @@ class ControlApi:
     step: Callable[[], bool]
 
     def recapture(
-        self, decode_bs: Optional[Sequence[int]] = None, prefill_num_tokens: Optional[Sequence[int]] = None
+        self,
+        decode_bs: Optional[Sequence[int]] = None,
+        prefill_num_tokens: Optional[Sequence[int]] = None,
+        *,
+        cause: str = "manual",
+        detail: str = "",
     ) -> None:
-        """Replace the captured graphs at the next step boundary; in-flight requests continue."""
+        """Replace the captured graphs at the next step boundary; in-flight requests continue.
+        ``cause`` (``manual``, ``auto_tune``) and ``detail`` go into the trace's ``recapture_requested``
+        event, and the metrics count recaptures by cause."""
         self._check_open()  # a closed engine would publish a request that nothing ever answers
         cmd = Recapture(
             tuple(decode_bs) if decode_bs is not None else None,
             tuple(prefill_num_tokens) if prefill_num_tokens is not None else None,
         )
-        self.bus.publish(ev.RecaptureRequested(decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens))
+        self.bus.publish(
+            ev.RecaptureRequested(
+                decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens, cause=cause, detail=detail
+            )
+        )
         self.commands.put(cmd)
 
     def set_parity_every(self, every: int) -> None:

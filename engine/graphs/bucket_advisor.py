@@ -40,14 +40,12 @@ Pure (numpy, no torch): the CLI and the dashboard call it without loading the in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from .bucket_policy import BucketPolicy, within_padding_cap
-
-if TYPE_CHECKING:
-    from .bucket_holdout import HeldOut
+from .held_out import HeldOut
 
 __all__ = ["Advice", "advise", "expected_cost"]
 
@@ -68,7 +66,7 @@ class Advice:
     bucket_memory: tuple[Optional[float], ...] = ()  # per bucket, as ``buckets``; empty when not estimated
     uncovered: tuple[int, ...] = ()  # asked-for sizes above the largest bucket (they run eagerly)
     uncovered_because: str = ""  # the budget that left them uncovered; "" when none was asked to cover
-    held_out: Optional["HeldOut"] = None  # train / held-out costs (``bucket_holdout``); None: not scored
+    held_out: Optional[HeldOut] = None  # train / held-out costs (``bucket_holdout``); None: not scored
 
     @property
     def relative_cost(self) -> Optional[float]:

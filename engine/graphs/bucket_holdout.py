@@ -22,10 +22,11 @@ a training part and a held-out part of different lengths compare. Pure (numpy vi
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Mapping, Optional, Sequence
 
 from .bucket_advisor import Advice, advise, expected_cost
+from .held_out import HeldOut
 
 __all__ = ["DEFAULT_GRIDS", "HeldOut", "advise_held_out", "relative_cost"]
 
@@ -35,28 +36,6 @@ attention and GEMM tiles like; the KV page size joins the prefill grids when kno
 
 DEFAULT_TOLERANCE = 0.01
 """Held-out costs within this fraction of the best count as equal; the coarser grid then wins."""
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """How the advice and the lists in use do on the training part and on the held-out part."""
-
-    grid: int  # buckets are multiples of this (1: any size)
-    train_steps: int
-    held_steps: int
-    fitted: tuple[int, ...]  # the list chosen on the training part alone
-    advice_train: float  # cost ÷ ideal of ``fitted`` on the training part
-    advice_held: float  # ... and on the held-out part: the generalisation estimate
-    now_train: Optional[float]  # the lists in use, same two parts; None when no list is known
-    now_held: Optional[float]
-    by_grid: tuple[tuple[int, float], ...]  # (grid, held-out cost ÷ ideal) for every grid tried
-
-    @property
-    def gain(self) -> Optional[float]:
-        """The held-out step cost the advice saves over the lists in use, as a fraction (0.2: 20 %)."""
-        if self.now_held is None or not self.now_held:
-            return None
-        return 1.0 - self.advice_held / self.now_held
 
 
 def relative_cost(
