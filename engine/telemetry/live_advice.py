@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 from .bucket_demand import DEFAULT_HOLDOUT, advise_phase
 from .capture import BucketCost, cost_points, estimate_cost
@@ -36,7 +36,7 @@ from .events import (
 )
 from .stats import step_phase
 
-__all__ = ["DEFAULT_THRESHOLD", "DEFAULT_WINDOW", "MIN_STEPS", "LiveAdvisor", "PhaseProposal", "Proposal"]
+__all__ = ["DEFAULT_THRESHOLD", "DEFAULT_WINDOW", "MIN_STEPS", "LiveAdvisor", "PhaseProposal", "Proposal", "propose"]
 
 PHASES = ("decode", "prefill")
 _KEYS = {"decode": "bs", "prefill": "num_tokens"}
@@ -169,35 +169,65 @@ class LiveAdvisor:
         none does (or a capture is under way)."""
         if self.busy:
             return None
-        costs = tuple(self.costs.values())
-        found = []
-        for phase in PHASES:
-            current = self.current[phase]
-            steps = list(self.window[phase])
-            if not current or phase in self.disabled or len(steps) < min_steps:
-                continue
-            points = cost_points(costs, phase)
-            if max_memory is not None and not points:
-                continue  # a budget that cannot be checked is not met
-            advice, _ = advise_phase(
-                steps,
-                phase,
-                costs=costs,
-                max_padding_waste=self.max_padding_waste,
-                current=list(current),
-                max_graphs=len(current),
-                max_memory=max_memory,
-                max_bucket=self.max_bucket[phase],
-                holdout=holdout,
-                page_size=self.page_size,
-            )
-            held = advice.held_out
-            gain = held.gain if held is not None else None
-            if gain is None or gain < threshold or not advice.buckets or advice.buckets == current:
-                continue
-            now_mem = _memory(points, current)
-            found.append(PhaseProposal(phase, advice.buckets, current, gain, now_mem, advice.memory_bytes, len(steps)))
-        return Proposal(tuple(found)) if found else None
+        return propose(
+            {ph: list(self.window[ph]) for ph in PHASES},
+            {ph: self.current[ph] for ph in PHASES if ph not in self.disabled},
+            tuple(self.costs.values()),
+            max_padding_waste=self.max_padding_waste,
+            max_bucket=self.max_bucket,
+            page_size=self.page_size,
+            threshold=threshold,
+            max_memory=max_memory,
+            holdout=holdout,
+            min_steps=min_steps,
+        )
+
+
+def propose(
+    steps: Mapping[str, Sequence[StepEvent]],
+    current: Mapping[str, Sequence[int]],
+    costs: Sequence[BucketCost],
+    *,
+    max_padding_waste: Optional[float],
+    max_bucket: Mapping[str, Optional[int]],
+    page_size: Optional[int] = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    max_memory: Optional[float] = None,
+    holdout: float = DEFAULT_HOLDOUT,
+    min_steps: int = MIN_STEPS,
+) -> Optional[Proposal]:
+    """The proposal for a window of ``steps`` (phase -> steps, in order) and the lists in use
+    (``current``: phase -> list; a phase left out, or with no list, is not advised). What
+    ``LiveAdvisor.propose`` and the dashboard's live advice both call."""
+    found = []
+    for phase in PHASES:
+        now = tuple(current.get(phase, ()))
+        mine = list(steps.get(phase, ()))
+        if not now or len(mine) < min_steps:
+            continue
+        points = cost_points(costs, phase)
+        if max_memory is not None and not points:
+            continue  # a budget that cannot be checked is not met
+        advice, _ = advise_phase(
+            mine,
+            phase,
+            costs=costs,
+            max_padding_waste=max_padding_waste,
+            current=list(now),
+            max_graphs=len(now),
+            max_memory=max_memory,
+            max_bucket=max_bucket.get(phase),
+            holdout=holdout,
+            page_size=page_size,
+        )
+        held = advice.held_out
+        gain = held.gain if held is not None else None
+        if gain is None or gain < threshold or not advice.buckets or advice.buckets == now:
+            continue
+        found.append(
+            PhaseProposal(phase, advice.buckets, now, gain, _memory(points, now), advice.memory_bytes, len(mine))
+        )
+    return Proposal(tuple(found)) if found else None
 
 
 def _memory(points: dict[int, float], buckets: Iterable[int]) -> Optional[float]:

@@ -117,11 +117,14 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
         disabled: Collection[str] = (),
         blink: bool = True,
         note: str = "",
+        proposed: Optional[Mapping[str, Sequence[int]]] = None,
     ) -> None:
         """``max_buckets``: per phase, the largest bucket the engine's static buffers hold; ``disabled``:
         the phases the engine runs without graphs (shown read-only, left out of the recapture);
-        ``note``: a line under the title (e.g. that a recapture is under way)."""
+        ``note``: a line under the title (e.g. that a recapture is under way); ``proposed``: per phase,
+        a list the field starts with instead of the one in use (the live advice)."""
         super().__init__()
+        self.proposed = dict(proposed or {})
         self.disabled_phases = frozenset(disabled)
         if "decode" in self.disabled_phases:
             self.AUTO_FOCUS = "#prefill-input"  # a disabled field takes no focus
@@ -159,7 +162,7 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
             with VerticalScroll(id="editor-body", classes="modal-body"):
                 yield Label(f"decode batch sizes{dec_max}", classes="field-label")
                 yield CleanInput(
-                    format_buckets(self.current_decode),
+                    format_buckets(self.proposed.get("decode") or self.current_decode),
                     id="decode-input",
                     placeholder="1,2,4,8-64:8",
                     disabled="decode" in self.disabled_phases,
@@ -167,7 +170,7 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
                 yield Label("", id="decode-msg", classes="field-msg")
                 yield Label(f"prefill token counts{pre_max}", classes="field-label")
                 yield CleanInput(
-                    format_buckets(self.current_prefill),
+                    format_buckets(self.proposed.get("prefill") or self.current_prefill),
                     id="prefill-input",
                     placeholder="64,128-1024:128",
                     disabled="prefill" in self.disabled_phases,
