@@ -113,12 +113,15 @@ def advise(
     max_bucket: Optional[int] = None,
     cover_largest: bool = False,
     grid: int = 1,
+    largest_at_least: Optional[int] = None,
 ) -> Advice:
     """The cheapest list for ``demand`` (size -> steps) with at most ``max_graphs`` buckets, no bucket
     over ``max_bucket`` and, with ``max_memory``, an estimated memory (``memory_of`` per bucket) within
     it. ``memory_of`` alone only reports the advice's memory. ``cover_largest``: see the module.
     ``grid``: buckets are multiples of it (or ``max_bucket``), each the smallest such point at or
-    above some asked size; the search stays exact over those candidates."""
+    above some asked size; the search stays exact over those candidates. ``largest_at_least`` (with
+    ``cover_largest``): the largest bucket is at least this, even if no step asked for it (live
+    advice keeps the largest bucket in use, for the long request the window has not seen yet)."""
     if eager_ratio <= 0:
         raise ValueError(f"eager ratio must be positive, got {eager_ratio}")
     if max_memory is not None and memory_of is None:
@@ -127,6 +130,9 @@ def advise(
         raise ValueError(f"grid must be at least 1, got {grid}")
     asked = sorted(s for s, c in demand.items() if c > 0)
     allowed = {_round_up(s, grid, max_bucket) for s in asked}  # grid 1: the asked sizes themselves
+    if cover_largest and largest_at_least is not None and asked:
+        floor = largest_at_least if max_bucket is None else min(largest_at_least, max_bucket)
+        allowed.add(max(floor, 1))
     sizes = sorted(set(asked) | allowed)  # a grid point nobody asked for costs nothing: count 0
     counts = np.array([demand.get(s, 0) for s in sizes], dtype=np.float64)
     x = np.array(sizes, dtype=np.float64)

@@ -67,6 +67,7 @@ def advise_held_out(
     max_memory: Optional[float] = None,
     memory_of: Optional[Callable[[int], float]] = None,
     max_bucket: Optional[int] = None,
+    largest_at_least: Optional[int] = None,
 ) -> Advice:
     """The advice for ``train`` + ``held`` (size -> steps), its grid chosen by held-out cost, with a
     ``HeldOut`` report attached (``Advice.held_out``). With no held-out steps there is nothing to
@@ -82,6 +83,7 @@ def advise_held_out(
         memory_of=memory_of,
         max_bucket=max_bucket,
         cover_largest=True,
+        largest_at_least=largest_at_least,
     )
     whole = Counter(train) + Counter(held)
     if not sum(held.values()) or not sum(train.values()):

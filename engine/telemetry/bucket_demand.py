@@ -180,13 +180,16 @@ def advise_phase(
     ratio: Optional[float] = None,
     holdout: float = DEFAULT_HOLDOUT,
     page_size: Optional[int] = None,
+    keep_largest: bool = False,
 ) -> tuple[Advice, PhaseDemand]:
     """The advised list for ``phase`` and the demand it answers. ``ratio`` overrides the measured
     eager ratio; a memory budget needs capture costs of the phase (ValueError otherwise).
 
     The steps are taken in order: the last ``holdout`` of them are held out, the grid is chosen on
     them (``bucket_holdout``) and ``Advice.held_out`` reports train and held-out costs, for the
-    advice and for ``current``. ``holdout`` 0 (or too few steps) fits every step at grid 1."""
+    advice and for ``current``. ``holdout`` 0 (or too few steps) fits every step at grid 1.
+    ``keep_largest``: the advice's largest bucket is at least ``current``'s (live advice: a window of
+    recent steps has not seen every long request)."""
     mine = [s for s in steps if step_phase(s.phase) == phase]
     cut = held_out_cut(len(mine), holdout)
     demand = phase_demand(mine, phase, current, max_padding_waste)
@@ -214,5 +217,6 @@ def advise_phase(
         max_memory=max_memory,
         memory_of=memory_of if points else None,
         max_bucket=max_bucket,
+        largest_at_least=max(current) if keep_largest and current else None,
     )
     return advice, demand

@@ -10,9 +10,11 @@ whose held-out step cost the advice lowers by at least ``threshold``: the earlie
 chooses, the later part judges, so a proposal is a list that already did better on traffic it had not
 seen. The dashboard shows it ("advice ready: ..."), and ``engine.auto_tune`` applies it.
 
-The advice keeps each phase's graph count and its largest bucket within the static buffers (what a
-recapture accepts); with ``max_memory`` each phase's estimated graph memory stays within it, and a
-phase whose memory cannot be estimated (no capture ledger yet) is not proposed. Pure: no torch.
+The advice keeps each phase's graph count, keeps its largest bucket (a window of recent steps has not
+seen every long request: a lull in long prompts must not cost the next one its graph), and stays
+within the static buffers (what a recapture accepts); with ``max_memory`` each phase's estimated graph
+memory stays within it, and a phase whose memory cannot be estimated (no capture ledger yet) is not
+proposed. Pure: no torch.
 """
 
 from __future__ import annotations
@@ -219,6 +221,7 @@ def propose(
             max_bucket=max_bucket.get(phase),
             holdout=holdout,
             page_size=page_size,
+            keep_largest=True,
         )
         held = advice.held_out
         gain = held.gain if held is not None else None

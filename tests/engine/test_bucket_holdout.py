@@ -115,3 +115,12 @@ def test_too_few_steps_hold_nothing_out() -> None:
         held_out_cut(10, 1.0)
     a = advise_held_out("decode", {4: 3}, {}, eager_ratio=4.0, grids=(1, 8))
     assert a.held_out is None and a.buckets == (4,)
+
+
+def test_live_advice_keeps_the_largest_bucket_in_use() -> None:
+    """A window of short prompts must not advise away the graph of the long ones it has not seen."""
+    demand = {10: 5, 20: 5, 30: 5}
+    a = advise("prefill", demand, eager_ratio=1.5, max_graphs=3, cover_largest=True, largest_at_least=1024)
+    assert a.buckets[-1] == 1024 and len(a.buckets) == 3 and a.uncovered == ()
+    capped = advise("prefill", demand, eager_ratio=1.5, cover_largest=True, largest_at_least=1024, max_bucket=512)
+    assert capped.buckets[-1] == 512
