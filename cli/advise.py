@@ -2,7 +2,7 @@
 
 The trace is folded the way the dashboard folds events (``DashboardState``: steps, capture costs,
 the prefill padding cap, the lists in use); the advice comes from the bucket advisor
-(``trace_tools.bucket_demand.advise_phase``, the same call the bucket editor makes), and the numbers
+(``graphs.bucket_demand.advise_phase``, the same call the bucket editor makes), and the numbers
 shown for both lists come from the what-if (``whatif.what_if``), whose predictions a recapture
 reproduces. Budgets apply to each phase: ``--max-graphs`` defaults to the graph count of the trace's
 list, so the advice is compared at equal count; memory is unbounded unless ``--max-graph-memory``.
@@ -12,49 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from graphtop.engine.graphs.bucket_demand import DEFAULT_HOLDOUT, MAX_EAGER_RATIO
 from graphtop.engine.telemetry.plain_text import one_line
-from graphtop.engine.trace_tools.bucket_demand import MAX_EAGER_RATIO
 
-from .flag_types import file_path, finite_float, nonneg_int
+from .flag_types import file_path, finite_float, nonneg_int, parse_size
 from .usage import UsageError
-
-MAX_SIZE = float(2**63)
-"""Bytes a size flag may name: what a 64-bit count (and a trace's numbers) can hold."""
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1024,
-    "kib": 1024,
-    "kb": 1000,
-    "m": 1024**2,
-    "mib": 1024**2,
-    "mb": 1000**2,
-    "g": 1024**3,
-    "gib": 1024**3,
-    "gb": 1000**3,
-    "t": 1024**4,
-    "tib": 1024**4,
-    "tb": 1000**4,
-}
-
-
-def parse_size(text: str) -> float:
-    """Bytes in ``512MiB``, ``1.5G``, ``300MB`` or ``1000000`` (K/M/G/T and KiB/MiB/... are binary,
-    KB/MB/... decimal)."""
-    m = _SIZE.fullmatch(text)
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512MiB, 2GiB, 1500000)")
-    size = float(m.group(1)) * _UNITS[unit]
-    if not size <= MAX_SIZE:  # 1e400 became inf: "graph memory inf TiB" was advised
-        raise argparse.ArgumentTypeError(f"{one_line(text)[:40]!r} is past the largest size, 8 EiB")
-    return size
 
 
 def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -85,6 +51,14 @@ def build_advise_parser(parser_class: type[argparse.ArgumentParser]) -> argparse
         metavar="R",
         help="eager step time / graph step time (default: measured from the trace, else a default)",
     )
+    p.add_argument(
+        "--holdout",
+        type=finite_float(0.0, 0.9),
+        default=DEFAULT_HOLDOUT,
+        metavar="F",
+        help=f"the later fraction of each phase's steps held out to choose and score the advice on; 0: none"
+        f" (default {DEFAULT_HOLDOUT:g})",
+    )
     return document(p)
 
 
@@ -109,11 +83,12 @@ def compute_advice(
     max_memory: Optional[float] = None,
     phase: str = "both",
     eager_ratio: Optional[float] = None,
+    holdout: float = DEFAULT_HOLDOUT,
 ) -> Advice:
     """Fold ``trace`` as the dashboard does and advise each phase; ValueError (one line) when there is
     nothing to advise from or the advisor refuses its inputs."""
     from graphtop.engine.graphs.bucket_advisor import expected_cost
-    from graphtop.engine.trace_tools.bucket_demand import advise_phase
+    from graphtop.engine.graphs.bucket_demand import advise_phase
     from graphtop.tui.state import DashboardState
     from graphtop.tui.whatif import what_if
 
@@ -138,6 +113,8 @@ def compute_advice(
             max_graphs=budget,
             max_memory=max_memory,
             ratio=eager_ratio,
+            holdout=holdout,
+            page_size=state.kv.page_size if state.kv is not None else None,
         )
         if demand.steps == 0:
             continue
@@ -169,6 +146,7 @@ def run_advise(args: argparse.Namespace) -> int:
             max_memory=args.max_graph_memory,
             phase=args.phase,
             eager_ratio=args.eager_ratio,
+            holdout=args.holdout,
         )
     except ValueError as e:
         raise UsageError(f"{args.trace}: {e}") from None
@@ -231,9 +209,37 @@ def format_advice(
         lines.append(f"{phase:<24}{'now':<{width + 2}}advice" + (f" (at most {budget} graphs)" if budget else ""))
         for name, x, y in rows:
             lines.append(f"  {name:<22}{x:<{width + 2}}{y}")
+        lines.extend(_held_out_lines(advice.held_out, width))
         lines.append(f"  {'eager ÷ graph step':<22}{demand.ratio.value:.2f} ({demand.ratio.source})")
+        if advice.bucket_memory:
+            per = ", ".join(f"{b}: {human_bytes(m)}" for b, m in zip(advice.buckets, advice.bucket_memory))
+            lines.append(f"  {'memory per bucket':<22}{per}")
+        if advice.uncovered:
+            n = sum(demand.sizes.get(s, 0) for s in advice.uncovered)
+            lines.append(
+                f"  {n:,} step(s) of {len(advice.uncovered):,} size(s) up to {advice.uncovered[-1]:,} left without "
+                f"a bucket: {advice.uncovered_because}"
+            )
         if demand.fixed_eager:
             lines.append(f"  {demand.fixed_eager:,} step(s) ran eagerly for reasons no bucket list changes")
     lines.append("")
     lines.append("--cuda-graph-config " + shlex.quote(graph_config_json(advised, cap)))
     return "\n".join(lines) + "\n"
+
+
+def _held_out_lines(held: Any, width: int) -> list[str]:
+    """Train and held-out cost ÷ ideal for the lists in use and the advice, and the grid the held-out
+    cost chose; a line that nothing was held out when the trace was too short to split."""
+    if held is None:
+        return [f"  {'held out':<22}nothing (too few steps, or --holdout 0): the costs above are in-sample"]
+
+    def f(v: Optional[float]) -> str:
+        return "—" if v is None else f"{v:.3f}×"
+
+    grids = ", ".join(f"{g}: {c:.3f}×" for g, c in held.by_grid)
+    return [
+        f"  {'train cost ÷ ideal':<22}{f(held.now_train):<{width + 2}}{f(held.advice_train)}",
+        f"  {'held-out cost ÷ ideal':<22}{f(held.now_held):<{width + 2}}{f(held.advice_held)}",
+        f"  {'held out':<22}the last {held.held_steps:,} of {held.train_steps + held.held_steps:,} steps; "
+        f"buckets in multiples of {held.grid} (held-out cost by multiple: {grids})",
+    ]

@@ -51,6 +51,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from graphtop.engine.telemetry.plain_text import one_line  # noqa: E402
 
+from .auto_tune_flags import add_auto_tune_flags  # noqa: E402
 from .flags import _Parser, add_engine_flags, add_telemetry_flag, engine_config_from_args  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
 from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     add_engine_flags(p)
+    add_auto_tune_flags(p)
     h = p.add_argument_group("headless")
     h.add_argument("--prompts", type=file_path, metavar="FILE", help="one JSON object or plain text prompt per line")
     h.add_argument("--output", type=file_path, metavar="OUT.jsonl", help="one result line per request")
@@ -306,6 +308,11 @@ def _main(argv: Sequence[str]) -> int:
     headless = bool(args.prompts or args.synthetic or args.record or args.output)
     if headless and args.serve:
         raise UsageError("--serve goes with the dashboard; for a server without one use graphtop serve")
+    if args.auto_tune and not headless:
+        raise UsageError(
+            "--auto-tune is for headless runs (--prompts, --synthetic) and graphtop serve; the dashboard "
+            "shows the advice live and applies it with one key"
+        )
     config = engine_config_from_args(args)
     if headless:
         if args.model is None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Callable, Optional
 
 from graphtop.engine.arguments import short_repr
+from graphtop.engine.telemetry.plain_text import one_line
 
 MAX_FLAG_INT = 2**31 - 1
 MAX_SYNTHETIC_REQUESTS = 100_000
@@ -108,3 +110,37 @@ def serve_address(text: str) -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"port {number} is not in 0..65535")
     return host, number
+
+
+MAX_SIZE = float(2**63)
+"""Bytes a size flag may name: what a 64-bit count (and a trace's numbers) can hold."""
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kib": 1024,
+    "kb": 1000,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "mb": 1000**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "gb": 1000**3,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "tb": 1000**4,
+}
+
+
+def parse_size(text: str) -> float:
+    """Bytes in ``512MiB``, ``1.5G``, ``300MB`` or ``1000000`` (K/M/G/T and KiB/MiB/... are binary,
+    KB/MB/... decimal)."""
+    m = _SIZE.fullmatch(text)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512MiB, 2GiB, 1500000)")
+    size = float(m.group(1)) * _UNITS[unit]
+    if not size <= MAX_SIZE:  # 1e400 became inf: "graph memory inf TiB" was advised
+        raise argparse.ArgumentTypeError(f"{one_line(text)[:40]!r} is past the largest size, 8 EiB")
+    return size

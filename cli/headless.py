@@ -27,6 +27,7 @@ from graphtop.engine.gc_freeze import frozen_heap
 from graphtop.engine.telemetry.plain_text import one_line
 from graphtop.engine.telemetry.safe_write import OutputPathError
 
+from .auto_tune_flags import start_auto_tune
 from .prompts_file import PromptLine, PromptsFileError, read_prompts
 from .results_file import ResultsFile, result_line
 from .resume import Resumed, drop_unkept, read_resume
@@ -199,7 +200,7 @@ def run_headless(args: Any, config: Any) -> int:
     from .progress import start_headless_progress
 
     bus = EventBus()
-    recorder = server = engine = progress = out = None
+    recorder = server = engine = progress = out = tuner = None
     served: Optional[Served] = None
     serving = False  # the model loaded and the trace is at its path: what follows is kept
     try:  # from the trace's staging on: an interrupt (Ctrl-C, SIGTERM) at any point runs the clean-up below
@@ -232,6 +233,7 @@ def run_headless(args: Any, config: Any) -> int:
                 output_len=args.synthetic_output_len,
                 arrival_rate=args.synthetic_rate,
             )
+        tuner = start_auto_tune(engine, args)
         t0 = time.perf_counter()
         with frozen_heap():  # the loaded heap out of the collector's way while the engine serves
             served = _serve(engine, args, to_serve, synthetic, out.add if out is not None else None)
@@ -239,6 +241,8 @@ def run_headless(args: Any, config: Any) -> int:
     finally:
         if server is not None:
             server.close("the headless run finished")
+        if tuner is not None:
+            tuner.close()
         if engine is not None:
             engine.close("engine closed")  # stops tensor-parallel workers, too
         if progress is not None:

@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 
 from graphtop.engine.gc_freeze import frozen_heap
 
+from .auto_tune_flags import add_auto_tune_flags, start_auto_tune
 from .flag_types import MAX_SEED, file_path, finite_float, int_in, nonempty, nonneg_int, positive_int, serve_address
 from .flags import _Parser, add_engine_flags, add_telemetry_flag
 from .help_text import HelpFormatter, document
@@ -153,6 +154,7 @@ def build_serve_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="browser tabs the dashboard serves at once; past them a page says it is full",
     )
+    add_auto_tune_flags(p)
     return document(p)
 
 
@@ -271,7 +273,7 @@ def run_serve(args: Any, config: Any) -> int:
 
     bus = EventBus()
     metrics = MetricsCollector(bus)
-    recorder = endpoint = engine = api = lines = web = None
+    recorder = endpoint = engine = api = lines = web = tuner = None
     serving = False
     stopped = "stopped"
     log_handlers = _log_to_stderr()
@@ -301,6 +303,7 @@ def run_serve(args: Any, config: Any) -> int:
         if endpoint is not None:
             engine.serve_telemetry(server=endpoint)
         engine.start_background()
+        tuner = start_auto_tune(engine, args, log_to_stderr=False)  # LOGGERS has its lines
         api.attach(engine)
         lines.stop()
         lines = None
@@ -331,6 +334,8 @@ def run_serve(args: Any, config: Any) -> int:
                 stopped += f"; {ended} request(s) did not finish within --timeout-graceful-shutdown"
         if endpoint is not None:
             endpoint.close("graphtop serve stopped")
+        if tuner is not None:
+            tuner.close()
         if engine is not None:
             engine.close("the server stopped")
         metrics.close()
@@ -382,8 +387,9 @@ def _close_gracefully(api: Any) -> int:
     return int(api.ended_at_shutdown)
 
 
-LOGGERS = ("graphtop.serve", "uvicorn.error")
-"""The server's loggers (its access log and connection problems, uvicorn's own): lines on stderr."""
+LOGGERS = ("graphtop.serve", "graphtop.auto_tune", "uvicorn.error")
+"""The server's loggers (its access log and connection problems, auto-tune's recaptures, uvicorn's own):
+lines on stderr."""
 
 
 def _log_to_stderr() -> list[tuple[logging.Logger, logging.Handler, int]]:
@@ -395,7 +401,7 @@ def _log_to_stderr() -> list[tuple[logging.Logger, logging.Handler, int]]:
         logger = logging.getLogger(name)
         added.append((logger, handler, logger.level))
         logger.addHandler(handler)
-        if name == "graphtop.serve":
+        if name.startswith("graphtop."):
             logger.setLevel(logging.INFO)
     return added
 

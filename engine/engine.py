@@ -129,10 +129,16 @@ class Engine:
 
     # --- how callers steer it (api/controls.py) ---------------------------------------------------
     def recapture(
-        self, decode_bs: Optional[Sequence[int]] = None, prefill_num_tokens: Optional[Sequence[int]] = None
+        self,
+        decode_bs: Optional[Sequence[int]] = None,
+        prefill_num_tokens: Optional[Sequence[int]] = None,
+        *,
+        cause: str = "manual",
+        detail: str = "",
     ) -> None:
-        """Replace the captured graphs at the next step boundary; in-flight requests continue."""
-        self.controls.recapture(decode_bs, prefill_num_tokens)
+        """Replace the captured graphs at the next step boundary; in-flight requests continue. ``cause``
+        (``manual``, ``auto_tune``) and ``detail`` go into the ``recapture_requested`` event."""
+        self.controls.recapture(decode_bs, prefill_num_tokens, cause=cause, detail=detail)
 
     def set_parity_every(self, every: int) -> None:
         """Check one graph step in ``every`` against an eager re-run (0: off), from the next step on;
@@ -159,9 +165,15 @@ class Engine:
         current = self.serving.telemetry
         if current is not None and not current.closed:
             raise EngineError(f"this engine already serves telemetry at {current.endpoint}; close that server first")
-        link = EngineLink(self.info, self.tokenizer, self.model_runner, self.events, self.requests, self.controls)
-        self.serving.telemetry = serve_telemetry(link, self.bus, address, runtime_dir=runtime_dir, server=server)
+        self.serving.telemetry = serve_telemetry(
+            self.viewer_link(), self.bus, address, runtime_dir=runtime_dir, server=server
+        )
         return self.serving.telemetry
+
+    def viewer_link(self) -> EngineLink:
+        """What a viewer of this engine reaches (its state events, requests and controls): the telemetry
+        endpoint serves it, and an in-process watcher (auto-tune) reads the state a late viewer gets."""
+        return EngineLink(self.info, self.tokenizer, self.model_runner, self.events, self.requests, self.controls)
 
     @property
     def telemetry(self) -> Any:

@@ -130,6 +130,9 @@ DESCRIPTIONS = {
     "request_finished.error": "error message when the request failed, else null",
     "recapture_requested.decode_bs": "new decode buckets requested (null: unchanged)",
     "recapture_requested.prefill_num_tokens": "new prefill buckets requested (null: unchanged)",
+    "recapture_requested.cause": "who asked: `manual` (the bucket editor, the Python API) or `auto_tune`",
+    "recapture_requested.detail": "why, in words: for `auto_tune` the held-out step cost saved and the graph "
+    "memory added",
     "recapture_finished.ok": "whether the recapture succeeded",
     "recapture_finished.decode_bs": "decode buckets now captured",
     "recapture_finished.prefill_num_tokens": "prefill buckets now captured",

@@ -92,7 +92,7 @@ TRACE_TOOLS = "The engine's serving path never imports the offline trace tools"
         ("graphtop.engine.telemetry.server", "graphtop.engine.trace_tools.trace", (TRACE_TOOLS, "No import cycles")),
         (
             "graphtop.engine.graphs.model_runner",
-            "graphtop.engine.trace_tools.bucket_demand",
+            "graphtop.engine.trace_tools.stats",
             (TRACE_TOOLS, "No import cycles"),
         ),
         ("graphtop.engine.lifecycle.build", "graphtop.engine.trace_tools.report", TRACE_TOOLS),

@@ -34,12 +34,12 @@ from textual.worker import get_current_worker
 
 from graphtop.themes import DEFAULT_THEME, STYLESHEETS
 
+from .advice_actions import AdviceActions
 from .bindings import APP_BINDINGS
 from .commands import GraphtopCommands
 from .device_probe import DeviceProbe, DeviceSample
 from .early_keys import EarlyKeys
 from .file_actions import FileActions
-from .graph_actions import GraphActions
 from .messages import DeviceSampled, EngineFailed, EngineReady
 from .safe_text import error_line, printable
 from .screens.dashboard import DashboardScreen
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the engine package imports torch; the first frame must not 
     from graphtop.engine.telemetry.events import Event
 
 
-class GraphtopApp(GraphActions, FileActions):
+class GraphtopApp(AdviceActions, FileActions):
     """The live (or replayed) graph dashboard."""
 
     TITLE = "graphtop"
@@ -132,6 +132,7 @@ class GraphtopApp(GraphActions, FileActions):
         if self.tick_hz:  # None: the caller pumps (deterministic tests)
             self._set_tick_rate(self.tick_hz)
         self._start_session()
+        self.start_live_advice()
         if self.poll_device:
             self._poll_device()
         self.render_all(force=True)

@@ -60,6 +60,14 @@ APP_BINDINGS = [
         id="app.buckets",
         tooltip="Edit decode/prefill buckets with a what-if preview, then recapture",
     ),
+    Binding(
+        "a",
+        "advice",
+        "Advice",
+        id="app.advice",
+        tooltip="Open the bucket editor on the live advice (the status line says when one is ready); "
+        "enter recaptures with it",
+    ),
     Binding("c", "capture_table", "Costs", id="app.capture_table", tooltip="Per-bucket capture time and memory"),
     Binding("slash", "focus_prompt", "Prompt", id="app.focus_prompt", tooltip="Back to the prompt, to type"),
     Binding(
@@ -133,5 +141,5 @@ APP_BINDINGS = [
 
 REPLAY_ACTIONS = frozenset({"seek", "seek_events", "seek_to", "speed", "back_to_live"})
 """Only in a replay."""
-LIVE_ACTIONS = frozenset({"buckets", "focus_prompt"})
+LIVE_ACTIONS = frozenset({"buckets", "advice", "focus_prompt"})
 """Only with a live engine (a replay has no buckets to edit and no prompt to type)."""

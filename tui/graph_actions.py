@@ -67,9 +67,17 @@ class GraphActions(AppActions):
         return True
 
     def action_buckets(self) -> None:
+        self.open_bucket_editor()
+
+    def open_bucket_editor(self, proposed: Optional[dict[str, list[int]]] = None, note: str = "") -> None:
+        """The bucket editor on the lists in use; ``proposed`` fills its fields with other lists (the
+        live advice), the what-if then shows them beside the lists in use."""
         if not self._can_recapture():
             return
         decode, prefill, recapturing = editor_lists(self.state, self.session.buckets())
+        if recapturing:
+            note = "a recapture is under way: these are the lists it captures"
+            proposed = None
         limits = self.session.limits()
         kv = self.state.kv
         self.push_screen(
@@ -82,7 +90,8 @@ class GraphActions(AppActions):
                 max_buckets={ph: self.state.graph_max_bucket(ph) for ph in ("decode", "prefill")},
                 disabled=[ph for ph in ("decode", "prefill") if self.state.graphs_disabled(ph)],
                 blink=self.animate,
-                note="a recapture is under way: these are the lists it captures" if recapturing else "",
+                note=note,
+                proposed=proposed,
             ),
             callback=self._buckets_chosen,
         )

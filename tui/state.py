@@ -118,6 +118,7 @@ class DashboardState:
         self.kv: Optional[KVPoolState] = None
         self.kv_used: deque[float] = deque(maxlen=spark_history)
         self.steps: deque[StepEvent] = deque(maxlen=step_history)
+        self.live_advice = ""  # the live advice's headline ("advice ready: ..."); "" when none is ready
         self.replay_ms: deque[float] = deque(maxlen=spark_history)
         self.bucket_stats: dict[tuple[str, int], BucketTally] = {}
         self.fallbacks: Counter[str] = Counter()

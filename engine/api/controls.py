@@ -31,15 +31,25 @@ class Controls:
         self.serving = serving
 
     def recapture(
-        self, decode_bs: Optional[Sequence[int]] = None, prefill_num_tokens: Optional[Sequence[int]] = None
+        self,
+        decode_bs: Optional[Sequence[int]] = None,
+        prefill_num_tokens: Optional[Sequence[int]] = None,
+        *,
+        cause: str = "manual",
+        detail: str = "",
     ) -> None:
-        """See ``Engine.recapture``."""
+        """See ``Engine.recapture``. ``cause`` (``manual``, ``auto_tune``) and ``detail`` go into the trace's
+        ``recapture_requested`` event, and the metrics count recaptures by cause."""
         self.serving.check_open()  # a closed engine would publish a request that nothing ever answers
         cmd = Recapture(
             tuple(decode_bs) if decode_bs is not None else None,
             tuple(prefill_num_tokens) if prefill_num_tokens is not None else None,
         )
-        self.bus.publish(ev.RecaptureRequested(decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens))
+        self.bus.publish(
+            ev.RecaptureRequested(
+                decode_bs=cmd.decode_bs, prefill_num_tokens=cmd.prefill_num_tokens, cause=cause, detail=detail
+            )
+        )
         self.commands.put(cmd)
 
     def set_parity_every(self, every: int) -> None:

@@ -5,7 +5,7 @@ Cost model, per step, in rows (decode) or tokens (prefill):
 * a step of size ``s`` that replays bucket ``b`` costs ``b``: its ``s`` real rows and ``b - s``
   padded ones;
 * a step that runs eagerly costs ``R * s``, where ``R`` is the eager step time over the graph step
-  time (measured from a trace by ``trace_tools.bucket_demand``; the caller decides);
+  time (measured from a trace by ``graphs.bucket_demand``; the caller decides);
 
 so a list's expected cost is the sum over observed sizes of ``count * cost``, and the ideal (every
 step a perfect-fit graph) is the sum of ``count * s``. Which bucket serves a size, and when the
@@ -24,7 +24,15 @@ and a front is a single point. The work is O(max_graphs * n^2) in vector operati
 sizes, so past ``MAX_CANDIDATES`` distinct sizes the buckets are drawn from that many of them, spread
 evenly over the sorted sizes with the largest kept (every size is still costed): the advice is then
 the best such list, no longer provably the best of all.
-Among lists of equal cost the advice takes the fewest graphs, then the least memory.
+Among lists of equal cost the advice takes the fewest graphs, then the least memory. With a ``grid``
+the buckets are multiples of it (the page size, a kernel-friendly tile): every asked size contributes
+the grid point just above it as a candidate, and the same exact search runs over those.
+
+With ``cover_largest`` (what ``graphtop advise``, the dashboard and auto-tune ask) the list must
+serve the largest size the workload asked for (up to ``max_bucket``): a size the trace needed is
+never left to the eager path to save a graph, unless graphs do not pay at all (an eager ratio of 1
+or less) or no such list fits the budgets. Then the cheapest list is advised and ``uncovered`` /
+``uncovered_because`` name the sizes left above its largest bucket and which budget forced it.
 
 Pure (numpy, no torch): the CLI and the dashboard call it without loading the inference stack.
 """
@@ -37,6 +45,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from .bucket_policy import BucketPolicy, within_padding_cap
+from .held_out import HeldOut
 
 __all__ = ["Advice", "advise", "expected_cost"]
 
@@ -54,6 +63,10 @@ class Advice:
     cost: float  # expected cost of the observed steps, rows or tokens
     ideal: float  # every step a perfect-fit graph
     memory_bytes: Optional[float]  # estimated graph memory of the list; None when not estimated
+    bucket_memory: tuple[Optional[float], ...] = ()  # per bucket, as ``buckets``; empty when not estimated
+    uncovered: tuple[int, ...] = ()  # asked-for sizes above the largest bucket (they run eagerly)
+    uncovered_because: str = ""  # the budget that left them uncovered; "" when none was asked to cover
+    held_out: Optional[HeldOut] = None  # train / held-out costs (``bucket_holdout``); None: not scored
 
     @property
     def relative_cost(self) -> Optional[float]:
@@ -98,22 +111,36 @@ def advise(
     max_memory: Optional[float] = None,
     memory_of: Optional[Callable[[int], float]] = None,
     max_bucket: Optional[int] = None,
+    cover_largest: bool = False,
+    grid: int = 1,
+    largest_at_least: Optional[int] = None,
 ) -> Advice:
     """The cheapest list for ``demand`` (size -> steps) with at most ``max_graphs`` buckets, no bucket
     over ``max_bucket`` and, with ``max_memory``, an estimated memory (``memory_of`` per bucket) within
-    it. ``memory_of`` alone only reports the advice's memory."""
+    it. ``memory_of`` alone only reports the advice's memory. ``cover_largest``: see the module.
+    ``grid``: buckets are multiples of it (or ``max_bucket``), each the smallest such point at or
+    above some asked size; the search stays exact over those candidates. ``largest_at_least`` (with
+    ``cover_largest``): the largest bucket is at least this, even if no step asked for it (live
+    advice keeps the largest bucket in use, for the long request the window has not seen yet)."""
     if eager_ratio <= 0:
         raise ValueError(f"eager ratio must be positive, got {eager_ratio}")
     if max_memory is not None and memory_of is None:
         raise ValueError("a memory budget needs per-bucket memory estimates")
-    sizes = sorted(s for s, c in demand.items() if c > 0)
-    counts = np.array([demand[s] for s in sizes], dtype=np.float64)
+    if grid < 1:
+        raise ValueError(f"grid must be at least 1, got {grid}")
+    asked = sorted(s for s, c in demand.items() if c > 0)
+    allowed = {_round_up(s, grid, max_bucket) for s in asked}  # grid 1: the asked sizes themselves
+    if cover_largest and largest_at_least is not None and asked:
+        floor = largest_at_least if max_bucket is None else min(largest_at_least, max_bucket)
+        allowed.add(max(floor, 1))
+    sizes = sorted(set(asked) | allowed)  # a grid point nobody asked for costs nothing: count 0
+    counts = np.array([demand.get(s, 0) for s in sizes], dtype=np.float64)
     x = np.array(sizes, dtype=np.float64)
     n = len(sizes)
     count_sum = np.concatenate(([0.0], np.cumsum(counts)))
     eager_sum = np.concatenate(([0.0], np.cumsum(counts * x * eager_ratio)))
     ideal = float(np.dot(counts, x))
-    cand = _thin([j for j in range(n) if max_bucket is None or sizes[j] <= max_bucket])
+    cand = _thin([j for j in range(n) if sizes[j] in allowed and (max_bucket is None or sizes[j] <= max_bucket)])
     limit = len(cand) if max_graphs is None else min(max_graphs, len(cand))
     track_memory = max_memory is not None and memory_of is not None
     step = _Step(
@@ -132,13 +159,10 @@ def advise(
             break
         levels.append(nxt)
 
-    best: Optional[tuple[float, int, float, int]] = None  # (total, graphs, memory, label)
-    for k, level in enumerate(levels):
-        tails = eager_sum[n] - eager_sum[level.state + 1]
-        for i, total in enumerate(level.cost + tails):
-            key = (float(total), k, float(level.memory[i]), i)
-            if best is None or _better(key, best):
-                best = key
+    top = cand[-1] if cand and cover_largest and eager_ratio > 1 else None  # the size that must be a bucket
+    best = _best(levels, eager_sum, n, top) if top is not None else None
+    if best is None:  # no list that covers fits the budgets: the cheapest one, and say why
+        best = _best(levels, eager_sum, n, None)
     assert best is not None  # level 0 always has the empty list
     total, k, _, i = best
     chosen: list[int] = []
@@ -147,8 +171,43 @@ def advise(
         i = int(levels[k].back[i])
         k -= 1
     buckets = tuple(sorted(chosen))
-    mem_total = float(sum(memory_of(b) for b in buckets)) if memory_of is not None else None
-    return Advice(phase, buckets, total, ideal, mem_total)
+    per_bucket = tuple(float(memory_of(b)) for b in buckets) if memory_of is not None else ()
+    mem_total = float(sum(per_bucket)) if memory_of is not None else None
+    uncovered: tuple[int, ...] = ()
+    because = ""
+    if cover_largest and eager_ratio > 1:
+        uncovered = tuple(s for s in asked if not buckets or s > buckets[-1])
+        if uncovered:
+            because = _why_uncovered(buckets, top, sizes, max_graphs)
+    return Advice(phase, buckets, total, ideal, mem_total, per_bucket, uncovered, because)
+
+
+def _best(
+    levels: Sequence["_Level"], eager_sum: np.ndarray, n: int, top: Optional[int]
+) -> Optional[tuple[float, int, float, int]]:
+    """The cheapest label (total, graphs, memory, label), among those whose largest bucket is the
+    size index ``top`` when given; None when there is none."""
+    best: Optional[tuple[float, int, float, int]] = None
+    for k, level in enumerate(levels):
+        tails = eager_sum[n] - eager_sum[level.state + 1]
+        for i, total in enumerate(level.cost + tails):
+            if top is not None and int(level.state[i]) != top:
+                continue
+            key = (float(total), k, float(level.memory[i]), i)
+            if best is None or _better(key, best):
+                best = key
+    return best
+
+
+def _why_uncovered(buckets: Sequence[int], top: Optional[int], sizes: Sequence[int], max_graphs: Optional[int]) -> str:
+    """Which budget left sizes above the advice's largest bucket, in words for the report. Without a
+    memory budget a covering list always exists (one graph of the largest allowed size), so past the
+    ``max_bucket`` and graph-count cases only the memory budget can be the cause."""
+    if top is None or (buckets and buckets[-1] == sizes[top]):
+        return "larger than the largest bucket allowed"
+    if max_graphs == 0:
+        return "the graph budget is 0"
+    return "the graph memory budget cannot hold a bucket this large"
 
 
 @dataclass
@@ -199,6 +258,15 @@ class _Step:
         if not ok.any():
             return None
         return _Level(self.cand[ok], prev.memory[back[ok]] + self.memory[ok], best[ok], back[ok])
+
+
+def _round_up(size: int, grid: int, max_bucket: Optional[int]) -> int:
+    """The smallest multiple of ``grid`` at or above ``size``; ``max_bucket`` where that passes it
+    (a size past ``max_bucket`` keeps itself and is no candidate)."""
+    point = -(-size // grid) * grid
+    if max_bucket is not None and size <= max_bucket < point:
+        return max_bucket
+    return point
 
 
 def _thin(cand: list[int]) -> list[int]:

@@ -27,8 +27,11 @@ from .fallback import FallbackReason
 
 __all__ = [
     "BUCKET_REASONS",
+    "DEMAND_REASONS",
+    "TRANSIENT_REASONS",
     "BucketDecision",
     "BucketPolicy",
+    "bucket_could_serve",
     "depends_on_buckets",
     "pick_bucket",
     "pick_graph_width",
@@ -45,8 +48,27 @@ BUCKET_REASONS = frozenset(
 )
 
 
+#: Eager only while graphs are being captured: once the list in use is captured, the same size is
+#: decided by it, so a what-if and the advisor decide these steps again under any candidate list.
+TRANSIENT_REASONS = frozenset(
+    {
+        FallbackReason.NOT_YET_CAPTURED,
+        FallbackReason.KERNELS_COMPILING,
+        FallbackReason.RECAPTURE_IN_PROGRESS,
+    }
+)
+
+#: Every eager reason whose step a captured bucket could have served: the advisor's demand. A failed
+#: capture stays eager in a what-if (the same capture would likely fail again), but the size was
+#: still asked for, so the advice must weigh it; only a context wider than the graph's page table,
+#: a phase without graphs, or a device without them are beyond any bucket.
+DEMAND_REASONS = (
+    BUCKET_REASONS | TRANSIENT_REASONS | frozenset({FallbackReason.CAPTURE_FAILED, FallbackReason.NO_GRAPHS_CAPTURED})
+)
+
 _KNOWN_REASONS = frozenset(r.value for r in FallbackReason)
-_BUCKET_REASON_VALUES = frozenset(r.value for r in BUCKET_REASONS)
+_BUCKET_REASON_VALUES = frozenset(r.value for r in BUCKET_REASONS | TRANSIENT_REASONS)
+_DEMAND_REASON_VALUES = frozenset(r.value for r in DEMAND_REASONS)
 
 
 def pick_bucket(buckets: Sequence[int], size: int) -> Optional[int]:
@@ -65,16 +87,26 @@ def depends_on_buckets(graph: bool, reason: Optional[str], size: int, current: O
     """Would a different bucket list change how a recorded step ran?
 
     A graph step, or an eager one whose named reason is a bucket-list reason (larger than the largest
-    bucket, prefill padding over the cap), is decided again under another list. Any other named
-    reason (capture failed, context wider than the graph, a recapture in progress, ...) stays eager
-    under every list. A step whose reason is unknown (a hand-made or older trace) counts as decided by
-    the list when the ``current`` lists, if given, refuse it by size.
+    bucket, prefill padding over the cap) or a capture still under way (``TRANSIENT_REASONS``: once
+    captured, the list decides that size), is decided again under another list. Any other named
+    reason (capture failed, context wider than the graph, ...) stays eager under every list. A step
+    whose reason is unknown (a hand-made or older trace) counts as decided by the list when the
+    ``current`` lists, if given, refuse it by size.
     """
     if graph:
         return True
     if reason in _KNOWN_REASONS:
         return reason in _BUCKET_REASON_VALUES
     return current is None or current.decide(size).reason in BUCKET_REASONS
+
+
+def bucket_could_serve(graph: bool, reason: Optional[str], size: int, current: Optional["BucketPolicy"]) -> bool:
+    """Is a recorded step demand for a bucket (the advisor's question)? Every step that
+    ``depends_on_buckets``, and also one whose bucket failed to capture or that found no graphs at
+    all: its size was needed, whatever became of the capture (``DEMAND_REASONS``)."""
+    if reason in _DEMAND_REASON_VALUES and not graph:
+        return True
+    return depends_on_buckets(graph, reason, size, current)
 
 
 @dataclass(frozen=True)

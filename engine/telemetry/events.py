@@ -302,6 +302,8 @@ class RecaptureRequested(Event):
     type: ClassVar[str] = "recapture_requested"
     decode_bs: Optional[tuple[int, ...]] = None
     prefill_num_tokens: Optional[tuple[int, ...]] = None
+    cause: str = _added("manual")  # manual (the editor, the API) | auto_tune
+    detail: str = _added("")  # why, in words (auto-tune: the held-out gain and the memory it adds)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from .events import (
     KVPoolState,
     ParityCheck,
     RecaptureFinished,
+    RecaptureRequested,
     RequestFinished,
     RequestFirstToken,
     RequestQueued,
@@ -113,6 +114,7 @@ TYPES = frozenset(
         RequestFirstToken,
         RequestFinished,
         RecaptureFinished,
+        RecaptureRequested,
         ErrorEvent,
     )
 )
@@ -206,6 +208,9 @@ class EngineMetrics:
             p + "parity_mismatches", "parity checks over their tolerance", ["phase"], registry=r
         )
         self.recaptures = Counter(p + "recaptures", "live recaptures by result (ok, failed)", ["result"], registry=r)
+        self.recapture_requests = Counter(
+            p + "recapture_requests", "live recaptures asked for, by cause (manual, auto_tune)", ["cause"], registry=r
+        )
         self.errors = Counter(p + "errors", "error events by where they happened", ["where"], registry=r)
         self.dropped = Gauge(
             p + "metrics_events_dropped",
@@ -304,6 +309,8 @@ class MetricsCollector:
                 m.parity_mismatches.labels(event.phase).inc()
         elif isinstance(event, RecaptureFinished):
             m.recaptures.labels("ok" if event.ok else "failed").inc()
+        elif isinstance(event, RecaptureRequested):
+            m.recapture_requests.labels(event.cause or UNSPECIFIED).inc()
         elif isinstance(event, ErrorEvent):
             m.errors.labels(event.where or UNSPECIFIED).inc()
         elif isinstance(event, EngineStarted):

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional, Protocol
 
+from ..graphs.step_size import step_key, step_phase
 from ..telemetry.latency import mean_itl_ms
 
 __all__ = [
@@ -33,19 +34,6 @@ __all__ = [
     "step_key",
     "step_phase",
 ]
-
-DECODE = "decode"
-PREFILL = "prefill"
-
-
-def step_phase(phase: str) -> str:
-    """Which bucket list a step of ``phase`` is looked up in (anything but decode uses prefill's)."""
-    return DECODE if phase == DECODE else PREFILL
-
-
-def step_key(phase: str, batch_size: int, num_tokens: int) -> int:
-    """The size a step is bucketed by: requests for decode, tokens otherwise."""
-    return batch_size if step_phase(phase) == DECODE else num_tokens
 
 
 @dataclass

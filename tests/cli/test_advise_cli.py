@@ -9,6 +9,7 @@ import pytest
 
 from graphtop.cli.advise import graph_config_json, parse_size
 from graphtop.cli.entry import main
+from graphtop.engine.graphs.bucket_demand import DEFAULT_EAGER_RATIO, eager_ratio, phase_demand
 from graphtop.engine.telemetry.events import (
     CaptureFinished,
     CaptureProgress,
@@ -17,7 +18,6 @@ from graphtop.engine.telemetry.events import (
     StepEvent,
 )
 from graphtop.engine.telemetry.trace_writer import write_trace
-from graphtop.engine.trace_tools.bucket_demand import DEFAULT_EAGER_RATIO, eager_ratio, phase_demand
 
 MiB = 1024**2
 
@@ -121,7 +121,9 @@ def test_eager_ratio_sources() -> None:
     assert eager_ratio(emulated, "decode").value == DEFAULT_EAGER_RATIO["decode"]
     assert eager_ratio([], "prefill").source == "default"
     d = phase_demand(both + [_step("decode", 9, "eager", reason="context_exceeds_graph")], "decode")
-    assert d.sizes == {4: 1} and d.fixed_eager == 2  # only the graph step is the list's business
+    # the graph step and the failed capture's step asked for a bucket; a context wider than the
+    # graph is beyond any list
+    assert d.sizes == {4: 2} and d.fixed_eager == 1
 
 
 def test_sizes_and_config_json() -> None:
@@ -173,3 +175,52 @@ def test_a_measured_ratio_out_of_range_falls_back_to_the_default() -> None:
     ratio = eager_ratio(broken, "decode")
     assert ratio.value == DEFAULT_EAGER_RATIO["decode"] and not ratio.measured
     assert ratio.source.startswith("default: the measured inf is outside (0, 1000]")
+
+
+def test_a_chunk_that_ran_eagerly_while_capturing_keeps_its_bucket(tmp_path, capsys) -> None:
+    """The SmolLM2 trace's case: one 2,048-token prefill chunk ran eagerly as ``not_yet_captured``
+    (the engine serves while its first capture runs) and the 673-token tail replayed a graph. The
+    advice once dropped the chunk (``[673]``) and would have sent every later chunk down the eager
+    path; a bucket must serve it, and the what-if must show it served."""
+    steps = [_step("prefill", 2048, "eager", reason="not_yet_captured", host=40.0)]
+    steps += [_step("prefill", 673, "graph", 1024, host=3.0, replay=9.0)]
+    steps += [_step("prefill", 40, "eager", reason="kernels_compiling", host=2.0)]
+    steps += [_step("decode", 1, "graph", 1, host=1.0, replay=0.5) for _ in range(30)]
+    events = [EngineStarted(graph_config={"prefill": {"max_padding_waste": 0.5}}, ts=1.0)]
+    events += _capture("decode", [1, 2, 4, 8], MiB) + _capture("prefill", [64, 256, 1024, 2048], 4 * 1024)
+    path = tmp_path / "smollm2.jsonl"
+    write_trace(str(path), events + steps)
+    assert main(["advise", str(path), "--phase", "prefill", "--max-graphs", "2"]) == 0
+    out = capsys.readouterr().out
+    config = json.loads(shlex.split(out.strip().splitlines()[-1])[1])
+    assert max(config["prefill"]["num_tokens"]) >= 2048, out
+    assert "left without a bucket" not in out
+    hit_rate = next(ln for ln in out.splitlines() if "hit rate" in ln).split()
+    assert hit_rate[-1] != "0.0%"
+    demand = phase_demand(steps, "prefill")
+    assert demand.sizes == {2048: 1, 673: 1, 40: 1} and demand.fixed_eager == 0
+
+
+def test_a_memory_budget_that_drops_a_needed_size_says_so(tmp_path, capsys) -> None:
+    steps = [_step("decode", 2, "graph", 2, host=1.0, replay=0.5) for _ in range(30)]
+    steps += [_step("decode", 30, "eager", reason="exceeds_max_bucket", host=60.0)]
+    path = _trace(tmp_path, steps)
+    # the ledger's 1 MiB per decode row: 30 rows do not fit in 8 MiB
+    assert main(["advise", str(path), "--phase", "decode", "--max-graph-memory", "8MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "1 step(s) of 1 size(s) up to 30 left without a bucket: the graph memory budget" in out, out
+    assert "memory per bucket" in out
+
+
+def test_held_out_costs_beside_training_costs(tmp_path, capsys) -> None:
+    path = _trace(tmp_path, _decode_mix())
+    assert main(["advise", str(path), "--phase", "decode"]) == 0
+    out = capsys.readouterr().out
+    train = next(ln for ln in out.splitlines() if "train cost ÷ ideal" in ln).split()
+    held = next(ln for ln in out.splitlines() if "held-out cost ÷ ideal" in ln).split()
+    assert len(train) == 6 and len(held) == 6  # a number for the lists in use and for the advice
+    assert "the last 15 of 60 steps; buckets in multiples of" in out
+    assert main(["advise", str(path), "--phase", "decode", "--holdout", "0"]) == 0
+    assert "held out              nothing" in capsys.readouterr().out
+    assert main(["advise", str(path), "--holdout", "2"]) == 2
+    assert "--holdout" in capsys.readouterr().err

@@ -19,12 +19,12 @@ import pytest
 from graphtop.cli.entry import main
 from graphtop.cli.workload import SyntheticWorkload
 from graphtop.engine.graphs.bucket_advisor import expected_cost
+from graphtop.engine.graphs.bucket_demand import phase_demand
 from graphtop.engine.graphs.config import build_graph_config, default_decode_buckets
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import StepEvent
 from graphtop.engine.telemetry.recorder import TraceRecorder
-from graphtop.engine.trace_tools.bucket_demand import phase_demand
 from graphtop.engine.trace_tools.summary import summarize
 from graphtop.engine.trace_tools.trace import read_trace
 from graphtop.tui.state import DashboardState

@@ -22,18 +22,24 @@ def brute_force(
     memory: Optional[dict[int, float]],
     max_memory: Optional[float],
     max_bucket: Optional[int],
+    cover: bool = False,
 ) -> float:
-    """The cheapest cost over every subset of the observed sizes that fits the budget."""
+    """The cheapest cost over every subset of the observed sizes that fits the budget; with ``cover``
+    (and graphs that pay, ratio > 1), over the subsets holding the largest allowed size when any fits."""
     sizes = sorted(s for s in demand if max_bucket is None or s <= max_bucket)
-    best = float("inf")
+    best = {True: float("inf"), False: float("inf")}  # by: holds the largest allowed size
     for k in range(0, len(sizes) + 1):
         if max_graphs is not None and k > max_graphs:
             break
         for combo in itertools.combinations(sizes, k):
             if max_memory is not None and sum(memory[b] for b in combo) > max_memory:  # type: ignore[index]
                 continue
-            best = min(best, expected_cost(phase, demand, combo, eager_ratio=eager_ratio, max_padding_waste=cap))
-    return best
+            cost = expected_cost(phase, demand, combo, eager_ratio=eager_ratio, max_padding_waste=cap)
+            holds = bool(combo) and combo[-1] == sizes[-1]
+            best[holds] = min(best[holds], cost)
+    if cover and eager_ratio > 1 and best[True] < float("inf"):
+        return best[True]
+    return min(best.values())
 
 
 problems = st.fixed_dictionaries(
@@ -45,6 +51,7 @@ problems = st.fixed_dictionaries(
         "max_bucket": st.one_of(st.none(), st.integers(1, 64)),
         "memory_seed": st.lists(st.integers(0, 100), min_size=64, max_size=64),
         "max_memory": st.one_of(st.none(), st.integers(0, 300)),
+        "cover": st.booleans(),
     }
 )
 
@@ -60,6 +67,7 @@ def test_advice_equals_brute_force(p) -> None:
         max_graphs=p["max_graphs"],
         max_bucket=p["max_bucket"],
         max_memory=p["max_memory"],
+        cover=p["cover"],
     )
     advice = advise(
         phase,
@@ -70,6 +78,7 @@ def test_advice_equals_brute_force(p) -> None:
         max_memory=p["max_memory"],
         memory_of=memory.__getitem__,
         max_bucket=p["max_bucket"],
+        cover_largest=p["cover"],
     )
     best = brute_force(phase, p["demand"], memory=memory, **kwargs)
     assert advice.cost == pytest.approx(best, rel=1e-9, abs=1e-9)
@@ -86,6 +95,14 @@ def test_advice_equals_brute_force(p) -> None:
         phase, p["demand"], advice.buckets, eager_ratio=p["eager_ratio"], max_padding_waste=p["cap"]
     )
     assert claimed == pytest.approx(advice.cost, rel=1e-9, abs=1e-9)
+    assert advice.bucket_memory == tuple(memory[b] for b in advice.buckets)
+    # covering: a size above the largest bucket is reported, with the budget that forced it
+    top = advice.buckets[-1] if advice.buckets else 0
+    if p["cover"] and p["eager_ratio"] > 1:
+        assert advice.uncovered == tuple(sorted(s for s in p["demand"] if s > top))
+        assert bool(advice.uncovered) == bool(advice.uncovered_because)
+    else:
+        assert advice.uncovered == () and advice.uncovered_because == ""
 
 
 def test_the_memory_budget_changes_the_answer() -> None:
@@ -156,3 +173,25 @@ def test_past_the_candidate_limit_buckets_come_from_a_spread_of_the_sizes(monkey
     assert got.cost == pytest.approx(
         expected_cost("decode", demand, got.buckets, eager_ratio=3.0, max_padding_waste=None)
     )
+
+
+def test_covering_keeps_the_largest_size_unless_a_budget_forbids_it() -> None:
+    """A rare large size is cheaper eager under the cost model, but the workload needed it: covering
+    keeps a bucket for it, and a memory budget that cannot hold it says so."""
+    demand = {8: 100, 2048: 1}
+    mem = {8: 1.0, 2048: 50.0}
+    cheapest = advise("prefill", demand, eager_ratio=1.5, max_graphs=1)
+    assert cheapest.buckets == (8,)  # 2048 left eager: cheaper by the model
+    covered = advise("prefill", demand, eager_ratio=1.5, max_graphs=1, cover_largest=True)
+    assert covered.buckets == (2048,) and covered.uncovered == ()
+    two = advise("prefill", demand, eager_ratio=1.5, max_graphs=2, cover_largest=True)
+    assert two.buckets == (8, 2048)
+    tight = advise(
+        "prefill", demand, eager_ratio=1.5, max_graphs=2, memory_of=mem.__getitem__, max_memory=10.0, cover_largest=True
+    )
+    assert tight.buckets == (8,) and tight.uncovered == (2048,)
+    assert "memory budget" in tight.uncovered_because
+    capped = advise("prefill", demand, eager_ratio=1.5, max_bucket=1024, cover_largest=True)
+    assert capped.buckets == (8,) and "largest bucket allowed" in capped.uncovered_because
+    none = advise("prefill", demand, eager_ratio=1.5, max_graphs=0, cover_largest=True)
+    assert none.buckets == () and none.uncovered_because == "the graph budget is 0"

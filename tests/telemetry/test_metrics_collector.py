@@ -94,6 +94,8 @@ def test_a_recapture_replaces_the_capture_costs_and_other_ranks_are_left_out() -
             *captured("decode", [2, 8]),
             *captured("decode", [16], rank=1),
             ev.CaptureProgress(phase="prefill", bucket=64, ok=False, failure_reason="oom"),
+            ev.RecaptureRequested(decode_bs=(2, 8)),
+            ev.RecaptureRequested(decode_bs=(2, 8), cause="auto_tune", detail="decode −12.0 % step cost"),
             ev.RecaptureFinished(ok=True),
             ev.RecaptureFinished(ok=False),
         ]
@@ -106,6 +108,7 @@ def test_a_recapture_replaces_the_capture_costs_and_other_ranks_are_left_out() -
     assert m["graphtop:graphs_captured"][(("phase", "decode"),)] == 2
     assert m["graphtop:graph_capture_failures_total"][(("phase", "prefill"),)] == 1
     assert m["graphtop:recaptures_total"] == {(("result", "ok"),): 1, (("result", "failed"),): 1}
+    assert m["graphtop:recapture_requests_total"] == {(("cause", "manual"),): 1, (("cause", "auto_tune"),): 1}
     collector.close()
 
 

@@ -493,8 +493,8 @@ async def test_bucket_editor_what_if_numbers() -> None:
 
 
 async def test_bucket_editor_advise_fills_the_advice_and_the_what_if_shows_it() -> None:
+    from graphtop.engine.graphs.bucket_demand import advise_phase
     from graphtop.engine.graphs.bucket_list import format_buckets
-    from graphtop.engine.trace_tools.bucket_demand import advise_phase
     from graphtop.tui.fmt import pct
     from graphtop.tui.whatif import what_if
 

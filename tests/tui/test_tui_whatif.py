@@ -109,9 +109,13 @@ def test_named_reasons_decide_what_buckets_can_fix() -> None:
         decode(9, path="eager", reason="exceeds_max_bucket"),
         decode(2, path="eager", reason="capture_failed"),
         decode(5, path="eager", reason="recapture_in_progress"),
+        decode(6, path="eager", reason="not_yet_captured"),
+        decode(7, path="eager", reason="kernels_compiling"),
     ]
     w = what_if(steps, [1, 2, 4, 8, 16], [64], current_decode=[4, 8])
-    assert (w.decode.steps, w.decode.graph_steps, w.decode.padded_tokens) == (4, 1, 7)
+    # 9 → 16 (exceeds the max bucket), and 5, 6, 7 → 8: eager only while their bucket was being
+    # captured, so a captured list decides them; the context and the failed capture stay eager
+    assert (w.decode.steps, w.decode.graph_steps, w.decode.padded_tokens) == (6, 4, 7 + 3 + 2 + 1)
 
 
 async def test_a_phase_with_graphs_disabled_is_read_only_and_left_out_of_recaptures() -> None:

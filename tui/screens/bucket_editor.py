@@ -23,8 +23,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Button, Input, Label, Static
 
+from graphtop.engine.graphs.bucket_demand import advise_phase
 from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, format_buckets, parse_buckets
-from graphtop.engine.trace_tools.bucket_demand import advise_phase
 
 from ..fmt import human_bytes, pct, secs
 from ..safe_text import printable
@@ -117,11 +117,14 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
         disabled: Collection[str] = (),
         blink: bool = True,
         note: str = "",
+        proposed: Optional[Mapping[str, Sequence[int]]] = None,
     ) -> None:
         """``max_buckets``: per phase, the largest bucket the engine's static buffers hold; ``disabled``:
         the phases the engine runs without graphs (shown read-only, left out of the recapture);
-        ``note``: a line under the title (e.g. that a recapture is under way)."""
+        ``note``: a line under the title (e.g. that a recapture is under way); ``proposed``: per phase,
+        a list the field starts with instead of the one in use (the live advice)."""
         super().__init__()
+        self.proposed = dict(proposed or {})
         self.disabled_phases = frozenset(disabled)
         if "decode" in self.disabled_phases:
             self.AUTO_FOCUS = "#prefill-input"  # a disabled field takes no focus
@@ -159,7 +162,7 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
             with VerticalScroll(id="editor-body", classes="modal-body"):
                 yield Label(f"decode batch sizes{dec_max}", classes="field-label")
                 yield CleanInput(
-                    format_buckets(self.current_decode),
+                    format_buckets(self.proposed.get("decode") or self.current_decode),
                     id="decode-input",
                     placeholder="1,2,4,8-64:8",
                     disabled="decode" in self.disabled_phases,
@@ -167,7 +170,7 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
                 yield Label("", id="decode-msg", classes="field-msg")
                 yield Label(f"prefill token counts{pre_max}", classes="field-label")
                 yield CleanInput(
-                    format_buckets(self.current_prefill),
+                    format_buckets(self.proposed.get("prefill") or self.current_prefill),
                     id="prefill-input",
                     placeholder="64,128-1024:128",
                     disabled="prefill" in self.disabled_phases,
@@ -315,7 +318,12 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
                 notes.append(f"{phase}: no graph pays off ({ratio}), left as it is")
             else:
                 self.query_one(f"#{phase}-input", Input).value = format_buckets(advice.buckets)
-                notes.append(f"{phase}: advised ({ratio})")
+                gain = advice.held_out.gain if advice.held_out is not None else None
+                held = "" if gain is None else f"; held-out step cost {-100 * gain:+.1f} %"
+                left = ""
+                if advice.uncovered:
+                    left = f"; sizes up to {advice.uncovered[-1]:,} stay eager: {advice.uncovered_because}"
+                notes.append(f"{phase}: advised ({ratio}{held}{left})")
         self.notify("; ".join(notes) or "no graphs to advise", title="bucket advisor")
 
     def action_cancel(self) -> None:

@@ -51,7 +51,16 @@ class StatusLine(Horizontal):
         """
         if not drawable(self):  # a tick while the app mounts or shuts down: no badges to set
             return
-        key = (id(state), state.revs["info"], pct(state.hit_rate()), state.emulated, mode, dropped, state.failed)
+        key = (
+            id(state),
+            state.revs["info"],
+            pct(state.hit_rate()),
+            state.emulated,
+            mode,
+            dropped,
+            state.failed,
+            state.live_advice,
+        )
         if key == self._seen and not force:
             return
         self._seen = key
@@ -70,6 +79,9 @@ class StatusLine(Horizontal):
             self._parts = [
                 (0, Content.from_markup("[b]$m[/b]", m=model)),
                 (0, Content.from_markup("graph hits [$success]$h[/]", h=pct(state.hit_rate()))),
+                (1, Content.from_markup("[$accent]$a[/] [$text-muted](a)[/]", a=state.live_advice))
+                if state.live_advice
+                else (9, Content()),
                 (0, Content.from_markup("[$warning]dropped events $n[/]", n=f"{dropped:,}"))
                 if dropped
                 else (9, Content()),
