@@ -91,6 +91,77 @@ class Viewer:
         self.server.close()
 
 
+class BrowserViewer:
+    """The same endpoint, watched by a browser tab instead: ``graphtop web`` serves the dashboard (its tab's
+    ``graphtop attach`` process is one more process), and a headless Chromium (Playwright, the system's
+    executable) renders it, in a process of its own, until the round ends."""
+
+    def __init__(self, engine: Any) -> None:
+        self.server = TelemetryServer(engine.bus, EndpointConfig(label="long-run bench"))
+        self.procs: list[subprocess.Popen] = []
+        web = self._spawn(
+            ["-c", "from graphtop.cli.entry import main; main()", "web", self.server.endpoint, "--port", "0"],
+            env={"GRAPHTOP_TELEMETRY_TOKEN": self.server.token},
+            stderr=subprocess.PIPE,
+        )
+        url = ""
+        while web.stderr is not None and not url:
+            line = web.stderr.readline().decode()
+            if not line:
+                break
+            if "dashboard for browsers at " in line:
+                url = line.split("dashboard for browsers at ")[1].split()[0]
+        if not url:
+            self.close()
+            raise RuntimeError("graphtop web did not start")
+        tab = self._spawn([__file__, "--browser-tab", url], stdout=subprocess.PIPE)
+        line = tab.stdout.readline() if tab.stdout else b""  # "attached" once the tab shows the dashboard
+        if not line.startswith(b"attached"):
+            self.close()
+            raise RuntimeError("the browser tab did not show the dashboard")
+
+    def _spawn(self, args: list[str], env: Optional[dict] = None, **kw: Any) -> subprocess.Popen:
+        import os
+
+        proc = subprocess.Popen([sys.executable, *args], env={**os.environ, **(env or {})}, **kw)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):  # the tab first, then the server it was served by
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.server.close()
+
+
+def browser_tab_main(url: str) -> int:
+    """The browser process: a headless Chromium tab on ``url``, kept open (and drawing) until terminated."""
+    import shutil
+    import signal
+
+    from playwright.sync_api import sync_playwright
+
+    executable = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, headless=True)
+        page = browser.new_page()
+        frames: list[int] = []
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda _: frames.append(1)))
+        page.goto(url)
+        while len(frames) < 20 and not stop:  # the dashboard is drawing
+            page.wait_for_timeout(100)
+        print("attached", flush=True)
+        while not stop:
+            page.wait_for_timeout(200)
+        browser.close()
+    return 0
+
+
 def viewer_main(endpoint: str, token: str) -> int:
     """The viewer process: attach as ``graphtop attach`` does, then drain the events at a dashboard's pace."""
     from graphtop.tui.sessions.remote import RemoteSession
@@ -171,7 +242,7 @@ def measure(args: argparse.Namespace, bs: int, steps: int) -> dict:
     per_round = steps // args.rounds
     for r in range(args.rounds):
         name = ["headless", "attached", "attached", "headless"][r % 4]  # ABBA
-        viewer = Viewer(eng) if name == "attached" else None
+        viewer = (BrowserViewer if args.viewer_kind == "browser" else Viewer)(eng) if name == "attached" else None
         try:
             with frozen_heap() if args.gc_freeze else nullcontext():  # as the graphtop command serves
                 run_round(eng, per_round, sync, modes[name], tenths, r * per_round, per_round * args.rounds)
@@ -222,7 +293,15 @@ def parser() -> argparse.ArgumentParser:
         action="store_false",
         help="serve without freezing the loaded heap (the graphtop command freezes it: engine/gc_freeze.py)",
     )
+    ap.add_argument(
+        "--viewer-kind",
+        choices=["attach", "browser"],
+        default="attach",
+        help="what watches the attached rounds: a viewer as graphtop attach is, or a browser tab on graphtop web "
+        "(headless Chromium through Playwright)",
+    )
     ap.add_argument("--viewer", nargs=2, metavar=("ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
+    ap.add_argument("--browser-tab", metavar="URL", help=argparse.SUPPRESS)
     return ap
 
 
@@ -231,6 +310,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.viewer:
         return viewer_main(*args.viewer)
+    if args.browser_tab:
+        return browser_tab_main(args.browser_tab)
     sizes, steps = comma_ints(args.bs), comma_ints(args.steps)
     if len(steps) == 1:
         steps *= len(sizes)
