@@ -344,7 +344,7 @@ def _main(argv: Sequence[str]) -> int:
         from .serve import make_options
 
         host, port = args.serve  # no access log: its lines would be drawn over the dashboard
-        serve = make_options(host, port, model=args.model, name=None, api_key=None, log_requests=False)
+        serve = make_options(host, port, model=args.model, names=None, api_key=None, log_requests=False)
     return run_interactive(args.model, config, args.theme, telemetry=args.telemetry or "ipc", serve=serve)
 
 

@@ -82,8 +82,10 @@ def build_serve_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--served-model-name",
         type=nonempty("name"),
+        nargs="+",
         metavar="NAME",
-        help="the model id of /v1/models (default: the model's folder or file name, demo for the demo)",
+        help="the model id of /v1/models and of responses (default: the model's folder or file name, demo "
+        "for the demo); more names are accepted in requests and listed too, as vLLM's",
     )
     s.add_argument(
         "--seed",
@@ -170,7 +172,17 @@ def read_serve_args(argv: Sequence[str]) -> argparse.Namespace:
         if args.model is not None and args.model != args.model_path:
             raise UsageError(f"two models: {args.model_path} and --model {args.model}; give one")
         args.model = args.model_path
+    _check_names_took_no_model(args)
     return args
+
+
+def _check_names_took_no_model(args: argparse.Namespace) -> None:
+    """``--served-model-name a ~/models/X`` reads the model as a second name (the flag takes several, as
+    vLLM's): with no model given otherwise, a last name that is a path on disk is refused, not served as a
+    name of the demo model."""
+    names = args.served_model_name or []
+    if args.model is None and len(names) > 1 and os.path.exists(os.path.expanduser(names[-1])):
+        raise UsageError(f"--served-model-name took {names[-1]} as a name; put the model first or give it with --model")
 
 
 def serve_options(args: Any) -> Any:
@@ -180,7 +192,7 @@ def serve_options(args: Any) -> Any:
         args.host,
         args.port,
         model=args.model,
-        name=args.served_model_name,
+        names=args.served_model_name,
         api_key=args.api_key,
         max_queued_requests=args.max_queued_requests,
         seed=args.seed,
@@ -193,10 +205,16 @@ def serve_options(args: Any) -> Any:
 
 
 def make_options(
-    host: str, port: int, *, model: Optional[str], name: Optional[str], api_key: Optional[str], **more: Any
+    host: str,
+    port: int,
+    *,
+    model: Optional[str],
+    names: Optional[Sequence[str]],
+    api_key: Optional[str],
+    **more: Any,
 ) -> Any:
-    """ServeOptions (UsageError for a bad value): the served name from the model's path unless given, the
-    API key from the environment unless given. ``more``: ServeOptions' other fields."""
+    """ServeOptions (UsageError for a bad value): the served names (the first one reported) from the model's
+    path unless given, the API key from the environment unless given. ``more``: ServeOptions' other fields."""
     from graphtop.server.options import ServeOptions, model_name_for
 
     try:
@@ -204,7 +222,9 @@ def make_options(
             host=host,
             port=port,
             api_key=api_key or os.environ.get(API_KEY_ENV) or None,
-            model_name=name or model_name_for(model),
+            model_name=names[0] if names else model_name_for(model),
+            model_aliases=tuple(names[1:]) if names else (),
+            model_root=model,
             **more,
         )
     except ValueError as e:
@@ -309,7 +329,7 @@ def run_serve(args: Any, config: Any) -> int:
         lines = None
         say(f"graphtop: ready in {time.perf_counter() - started:.1f} s")
         print(
-            f"graphtop: serving {options.model_name} at {api.url}/v1 (OpenAI API) · {api.url}/metrics · "
+            f"graphtop: serving {' · '.join(options.served_names)} at {api.url}/v1 (OpenAI API) · {api.url}/metrics · "
             f"{api.url}/health — Ctrl-C stops",
             file=sys.stderr,
             flush=True,

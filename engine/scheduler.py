@@ -1,10 +1,15 @@
 """Continuous batching with chunked prefill, admission by KV budget, and preempt-and-recompute.
 
-Policy, in order, every step:
-1. Prefill first (SGLang's default): continue chunked prefills, then admit waiting requests while
-   the token budget (``chunked_prefill_size``), ``max_running`` and free pages allow. Admission keeps
-   one page of headroom per decoding request so a fresh admission cannot starve the next decode.
-2. Otherwise decode every running request that has finished its prefill.
+Policy, every step:
+1. Prefill and decode take turns while both have work: a step after a prefill step decodes every running
+   request past its prefill, and a step after a decode step prefills. Neither waits for the other to run
+   dry, so a long prompt's chunks never stall the requests already streaming, and a stream of arrivals
+   never stalls them either. With only one kind of work, every step does it.
+2. A prefill step continues chunked prefills and admits waiting requests while the token budget
+   (``chunked_prefill_size``), ``max_running`` and free pages allow. The budget is shared
+   (engine/prefill_share.py): the oldest request takes up to half, the shortest others come next, so a
+   short prompt behind a long one is prefilled in the next prefill step. Admission keeps one page of
+   headroom per decoding request so a fresh admission cannot starve the next decode.
 3. When the pool runs dry mid-decode, preempt the most recently admitted request: its pages are
    freed and it re-queues at the front; later its prompt and outputs are recomputed by prefill
    (greedy output is unchanged). The engine never crashes for lack of KV.
@@ -19,6 +24,7 @@ rank's copy, a parity check's re-run) sees that it changed.
 
 from __future__ import annotations
 
+import itertools
 import time
 from array import array
 from collections import deque
@@ -27,6 +33,7 @@ from typing import Optional
 
 from .batch import ForwardBatch, ForwardMode
 from .kv_pool import DUMMY_PAGE, KVPool, OutOfPages
+from .prefill_share import share_prefill_budget
 from .request import Request, RequestStatus
 
 MAX_SCORED_ROWS = 1024
@@ -50,6 +57,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admitted: own pages; in prefill or decoding
         self.num_preemptions = 0
+        self.decode_turn = False  # the last step prefilled: decoding goes first in the next one
 
     # --- queue management --------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -110,7 +118,14 @@ class Scheduler:
                 if window is not None:
                     self._drop_out_of_window(r, window)
                 (prefilling if r.in_prefill else ready).append(r)
-            batch = self._schedule_prefill(prefilling, len(ready)) or self._schedule_decode(ready)
+            if self.decode_turn and ready:
+                batch = self._schedule_decode(ready)
+                if batch is None:  # every ready request was preempted: split again
+                    continue
+            else:
+                batch = self._schedule_prefill(prefilling, len(ready)) or self._schedule_decode(ready)
+            if batch is not None:
+                self.decode_turn = batch.mode is ForwardMode.PREFILL
             if batch is not None or not self.running:
                 return batch
             # Running requests exist but none can advance (partial prefills holding the pool).
@@ -118,14 +133,21 @@ class Scheduler:
 
     def _schedule_prefill(self, prefilling: list[Request], decoding: int) -> Optional[ForwardBatch]:
         """``prefilling``: the running requests still in prefill; ``decoding``: how many others run.
-        Returning None, it has changed nothing (the decode step then sees the same split)."""
+        The budget is shared by ``share_prefill_budget`` among them and the waiting requests that could
+        be admitted. Returning None, it has changed nothing (the decode step then sees the same split)."""
         budget = self.config.chunked_prefill_size
+        slots = max(0, self.config.max_running - len(self.running))
+        # every candidate takes at least a token, so more than ``budget`` of them never helps
+        admissible = list(itertools.islice(self.waiting, min(slots, budget)))
+        candidates = prefilling + admissible
+        if not candidates:
+            return None
+        give = share_prefill_budget([_want(r) for r in candidates], budget)
         scored = [MAX_SCORED_ROWS]  # prompt-scoring rows left this step
         chosen: list[tuple[Request, int]] = []
-        for req in prefilling:
-            if budget == 0:
-                break
-            chunk = _scored(req, min(req.prefill_target - req.num_computed, budget), scored)
+        admitted: set[int] = set()  # ids of the waiting requests admitted this step
+        for req, n in zip(prefilling, give):
+            chunk = _scored(req, n, scored)
             if chunk == 0:
                 continue
             try:
@@ -133,23 +155,24 @@ class Scheduler:
             except OutOfPages:
                 break
             chosen.append((req, chunk))
-            budget -= chunk
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
-            req = self.waiting[0]
-            chunk = _scored(req, min(req.prefill_target - req.num_computed, budget), scored)
+        # admission in arrival order, stopping at the first that does not fit (as before the share)
+        offset = len(prefilling)
+        for i, req in enumerate(admissible):
+            chunk = _scored(req, give[offset + i], scored)
             if chunk == 0:
-                break
+                continue
             need = self.pool.pages_for(req.num_computed + chunk) - len(req.pages)
             if need > self.pool.free_pages - decoding:
                 break
             self.pool.grow(req.pages, req.num_computed + chunk)
-            self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             if req.admitted is None:
                 req.admitted = time.perf_counter()
-            self.running.append(req)
+            admitted.add(id(req))
             chosen.append((req, chunk))
-            budget -= chunk
+        if admitted:
+            self.waiting = deque(r for r in self.waiting if id(r) not in admitted)
+            self.running.extend(r for r, _ in chosen if id(r) in admitted)
         if not chosen:
             return None
         return self._build(ForwardMode.PREFILL, chosen)
@@ -258,6 +281,15 @@ class Scheduler:
         batch.sample_rows = list(range(n))
         batch.sample_requests = list(reqs)
         return batch
+
+
+def _want(req: Request) -> int:
+    """The prefill tokens ``req`` could take in one step: the rest of its prefill, no more prompt-scoring
+    rows than a step has (``MAX_SCORED_ROWS``) while it scores its prompt."""
+    want = req.prefill_target - req.num_computed
+    if req.params.prompt_logprobs is not None and req.prompt_logprobs_next < len(req.prompt_ids):
+        want = min(want, MAX_SCORED_ROWS)
+    return want
 
 
 def _scored(req: Request, chunk: int, left: list[int]) -> int:

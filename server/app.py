@@ -77,7 +77,8 @@ class Serving:
     def attach(self, engine: Any) -> None:
         """The model has loaded and ``engine`` serves on its background thread: answer for it."""
         admission = Admission(engine.max_running, self.options.max_queued_requests)
-        self.ctx = ServeContext(engine, self.options.model_name, admission, default_seed=self.options.seed)
+        o = self.options
+        self.ctx = ServeContext(engine, o.model_name, admission, default_seed=o.seed, model_aliases=o.model_aliases)
 
     def context(self) -> ServeContext:
         if self.ctx is None:
@@ -85,12 +86,16 @@ class Serving:
         return self.ctx
 
 
-def model_card(ctx: ServeContext, created: int) -> dict[str, Any]:
+def model_card(ctx: ServeContext, name: str, root: Optional[str], created: int) -> dict[str, Any]:
+    """``name``'s card, with vLLM's fields: ``root`` the model as given (vLLM's benchmark loads its tokenizer
+    from there when given none; the name where no path was given), ``parent`` null (no adapters)."""
     return {
-        "id": ctx.model_name,
+        "id": name,
         "object": "model",
         "created": created,
         "owned_by": "graphtop",
+        "root": root or name,
+        "parent": None,
         "max_model_len": ctx.engine.max_context_len,
     }
 
@@ -126,14 +131,15 @@ def create_app(serving: Serving, metrics: MetricsCollector) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> Any:
-        return {"object": "list", "data": [model_card(serving.context(), created)]}
+        ctx = serving.context()
+        return {"object": "list", "data": [model_card(ctx, n, options.model_root, created) for n in ctx.served_names]}
 
     @app.get("/v1/models/{model:path}")
     async def model(model: str) -> Any:
         ctx = serving.context()
-        if model != ctx.model_name:
-            raise model_not_found(model, ctx.model_name)
-        return model_card(ctx, created)
+        if model not in ctx.served_names:
+            raise model_not_found(model, ctx.served_names)
+        return model_card(ctx, model, options.model_root, created)
 
     @app.post("/v1/completions")
     async def _completions(body: CompletionRequest, request: Request) -> Any:

@@ -48,11 +48,12 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def model_not_found(name: str, served: str) -> ApiError:
+def model_not_found(name: str, served: Sequence[str]) -> ApiError:
     """OpenAI's answer for a model it does not have: 404, ``model_not_found``, whether a request names it
-    or ``GET /v1/models/{id}`` asks for it."""
+    or ``GET /v1/models/{id}`` asks for it. ``served``: the names this server answers to."""
+    names = ", ".join(repr(s) for s in served)
     return ApiError(
-        404, f"model {name!r} is not served here; this server serves {served!r}", param="model", code="model_not_found"
+        404, f"model {name!r} is not served here; this server serves {names}", param="model", code="model_not_found"
     )
 
 

@@ -48,17 +48,22 @@ _warned: set[str] = set()
 
 @dataclass
 class ServeContext:
-    """What every request needs: the engine, the served name, the in-flight bound."""
+    """What every request needs: the engine, the served names, the in-flight bound."""
 
     engine: Any
-    model_name: str
+    model_name: str  # the name responses report
     admission: Admission
     default_seed: Optional[int] = None  # the seed of requests that give none (graphtop serve --seed)
+    model_aliases: tuple[str, ...] = ()  # other names a request may give (vLLM's --served-model-name A B)
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        return (self.model_name, *self.model_aliases)
 
 
 def check_common(ctx: ServeContext, body: Union[CompletionRequest, ChatCompletionRequest]) -> None:
-    if body.model is not None and body.model != ctx.model_name:
-        raise model_not_found(body.model, ctx.model_name)
+    if body.model is not None and body.model not in ctx.served_names:
+        raise model_not_found(body.model, ctx.served_names)
     bad = unsupported_field(body)
     if bad is not None:
         name, value = bad

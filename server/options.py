@@ -23,7 +23,10 @@ class ServeOptions:
     """``max_queued_requests``: requests that may wait for a running slot beyond the engine's running
     batch (None: no bound); past it a request gets 429. ``api_key``: clients must send
     ``Authorization: Bearer KEY`` to ``/v1/*`` (``/health`` and ``/metrics`` stay open, as in vLLM).
-    ``model_name``: the id ``/v1/models`` lists and requests must name (or leave out). ``seed``: the
+    ``model_name``: the id ``/v1/models`` lists first, that responses report, and that requests may name
+    (or leave out); ``model_aliases``: more names requests may give, listed after it (vLLM's
+    ``--served-model-name A B``); ``model_root``: the model as given, ``root`` in ``/v1/models`` (vLLM's
+    benchmark takes its tokenizer from there when it is given none). ``seed``: the
     sampling seed of requests that give none. ``log_requests``: a line per request on the
     ``graphtop.serve`` logger. ``timeout_keep_alive``, ``timeout_headers``, ``max_connections``: the
     connection limits of ``connections``; ``shutdown_timeout``: how long a shutdown waits for requests."""
@@ -33,6 +36,8 @@ class ServeOptions:
     api_key: Optional[str] = None
     max_queued_requests: Optional[int] = DEFAULT_MAX_QUEUED
     model_name: str = "graphtop"
+    model_aliases: tuple[str, ...] = ()
+    model_root: Optional[str] = None
     seed: Optional[int] = None
     log_requests: bool = True
     timeout_keep_alive: float = DEFAULT_KEEP_ALIVE_S
@@ -47,14 +52,23 @@ class ServeOptions:
             raise ValueError(f"max_queued_requests must be >= 0, got {self.max_queued_requests}")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("the API key is empty")
-        if not self.model_name:
-            raise ValueError("the served model name is empty")
+        names = self.served_names
+        if not all(names):
+            raise ValueError("a served model name is empty")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"the served model name {twice[0]!r} is given twice")
         for name in ("timeout_keep_alive", "timeout_headers", "shutdown_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e6:
                 raise ValueError(f"{name} must be a number of seconds in [0, 1e6), got {value!r}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """Every name requests may give, the reported one first."""
+        return (self.model_name, *self.model_aliases)
 
 
 def is_loopback(host: str) -> bool:

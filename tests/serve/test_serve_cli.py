@@ -86,6 +86,31 @@ def test_serve_usage_errors_are_one_line(capsys, tmp_path, monkeypatch, no_model
     assert_usage_error(*run(capsys, *argv, *extra), needle)
 
 
+@pytest.mark.parametrize(
+    "argv, names, aliases",
+    [
+        (["m"], "m", ()),
+        (["m", "--served-model-name", "a"], "a", ()),
+        (["m", "--served-model-name", "a", "b", "org/c"], "a", ("b", "org/c")),
+        (["--served-model-name", "a", "b", "--model", "m"], "a", ("b",)),
+    ],
+)
+def test_served_model_names_as_vllm_takes_them(argv, names, aliases) -> None:
+    from graphtop.cli.serve import read_serve_args, serve_options
+
+    options = serve_options(read_serve_args(argv))
+    assert (options.model_name, options.model_aliases, options.model_root) == (names, aliases, "m")
+
+
+def test_a_model_read_as_a_served_name_or_a_name_given_twice_is_one_line(capsys, tmp_path, no_model_load) -> None:
+    """``--served-model-name a PATH`` takes PATH as a second name (as vLLM's flag does): with no model given
+    otherwise, that is refused, not the demo model served under two names."""
+    line = assert_usage_error(*run(capsys, "serve", "--served-model-name", "a", tmp_path))
+    assert f"--served-model-name took {tmp_path} as a name" in line
+    line = assert_usage_error(*run(capsys, "serve", tmp_path, "--served-model-name", "a", "b", "a"))
+    assert "'a' is given twice" in line
+
+
 def test_the_serve_command_line_is_read_without_importing_the_http_stack() -> None:
     code = (
         "import sys; from graphtop.cli.serve import build_serve_parser; build_serve_parser();"

@@ -92,6 +92,18 @@ def test_vllm_bench_serve_sampling_flags(served) -> None:
         assert chunks[-1]["usage"]["completion_tokens"] == N and chunks[-1]["choices"] == []
 
 
+def test_vllm_bench_serve_without_a_model_takes_the_first_served_one(served) -> None:
+    """With no ``--model``, vllm bench serve (serve.py's ``get_first_model_from_server``) names the first
+    model of ``/v1/models`` in its requests and loads its tokenizer from that model's ``root``."""
+    r = httpx.get(served.url + "/v1/models", timeout=TIMEOUT_S)
+    assert r.status_code == 200
+    first = r.json()["data"][0]
+    model_name, model_id = first["id"], first["root"]
+    assert model_name == MODEL_NAME and isinstance(model_id, str) and model_id
+    chunks = sse(served.url, COMPLETIONS, {**vllm_bench_body(False), "model": model_name})
+    assert chunks[-1]["usage"]["completion_tokens"] == N
+
+
 # --- aiperf (endpoints/openai_completions.py, openai_chat.py) with --extra-inputs ignore_eos, min_tokens --
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 def test_aiperf_requests_with_extra_inputs(served, chat) -> None:

@@ -1,7 +1,8 @@
 """The server's edges, in process: OpenAI's 404 for a model it does not serve, ``GET /v1/models/{id}``,
-``/health`` 503 at once while the model loads, the access log, ``graphtop:http_requests_total``, the
-default seed, a graceful stop that ends the streams still running with an error chunk and ``[DONE]``, and
-the connection limits (headers timed, the oldest idle connection closed to make room)."""
+several served names, ``/health`` 503 at once while the model loads, the access log,
+``graphtop:http_requests_total``, the default seed, a graceful stop that ends the streams still running
+with an error chunk and ``[DONE]``, and the connection limits (headers timed, the oldest idle connection
+closed to make room)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,35 @@ def test_a_model_is_read_by_its_id(served) -> None:
     for other in ("gpt-4", "org/model", "demo%20x"):
         r = httpx.get(f"{served.url}/v1/models/{other}", timeout=TIMEOUT_S)
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+
+
+def test_several_served_names_are_all_accepted_and_listed_the_first_one_reported(served) -> None:
+    """vLLM's ``--served-model-name A B``: ``/v1/models`` has a card per name (``root``: the model as given),
+    requests may give any of them, and responses name the first."""
+    with beside(served, model_aliases=("alias-1", "org/alias-2"), model_root="/models/demo") as server:
+        cards = httpx.get(f"{server.url}/v1/models", timeout=TIMEOUT_S).json()["data"]
+        assert [c["id"] for c in cards] == [MODEL_NAME, "alias-1", "org/alias-2"]
+        assert {c["root"] for c in cards} == {"/models/demo"} and {c["parent"] for c in cards} == {None}
+        for name in (MODEL_NAME, "alias-1", "org/alias-2"):
+            one = httpx.get(f"{server.url}/v1/models/{name}", timeout=TIMEOUT_S)
+            assert one.status_code == 200 and one.json()["id"] == name
+            body = {"prompt": "Hi", "max_tokens": 2, "model": name}
+            r = httpx.post(f"{server.url}{COMPLETIONS}", json=body, timeout=TIMEOUT_S)
+            assert r.status_code == 200 and r.json()["model"] == MODEL_NAME, r.text
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "model": "alias-1"}
+        r = httpx.post(f"{server.url}/v1/chat/completions", json=chat, timeout=TIMEOUT_S)
+        assert r.status_code == 200 and r.json()["model"] == MODEL_NAME, r.text
+        r = httpx.post(f"{server.url}{COMPLETIONS}", json={"prompt": "x", "model": "alias-3"}, timeout=TIMEOUT_S)
+        message = r.json()["error"]["message"]
+        assert r.status_code == 404 and message.endswith("serves 'demo', 'alias-1', 'org/alias-2'"), r.text
+    assert engine_idle(served.engine)
+
+
+def test_a_served_name_given_twice_or_empty_is_refused() -> None:
+    with pytest.raises(ValueError, match="'a' is given twice"):
+        ServeOptions(model_name="a", model_aliases=("b", "a"))
+    with pytest.raises(ValueError, match="name is empty"):
+        ServeOptions(model_name="a", model_aliases=("",))
 
 
 def test_health_answers_503_at_once_while_the_model_loads_then_200(served) -> None:
