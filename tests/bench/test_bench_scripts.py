@@ -22,7 +22,6 @@ def test_the_durable_benchmarks_are_there():
         "graph_bench",
         "ab_decode",
         "profile_decode",
-        "kernel_timeline",
         "decode_attn_bench",
         "gemv_bench",
         "skinny_bench",
