@@ -9,7 +9,7 @@
 #      graph,events,dashboard (default) and gemv,skinny,profile,attn,ab,parity,tp,cold,eager; each has its flags
 #      variable: graph BENCH_ARGS, events EVENTS_ARGS, dashboard DASH_ARGS, gemv GEMV_ARGS, skinny SKINNY_ARGS,
 #      profile PROFILE_ARGS, attn ATTN_ARGS, ab AB_ARGS, parity PARITY_ARGS, tp TP_ARGS (tp needs 2 GPUs),
-#      cold COLD_ARGS, eager EAGER_ARGS; the scripts are bench/graph_bench.py, events_bench.py, dashboard_bench.py, gemv_bench.py,
+#      cold COLD_ARGS, eager EAGER_ARGS; the scripts are bench/graph_bench.py (events: --events-only), dashboard_bench.py, gemv_bench.py,
 #      skinny_bench.py, profile_decode.py, decode_attn_bench.py, ab_decode.py, parity_bench.py, tp_bench.py,
 #      cold_start_bench.py, eager_launch_bench.py (docs/benchmarks.md has the figures). PYTEST_ARGS adds pytest flags; GPU_TEST_FILES replaces the list
 #      of test files (default: every tests/cuda/test_*.py); GPU_TEST_PART=1 / 2 runs
@@ -72,7 +72,8 @@ run_bench() {  # log file name, then the command
 }
 if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,graph,* ]] && run_bench bench.log python3 bench/graph_bench.py --out "$out" ${BENCH_ARGS:-}
-  [[ $benches == *,events,* ]] && run_bench events.log python3 bench/events_bench.py --device cuda ${EVENTS_ARGS:-}
+  [[ $benches == *,events,* ]] && run_bench events.log python3 bench/graph_bench.py --events-only --device cuda --shapes qwen3-0.6b --bs 1 \
+      --steps 200 --rounds 7 ${EVENTS_ARGS:-}
   [[ $benches == *,dashboard,* ]] && run_bench dashboard.log python3 bench/dashboard_bench.py --out "$out" ${DASH_ARGS:-}
   [[ $benches == *,gemv,* ]] && run_bench gemv.log python3 bench/gemv_bench.py ${GEMV_ARGS:-}
   [[ $benches == *,skinny,* ]] && run_bench skinny.log python3 bench/skinny_bench.py ${SKINNY_ARGS:-}

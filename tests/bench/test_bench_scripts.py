@@ -26,7 +26,6 @@ def test_the_durable_benchmarks_are_there():
         "gemv_bench",
         "skinny_bench",
         "cpu_bench",
-        "events_bench",
         "dashboard_bench",
         "parity_bench",
         "tp_bench",
