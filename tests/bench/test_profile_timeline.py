@@ -96,7 +96,7 @@ def test_profile_decode_knows_what_each_decode_launch_reads():
 
     pytest.importorskip("triton")
     import profile_decode
-    from triton_host import fused_kernels_on_cpu, fused_model
+    from support.triton_host import fused_kernels_on_cpu, fused_model
 
     for fused_mlp in (False, True):
         with fused_kernels_on_cpu():
