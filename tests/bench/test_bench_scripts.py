@@ -29,7 +29,6 @@ def test_the_durable_benchmarks_are_there():
         "dashboard_bench",
         "parity_bench",
         "tp_bench",
-        "time_to_graphs",
         "cold_start_bench",
     } <= set(SCRIPT_NAMES)
 
