@@ -23,7 +23,6 @@ def test_the_durable_benchmarks_are_there():
         "ab_decode",
         "profile_decode",
         "decode_attn_bench",
-        "gemv_bench",
         "skinny_bench",
         "cpu_bench",
         "dashboard_bench",
