@@ -9,9 +9,26 @@ one, from the moment every request has its first token (prefill done) to the las
 
     python3 bench/cpu_bench.py [--model DIR|FILE.gguf] [--rounds 5] [--new-tokens 32] [--inflight 16]
         [--variants eager,graphs] [--threads N] [--json OUT.json]
+    python3 bench/cpu_bench.py --time-to-graphs [--shapes demo,smollm2-135m] [--model DIR|FILE.gguf]
+        [--forward-per-bucket]
 
-Targets: graphtop bs 1 >= transformers bs 1; graphtop at 16 in flight >= 4x transformers bs 1. Load and
-capture times on the CPU: bench/time_to_graphs.py.
+Targets: graphtop bs 1 >= transformers bs 1; graphtop at 16 in flight >= 4x transformers bs 1.
+
+``--time-to-graphs`` measures instead how long until every graph is live on a CPU (emulated graphs), for each
+of ``--shapes`` (the demo model, random-weight shapes) and ``--model`` if given, with the default engine
+settings (serve while capturing, default bucket lists):
+
+* load: checkpoint to an engine that serves (``Engine.from_pretrained``, or random weights of a
+  published shape and ``Engine(...)``; torch and the engine modules are imported beforehand);
+* capture: constructor return to ``wait_for_capture()`` on an idle engine, which captures flat out;
+* first token: a second engine, a prompt submitted as soon as it is constructed, to its first token
+  (the engine serves while it captures, so this does not wait for the capture).
+
+Each figure is wall seconds and, in brackets, this process's CPU seconds (user + system, all threads):
+on a shared machine the wall time grows with the load average, the CPU time much less.
+``--forward-per-bucket`` also times one eager forward per bucket at the same lists: the work the
+emulated capture did per bucket before it recorded the contract instead (minutes for SmolLM2-135M
+on two cores). A ``.gguf`` ``--model`` is converted to a folder in the user cache first, untimed.
 """
 
 from __future__ import annotations
@@ -29,7 +46,12 @@ from typing import Any, Callable
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
-from harness import checkpoint_folder, interleaved, log, smollm2_gguf, write_json  # noqa: E402
+from harness import checkpoint_folder, interleaved, log, md_table, random_ckpt, smollm2_gguf, write_json  # noqa: E402
+
+from graphtop.engine.config import EngineConfig  # noqa: E402
+from graphtop.engine.engine import Engine  # noqa: E402
+from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
+from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
 
 PROMPT = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle. "
@@ -182,6 +204,99 @@ def run_speed(args: argparse.Namespace) -> dict:
     return result
 
 
+def loader(name: str) -> Callable[[EventBus], Engine]:
+    """A function that builds a fresh CPU engine for ``name`` (demo, a random shape, a folder or a GGUF)."""
+    config = EngineConfig(device="cpu", dtype="float32")
+    if name == "demo":
+        return lambda bus: Engine.from_pretrained(None, config=config, bus=bus)
+    if os.path.exists(name):
+        folder = str(checkpoint_folder(name))
+        return lambda bus: Engine.from_pretrained(folder, config=config, bus=bus)
+    return lambda bus: Engine(random_ckpt(name, device="cpu", dtype=torch.float32), config, bus)
+
+
+def forward_per_bucket(engine: Engine) -> float:
+    """Seconds for one eager forward at every configured bucket (what capture used to run)."""
+    t0 = time.perf_counter()
+    for runner in (engine.model_runner.decode, engine.model_runner.prefill):
+        for size in runner.configured if runner is not None else ():
+            runner._prepare_capture(size)
+            runner._forward(size)
+    return time.perf_counter() - t0
+
+
+def measure(name: str, with_forwards: bool) -> dict[str, Any]:
+    build = loader(name)
+    bus = EventBus()
+    sub = bus.subscribe("capture", types={"capture_finished"})
+    t0, c0 = time.perf_counter(), time.process_time()
+    engine = build(bus)
+    t1, c1 = time.perf_counter(), time.process_time()
+    assert engine.wait_for_capture(timeout=600), "capture did not finish in 10 minutes"
+    t2, c2 = time.perf_counter(), time.process_time()
+    phases = {e.phase: e.seconds for e in sub.drain()}
+    row: dict[str, Any] = dict(
+        model=os.path.basename(os.path.normpath(name)),
+        load_s=t1 - t0,
+        load_cpu_s=c1 - c0,
+        capture_s=t2 - t1,
+        capture_cpu_s=c2 - c1,
+        all_live_s=t2 - t0,
+        all_live_cpu_s=c2 - c0,
+        decode_buckets=len(engine.decode_buckets),
+        prefill_buckets=len(engine.prefill_buckets),
+        decode_capture_s=phases.get("decode"),
+        prefill_capture_s=phases.get("prefill"),
+    )
+    if with_forwards:
+        row["forward_per_bucket_s"] = forward_per_bucket(engine)
+    engine.close()
+    del engine
+
+    engine = build(EventBus())
+    t3, c3 = time.perf_counter(), time.process_time()
+    handle = engine.submit(list(range(10, 42)), SamplingParams(max_new_tokens=1, ignore_eos=True, detokenize=False))
+    engine.run_until_done([handle])
+    row["first_token_s"], row["first_token_cpu_s"] = time.perf_counter() - t3, time.process_time() - c3
+    row["capture_pending_at_first_token"] = engine.capture_pending
+    engine.close()
+    return row
+
+
+def time_to_graphs(args: argparse.Namespace) -> None:
+    """``--time-to-graphs``: load, capture and first-token times of each model, as a table."""
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+        f"{os.environ['OMP_WAIT_POLICY']}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+    names = [*args.shapes.split(","), *([args.model] if args.model else [])]
+    rows = [measure(name, args.forward_per_bucket) for name in names if name]
+    header = [
+        "model",
+        "buckets decode + prefill",
+        "load s",
+        "capture s (decode, prefill)",
+        "all graphs live s",
+        "first token s",
+    ] + (["one forward per bucket s"] if args.forward_per_bucket else [])
+    table = []
+    for r in rows:
+        pending = ", capture still running" if r["capture_pending_at_first_token"] else ""
+        row = [
+            r["model"],
+            f"{r['decode_buckets']} + {r['prefill_buckets']}",
+            f"{r['load_s']:.2f} [{r['load_cpu_s']:.2f}]",
+            f"{r['capture_s']:.2f} [{r['capture_cpu_s']:.2f}] ({r['decode_capture_s']:.2f}, "
+            f"{r['prefill_capture_s']:.2f})",
+            f"{r['all_live_s']:.2f} [{r['all_live_cpu_s']:.2f}]",
+            f"{r['first_token_s']:.2f} [{r['first_token_cpu_s']:.2f}]{pending}",
+        ]
+        if args.forward_per_bucket:
+            row.append(f"{r['forward_per_bucket_s']:.1f}")
+        table.append(row)
+    print(md_table(header, table))
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -193,6 +308,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--variants", default="eager,graphs")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's own choice)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--time-to-graphs", action="store_true", help="only load, capture and first-token times")
+    ap.add_argument(
+        "--shapes",
+        default="demo,smollm2-135m",
+        help="--time-to-graphs: demo and/or random-weight shapes (models/synthetic/random_model.py)",
+    )
+    ap.add_argument("--forward-per-bucket", action="store_true", help="--time-to-graphs: one eager forward a bucket")
     return ap
 
 
@@ -200,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.time_to_graphs:
+        time_to_graphs(args)
+        return 0
     result = run_speed(args)
     if args.json:
         write_json(Path(args.json).parent, Path(args.json).name, result)

@@ -21,6 +21,13 @@ chunks, two or four programs a (row, KV head)), with the shipped large-batch lau
 tiles in flight only from five on, the page-list load each K/V load depends on taking stages), with the
 shipped launch of that size as the reference. --sweep-regs tries launches with a register cap
 (``DecodeTuning.maxnreg``) around the shipped one of each size.
+
+    python3 bench/decode_attn_bench.py --ncu 64:220:engine,64:220:shuffled --shapes llama-3.1-8b
+
+--ncu runs nothing else: one launch per case (rows:context:slot layout, the first shape), the shipped launch
+shape of that many rows, in the order given, each inside an NVTX range named ``ncu`` for Nsight Compute
+(``ncu --nvtx --nvtx-include "ncu/" ...``; scripts/ncu_check.sh runs the usual reports): timing says how
+long a launch takes, the hardware counters whether it waits on DRAM, on latency or on its issue slots.
 """
 
 from __future__ import annotations
@@ -253,6 +260,7 @@ def parser() -> argparse.ArgumentParser:
     grids.add_argument("--sweep-deep", action="store_true", help="sweep pipelines of five to eight stages")
     grids.add_argument("--sweep-regs", action="store_true", help="sweep launches with a register cap")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--ncu", metavar="CASES", help="rows:context:layout,...: only these launches, in the range ncu")
     return ap
 
 
@@ -261,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
+    if args.ncu:
+        ncu_launches(args.shapes.split(",")[0], args.ncu)
+        return 0
     rows = []
     log(
         "| shape | bs | context | slots | FlashInfer pipeline µs/layer | Triton one-launch µs/layer "
@@ -339,6 +350,27 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
     write_json(args.out, "decode_attn.json", rows)
     return 0
+
+
+NCU_RANGE = "ncu"
+
+
+def ncu_launches(shape: str, cases: str) -> None:
+    """One shipped launch per case inside the NVTX range ``ncu``, compiled and warmed up outside it."""
+    for spec in cases.split(","):
+        bs, ctx, layout = spec.split(":")
+        case = Case(SHAPES[shape], int(bs), int(ctx), layout=layout)
+        layer = triton_layer(case)
+        for i in range(case.layers):
+            layer(i)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(NCU_RANGE)
+        layer(0)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+        log(f"profiled: attention {shape} rows {bs} context {ctx} slots {layout}")
+        del case, layer
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

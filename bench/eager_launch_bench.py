@@ -5,7 +5,7 @@ launch path, in interleaved rounds (ABBA) on one live model.
 
 ``--device cuda``: an engine without graphs (every decode step eager, on the fused kernels as served); the
 figure is the whole serving step's wall time. ``--device stub`` (no GPU; needs Triton): the model's decode
-forward on the CPU against an sm_90 stand-in driver, every launch a no-op (bench/triton_host.py), so the
+forward on the CPU against an sm_90 stand-in driver, every launch a no-op (tests/support/triton_host.py), so the
 figure is the forward's host time alone; its kernels compile for sm_90 once, into a temporary folder.
 """
 
@@ -15,13 +15,14 @@ import argparse
 import cProfile
 import pstats
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import torch
-from harness import drain, fill_decode, log, make_engine, md_table, random_ckpt, time_steps
+from harness import REPO, drain, fill_decode, log, make_engine, md_table, random_ckpt, time_steps
 
 
 def rounds(run: Callable[[], float], n: int) -> dict[str, list[float]]:
@@ -51,7 +52,8 @@ def cuda_rounds(args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 def stub_rounds(args: argparse.Namespace) -> dict[str, list[float]]:
-    from triton_host import (
+    sys.path.insert(0, str(REPO / "tests"))  # the tests' stand-in sm_90 driver
+    from support.triton_host import (
         PagedAttention,
         compile_ahead,
         fused_kernels_on_cpu,

@@ -5,10 +5,17 @@ printed as a table of ratios and saved as JSON.
 
     python3 bench/graph_bench.py --out OUT_DIR [--shapes qwen3-0.6b,llama-3.1-8b] [--bs 1,8,64,256]
         [--rounds 5] [--prefill 64,128,256,512,1024]
+    python3 bench/graph_bench.py --events-only [--device cpu|cuda] [--shapes qwen3-0.6b] [--bs 1] [--steps 200]
+        [--rounds 7]
 
 Step times are whole serving steps (schedule → forward → sample → events), timed across N steps with
 one synchronize before and after; each step's own sampling sync is part of it, as in serving. Graph
 and eager decode of one batch alternate in rounds on the same live engine; figures are medians.
+
+The event stream's overhead is the decode step time with a trace recorder subscribed ÷ with no subscriber:
+rounds alternate off/on on the same engine, each timing a fresh batch over the same span of contexts, and
+medians are compared. ``--events-only`` measures only that, per shape and batch size: on the CPU on the demo
+model (emulated graphs), on CUDA on a random-weight model of each shape.
 """
 
 from __future__ import annotations
@@ -21,12 +28,13 @@ import time
 from typing import Any, Optional
 
 import torch
-from events_bench import events_overhead
 from harness import (
+    EVENTS_PROMPT,
     PROMPT_LEN,
     comma_ints,
     copy_bandwidth,
     drain,
+    events_overhead,
     fill_decode,
     floor_ms,
     fmt,
@@ -38,6 +46,7 @@ from harness import (
     ratio,
     refuse_past_context,
     release_cuda,
+    sync_for,
     time_steps,
     write_json,
     write_text,
@@ -347,6 +356,34 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
+def build(device: str, shape: str, bs: int) -> Any:
+    if device == "cpu":
+        from graphtop.engine.config import EngineConfig
+        from graphtop.engine.engine import Engine
+        from graphtop.engine.telemetry.bus import EventBus
+
+        return Engine.from_pretrained(
+            None, config=EngineConfig(device="cpu", capture_before_serving=True), bus=EventBus()
+        )
+    return make_engine(random_ckpt(shape), max_running=max(8, bs))
+
+
+def events_only(args: argparse.Namespace) -> None:
+    """``--events-only``: the event stream's cost alone, per shape (the demo model on the CPU) and batch size."""
+    for shape in args.shapes.split(",")[:1] if args.device == "cpu" else args.shapes.split(","):
+        for bs in args.bs:
+            engine = build(args.device, shape, bs)
+            try:
+                r = events_overhead(engine, bs, args.steps, args.rounds, sync_for(args.device))
+                log(
+                    f"events on/off, {args.device}, bs {bs}, decode graph path "
+                    f"({engine.model_runner.decode_backend_label}): {r['on_ms']:.4f} / {r['off_ms']:.4f} ms "
+                    f"= {r['ratio']:.4f}"
+                )
+            finally:
+                engine.close()
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"), help="folder for bench.json and bench.md")
@@ -363,12 +400,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--prefill-reps", type=int, default=5)
     ap.add_argument("--layers", type=int, default=0, help="override layer count (quick runs)")
     ap.add_argument("--no-events", dest="events", action="store_false")
+    ap.add_argument("--events-only", action="store_true", help="only the event stream's cost (--device cpu: demo)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="--events-only")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
+    if args.events_only:
+        what = f"{args.steps} steps after a {EVENTS_PROMPT}-token prompt"
+        refuse_past_context(ap, EVENTS_PROMPT + args.steps + 2, what)
+        if args.device == "cuda" and not torch.cuda.is_available():
+            ap.error("--device cuda needs a CUDA device (--device cpu runs on the demo model)")
+        args.bs = comma_ints(args.bs)
+        events_only(args)
+        return 0
     refuse_past_context(
         ap,
         decode_run_context(args.steps, args.eager_steps, args.rounds),

@@ -1,6 +1,6 @@
 """The benchmarks' shared harness: random-weight engines of the published shapes, the HBM floor and the
 copy bandwidth it divides by, timing (whole serving steps, CUDA-graph replays between CUDA events,
-interleaved rounds and their medians), and the result tables and JSON files.
+interleaved rounds and their medians; the event stream's cost), and the result tables and JSON files.
 
 Why one module: a figure must mean the same in every table. A step is timed the same way, a floor counts
 the same bytes and an A/B is interleaved the same way whichever script reports it. Scripts import it as
@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -29,6 +30,7 @@ from graphtop.engine.engine import Engine  # noqa: E402
 from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.sampling_params import SamplingParams  # noqa: E402
 from graphtop.engine.telemetry.bus import EventBus  # noqa: E402
+from graphtop.engine.telemetry.recorder import TraceRecorder  # noqa: E402
 from graphtop.models.synthetic.random_model import SHAPES, hf_config_for, random_checkpoint  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -280,6 +282,34 @@ def time_steps(eng: Engine, n: int, sync: Optional[Callable[[], None]] = None) -
         eng.step()
     sync()
     return (time.perf_counter() - t) / n * 1e3
+
+
+EVENTS_PROMPT = 32
+
+
+def events_overhead(engine: Any, bs: int, steps: int, rounds: int, sync: Callable[[], None]) -> dict[str, float]:
+    """Median step ms with a trace recorder subscribed (``on_ms``) and without (``off_ms``), in rounds that
+    alternate off, on; each measurement prefills ``bs`` fresh requests (untimed), times ``steps`` decode
+    steps and serves the rest, so every measurement covers the same contexts."""
+
+    def measure() -> float:
+        fill_decode(engine, bs, prompt_len=EVENTS_PROMPT, max_new_tokens=steps + 2)
+        ms = time_steps(engine, steps, sync)
+        engine.run_until_idle()
+        return ms
+
+    measure()  # warm-up
+    off, on = [], []
+    for _ in range(rounds):
+        off.append(measure())
+        with tempfile.TemporaryDirectory(prefix="gt-events-") as tmp:
+            rec = TraceRecorder(str(Path(tmp) / "trace.jsonl"), engine.bus, header_meta={"bench": "events"})
+            try:
+                on.append(measure())
+            finally:
+                rec.close()
+    off_ms, on_ms = statistics.median(off), statistics.median(on)
+    return {"off_ms": off_ms, "on_ms": on_ms, "ratio": on_ms / off_ms}
 
 
 def event_ms(fn: Callable[[], Any], reps: int = 1) -> float:

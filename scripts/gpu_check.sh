@@ -9,8 +9,8 @@
 #      graph,events,dashboard (default) and gemv,skinny,profile,attn,ab,parity,tp,cold,eager; each has its flags
 #      variable: graph BENCH_ARGS, events EVENTS_ARGS, dashboard DASH_ARGS, gemv GEMV_ARGS, skinny SKINNY_ARGS,
 #      profile PROFILE_ARGS, attn ATTN_ARGS, ab AB_ARGS, parity PARITY_ARGS, tp TP_ARGS (tp needs 2 GPUs),
-#      cold COLD_ARGS, eager EAGER_ARGS; the scripts are bench/graph_bench.py, events_bench.py, dashboard_bench.py, gemv_bench.py,
-#      skinny_bench.py, profile_decode.py, decode_attn_bench.py, ab_decode.py, parity_bench.py, tp_bench.py,
+#      cold COLD_ARGS, eager EAGER_ARGS; the scripts are bench/graph_bench.py (events: --events-only), dashboard_bench.py,
+#      skinny_bench.py (gemv: --gemv), profile_decode.py, decode_attn_bench.py, ab_decode.py, parity_bench.py, tp_bench.py,
 #      cold_start_bench.py, eager_launch_bench.py (docs/benchmarks.md has the figures). PYTEST_ARGS adds pytest flags; GPU_TEST_FILES replaces the list
 #      of test files (default: every tests/cuda/test_*.py); GPU_TEST_PART=1 / 2 runs
 #      tests/cuda/test_cuda_kernels.py / the other files of the list; GPU_TEST_SPREAD=N (default 8; 0 or 1:
@@ -72,9 +72,10 @@ run_bench() {  # log file name, then the command
 }
 if [ "${GPU_BENCH:-1}" = 1 ]; then
   [[ $benches == *,graph,* ]] && run_bench bench.log python3 bench/graph_bench.py --out "$out" ${BENCH_ARGS:-}
-  [[ $benches == *,events,* ]] && run_bench events.log python3 bench/events_bench.py --device cuda ${EVENTS_ARGS:-}
+  [[ $benches == *,events,* ]] && run_bench events.log python3 bench/graph_bench.py --events-only --device cuda --shapes qwen3-0.6b --bs 1 \
+      --steps 200 --rounds 7 ${EVENTS_ARGS:-}
   [[ $benches == *,dashboard,* ]] && run_bench dashboard.log python3 bench/dashboard_bench.py --out "$out" ${DASH_ARGS:-}
-  [[ $benches == *,gemv,* ]] && run_bench gemv.log python3 bench/gemv_bench.py ${GEMV_ARGS:-}
+  [[ $benches == *,gemv,* ]] && run_bench gemv.log python3 bench/skinny_bench.py --gemv ${GEMV_ARGS:-}
   [[ $benches == *,skinny,* ]] && run_bench skinny.log python3 bench/skinny_bench.py ${SKINNY_ARGS:-}
   [[ $benches == *,attn,* ]] && run_bench attn.log python3 bench/decode_attn_bench.py --out "$out" ${ATTN_ARGS:-}
   [[ $benches == *,ab,* ]] && run_bench ab.log python3 bench/ab_decode.py ${AB_ARGS:-}

@@ -255,7 +255,7 @@ if HAVE_TRITON:
             )
 
 
-# (N, K) -> (BLOCK_N, BLOCK_K, num_warps, num_stages[, SPLIT_K]): the best of bench/gemv_bench.py --sweep
+# (N, K) -> (BLOCK_N, BLOCK_K, num_warps, num_stages[, SPLIT_K]): the best of bench/skinny_bench.py --gemv --sweep
 # on an H200 (M = 1); other shapes use pick_config's rule. Qwen3-0.6B's qkv and gate|up (K = 1024) take
 # half-K tiles instead: alone they were no faster, but inside the model's PDL chain (bench/ab_decode.py)
 # the step was. Each program holds half the registers, so the whole grid is resident in one wave with

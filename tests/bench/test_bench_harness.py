@@ -112,10 +112,8 @@ def test_interleaved_rounds_take_turns(abba, order):
 
 
 def test_events_overhead_times_both_sides_and_leaves_the_engine_idle(tiny_ckpt, make_engine):
-    from events_bench import events_overhead
-
     eng = make_engine(tiny_ckpt("llama"))
-    result = events_overhead(eng, 2, 3, 2, lambda: None)
+    result = harness.events_overhead(eng, 2, 3, 2, lambda: None)
     assert result["ratio"] == pytest.approx(result["on_ms"] / result["off_ms"])
     assert result["on_ms"] > 0 and result["off_ms"] > 0
     assert eng.pool.used_pages == 0 and not eng.scheduler.running

@@ -2,7 +2,7 @@
 path then loads them instead of compiling.
 
 Needs Triton (CUDA builds of torch ship it; these tests skip without it), not a GPU: Triton's launch path
-runs up to its compile against a stand-in driver for an sm_90 target (bench/triton_host.py),
+runs up to its compile against a stand-in driver for an sm_90 target (tests/support/triton_host.py),
 and the workers compile for that target.
 """
 
@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from triton_host import hopper_driver  # noqa: E402
+from support.triton_host import hopper_driver  # noqa: E402
 
 from graphtop.models.kernels import fused, gemv, precompile  # noqa: E402
 from graphtop.models.kernels.compile_pool import KernelCompiler  # noqa: E402

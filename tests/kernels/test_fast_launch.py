@@ -1,7 +1,7 @@
 """``FastKernel`` launches a compiled kernel again with exactly what Triton's own launch path would pass.
 
 Needs Triton, not a GPU (skipped without it): kernels compile for an sm_90 target against a stand-in driver
-(bench/triton_host.py), and the launcher is replaced by a recorder of what it was handed.
+(tests/support/triton_host.py), and the launcher is replaced by a recorder of what it was handed.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from triton._C.libtriton import native_specialize_impl  # noqa: E402
-from triton.backends.nvidia.compiler import CUDABackend  # noqa: E402
-from triton_host import (  # noqa: E402
+from support.triton_host import (  # noqa: E402
     PagedAttention,
     compile_ahead,
     fused_kernels_on_cpu,
@@ -24,6 +22,8 @@ from triton_host import (  # noqa: E402
     hopper_driver,
     stubbed_launches,
 )
+from triton._C.libtriton import native_specialize_impl  # noqa: E402
+from triton.backends.nvidia.compiler import CUDABackend  # noqa: E402
 
 from graphtop.models.kernels import fused, gemv, launch, precompile  # noqa: E402
 

@@ -4,7 +4,7 @@ for Hopper with programmatic dependent launch.
 No GPU: the numerics run in Triton's interpreter (``TRITON_INTERPRET=1`` must be set before Triton is
 imported, so in a subprocess), against the two fused-GEMV launches it replaces, interpreted too, and a
 torch reference with the same rounding points; the PDL variants compile for sm_90 against a stand-in
-driver (bench/triton_host.py). Both skip without Triton. The GPU runs are
+driver (tests/support/triton_host.py). Both skip without Triton. The GPU runs are
 tests/cuda/test_cuda_kernels.py's and bench/ab_decode.py's (mlp=fused).
 """
 
@@ -175,8 +175,8 @@ def test_the_interpreted_kernel_is_deterministic_resets_its_tickets_and_writes_o
 def test_the_pdl_variants_compile_for_hopper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Recorded from launches on CPU tensors with USE_PDL, compiled for sm_90: a cubin, griddepcontrol in it."""
     pytest.importorskip("triton")
+    from support.triton_host import hopper_driver
     from triton import knobs
-    from triton_host import hopper_driver
 
     from graphtop.models.kernels import precompile
 

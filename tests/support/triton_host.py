@@ -1,6 +1,7 @@
 """Triton's host side without a GPU: a stand-in driver for an H100/H200 target (sm_90), so Triton's launch path
 runs up to its compile (and compiles, for that target), and launchers that launch nothing, so the host side
-of a launch runs whole. The tests and bench/eager_launch_bench.py's ``--device stub`` use them."""
+of a launch runs whole. The tests and bench/eager_launch_bench.py's ``--device stub`` use them (the
+benchmark puts tests/ on its path for it)."""
 
 from __future__ import annotations
 

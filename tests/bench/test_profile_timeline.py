@@ -1,11 +1,11 @@
-"""bench/kernel_timeline.py: overlapping (PDL) kernels are charged only what they add to the step, idle
+"""bench/profile_decode.py's timeline: overlapping (PDL) kernels are charged only what they add to the step, idle
 time is reported as a gap, and a layer's projections are told apart by grid and place."""
 
 from __future__ import annotations
 
 import json
 
-import kernel_timeline as kt
+import profile_decode as kt
 
 
 def _k(name: str, ts: float, dur: float, grid=(1, 1, 1)) -> dict:
@@ -96,7 +96,7 @@ def test_profile_decode_knows_what_each_decode_launch_reads():
 
     pytest.importorskip("triton")
     import profile_decode
-    from triton_host import fused_kernels_on_cpu, fused_model
+    from support.triton_host import fused_kernels_on_cpu, fused_model
 
     for fused_mlp in (False, True):
         with fused_kernels_on_cpu():
@@ -126,11 +126,11 @@ def test_an_unreadable_trace_or_byte_count_file_is_one_line_and_exit_2(tmp_path,
     trace.write_text(json.dumps({"traceEvents": [_k("_gemv_kernel", 0, 1)]}))
     broken = tmp_path / "bytes.json"
     broken.write_text("{not json")
-    for argv in ([str(tmp_path / "missing.json")], [str(trace), "--bytes", str(broken)]):
+    for argv in (["--timeline", str(tmp_path / "missing.json")], ["--timeline", str(trace), "--bytes", str(broken)]):
         with pytest.raises(SystemExit) as exit_:
             kt.main(argv)
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("usage: ") and "Traceback" not in err
         assert ": error: cannot read the trace or the byte counts: " in err.strip().splitlines()[-1]
-    assert kt.main([str(trace)]) == 0
+    assert kt.main(["--timeline", str(trace)]) == 0
