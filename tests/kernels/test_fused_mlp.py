@@ -189,7 +189,7 @@ def test_the_pdl_variants_compile_for_hopper(tmp_path: Path, monkeypatch: pytest
         bf16 = torch.bfloat16
         with hopper_driver():
             with precompile.record_missing() as missing:
-                for m, hidden, inter in ((1, 1024, 3072), (4, 1024, 3072), (1, 4096, 14336)):
+                for m, hidden, inter in ((1, 1024, 3072), (3, 1024, 3072), (1, 4096, 14336)):
                     h = torch.randn(m, hidden, dtype=bf16)
                     wgu, wd = torch.empty(2 * inter, hidden, dtype=bf16), torch.empty(hidden, inter, dtype=bf16)
                     tm.fused_mlp(h, wgu, wd, torch.ones(hidden, dtype=bf16), 1e-6, pdl=True)
