@@ -239,6 +239,9 @@ def fill_decode(
         eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params) for _ in range(bs)
     ]
     while any(len(h._token_ids) == 0 for h in handles):
+        # every prefill before any decode, so the rows enter decode together with equal contexts (the
+        # scheduler's fair turns would decode the first rows while the last ones still prefill)
+        eng.scheduler.decode_turn = False
         eng.step()
     return handles
 
