@@ -222,6 +222,7 @@ def propose(
             holdout=holdout,
             page_size=page_size,
             keep_largest=True,
+            keep_current=True,
         )
         held = advice.held_out
         gain = held.gain if held is not None else None
