@@ -114,3 +114,17 @@ def test_spread_cost_follows_the_runners_rule() -> None:
     assert spread_cost([2, 4], 4, eager_ratio=2.0, max_padding_waste=0.25) == 2.0 + 2 + 4 + 4
     # no buckets: every size eager
     assert spread_cost([], 4, eager_ratio=2.0, max_padding_waste=None) == 20.0
+
+
+def test_the_advice_spends_a_graph_only_where_it_pays() -> None:
+    from graphtop.engine.graphs.bucket_advisor import advise
+
+    # 100 steps of 64 tokens, one each of 60..63: the exact small sizes save a few tokens, far under 1 %
+    demand = {64: 100, 60: 1, 61: 1, 62: 1, 63: 1}
+    full = advise("prefill", demand, eager_ratio=1.5, max_graphs=5)
+    lean = advise("prefill", demand, eager_ratio=1.5, max_graphs=5, min_graph_gain=0.01)
+    assert len(full.buckets) == 5 and lean.buckets == (64,)
+    assert lean.cost - full.cost <= 0.01 * full.ideal * 4
+    # a graph that saves much is still spent
+    demand = {64: 100, 32: 100}
+    assert advise("prefill", demand, eager_ratio=1.5, max_graphs=5, min_graph_gain=0.01).buckets == (32, 64)
