@@ -114,6 +114,7 @@ def advise(
     cover_largest: bool = False,
     grid: int = 1,
     largest_at_least: Optional[int] = None,
+    min_graph_gain: Optional[float] = None,
 ) -> Advice:
     """The cheapest list for ``demand`` (size -> steps) with at most ``max_graphs`` buckets, no bucket
     over ``max_bucket`` and, with ``max_memory``, an estimated memory (``memory_of`` per bucket) within
@@ -121,7 +122,10 @@ def advise(
     ``grid``: buckets are multiples of it (or ``max_bucket``), each the smallest such point at or
     above some asked size; the search stays exact over those candidates. ``largest_at_least`` (with
     ``cover_largest``): the largest bucket is at least this, even if no step asked for it (live
-    advice keeps the largest bucket in use, for the long request the window has not seen yet)."""
+    advice keeps the largest bucket in use, for the long request the window has not seen yet).
+    ``min_graph_gain``: the advice spends a graph only where it pays, its graphs past the first ``k``
+    saving at least this fraction of the ideal cost each on average (live advice gives the graphs
+    left over to the lists in use: ``spare_graphs``)."""
     if eager_ratio <= 0:
         raise ValueError(f"eager ratio must be positive, got {eager_ratio}")
     if max_memory is not None and memory_of is None:
@@ -160,6 +164,8 @@ def advise(
         levels.append(nxt)
 
     top = cand[-1] if cand and cover_largest and eager_ratio > 1 else None  # the size that must be a bucket
+    if min_graph_gain is not None:
+        levels = levels[: _lean_count(levels, eager_sum, n, top, min_graph_gain * ideal) + 1]
     best = _best(levels, eager_sum, n, top) if top is not None else None
     if best is None:  # no list that covers fits the budgets: the cheapest one, and say why
         best = _best(levels, eager_sum, n, None)
@@ -197,6 +203,25 @@ def _best(
             if best is None or _better(key, best):
                 best = key
     return best
+
+
+def _lean_count(levels: Sequence["_Level"], eager_sum: np.ndarray, n: int, top: Optional[int], per_graph: float) -> int:
+    """The fewest graphs ``k`` such that the graphs past it save less than ``per_graph`` each on
+    average: the cheapest list of up to ``k`` graphs costs at most ``per_graph * (K - k)`` more than
+    the cheapest of up to ``K`` (robust to a gain curve that is not convex). Lists that do not cover
+    ``top`` count only where none at that graph count does."""
+    best = []
+    for level in levels:
+        total = level.cost + (eager_sum[n] - eager_sum[level.state + 1])
+        if top is not None and (level.state == top).any():
+            total = total[level.state == top]
+        best.append(float(total.min()) if total.size else np.inf)
+    upto = np.minimum.accumulate(np.array(best))
+    last = len(levels) - 1
+    for k in range(last + 1):
+        if upto[k] - upto[last] <= per_graph * (last - k) * (1.0 + _REL_TIE):
+            return k
+    return last
 
 
 def _why_uncovered(buckets: Sequence[int], top: Optional[int], sizes: Sequence[int], max_graphs: Optional[int]) -> str:

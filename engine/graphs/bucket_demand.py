@@ -181,6 +181,7 @@ def advise_phase(
     holdout: float = DEFAULT_HOLDOUT,
     page_size: Optional[int] = None,
     keep_largest: bool = False,
+    keep_current: bool = False,
 ) -> tuple[Advice, PhaseDemand]:
     """The advised list for ``phase`` and the demand it answers. ``ratio`` overrides the measured
     eager ratio; a memory budget needs capture costs of the phase (ValueError otherwise).
@@ -189,7 +190,9 @@ def advise_phase(
     them (``bucket_holdout``) and ``Advice.held_out`` reports train and held-out costs, for the
     advice and for ``current``. ``holdout`` 0 (or too few steps) fits every step at grid 1.
     ``keep_largest``: the advice's largest bucket is at least ``current``'s (live advice: a window of
-    recent steps has not seen every long request)."""
+    recent steps has not seen every long request). ``keep_current`` (with ``max_graphs``): the graphs
+    the advice leaves spare keep ``current``'s buckets (``spare_graphs``: live advice never throws
+    away coverage the window does not need the slot for)."""
     mine = [s for s in steps if step_phase(s.phase) == phase]
     cut = held_out_cut(len(mine), holdout)
     demand = phase_demand(mine, phase, current, max_padding_waste)
@@ -218,5 +221,6 @@ def advise_phase(
         memory_of=memory_of if points else None,
         max_bucket=max_bucket,
         largest_at_least=max(current) if keep_largest and current else None,
+        keep_current=keep_current,
     )
     return advice, demand

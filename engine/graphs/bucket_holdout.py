@@ -15,6 +15,11 @@ moves on), and:
    estimate of how the advice does on steps it has not seen, beside the same two costs for the
    lists in use.
 
+With ``keep_current`` (live advice, auto-tune) the advisor spends a graph only where it saves at
+least ``MIN_GRAPH_GAIN`` of the ideal cost, and every fitted list gets its spare graphs filled with
+the current list's buckets (``spare_graphs.keep_current``) before it is scored, so the grid choice,
+the held-out report and the advice all judge the list that would be captured.
+
 Costs are reported per ideal (``cost ÷ ideal``, 1.0 = every step on a graph of exactly its size), so
 a training part and a held-out part of different lengths compare. Pure (numpy via the advisor).
 """
@@ -27,12 +32,18 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from .bucket_advisor import Advice, advise, expected_cost
 from .held_out import HeldOut
+from .spare_graphs import keep_current as fill_spare
 
 __all__ = ["DEFAULT_GRIDS", "HeldOut", "advise_held_out", "relative_cost"]
 
 DEFAULT_GRIDS = {"decode": (1, 2, 4, 8), "prefill": (1, 16, 32, 64, 128)}
 """Grids tried per phase: decode batch sizes the kernels tile by, prefill token multiples that the
 attention and GEMM tiles like; the KV page size joins the prefill grids when known."""
+
+MIN_GRAPH_GAIN = 0.01
+"""With ``keep_current``: a graph the advice takes from the lists in use must save at least this
+fraction of the ideal step cost (on average over the graphs past the fewest that do): a window of
+short prompts must not trade a dense list's long buckets for a shade less padding."""
 
 DEFAULT_TOLERANCE = 0.01
 """Held-out costs within this fraction of the best count as equal; the coarser grid then wins."""
@@ -68,10 +79,12 @@ def advise_held_out(
     memory_of: Optional[Callable[[int], float]] = None,
     max_bucket: Optional[int] = None,
     largest_at_least: Optional[int] = None,
+    keep_current: bool = False,
 ) -> Advice:
     """The advice for ``train`` + ``held`` (size -> steps), its grid chosen by held-out cost, with a
     ``HeldOut`` report attached (``Advice.held_out``). With no held-out steps there is nothing to
-    score on: grid 1, and no report."""
+    score on: grid 1, and no report. ``keep_current`` (needs ``current`` and ``max_graphs``): the
+    spare graphs keep the current list's buckets (see the module)."""
     grids = sorted(set(grids) | {1})
     if any(g < 1 for g in grids):
         raise ValueError(f"grids must be at least 1, got {grids}")
@@ -86,13 +99,48 @@ def advise_held_out(
         largest_at_least=largest_at_least,
     )
     whole = Counter(train) + Counter(held)
+    keep = list(current) if keep_current and current and max_graphs is not None else None
+    if keep is not None:
+        budget["min_graph_gain"] = MIN_GRAPH_GAIN
+
+    def filled(buckets: Sequence[int]) -> tuple[int, ...]:
+        if keep is None:
+            return tuple(buckets)
+        return fill_spare(
+            buckets,
+            keep,
+            max_graphs=max_graphs,  # type: ignore[arg-type]
+            eager_ratio=eager_ratio,
+            max_padding_waste=max_padding_waste,
+            max_memory=max_memory,
+            memory_of=memory_of,
+            max_bucket=max_bucket,
+        )
+
+    def final_advice(advice: Advice) -> Advice:
+        buckets = filled(advice.buckets)
+        if buckets == advice.buckets:
+            return advice
+        cost = expected_cost(phase, whole, buckets, eager_ratio=eager_ratio, max_padding_waste=max_padding_waste)
+        per_bucket = tuple(float(memory_of(b)) for b in buckets) if memory_of is not None else ()
+        uncovered = tuple(s for s in advice.uncovered if s > buckets[-1])
+        return replace(
+            advice,
+            buckets=buckets,
+            cost=cost,
+            memory_bytes=float(sum(per_bucket)) if memory_of is not None else None,
+            bucket_memory=per_bucket,
+            uncovered=uncovered,
+            uncovered_because=advice.uncovered_because if uncovered else "",
+        )
+
     if not sum(held.values()) or not sum(train.values()):
-        return advise(phase, whole, **budget)  # type: ignore[arg-type]
+        return final_advice(advise(phase, whole, **budget))  # type: ignore[arg-type]
 
     def rel(demand: Mapping[int, int], buckets: Sequence[int]) -> float:
         return relative_cost(phase, demand, buckets, eager_ratio=eager_ratio, max_padding_waste=max_padding_waste)
 
-    fits = {g: advise(phase, train, grid=g, **budget).buckets for g in grids}  # type: ignore[arg-type]
+    fits = {g: filled(advise(phase, train, grid=g, **budget).buckets) for g in grids}  # type: ignore[arg-type]
     scores = {g: rel(held, fits[g]) for g in grids}
     best = min(scores.values())
     grid = max(g for g in grids if scores[g] <= best * (1.0 + tolerance))
@@ -107,5 +155,5 @@ def advise_held_out(
         now_held=None if current is None else rel(held, current),
         by_grid=tuple(sorted(scores.items())),
     )
-    final = advise(phase, whole, grid=grid, **budget)  # type: ignore[arg-type]
+    final = final_advice(advise(phase, whole, grid=grid, **budget))  # type: ignore[arg-type]
     return replace(final, held_out=report)

@@ -10,8 +10,12 @@ whose held-out step cost the advice lowers by at least ``threshold``: the earlie
 chooses, the later part judges, so a proposal is a list that already did better on traffic it had not
 seen. The dashboard shows it ("advice ready: ..."), and ``engine.auto_tune`` applies it.
 
-The advice keeps each phase's graph count, keeps its largest bucket (a window of recent steps has not
-seen every long request: a lull in long prompts must not cost the next one its graph), and stays
+The advice keeps the lists in use where the window does not pay for a change: it spends a graph
+only where that saves at least ``bucket_holdout.MIN_GRAPH_GAIN`` of the ideal step cost, and the
+graphs it leaves spare keep the current buckets (``spare_graphs``), so a window of short prompts does
+not trade a dense list's long buckets for a shade less padding. It keeps each phase's graph count,
+keeps its largest bucket (a window of recent steps has not seen every long request: a lull in long
+prompts must not cost the next one its graph), and stays
 within the static buffers (what a recapture accepts); with ``max_memory`` each phase's estimated graph
 memory stays within it, and a phase whose memory cannot be estimated (no capture ledger yet) is not
 proposed. Pure: no torch.
@@ -222,6 +226,7 @@ def propose(
             holdout=holdout,
             page_size=page_size,
             keep_largest=True,
+            keep_current=True,
         )
         held = advice.held_out
         gain = held.gain if held is not None else None
