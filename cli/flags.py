@@ -162,13 +162,13 @@ def add_telemetry_flag(t: Any) -> None:
 
 
 def graph_flags(args: argparse.Namespace) -> dict[str, Any]:
-    from graphtop.engine.graphs.bucket_list import BucketSpecError, parse_buckets
+    from graphtop.engine.graphs.bucket_list import BucketList, BucketSpecError
 
-    def buckets(text: Optional[str], flag: str) -> Optional[list[int]]:
+    def buckets(text: Optional[str], flag: str) -> Optional[BucketList]:
         if text is None:
             return None
         try:
-            return parse_buckets(text)
+            return BucketList.parse(text)
         except BucketSpecError as e:
             raise UsageError(f"{flag}: {e}") from None
 

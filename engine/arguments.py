@@ -3,7 +3,9 @@ whether text is valid Unicode.
 
 Its own dependency-free module (no torch, no other engine module) because every boundary check quotes
 values (graph config, sampling parameters, trace lines, CLI flags) and telemetry (no torch) and the
-engine both wait, and those live in packages that must not import each other.
+engine both wait, and those live in packages that must not import each other. The quoting rule itself
+lives at the bottom, in ``graphtop.models.text``, which the models' checks share; this module is the
+engine's one door to it (the import-linter contracts let no other engine module reach into models for it).
 """
 
 from __future__ import annotations
@@ -11,20 +13,9 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-LIMIT = 40
-"""Longest quoted value or token in a message, in characters."""
+from graphtop.models.text import short_repr, short_text
 
-
-def short_text(text: str) -> str:
-    """Text as a message quotes it: whole when short, cut when someone pasted a megabyte."""
-    return text if len(text) <= LIMIT else text[: LIMIT - 3] + "..."
-
-
-def short_repr(v: Any) -> str:
-    """A bad value as a one-line message shows it (a 5000-digit int is described, not printed)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
-        return f"an integer of {v.bit_length()} bits"
-    return short_text(repr(v))
+__all__ = ["is_unicode", "short_repr", "short_text", "wait_timeout"]
 
 
 def is_unicode(text: str) -> bool:

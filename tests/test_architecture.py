@@ -60,6 +60,9 @@ TRACE_TOOLS = "The engine's serving path never imports the offline trace tools"
     [
         ("graphtop.engine.trace_tools.stats", "torch", "Telemetry and the pure graph policies import no torch"),
         ("graphtop.engine.graphs.bucket_policy", "graphtop.models", "Telemetry and the pure graph policies"),
+        # the quoting rule's one door is engine/arguments.py: telemetry reaching into models for it is refused
+        ("graphtop.engine.telemetry.metrics", "graphtop.models.text", "Telemetry and the pure graph policies"),
+        ("graphtop.models.text", "torch", "Telemetry and the pure graph policies import no torch"),
         # the dashboard reads traces: importing it would bring the trace tools in too
         ("graphtop.engine.step.loop", "graphtop.tui.state", (ENGINE, LAYERS, TRACE_TOOLS)),
         ("graphtop.engine.telemetry.bus", "textual", ENGINE),
@@ -86,6 +89,7 @@ TRACE_TOOLS = "The engine's serving path never imports the offline trace tools"
         ("graphtop.server.handlers", "graphtop.tui.state", LAYERS),
         ("graphtop.tui.state", "graphtop.server.options", LAYERS),
         ("graphtop.models.kernels.gemv", "graphtop.models.spec", LAYERS),
+        ("graphtop.models.text", "graphtop.models.errors", LAYERS),
         # Telemetry split by when it runs: nothing that serves reaches the offline trace tools.
         ("graphtop.engine.step.loop", "graphtop.engine.trace_tools.summary", TRACE_TOOLS),
         # the trace tools read the live schema: an import back is a cycle too
@@ -172,13 +176,31 @@ def test_the_cli_parser_loads_without_torch() -> None:
     assert out.strip() == "[]"
 
 
-def test_the_two_copies_of_the_short_value_rule_agree():
-    """models/ keeps its own copy of engine/arguments.py's rule (neither may import the other's package)."""
-    from graphtop.engine.arguments import short_repr
-    from graphtop.models.checkpoint.config_check import _show
+def test_the_value_quoting_rule_loads_without_torch() -> None:
+    """engine/arguments.py takes its quoting rule from graphtop.models.text, the one copy the models'
+    checks share: importing it, and the engine's torch-free parts through it, loads no torch, because
+    graphtop.models loads its torch-backed names only when one is asked for."""
+    import subprocess
+    import sys
 
-    for v in [0, -3, 2**200, 1.5, float("nan"), "x" * 100, "short", [[[[1]]]] * 30, None, True, {"k": [1] * 50}]:
-        assert _show(v) == short_repr(v), v
+    code = (
+        "import sys, graphtop.models.text, graphtop.engine.arguments, graphtop.engine.graphs.bucket_list;"
+        "import graphtop.models as m; assert not any(n in vars(m) for n in m.__all__);"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_the_models_package_names_resolve_on_first_use() -> None:
+    """graphtop.models's public names load lazily: each one in ``__all__`` has a home, and resolves."""
+    import graphtop.models as models
+
+    assert sorted(models.__all__) == sorted(models._HOMES)
+    for name in models.__all__:
+        assert getattr(models, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        models.nope  # noqa: B018
 
 
 def test_every_package_folder_is_installed() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ..arguments import short_repr
-from .bucket_list import MAX_BUCKETS, BucketSpecError, check_buckets, parse_buckets  # noqa: F401 (MAX_BUCKETS re-exported)
+from .bucket_list import MAX_BUCKETS, BucketList, BucketSpecError  # noqa: F401 (MAX_BUCKETS re-exported)
 
 DECODE_BACKENDS = ("full", "disabled")
 PREFILL_BACKENDS = ("breakable", "disabled")
@@ -129,15 +129,19 @@ def _positive_int(key: str, v: Any) -> int:
 
 
 def _size_list(key: str, v: Any) -> list[int]:
+    """A bucket list from JSON (a list or the flags' text), a flag (already a ``BucketList``) or Python,
+    checked by ``BucketList``: the refusal is its message after the key."""
     name = f"cuda graph config: {key}"
     try:
+        if isinstance(v, BucketList):
+            return v.as_list()
         if isinstance(v, str):
-            return parse_buckets(v, name=name)
+            return BucketList.parse(v).as_list()
         if not isinstance(v, list):
             raise GraphConfigError(f"{name} must be a list of integers")
-        return check_buckets(v, name=name)
+        return BucketList(v).as_list()
     except BucketSpecError as e:
-        raise GraphConfigError(str(e)) from None
+        raise GraphConfigError(f"{name}: {e}") from None
 
 
 def check_buckets_fit_pool(key: str, sizes: list[int], pool_tokens: int, what: str = " bucket") -> None:

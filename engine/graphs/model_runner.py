@@ -20,7 +20,7 @@ import torch
 from ..batch import ForwardBatch, ForwardMode
 from ..telemetry import events as ev
 from ..telemetry.capture import BucketCost
-from .bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, check_buckets
+from .bucket_list import STATIC_BUFFERS_MAXIMUM, BucketList, BucketSpecError
 from .bucket_policy import BucketDecision
 from .config import ResolvedGraphConfig
 from .factory import graph_backend
@@ -147,9 +147,10 @@ class ModelRunner:
         runner = self.decode if phase == "decode" else self.prefill
         if runner is None:
             raise BucketSpecError(f"{phase} graphs are disabled; nothing to recapture")
-        return check_buckets(
-            sizes, name=f"{phase} bucket", maximum=runner.max_size, maximum_label=STATIC_BUFFERS_MAXIMUM
-        )
+        try:
+            return BucketList(sizes, maximum=runner.max_size, maximum_label=STATIC_BUFFERS_MAXIMUM).as_list()
+        except BucketSpecError as e:
+            raise BucketSpecError(f"{phase} buckets: {e}", e.token) from None
 
     def recapture(self, decode_bs: Optional[Sequence[int]], prefill_tokens: Optional[Sequence[int]]) -> None:
         """Validate, release the old graphs, and start capturing; the rest happens between steps

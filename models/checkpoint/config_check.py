@@ -22,6 +22,7 @@ import torch
 from ..errors import CheckpointError
 from ..registry import model_class
 from ..spec import ModelSpec, located, supported_rope_type
+from ..text import short_repr
 from .capacity import fit_problem, format_bytes
 
 log = logging.getLogger(__name__)
@@ -55,15 +56,6 @@ def _finite(v: float) -> bool:
         return False
 
 
-def _show(v: Any) -> str:
-    """``graphtop.engine.arguments.short_repr``'s rule (models never import engine, and engine's telemetry must
-    not import models, which imports torch: the one rule is written twice, tested alike)."""
-    if isinstance(v, int) and v.bit_length() > 128:
-        return f"an integer of {v.bit_length()} bits"
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _size(config: dict[str, Any], key: str, where: Optional[str], required: bool) -> None:
     if key not in config or (config[key] is None and not required):
         if required:
@@ -71,10 +63,10 @@ def _size(config: dict[str, Any], key: str, where: Optional[str], required: bool
         return
     v = config[key]
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _fail(f"'{key}' must be an integer, got {_show(v)}", where)
+        raise _fail(f"'{key}' must be an integer, got {short_repr(v)}", where)
     hi = MAX_LAYERS if key == "num_hidden_layers" else MAX_DIM
     if not 1 <= v <= hi:
-        raise _fail(f"'{key}' must be in [1, {hi}], got {_show(v)}", where)
+        raise _fail(f"'{key}' must be in [1, {hi}], got {short_repr(v)}", where)
 
 
 def _number(
@@ -86,10 +78,10 @@ def _number(
         return
     name = f"{what}{key}"
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v):
-        raise _fail(f"'{name}' must be a finite number, got {_show(v)}", where)
+        raise _fail(f"'{name}' must be a finite number, got {short_repr(v)}", where)
     if not above < v <= at_most:
         bound = f"> {above:g}" if at_most == math.inf else f"in ({above:g}, {at_most:g}]"
-        raise _fail(f"'{name}' must be {bound}, got {_show(v)}", where)
+        raise _fail(f"'{name}' must be {bound}, got {short_repr(v)}", where)
 
 
 USED_TOKEN_IDS = ("eos_token_id", "bos_token_id")
@@ -104,7 +96,7 @@ def token_id_problem(key: str, value: Any, vocab_size: int) -> Optional[str]:
     values = value if isinstance(value, list) else [value]
     if values and all(not isinstance(t, bool) and isinstance(t, int) and 0 <= t < vocab_size for t in values):
         return None
-    return f"'{key}' must be a token id in [0, {vocab_size}) or a list of them, got {_show(value)}"
+    return f"'{key}' must be a token id in [0, {vocab_size}) or a list of them, got {short_repr(value)}"
 
 
 def _token_ids(config: dict[str, Any], key: str, where: Optional[str]) -> None:
@@ -129,7 +121,7 @@ def ignored_token_ids(config: dict[str, Any], where: Optional[str] = None) -> tu
             log.warning(
                 "ignoring config.json %s=%s: not a token id of the vocabulary (graphtop does not use it)%s",
                 key,
-                _show(value),
+                short_repr(value),
                 f" in {where}" if where else "",
             )
             ignored.append(key)
@@ -164,7 +156,9 @@ def _pretraining_context(config: dict[str, Any], where: Optional[str], what: str
     if original is not None and (
         isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= MAX_DIM
     ):
-        raise _fail(f"'{what}original_max_position_embeddings' must be in [1, {MAX_DIM}], got {_show(original)}", where)
+        raise _fail(
+            f"'{what}original_max_position_embeddings' must be in [1, {MAX_DIM}], got {short_repr(original)}", where
+        )
 
 
 def _rope(config: dict[str, Any], where: Optional[str]) -> None:
@@ -175,7 +169,7 @@ def _rope(config: dict[str, Any], where: Optional[str]) -> None:
         if rope is None:
             continue
         if not isinstance(rope, dict):
-            raise _fail(f"'{key}' must be an object, got {_show(rope)}", where)
+            raise _fail(f"'{key}' must be an object, got {short_repr(rope)}", where)
         what = f"{key}."
         if not any(isinstance(v, dict) for v in rope.values()):  # per-layer dicts: refused by read_rope
             supported_rope_type(rope, where)
@@ -195,9 +189,9 @@ def check_architecture_fields(config: dict[str, Any], where: Optional[str] = Non
     to a supported family only)."""
     archs = config.get("architectures")
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
-        raise _fail(f"'architectures' must be a list of names, got {_show(archs)}", where)
+        raise _fail(f"'architectures' must be a list of names, got {short_repr(archs)}", where)
     if config.get("model_type") is not None and not isinstance(config["model_type"], str):
-        raise _fail(f"'model_type' must be a name, got {_show(config['model_type'])}", where)
+        raise _fail(f"'model_type' must be a name, got {short_repr(config['model_type'])}", where)
 
 
 def _not_quantized(config: dict[str, Any], where: Optional[str]) -> None:
@@ -208,7 +202,7 @@ def _not_quantized(config: dict[str, Any], where: Optional[str]) -> None:
     if quant is None:
         return
     method = quant.get("quant_method") if isinstance(quant, dict) else None
-    what = f" ({_show(method)})" if method is not None else ""
+    what = f" ({short_repr(method)})" if method is not None else ""
     raise _fail(f"'quantization_config'{what} is set: quantized checkpoints are not supported", where)
 
 
@@ -223,7 +217,7 @@ def check_config_fields(config: dict[str, Any], where: Optional[str] = None) -> 
         raise _fail(f"'head_dim' must be even (rotary pairs), got {config['head_dim']}", where)
     for key in _FLAGS:
         if config.get(key) is not None and not isinstance(config[key], bool):
-            raise _fail(f"'{key}' must be true or false, got {_show(config[key])}", where)
+            raise _fail(f"'{key}' must be true or false, got {short_repr(config[key])}", where)
     _number(config, "rms_norm_eps", where, above=0.0, at_most=1.0)
     _rope(config, where)
     for key in USED_TOKEN_IDS:

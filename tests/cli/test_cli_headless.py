@@ -183,8 +183,11 @@ def test_unwritable_output_paths(ckpt, tmp_path, prompts_file, capsys, monkeypat
         (["--cuda-graph-config", "{bad json"], "cuda graph config is not valid JSON"),
         (["--cuda-graph-config", '{"decode": {"backend": "piecewise"}}'], "unknown decode.backend 'piecewise'"),
         (["--cuda-graph-config", '{"prefill": {"backend": "eager"}}'], "unknown prefill.backend 'eager'"),
-        (["--cuda-graph-config", '{"decode": {"bs": [0, 1, 2]}}'], "decode.bs 0 must be positive"),
-        (["--cuda-graph-config", '{"prefill": {"num_tokens": [-64]}}'], "prefill.num_tokens -64 must be positive"),
+        (["--cuda-graph-config", '{"decode": {"bs": [0, 1, 2]}}'], "decode.bs: '0': buckets must be ≥ 1"),
+        (
+            ["--cuda-graph-config", '{"prefill": {"num_tokens": [-64]}}'],
+            "prefill.num_tokens: '-64': buckets must be ≥ 1",
+        ),
         (["--cuda-graph-config", '{"decode": {"max_bs": 0}}'], "decode.max_bs must be positive"),
         (["--cuda-graph-bs-decode", "0,4"], "--cuda-graph-bs-decode"),
         (["--cuda-graph-max-bs-decode", "-3"], "must be positive"),

@@ -9,7 +9,7 @@ from support.tui_pilot import make_app
 from textual import events
 from textual.widgets import Button, Input, Label
 
-from graphtop.engine.graphs.bucket_list import MAX_DIGITS, MAX_VALUE, BucketSpecError, parse_buckets
+from graphtop.engine.graphs.bucket_list import MAX_DIGITS, MAX_VALUE, BucketList, BucketSpecError
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.testing import settle
 
@@ -45,7 +45,7 @@ OVER = "9" * 4301  # one past int()'s 4,300-digit limit
 )
 def test_huge_and_non_ascii_numbers_are_one_line_errors(text: str, message: str) -> None:
     with pytest.raises(BucketSpecError) as err:
-        parse_buckets(text)
+        BucketList.parse(text).as_list()
     shown = str(err.value)
     assert message in shown
     assert "\n" not in shown and len(shown) < 160  # fit to show inline, however long the paste
@@ -53,16 +53,16 @@ def test_huge_and_non_ascii_numbers_are_one_line_errors(text: str, message: str)
 
 
 def test_numbers_up_to_the_cap_still_parse() -> None:
-    assert parse_buckets(f"1,{MAX_VALUE}") == [1, MAX_VALUE]
-    assert parse_buckets("0" * 5000 + "8") == [8]  # leading zeros are not digits of the value
-    assert parse_buckets("1-64:" + "9" * MAX_DIGITS) == [1]  # a step past the range: just its start
+    assert BucketList.parse(f"1,{MAX_VALUE}").as_list() == [1, MAX_VALUE]
+    assert BucketList.parse("0" * 5000 + "8").as_list() == [8]  # leading zeros are not digits of the value
+    assert BucketList.parse("1-64:" + "9" * MAX_DIGITS).as_list() == [1]  # a step past the range: just its start
     with pytest.raises(BucketSpecError, match=r"is over max running \(64\)"):
-        parse_buckets(str(MAX_VALUE), maximum=64, maximum_label="max running")
+        BucketList.parse(str(MAX_VALUE), maximum=64, maximum_label="max running").as_list()
 
 
 def test_negative_huge_number_says_buckets_must_be_positive() -> None:
     with pytest.raises(BucketSpecError, match="buckets must be ≥ 1"):
-        parse_buckets("-" + HUGE)
+        BucketList.parse("-" + HUGE).as_list()
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ async def test_bucket_editor_refuses_a_bucket_over_the_static_buffers_inline() -
         editor.query_one("#decode-input", Input).value = "1,2,4,8"
         await pilot.pause()
         msg = str(editor.query_one("#decode-msg", Label).render())
-        assert msg.startswith("✗") and f"decode bucket 8 is over {STATIC_BUFFERS_MAXIMUM} (4)" in msg
+        assert msg.startswith("✗") and f"bucket 8 is over {STATIC_BUFFERS_MAXIMUM} (4)" in msg
         assert editor.query_one("#confirm", Button).disabled
         await pilot.press("ctrl+s")
         assert app.screen is editor  # still open, the typed list kept

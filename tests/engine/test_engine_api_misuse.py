@@ -212,7 +212,7 @@ def test_step_is_refused_while_the_background_thread_serves(engine):
         (dict(overlap_schedule="no"), TypeError, "overlap_schedule must be True or False"),
         (dict(max_context_len=1), ValueError, "max context len must be >= 2"),
         (dict(graphs={"decode": {"bs": [1]}}), TypeError, "graphs must be a GraphConfig, got dict"),
-        (dict(graphs=GraphConfig(decode_bs=[1.5, 2])), ValueError, "decode.bs 1.5 is not an integer"),
+        (dict(graphs=GraphConfig(decode_bs=[1.5, 2])), ValueError, "decode.bs: '1.5' is not an integer"),
     ],
 )
 def test_engine_config_types_and_ranges(llama, overrides, error, needle):

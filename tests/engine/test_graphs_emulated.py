@@ -476,13 +476,13 @@ def test_recapture_in_background_mode(llama, make_engine, eager_reference):
 @pytest.mark.parametrize(
     "decode_bs,prefill_tokens,message",
     [
-        ([], None, "decode bucket list is empty"),
-        ([0, 2], None, "decode bucket 0 must be positive"),
-        ([-1], None, "decode bucket -1 must be positive"),
-        ([1, 100], None, "decode bucket 100 is over the static buffers' maximum (8)"),
-        ([1.5], None, "decode bucket 1.5 is not an integer"),
-        (None, [10000], "prefill bucket 10000 is over the static buffers' maximum (64)"),
-        (None, [], "prefill bucket list is empty"),
+        ([], None, "decode buckets: empty: give at least one bucket, e.g. 1,2,4,8-64:8"),
+        ([0, 2], None, "decode buckets: '0': buckets must be ≥ 1"),
+        ([-1], None, "decode buckets: '-1': buckets must be ≥ 1"),
+        ([1, 100], None, "decode buckets: bucket 100 is over the static buffers' maximum (8)"),
+        ([1.5], None, "decode buckets: '1.5' is not an integer"),
+        (None, [10000], "prefill buckets: bucket 10000 is over the static buffers' maximum (64)"),
+        (None, [], "prefill buckets: empty: give at least one bucket, e.g. 1,2,4,8-64:8"),
         (None, None, "recapture needs a decode or a prefill bucket list"),
     ],
 )

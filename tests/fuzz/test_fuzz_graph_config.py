@@ -17,7 +17,7 @@ from support.fuzz_support import (
     to_json,
 )
 
-from graphtop.engine.graphs.bucket_list import BucketSpecError, parse_buckets
+from graphtop.engine.graphs.bucket_list import BucketList, BucketSpecError
 from graphtop.engine.graphs.config import KEYS, MAX_BUCKETS, GraphConfigError, build_graph_config, resolve_graph_config
 
 sizes = st.one_of(st.integers(-3, 5000), st.sampled_from([10**9, 2**63, 10**30]))
@@ -81,7 +81,7 @@ def test_graph_config_resolves_or_is_one_line(text, flag_values, pool, running, 
 def test_bucket_text_parses_or_is_one_line(text, maximum):
     with no_hang(10):
         try:
-            buckets = parse_buckets(text, maximum=maximum)
+            buckets = BucketList.parse(text, maximum=maximum).as_list()
         except BucketSpecError as e:
             assert_one_line(str(e))
             return

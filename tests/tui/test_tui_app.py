@@ -409,7 +409,7 @@ async def _type(pilot, screen: BucketEditorScreen, field: str, text: str) -> str
     [
         ("1,2,x", "✗ 'x' is not an integer"),
         ("0,1", "✗ '0': buckets must be ≥ 1"),
-        ("1,128", "✗ decode bucket 128 is over max running (64)"),
+        ("1,128", "✗ bucket 128 is over max running (64)"),
         ("", "✗ empty"),
         ("8-4", "✗ '8-4': bad range, 4 is below 8"),
         ("8-64:0", "the step must be ≥ 1"),

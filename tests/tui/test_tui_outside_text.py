@@ -283,7 +283,7 @@ async def test_the_bucket_editors_error_line_shows_controls_as_stand_ins(monkeyp
         await pilot.press("b")
         await pilot.pause()
         editor = app.screen
-        monkeypatch.setattr(bucket_editor, "parse_buckets", refuse)
+        monkeypatch.setattr(bucket_editor.BucketList, "parse", staticmethod(refuse))
         editor.query_one("#decode-input", Input).value = "1,2"
         await pilot.pause()
         shown = str(editor.query_one("#decode-msg", Label).render())

@@ -24,7 +24,7 @@ from textual.content import Content
 from textual.widgets import Button, Input, Label, Static
 
 from graphtop.engine.graphs.bucket_demand import advise_phase
-from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketSpecError, format_buckets, parse_buckets
+from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketList, BucketSpecError, format_buckets
 
 from ..fmt import human_bytes, pct, secs
 from ..safe_text import printable
@@ -218,7 +218,7 @@ class BucketEditorScreen(Dialog[Optional[BucketChoice]]):
             return
         maximum, label = self._limit(phase)
         try:
-            buckets = parse_buckets(text, name=f"{phase} bucket", maximum=maximum, maximum_label=label)
+            buckets = BucketList.parse(text, maximum=maximum, maximum_label=label).as_list()
         except BucketSpecError as exc:
             self.parsed[phase] = None
             msg.update(Content.from_markup("[$error]✗ $e[/]", e=printable(str(exc))))
