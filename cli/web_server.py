@@ -29,6 +29,8 @@ import textual_serve
 from aiohttp import WSMsgType, web
 from textual_serve.download_manager import DownloadManager
 
+from graphtop.server.addresses import url_host
+
 from .web_access import WebAccess, origin_problem
 from .web_tabs import TabCommand, TabProcess
 
@@ -106,10 +108,7 @@ class WebDashboard:
     @property
     def url(self) -> str:
         """The URL to open (with the token when one was made here: it is shown nowhere else)."""
-        host = self.options.host
-        shown = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
-        shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
-        url = f"http://{shown}:{self.port}/"
+        url = f"http://{url_host(self.options.host)}:{self.port}/"
         if self.access.printed and self.access.token:
             url += f"?token={quote(self.access.token, safe='')}"
         return url

@@ -28,6 +28,7 @@ from graphtop.engine import switch_interval
 from graphtop.engine.telemetry.metrics import MetricsCollector
 
 from .access import RequestTracker
+from .addresses import url_host
 from .app import Serving, create_app
 from .connections import ACCEPT_BATCH, ConnectionGuard, files_cap, guarded_protocol, throttle_uvicorn_log
 from .options import ServeOptions
@@ -145,14 +146,7 @@ class ApiServer:
     @property
     def url(self) -> str:
         """The base URL clients use (``…/v1`` is the OpenAI base URL)."""
-        host = self.options.host
-        if host in ("0.0.0.0", ""):
-            host = "127.0.0.1"
-        elif host in ("::", "[::]"):
-            host = "[::1]"
-        elif ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"http://{url_host(self.options.host)}:{self.port}"
 
     def start(self, timeout: float = START_TIMEOUT_S) -> "ApiServer":
         if self._thread is not None:
