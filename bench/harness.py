@@ -238,12 +238,21 @@ def fill_decode(
     handles = [
         eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params) for _ in range(bs)
     ]
-    while any(len(h._token_ids) == 0 for h in handles):
-        # every prefill before any decode, so the rows enter decode together with equal contexts (the
-        # scheduler's fair turns would decode the first rows while the last ones still prefill)
-        eng.scheduler.decode_turn = False
-        eng.step()
+    prefill_all(eng, handles)
     return handles
+
+
+def prefill_all(eng: Engine, handles: list) -> None:
+    """Step until each of ``handles`` has its first token, prefill first: the scheduler's turns of prefill
+    and decode are off meanwhile, so no row decodes while another still prefills, and every row enters
+    decode with one token (the same context, which the benchmarks' KV pools are sized for)."""
+    scheduler = eng.scheduler
+    saved, scheduler.interleave = scheduler.interleave, False
+    try:
+        while any(len(h._token_ids) == 0 for h in handles):
+            eng.step()
+    finally:
+        scheduler.interleave = saved
 
 
 def drain(eng: Engine, handles: list) -> None:

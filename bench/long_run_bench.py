@@ -41,6 +41,7 @@ from harness import (
     log,
     make_engine,
     md_table,
+    prefill_all,
     random_ckpt,
     release_cuda,
     sync_for,
@@ -203,8 +204,7 @@ def start(eng: Any, bs: int, prompt_len: int, steps: int) -> list:
     handles = [
         eng.submit(torch.randint(10, vocab - 10, (prompt_len,), generator=g).tolist(), params) for _ in range(bs)
     ]
-    while any(len(h._token_ids) == 0 for h in handles):
-        eng.step()
+    prefill_all(eng, handles)
     return handles
 
 

@@ -34,6 +34,7 @@ from harness import (  # noqa: E402
     make_engine,
     md_table,
     medians,
+    prefill_all,
     random_ckpt,
     release_cuda,
     sync_for,
@@ -70,8 +71,7 @@ def timed(eng, bs: int, params: SamplingParams, steps: int, device: str) -> tupl
     handles = [
         eng.submit(torch.randint(10, vocab - 10, (PROMPT_LEN,), generator=g).tolist(), params) for _ in range(bs)
     ]
-    while any(len(h._token_ids) == 0 for h in handles):
-        eng.step()
+    prefill_all(eng, handles)
     before = eng.loop.overlapped_steps
     ms = time_steps(eng, steps, sync_for(device))
     chained = (eng.loop.overlapped_steps - before) / steps

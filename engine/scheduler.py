@@ -58,6 +58,9 @@ class Scheduler:
         self.running: list[Request] = []  # admitted: own pages; in prefill or decoding
         self.num_preemptions = 0
         self.decode_turn = False  # the last step prefilled: decoding goes first in the next one
+        self.interleave = True
+        """Prefill and decode take turns (policy 1). False: prefill first, until no prefill is left (a
+        benchmark's fill, whose rows must all enter decode with one token: bench/harness.py)."""
 
     # --- queue management --------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -118,7 +121,7 @@ class Scheduler:
                 if window is not None:
                     self._drop_out_of_window(r, window)
                 (prefilling if r.in_prefill else ready).append(r)
-            if self.decode_turn and ready:
+            if self.decode_turn and self.interleave and ready:
                 batch = self._schedule_decode(ready)
                 if batch is None:  # every ready request was preempted: split again
                     continue

@@ -34,9 +34,10 @@ def test_a_short_prompt_behind_a_long_one_gets_its_whole_prompt_and_the_step_sta
     assert share_prefill_budget([], 512) == []
 
 
-def test_prompts_of_one_length_go_in_arrival_order_not_all_at_once():
-    assert share_prefill_budget([1000] * 6, 512) == [256, 256, 0, 0, 0, 0]
-    assert share_prefill_budget([300] * 4, 512) == [256, 256, 0, 0]
+def test_prompts_of_one_length_go_first_come_first_served_not_all_at_once():
+    assert share_prefill_budget([1000] * 6, 512) == [512, 0, 0, 0, 0, 0]
+    assert share_prefill_budget([300] * 4, 512) == [300, 212, 0, 0]
+    assert share_prefill_budget([300, 1000, 200], 512) == [300, 12, 200]  # only shorter ones pass the oldest
 
 
 @pytest.mark.parametrize("seed", range(20))
