@@ -7,9 +7,10 @@ Policy, every step:
    never stalls them either. With only one kind of work, every step does it.
 2. A prefill step continues chunked prefills and admits waiting requests while the token budget
    (``chunked_prefill_size``), ``max_running`` and free pages allow. The budget is shared
-   (engine/prefill_share.py): the oldest request takes up to half, the shortest others come next, so a
-   short prompt behind a long one is prefilled in the next prefill step. Admission keeps one page of
-   headroom per decoding request so a fresh admission cannot starve the next decode.
+   (engine/prefill_share.py): the oldest request takes up to half, shorter ones than it come next,
+   shortest first, so a short prompt behind a long one is prefilled in the next prefill step.
+   Admission keeps one page of headroom per decoding request so a fresh admission cannot starve the
+   next decode.
 3. When the pool runs dry mid-decode, preempt the most recently admitted request: its pages are
    freed and it re-queues at the front; later its prompt and outputs are recomputed by prefill
    (greedy output is unchanged). The engine never crashes for lack of KV.
