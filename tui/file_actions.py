@@ -157,6 +157,7 @@ class FileActions(AppActions):
                 f"in {Path.cwd()}",
                 verb="saves",
                 target=lambda text: writable_target(text, name, "screenshot"),
+                blink=self.animate,
             ),
             callback=self._screenshot_to,
         )
@@ -197,6 +198,7 @@ class FileActions(AppActions):
                 f"{events:,} events in memory · saved in {Path.cwd()}",
                 verb="exports",
                 target=lambda text: self._export_target(text, name),
+                blink=self.animate,
             ),
             callback=self._export_to,
         )
@@ -255,6 +257,7 @@ class FileActions(AppActions):
                 verb="opens",
                 source=trace_to_open,
                 choices=".jsonl",
+                blink=self.animate,
             ),
             callback=self.open_trace,
         )

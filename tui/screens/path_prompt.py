@@ -60,12 +60,15 @@ class PathPromptScreen(Dialog[Optional[str]]):
         target: Optional[Callable[[str], Path]] = None,
         source: Optional[Callable[[str], Path]] = None,
         choices: Optional[str] = None,
+        blink: bool = True,
     ) -> None:
         """``detail``: a line about the operation (shown above the key hint); ``verb``: what Enter
         does (``"exports"``, ``"opens"``, ``"saves"``); ``target``: for a dialog that writes, the file
         the typed text names (raises ``ValueError`` or ``OSError`` for text that names none); ``source``:
         for a dialog that reads, the same for the file to read (a FIFO, which would block, is refused
-        there, and the dialog stays open); ``choices``: the suffix of the files to offer (``.jsonl``)."""
+        there, and the dialog stays open); ``choices``: the suffix of the files to offer (``.jsonl``);
+        ``blink``: the field's cursor blinks (off where the app does not animate: a picture of the dialog
+        must not depend on when it is taken)."""
         super().__init__()
         self.title_text = title
         self.value = value
@@ -75,6 +78,7 @@ class PathPromptScreen(Dialog[Optional[str]]):
         self.source = source
         self.choices = choices
         self._replace_confirmed_for: Optional[str] = None
+        self._blink = blink
 
     def compose(self) -> ComposeResult:
         with Vertical(id="path-box", classes="modal-box"):
@@ -94,6 +98,7 @@ class PathPromptScreen(Dialog[Optional[str]]):
             yield Label(f"{keys} · escape cancels", id="path-hint", classes="modal-hint")
 
     def on_mount(self) -> None:
+        self.query_one("#path-input", Input).cursor_blink = self._blink
         self._offer(self.value)
 
     @on(Input.Changed)
