@@ -24,8 +24,10 @@ and steps until every request has finished and every graph is live. It reports:
 
 * load s: the engine built (``Engine(...)``, weights already in memory);
 * graphs live s: from the end of load to the last phase's ``CaptureFinished``; start to live: both;
-* the worst and the p99 step host time (``StepEvent.host_ms``, which holds the capture slice before the
-  step) over the steps that started before every graph was live, and how many of those were over 50 ms;
+* the worst and the p99 step launch time (``StepEvent.launch_ms``: the host time from the step's start,
+  the capture slice before it included, to its forward launched, without the device wait of a step
+  sampled at once, which ``host_ms`` holds) over the steps that started before every graph was live,
+  and how many of those were over 50 ms;
 * steps by path: ``graph``, or the fallback reason of an eager step (``kernels_compiling``, ...);
 * TTFT p50 / p99 of the burst, output tokens/s from the first submit to the last request finished;
 * Σ GPU step s: the sum of every step's GPU time (CUDA events): a graph step's replay
@@ -48,9 +50,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -58,10 +61,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the graphtop command s
 
 import torch  # noqa: E402
 from harness import fmt, log, md_table, percentile, shape_ckpt, write_json  # noqa: E402
+from host_sampler import HostSampler, explain  # noqa: E402
 
 from graphtop.cli.workload import DEFAULT_OUTPUT_LEN, DEFAULT_PROMPT_LEN, for_engine, sampling_params  # noqa: E402
 from graphtop.engine.config import EngineConfig  # noqa: E402
 from graphtop.engine.engine import Engine  # noqa: E402
+from graphtop.engine.graphs.config import GraphConfig  # noqa: E402
 from graphtop.engine.kernel_config import ENV as KERNEL_ENV  # noqa: E402
 from graphtop.engine.kernel_config import KernelConfig  # noqa: E402
 from graphtop.engine.telemetry import events as ev  # noqa: E402
@@ -81,10 +86,14 @@ CPU_NOTE = (
 # -- one start (the child) -----------------------------------------------------------------------------------
 
 
-def engine_settings(device: str, mode: str, cache: str) -> EngineConfig:
-    """The default settings, on ``cache``; ``off`` compiles kernels during capture."""
+def engine_settings(device: str, mode: str, cache: str, record_in_flight: bool = False) -> EngineConfig:
+    """The default settings, on ``cache``; ``off`` compiles kernels during capture; ``record_in_flight``:
+    recordings ride in-flight steps (``GraphConfig.record_in_flight``)."""
     return EngineConfig(
-        device=device, cache_dir=cache, kernels=KernelConfig(precompile="off" if mode == "off" else "auto")
+        device=device,
+        cache_dir=cache,
+        kernels=KernelConfig(precompile="off" if mode == "off" else "auto"),
+        graphs=GraphConfig(record_in_flight=record_in_flight),
     )
 
 
@@ -137,9 +146,14 @@ def step_path(step: ev.StepEvent) -> str:
     return "graph" if step.path == "graph" else step.fallback_reason or "eager"
 
 
+def launch_ms(step: ev.StepEvent) -> float:
+    """The host time the GPU waited on for ``step`` (``host_ms`` in traces from before ``launch_ms``)."""
+    return step.launch_ms if step.launch_ms is not None else step.host_ms
+
+
 def host_figures(steps: Sequence[ev.StepEvent]) -> dict[str, Any]:
-    """Worst and p99 host ms of ``steps`` and how many were over the limit."""
-    host = [s.host_ms for s in steps]
+    """Worst and p99 launch ms of ``steps`` and how many were over the limit."""
+    host = [launch_ms(s) for s in steps]
     return dict(
         host_max_ms=max(host) if host else None,
         host_p99_ms=percentile(host, 99),
@@ -182,10 +196,64 @@ def compile_figures(engine: Engine) -> Optional[dict[str, Any]]:
     return stats
 
 
+@dataclass
+class StepWindows:
+    """With ``--explain``: each step's own window on the host (the capture slice before it and its launch,
+    ``StepLoop._forward``) and each capture slice's, wall time, to find the long ones' causes in the
+    sampler's stacks."""
+
+    forwards: list[tuple[float, float, str]] = field(default_factory=list)
+    slices: list[tuple[float, float]] = field(default_factory=list)
+
+    def watch(self, engine: Engine) -> None:
+        loop, runner = engine.loop, engine.model_runner
+        forward, advance = loop._forward, runner.advance_capture
+
+        def timed_forward(batch: Any, **kw: Any) -> Any:
+            t0 = time.time()
+            try:
+                return forward(batch, **kw)
+            finally:
+                what = f"{batch.mode.name.lower()} bs {batch.batch_size}, {batch.num_tokens} tokens"
+                self.forwards.append((t0, time.time(), what))
+
+        def timed_advance(**kw: Any) -> Any:
+            t0 = time.time()
+            try:
+                return advance(**kw)
+            finally:
+                self.slices.append((t0, time.time()))
+
+        loop._forward = timed_forward  # type: ignore[method-assign]
+        runner.advance_capture = timed_advance  # type: ignore[method-assign]
+
+    def report(self, sampler: HostSampler, top: int) -> list[str]:
+        """The ``top`` longest steps over the limit, each with its slice's share and its stacks."""
+        slow = sorted(self.forwards, key=lambda f: f[0] - f[1])[:top]
+        lines = []
+        for t0, t1, what in slow:
+            if (t1 - t0) * 1e3 <= HOST_LIMIT_MS:
+                break
+            in_slice = sum(min(t1, b) - max(t0, a) for a, b in self.slices if b > t0 and a < t1)
+            lines.append(f"  {what}: {(t1 - t0) * 1e3:.1f} ms, of which capture slice {in_slice * 1e3:.1f} ms")
+            lines.extend(explain(sampler, t0, t1))
+        return lines
+
+
 def one_start(
-    shape: str, device: str, mode: str, cache: str, n: int, seed: int, prompt_len: str, output_len: str
+    shape: str,
+    device: str,
+    mode: str,
+    cache: str,
+    n: int,
+    seed: int,
+    prompt_len: str,
+    output_len: str,
+    explain_top: int = 0,
+    record_in_flight: bool = False,
 ) -> dict:
-    """Build the engine, serve the burst, and say what it cost."""
+    """Build the engine, serve the burst, and say what it cost (``explain_top``: and where the longest
+    steps' host time went)."""
     found = cache_files(cache)
     t = time.perf_counter()
     ckpt = shape_ckpt(shape, device)
@@ -193,10 +261,19 @@ def one_start(
     bus = EventBus()
     sub = bus.subscribe("cold-start", maxsize=1_000_000, types=EVENT_TYPES)
     t = time.perf_counter()
-    engine = Engine(ckpt, engine_settings(device, mode, cache), bus)
+    engine = Engine(ckpt, engine_settings(device, mode, cache, record_in_flight), bus)
     load_s, loaded = time.perf_counter() - t, time.time()
+    windows, sampler = StepWindows(), None
+    if explain_top:
+        windows.watch(engine)
+        sampler = HostSampler(threading.get_ident()).start()
     try:
         served = serve_burst(engine, sub, n, seed, prompt_len, output_len)
+        if sampler is not None:
+            sampler.stop()
+            log(f"{shape} · {mode}: the longest steps while capturing, and where their host time went")
+            for line in windows.report(sampler, explain_top):
+                log(line)
         kernels = compile_figures(engine)
         buckets = (len(engine.decode_buckets), len(engine.prefill_buckets))
         device_name = engine.info.device_name
@@ -208,6 +285,7 @@ def one_start(
     return dict(
         shape=shape,
         mode=mode,
+        record_in_flight=record_in_flight,
         device=device,
         device_name=device_name,
         requests=n,
@@ -229,7 +307,16 @@ def one_start(
 
 def child_main(args: argparse.Namespace) -> int:
     result = one_start(
-        args.shape, args.device, args.child, args.cache, args.requests, args.seed, args.prompt_len, args.output_len
+        args.shape,
+        args.device,
+        args.child,
+        args.cache,
+        args.requests,
+        args.seed,
+        args.prompt_len,
+        args.output_len,
+        args.explain,
+        args.record_in_flight,
     )
     Path(args.result).write_text(json.dumps(result))
     return 0
@@ -254,6 +341,7 @@ def run_start(args: argparse.Namespace, shape: str, mode: str, cache: Path) -> d
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--cache", str(cache)]
     cmd += ["--result", str(result), "--shape", shape, "--device", args.device, "--requests", str(args.requests)]
     cmd += ["--seed", str(args.seed), "--prompt-len", args.prompt_len, "--output-len", args.output_len]
+    cmd += ["--explain", str(args.explain)] + (["--record-in-flight"] if args.record_in_flight else [])
     log(f"{shape} · {mode} start ({args.requests} requests, cache {cache})")
     t = time.perf_counter()
     try:
@@ -304,7 +392,7 @@ class Target:
 
 PUBLISHED = ("qwen3-0.6b", "llama-3.1-8b")
 TARGETS = (
-    Target("cold", PUBLISHED, "worst step host ms while capturing", "host_max_ms", HOST_LIMIT_MS),
+    Target("cold", PUBLISHED, "worst step launch ms while capturing", "host_max_ms", HOST_LIMIT_MS),
     Target("cold", ("llama-3.1-8b",), "s from load to all graphs live", "live_s", 10.0),
     Target("warm", PUBLISHED, "s from start to all graphs live", "start_to_live_s", 3.0),
     Target("cold", ("llama-3.1-8b",), "output tok/s ÷ (tokens ÷ Σ GPU step time)", "gpu_ratio", 0.8, True),
@@ -326,7 +414,7 @@ def table_row(r: dict) -> list[str]:
     host = f"{fmt(r['host_max_ms'], '.1f')} / {fmt(r['host_p99_ms'], '.1f')} ({r['host_over_limit']})"
     return [
         r["shape"],
-        r["mode"],
+        r["mode"] + (", recording in flight" if r.get("record_in_flight") else ""),
         f"{r['load_s']:.2f}",
         f"{r['live_s']:.2f} ({r['start_to_live_s']:.2f})",
         host,
@@ -343,7 +431,7 @@ HEADER = [
     "start",
     "load s",
     "graphs live s after load (from start)",
-    f"step host ms while capturing: worst / p99 (> {HOST_LIMIT_MS:g} ms)",
+    f"step launch ms while capturing: worst / p99 (> {HOST_LIMIT_MS:g} ms)",
     "steps by path",
     "TTFT p50 / p99 ms",
     "output tok/s",
@@ -374,6 +462,20 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--output-len", default=DEFAULT_OUTPUT_LEN, help="synthetic output lengths (graphtop's default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="folder for cold_start.json")
+    ap.add_argument(
+        "--record-in-flight",
+        action="store_true",
+        help="graphs are recorded while a step is on the device, only warmup forwards between steps "
+        "(GraphConfig.record_in_flight; the A/B against the default)",
+    )
+    ap.add_argument(
+        "--explain",
+        type=int,
+        default=0,
+        metavar="N",
+        help="sample the stepping thread's stack and print where the N longest steps over the limit went "
+        "(the sampler perturbs the figures: for finding causes)",
+    )
     ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)  # one start, in this process
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)

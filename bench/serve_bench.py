@@ -228,6 +228,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running-requests", type=int)
     p.add_argument("--warmup", type=int, default=4, help="requests served (both ways) before timing")
     p.add_argument("--json", help="write both reports and the ratios here")
+    p.add_argument(
+        "--explain",
+        type=int,
+        default=0,
+        metavar="N",
+        help="sample the server's and the engine's threads over the HTTP run and print their N top stacks "
+        "(the sampler perturbs the figures: for finding causes)",
+    )
     return p
 
 
@@ -237,6 +245,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.rate = None
     from graphtop.engine import Engine, EngineConfig
     from graphtop.server import ApiServer, ServeOptions
+
+    if args.explain:
+        from host_sampler import explain
 
     config = EngineConfig(
         device=args.device, max_running_requests=args.max_running_requests, capture_before_serving=True
@@ -256,7 +267,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         http_client_process(server.url, [_at_zero(r) for r in warm], "bench")
         run_api(engine, [_at_zero(r) for r in warm])
         stamps = stamp_submits(engine)
+        samplers = thread_samplers(("graphtop-api", "graphtop-engine")) if args.explain else []
         http_timings = http_client_process(server.url, requests, "bench")
+        for sampler in samplers:
+            sampler.stop()
         http_parts = ttft_parts(http_timings, stamps)
         api_timings = run_api(engine, requests)
         api_parts = ttft_parts(api_timings, stamps)
@@ -276,6 +290,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     for name, parts in (("http", http_parts), ("python-api", api_parts)):
         print(f"TTFT p50 parts, {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()) + " (ms)")
+    for name, sampler in zip(("the server's event loop", "the engine's thread"), samplers):
+        print(f"where {name}'s time went over the HTTP run (sampled; top {args.explain} stacks):")
+        for line in explain(sampler, 0.0, float("inf"), top=args.explain, frames=7):
+            print(line)
     ratios = {
         "tokens_per_s": http.tokens_per_s / api.tokens_per_s if api.tokens_per_s else float("nan"),
         "ttft_p50": http.ttft_p50_ms / api.ttft_p50_ms if api.ttft_p50_ms else float("nan"),
@@ -297,6 +315,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                 indent=2,
             )
     return 0
+
+
+def thread_samplers(names: tuple[str, ...]) -> list[Any]:
+    """A stack sampler on each running thread of these names (``--explain``)."""
+    import threading
+
+    from host_sampler import HostSampler
+
+    by_name = {t.name: t.ident for t in threading.enumerate()}
+    return [HostSampler(by_name[n], depth=10).start() for n in names if by_name.get(n) is not None]
 
 
 def _at_zero(req: Any) -> Any:

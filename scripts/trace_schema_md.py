@@ -58,6 +58,9 @@ DESCRIPTIONS = {
     "capture_finished.failure_reason": "why the pass failed (null when ok)",
     "capture_finished.rank": "tensor-parallel rank of this pass",
     "step.forward_ms": "GPU milliseconds of an eager step's forward on CUDA (CUDA events; null elsewhere)",
+    "step.launch_ms": "host milliseconds from the step's start (a capture slice before it included) to its "
+    "forward launched, without waiting for the device; equals `host_ms` for a step launched under the overlap "
+    "schedule. What the GPU waited on the host for: `host_ms` of a step sampled at once also holds its device time",
     "capture_finished.kernels_compiled": "Triton kernel variants of this pass that worker processes compiled "
     "before capture (0 where kernels compile during capture)",
     "capture_finished.kernels_cached": "Triton kernel variants of this pass loaded from the cache folder",

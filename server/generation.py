@@ -2,9 +2,9 @@
 
 The engine steps on its own thread and never waits for the HTTP layer: a handle's ``on_update`` (called
 on the engine thread after each token and at the finish) only schedules a wake-up on the event loop
-(``loop.call_soon_threadsafe``), at most one pending per request group; the loop then reads each
-handle's new text and finish itself. A client that goes away cancels its requests (``cancel``), which
-frees their KV pages at the next step boundary.
+(``wakeups.LoopWaker``: one loop call for all the streams a step feeds), at most one pending per request
+group; the loop then reads each handle's new text and finish itself. A client that goes away cancels its
+requests (``cancel``), which frees their KV pages at the next step boundary.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from graphtop.engine.request import FinishReason, RequestHandle, TokenLogprob
 from graphtop.engine.sampling_params import SamplingParams
 
 from .errors import ApiError, error_body, one_line
+from .wakeups import waker_for
 
 FINISH = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
 """The engine's finish reasons as OpenAI names them (an end-of-sequence token is a natural stop)."""
@@ -117,7 +118,7 @@ class Generation:
         self.prompt_count = self.n = 0
         self._stopped: Optional[str] = None
         self.handles: list[RequestHandle] = []
-        self._loop = loop
+        self._waker = waker_for(loop)
         self._event = asyncio.Event()
         self._wake_pending = False
         self._done: list[bool] = []
@@ -162,10 +163,7 @@ class Generation:
         if self._wake_pending:
             return
         self._wake_pending = True
-        try:
-            self._loop.call_soon_threadsafe(self._wake)
-        except RuntimeError:  # the loop is closed: the server is gone, and so is the reader
-            pass
+        self._waker.wake(self._wake)
 
     def _wake(self) -> None:
         self._wake_pending = False  # cleared before the reader runs: a token after this wakes it again

@@ -87,7 +87,11 @@ class MirroredModelRunner(LockstepModelRunner):
         finally:
             self._inside_recapture = False
 
-    def advance_capture(self, *, to_the_end: bool = False) -> bool:
+    def advance_capture(self, *, to_the_end: bool = False, ride: bool = False, idle: bool = False) -> bool:
+        """Every rank captures the same slice (whole buckets, both kinds of stage, with nothing in flight):
+        recordings never ride an in-flight step here (``record_in_flight`` stays off)."""
+        if ride:
+            return False
         if self.capture_pending and not self._inside_recapture:
             return self._mirrored(
                 encode_control("advance_capture", to_the_end),

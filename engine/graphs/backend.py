@@ -63,6 +63,14 @@ class GraphBackend(ABC):
         caller must first put the static buffers and metadata in their capture state."""
         return True
 
+    @property
+    def executes_at_capture(self) -> bool:
+        """Whether the next ``capture_one`` executes its function on the device rather than only recording
+        it: such a capture is a RUN stage, which waits for nothing to be in flight (runners/capture.py). A
+        CUDA capture records; what a breakable capture runs between its segments (the breaks, on the dummy
+        KV page and the bridge buffers) is ordered on the device after everything already launched."""
+        return False
+
     def capture_order(self, buckets: Iterable[int]) -> list[int]:
         """Largest first. The graphs share one memory pool: a graph captured after a larger one
         reuses the blocks the larger one's capture freed, while captured smallest first each larger

@@ -77,6 +77,9 @@ class GraphConfig:
     # made capture slower, with a small heap and with 3 million extra objects (bench/capture_bench.py,
     # figures in docs/benchmarks.md).
     freeze_gc: bool = False
+    # Record graphs while a step is on the device, and run only the warmup forwards between steps
+    # (graphs/model_runner.py). Off by default until measured on a GPU (docs/benchmarks.md, cold start).
+    record_in_flight: bool = False
     locked: set[str] = field(default_factory=set)
 
     def set(self, key: str, value: Any, lock: bool = True) -> None:

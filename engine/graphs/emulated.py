@@ -41,6 +41,10 @@ class EmulatedGraphBackend(GraphBackend):
     def runs_at_capture(self) -> bool:
         return self.output is None
 
+    @property
+    def executes_at_capture(self) -> bool:
+        return self.output is None  # the first capture after cleanup runs the function: a RUN stage
+
     def capture_order(self, buckets: Iterable[int]) -> list[int]:
         """Smallest first: no memory pool to share, and the small buckets are the ones the first
         requests need while the engine serves during capture."""

@@ -4,7 +4,9 @@ Graphs are a fast path, never the only path: a batch a graph cannot take runs ea
 record carries the named ``FallbackReason``. A step's bucket is decided once (``decide``) and that
 decision is what the graph runner replays. Capture, the first one and every recapture, runs in
 slices between steps (``advance_capture``), a stage at a time, and each bucket serves the moment it is
-captured. The
+captured. With ``record_in_flight`` a graph's recording (a RECORD stage, runners/capture.py) waits for
+the next step's launch and runs while that step is on the device (``advance_capture(ride=True)``): only
+the stages that execute the model (warmup forwards) still run with nothing in flight. The
 model runner is built from parts (model, attention, resolved graph config, a ``publish`` callable)
 and answers with results; it knows nothing of the engine that composes it.
 """
@@ -27,6 +29,7 @@ from .factory import graph_backend
 from .fallback import FallbackReason
 from .runners.base import StepOutput
 from .runners.bucketed import BucketedGraphRunner
+from .runners.capture import ANY_STAGE, StageKind
 from .runners.decode_graph import DecodeGraphRunner
 from .runners.eager import EagerRunner
 from .runners.kernel_gate import Precompile
@@ -53,6 +56,11 @@ class CaptureSlice(NamedTuple):
     budget_s: Optional[float] = None
     max_buckets: Optional[int] = None
     by_stage: bool = False
+    kinds: frozenset[StageKind] = ANY_STAGE
+
+
+RUN_ONLY = frozenset({StageKind.RUN})
+RECORD_ONLY = frozenset({StageKind.RECORD})
 
 
 class ModelRunner:
@@ -67,10 +75,13 @@ class ModelRunner:
         *,
         freeze_gc: bool = False,
         precompile: Optional[Precompile] = None,
+        record_in_flight: bool = False,
     ):
         """``max_pages``: pages of the longest context a decode graph must cover; ``precompile``: worker
-        processes that compile each bucket's kernels before it is captured (None: capture compiles)."""
+        processes that compile each bucket's kernels before it is captured (None: capture compiles);
+        ``record_in_flight``: recordings run while a step is on the device (``GraphConfig``)."""
         self.resolved = resolved
+        self.record_in_flight = record_in_flight
         self.publish = publish
         self.emulated = resolved.emulated
         self.eager = EagerRunner(model, attention, device)
@@ -192,6 +203,15 @@ class ModelRunner:
         capturing = [r for r in self._runners() if r.capturing]
         return bool(capturing) and all(r.waiting_for_kernels for r in capturing)
 
+    @property
+    def capture_needs_idle(self) -> bool:
+        """The capture's next stage must run with no step in flight: always while capturing, unless
+        recordings ride in-flight steps (``record_in_flight``) and every pending capture's next stage is
+        a recording. The overlap schedule stops chaining steps while this holds."""
+        if not self.record_in_flight:
+            return self.capture_pending
+        return any(r.next_stage_kind is StageKind.RUN for r in self._runners() if r.capturing)
+
     def notify_when_captured(self, done: threading.Event) -> None:
         """Set ``done`` once nothing is left to capture (at once when nothing is)."""
         if self.capture_pending:
@@ -199,12 +219,20 @@ class ModelRunner:
         else:
             done.set()
 
-    def advance_capture(self, *, to_the_end: bool = False) -> bool:
+    def advance_capture(self, *, to_the_end: bool = False, ride: bool = False, idle: bool = False) -> bool:
         """Capture one more slice (``capture_slice``; everything with ``to_the_end``); True when this call
-        finished the capture (the graphs' memory changed: the caller republishes its ledger)."""
-        if not self.capture_pending:
+        finished the capture (the graphs' memory changed: the caller republishes its ledger).
+
+        Where the step loop calls it: before a step's launch with nothing in flight, ``idle`` when there
+        is no step to take (both kinds of stage then), or with ``ride`` right after a launch, the step on
+        the device. With ``record_in_flight`` the slice before a launch runs only RUN stages and a ride
+        only RECORD stages; without it a ride captures nothing."""
+        if not self.capture_pending or (ride and not self.record_in_flight):
             return False
-        self._capture_slice(self.capture_slice(to_the_end))
+        limits = self.capture_slice(to_the_end)
+        if self.record_in_flight and not (to_the_end or idle):
+            limits = limits._replace(kinds=RECORD_ONLY if ride else RUN_ONLY)
+        self._capture_slice(limits)
         if self.capture_pending:
             return False
         if self._recapture_started is not None:
@@ -216,7 +244,7 @@ class ModelRunner:
         capturing = [r for r in self._runners() if r.capturing]
         if not limits.by_stage:  # every runner, within the limits
             for runner in capturing:
-                runner.advance_capture(limits.budget_s, limits.max_buckets)
+                runner.advance_capture(limits.budget_s, limits.max_buckets, kinds=limits.kinds)
             return
         # one budget, the runners in turn (the next slice starts with the next runner); a runner whose next
         # bucket waits for its kernels captures nothing and passes the budget on
@@ -229,7 +257,9 @@ class ModelRunner:
                 break
             left = None if limits.budget_s is None else max(0.0, limits.budget_s - spent)
             runner = capturing[(self._slice_turn + i) % n]
-            runner.advance_capture(left, limits.max_buckets, by_stage=True)
+            if runner.next_stage_kind not in limits.kinds:
+                continue  # its next stage waits for a slice of its kind
+            runner.advance_capture(left, limits.max_buckets, by_stage=True, kinds=limits.kinds)
             captured = captured or not runner.waiting_for_kernels
         self._slice_turn = (self._slice_turn + 1) % max(1, n)
 

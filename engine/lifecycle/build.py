@@ -140,7 +140,12 @@ def build_parts(
     if tp is None:
         setup = f"{local!r}|{dtype}|{kernels!r}|{attention_note}|{config.page_size}|{max_pages}"
         ahead = kernel_precompile(kernels, device, config.tp_size, config.cache_dir, setup)
-        model_runner = ModelRunner(*runner_args, freeze_gc=config.graphs.freeze_gc, precompile=ahead)
+        model_runner = ModelRunner(
+            *runner_args,
+            freeze_gc=config.graphs.freeze_gc,
+            precompile=ahead,
+            record_in_flight=config.graphs.record_in_flight,
+        )
     else:
         rank_setup = RankSetup(
             attention.name,

@@ -52,7 +52,9 @@ class EngineEvents:
     def publish(self, event: ev.Event) -> None:
         self.bus.publish(event)
 
-    def step(self, step_no: int, batch: ForwardBatch, out: StepOutput, host_ms: float) -> None:
+    def step(
+        self, step_no: int, batch: ForwardBatch, out: StepOutput, host_ms: float, launch_ms: Optional[float] = None
+    ) -> None:
         if not self.bus.has_subscribers:
             return
         real = batch.batch_size if batch.mode is ForwardMode.DECODE else batch.num_tokens
@@ -73,6 +75,7 @@ class EngineEvents:
                 segment_ms=_round(segment_ms),
                 break_ms=_round(break_ms),
                 forward_ms=_round(out.read_forward_ms()),
+                launch_ms=_round(launch_ms),
                 emulated=self.model_runner.emulated and out.path == "graph",
             )
         )

@@ -4,8 +4,10 @@ Each step applies the commands queued since the last one, schedules a batch, run
 model runner (a graph or eagerly), samples, and hands the tokens to output processing. Under the
 overlap schedule (engine/step/overlap.py) a greedy decode step is launched here and read back in the next
 call, after that call has launched its own step. Between steps, a pending capture (the first one,
-while the engine already serves, or a recapture) captures one more slice of graphs, never while a
-step is in flight; an idle engine captures slice after slice, draining commands between slices.
+while the engine already serves, or a recapture) captures one more slice of graphs with no step in
+flight; an idle engine captures slice after slice, draining commands between slices. Where recordings
+ride in-flight steps (``GraphConfig.record_in_flight``) a graph's recording runs right after a step's
+launch instead, while that step is on the device (``_ride``), and only warmup forwards stay between steps.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class StepLoop:
         self.apply_commands()
         if pending is not None:
             if self.overlap_schedule and can_chain(
-                pending, self.scheduler, self.pool, self.max_context_len, self.model_runner.capture_pending
+                pending, self.scheduler, self.pool, self.max_context_len, self.model_runner.capture_needs_idle
             ):
                 for req in pending.batch.requests:  # the token in flight counts for the next step
                     req.output_ids.append(PLACEHOLDER_TOKEN)
@@ -94,15 +96,16 @@ class StepLoop:
                 batch.input_ids_device = pending.tokens_device
                 self.overlapped_steps += 1
                 t0 = time.perf_counter()
-                # a step is in flight: no capture slice here (capture needs the device to itself)
+                # a step is in flight: no slice before the launch (a warmup forward needs the device to itself)
                 self.pending = self.readback.launch(batch, self._forward(batch, may_capture=False), t0)
+                self._ride()
                 self._complete(pending, placeholders=True)
                 return True
             self._complete(pending, placeholders=False)
         batch = self.scheduler.schedule()
         if batch is None:
             if self.model_runner.capture_pending:  # idle: capture flat out, a slice per call
-                self._advance_capture()
+                self._advance_capture(idle=True)
                 if self.model_runner.capture_waiting:  # kernels compile in other processes: do not spin
                     time.sleep(COMPILE_POLL_S)
                 return True
@@ -111,10 +114,14 @@ class StepLoop:
         out = self._forward(batch)
         if self.overlap_schedule and launchable(batch):
             self.pending = self.readback.launch(batch, out, t0)
+            self._ride()
             return True
+        launch_ms = (time.perf_counter() - t0) * 1e3
+        self._ride()
         eos, prompt = self.output.eos_ids, PromptRows.of(out.prompt_logits, batch)
         sampled = self._wait_on_device(lambda: sample_step(out.logits, batch.sample_requests, eos, prompt))
-        self._deliver(batch, out, sampled.tokens, (time.perf_counter() - t0) * 1e3, sampled=sampled)
+        host_ms = (time.perf_counter() - t0) * 1e3
+        self._deliver(batch, out, sampled.tokens, host_ms, sampled=sampled, launch_ms=launch_ms)
         return True
 
     def discard_in_flight(self) -> None:
@@ -125,9 +132,16 @@ class StepLoop:
             if req.output_ids and req.output_ids[-1] == PLACEHOLDER_TOKEN:
                 req.output_ids.pop()
 
-    def _advance_capture(self) -> None:
-        if self.model_runner.advance_capture():
+    def _advance_capture(self, *, ride: bool = False, idle: bool = False) -> None:
+        if self.model_runner.advance_capture(ride=ride, idle=idle):
             self.events.memory_ledger()
+
+    def _ride(self) -> None:
+        """Right after a launch, the step on the device: a graph's recording, where recordings ride
+        in-flight steps (its host time is then hidden behind the step's device time, and counted in no
+        step's launch time)."""
+        if self.model_runner.capture_pending:
+            self._advance_capture(ride=True)
 
     def _forward(self, batch: ForwardBatch, *, may_capture: bool = True) -> StepOutput:
         """Capture a slice first when nothing is in flight (``may_capture``), run the step, and let the
@@ -141,7 +155,9 @@ class StepLoop:
 
     def _complete(self, step: InFlightStep, placeholders: bool) -> None:
         """Read a launched step's tokens back and deliver them."""
-        self._deliver(step.batch, step.out, self._wait_on_device(step.tokens), step.host_ms, placeholders)
+        self._deliver(
+            step.batch, step.out, self._wait_on_device(step.tokens), step.host_ms, placeholders, launch_ms=step.host_ms
+        )
 
     def _wait_on_device(self, wait: Callable[[], T]) -> T:
         """Block on the device for a step's tokens; a parity check's re-run uses the wait."""
@@ -155,9 +171,10 @@ class StepLoop:
         host_ms: float,
         placeholders: bool = False,
         sampled: Optional[Sampled] = None,
+        launch_ms: Optional[float] = None,
     ) -> None:
         self.step_no += 1
-        self.events.step(self.step_no, batch, out, host_ms)
+        self.events.step(self.step_no, batch, out, host_ms, launch_ms)
         if self.parity is not None:
             self.parity.delivered(out, self.step_no)
         if sampled is not None and (sampled.logprobs or sampled.prompt_logprobs):

@@ -218,6 +218,10 @@ class StepEvent(Event):
     break_ms: Optional[float] = None
     emulated: bool = False
     forward_ms: Optional[float] = _added(None)  # an eager step's GPU time on CUDA (CUDA events)
+    # host time from the step's start (any capture slice before it included) to its forward launched,
+    # without waiting for the device: what the GPU waited on the host for, where host_ms of a step that
+    # is sampled at once also holds its device time
+    launch_ms: Optional[float] = _added(None)
 
 
 @dataclass(frozen=True)

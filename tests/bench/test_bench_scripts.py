@@ -12,7 +12,7 @@ import shlex
 import pytest
 from support.paths import BENCH, REPO, SCRIPTS
 
-SCRIPT_NAMES = sorted(p.stem for p in BENCH.glob("*.py") if p.stem != "harness")  # the shared helper
+SCRIPT_NAMES = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("harness", "host_sampler"))  # shared helpers
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 COMMAND = re.compile(r"(python3? bench/(\w+)\.py[^`\n]*)")  # to the end of its code span or line
 

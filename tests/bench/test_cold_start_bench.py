@@ -34,7 +34,7 @@ def test_the_targets_apply_to_the_rows_they_name():
     row = dict(shape="llama-3.1-8b", mode="cold", host_max_ms=12.0, live_s=11.0, gpu_ratio=0.85)
     checks = {c["what"]: c["met"] for c in cold_start_bench.target_checks([row])}
     assert checks == {
-        "worst step host ms while capturing": True,
+        "worst step launch ms while capturing": True,
         "s from load to all graphs live": False,
         "output tok/s ÷ (tokens ÷ Σ GPU step time)": True,
     }

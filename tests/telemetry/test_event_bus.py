@@ -219,6 +219,7 @@ def test_fast_constructor_builds_the_same_event():
         break_ms=None,
         emulated=True,
         forward_ms=None,
+        launch_ms=None,
     )
     a, b = StepEvent(ts=7.0, **kw), StepEvent.fast(ts=7.0, **kw)
     assert a == b and hash(a) == hash(b) and type(b) is StepEvent

@@ -208,6 +208,7 @@ def test_all_fields_tricky_at_once() -> None:
         break_ms={"x": None},
         emulated=None,
         forward_ms=-1e308,
+        launch_ms=None,
         ts=float("inf"),
     )
     line = assert_same(ev)
@@ -235,6 +236,7 @@ def test_fast_constructor_events_match() -> None:
         break_ms=None,
         emulated=True,
         forward_ms=None,
+        launch_ms=None,
     )
     line = assert_same(ev)
     assert json.loads(line) == ev.to_dict()
@@ -281,6 +283,7 @@ def test_shadowed_type_tag_still_matches() -> None:
         break_ms=None,
         emulated=False,
         forward_ms=None,
+        launch_ms=None,
         type="other",
     )
     line = assert_same(ev)
@@ -340,6 +343,7 @@ def test_recorder_file_is_the_reference_encoding(tmp_path: Path) -> None:
                 break_ms=None,
                 emulated=bool(i % 2),
                 forward_ms=None,
+                launch_ms=0.25,
             )
         )
     events.append(KVPoolState(capacity_tokens=10, used_tokens=3))

@@ -4,7 +4,7 @@ buckets go live as they are captured (in slices between steps, a stage at a time
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Callable, Iterator, Optional
+from typing import AbstractSet, Callable, Iterator, Optional
 
 import torch
 
@@ -15,7 +15,7 @@ from ..bucket_policy import BucketPolicy
 from ..buffers import BufferRegistry, BufferSlot, PaddingPolicy
 from ..fallback import FallbackReason
 from .base import GraphRunner
-from .capture import CaptureJob
+from .capture import ANY_STAGE, CaptureJob, StageKind
 from .kernel_gate import KernelGate
 
 PublishFn = Callable[[ev.Event], None]
@@ -108,6 +108,7 @@ class BucketedGraphRunner(GraphRunner):
             self.publish,
             reason,
             self.gate,
+            first_kind=self._first_stage_kind,
         )
         if self.gate is not None and reason == "initial":
             # at load, before any step: every bucket's kernels start compiling now, in parallel, so the
@@ -118,15 +119,21 @@ class BucketedGraphRunner(GraphRunner):
         return self.job
 
     def advance_capture(
-        self, budget_s: Optional[float], max_buckets: Optional[int] = None, by_stage: bool = False
+        self,
+        budget_s: Optional[float],
+        max_buckets: Optional[int] = None,
+        by_stage: bool = False,
+        kinds: AbstractSet[StageKind] = ANY_STAGE,
     ) -> bool:
-        """Capture more of the running job (all of it when every limit is None) with the GC frozen
-        (``GraphBackend.capture_session``); what it captured is live at once. True once nothing is
-        pending."""
+        """Capture more of the running job (all of it when every limit is None; stages of ``kinds`` only)
+        with the GC frozen (``GraphBackend.capture_session``); what it captured is live at once. True once
+        nothing is pending."""
         if self.job is None:
             return True
+        if self.job.next_kind not in kinds:
+            return False
         with self.backend.capture_session():
-            self.job.run(budget_s, max_buckets, by_stage)
+            self.job.run(budget_s, max_buckets, by_stage, kinds)
         self._adopt(self.job)
         return self.job is None
 
@@ -156,6 +163,11 @@ class BucketedGraphRunner(GraphRunner):
     @property
     def capturing(self) -> bool:
         return self.job is not None
+
+    @property
+    def next_stage_kind(self) -> Optional[StageKind]:
+        """The kind of the capture's next stage (None: nothing is being captured)."""
+        return None if self.job is None else self.job.next_kind
 
     @property
     def waiting_for_kernels(self) -> bool:
@@ -201,24 +213,32 @@ class BucketedGraphRunner(GraphRunner):
             self._prepare_capture(key)
             self._forward(size)
 
+    def _first_stage_kind(self, size: int) -> StageKind:
+        """What ``_capture_stages(size)`` announces first, known before it begins."""
+        if self._warmup_size or (self.backend.runs_at_capture and self.backend.warms_up):
+            return StageKind.RUN
+        return self._recording_kind()
+
+    def _recording_kind(self) -> StageKind:
+        return StageKind.RUN if self.backend.executes_at_capture else StageKind.RECORD
+
     @torch.inference_mode()  # a generator: torch's decorator enters the mode around each resumption
-    def _capture_stages(self, size: int) -> Iterator[None]:
-        """Bucket ``size``'s capture, a stage per ``next``: the runner's warmup if it is due, then for each of
-        the bucket's graphs its warmup forward and its recording. A slice between steps may stop between
-        two stages, so no step waits for more than about one forward; the steps in between may replay
-        other graphs, so each stage binds its own capture state (``_prepare_capture``)."""
+    def _capture_stages(self, size: int) -> Iterator[StageKind]:
+        """Bucket ``size``'s capture, a stage per ``next``, each announced by its kind first
+        (runners/capture.py): the runner's warmup if it is due, then for each of the bucket's graphs its
+        warmup forward and its recording. A slice between steps may stop between two stages, so no step
+        waits for more than about one forward; the steps in between may replay other graphs, so each
+        stage binds its own capture state (``_prepare_capture``)."""
         if self._warmup_size:
+            yield StageKind.RUN
             self.warmup(self._warmup_size)
             self._warmup_size = 0
-            yield
-        keys = self.graph_keys(size)
-        for i, key in enumerate(keys):
+        for key in self.graph_keys(size):
             if self.backend.runs_at_capture and self.backend.warms_up:  # per-shape warmup outside capture
+                yield StageKind.RUN
                 self._prepare_capture(key)
                 self._forward(size)
-                yield
+            yield self._recording_kind()
             if self.backend.runs_at_capture:  # an emulated capture that records addresses only needs nothing
                 self._prepare_capture(key)
             self.backend.capture_one(key, lambda: self._forward(size))
-            if i + 1 < len(keys):
-                yield

@@ -44,6 +44,11 @@ class BucketGate(Protocol):
         """Whether ``bucket`` can be captured now without compiling; never blocks."""
         ...
 
+    def ready_without_running(self, bucket: int) -> bool:
+        """``ready(bucket)`` where knowing needs nothing run on the device; False where it needs a dry run
+        (a step may be in flight: runners/capture.py)."""
+        ...
+
     def wait(self, bucket: int) -> None:
         """Block until ``ready(bucket)`` (an engine that captures before serving)."""
         ...
@@ -99,6 +104,11 @@ class KernelGate:
 
     def ready(self, bucket: int) -> bool:
         return self.compiler.done(self._discover(bucket))
+
+    def ready_without_running(self, bucket: int) -> bool:
+        if bucket not in self._keys and not self._use_manifest:
+            return False  # its kernels are found by a dry run
+        return self.ready(bucket)
 
     def wait(self, bucket: int) -> None:
         self.compiler.wait(self._discover(bucket))
