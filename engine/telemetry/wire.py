@@ -16,6 +16,7 @@ PLAIN is not encryption: the token crosses a TCP endpoint in clear, as it did in
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import zmq
@@ -57,6 +58,14 @@ def viewer_socket(ctx: zmq.Context, token: str, name: str) -> zmq.Socket:
     return sock
 
 
+OTHER_MECHANISM = (
+    "its handshake is not this viewer's (an endpoint of another graphtop version, or not graphtop): attach "
+    "with the graphtop version that runs the engine"
+)
+PROBE_EVERY_S = 1.0
+"""At most one greeting probe (engine/telemetry/greeting.py) a second while handshakes fail with no detail."""
+
+
 class HandshakeWatch:
     """What became of this viewer's handshakes, from the socket's monitor.
 
@@ -64,35 +73,55 @@ class HandshakeWatch:
     endpoint of an older graphtop, or not graphtop); without it a refused viewer would only see silence
     until its connect timeout. The ones that passed are counted: a viewer that reconnects after one
     passed says ``Hello`` again, since its first went out on a connection the endpoint may have shut
-    right after (its ``gate`` bounds the handshakes in progress, and can be a moment behind)."""
+    right after (its ``gate`` bounds the handshakes in progress, and can be a moment behind).
 
-    _EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    Another mechanism is reported by ZeroMQ only when the viewer notices the mismatch first; when the
+    endpoint does, the viewer sees a failure with no detail, as it does when a connection cap shuts it
+    out. Such a failure asks the endpoint's greeting which mechanism it announces (``endpoint``, at most
+    every ``PROBE_EVERY_S``): the answer does not depend on who noticed first."""
 
-    def __init__(self, sock: zmq.Socket) -> None:
+    _EVENTS = (
+        zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    )
+
+    def __init__(self, sock: zmq.Socket, endpoint: Optional[str] = None) -> None:
         self._sock = sock
+        self.endpoint = endpoint
         self.monitor = sock.get_monitor_socket(self._EVENTS)
         self.succeeded = 0
         """Handshakes passed so far (one per connection: ZeroMQ reconnects after a shut one)."""
+        self._probed = float("-inf")
 
     def failure(self) -> Optional[str]:
-        """The reason of a refused handshake since the last call, if any (never blocks); handshakes that
-        passed meanwhile are counted in ``succeeded``."""
+        """The reason of a refused handshake since the last call, if any (blocks only for a probe, at most
+        about a second); handshakes that passed meanwhile are counted in ``succeeded``."""
         from zmq.utils.monitor import recv_monitor_message
 
+        no_detail = False
         while True:
             try:
                 event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
             except zmq.Again:
-                return None
+                break
             if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.succeeded += 1
             elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 return "wrong token"
             elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-                return (
-                    "its handshake is not this viewer's (an endpoint of another graphtop version, or "
-                    "not graphtop): attach with the graphtop version that runs the engine"
-                )
+                return OTHER_MECHANISM
+            else:
+                no_detail = True
+        if no_detail and self.endpoint is not None and time.monotonic() - self._probed >= PROBE_EVERY_S:
+            from .greeting import announced_mechanism
+
+            self._probed = time.monotonic()
+            mechanism = announced_mechanism(self.endpoint)
+            if mechanism is not None and mechanism != "PLAIN":
+                return OTHER_MECHANISM
+        return None
 
     def close(self) -> None:
         self._sock.disable_monitor()

@@ -269,7 +269,7 @@ class RemoteSession:
     def _run(self) -> None:
         ctx = zmq.Context()
         sock = wire.viewer_socket(ctx, self._token, self.name)  # connect() checked the token's length
-        watch = wire.HandshakeWatch(sock)
+        watch = wire.HandshakeWatch(sock, self.endpoint)
         hello = p.encoder.encode(p.Hello(p.PROTOCOL_VERSION, self._token, self.name))
         try:
             sock.connect(self.endpoint)
