@@ -151,6 +151,12 @@ class RunFold:
         return self.ledgers.get(0)
 
     @property
+    def kv_usage(self) -> float:
+        """The fraction of the KV pool in use (0 before any ``kv_pool`` event or with no pool)."""
+        kv = self.kv
+        return kv.used_tokens / kv.capacity_tokens if kv is not None and kv.capacity_tokens else 0.0
+
+    @property
     def emulated(self) -> bool:
         return bool(self.info is not None and self.info.emulated) or self.steps.emulated > 0
 
@@ -233,7 +239,7 @@ class RunFold:
         self.kv = ev
         self._stamp["kv_pool"] = seq
         self.kv_peak_used = max(self.kv_peak_used, ev.used_tokens)
-        self.kv_used.add(ev.used_tokens / ev.capacity_tokens if ev.capacity_tokens else 0.0)
+        self.kv_used.add(self.kv_usage)
         self.revs["kv"] += 1
 
     def _on_step(self, seq: int, ev: Any) -> None:
