@@ -30,7 +30,7 @@ from graphtop.engine.telemetry.events import (
     RecaptureRequested,
     StepEvent,
 )
-from graphtop.engine.telemetry.fold import FoldLimits, RunFold
+from graphtop.engine.telemetry.fold import FoldLimits, Revisions, RunFold
 from graphtop.engine.telemetry.measured import measured
 from graphtop.engine.telemetry.recapture import RecaptureTracker
 from graphtop.engine.telemetry.tallies import BucketTally, HitTally, ParityTally
@@ -74,7 +74,7 @@ class DashboardState:
 
     # ------------------------------------------------------------------ the fold's facts, by name
     @property
-    def revs(self) -> Counter[str]:
+    def revs(self) -> Revisions:
         return self.fold.revs
 
     @property

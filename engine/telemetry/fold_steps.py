@@ -32,15 +32,29 @@ class PhaseTally(HitTally):
     buckets: dict[int, BucketTally] = field(default_factory=dict)
 
 
+class _Phase:
+    """One phase's tally and timings, looked up once per step."""
+
+    __slots__ = ("tally", "bucket_list", "replay", "host")
+
+    def __init__(self, phase: str, replay: Samples, host: Samples) -> None:
+        self.tally = PhaseTally(phase=phase)
+        self.bucket_list = step_phase(phase)  # the phase whose bucket list its steps are looked up in
+        self.replay = replay
+        self.host = host
+
+
 class StepFacts:
     """Every step event folded. Timings are measurements only (``measured.finite_step``): a step
-    from an attached engine that sent NaN counts, its bad timing does not."""
+    from an attached engine that sent NaN counts, its bad timing does not. Folded on every reader's
+    thread for every step, so ``add`` is written for speed: one lookup of the step's phase."""
 
-    def __init__(self, recent: Optional[int], samples: Optional[int], numbers: bool) -> None:
-        self.hits = HitTally()  # every step of every phase
+    def __init__(self, recent: Optional[int], samples: Optional[int], numbers: bool, tallies: bool = True) -> None:
+        self.tallies = tallies  # False: only ``recent`` is kept (the state keeper: see its docstring)
         self.phases: dict[str, PhaseTally] = {}
+        self._phases: dict[str, _Phase] = {}
         self.in_use: dict[tuple[str, int], BucketTally] = {}  # (bucket list's phase, bucket) since its capture
-        self.fallbacks: Counter[tuple[str, Optional[str]]] = Counter()  # (phase, reason or None) -> eager steps
+        self.fallbacks: dict[tuple[str, Optional[str]], int] = {}  # (phase, reason or None) -> eager steps
         self.last_fallback: Optional[str] = None  # the reason of the latest eager step
         self.emulated = 0  # steps run on emulated graphs
         self.recent: History[StepEvent] = History(recent)
@@ -49,32 +63,54 @@ class StepFacts:
         self.host_by_phase: KeyedSamples[str] = KeyedSamples(samples)
         self.numbers: Optional[set[int]] = set() if numbers else None  # for gaps; None: not tracked
 
+    @property
+    def hits(self) -> HitTally:
+        """Every step of every phase."""
+        total = HitTally()
+        for tally in self.phases.values():
+            total = total.merge(tally)
+        return total
+
     def add(self, seq: int, ev: StepEvent) -> bool:
         """Fold one step; True when the latest fallback reason changed (the capture panel says it)."""
         ev = finite_step(ev)
         self.recent.add(seq, ev)
-        phase, bucket, padded = ev.phase, ev.bucket, ev.padded
+        if not self.tallies:
+            return False
+        phase = ev.phase
+        p = self._phases.get(phase)
+        if p is None:
+            p = self._phases[phase] = _Phase(phase, self.replay_by_phase.get(phase), self.host_by_phase.get(phase))
+            self.phases[phase] = p.tally
+        tally = p.tally
+        bucket, padded = ev.bucket, ev.padded
         graph = ev.path == "graph"
-        self.hits.add(graph, bucket, padded)
-        tally = self.phases.get(phase)
-        if tally is None:
-            tally = self.phases[phase] = PhaseTally(phase=phase)
         tally.add(graph, bucket, padded)
         tally.tokens += ev.num_tokens
-        self.host_by_phase.add(phase, ev.host_ms)
+        p.host.add(ev.host_ms)
         if ev.emulated:
             self.emulated += 1
         if self.numbers is not None:
             self.numbers.add(ev.step)
         if graph:
-            if ev.replay_ms is not None:
-                self.replay_ms.add(ev.replay_ms)
-                self.replay_by_phase.add(phase, ev.replay_ms)
+            replay = ev.replay_ms
+            if replay is not None:
+                self.replay_ms.add(replay)
+                p.replay.add(replay)
             if bucket is not None:
-                _tally(tally.buckets, bucket, bucket).add(padded, ev.padding_waste)
-                _tally(self.in_use, (step_phase(phase), bucket), bucket).add(padded, ev.padding_waste)
+                waste = ev.padding_waste
+                b = tally.buckets.get(bucket)
+                if b is None:
+                    b = tally.buckets[bucket] = BucketTally(bucket)
+                b.add(padded, waste)
+                key = (p.bucket_list, bucket)
+                b = self.in_use.get(key)
+                if b is None:
+                    b = self.in_use[key] = BucketTally(bucket)
+                b.add(padded, waste)
             return False
-        self.fallbacks[(phase, ev.fallback_reason or None)] += 1
+        key = (phase, ev.fallback_reason or None)
+        self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
         if ev.fallback_reason != self.last_fallback:
             self.last_fallback = ev.fallback_reason
             return True
@@ -98,10 +134,3 @@ class StepFacts:
         if not self.numbers:
             return 0
         return (max(self.numbers) - min(self.numbers) + 1) - len(self.numbers)
-
-
-def _tally(table: dict, key: object, bucket: int) -> BucketTally:  # type: ignore[type-arg]
-    tally = table.get(key)
-    if tally is None:
-        tally = table[key] = BucketTally(bucket)
-    return tally

@@ -56,27 +56,37 @@ class Samples:
     def add(self, value: float) -> None:
         self.values.append(value)
         self.count += 1
-        for listener in self.listeners:
-            listener(value)
+        if self.listeners:
+            for listener in self.listeners:
+                listener(value)
 
 
 class KeyedSamples(Generic[K]):
     """``Samples`` per key (a phase, a rank), made on first use; a listener hears (key, value)."""
 
-    __slots__ = ("keep", "by_key", "listeners")
+    __slots__ = ("keep", "by_key", "_listeners")
 
     def __init__(self, keep: Optional[int]) -> None:
         self.keep = keep
         self.by_key: dict[K, Samples] = {}
-        self.listeners: list[Callable[[K, float], None]] = []
+        self._listeners: list[Callable[[K, float], None]] = []
 
-    def add(self, key: K, value: float) -> None:
+    def listen(self, listener: Callable[[K, float], None]) -> None:
+        """Hand ``listener`` every sample from now on, with its key."""
+        self._listeners.append(listener)
+        for key, samples in self.by_key.items():
+            samples.listeners.append(_keyed(listener, key))
+
+    def get(self, key: K) -> Samples:
+        """``key``'s samples (made now if it had none): a caller may keep it and add to it directly."""
         samples = self.by_key.get(key)
         if samples is None:
             samples = self.by_key[key] = Samples(self.keep)
-        samples.add(value)
-        for listener in self.listeners:
-            listener(key, value)
+            samples.listeners.extend(_keyed(listener, key) for listener in self._listeners)
+        return samples
+
+    def add(self, key: K, value: float) -> None:
+        self.get(key).add(value)
 
     def values(self, key: K) -> deque[float]:
         samples = self.by_key.get(key)
@@ -84,3 +94,7 @@ class KeyedSamples(Generic[K]):
 
     def all_values(self) -> list[float]:
         return [v for samples in self.by_key.values() for v in samples.values]
+
+
+def _keyed(listener: Callable[[K, float], None], key: K) -> Callable[[float], None]:
+    return lambda value: listener(key, value)

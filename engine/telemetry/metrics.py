@@ -158,7 +158,7 @@ class LatencyHistograms:
     def listen(self, fold: RunFold) -> None:
         fold.requests.ttft_ms.listeners.append(lambda ms: self.ttft.observe(ms / 1e3))
         fold.requests.on_finish.append(self.finished)
-        fold.steps.replay_by_phase.listeners.append(lambda phase, ms: self.replay.labels(phase).observe(ms / 1e3))
+        fold.steps.replay_by_phase.listen(lambda phase, ms: self.replay.labels(phase).observe(ms / 1e3))
 
     def finished(self, done: Finished) -> None:
         if not done.served:

@@ -21,12 +21,20 @@ __all__ = ["RECENT_REFUSALS", "REFUSAL_WHERE", "StateKeeper"]
 
 class StateKeeper:
     """A fold that remembers ``recent_steps`` steps, ``recent_alerts`` downgrades and errors (and a
-    few refusals apart), ``open_requests`` unfinished requests, and no timing samples."""
+    few refusals apart), ``open_requests`` unfinished requests, and no timing samples. It does not
+    tally steps either: the endpoint's thread folds every step while the engine waits for the GIL it
+    holds, and a viewer rebuilds the tallies from the steps it is sent."""
 
     def __init__(self, *, recent_steps: int = 4096, recent_alerts: int = 50, open_requests: int = 10_000) -> None:
-        self.fold = RunFold(
-            FoldLimits(steps=recent_steps, samples=0, alerts=recent_alerts, captures=1, open_requests=open_requests)
+        limits = FoldLimits(
+            steps=recent_steps,
+            samples=0,
+            alerts=recent_alerts,
+            captures=1,
+            open_requests=open_requests,
+            step_tallies=False,
         )
+        self.fold = RunFold(limits)
 
     @property
     def next_seq(self) -> int:
