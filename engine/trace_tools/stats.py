@@ -12,7 +12,9 @@ same way, so a number seen in one can be checked against another:
   (relative error over its tolerance); the tally keeps the worst errors, the lowest argmax agreement
   and top-5 overlap, and the latest cumulative skipped / discarded counts.
 
-Pure data and arithmetic: no torch, no I/O.
+The tallies that apply these rules (``HitTally``, ``BucketTally``, ``ParityTally``) live in
+``telemetry.tallies``, where the live fold of the event stream (``telemetry.fold``) counts with them;
+they are re-exported here. Pure data and arithmetic: no torch, no I/O.
 """
 
 from __future__ import annotations
