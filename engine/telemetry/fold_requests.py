@@ -63,6 +63,7 @@ class RequestFacts:
         self.open: OrderedDict[str, OpenRequest] = OrderedDict()
         self.open_cap = open_cap
         self.ttft_ms = Samples(samples)
+        self.queue_ms = Samples(samples)  # of a TTFT, the time before the request's first admission
         self.latency_ms = Samples(samples)  # every finished request, rejected ones included
         self.itl_ms = Samples(samples)  # served requests of two or more tokens
         self.on_finish: list[Callable[[Finished], None]] = []
@@ -80,6 +81,9 @@ class RequestFacts:
         ttft = measured(ev.ttft_ms)
         if ttft is not None:
             self.ttft_ms.add(ttft)
+        queue = measured(ev.queue_ms)
+        if queue is not None:
+            self.queue_ms.add(queue)
         req = self.open.get(ev.request_id)
         if req is None:  # queued before the stream began (or forgotten): its TTFT still gives an ITL
             req = self.open[ev.request_id] = OpenRequest()
