@@ -35,10 +35,10 @@ from harness import comma_ints, engine_config, log, md_table, shape_ckpt
 from graphtop.engine.auto_tune import AutoTuneConfig, AutoTuner
 from graphtop.engine.engine import Engine
 from graphtop.engine.graphs.bucket_demand import DEFAULT_EAGER_RATIO, advise_phase
-from graphtop.engine.graphs.step_size import step_key, step_phase
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import RecaptureRequested, StepEvent
+from graphtop.engine.telemetry.step_size import step_key, step_phase
 
 
 class StepClock:

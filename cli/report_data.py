@@ -1,11 +1,11 @@
 """The numbers behind ``graphtop trace report``'s charts, folded from a trace.
 
 Nothing is counted twice in two ways: the totals (bucket hits and padding, fallback reasons, capture
-passes, percentiles) come from ``telemetry.summary.summarize``, the fold ``graphtop trace summary`` and
-the end-of-run summary print; the advice from ``advise.compute_advice``, what ``graphtop advise``
-prints; a request's inter-token latency from ``stats.mean_itl_ms``, the rule of ``/metrics``. What only
-a picture needs is collected here in one pass: values over time (step and host time, KV use) and the
-per-request samples the distributions are drawn from.
+passes, percentiles) come from ``trace_tools.summary``, what ``graphtop trace summary`` and the
+end-of-run summary print, and the per-request samples the distributions are drawn from (TTFT, queue
+time, inter-token latency) from the fold that summary reads (``telemetry.fold``, the fold of
+``/metrics`` too); the advice from ``advise.compute_advice``, what ``graphtop advise`` prints. What only
+a picture needs is collected here in one pass: values over time (step and host time, KV use).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from graphtop.engine.telemetry.events import KVPoolState, RequestFinished, RequestFirstToken, StepEvent
-from graphtop.engine.telemetry.latency import mean_itl_ms
-from graphtop.engine.trace_tools.summary import TraceSummary, summarize
+from graphtop.engine.telemetry.events import KVPoolState, StepEvent
+from graphtop.engine.trace_tools.summary import SummaryBuilder, TraceSummary
 from graphtop.engine.trace_tools.trace import Trace
 
 MAX_POINTS = 1500
@@ -80,26 +79,30 @@ def collect(trace: Trace) -> ReportData:
     """Fold ``trace`` into the report's numbers (see the module docstring for who counts what)."""
     from .advise import compute_advice
 
-    data = ReportData(trace.path or "trace", summarize(trace))
+    builder = SummaryBuilder(trace.header, trace.path)
+    step_ms, host_ms, kv_used, kv_capacity = Timeline(), Timeline(), Timeline(), Timeline()
     start = min((ev.ts for ev in trace.events), default=0.0)
-    ttft: dict[str, float] = {}
     for ev in trace.events:
+        builder.add(ev)
         t = ev.ts - start
         if isinstance(ev, StepEvent):
-            data.step_ms.add(t, step_time_ms(ev))
-            data.host_ms.add(t, ev.host_ms)
+            step_ms.add(t, step_time_ms(ev))
+            host_ms.add(t, ev.host_ms)
         elif isinstance(ev, KVPoolState):
-            data.kv_used.add(t, float(ev.used_tokens))
-            data.kv_capacity.add(t, float(ev.capacity_tokens))
-        elif isinstance(ev, RequestFirstToken):
-            ttft[ev.request_id] = ev.ttft_ms
-            data.ttft_ms.append(ev.ttft_ms)
-            if ev.queue_ms is not None:
-                data.queue_ms.append(ev.queue_ms)
-        elif isinstance(ev, RequestFinished) and ev.finish_reason != "rejected":
-            itl = mean_itl_ms(ttft.pop(ev.request_id, None), ev.latency_ms, ev.output_tokens)
-            if itl is not None:
-                data.itl_ms.append(itl)
+            kv_used.add(t, float(ev.used_tokens))
+            kv_capacity.add(t, float(ev.capacity_tokens))
+    requests = builder.fold.requests
+    data = ReportData(
+        trace.path or "trace",
+        builder.build(truncated_tail=trace.truncated_tail),
+        step_ms,
+        host_ms,
+        kv_used,
+        kv_capacity,
+        ttft_ms=list(requests.ttft_ms.values),
+        itl_ms=list(requests.itl_ms.values),
+        queue_ms=list(requests.queue_ms.values),
+    )
     try:
         data.advice = compute_advice(trace)
     except ValueError as exc:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from graphtop.engine.graphs.bucket_policy import BucketPolicy, depends_on_buckets
-from graphtop.engine.graphs.step_size import DECODE, PREFILL, step_key, step_phase
 from graphtop.engine.telemetry.capture import BucketCost, cost_points, estimate_cost
 from graphtop.engine.telemetry.events import StepEvent
+from graphtop.engine.telemetry.step_size import DECODE, PREFILL, step_key, step_phase
 from graphtop.engine.trace_tools.stats import HitTally
 
 __all__ = ["PhaseWhatIf", "WhatIf", "WhatIfInputs", "what_if"]

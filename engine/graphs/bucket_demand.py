@@ -30,10 +30,10 @@ from typing import Iterable, Optional, Sequence
 
 from ..telemetry.capture import BucketCost, cost_points, estimate_cost
 from ..telemetry.events import StepEvent
+from ..telemetry.step_size import PREFILL, step_key, step_phase
 from .bucket_advisor import Advice
 from .bucket_holdout import DEFAULT_GRIDS, advise_held_out
 from .bucket_policy import BucketPolicy, bucket_could_serve
-from .step_size import PREFILL, step_key, step_phase
 
 __all__ = [
     "DEFAULT_EAGER_RATIO",

@@ -39,8 +39,8 @@ from ..telemetry.events import (
     RecaptureRequested,
     StepEvent,
 )
+from ..telemetry.step_size import step_phase
 from .bucket_demand import DEFAULT_HOLDOUT, advise_phase
-from .step_size import step_phase
 
 __all__ = ["DEFAULT_THRESHOLD", "DEFAULT_WINDOW", "MIN_STEPS", "LiveAdvisor", "PhaseProposal", "Proposal", "propose"]
 

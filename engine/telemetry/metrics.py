@@ -7,6 +7,11 @@ registry of its own up to date from a daemon thread, so the numbers a scrape sho
 ``step`` event there. ``graphtop serve`` exposes it at ``/metrics``; a program using the Python API can
 expose it too (``prometheus_client.start_http_server(port, registry=collector.registry)``).
 
+The counts are a view over a ``RunFold`` (``fold``, the fold the dashboard and the trace summary read
+too): at each scrape the counters and gauges are read off it, so a graph step counted here is one
+counted there by the same code. The latency and replay histograms hear each sample as the fold
+derives it (a histogram's buckets need every sample, which the fold does not keep).
+
 Why a subscriber and not hooks in the engine: the engine publishes events without blocking and
 without device syncs, and already names everything worth counting (steps by phase, bucket and path,
 fallback reasons, capture costs, parity checks, request latencies). Reading them costs the engine
@@ -18,15 +23,19 @@ everything queued before the call, so a scrape right after a request finished se
 
 Tensor parallelism: steps are rank 0's; capture costs are counted for rank 0 (every rank captures the
 same buckets). Imports no torch (the telemetry contract).
+
+Names follow vLLM's and SGLang's where one exists (``vllm:time_to_first_token_seconds``,
+``sglang:cuda_graph_passes_total{mode}``), with our prefix.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .bus import EventBus
 from .events import (
@@ -45,9 +54,10 @@ from .events import (
     RequestQueued,
     StepEvent,
 )
-from .latency import mean_itl_ms
+from .fold import FoldLimits, RunFold
+from .fold_requests import Finished
 
-__all__ = ["CONTENT_TYPE", "EngineMetrics", "MetricsCollector", "PREFIX"]
+__all__ = ["CONTENT_TYPE", "LatencyHistograms", "MetricsCollector", "PREFIX"]
 
 PREFIX = "graphtop:"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -121,36 +131,11 @@ TYPES = frozenset(
 """The event types the metrics read (the subscription carries no others)."""
 
 
-@dataclass
-class EngineMetrics:
-    """Every metric, registered in one registry. Names follow vLLM's and SGLang's where one exists
-    (``vllm:time_to_first_token_seconds``, ``sglang:cuda_graph_passes_total{mode}``), with our prefix."""
+class LatencyHistograms:
+    """The histograms, registered in ``registry``: each observes the samples the fold hands it."""
 
-    registry: CollectorRegistry
-
-    def __post_init__(self) -> None:
-        r, p = self.registry, PREFIX
-        self.info = Gauge(
-            p + "engine_info",
-            "the engine being served (value 1)",
-            ["model", "device", "dtype", "decode_graph_backend", "prefill_graph_backend"],
-            registry=r,
-        )
-        self.running = Gauge(p + "num_requests_running", "requests admitted to the running batch", registry=r)
-        self.waiting = Gauge(p + "num_requests_waiting", "requests waiting for a running slot", registry=r)
-        self.max_running = Gauge(p + "max_running_requests", "the largest running batch", registry=r)
-        self.kv_usage = Gauge(p + "kv_cache_usage_perc", "fraction of the KV pool in use (0-1)", registry=r)
-        self.kv_used = Gauge(p + "kv_cache_used_tokens", "KV pool tokens in use", registry=r)
-        self.kv_capacity = Gauge(p + "kv_cache_capacity_tokens", "KV pool size in tokens", registry=r)
-        self.queued = Counter(p + "requests_queued", "requests the engine accepted", registry=r)
-        self.finished = Counter(
-            p + "requests_finished",
-            "finished requests by reason (eos, stop, length, cancelled, rejected)",
-            ["finish_reason"],
-            registry=r,
-        )
-        self.prompt_tokens = Counter(p + "prompt_tokens", "prompt tokens of accepted requests", registry=r)
-        self.generation_tokens = Counter(p + "generation_tokens", "tokens generated", registry=r)
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r, p = registry, PREFIX
         self.ttft = Histogram(
             p + "time_to_first_token_seconds", "time from arrival to the first token", buckets=TTFT_BUCKETS, registry=r
         )
@@ -166,57 +151,21 @@ class EngineMetrics:
             buckets=E2E_BUCKETS,
             registry=r,
         )
-        self.passes = Counter(
-            p + "cuda_graph_passes",
-            "forward steps by phase and mode (graph: replayed a graph; eager)",
-            ["phase", "mode"],
-            registry=r,
-        )
-        self.bucket_hits = Counter(
-            p + "graph_bucket_hits", "graph steps that replayed this bucket", ["phase", "bucket"], registry=r
-        )
-        self.bucket_padded = Counter(
-            p + "graph_bucket_padded_tokens",
-            "padding rows (decode) or tokens (prefill) those graph steps carried",
-            ["phase", "bucket"],
-            registry=r,
-        )
-        self.fallbacks = Counter(p + "eager_fallbacks", "eager steps by reason", ["phase", "reason"], registry=r)
         self.replay = Histogram(
             p + "graph_replay_seconds", "replay time of a graph step", ["phase"], buckets=REPLAY_BUCKETS, registry=r
         )
-        self.capture_seconds = Gauge(
-            p + "graph_capture_seconds",
-            "how long this bucket's graph took to capture (its latest capture)",
-            ["phase", "bucket"],
-            registry=r,
-        )
-        self.capture_bytes = Gauge(
-            p + "graph_capture_bytes",
-            "device memory this bucket's graph took (its latest capture)",
-            ["phase", "bucket"],
-            registry=r,
-        )
-        self.capture_failures = Counter(
-            p + "graph_capture_failures", "buckets whose capture failed", ["phase"], registry=r
-        )
-        self.graphs = Gauge(p + "graphs_captured", "buckets captured in the latest capture pass", ["phase"], registry=r)
-        self.parity_checks = Counter(
-            p + "parity_checks", "graph steps re-run eagerly and compared (--parity-every)", ["phase"], registry=r
-        )
-        self.parity_mismatches = Counter(
-            p + "parity_mismatches", "parity checks over their tolerance", ["phase"], registry=r
-        )
-        self.recaptures = Counter(p + "recaptures", "live recaptures by result (ok, failed)", ["result"], registry=r)
-        self.recapture_requests = Counter(
-            p + "recapture_requests", "live recaptures asked for, by cause (manual, auto_tune)", ["cause"], registry=r
-        )
-        self.errors = Counter(p + "errors", "error events by where they happened", ["where"], registry=r)
-        self.dropped = Gauge(
-            p + "metrics_events_dropped",
-            "events the metrics subscriber lost to a full queue (nonzero: the counters undercount)",
-            registry=r,
-        )
+
+    def listen(self, fold: RunFold) -> None:
+        fold.requests.ttft_ms.listeners.append(lambda ms: self.ttft.observe(ms / 1e3))
+        fold.requests.on_finish.append(self.finished)
+        fold.steps.replay_by_phase.listen(lambda phase, ms: self.replay.labels(phase).observe(ms / 1e3))
+
+    def finished(self, done: Finished) -> None:
+        if not done.served:
+            return
+        self.e2e.observe(done.latency_ms / 1e3)
+        if done.itl_ms is not None:
+            self.itl.observe(done.itl_ms / 1e3)
 
 
 class MetricsCollector:
@@ -233,14 +182,14 @@ class MetricsCollector:
         name: str = "metrics",
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.metrics = EngineMetrics(self.registry)
+        self.fold = RunFold(FoldLimits(steps=0, samples=0, alerts=0, captures=1))
+        self.histograms = LatencyHistograms(self.registry)
+        self.histograms.listen(self.fold)
         self._bus = bus
         self._sub = bus.subscribe(name, maxsize, TYPES)
-        self.metrics.dropped.set_function(lambda: self._sub.dropped)
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # its lock: the fold is applied, or read, by one thread at a time
         self._applied = 0
-        self._ttft_ms: dict[str, float] = {}  # requests between their first token and their finish
-        self._capture_labels: dict[str, set[str]] = {}  # phase -> buckets with capture gauges
+        self.registry.register(_FoldCounts(self))
         self._thread = threading.Thread(target=self._run, name="graphtop-metrics", daemon=True)
         self._thread.start()
 
@@ -277,88 +226,133 @@ class MetricsCollector:
             batch = [event, *sub.drain(255)]
             with self._cond:
                 for e in batch:
-                    self.apply(e)
+                    self.fold.apply(e)
                 self._applied += len(batch)
                 self._cond.notify_all()
 
     def apply(self, event: Event) -> None:
-        """Count one event (the collector's thread calls it; tests may feed events directly)."""
-        m = self.metrics
-        if isinstance(event, StepEvent):
-            self._step(event)
-        elif isinstance(event, KVPoolState):
-            m.running.set(event.running)
-            m.waiting.set(event.queued)
-            m.max_running.set(event.max_running)
-            m.kv_used.set(event.used_tokens)
-            m.kv_capacity.set(event.capacity_tokens)
-            m.kv_usage.set(event.used_tokens / event.capacity_tokens if event.capacity_tokens else 0.0)
-        elif isinstance(event, RequestQueued):
-            m.queued.inc()
-            m.prompt_tokens.inc(event.prompt_tokens)
-        elif isinstance(event, RequestFirstToken):
-            m.ttft.observe(event.ttft_ms / 1e3)
-            self._ttft_ms[event.request_id] = event.ttft_ms
-        elif isinstance(event, RequestFinished):
-            self._finished(event)
-        elif isinstance(event, (CaptureStarted, CaptureProgress, CaptureFinished)):
-            self._capture(event)
-        elif isinstance(event, ParityCheck):
-            m.parity_checks.labels(event.phase).inc()
-            if event.mismatch:
-                m.parity_mismatches.labels(event.phase).inc()
-        elif isinstance(event, RecaptureFinished):
-            m.recaptures.labels("ok" if event.ok else "failed").inc()
-        elif isinstance(event, RecaptureRequested):
-            m.recapture_requests.labels(event.cause or UNSPECIFIED).inc()
-        elif isinstance(event, ErrorEvent):
-            m.errors.labels(event.where or UNSPECIFIED).inc()
-        elif isinstance(event, EngineStarted):
-            m.info.clear()
-            m.info.labels(
-                event.model, event.device, event.dtype, event.decode_graph_backend, event.prefill_graph_backend
-            ).set(1)
+        """Fold one event (the collector's thread calls it; tests may feed events directly)."""
+        with self._cond:
+            self.fold.apply(event)
 
-    def _step(self, ev: StepEvent) -> None:
-        m = self.metrics
-        m.passes.labels(ev.phase, ev.path).inc()
-        if ev.path == "graph":
-            if ev.bucket is not None:
-                bucket = str(ev.bucket)
-                m.bucket_hits.labels(ev.phase, bucket).inc()
-                m.bucket_padded.labels(ev.phase, bucket).inc(ev.padded)
-            if ev.replay_ms is not None:
-                m.replay.labels(ev.phase).observe(ev.replay_ms / 1e3)
-        else:
-            m.fallbacks.labels(ev.phase, ev.fallback_reason or UNSPECIFIED).inc()
 
-    def _finished(self, ev: RequestFinished) -> None:
-        m = self.metrics
-        m.finished.labels(ev.finish_reason or UNSPECIFIED).inc()
-        m.generation_tokens.inc(ev.output_tokens)
-        ttft = self._ttft_ms.pop(ev.request_id, None)
-        if ev.finish_reason == "rejected":
-            return
-        m.e2e.observe(ev.latency_ms / 1e3)
-        itl = mean_itl_ms(ttft, ev.latency_ms, ev.output_tokens)
-        if itl is not None:
-            m.itl.observe(itl / 1e3)
+class _FoldCounts(Collector):
+    """The counters and gauges, read off the collector's fold at each scrape (under its lock)."""
 
-    def _capture(self, ev: Event) -> None:
-        if getattr(ev, "rank", 0) != 0:
-            return
-        m = self.metrics
-        if isinstance(ev, CaptureStarted):  # a new pass replaces the phase's graphs: their costs go with them
-            for bucket in self._capture_labels.pop(ev.phase, set()):
-                m.capture_seconds.remove(ev.phase, bucket)
-                m.capture_bytes.remove(ev.phase, bucket)
-        elif isinstance(ev, CaptureProgress):
-            if not ev.ok:
-                m.capture_failures.labels(ev.phase).inc()
-                return
-            bucket = str(ev.bucket)
-            self._capture_labels.setdefault(ev.phase, set()).add(bucket)
-            m.capture_seconds.labels(ev.phase, bucket).set(ev.seconds)
-            m.capture_bytes.labels(ev.phase, bucket).set(ev.memory_bytes)
-        elif isinstance(ev, CaptureFinished):
-            m.graphs.labels(ev.phase).set(len(ev.captured))
+    def __init__(self, owner: MetricsCollector) -> None:
+        self._owner = owner
+
+    def collect(self) -> Iterator[Metric]:
+        with self._owner._cond:
+            yield from _engine(self._owner.fold, self._owner.dropped)
+            yield from _steps(self._owner.fold)
+            yield from _captures(self._owner.fold)
+
+
+def _counter(name: str, doc: str, labels: tuple[str, ...], values: dict[tuple[str, ...], float]) -> Metric:
+    family = CounterMetricFamily(PREFIX + name, doc, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(key, value)
+    return family
+
+
+def _gauge(name: str, doc: str, labels: tuple[str, ...], values: dict[tuple[str, ...], float]) -> Metric:
+    family = GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(key, value)
+    return family
+
+
+def _engine(fold: RunFold, dropped: int) -> Iterator[Metric]:
+    info, kv, req = fold.info, fold.kv, fold.requests
+    labels = ("model", "device", "dtype", "decode_graph_backend", "prefill_graph_backend")
+    yield _gauge(
+        "engine_info",
+        "the engine being served (value 1)",
+        labels,
+        {tuple(str(getattr(info, name)) for name in labels): 1.0} if info is not None else {},
+    )
+    for name, doc, value in (
+        ("num_requests_running", "requests admitted to the running batch", kv.running if kv else 0),
+        ("num_requests_waiting", "requests waiting for a running slot", kv.queued if kv else 0),
+        ("max_running_requests", "the largest running batch", kv.max_running if kv else 0),
+        ("kv_cache_usage_perc", "fraction of the KV pool in use (0-1)", fold.kv_usage),
+        ("kv_cache_used_tokens", "KV pool tokens in use", kv.used_tokens if kv else 0),
+        ("kv_cache_capacity_tokens", "KV pool size in tokens", kv.capacity_tokens if kv else 0),
+        ("metrics_events_dropped", _DROPPED, dropped),
+    ):
+        yield _gauge(name, doc, (), {(): float(value)})
+    yield _counter("requests_queued", "requests the engine accepted", (), {(): req.queued})
+    yield _counter(
+        "requests_finished",
+        "finished requests by reason (eos, stop, length, cancelled, rejected)",
+        ("finish_reason",),
+        {(reason,): n for reason, n in req.reasons_or(UNSPECIFIED).items()},
+    )
+    yield _counter("prompt_tokens", "prompt tokens of accepted requests", (), {(): req.prompt_tokens})
+    yield _counter("generation_tokens", "tokens generated", (), {(): req.output_tokens})
+    yield _counter(
+        "parity_checks", "graph steps re-run eagerly and compared (--parity-every)", ("phase",), _by(fold.parity_checks)
+    )
+    yield _counter("parity_mismatches", "parity checks over their tolerance", ("phase",), _by(fold.parity_mismatches))
+    causes = {(cause or UNSPECIFIED,): n for cause, n in fold.recapture_causes.items()}
+    yield _counter("recaptures", "live recaptures by result (ok, failed)", ("result",), _by(fold.recapture_results))
+    yield _counter("recapture_requests", "live recaptures asked for, by cause (manual, auto_tune)", ("cause",), causes)
+    errors = {(where or UNSPECIFIED,): n for where, n in fold.errors_by_where.items()}
+    yield _counter("errors", "error events by where they happened", ("where",), errors)
+
+
+def _steps(fold: RunFold) -> Iterator[Metric]:
+    passes: dict[tuple[str, ...], float] = {}
+    hits: dict[tuple[str, ...], float] = {}
+    padded: dict[tuple[str, ...], float] = {}
+    for phase, tally in fold.steps.phases.items():
+        for mode, n in (("graph", tally.graph_steps), ("eager", tally.eager_steps)):
+            if n:
+                passes[(phase, mode)] = n
+        for bucket, b in tally.buckets.items():
+            hits[(phase, str(bucket))] = b.count
+            padded[(phase, str(bucket))] = b.padded_tokens
+    yield _counter(
+        "cuda_graph_passes",
+        "forward steps by phase and mode (graph: replayed a graph; eager)",
+        ("phase", "mode"),
+        passes,
+    )
+    yield _counter("graph_bucket_hits", "graph steps that replayed this bucket", ("phase", "bucket"), hits)
+    yield _counter(
+        "graph_bucket_padded_tokens",
+        "padding rows (decode) or tokens (prefill) those graph steps carried",
+        ("phase", "bucket"),
+        padded,
+    )
+    fallbacks = {(phase, reason or UNSPECIFIED): n for (phase, reason), n in fold.steps.fallbacks.items()}
+    yield _counter("eager_fallbacks", "eager steps by reason", ("phase", "reason"), fallbacks)
+
+
+def _captures(fold: RunFold) -> Iterator[Metric]:
+    """Capture costs of each phase's latest pass on rank 0: a new pass replaces the phase's graphs, and
+    their costs go with them."""
+    seconds: dict[tuple[str, ...], float] = {}
+    memory: dict[tuple[str, ...], float] = {}
+    for phase, cap in fold.captures.latest.items():
+        for cost in cap.costs:
+            if cost.ok:
+                seconds[(phase, str(cost.bucket))] = cost.seconds
+                memory[(phase, str(cost.bucket))] = cost.memory_bytes
+    yield _gauge(
+        "graph_capture_seconds", "how long this bucket's graph took to capture (its latest capture)", _BUCKET, seconds
+    )
+    yield _gauge("graph_capture_bytes", "device memory this bucket's graph took (its latest capture)", _BUCKET, memory)
+    yield _counter("graph_capture_failures", "buckets whose capture failed", ("phase",), _by(fold.capture_failures))
+    yield _gauge(
+        "graphs_captured", "buckets captured in the latest capture pass", ("phase",), _by(fold.graphs_captured)
+    )
+
+
+def _by(counts: "dict[str, int]") -> dict[tuple[str, ...], float]:
+    return {(key,): float(n) for key, n in counts.items()}
+
+
+_BUCKET = ("phase", "bucket")
+_DROPPED = "events the metrics subscriber lost to a full queue (nonzero: the counters undercount)"

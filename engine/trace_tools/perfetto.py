@@ -17,6 +17,10 @@ Timing assumption: an event's ``ts`` is taken when the engine emits it, i.e. at 
 step or capture, so a slice spans ``[ts - dur, ts]``. Slices on one track are clamped so they
 never overlap (Perfetto mis-nests overlapping complete events); the unclamped timings stay in args.
 Timestamps are microseconds relative to the earliest ``ts`` in the trace (``otherData.t0_unix_s``).
+
+The export writes one thing per event, so it walks the events itself; what it needs to know of the
+stream so far (the requests still open and when they were queued, the capture pass each phase has
+open) it reads off a ``RunFold`` it folds alongside, the fold the summary and the dashboard read.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from ..telemetry.events import (
     CaptureFinished,
@@ -33,6 +38,7 @@ from ..telemetry.events import (
     CaptureStarted,
     ConfigDowngrade,
     ErrorEvent,
+    Event,
     KVPoolState,
     MemoryLedger,
     RecaptureFinished,
@@ -42,6 +48,7 @@ from ..telemetry.events import (
     RequestQueued,
     StepEvent,
 )
+from ..telemetry.fold import FoldLimits, RunFold
 from ..telemetry.safe_write import write_atomic
 from .trace import Trace
 
@@ -84,8 +91,8 @@ class _Exporter:
         self.t0 = min([trace.header.ts] + [e.ts for e in trace.events])
         self.out: list[dict[str, Any]] = []
         self.track_end: dict[int, float] = {}  # tid -> end (µs) of the last slice on that track
-        self.capture_open: dict[str, float] = {}  # phase -> start µs of the open capture pass
-        self.queued_at: dict[str, float] = {}  # request_id -> queued µs
+        # the stream before the event being written: open requests, open capture passes
+        self.fold = RunFold(FoldLimits(steps=0, samples=0, alerts=0, captures=1, open_requests=sys.maxsize))
 
     def us(self, ts: float) -> float:
         return round((ts - self.t0) * 1e6, 3)
@@ -127,6 +134,18 @@ class _Exporter:
             }
         )
 
+    def queued_at(self, request_id: str) -> Optional[float]:
+        """When an open request was queued (µs); None if its queueing is not in the trace."""
+        req = self.fold.requests.open.get(request_id)
+        return self.us(req.events[0][1].ts) if req is not None and req.events else None
+
+    def capture_open(self, phase: str) -> Optional[float]:
+        """When rank 0's open capture pass of ``phase`` started (µs); None if none is open."""
+        events = self.fold.capture_events.get((0, phase))
+        if not events or not isinstance(events[0][1], CaptureStarted) or isinstance(events[-1][1], CaptureFinished):
+            return None
+        return self.us(events[0][1].ts)
+
     def metadata(self) -> list[dict[str, Any]]:
         meta: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": "graphtop engine"}},
@@ -138,67 +157,8 @@ class _Exporter:
 
     def run(self) -> dict[str, Any]:
         for ev in self.trace.events:
-            if isinstance(ev, _PER_RANK) and ev.rank:
-                continue  # the tracks show rank 0 (a worker's capture passes would overlap its slices)
-            if isinstance(ev, StepEvent):
-                self.step(ev)
-            elif isinstance(ev, KVPoolState):
-                free = max(0, ev.capacity_tokens - ev.used_tokens)
-                self.counter("kv", ev.ts, {"used_tokens": ev.used_tokens, "free_tokens": free})
-                self.counter("requests", ev.ts, {"running": ev.running, "queued": ev.queued})
-            elif isinstance(ev, CaptureStarted):
-                self.capture_open[ev.phase] = self.us(ev.ts)
-            elif isinstance(ev, CaptureProgress):
-                name = f"capture {ev.phase} {ev.bucket}" + ("" if ev.ok else " FAILED")
-                args = {
-                    "phase": ev.phase,
-                    "bucket": ev.bucket,
-                    "index": ev.index,
-                    "total": ev.total,
-                    "seconds": ev.seconds,
-                    "memory_bytes": ev.memory_bytes,
-                    "ok": ev.ok,
-                    "failure_reason": ev.failure_reason,
-                }
-                self.slice(TID_CAPTURE_BUCKETS, name, ev.ts, ev.seconds * 1000.0, "capture", args)
-            elif isinstance(ev, CaptureFinished):
-                start = self.capture_open.pop(ev.phase, None)
-                end = self.us(ev.ts)
-                dur_ms = (end - start) / 1000.0 if start is not None else ev.seconds * 1000.0
-                args = {
-                    "captured": ev.captured,
-                    "failed": ev.failed,
-                    "seconds": ev.seconds,
-                    "memory_bytes": ev.memory_bytes,
-                    "ok": ev.ok,
-                    "failure_reason": ev.failure_reason,
-                }
-                self.slice(TID_CAPTURE, f"capture {ev.phase}", ev.ts, dur_ms, "capture", args)
-            elif isinstance(ev, MemoryLedger):
-                self.counter(
-                    "memory",
-                    ev.ts,
-                    {
-                        "weights": ev.weights,
-                        "kv_pool": ev.kv_pool,
-                        "decode_graphs": ev.decode_graphs,
-                        "prefill_graphs": ev.prefill_graphs,
-                        "activation_reserve": ev.activation_reserve,
-                        "free": ev.free,
-                    },
-                )
-            elif isinstance(ev, RequestQueued):
-                self.request_begin(ev)
-            elif isinstance(ev, RequestFirstToken):
-                self.request_first_token(ev)
-            elif isinstance(ev, RequestFinished):
-                self.request_end(ev)
-            elif isinstance(ev, ErrorEvent):
-                self.instant(f"error: {ev.message}", ev.ts, "error", ev.to_dict())
-            elif isinstance(ev, ConfigDowngrade):
-                self.instant(f"downgrade {ev.key}", ev.ts, "config", ev.to_dict())
-            elif isinstance(ev, (RecaptureRequested, RecaptureFinished)):
-                self.instant(ev.type, ev.ts, "capture", ev.to_dict())
+            self.write(ev)
+            self.fold.apply(ev)
         self.close_unfinished_requests()
         return {
             "traceEvents": self.metadata() + self.out,
@@ -213,6 +173,68 @@ class _Exporter:
                 }
             ),
         }
+
+    def write(self, ev: Event) -> None:
+        """What ``ev`` adds to the timeline (the fold holds the stream before it)."""
+        if isinstance(ev, _PER_RANK) and ev.rank:
+            return  # the tracks show rank 0 (a worker's capture passes would overlap its slices)
+        if isinstance(ev, StepEvent):
+            self.step(ev)
+        elif isinstance(ev, KVPoolState):
+            free = max(0, ev.capacity_tokens - ev.used_tokens)
+            self.counter("kv", ev.ts, {"used_tokens": ev.used_tokens, "free_tokens": free})
+            self.counter("requests", ev.ts, {"running": ev.running, "queued": ev.queued})
+        elif isinstance(ev, CaptureProgress):
+            name = f"capture {ev.phase} {ev.bucket}" + ("" if ev.ok else " FAILED")
+            args = {
+                "phase": ev.phase,
+                "bucket": ev.bucket,
+                "index": ev.index,
+                "total": ev.total,
+                "seconds": ev.seconds,
+                "memory_bytes": ev.memory_bytes,
+                "ok": ev.ok,
+                "failure_reason": ev.failure_reason,
+            }
+            self.slice(TID_CAPTURE_BUCKETS, name, ev.ts, ev.seconds * 1000.0, "capture", args)
+        elif isinstance(ev, CaptureFinished):
+            start = self.capture_open(ev.phase)
+            end = self.us(ev.ts)
+            dur_ms = (end - start) / 1000.0 if start is not None else ev.seconds * 1000.0
+            args = {
+                "captured": ev.captured,
+                "failed": ev.failed,
+                "seconds": ev.seconds,
+                "memory_bytes": ev.memory_bytes,
+                "ok": ev.ok,
+                "failure_reason": ev.failure_reason,
+            }
+            self.slice(TID_CAPTURE, f"capture {ev.phase}", ev.ts, dur_ms, "capture", args)
+        elif isinstance(ev, MemoryLedger):
+            self.counter(
+                "memory",
+                ev.ts,
+                {
+                    "weights": ev.weights,
+                    "kv_pool": ev.kv_pool,
+                    "decode_graphs": ev.decode_graphs,
+                    "prefill_graphs": ev.prefill_graphs,
+                    "activation_reserve": ev.activation_reserve,
+                    "free": ev.free,
+                },
+            )
+        elif isinstance(ev, RequestQueued):
+            self.request_begin(ev)
+        elif isinstance(ev, RequestFirstToken):
+            self.request_first_token(ev)
+        elif isinstance(ev, RequestFinished):
+            self.request_end(ev)
+        elif isinstance(ev, ErrorEvent):
+            self.instant(f"error: {ev.message}", ev.ts, "error", ev.to_dict())
+        elif isinstance(ev, ConfigDowngrade):
+            self.instant(f"downgrade {ev.key}", ev.ts, "config", ev.to_dict())
+        elif isinstance(ev, (RecaptureRequested, RecaptureFinished)):
+            self.instant(ev.type, ev.ts, "capture", ev.to_dict())
 
     def step(self, ev: StepEvent) -> None:
         graph = ev.path == "graph"
@@ -239,10 +261,11 @@ class _Exporter:
 
     def close_unfinished_requests(self) -> None:
         """End requests still open when the trace stops (killed run) at the last timestamp."""
-        if not self.queued_at:
+        queued = {rid: at for rid in self.fold.requests.open if (at := self.queued_at(rid)) is not None}
+        if not queued:
             return
-        last = max([self.us(e.ts) for e in self.trace.events[-1:]] + list(self.queued_at.values()))
-        for rid, start in self.queued_at.items():
+        last = max([self.us(e.ts) for e in self.trace.events[-1:]] + list(queued.values()))
+        for rid, start in queued.items():
             self.out.append(
                 {
                     "name": f"request {rid}",
@@ -254,11 +277,9 @@ class _Exporter:
                     "args": {"unfinished": True},
                 }
             )
-        self.queued_at.clear()
 
     def request_begin(self, ev: RequestQueued) -> None:
         ts = self.us(ev.ts)
-        self.queued_at[ev.request_id] = ts
         self.out.append(
             {
                 "name": f"request {ev.request_id}",
@@ -272,7 +293,7 @@ class _Exporter:
         )
 
     def request_first_token(self, ev: RequestFirstToken) -> None:
-        start = self.queued_at.get(ev.request_id)
+        start = self.queued_at(ev.request_id)
         if start is None:  # queued before the trace began: nothing to nest in
             return
         end = self.us(ev.ts)
@@ -288,7 +309,7 @@ class _Exporter:
         self.out.append({**common, "ph": "e", "ts": max(start, end)})
 
     def request_end(self, ev: RequestFinished) -> None:
-        start = self.queued_at.pop(ev.request_id, None)
+        start = self.queued_at(ev.request_id)
         if start is None:
             return
         self.out.append(

@@ -17,32 +17,14 @@ Beyond ``stats``' definitions:
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Union
 
-from ..telemetry.capture import CapturePass, CaptureTracker
-from ..telemetry.events import (
-    CaptureFinished,
-    CaptureProgress,
-    CaptureStarted,
-    ConfigDowngrade,
-    EngineStarted,
-    ErrorEvent,
-    Event,
-    KVPoolState,
-    MemoryLedger,
-    ParityCheck,
-    ParityNotRun,
-    RankReplay,
-    RecaptureFinished,
-    RequestFinished,
-    RequestFirstToken,
-    RequestQueued,
-    StepEvent,
-    TraceHeader,
-)
-from .stats import BucketTally, HitTally, ParityTally, Percentiles
+from ..telemetry.capture import CapturePass
+from ..telemetry.events import ConfigDowngrade, EngineStarted, ErrorEvent, Event, MemoryLedger, TraceHeader
+from ..telemetry.fold import FoldLimits, RunFold
+from ..telemetry.fold_steps import PhaseTally
+from .stats import HitTally, ParityTally, Percentiles
 from .trace import Trace
 
 __all__ = ["PhaseStats", "RankSummary", "SummaryBuilder", "TraceSummary", "UNSPECIFIED", "summarize"]
@@ -51,12 +33,9 @@ UNSPECIFIED = "(unspecified)"
 
 
 @dataclass
-class PhaseStats(HitTally):
-    """Steps of one phase (decode | prefill | mixed)."""
+class PhaseStats(PhaseTally):
+    """Steps of one phase (decode | prefill | mixed), with their timings' distributions."""
 
-    phase: str = field(default="", kw_only=True)
-    tokens: int = 0
-    buckets: dict[int, BucketTally] = field(default_factory=dict)
     replay_ms: Percentiles = field(default_factory=Percentiles)
     host_ms: Percentiles = field(default_factory=Percentiles)
 
@@ -118,144 +97,84 @@ class TraceSummary(HitTally):
 
 
 class SummaryBuilder:
-    """Accumulates a ``TraceSummary`` one event at a time (usable live, from a bus subscriber)."""
+    """Accumulates a ``TraceSummary`` one event at a time (usable live, from a bus subscriber): a view
+    over a ``RunFold`` that remembers everything (percentiles are over the whole run)."""
 
     def __init__(self, header: Optional[TraceHeader] = None, path: Optional[str] = None) -> None:
-        self._s = TraceSummary(path=path)
-        if header is not None:
-            self._s.schema_version = header.schema_version
-            self._s.meta = dict(header.meta)
-        self._counts: Counter[str] = Counter()
-        self._first_ts: Optional[float] = None
-        self._last_ts: Optional[float] = None
-        self._first_queued: Optional[float] = None
-        self._last_finished: Optional[float] = None
-        self._reasons: Counter[str] = Counter()
-        self._fallbacks: Counter[str] = Counter()
-        self._ttft: list[float] = []
-        self._latency: list[float] = []
-        self._replay: dict[str, list[float]] = {}
-        self._host: dict[str, list[float]] = {}
-        self._step_numbers: set[int] = set()
-        self._captures = CaptureTracker()
-        self._rank_memory: dict[int, MemoryLedger] = {}
-        self._rank_replay: dict[int, list[float]] = {}
+        self._header = header
+        self._path = path
+        self.fold = RunFold(FoldLimits.everything())
 
     def add(self, event: Event) -> None:
-        s = self._s
-        if isinstance(event, TraceHeader):
-            s.schema_version = event.schema_version
-            s.meta = dict(event.meta)
-            return
-        self._counts[event.type] += 1
-        if self._first_ts is None or event.ts < self._first_ts:
-            self._first_ts = event.ts
-        if self._last_ts is None or event.ts > self._last_ts:
-            self._last_ts = event.ts
-        if isinstance(event, StepEvent):
-            self._add_step(event)
-        elif isinstance(event, RequestQueued):
-            s.requests_queued += 1
-            s.prompt_tokens += event.prompt_tokens
-            if self._first_queued is None or event.ts < self._first_queued:
-                self._first_queued = event.ts
-        elif isinstance(event, RequestFirstToken):
-            self._ttft.append(event.ttft_ms)
-        elif isinstance(event, RequestFinished):
-            s.requests_finished += 1
-            s.output_tokens += event.output_tokens
-            self._reasons[event.finish_reason or UNSPECIFIED] += 1
-            if event.error is not None:
-                s.request_errors += 1
-            self._latency.append(event.latency_ms)
-            if self._last_finished is None or event.ts > self._last_finished:
-                self._last_finished = event.ts
-        elif isinstance(event, KVPoolState):
-            s.kv_capacity_tokens = event.capacity_tokens
-            s.kv_peak_used_tokens = max(s.kv_peak_used_tokens, event.used_tokens)
-        elif isinstance(event, (CaptureStarted, CaptureProgress, CaptureFinished)):
-            self._captures.apply(event)
-        elif isinstance(event, MemoryLedger):
-            self._rank_memory[event.rank] = event
-            if event.rank == 0:
-                s.memory = event
-        elif isinstance(event, RankReplay):
-            self._rank_replay.setdefault(event.rank, []).extend(event.replay_ms)
-        elif isinstance(event, EngineStarted):
-            s.engine = event
-            s.emulated = s.emulated or event.emulated
-        elif isinstance(event, RecaptureFinished):
-            s.recaptures += 1
-            if not event.ok:
-                s.recapture_failures += 1
-        elif isinstance(event, ConfigDowngrade):
-            s.downgrades.append(event)
-        elif isinstance(event, ErrorEvent):
-            s.errors.append(event)
-        elif isinstance(event, ParityCheck):
-            s.parity.add(event)
-        elif isinstance(event, ParityNotRun):
-            s.parity.not_run(event)
-
-    def _add_step(self, ev: StepEvent) -> None:
-        s = self._s
-        graph = ev.path == "graph"
-        s.add(graph, ev.bucket, ev.padded)
-        s.emulated = s.emulated or ev.emulated
-        self._step_numbers.add(ev.step)
-        ph = s.phases.get(ev.phase)
-        if ph is None:
-            ph = s.phases[ev.phase] = PhaseStats(phase=ev.phase)
-        ph.add(graph, ev.bucket, ev.padded)
-        ph.tokens += ev.num_tokens
-        self._host.setdefault(ev.phase, []).append(ev.host_ms)
-        if graph:
-            if ev.replay_ms is not None:
-                self._replay.setdefault(ev.phase, []).append(ev.replay_ms)
-            if ev.bucket is not None:
-                b = ph.buckets.get(ev.bucket)
-                if b is None:
-                    b = ph.buckets[ev.bucket] = BucketTally(ev.bucket)
-                b.add(ev.padded, ev.padding_waste)
-        else:
-            self._fallbacks[ev.fallback_reason or UNSPECIFIED] += 1
+        self.fold.apply(event)
 
     def build(self, truncated_tail: bool = False) -> TraceSummary:
-        """Freeze the derived numbers (percentiles, rankings, totals) into the summary."""
-        s = self._s
-        s.truncated_tail = truncated_tail
-        s.counts = dict(self._counts)
-        s.events = sum(self._counts.values())
-        if self._first_ts is not None and self._last_ts is not None:
-            s.wall_s = self._last_ts - self._first_ts
-        if self._first_queued is not None and self._last_finished is not None:
-            s.serving_s = max(0.0, self._last_finished - self._first_queued)
+        """Read the summary's numbers (percentiles, rankings, totals) off the fold."""
+        f = self.fold
+        header = f.header if f.header is not None else self._header
+        s = TraceSummary(path=self._path, truncated_tail=truncated_tail)
+        hits = f.steps.hits
+        s.steps, s.graph_steps, s.padded_tokens, s.bucket_tokens = (
+            hits.steps,
+            hits.graph_steps,
+            hits.padded_tokens,
+            hits.bucket_tokens,
+        )
+        if header is not None:
+            s.schema_version, s.meta = header.schema_version, dict(header.meta)
+        s.engine, s.emulated = f.info, f.emulated
+        s.counts = {kind: n for kind, n in f.counts.items() if kind != "header"}
+        s.events = sum(s.counts.values())
+        if f.first_ts is not None and f.last_ts is not None:
+            s.wall_s = f.last_ts - f.first_ts
+        self._requests(s)
+        for phase, tally in f.steps.phases.items():
+            s.phases[phase] = PhaseStats(
+                **{**vars(tally), "buckets": dict(sorted(tally.buckets.items()))},
+                replay_ms=Percentiles.of(f.steps.replay_by_phase.values(phase)),
+                host_ms=Percentiles.of(f.steps.host_by_phase.values(phase)),
+            )
+        fallbacks = f.steps.fallback_reasons(UNSPECIFIED)
+        s.fallbacks = sorted(fallbacks.items(), key=lambda kv: (-kv[1], kv[0]))
+        s.replay_ms = Percentiles.of(f.steps.replay_ms.values)
+        s.host_ms = Percentiles.of(f.steps.host_by_phase.all_values())
+        s.missing_steps = f.steps.missing
+        s.captures = list(f.captures.passes)
+        s.memory = f.ledger
+        s.kv_capacity_tokens = f.kv.capacity_tokens if f.kv is not None else 0
+        s.kv_peak_used_tokens = f.kv_peak_used
+        s.recaptures = sum(f.recapture_results.values())
+        s.recapture_failures = f.recapture_results["failed"]
+        s.downgrades = list(f.downgrades)
+        s.errors = f.all_errors()
+        s.parity = f.parity
+        self._ranks(s)
+        return s
+
+    def _requests(self, s: TraceSummary) -> None:
+        r = self.fold.requests
+        s.requests_queued, s.requests_finished, s.request_errors = r.queued, r.finished, r.errors
+        s.prompt_tokens, s.output_tokens = r.prompt_tokens, r.output_tokens
+        if r.first_queued_ts is not None and r.last_finished_ts is not None:
+            s.serving_s = max(0.0, r.last_finished_ts - r.first_queued_ts)
         window = s.serving_s or s.wall_s
         s.tokens_per_s = s.output_tokens / window if window > 0 else 0.0
-        s.finish_reasons = dict(self._reasons.most_common())
-        s.fallbacks = sorted(self._fallbacks.items(), key=lambda kv: (-kv[1], kv[0]))
-        s.captures = list(self._captures.passes)
-        s.ttft_ms = Percentiles.of(self._ttft)
-        s.latency_ms = Percentiles.of(self._latency)
-        for phase, ph in s.phases.items():
-            ph.replay_ms = Percentiles.of(self._replay.get(phase, []))
-            ph.host_ms = Percentiles.of(self._host.get(phase, []))
-            ph.buckets = dict(sorted(ph.buckets.items()))
-        s.replay_ms = Percentiles.of(v for vals in self._replay.values() for v in vals)
-        s.host_ms = Percentiles.of(v for vals in self._host.values() for v in vals)
-        if len(self._captures.ranks) > 1 or len(self._rank_memory) > 1 or self._rank_replay:
-            replay = {**self._rank_replay, 0: [v for vals in self._replay.values() for v in vals]}
-            for rank in sorted(set(self._captures.ranks) | set(self._rank_memory) | set(replay)):
-                s.ranks[rank] = RankSummary(
-                    rank,
-                    dict(self._captures.ranks.get(rank, {})),
-                    self._rank_memory.get(rank),
-                    Percentiles.of(replay.get(rank, [])),
-                )
-        if self._step_numbers:
-            lo, hi = min(self._step_numbers), max(self._step_numbers)
-            s.missing_steps = (hi - lo + 1) - len(self._step_numbers)
-        return s
+        s.finish_reasons = dict(r.reasons_or(UNSPECIFIED).most_common())
+        s.ttft_ms = Percentiles.of(r.ttft_ms.values)
+        s.latency_ms = Percentiles.of(r.latency_ms.values)
+
+    def _ranks(self, s: TraceSummary) -> None:
+        """Tensor parallel: every rank's captures, memory and replay times (rank 0's are its steps')."""
+        f = self.fold
+        captures, replay = f.captures.ranks, f.rank_replay.by_key
+        if len(captures) <= 1 and len(f.ledgers) <= 1 and not replay:
+            return
+        times = {rank: list(samples.values) for rank, samples in replay.items()}
+        times[0] = list(f.steps.replay_ms.values)
+        for rank in sorted(set(captures) | set(f.ledgers) | set(times)):
+            s.ranks[rank] = RankSummary(
+                rank, dict(captures.get(rank, {})), f.ledgers.get(rank), Percentiles.of(times.get(rank, []))
+            )
 
 
 def summarize(trace: Union[Trace, Iterable[Event]], *, header: Optional[TraceHeader] = None) -> TraceSummary:

@@ -18,11 +18,11 @@ from graphtop.engine.telemetry.events import (
     RecaptureRequested,
     StepEvent,
 )
+from graphtop.engine.telemetry.recapture import estimate_capture_seconds
 from graphtop.tui.explain import FALLBACK_REASONS, LEDGER_ROWS, explain_fallback
 from graphtop.tui.screens.bucket_editor import BucketEditorScreen
 from graphtop.tui.screens.help import HelpScreen
 from graphtop.tui.sessions.fake import T0, FakeSession, boot_events, step_events
-from graphtop.tui.sessions.recapture_state import estimate_capture_seconds
 from graphtop.tui.testing import leave_prompt, screen_text, settle, wait_until
 from graphtop.tui.widgets.level_spark import LevelSparkline
 from graphtop.tui.widgets.request_view import RequestView

@@ -25,10 +25,10 @@ from textual.widgets import Button, Input, Label, Static
 
 from graphtop.engine.graphs.bucket_demand import advise_phase
 from graphtop.engine.graphs.bucket_list import STATIC_BUFFERS_MAXIMUM, BucketList, BucketSpecError, format_buckets
+from graphtop.engine.telemetry.recapture import estimate_capture_seconds
 
 from ..fmt import human_bytes, pct, secs
 from ..safe_text import printable
-from ..sessions.recapture_state import estimate_capture_seconds
 from ..whatif import WhatIf, WhatIfInputs, what_if
 from ..widgets.clean_input import CleanInput
 from .dialog import Dialog
@@ -52,7 +52,7 @@ def _secs(value: Optional[float]) -> str:
 
 def preview_text(now: WhatIf, cand: WhatIf, recapture_s: Optional[float] = None, changed: bool = True) -> Content:
     """Side-by-side now vs candidate; the numbers the confirm decision rests on. ``recapture_s``: the
-    estimated capture work of the phases that change (``recapture_state.estimate_capture_seconds``,
+    estimated capture work of the phases that change (``telemetry.recapture.estimate_capture_seconds``,
     the estimate the capture panel later shows beside what the recapture took)."""
     rows = [
         ("graph hit rate", pct(now.hit_rate), pct(cand.hit_rate)),

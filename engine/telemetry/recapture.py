@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from graphtop.engine.telemetry.capture import BucketCost, cost_points, estimate_cost
-from graphtop.engine.telemetry.events import (
+from .capture import BucketCost, cost_points, estimate_cost
+from .events import (
     CaptureProgress,
     CaptureStarted,
     RecaptureFinished,

@@ -1,5 +1,6 @@
 """The size a step is bucketed by, and which phase's list it is looked up in: one rule for the runners'
-policy, the advisor, live advice and the offline trace tools."""
+policy, the advisor, live advice, the live fold of the event stream and the offline trace tools (in the
+live telemetry package, which every one of them may import)."""
 
 from __future__ import annotations
 
