@@ -92,14 +92,21 @@ def run_attach(
     runtime_dir: Optional[Path] = None,
     browser_tab: bool = False,
     max_queued: Optional[int] = None,
+    priority: str = "normal",
 ) -> int:
     """Open the dashboard on a running engine's endpoint; ``q`` detaches. Returns an exit code.
+
+    ``priority``: "idle" runs this process at the lowest CPU priority (``cli.priority``), before any of its
+    threads start; a browser tab's process (no terminal) moves to a session of its own for it.
 
     ``browser_tab``: this process draws a tab of ``graphtop web`` (textual-serve's pipes, not a terminal):
     its prompts obey the API's limits (``max_queued``: the API's --max-queued-requests) and it neither
     reads nor writes files on this host for the browser."""
     from graphtop.tui.sessions.remote import AttachError, RemoteSession
 
+    from .priority import apply
+
+    apply(priority, own_session=browser_tab)
     try:
         address, secret, label = resolve_endpoint(endpoint, token or os.environ.get(TOKEN_ENV), runtime_dir)
     except EndpointError as exc:
