@@ -82,6 +82,7 @@ class Mode:
     engine_cpu_s: float = 0.0  # CPU seconds of the engine's process (all its threads)
     viewer_cpu_s: float = 0.0  # CPU seconds of the viewer's processes
     viewer_roles: dict[str, float] = field(default_factory=dict)  # the same, by process (proc_tree.role)
+    publisher_cpu_s: float = 0.0  # CPU seconds of the endpoint's publisher thread (in the engine's process)
 
     def per_step_ms(self, cpu_s: float) -> Optional[float]:
         return cpu_s / self.steps * 1e3 if self.steps else None
@@ -308,8 +309,10 @@ def run_round(
     sub = eng.bus.subscribe("long-run bench", maxsize=steps + 64, types=["step"])
     ends = []
     pids = viewer.pids if viewer is not None else []
+    publisher = viewer.server._thread.native_id if viewer is not None else None
     sync()
     viewers_before = proc_tree.cpu_by_pid(pids)
+    publisher_before = proc_tree.thread_cpu_s(publisher) if publisher else 0.0
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -318,6 +321,7 @@ def run_round(
     sync()
     wall = time.perf_counter() - t0
     mode.engine_cpu_s += time.process_time() - cpu0
+    mode.publisher_cpu_s += proc_tree.thread_cpu_s(publisher) - publisher_before if publisher else 0.0
     viewers_after = proc_tree.cpu_by_pid(pids)
     mode.viewer_cpu_s += proc_tree.cpu_taken(viewers_before, viewers_after)
     for role, cpu_s in proc_tree.cpu_by_role(viewers_before, viewers_after).items():
@@ -380,6 +384,7 @@ def measure(args: argparse.Namespace, bs: int, steps: int) -> dict:
         engine_cpu_ms_per_step_headless=head.per_step_ms(head.engine_cpu_s),
         engine_cpu_ms_per_step_attached=att.per_step_ms(att.engine_cpu_s),
         viewer_cpu_ms_per_step=att.per_step_ms(att.viewer_cpu_s),
+        publisher_cpu_ms_per_step=att.per_step_ms(att.publisher_cpu_s),
         viewer_cores=att.viewer_cpu_s / att.wall_s if att.wall_s else None,
         viewer_cpu_ms_per_step_by_process={k: att.per_step_ms(v) for k, v in att.viewer_roles.items()},
         host_share_by_tenth=shares,
@@ -471,7 +476,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
         log(
             f"bs {r['bs']} CPU per decode step: engine {fmt(r['engine_cpu_ms_per_step_headless'])} ms headless, "
-            f"{fmt(r['engine_cpu_ms_per_step_attached'])} ms attached; {args.viewer_kind} viewer at "
+            f"{fmt(r['engine_cpu_ms_per_step_attached'])} ms attached (its endpoint's publisher thread "
+            f"{fmt(r['publisher_cpu_ms_per_step'])} ms); {args.viewer_kind} viewer at "
             f"{args.viewer_priority} priority {fmt(r['viewer_cpu_ms_per_step'])} ms "
             f"({fmt(r['viewer_cores'], '.2f')} of a core): "
             + ", ".join(f"{k} {fmt(v)}" for k, v in sorted(r["viewer_cpu_ms_per_step_by_process"].items()))

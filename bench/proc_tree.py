@@ -39,6 +39,14 @@ def stat(pid: int) -> ProcStat | None:
     return ProcStat(pid, int(f[1]), int(f[3]), name, (int(f[11]) + int(f[12])) * TICK_S)
 
 
+def thread_cpu_s(tid: int) -> float:
+    """CPU seconds a thread of this process has run (``/proc/self/task/TID/schedstat``, in nanoseconds)."""
+    try:
+        return int((PROC / "self" / "task" / str(tid) / "schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def all_stats() -> list[ProcStat]:
     return [s for s in (stat(int(p.name)) for p in PROC.iterdir() if p.name.isdigit()) if s is not None]
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import long_run_bench  # noqa: E402  (bench/ is on pytest's pythonpath)
@@ -26,7 +27,8 @@ def test_the_long_run_benchmark_runs_headless_and_attached_on_cpu(tmp_path, caps
         assert 0.0 <= result[key] < 1.0, key  # the emulated replay is part of every step's wall time
     assert result["attached_over_headless"] > 0 and result["gap_p99_ms"] >= result["gap_p50_ms"] > 0
     assert len(result["host_share_by_tenth"]) == 10
-    for key in ("engine_cpu_ms_per_step_headless", "engine_cpu_ms_per_step_attached", "viewer_cpu_ms_per_step"):
+    cpu_keys = ("engine_cpu_ms_per_step_headless", "engine_cpu_ms_per_step_attached", "viewer_cpu_ms_per_step")
+    for key in (*cpu_keys, "publisher_cpu_ms_per_step"):
         assert result[key] >= 0.0, key  # CPU seconds, counted per process from /proc
     assert set(result["viewer_cpu_ms_per_step_by_process"]) <= {"attach viewer"}  # the viewer's one process
     assert "att÷head" in capsys.readouterr().out
@@ -55,6 +57,7 @@ def test_proc_tree_counts_the_cpu_of_a_process_and_its_children() -> None:
         assert {parent.pid, child} <= set(after) and os.getpid() not in after
         assert after[child].ppid == parent.pid
         assert 0.2 <= proc_tree.cpu_taken(before, after) < 5.0  # the parent's busy loop, counted once
+        assert proc_tree.thread_cpu_s(threading.get_native_id()) > 0.0  # this thread has run
     finally:
         for pid in proc_tree.cpu_by_pid([parent.pid]):
             os.kill(pid, signal.SIGKILL)
