@@ -89,7 +89,6 @@ def run_web(args: argparse.Namespace) -> int:
     from .web_start import announce, make_dashboard
 
     _check_theme(args.theme)
-    apply(args.priority)  # before the server's thread starts: it inherits the policy
     try:
         endpoint, token, label = resolve_endpoint(args.target, args.token or os.environ.get(TOKEN_ENV))
     except EndpointError as exc:
@@ -108,6 +107,8 @@ def run_web(args: argparse.Namespace) -> int:
         priority=args.priority,
     ).start()
     announce(dashboard)
+    apply(args.priority)  # every thread, the server's too, and the tabs it starts; not before: an error
+    # above leaves its caller as it was (a priority, once lowered, cannot be raised again)
     print("graphtop: Ctrl-C stops", file=sys.stderr, flush=True)
     gone = None
     try:

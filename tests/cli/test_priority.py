@@ -92,3 +92,22 @@ def test_the_flags_take_idle_or_normal(capsys) -> None:
 def test_a_tab_runs_at_the_dashboards_priority() -> None:
     assert "--priority idle" in TabCommand("ipc:///x.sock", "t").shell()  # the default
     assert "--priority normal" in TabCommand("ipc:///x.sock", "t", priority="normal").shell()
+
+
+FAILS = textwrap.dedent(
+    """
+    import os, sys
+    from graphtop.cli.entry import main
+    code = main([sys.argv[1], "/no/such.sock"])
+    print(code, os.sched_getscheduler(0) == os.SCHED_IDLE, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("command", ["attach", "web"])
+def test_a_command_that_fails_before_it_serves_leaves_its_caller_as_it_was(command: str, tmp_path: Path) -> None:
+    """A priority once lowered cannot be raised again without privilege: an in-process caller (a test, a
+    script) of a command that fails must not be left at idle."""
+    env = {**os.environ, "GRAPHTOP_RUNTIME_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", FAILS, command], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
