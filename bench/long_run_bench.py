@@ -19,19 +19,30 @@ run); per batch size the script reports
 A CPU smoke run (the shape shrunk to harness's ``TINY_SHAPE``, decode graphs emulated):
 
     python3 bench/long_run_bench.py --device cpu --bs 1,4 --steps 400 --rounds 2
+
+What watches the attached rounds is ``--viewer-kind``: a viewer as ``graphtop attach`` is (``attach``), a
+browser tab on ``graphtop web`` (``browser``), or nobody (``endpoint``: the endpoint served with no viewer,
+the engine's own share of the cost). Viewers run at ``--viewer-priority`` (idle: as ``graphtop web`` and
+``graphtop attach`` run by default), and the CPU seconds their processes take in the attached rounds are
+reported beside the engine's own, per decode step.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import proc_tree
 import torch
 from harness import (
     PROMPT_LEN,
@@ -48,11 +59,14 @@ from harness import (
     write_json,
 )
 
+from graphtop.cli.endpoint import TOKEN_ENV
+from graphtop.cli.priority import PRIORITIES, apply
 from graphtop.engine.gc_freeze import frozen_heap
 from graphtop.engine.sampling_params import SamplingParams
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
 
 VIEWER_DRAIN_S = 0.05  # how often the viewer drains its events (the dashboard's refresh timer)
+TAB_START_S = 600.0  # how long a browser tab may take to load (its processes run at idle priority)
 
 
 @dataclass
@@ -64,6 +78,14 @@ class Mode:
     tokens: int = 0
     gaps_ms: list[float] = field(default_factory=list)
     round_tok_s: list[float] = field(default_factory=list)
+    steps: int = 0
+    engine_cpu_s: float = 0.0  # CPU seconds of the engine's process (all its threads)
+    viewer_cpu_s: float = 0.0  # CPU seconds of the viewer's processes
+    viewer_roles: dict[str, float] = field(default_factory=dict)  # the same, by process (proc_tree.role)
+    publisher_cpu_s: float = 0.0  # CPU seconds of the endpoint's publisher thread (in the engine's process)
+
+    def per_step_ms(self, cpu_s: float) -> Optional[float]:
+        return cpu_s / self.steps * 1e3 if self.steps else None
 
     @property
     def host_share(self) -> Optional[float]:
@@ -73,38 +95,87 @@ class Mode:
         return statistics.quantiles(self.gaps_ms, n=100)[round(q * 100) - 1] if len(self.gaps_ms) > 1 else None
 
 
-class Viewer:
-    """A telemetry endpoint on the engine's bus and a viewer attached to it from another process."""
+class Endpoint:
+    """The telemetry endpoint on the engine's bus, with nobody attached: what serving costs the engine."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, priority: str) -> None:
         self.server = TelemetryServer(engine.bus, EndpointConfig(label="long-run bench"))
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):  # the tab first, then the server it was served by
+            try:
+                if self._own_session(proc):  # graphtop web's session: its shell and graphtop web
+                    os.killpg(proc.pid, signal.SIGTERM)
+                else:
+                    proc.terminate()
+                proc.wait(10)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.server.close()
+
+    @staticmethod
+    def _own_session(proc: subprocess.Popen) -> bool:
+        try:
+            return os.getsid(proc.pid) == proc.pid
+        except OSError:
+            return False
+
+
+class Viewer(Endpoint):
+    """The endpoint and a viewer attached to it from another process, as ``graphtop attach`` is (without
+    drawing: it drains the events at a dashboard's pace)."""
+
+    def __init__(self, engine: Any, priority: str) -> None:
+        super().__init__(engine, priority)
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--viewer", self.server.endpoint, self.server.token], stdout=subprocess.PIPE
+            [sys.executable, __file__, "--viewer-priority", priority, "--viewer", self.server.endpoint],
+            env={**os.environ, TOKEN_ENV: self.server.token},  # a token may start with "-": not an argument
+            stdout=subprocess.PIPE,
         )
+        self.procs.append(self.proc)
         line = self.proc.stdout.readline() if self.proc.stdout else b""  # "attached" once the snapshot is in
         if not line.startswith(b"attached"):
             self.close()
             raise RuntimeError("the viewer did not attach")
 
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-        self.server.close()
 
-
-class BrowserViewer:
+class BrowserViewer(Endpoint):
     """The same endpoint, watched by a browser tab instead: ``graphtop web`` serves the dashboard (its tab's
     ``graphtop attach`` process is one more process), and a headless Chromium (Playwright, the system's
-    executable) renders it, in a process of its own, until the round ends."""
+    executable) renders it, in a process of its own, until the round ends.
 
-    def __init__(self, engine: Any) -> None:
-        self.server = TelemetryServer(engine.bus, EndpointConfig(label="long-run bench"))
-        self.procs: list[subprocess.Popen] = []
-        web = self._spawn(
-            ["-c", "from graphtop.cli.entry import main; main()", "web", self.server.endpoint, "--port", "0"],
-            env={"GRAPHTOP_TELEMETRY_TOKEN": self.server.token},
+    ``graphtop web`` runs in a session of its own that it does not lead, as it does when started from a
+    terminal (the session's shell leads it): the kernel's autogroup then weighs it as a terminal of its own
+    against the engine's session. The Chromium stands for the user's browser, which on a real deployment is
+    on another machine: once the page draws, it runs at ``priority`` too."""
+
+    def __init__(self, engine: Any, priority: str) -> None:
+        super().__init__(engine, priority)
+        web_argv = [
+            sys.executable,
+            "-c",
+            "from graphtop.cli.entry import main; main()",
+            "web",
+            self.server.endpoint,
+            "--port",
+            "0",
+            "--priority",
+            priority,
+        ]
+        web = subprocess.Popen(
+            ["sh", "-c", f"{subprocess.list2cmdline(web_argv)}; :"],  # "; :" keeps the shell as the session's head
+            env={**os.environ, TOKEN_ENV: self.server.token},
             stderr=subprocess.PIPE,
+            start_new_session=True,
         )
+        self.procs.append(web)
         url = ""
         while web.stderr is not None and not url:
             line = web.stderr.readline().decode()
@@ -115,59 +186,81 @@ class BrowserViewer:
         if not url:
             self.close()
             raise RuntimeError("graphtop web did not start")
-        tab = self._spawn([__file__, "--browser-tab", url], stdout=subprocess.PIPE)
+        tab = subprocess.Popen(
+            [sys.executable, __file__, "--viewer-priority", priority, "--browser-tab", url], stdout=subprocess.PIPE
+        )
+        self.procs.append(tab)
         line = tab.stdout.readline() if tab.stdout else b""  # "attached" once the tab shows the dashboard
         if not line.startswith(b"attached"):
             self.close()
             raise RuntimeError("the browser tab did not show the dashboard")
 
-    def _spawn(self, args: list[str], env: Optional[dict] = None, **kw: Any) -> subprocess.Popen:
-        import os
 
-        proc = subprocess.Popen([sys.executable, *args], env={**os.environ, **(env or {})}, **kw)
-        self.procs.append(proc)
-        return proc
-
-    def close(self) -> None:
-        for proc in reversed(self.procs):  # the tab first, then the server it was served by
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        self.server.close()
+VIEWERS = {"endpoint": Endpoint, "attach": Viewer, "browser": BrowserViewer}
 
 
-def browser_tab_main(url: str) -> int:
-    """The browser process: a headless Chromium tab on ``url``, kept open (and drawing) until terminated."""
+def browser_tab_main(url: str, priority: str) -> int:
+    """The browser process: a headless Chromium with a tab on ``url``, kept open (and drawing) until
+    terminated. Playwright loads the page over Chromium's DevTools port and checks that the dashboard draws,
+    then lets go (its driver would otherwise relay every websocket frame to this process); the Chromium
+    goes on alone, in a session of its own, at ``priority`` from then on: it stands for a browser on
+    another machine, which takes no CPU from the engine's."""
+    import re
     import shutil
-    import signal
+    import tempfile
 
     from playwright.sync_api import sync_playwright
 
     executable = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True)
-        page = browser.new_page()
-        frames: list[int] = []
-        page.on("websocket", lambda ws: ws.on("framereceived", lambda _: frames.append(1)))
-        page.goto(url)
-        while len(frames) < 20 and not stop:  # the dashboard is drawing
-            page.wait_for_timeout(100)
-        print("attached", flush=True)
-        while not stop:
-            page.wait_for_timeout(200)
-        browser.close()
+    if executable is None:
+        raise SystemExit("no Chromium here (chromium, chromium-browser or google-chrome)")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with tempfile.TemporaryDirectory() as profile:
+        argv = [executable, "--headless", "--no-sandbox", "--remote-debugging-port=0", f"--user-data-dir={profile}"]
+        chrome = subprocess.Popen(
+            [*argv, "about:blank"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True
+        )
+        try:
+            devtools = ""
+            for line in chrome.stderr or []:
+                found = re.search(r"DevTools listening on (ws://\S+)", line)
+                if found:
+                    devtools = found.group(1)
+                    break
+            if not devtools:
+                raise SystemExit("Chromium did not start")
+            threading.Thread(target=(chrome.stderr or []).read, daemon=True).start()  # keep its pipe drained
+            with sync_playwright() as pw:
+                browser = pw.chromium.connect_over_cdp(devtools)
+                context = browser.contexts[0]  # Chromium's own: it outlives Playwright's connection
+                page = context.pages[0] if context.pages else context.new_page()
+                frames: list[int] = []
+                page.on("websocket", lambda ws: ws.on("framereceived", lambda _: frames.append(1)))
+                page.goto(url, timeout=TAB_START_S * 1e3)  # the tab's app starts at its priority: slowly, if busy
+                while len(frames) < 20 and not stop.is_set():  # the dashboard is drawing
+                    page.wait_for_timeout(100)
+                browser.close()  # disconnects; the tab stays open in Chromium
+            if priority == "idle":
+                proc_tree.lower([chrome.pid])
+            print("attached", flush=True)
+            stop.wait()
+        finally:
+            chrome.terminate()
+            try:
+                chrome.wait(10)
+            except subprocess.TimeoutExpired:
+                chrome.kill()
     return 0
 
 
-def viewer_main(endpoint: str, token: str) -> int:
-    """The viewer process: attach as ``graphtop attach`` does, then drain the events at a dashboard's pace."""
+def viewer_main(endpoint: str, priority: str) -> int:
+    """The viewer process: attach as ``graphtop attach`` does (at its priority), then drain the events at a
+    dashboard's pace."""
     from graphtop.tui.sessions.remote import RemoteSession
 
-    session = RemoteSession(endpoint, token, connect_timeout=30)
+    apply(priority)
+    session = RemoteSession(endpoint, os.environ[TOKEN_ENV], connect_timeout=30)
     session.connect()
     session.snapshot_done.wait(30)
     print("attached", flush=True)
@@ -208,18 +301,32 @@ def start(eng: Any, bs: int, prompt_len: int, steps: int) -> list:
     return handles
 
 
-def run_round(eng: Any, steps: int, sync: Any, mode: Mode, tenths: list[list[float]], done: int, total: int) -> None:
+def run_round(
+    eng: Any, steps: int, sync: Any, mode: Mode, tenths: list[list[float]], done: int, total: int, viewer: Any
+) -> None:
     """``steps`` decode steps; the replay times come from the step events of the bench's own subscription
     (drained after the round: the step thread does nothing for the bench)."""
     sub = eng.bus.subscribe("long-run bench", maxsize=steps + 64, types=["step"])
     ends = []
+    pids = viewer.pids if viewer is not None else []
+    publisher = viewer.server._thread.native_id if viewer is not None else None
     sync()
+    viewers_before = proc_tree.cpu_by_pid(pids)
+    publisher_before = proc_tree.thread_cpu_s(publisher) if publisher else 0.0
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     for _ in range(steps):
         eng.step()
         ends.append(time.perf_counter())
     sync()
     wall = time.perf_counter() - t0
+    mode.engine_cpu_s += time.process_time() - cpu0
+    mode.publisher_cpu_s += proc_tree.thread_cpu_s(publisher) - publisher_before if publisher else 0.0
+    viewers_after = proc_tree.cpu_by_pid(pids)
+    mode.viewer_cpu_s += proc_tree.cpu_taken(viewers_before, viewers_after)
+    for role, cpu_s in proc_tree.cpu_by_role(viewers_before, viewers_after).items():
+        mode.viewer_roles[role] = mode.viewer_roles.get(role, 0.0) + cpu_s
+    mode.steps += steps
     eng.bus.unsubscribe(sub)
     replays = [e.replay_ms or 0.0 for e in sub.drain() if e.phase == "decode"]
     assert sub.dropped == 0 and len(replays) >= steps - 2, "step events lost: the replay sum would be short"
@@ -242,10 +349,10 @@ def measure(args: argparse.Namespace, bs: int, steps: int) -> dict:
     per_round = steps // args.rounds
     for r in range(args.rounds):
         name = ["headless", "attached", "attached", "headless"][r % 4]  # ABBA
-        viewer = (BrowserViewer if args.viewer_kind == "browser" else Viewer)(eng) if name == "attached" else None
+        viewer = VIEWERS[args.viewer_kind](eng, args.viewer_priority) if name == "attached" else None
         try:
             with frozen_heap() if args.gc_freeze else nullcontext():  # as the graphtop command serves
-                run_round(eng, per_round, sync, modes[name], tenths, r * per_round, per_round * args.rounds)
+                run_round(eng, per_round, sync, modes[name], tenths, r * per_round, per_round * args.rounds, viewer)
         finally:
             if viewer is not None:
                 viewer.close()
@@ -273,6 +380,13 @@ def measure(args: argparse.Namespace, bs: int, steps: int) -> dict:
         gap_p99_headless_ms=head.gap(0.99),
         gap_p99_attached_ms=att.gap(0.99),
         attached_over_headless=(att.tokens / att.wall_s) / (head.tokens / head.wall_s) if att.wall_s else None,
+        round_tok_s={"headless": head.round_tok_s, "attached": att.round_tok_s},
+        engine_cpu_ms_per_step_headless=head.per_step_ms(head.engine_cpu_s),
+        engine_cpu_ms_per_step_attached=att.per_step_ms(att.engine_cpu_s),
+        viewer_cpu_ms_per_step=att.per_step_ms(att.viewer_cpu_s),
+        publisher_cpu_ms_per_step=att.per_step_ms(att.publisher_cpu_s),
+        viewer_cores=att.viewer_cpu_s / att.wall_s if att.wall_s else None,
+        viewer_cpu_ms_per_step_by_process={k: att.per_step_ms(v) for k, v in att.viewer_roles.items()},
         host_share_by_tenth=shares,
     )
 
@@ -295,12 +409,18 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--viewer-kind",
-        choices=["attach", "browser"],
+        choices=sorted(VIEWERS),
         default="attach",
-        help="what watches the attached rounds: a viewer as graphtop attach is, or a browser tab on graphtop web "
-        "(headless Chromium through Playwright)",
+        help="what watches the attached rounds: a viewer as graphtop attach is, a browser tab on graphtop web "
+        "(headless Chromium through Playwright), or nobody (the endpoint alone)",
     )
-    ap.add_argument("--viewer", nargs=2, metavar=("ENDPOINT", "TOKEN"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--viewer-priority",
+        choices=PRIORITIES,
+        default="idle",
+        help="the viewer's CPU priority: graphtop web and graphtop attach run at idle unless told otherwise",
+    )
+    ap.add_argument("--viewer", metavar="ENDPOINT", help=argparse.SUPPRESS)
     ap.add_argument("--browser-tab", metavar="URL", help=argparse.SUPPRESS)
     return ap
 
@@ -309,9 +429,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     if args.viewer:
-        return viewer_main(*args.viewer)
+        return viewer_main(args.viewer, args.viewer_priority)
     if args.browser_tab:
-        return browser_tab_main(args.browser_tab)
+        return browser_tab_main(args.browser_tab, args.viewer_priority)
     sizes, steps = comma_ints(args.bs), comma_ints(args.steps)
     if len(steps) == 1:
         steps *= len(sizes)
@@ -353,6 +473,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         log(
             f"bs {r['bs']} host-bound share by tenth of the run: "
             + " ".join(fmt(s, ".2f") for s in r["host_share_by_tenth"])
+        )
+        log(
+            f"bs {r['bs']} CPU per decode step: engine {fmt(r['engine_cpu_ms_per_step_headless'])} ms headless, "
+            f"{fmt(r['engine_cpu_ms_per_step_attached'])} ms attached (its endpoint's publisher thread "
+            f"{fmt(r['publisher_cpu_ms_per_step'])} ms); {args.viewer_kind} viewer at "
+            f"{args.viewer_priority} priority {fmt(r['viewer_cpu_ms_per_step'])} ms "
+            f"({fmt(r['viewer_cores'], '.2f')} of a core): "
+            + ", ".join(f"{k} {fmt(v)}" for k, v in sorted(r["viewer_cpu_ms_per_step_by_process"].items()))
+        )
+        log(
+            f"bs {r['bs']} tok/s by round: "
+            + json.dumps({k: [round(x) for x in v] for k, v in r["round_tok_s"].items()})
         )
     if args.json:
         write_json(".", args.json, results)

@@ -92,8 +92,12 @@ def run_attach(
     runtime_dir: Optional[Path] = None,
     browser_tab: bool = False,
     max_queued: Optional[int] = None,
+    priority: str = "normal",
 ) -> int:
     """Open the dashboard on a running engine's endpoint; ``q`` detaches. Returns an exit code.
+
+    ``priority``: "idle" runs this process (every thread) at the lowest CPU priority (``cli.priority``) once
+    it is attached; a browser tab's process (no terminal) moves to a session of its own for it.
 
     ``browser_tab``: this process draws a tab of ``graphtop web`` (textual-serve's pipes, not a terminal):
     its prompts obey the API's limits (``max_queued``: the API's --max-queued-requests) and it neither
@@ -117,6 +121,9 @@ def run_attach(
     except AttachError as exc:
         raise UsageError(f"cannot attach: {exc}") from None
     from .launch import run_app
+    from .priority import apply
+
+    apply(priority, own_session=browser_tab)  # once attached: a failed attach leaves its caller as it was
 
     return run_app(
         session, theme, poll_device=poll_device, exit_when_engine_ends=owner_pid is not None, browser_tab=browser_tab

@@ -79,6 +79,7 @@ def run_interactive(
     # the child takes the terminal at once: only a TCP endpoint's token is worth saying first
     server = open_endpoint(bus, telemetry, label, say_where=telemetry.startswith("tcp://"))
     argv = [sys.executable, "-m", "graphtop.cli.entry", "attach", server.endpoint, "--owner", str(os.getpid())]
+    argv += ["--priority", "normal"]  # the dashboard of one's own run is what the user came for (docs/attach.md)
     if theme:
         argv += ["--theme", theme]
     if not poll_device:

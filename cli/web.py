@@ -18,6 +18,7 @@ from .endpoint import TOKEN_ENV
 from .flag_types import int_in, nonempty, nonneg_int
 from .flags import _Parser
 from .help_text import HelpFormatter, document
+from .priority import DEFAULT_PRIORITY, PRIORITIES, PRIORITY_HELP, apply
 from .usage import UsageError
 
 API_KEY_ENV = "GRAPHTOP_API_KEY"
@@ -70,6 +71,12 @@ def build_web_parser() -> argparse.ArgumentParser:
         "plus N requests (default: the API's 1024)",
     )
     p.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
+    p.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        default=DEFAULT_PRIORITY,
+        help=PRIORITY_HELP + " (this server and every tab's process)",
+    )
     return document(p)
 
 
@@ -97,8 +104,11 @@ def run_web(args: argparse.Namespace) -> int:
         max_tabs=args.max_tabs,
         max_queued=max_queued,
         theme=args.theme,
+        priority=args.priority,
     ).start()
     announce(dashboard)
+    apply(args.priority)  # every thread, the server's too, and the tabs it starts; not before: an error
+    # above leaves its caller as it was (a priority, once lowered, cannot be raised again)
     print("graphtop: Ctrl-C stops", file=sys.stderr, flush=True)
     gone = None
     try:

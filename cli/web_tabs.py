@@ -9,6 +9,9 @@ are added here, so that no tab can hold up the server, another tab or the engine
   batches instead of waiting for it.
 - **A closed tab frees its process.** It is asked to quit, then terminated, then killed, each after
   ``stop_timeout_s``, so a process that hangs does not outlive its tab.
+- **A tab yields the CPU to the engine** (``--priority idle``, the default): its process runs at the
+  lowest priority, in a session of its own whose group is lowered too (``cli.priority``), so a busy
+  engine's host thread is not made to wait for a tab's drawing.
 - **The endpoint's token goes through the environment** (never on the command line, which every user of
   the machine can read), as the dashboard child of ``graphtop --model`` gets it.
 """
@@ -37,15 +40,18 @@ DROPPED_ENV = ("GRAPHTOP_API_KEY",)
 @dataclass(frozen=True)
 class TabCommand:
     """What each tab runs: ``graphtop attach ENDPOINT`` with the endpoint's token in the environment, and
-    the API's prompt limits (``max_queued``: the API's --max-queued-requests; None: no bound)."""
+    the API's prompt limits (``max_queued``: the API's --max-queued-requests; None: no bound), at
+    ``priority``."""
 
     endpoint: str
     token: str
     max_queued: Optional[int] = None
     theme: Optional[str] = None
+    priority: str = "idle"
 
     def shell(self) -> str:
         argv = [sys.executable, "-m", "graphtop.cli.entry", "attach", self.endpoint, "--browser-tab"]
+        argv += ["--priority", self.priority]
         if self.max_queued is not None:
             argv += ["--max-queued-requests", str(self.max_queued)]
         if self.theme:

@@ -146,6 +146,29 @@ def _url(served: Served, token: str = KEY) -> str:
     return f"{served.web}?token={token}"
 
 
+def _tab_processes(root: int) -> list[int]:
+    """The pids of the ``graphtop attach --browser-tab`` processes under ``root``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"attach" in argv and b"--browser-tab" in argv:
+            found.append(pid)
+    return found
+
+
 def _step_row(step: int) -> re.Pattern[str]:
     return re.compile(rf"(?<!\d){step}\s+(?:decode|prefill)\s")
 
@@ -174,12 +197,18 @@ def test_a_tab_shows_live_steps_and_runs_a_prompt_typed_in_it(browser, model: st
         tab.page.close()
 
 
-def test_two_tabs_see_the_same_engine(browser, served: Served) -> None:
+def test_two_tabs_see_the_same_engine_at_idle_priority(browser, served: Served) -> None:
     a, b = _tab(browser, (1400, 900)), _tab(browser, (1400, 900))
     try:
         for tab in (a, b):
             assert tab.open(_url(served)).status == 200
             tab.wait_for(lambda t: "graph capture" in t, START_S, "the dashboard")
+        tabs = _tab_processes(served.proc.pid)
+        assert len(tabs) == 2
+        for pid in tabs:  # each yields the CPU to the engine (cli/priority.py), in a session of its own
+            assert os.sched_getscheduler(pid) == os.SCHED_IDLE and os.getsid(pid) == pid
+            group = Path(f"/proc/{pid}/autogroup")
+            assert not group.exists() or group.read_text().strip().endswith("nice 19")
         finished = served.metric(FINISHED)
         a.type_prompt("two tabs")
         served.wait_finished(finished + 1)
