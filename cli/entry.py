@@ -55,7 +55,7 @@ from .auto_tune_flags import add_auto_tune_flags  # noqa: E402
 from .flags import _Parser, add_engine_flags, add_telemetry_flag, engine_config_from_args  # noqa: E402
 from .headless import Terminated, interrupt_status  # noqa: E402
 from .help_text import USAGE, HelpFormatter, commands_epilog, document  # noqa: E402
-from .priority import DEFAULT_PRIORITY, PRIORITIES, PRIORITY_HELP  # noqa: E402
+from .priority import PRIORITIES, PRIORITY_HELP, default_priority  # noqa: E402
 from .stdout_guard import StdoutError, guarded_stdout, silence_stdout, stdout_error_line  # noqa: E402
 from .usage import UsageError, error_line  # noqa: E402
 from .workload import DEFAULT_OUTPUT_LEN, DEFAULT_PROMPT_LEN  # noqa: E402
@@ -137,7 +137,7 @@ def build_attach_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--token", help="the endpoint's token (needed for an engine of another machine)")
     p.add_argument("--theme", help="graphtop-dark (default), graphtop-light or any Textual theme")
-    p.add_argument("--priority", choices=PRIORITIES, default=DEFAULT_PRIORITY, help=PRIORITY_HELP)
+    p.add_argument("--priority", choices=PRIORITIES, default=default_priority(), help=PRIORITY_HELP)
     p.add_argument("--owner", type=int, help=argparse.SUPPRESS)  # the graphtop process that spawned this viewer
     p.add_argument("--no-device-poll", dest="poll_device", action="store_false", help=argparse.SUPPRESS)
     p.add_argument("--browser-tab", action="store_true", help=argparse.SUPPRESS)  # a tab of graphtop web

@@ -26,9 +26,26 @@ from pathlib import Path
 
 PRIORITIES = ("idle", "normal")
 DEFAULT_PRIORITY = "idle"
+ENV = "GRAPHTOP_VIEWER_PRIORITY"
+"""Where set (idle or normal), the default of ``--priority`` and of ``graphtop serve --dashboard``'s tabs:
+a machine whose cores other work keeps busy (a test run beside a CPU load, say) can keep every viewer at
+normal priority without a flag on each command."""
 LOWEST_NICE = 19
 AUTOGROUP = Path("/proc/self/autogroup")
 PRIORITY_HELP = "idle (default): run only on CPU time the engine leaves over (Linux SCHED_IDLE); normal: as any process"
+
+
+def default_priority() -> str:
+    """``--priority``'s default: ``$GRAPHTOP_VIEWER_PRIORITY`` where set, else idle (UsageError, one line,
+    for a value that is neither)."""
+    value = os.environ.get(ENV, "").strip()
+    if not value:
+        return DEFAULT_PRIORITY
+    if value not in PRIORITIES:
+        from .usage import UsageError
+
+        raise UsageError(f"{ENV}={value!r}: use one of {', '.join(PRIORITIES)}")
+    return value
 
 
 @dataclass(frozen=True)

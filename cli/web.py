@@ -18,7 +18,7 @@ from .endpoint import TOKEN_ENV
 from .flag_types import int_in, nonempty, nonneg_int
 from .flags import _Parser
 from .help_text import HelpFormatter, document
-from .priority import DEFAULT_PRIORITY, PRIORITIES, PRIORITY_HELP, apply
+from .priority import PRIORITIES, PRIORITY_HELP, apply, default_priority
 from .usage import UsageError
 
 API_KEY_ENV = "GRAPHTOP_API_KEY"
@@ -74,7 +74,7 @@ def build_web_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--priority",
         choices=PRIORITIES,
-        default=DEFAULT_PRIORITY,
+        default=default_priority(),
         help=PRIORITY_HELP + " (this server and every tab's process)",
     )
     return document(p)

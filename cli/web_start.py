@@ -29,14 +29,16 @@ def make_dashboard(
     max_tabs: int,
     max_queued: Optional[int],
     theme: Optional[str] = None,
-    priority: str = "idle",
+    priority: Optional[str] = None,
 ) -> Any:
     """A WebDashboard of ``endpoint``, its socket bound (UsageError when it cannot be), not started; its
-    tabs' processes run at ``priority`` (``cli.priority``)."""
+    tabs' processes run at ``priority`` (``cli.priority``; None: its default)."""
+    from .priority import default_priority
     from .web_access import WebAccess
     from .web_server import WebDashboard, WebOptions
     from .web_tabs import TabCommand
 
+    priority = priority or default_priority()
     command = TabCommand(endpoint, token, max_queued=max_queued, theme=theme, priority=priority)
     options = WebOptions(host=host, port=port, max_tabs=max_tabs, label=label)
     sock = _listen(host, port)

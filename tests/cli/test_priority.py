@@ -111,3 +111,28 @@ def test_a_command_that_fails_before_it_serves_leaves_its_caller_as_it_was(comma
     env = {**os.environ, "GRAPHTOP_RUNTIME_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", FAILS, command], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
+
+
+def test_the_environment_sets_the_default_and_a_bad_value_is_one_line(capsys, monkeypatch) -> None:
+    """``GRAPHTOP_VIEWER_PRIORITY`` is ``--priority``'s default, a tab's of ``serve --dashboard`` too; a
+    flag still wins; anything but idle or normal is a one-line usage error."""
+    from graphtop.cli.entry import build_attach_parser as attach_parser
+    from graphtop.cli.priority import ENV, default_priority
+    from graphtop.cli.web_start import make_dashboard
+
+    monkeypatch.delenv(ENV, raising=False)
+    assert default_priority() == "idle"
+    monkeypatch.setenv(ENV, "normal")
+    assert default_priority() == "normal"
+    assert attach_parser().parse_args([]).priority == "normal"
+    assert attach_parser().parse_args(["--priority", "idle"]).priority == "idle"
+    dashboard = make_dashboard(
+        "ipc:///x.sock", "t", host="127.0.0.1", port=0, key=None, label="m", max_tabs=1, max_queued=None
+    )
+    try:
+        assert "--priority normal" in dashboard.command.shell()  # serve --dashboard passes no priority
+    finally:
+        dashboard.close()
+    monkeypatch.setenv(ENV, "low")
+    assert_usage_error(*run(capsys, "attach"), ENV, "'low'")
+    assert_usage_error(*run(capsys, "web"), ENV, "'low'")

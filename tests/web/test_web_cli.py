@@ -57,7 +57,9 @@ def test_serve_dashboard_on_a_port_in_use_fails_before_loading(capsys, runtime, 
 def test_web_serves_an_engine_until_its_endpoint_closes(runtime: Path) -> None:
     server = TelemetryServer(EventBus(), EndpointConfig(runtime_dir=runtime, label="/ckpt/Qwen3-0.6B"))
     env = {**os.environ, "GRAPHTOP_RUNTIME_DIR": str(runtime)}
-    argv = [sys.executable, "-m", "graphtop.cli.entry", "web", str(os.getpid()), "--port", "0"]
+    # normal priority: what the server does is checked here, beside any CPU load (tests/cli/test_priority.py
+    # checks the idle default)
+    argv = [sys.executable, "-m", "graphtop.cli.entry", "web", str(os.getpid()), "--port", "0", "--priority", "normal"]
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
