@@ -270,8 +270,9 @@ def test_a_failed_step_is_a_500_with_one_line_and_the_server_goes_on(demo_model)
             return real()
 
         s.engine.loop.step = failing
+        # ignore_eos: a sampled end of text at the first token would finish it before any failing step
         assert_error(
-            post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 3}),
+            post(s.url, COMPLETIONS, {"prompt": "Hi", "max_tokens": 3, "ignore_eos": True}),
             500,
             code="engine_error",
             needle="the engine failed this request: RuntimeError: device fell over",
@@ -291,7 +292,7 @@ def test_a_fatal_engine_failure_turns_health_unhealthy(demo_model) -> None:
             return real()
 
         s.engine.loop.step = fatal
-        stream = {"prompt": "Hi", "max_tokens": 3, "stream": True}
+        stream = {"prompt": "Hi", "max_tokens": 3, "stream": True, "ignore_eos": True}
         with httpx.Client(timeout=TIMEOUT_S) as client, client.stream("POST", s.url + COMPLETIONS, json=stream) as r:
             body = r.read().decode()
         assert r.status_code == 200  # the status was sent before the failure: the error is in the stream
