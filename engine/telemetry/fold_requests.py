@@ -73,6 +73,7 @@ class RequestFacts:
         self.prompt_tokens += ev.prompt_tokens
         if self.first_queued_ts is None or ev.ts < self.first_queued_ts:
             self.first_queued_ts = ev.ts
+        self.open.pop(ev.request_id, None)  # an id queued again is the newest request, not the old one's place
         self.open[ev.request_id] = OpenRequest(events=[(seq, ev)])
         if len(self.open) > self.open_cap:
             self.open.popitem(last=False)

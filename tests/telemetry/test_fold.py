@@ -8,7 +8,7 @@ import itertools
 import math
 from collections import defaultdict
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from support.event_streams import streams
@@ -62,6 +62,12 @@ def test_folding_in_batches_equals_folding_at_once(stream, sizes) -> None:
 
 @settings(max_examples=80, deadline=None)
 @given(streams(max_size=200))
+@example(  # an id queued again while open is the newest open request, as it is when rebuilt
+    [
+        ev.RequestQueued(ts=1000.0 + i, request_id=rid, prompt_tokens=0, max_new_tokens=0)
+        for i, rid in enumerate(["r1", "r0", "r1"])
+    ]
+)
 def test_what_the_fold_retains_rebuilds_what_it_knows_of_the_engine(stream) -> None:
     """The state keeper's snapshot: a fold fed only the retained events knows the engine as one fed it all."""
     limits = FoldLimits(steps=16, alerts=4)
