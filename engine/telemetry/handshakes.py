@@ -30,6 +30,13 @@ Connection = tuple[int, int]
 and the monitor's events and the messages read can be behind or ahead of each other; the inode tells
 which connection a number means now."""
 
+PASSED_MEMORY_S = 30.0
+"""How long a passed connection is remembered, at least (``handshake_s`` when longer). The monitor's
+events can lag a burst by seconds, and the inode is read when an event is read, not when it happened: an
+old connection's accept event read after its number went to a viewer that already passed names that
+viewer's connection, as does that connection's own accept event later. Both must find it passed, or the
+viewer would be counted again and shut once the table is full."""
+
 
 @dataclass
 class _Entry:
@@ -46,7 +53,7 @@ class PendingHandshakes:
     handshake_s: float = 5.0
     patience_s: float = 1.0
     _pending: dict[int, _Entry] = field(default_factory=dict)
-    _early: dict[Connection, float] = field(default_factory=dict)  # passed before its accept was seen
+    _passed: dict[Connection, float] = field(default_factory=dict)  # first message read, and when
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -54,6 +61,10 @@ class PendingHandshakes:
 
     def __len__(self) -> int:
         return len(self._pending)
+
+    def __contains__(self, fd: object) -> bool:
+        """Whether a connection on descriptor ``fd`` is counted as in its handshake."""
+        return fd in self._pending
 
     def accepted(
         self, conn: Connection, now: float, peer_of: Callable[[int], str], read_at: Optional[float] = None
@@ -66,9 +77,12 @@ class PendingHandshakes:
         viewers whose ``Hello`` it has not got to."""
         read_at = now if read_at is None else read_at
         self._expire(now)
-        if self._early.pop(conn, None) is not None:
-            return None  # its first message was read before the monitor said it was accepted
+        if conn in self._passed:
+            return None  # its first message was read before this accept event (its own, or a stale one)
         fd, inode = conn
+        entry = self._pending.get(fd)
+        if entry is not None and entry.inode == inode:
+            return None  # counted already: a stale accept event for its descriptor number
         if len(self._pending) < self.limit:
             self._pending[fd] = _Entry(inode, now)
             return None
@@ -90,22 +104,24 @@ class PendingHandshakes:
         return victim, gone.inode
 
     def passed(self, conn: Connection, now: float) -> None:
-        """The first message of ``conn`` was read: its handshake is over."""
+        """The first message of ``conn`` was read: its handshake is over, and it never counts again."""
         fd, inode = conn
         entry = self._pending.get(fd)
         if entry is not None and entry.inode == inode:
             del self._pending[fd]
-        else:
-            self._early[conn] = now
+        self._passed[conn] = now
 
     def may_shut(self, conn: Connection) -> bool:
-        """False when ``conn`` has passed (its first message was read before the monitor said it was
-        accepted): never shut an attached viewer."""
-        return conn not in self._early
+        """False when ``conn`` has passed: never shut an attached viewer."""
+        return conn not in self._passed
 
-    def closed(self, fd: int) -> None:
-        """The monitor says the connection on ``fd`` closed (the one its last accept event named)."""
-        self._pending.pop(fd, None)
+    def closed(self, fd: int, inode_now: Optional[int] = None) -> None:
+        """The monitor says a connection on ``fd`` closed. ``inode_now``: the inode of the socket on ``fd``
+        now (None: closed, or not known): when it is the pending entry's, that connection is still open
+        and the event was about an earlier one with the same number."""
+        entry = self._pending.get(fd)
+        if entry is not None and (inode_now is None or entry.inode != inode_now):
+            del self._pending[fd]
 
     def _oldest(self, peers: set[str]) -> int:
         return min((fd for fd, e in self._pending.items() if e.peer in peers), key=lambda fd: self._pending[fd].since)
@@ -114,5 +130,6 @@ class PendingHandshakes:
         horizon = now - self.handshake_s
         for fd in [fd for fd, e in self._pending.items() if e.since < horizon]:
             del self._pending[fd]  # passed by now (its first message not read yet), or dropped by ZeroMQ
-        for conn in [conn for conn, at in self._early.items() if at < horizon]:
-            del self._early[conn]
+        memory = now - max(self.handshake_s, PASSED_MEMORY_S)
+        for conn in [conn for conn, at in self._passed.items() if at < memory]:
+            del self._passed[conn]

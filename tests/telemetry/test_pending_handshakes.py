@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphtop.engine.telemetry.handshakes import PendingHandshakes
+from graphtop.engine.telemetry.handshakes import PASSED_MEMORY_S, PendingHandshakes
 
 
 def same_host(fd: int) -> str:
@@ -57,7 +57,37 @@ def test_a_connection_that_passed_before_its_accept_was_seen_is_not_counted_nor_
     assert not t.may_shut((3, 30))
     assert t.accepted((3, 30), 0.1, same_host) is None
     assert len(t) == 0
-    assert t.may_shut((3, 30))  # that mark is used up
+    assert not t.may_shut((3, 30))  # it stays passed: a later event naming it must not count it
+
+
+def test_a_passed_viewer_is_never_counted_again_by_stale_accept_events() -> None:
+    """An old connection's accept event, read after its number went to a viewer that passed, names the
+    viewer's connection (its inode is read now); then that connection's own accept event comes. A full
+    table must shut neither: the viewer would be attached with nobody hearing it (the crowd test)."""
+    t = table(limit=1)
+    t.accepted((9, 90), 0.0, same_host)  # the table is full of somebody's half-greeting
+    t.passed((3, 31), 1.0)
+    for at in (2.0, 3.0):  # the stale event, then its own
+        assert t.accepted((3, 31), at, same_host) is None
+    assert len(t) == 1 and not t.may_shut((3, 31))
+    assert t.accepted((3, 31), 1.0 + PASSED_MEMORY_S + 1.0, same_host) is None  # forgotten: counted
+    assert len(t) == 1
+
+
+def test_a_stale_accept_event_for_a_counted_connection_counts_it_once() -> None:
+    t = table(limit=2)
+    t.accepted((3, 30), 0.0, same_host)
+    assert t.accepted((3, 30), 2.0, same_host) is None  # not a newcomer that needs a place
+    assert len(t) == 1
+
+
+def test_a_stale_close_event_keeps_the_connection_now_on_that_descriptor() -> None:
+    t = table(limit=2)
+    t.accepted((3, 31), 0.0, same_host)
+    t.closed(3, inode_now=31)  # about the connection that had number 3 before: 31 is still open
+    assert len(t) == 1
+    t.closed(3, inode_now=None)  # 31 closed
+    assert len(t) == 0
 
 
 def test_a_reused_descriptor_number_is_told_apart_by_its_inode() -> None:
