@@ -129,6 +129,7 @@ class RemoteSession:
         self._thread: Optional[threading.Thread] = None
         self.stream = EventStream(queue_size, lambda message: self._logs.append((logging.WARNING, message)))
         self.snapshot_done = threading.Event()
+        self._rejoining = False  # welcomed again after a reconnection, its snapshot still coming
         self._last_message = time.monotonic()
         self._stale = False
 
@@ -287,10 +288,12 @@ class RemoteSession:
                     self._refused = self._refused or refused
                     self._ended = self._ended or f"{self.endpoint} refused this viewer: {refused}"
                     break
-                if watch.succeeded > said_hello and not self._welcomed.is_set():
-                    # reconnected after a handshake that passed, and not welcomed: the Hello went out on a
+                if watch.succeeded > said_hello:
+                    # reconnected after a handshake that passed: the endpoint knows a viewer by its
+                    # connection, so this one says Hello again. Not welcomed yet: the Hello went out on a
                     # connection the endpoint shut (too many in their handshake at once) and is lost with
-                    # it (one still queued goes too: the endpoint ignores a Hello said twice)
+                    # it (one still queued goes too: the endpoint ignores a Hello said twice). Welcomed:
+                    # the endpoint would send nothing to the new connection until it hears Hello there.
                     said_hello = watch.succeeded
                     sock.send(hello, zmq.NOBLOCK)
                 while self.welcome is not None:  # commands only once attached: before, they are refused
@@ -363,8 +366,10 @@ class RemoteSession:
                 if msg.finished:
                     del self._handles[msg.request_id]
         elif isinstance(msg, p.RawSnapshot):
-            self.stream.push(msg.events)
+            if not self._rejoining:  # a rejoin's snapshot holds what this viewer was shown already
+                self.stream.push(msg.events)
             if msg.done:
+                self._rejoining = False
                 self.snapshot_done.set()
         elif isinstance(msg, p.Welcome):
             if msg.protocol != p.PROTOCOL_VERSION:  # its messages would be read by this version's rules
@@ -380,6 +385,11 @@ class RemoteSession:
                     f"bus_dropped {msg.bus_dropped}; not a graphtop engine?)"
                 )
                 self._welcomed.set()
+                return
+            if self.welcome is not None:  # welcomed again after a reconnection: the stream goes on
+                self._rejoining = self.snapshot_done.is_set()
+                self._logs.append((logging.WARNING, "reconnected to the engine; what it sent meanwhile is missed"))
+                self._on_status(msg.status)
                 return
             self.welcome = msg
             self.stream.welcome(msg.next_seq, msg.bus_dropped)
