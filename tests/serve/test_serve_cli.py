@@ -147,7 +147,9 @@ def test_the_dashboards_serve_starts_the_api_beside_the_engine(demo_model, tmp_p
     _load_engine(str(demo_model), engine_config_from_args(args), bus, endpoint, holder, api)
     try:
         url = api.server.url
-        r = httpx.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 3}, timeout=TIMEOUT_S)
+        r = httpx.post(
+            f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 3, "ignore_eos": True}, timeout=TIMEOUT_S
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
         assert "graphtop:graph_capture_seconds" in httpx.get(f"{url}/metrics", timeout=TIMEOUT_S).text
     finally:

@@ -109,7 +109,8 @@ def test_continuous_usage_stats_put_the_running_usage_in_every_chunk(served) -> 
 
 
 def test_unknown_fields_are_accepted_and_logged_once_per_name(served, caplog) -> None:
-    body = {"prompt": "Hi", "max_tokens": 2, "zz_unknown_field": {"x": 1}, "priority": 3, "stream": True}
+    body = {"prompt": "Hi", "max_tokens": 2, "ignore_eos": True, "zz_unknown_field": {"x": 1}, "priority": 3}
+    body["stream"] = True
     body["stream_options"] = {"include_usage": True, "zz_nested": True}
     with caplog.at_level(logging.WARNING, logger="graphtop.serve"):
         for _ in range(2):

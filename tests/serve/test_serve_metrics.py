@@ -46,7 +46,9 @@ async def _traffic(url: str) -> None:
         await client.chat.completions.create(
             model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
         )
-        async for _ in await client.completions.create(model=MODEL_NAME, prompt="Stream", max_tokens=5, stream=True):
+        async for _ in await client.completions.create(
+            model=MODEL_NAME, prompt="Stream", max_tokens=5, stream=True, extra_body={"ignore_eos": True}
+        ):  # ignore_eos: a sampled end of text at its first token would give it no inter-token latency
             pass
 
 
