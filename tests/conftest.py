@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -13,6 +14,13 @@ import pytest
 
 # fixtures shared by several folders: private_cache_dir (cli_support), ckpt (load_support)
 pytest_plugins = ["support.cli_support", "support.load_support"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A background job of a non-interactive shell starts with SIGINT ignored, and Python keeps it ignored:
+    # the tests of what Ctrl-C does need it delivered as a terminal delivers a user's.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
