@@ -155,7 +155,7 @@ class Gate:
                 break
             fd = event["value"]
             if event["event"] == zmq.EVENT_DISCONNECTED:
-                self.pending.closed(fd, _inode(fd) if fd in self.pending else None)
+                self.pending.closed(fd, _inode(fd))
             if event["event"] != zmq.EVENT_ACCEPTED:
                 continue
             inode = _inode(fd)  # the one system call per connection while there is room

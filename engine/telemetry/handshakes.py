@@ -62,10 +62,6 @@ class PendingHandshakes:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def __contains__(self, fd: object) -> bool:
-        """Whether a connection on descriptor ``fd`` is counted as in its handshake."""
-        return fd in self._pending
-
     def accepted(
         self, conn: Connection, now: float, peer_of: Callable[[int], str], read_at: Optional[float] = None
     ) -> Optional[Connection]:

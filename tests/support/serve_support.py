@@ -4,7 +4,6 @@ official ``openai`` client pointed at it, and waits with bounded timeouts (a hel
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from graphtop.engine.telemetry.metrics import MetricsCollector
 from graphtop.engine.telemetry.recorder import TraceRecorder
 from graphtop.server.options import ServeOptions
 from graphtop.server.server import ApiServer
+from support.waiting import wait_for
 
 MODEL_NAME = "demo"
 TIMEOUT_S = 60.0
@@ -96,11 +96,8 @@ def serving(
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT_S, what: str = "the condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
+    """``wait_for`` with the serve tests' bound."""
+    wait_for(condition, timeout, what)
 
 
 def engine_idle(engine: Engine) -> bool:

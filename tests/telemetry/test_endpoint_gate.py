@@ -16,10 +16,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import psutil
 import pytest
+from support.waiting import wait_for
 
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import StepEvent
@@ -66,14 +67,6 @@ def _raw_huge_hello(host: str, port: int, stop: threading.Event) -> None:
                 s.sendall(chunk)
         except OSError:
             return  # hung up on: what should happen
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

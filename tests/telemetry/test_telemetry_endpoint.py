@@ -12,11 +12,12 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import msgspec
 import pytest
 import zmq
+from support.waiting import wait_for
 
 from graphtop.engine.telemetry import protocol as p
 from graphtop.engine.telemetry import wire
@@ -28,14 +29,6 @@ from graphtop.tui.sessions.base import SamplingSettings
 from graphtop.tui.sessions.fake import boot_events, step_events
 from graphtop.tui.sessions.remote import AttachError, RemoteSession
 from graphtop.tui.state import DashboardState
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
+from support.waiting import wait_for
 
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.descriptors import make_room_for
@@ -24,14 +25,6 @@ from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
 from graphtop.tui.sessions.remote import AttachError, RemoteSession
 
 ATTACH_S = 30.0  # each viewer's connect timeout: a bound for a loaded CI machine, not the expected time
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

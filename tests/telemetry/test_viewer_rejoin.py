@@ -7,23 +7,15 @@ frozen picture (what the crowd test once caught, when the gate shut a connection
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-from typing import Callable
+
+from support.waiting import wait_for
 
 from graphtop.engine.telemetry.bus import EventBus
 from graphtop.engine.telemetry.events import StepEvent
 from graphtop.engine.telemetry.gate import _connection, _local_address, _shut
 from graphtop.engine.telemetry.server import EndpointConfig, TelemetryServer
 from graphtop.tui.sessions.remote import RemoteSession
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def shut_accepted_connections(endpoint: str) -> int:
@@ -38,6 +30,9 @@ def shut_accepted_connections(endpoint: str) -> int:
     return shut
 
 
+TIMEOUT_S = 20.0
+
+
 def steps_seen(session: RemoteSession) -> list[int]:
     return [e.step for e in session.drain() if isinstance(e, StepEvent)]
 
@@ -47,19 +42,19 @@ def test_a_viewer_shut_after_it_attached_comes_back_and_sees_what_follows(tmp_pa
     session = RemoteSession(server.endpoint, server.token, connect_timeout=20.0)
     try:
         session.connect()
-        wait_for(lambda: len(server.viewers) == 1, "the endpoint to count the viewer")
+        wait_for(lambda: len(server.viewers) == 1, TIMEOUT_S, "the endpoint to count the viewer")
         first = next(iter(server.viewers))
         server.bus.publish(StepEvent(step=1))
-        wait_for(lambda: 1 in steps_seen(session), "step 1")
+        wait_for(lambda: 1 in steps_seen(session), TIMEOUT_S, "step 1")
         assert shut_accepted_connections(server.endpoint) == 1
         # the endpoint meets the new connection's Hello, and forgets the old one at its next send
-        wait_for(lambda: list(server.viewers) not in ([], [first]), "the viewer to say Hello again")
+        wait_for(lambda: list(server.viewers) not in ([], [first]), TIMEOUT_S, "the viewer to say Hello again")
         server.bus.publish(StepEvent(step=2))
         seen: list[int] = []
-        wait_for(lambda: seen.extend(steps_seen(session)) or 2 in seen, "step 2 on the new connection")
+        wait_for(lambda: seen.extend(steps_seen(session)) or 2 in seen, TIMEOUT_S, "step 2 on the new connection")
         assert seen == [2]  # the rejoin's snapshot (step 1 again) is not shown twice
         assert any("reconnected to the engine" in message for _, message in session.drain_logs())
-        wait_for(lambda: len(server.viewers) == 1, "the old connection to be forgotten")
+        wait_for(lambda: len(server.viewers) == 1, TIMEOUT_S, "the old connection to be forgotten")
     finally:
         session.shutdown()
         server.close()
